@@ -1,0 +1,57 @@
+"""The adapter contract and the registry of adapters.
+
+An adapter runs inside the profiled process: `start` hooks the framework and
+streams events into a TraceWriter, `stop` flushes and detaches. The framework is
+imported inside those methods, never when this module is imported, so the CLI
+stays light. Adapters for TensorFlow, JAX and PyTorch/XLA register here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from tpumem.errors import TpumemError
+
+if TYPE_CHECKING:
+    from tpumem.trace.writer import TraceWriter
+
+
+class Adapter(ABC):
+    name: str  # the framework's name, as in --framework
+    module: str  # the top-level module whose presence means the framework is installed
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return importlib.util.find_spec(cls.module) is not None
+
+    @abstractmethod
+    def start(self, writer: TraceWriter) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+
+_REGISTRY: dict[str, type[Adapter]] = {}
+
+
+def register(adapter: type[Adapter]) -> type[Adapter]:
+    _REGISTRY[adapter.name] = adapter
+    return adapter
+
+
+def available_adapters() -> list[str]:
+    """Registered adapters whose framework is installed."""
+    return sorted(name for name, cls in _REGISTRY.items() if cls.is_available())
+
+
+def get_adapter(name: str) -> type[Adapter]:
+    try:
+        adapter = _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none yet"
+        raise TpumemError(f"unknown framework {name!r} (adapters: {known})") from None
+    if not adapter.is_available():
+        raise TpumemError(f"{name} is not installed (pip install 'tpumem[{name}]')")
+    return adapter

@@ -1,0 +1,3 @@
+from tpumem.cli import main
+
+main()

@@ -1,0 +1,93 @@
+"""External fragmentation per device: the allocator's own figure, checked against
+the address map, or the BFC model's figure where the trace has only lifetimes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tpumem.analysis import labels
+from tpumem.analysis.bfc_model import ReplayResult
+from tpumem.analysis.chunk_map import address_map_fragmentation
+from tpumem.analysis.device_events import DeviceEvents
+
+CHECK_POINTS = 64  # address-map check points, besides the peak and the maximum
+
+
+@dataclass(frozen=True, slots=True)
+class Fragmentation:
+    label: str  # labels.MEASURED / DERIVED / MODELED / NOT_AVAILABLE
+    source: str  # what the figure comes from, in words
+    at_peak: float | None
+    maximum: float | None
+    time_of_maximum_ns: int | None
+    # The address map's recomputation against the reported figure, when both exist.
+    check_points: int = 0
+    check_max_error: float | None = None
+    check_schedule: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentationSeries:
+    """A figure per event (NaN where unknown), and how it was obtained."""
+
+    values: np.ndarray
+    pool: np.ndarray | None
+    figure: Fragmentation
+
+
+def _summary(
+    events: DeviceEvents, values: np.ndarray, peak_index: int, label: str, source: str
+) -> Fragmentation:
+    known = ~np.isnan(values)
+    if not known.any():
+        return Fragmentation(labels.NOT_AVAILABLE, source, None, None, None)
+    where = int(np.nanargmax(values))
+    return Fragmentation(
+        label=label,
+        source=source,
+        at_peak=None if np.isnan(values[peak_index]) else float(values[peak_index]),
+        maximum=float(values[where]),
+        time_of_maximum_ns=int(events.time_ns[where]),
+    )
+
+
+def fragmentation(
+    events: DeviceEvents, peak_index: int, model: ReplayResult | None
+) -> FragmentationSeries:
+    reported = events.reported_fragmentation
+    if reported is not None and not np.isnan(reported).all():
+        figure = _summary(
+            events, reported, peak_index, labels.MEASURED, "the allocator's own figure"
+        )
+        pool = None
+        if events.has_addresses:
+            checked = np.unique(
+                np.concatenate(
+                    [
+                        np.linspace(0, len(events) - 1, CHECK_POINTS).astype(np.int64),
+                        [peak_index, int(np.nanargmax(reported))],
+                    ]
+                )
+            )
+            remade = address_map_fragmentation(events, checked)
+            error = float(np.nanmax(np.abs(remade.fragmentation - reported[checked])))
+            pool = remade.regions.pool_series(len(events))
+            figure = replace(
+                figure,
+                check_points=len(checked),
+                check_max_error=error,
+                check_schedule=remade.regions.schedule,
+            )
+        return FragmentationSeries(reported, pool, figure)
+    if model is not None:
+        values = model.fragmentation
+        figure = _summary(
+            events, values, peak_index, labels.MODELED, "BFC allocator model replaying lifetimes"
+        )
+        return FragmentationSeries(values, model.pool.astype(np.float64), figure)
+    empty = np.full(len(events), np.nan)
+    return FragmentationSeries(
+        empty, None, Fragmentation(labels.NOT_AVAILABLE, "no allocator view", None, None, None)
+    )

@@ -1,0 +1,112 @@
+"""Peak bytes in use, when it happened, and what was live at that moment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis.device_events import DeviceEvents
+from tpumem.trace.model import Trace
+
+GROUP_KEYS = ("op", "region", "dtype", "shape", "source")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGroup:
+    """Live buffers at the peak that share op, region, dtype, shape and source."""
+
+    op: str | None
+    region: str | None
+    dtype: str | None
+    shape: str | None
+    source: str | None
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeakBreakdown:
+    bytes: int
+    time_ns: int
+    step: int | None
+    event_index: int
+    live_buffers: int
+    # Bytes in use at the peak held by buffers allocated before the capture began,
+    # which the trace cannot name.
+    unattributed_bytes: int
+    groups: tuple[LiveGroup, ...]
+    by_region: tuple[tuple[str, int], ...]
+
+
+def step_at(trace: Trace, time_ns: int) -> int | None:
+    """The step running at `time_ns`: the last step mark at or before it."""
+    steps = trace.valid("step")
+    if not steps.any():
+        return None
+    times = trace.numbers("time_ns")[steps]
+    numbers = trace.numbers("step")[steps]
+    order = np.argsort(times, kind="stable")
+    index = np.searchsorted(times[order], time_ns, side="right") - 1
+    return int(numbers[order][index]) if index >= 0 else None
+
+
+def live_at(events: DeviceEvents, index: int) -> np.ndarray:
+    """Indices of the allocations live just after event `index`."""
+    freed_at = events.free_index()
+    allocs = np.flatnonzero(events.is_alloc[: index + 1])
+    return allocs[freed_at[allocs] > index]
+
+
+def _groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveGroup, ...]:
+    if not len(live):
+        return ()
+    rows = events.row[live]
+    columns = [trace.codes(key) for key in GROUP_KEYS]
+    stacked = np.stack([codes[rows] for codes, _ in columns], axis=1)
+    unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    total = np.bincount(inverse, weights=events.bytes[live]).astype(np.int64)
+    count = np.bincount(inverse)
+    order = np.lexsort((np.arange(len(total)), -total))
+    result = []
+    for g in order.tolist():
+        names = [
+            values[c] if c >= 0 else None for c, (_, values) in zip(unique[g], columns, strict=True)
+        ]
+        result.append(LiveGroup(*names, count=int(count[g]), bytes=int(total[g])))
+    return tuple(result)
+
+
+def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
+    index = int(np.argmax(events.in_use))
+    live = live_at(events, index)
+    groups = _groups(trace, events, live)
+    by_region: dict[str, int] = {}
+    for group in groups:
+        key = group.region or "(no region)"
+        by_region[key] = by_region.get(key, 0) + group.bytes
+    peak = int(events.in_use[index])
+    attributed = int(events.bytes[live].sum())
+    return PeakBreakdown(
+        bytes=peak,
+        time_ns=int(events.time_ns[index]),
+        step=step_at(trace, int(events.time_ns[index])),
+        event_index=index,
+        live_buffers=len(live),
+        unattributed_bytes=max(0, peak - attributed),
+        groups=groups,
+        by_region=tuple(sorted(by_region.items(), key=lambda kv: -kv[1])),
+    )
+
+
+def total_peak(devices: list[DeviceEvents]) -> tuple[int, int]:
+    """(bytes, time) of the peak of the sum over devices of bytes in use."""
+    if not devices:
+        return 0, 0
+    times = np.concatenate([d.time_ns for d in devices])
+    change = np.concatenate([np.diff(d.in_use, prepend=0) for d in devices])
+    order = np.argsort(times, kind="stable")
+    total = np.cumsum(change[order])
+    index = int(np.argmax(total))
+    return int(total[index]), int(times[order][index])

@@ -1,0 +1,83 @@
+"""Preallocation: what the allocator held from the device against what was used,
+and the settings that made it so."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tpumem.analysis import labels
+
+# Environment variables that decide how much a framework reserves up front.
+SETTINGS_VARIABLES = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_CPU_ALLOCATOR_USE_BFC",
+    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
+    "TF_GPU_ALLOCATOR",
+    "PJRT_DEVICE",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Preallocation:
+    pool_peak_bytes: int | None
+    pool_label: str
+    pool_source: str
+    unused_bytes: int | None  # pool peak - peak in use
+    limit_bytes: int | None  # the allocator's memory limit, where reported
+    capacity_bytes: int | None  # the device's memory, where recorded
+    settings: dict[str, str]
+    # Smallest share of the device's memory that would still have held the peak
+    # (XLA_CLIENT_MEM_FRACTION, or a TF memory limit of that size).
+    smallest_fraction: float | None
+
+
+def _settings(metadata: dict[str, Any]) -> dict[str, str]:
+    settings = {str(k): str(v) for k, v in metadata.get("allocator_settings", {}).items()}
+    environment = metadata.get("env", {})
+    for name in SETTINGS_VARIABLES:
+        if name in environment:
+            settings[name] = str(environment[name])
+    return settings
+
+
+def _capacity(metadata: dict[str, Any], device: str) -> int | None:
+    for entry in metadata.get("devices", []):
+        if entry.get("name") == device and entry.get("capacity_bytes"):
+            return int(entry["capacity_bytes"])
+    return None
+
+
+def preallocation(
+    metadata: dict[str, Any],
+    device: str,
+    peak_bytes: int,
+    pool: np.ndarray | None,
+    pool_label: str,
+    pool_source: str,
+    limit: np.ndarray | None,
+) -> Preallocation:
+    pool_peak = None
+    if pool is not None and not np.isnan(pool).all():
+        pool_peak = int(np.nanmax(pool))
+    else:
+        pool_label, pool_source = labels.NOT_AVAILABLE, "the trace has no view of the pool"
+    capacity = _capacity(metadata, device)
+    fraction = math.ceil(peak_bytes / capacity * 100) / 100 if capacity else None
+    return Preallocation(
+        pool_peak_bytes=pool_peak,
+        pool_label=pool_label,
+        pool_source=pool_source,
+        unused_bytes=None if pool_peak is None else max(0, pool_peak - peak_bytes),
+        limit_bytes=int(limit.max()) if limit is not None and limit.max() > 0 else None,
+        capacity_bytes=capacity,
+        settings=_settings(metadata),
+        smallest_fraction=fraction,
+    )

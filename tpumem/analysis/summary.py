@@ -1,0 +1,109 @@
+"""Every figure for a trace, per device and for the run: what reports show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tpumem.analysis import labels
+from tpumem.analysis.bfc_model import ReplayResult, replay
+from tpumem.analysis.device_events import DeviceEvents, split_by_device
+from tpumem.analysis.fragmentation import Fragmentation, fragmentation
+from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
+from tpumem.analysis.preallocation import Preallocation, preallocation
+from tpumem.analysis.timeline import Timeline, timeline
+from tpumem.analysis.waste import InternalWaste, internal_waste
+from tpumem.trace.model import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAnalysis:
+    device: str
+    fidelity: str
+    allocations: int
+    frees: int
+    peak: PeakBreakdown
+    peak_label: str
+    preallocation: Preallocation
+    fragmentation: Fragmentation
+    waste: InternalWaste
+    timeline: Timeline
+
+
+@dataclass(frozen=True, slots=True)
+class RunAnalysis:
+    path: str | None
+    framework: str
+    backend: str
+    source: str
+    complete: bool
+    metadata: dict[str, Any]
+    duration_ns: int
+    devices: tuple[DeviceAnalysis, ...]
+    total_peak_bytes: int
+    total_peak_time_ns: int
+    warnings: tuple[str, ...]
+
+
+def _model(events: DeviceEvents) -> ReplayResult | None:
+    """The BFC model runs where the allocator reported nothing of its own."""
+    if events.reported_fragmentation is not None:
+        return None
+    sizes = np.where(events.requested > 0, events.requested, events.bytes)
+    return replay(events.is_alloc, sizes, events.buffer_id)
+
+
+def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> DeviceAnalysis:
+    peak = peak_breakdown(trace, events)
+    model = _model(events)
+    frag = fragmentation(events, peak.event_index, model)
+    if model is not None:
+        pool, pool_label, pool_source = model.pool, labels.MODELED, "BFC allocator model"
+    elif frag.pool is not None:
+        pool, pool_label = frag.pool, labels.DERIVED
+        pool_source = f"address map, BFC regions ({frag.figure.check_schedule})"
+    else:
+        pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, ""
+    return DeviceAnalysis(
+        device=events.device,
+        fidelity=events.fidelity,
+        allocations=int(events.is_alloc.sum()),
+        frees=int((~events.is_alloc).sum()),
+        peak=peak,
+        peak_label=labels.MEASURED if events.in_use_measured else labels.DERIVED,
+        preallocation=preallocation(
+            trace.metadata,
+            events.device,
+            peak.bytes,
+            None if pool is None else np.asarray(pool, dtype=np.float64),
+            pool_label,
+            pool_source,
+            events.bytes_limit,
+        ),
+        fragmentation=frag.figure,
+        waste=internal_waste(events, live_at(events, peak.event_index)),
+        timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
+    )
+
+
+def analyze(trace: Trace, bins: int = 64) -> RunAnalysis:
+    """All figures of a trace."""
+    devices = split_by_device(trace)
+    times = trace.numbers("time_ns")
+    total_bytes, total_time = total_peak(devices)
+    metadata = trace.metadata
+    return RunAnalysis(
+        path=trace.path,
+        framework=trace.framework,
+        backend=str(metadata.get("backend", "unknown")),
+        source=str(metadata.get("source", "unknown")),
+        complete=trace.complete,
+        metadata=metadata,
+        duration_ns=int(times.max() - times.min()) if len(times) else 0,
+        devices=tuple(analyze_device(trace, d, bins) for d in devices),
+        total_peak_bytes=total_bytes,
+        total_peak_time_ns=total_time,
+        warnings=tuple(trace.warnings),
+    )

@@ -1,0 +1,33 @@
+"""The JSON report: every figure of the analysis under a versioned schema name.
+
+Schema "tpumem-report/1" (documented in README.md, "JSON report"): the top level
+holds the run (framework, backend, source, complete, duration_ns, total peak,
+warnings, metadata) and `devices`, one object per device with `peak`,
+`preallocation`, `fragmentation`, `waste` and `timeline`, each carrying its
+`label` (measured / derived / modeled / not available). Bytes are integers,
+times are nanoseconds from the trace's start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from tpumem.analysis.summary import RunAnalysis
+
+SCHEMA = "tpumem-report/1"
+
+
+def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
+    body = dataclasses.asdict(analysis)
+    for device in body["devices"]:
+        peak = device["peak"]
+        peak["label"] = device.pop("peak_label")
+        peak["by_region"] = [{"region": r, "bytes": b} for r, b in peak["by_region"]]
+        del peak["event_index"]
+    return {"schema": SCHEMA, **body}
+
+
+def render_json(analysis: RunAnalysis) -> str:
+    return json.dumps(report_dict(analysis), indent=2) + "\n"

@@ -1,0 +1,154 @@
+"""The analysis as rows of words, shared by the text and markdown reports."""
+
+from __future__ import annotations
+
+from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.units import format_bytes, format_seconds
+
+TOP_GROUPS = 10
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
+    meta = analysis.metadata
+    rows = [
+        ("Framework", f"{analysis.framework} (backend: {analysis.backend})"),
+        ("Source", _source(analysis)),
+        ("Duration", format_seconds(analysis.duration_ns)),
+        ("Ended", _ending(meta, analysis.complete)),
+    ]
+    if len(analysis.devices) > 1:
+        rows.append(
+            (
+                "Peak, all devices",
+                f"{format_bytes(analysis.total_peak_bytes)} at "
+                f"{format_seconds(analysis.total_peak_time_ns)}",
+            )
+        )
+    return rows
+
+
+def _source(analysis: RunAnalysis) -> str:
+    meta = analysis.metadata
+    if analysis.source == "import":
+        return f"imported from {meta.get('imported_from', '?')} (host {meta.get('host', '?')})"
+    command = meta.get("command")
+    return " ".join(command) if isinstance(command, list) else analysis.source
+
+
+def _ending(meta: dict, complete: bool) -> str:
+    if not complete:
+        return "the trace was not closed: the process crashed or was killed"
+    exit_info = meta.get("exit")
+    if not isinstance(exit_info, dict):
+        return "not recorded" if meta.get("source") != "import" else "(imported profile)"
+    if exit_info.get("signal"):
+        return f"killed by signal {exit_info['signal']}"
+    if exit_info.get("exception"):
+        return f"uncaught exception: {exit_info['exception']}"
+    return f"exit status {exit_info.get('code', '?')}"
+
+
+def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
+    """(figure, value, how it was obtained)."""
+    peak, pre, frag, waste = device.peak, device.preallocation, device.fragmentation, device.waste
+    step = f", step {peak.step}" if peak.step is not None else ""
+    rows = [
+        (
+            "Peak in use",
+            f"{format_bytes(peak.bytes)} at {format_seconds(peak.time_ns)}{step}",
+            device.peak_label,
+        ),
+        (
+            "Live at peak",
+            f"{peak.live_buffers:,} buffers"
+            + (
+                f"; {format_bytes(peak.unattributed_bytes)} allocated before the capture began"
+                if peak.unattributed_bytes
+                else ""
+            ),
+            device.peak_label,
+        ),
+        (
+            "Pool held from device",
+            format_bytes(pre.pool_peak_bytes),
+            f"{pre.pool_label}" + (f" ({pre.pool_source})" if pre.pool_source else ""),
+        ),
+        ("Unused pool at peak", format_bytes(pre.unused_bytes), pre.pool_label),
+    ]
+    if pre.limit_bytes is not None:
+        rows.append(("Allocator limit", format_bytes(pre.limit_bytes), "measured"))
+    if pre.smallest_fraction is not None:
+        rows.append(
+            (
+                "Smallest memory fraction that fits",
+                f"{pre.smallest_fraction:.2f} of {format_bytes(pre.capacity_bytes)}",
+                device.peak_label,
+            )
+        )
+    settings = ", ".join(f"{k}={v}" for k, v in pre.settings.items()) or "none recorded"
+    rows.append(("Allocator settings", settings, ""))
+    if frag.maximum is not None:
+        at_peak = "-" if frag.at_peak is None else f"{frag.at_peak:.3f}"
+        rows.append(
+            (
+                "Fragmentation",
+                f"{at_peak} at peak; max {frag.maximum:.3f} at "
+                f"{format_seconds(frag.time_of_maximum_ns)}",
+                f"{frag.label} ({frag.source})",
+            )
+        )
+    else:
+        rows.append(("Fragmentation", "-", f"{frag.label} ({frag.source})"))
+    if frag.check_max_error is not None:
+        rows.append(
+            (
+                "Address-map check",
+                f"agrees within {frag.check_max_error:.1e} at {frag.check_points} events",
+                f"derived (BFC regions: {frag.check_schedule})",
+            )
+        )
+    if waste.at_peak_bytes is not None:
+        rows.append(
+            (
+                "Internal waste at peak",
+                f"{format_bytes(waste.at_peak_bytes)} ({waste.at_peak_share:.1%} of live bytes)",
+                waste.label,
+            )
+        )
+    else:
+        rows.append(("Internal waste", "-", f"{waste.label} (requested sizes not recorded)"))
+    return rows
+
+
+def group_rows(groups: tuple[LiveGroup, ...]) -> list[tuple[str, ...]]:
+    rows = []
+    for group in groups[:TOP_GROUPS]:
+        rows.append(
+            (
+                format_bytes(group.bytes),
+                f"{group.count:,}",
+                group.op or "-",
+                group.region or "-",
+                group.dtype or "-",
+                group.shape or "-",
+                group.source or "-",
+            )
+        )
+    return rows
+
+
+def sparkline(values: tuple[float | int | None, ...], top: float | None = None) -> str:
+    known = [v for v in values if v is not None]
+    ceiling = top if top is not None else max(known, default=0)
+    if not ceiling:
+        return _SPARK[0] * len(values)
+    marks = []
+    for value in values:
+        if value is None:
+            marks.append(" ")
+        else:
+            level = round(value / ceiling * (len(_SPARK) - 1))
+            marks.append(_SPARK[min(max(level, 0), len(_SPARK) - 1)])
+    return "".join(marks)

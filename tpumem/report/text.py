@@ -1,0 +1,67 @@
+"""The terminal report (rich)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.report.rows import device_rows, group_rows, run_rows, sparkline
+from tpumem.units import format_bytes, format_seconds
+
+GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
+
+
+def _device(console: Console, device: DeviceAnalysis) -> None:
+    console.rule(
+        f"[bold]{device.device}[/] · fidelity: {device.fidelity} · "
+        f"{device.allocations:,} allocations, {device.frees:,} frees"
+    )
+    figures = Table(show_header=False, box=None, pad_edge=False)
+    figures.add_column(style="bold")
+    figures.add_column()
+    figures.add_column(style="dim")
+    for row in device_rows(device):
+        figures.add_row(*row)
+    console.print(figures)
+    groups = group_rows(device.peak.groups)
+    if groups:
+        table = Table(title="Live at peak, largest first", title_justify="left")
+        for header in GROUP_HEADERS:
+            table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
+        for row in groups:
+            table.add_row(*row)
+        console.print(table)
+    line = device.timeline
+    if line.in_use_max:
+        top = format_bytes(max(line.in_use_max))
+        console.print(f"Bytes in use    {sparkline(line.in_use_max)}  max {top}")
+        if any(v is not None for v in line.fragmentation_max):
+            console.print(f"Fragmentation   {sparkline(line.fragmentation_max, top=1.0)}  0..1")
+        console.print(
+            f"                {format_seconds(line.start_ns)} … {format_seconds(line.end_ns)}",
+            style="dim",
+        )
+
+
+def render_text(analysis: RunAnalysis, width: int = 100, color: bool = False) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width, color_system="standard" if color else None, highlight=False
+    )
+    console.print(f"[bold]tpumem report[/] · {analysis.path or ''}")
+    header = Table(show_header=False, box=None, pad_edge=False)
+    header.add_column(style="bold")
+    header.add_column()
+    for row in run_rows(analysis):
+        header.add_row(*row)
+    console.print(header)
+    for warning in analysis.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if not analysis.devices:
+        console.print("No allocation events in this trace.")
+    for device in analysis.devices:
+        _device(console, device)
+    return buffer.getvalue()

@@ -1,0 +1,61 @@
+"""Columns and metadata of a tpumem trace file (format version 1).
+
+One Arrow IPC stream, one wide schema: every row is an event of some `kind`. The
+bulk rows are allocations and frees; samples, marks, compiled programs and metadata
+patches are rare. Strings are dictionary-encoded so a million events naming the
+same op cost a million small integers.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+FORMAT_NAME = "tpumem-trace"
+FORMAT_VERSION = 1
+METADATA_KEY = b"tpumem"
+
+# Row kinds.
+ALLOC = "alloc"
+FREE = "free"
+SAMPLE = "sample"  # a reading of the allocator's counters
+MARK = "mark"  # a step or phase boundary: `text` names it, `step` numbers it
+PROGRAM = "program"  # a compiled program's memory analysis, JSON in `text`
+META = "meta"  # a metadata patch (exit status, warnings), JSON in `text`
+KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, META)
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+# (name, type, meaning). The order is the file's column order.
+COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
+    ("kind", pa.dictionary(pa.int8(), pa.string()), "one of KINDS"),
+    ("time_ns", pa.int64(), "nanoseconds since the trace's start_time_ns"),
+    ("device", _DICT, "device or memory space, e.g. CPU:0, GPU:1, TPU:3"),
+    ("allocator", _DICT, "allocator name, e.g. GPU_0_bfc"),
+    ("buffer_id", pa.int64(), "pairs an alloc with its free; unique per allocation"),
+    ("address", pa.int64(), "device address of the buffer, when known"),
+    ("bytes", pa.int64(), "bytes the allocator handed out (alloc/free)"),
+    ("requested_bytes", pa.int64(), "bytes the program asked for, when known"),
+    ("op", _DICT, "op or program that made the buffer"),
+    ("region", _DICT, "parameter, activation, output, temp, ..."),
+    ("dtype", _DICT, "element type, e.g. float32"),
+    ("shape", _DICT, "shape, e.g. [1000,1000]"),
+    ("source", _DICT, "Python file:line that created the buffer"),
+    ("step", pa.int64(), "training step (marks)"),
+    ("bytes_in_use", pa.int64(), "allocator-reported bytes in use after the event"),
+    ("bytes_reserved", pa.int64(), "allocator-reported reserved bytes"),
+    ("bytes_limit", pa.int64(), "allocator's memory limit"),
+    ("pool_bytes", pa.int64(), "bytes the allocator holds from the device (its pool)"),
+    ("peak_bytes_in_use", pa.int64(), "allocator-reported running peak"),
+    ("largest_free_block", pa.int64(), "allocator-reported largest free block"),
+    ("fragmentation", pa.float64(), "allocator-reported external fragmentation"),
+    ("text", pa.string(), "mark name, or JSON for program/meta rows"),
+)
+
+SCHEMA = pa.schema([pa.field(name, dtype) for name, dtype, _ in COLUMNS])
+COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
+STRING_COLUMNS = tuple(name for name, dtype, _ in COLUMNS if pa.types.is_dictionary(dtype))
+
+# The fidelity a device's events have (DESIGN.md, "The trace").
+ALLOCATOR = "allocator"  # real allocator events with addresses
+BUFFER = "buffer"  # framework buffer lifetimes, exact sizes, no allocator view
+COUNTER = "counter"  # sampled totals only

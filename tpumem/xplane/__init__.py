@@ -1,0 +1,1 @@
+"""Reading XSpace profiles (`*.xplane.pb`) without TensorFlow or JAX."""
