@@ -144,7 +144,12 @@ def trace_columns(events: MemoryEvents, origin_ps: int) -> dict[str, object]:
         "bytes_reserved": reserved,
         "bytes_limit": limit,
         "peak_bytes_in_use": _column(events, "peak_bytes_in_use"),
-        "fragmentation": _column(events, "fragmentation"),
+        # BFC divides by the free bytes, which are 0 when its pool is exactly full:
+        # it writes NaN there, where the definition (and XProf) give 0.
+        "fragmentation": np.ma.MaskedArray(
+            np.nan_to_num(events.numeric["fragmentation"].values, nan=0.0),
+            mask=~events.numeric["fragmentation"].present,
+        ),
     }
 
 

@@ -62,11 +62,13 @@ def infer_regions(events: DeviceEvents, schedule: RegionSchedule, label: str) ->
     while not covered.all():
         first = int(np.argmin(covered))
         start = int(address[first])
-        region = schedule.next_region(rounded_bytes(int(needed[first])))
+        # BFC may hand out a whole free chunk larger than the rounded request.
+        region = schedule.next_region(max(rounded_bytes(int(needed[first])), int(size[first])))
         starts.append(start)
         sizes.append(region)
         created.append(int(allocs[first]))
         covered |= (address >= start) & (address + size <= start + region)
+        covered[first] = True
     order = np.argsort(starts)
     return Regions(
         np.array(starts, dtype=np.int64)[order],

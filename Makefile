@@ -1,0 +1,38 @@
+# One entry point for a new machine: `make demo` and `make test` each create the
+# virtual environment and install everything they need (all three frameworks).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# The test environment: CPU TensorFlow (1.3 GB), JAX (0.4 GB), torch 2.9.0 with
+# torch_xla 2.9.0 (about 7 GB, torch pulls the CUDA libraries), TensorBoard/XProf.
+EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
+
+.PHONY: setup test lint demo bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --progress-bar off -e ".[$(EXTRAS)]"
+	touch $@
+
+setup: $(BIN)/.installed
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: setup lint
+	$(BIN)/python -m pytest
+
+demo: setup
+	rm -rf demo && mkdir -p demo
+	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/python ../examples/tf_profile_demo.py --logdir logdir
+	cd demo && ../$(BIN)/tpumem import logdir -o tf_demo.tpumem
+	cd demo && ../$(BIN)/tpumem report tf_demo.tpumem
+
+bench: setup
+	$(BIN)/python benchmarks/import_vs_xprof.py
+	$(BIN)/python benchmarks/analysis_scale.py
+
+clean:
+	rm -rf $(VENV) demo benchmarks/_work

@@ -1,0 +1,246 @@
+"""Figures on hand-built traces whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tpumem.analysis import analyze
+from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
+from tpumem.analysis.bfc_model import BfcReplay, replay
+from tpumem.analysis.chunk_map import address_map_fragmentation
+from tpumem.analysis.device_events import split_by_device
+from tpumem.trace.reader import load
+
+KiB, MiB = 1024, 1024 * 1024
+
+
+def buffer_rows():
+    # in use: 100, 400, 300, 350, 50  -> peak 400 at t=20, A and B live.
+    return [
+        {"kind": "mark", "time_ns": 0, "text": "step", "step": 1},
+        {
+            "kind": "alloc",
+            "time_ns": 10,
+            "device": "CPU:0",
+            "buffer_id": 1,
+            "bytes": 100,
+            "requested_bytes": 90,
+            "op": "A",
+            "region": "parameter",
+            "dtype": "float32",
+            "shape": "[25]",
+        },
+        {"kind": "mark", "time_ns": 15, "text": "step", "step": 2},
+        {
+            "kind": "alloc",
+            "time_ns": 20,
+            "device": "CPU:0",
+            "buffer_id": 2,
+            "bytes": 300,
+            "requested_bytes": 280,
+            "op": "B",
+            "region": "activation",
+            "dtype": "float32",
+            "shape": "[75]",
+        },
+        {"kind": "free", "time_ns": 30, "device": "CPU:0", "buffer_id": 1, "bytes": 100},
+        {
+            "kind": "alloc",
+            "time_ns": 40,
+            "device": "CPU:0",
+            "buffer_id": 3,
+            "bytes": 50,
+            "requested_bytes": 50,
+            "op": "C",
+            "region": "temp",
+        },
+        {"kind": "free", "time_ns": 50, "device": "CPU:0", "buffer_id": 2, "bytes": 300},
+    ]
+
+
+def test_peak_time_step_and_breakdown(make_trace):
+    analysis = analyze(load(make_trace(buffer_rows())))
+    (device,) = analysis.devices
+    assert device.peak.bytes == 400
+    assert device.peak.time_ns == 20
+    assert device.peak.step == 2
+    assert device.peak.live_buffers == 2
+    assert device.peak.unattributed_bytes == 0
+    assert [(g.op, g.bytes, g.count) for g in device.peak.groups] == [("B", 300, 1), ("A", 100, 1)]
+    assert dict(device.peak.by_region) == {"activation": 300, "parameter": 100}
+    assert device.peak_label == "derived"
+    # Internal waste of the live buffers: (100 - 90) + (300 - 280).
+    assert device.waste.at_peak_bytes == 30
+    assert device.waste.at_peak_share == pytest.approx(30 / 400)
+
+
+def test_groups_merge_buffers_with_same_op_and_shape(make_trace):
+    rows = [
+        {
+            "kind": "alloc",
+            "time_ns": i,
+            "device": "CPU:0",
+            "buffer_id": i,
+            "bytes": 64,
+            "op": "dot",
+            "shape": "[16]",
+            "dtype": "float32",
+        }
+        for i in range(3)
+    ] + [
+        {
+            "kind": "alloc",
+            "time_ns": 5,
+            "device": "CPU:0",
+            "buffer_id": 9,
+            "bytes": 100,
+            "op": "add",
+            "shape": "[25]",
+            "dtype": "float32",
+        }
+    ]
+    (device,) = analyze(load(make_trace(rows))).devices
+    assert [(g.op, g.count, g.bytes) for g in device.peak.groups] == [
+        ("dot", 3, 192),
+        ("add", 1, 100),
+    ]
+
+
+def test_total_peak_is_peak_of_the_sum_not_sum_of_peaks(make_trace):
+    rows = [
+        {"kind": "alloc", "time_ns": 1, "device": "GPU:0", "buffer_id": 1, "bytes": 1000},
+        {"kind": "free", "time_ns": 2, "device": "GPU:0", "buffer_id": 1, "bytes": 1000},
+        {"kind": "alloc", "time_ns": 3, "device": "GPU:1", "buffer_id": 2, "bytes": 600},
+        {"kind": "alloc", "time_ns": 4, "device": "GPU:0", "buffer_id": 3, "bytes": 500},
+    ]
+    analysis = analyze(load(make_trace(rows)))
+    assert [d.peak.bytes for d in analysis.devices] == [1000, 600]
+    assert (analysis.total_peak_bytes, analysis.total_peak_time_ns) == (1100, 4)
+
+
+def test_allocator_reported_in_use_includes_bytes_from_before_the_capture(make_trace):
+    # The allocator already held 1000 bytes when the capture began.
+    rows = [
+        {
+            "kind": "alloc",
+            "time_ns": 1,
+            "device": "GPU:0",
+            "buffer_id": 1,
+            "bytes": 256,
+            "address": 0,
+            "bytes_in_use": 1256,
+            "fragmentation": 0.0,
+        },
+        {
+            "kind": "free",
+            "time_ns": 2,
+            "device": "GPU:0",
+            "buffer_id": 1,
+            "bytes": 256,
+            "address": 0,
+            "bytes_in_use": 1000,
+            "fragmentation": 0.0,
+        },
+    ]
+    (device,) = analyze(load(make_trace(rows))).devices
+    assert device.peak.bytes == 1256
+    assert device.peak_label == "measured"
+    assert device.peak.unattributed_bytes == 1000
+
+
+def test_rounding_matches_bfc():
+    assert [rounded_bytes(n) for n in (1, 256, 257, 1000)] == [256, 256, 512, 1024]
+
+
+def test_fragmentation_formula():
+    assert fragmentation_ratio(0, 0) == 0.0
+    assert fragmentation_ratio(1000, 1000) == 0.0
+    assert fragmentation_ratio(1000, 250) == pytest.approx(0.75)
+
+
+def chunk_map_rows():
+    """Four 256 KiB chunks at the start of a 2 MiB region; then b and d are freed.
+    Free chunks: [256K, 512K) and [768K, 2M) (d coalesces with the tail):
+    free = 2M - 512K = 1.5 MiB, largest = 1.25 MiB, fragmentation = 0.25/1.5 = 1/6."""
+    base = 1 << 40
+    rows = []
+    for i, name in enumerate("abcd"):
+        rows.append(
+            {
+                "kind": "alloc",
+                "time_ns": i,
+                "device": "GPU:0",
+                "buffer_id": i,
+                "address": base + i * 256 * KiB,
+                "bytes": 256 * KiB,
+                "requested_bytes": 256 * KiB,
+                "op": name,
+            }
+        )
+    for t, i in ((10, 1), (11, 3)):
+        rows.append(
+            {
+                "kind": "free",
+                "time_ns": t,
+                "device": "GPU:0",
+                "buffer_id": i,
+                "address": base + i * 256 * KiB,
+                "bytes": 256 * KiB,
+            }
+        )
+    return rows
+
+
+def test_fragmentation_of_a_known_chunk_map(make_trace):
+    (events,) = split_by_device(load(make_trace(chunk_map_rows())))
+    remade = address_map_fragmentation(events, np.arange(len(events)))
+    assert remade.regions.size.tolist() == [2 * MiB]
+    # After each event: 4 allocs (the tail is one free block: 0), free b (256K of
+    # 1.25M free is outside the 1M tail: 0.2), free d (1/6).
+    expected = [0, 0, 0, 0, 0.25 * MiB / (1.25 * MiB), 1 / 6]
+    assert remade.fragmentation == pytest.approx(expected)
+
+
+def test_replay_places_buffers_like_bfc_and_gives_the_same_fragmentation(make_trace):
+    (events,) = split_by_device(load(make_trace(chunk_map_rows())))
+    result = replay(events.is_alloc, events.requested, events.buffer_id)
+    assert result.pool.tolist() == [2 * MiB] * 6
+    assert result.fragmentation[-1] == pytest.approx(1 / 6)
+    assert result.in_use[-1] == 512 * KiB
+
+
+def test_replay_hands_out_a_whole_chunk_when_splitting_would_leave_too_little():
+    model = BfcReplay()
+    model.allocate(1, 1024)
+    model.allocate(2, 256)
+    model.free(1)  # a 1024-byte hole before buffer 2
+    address, chunk = model.allocate(3, 600)  # rounds to 768; 1024 < 2 * 768: no split
+    assert (address, chunk) == (0, 1024)
+    address, chunk = model.allocate(4, 100)  # best fit: the tail, not a new region
+    assert address == 1024 + 256
+    assert model.pool == 2 * MiB
+
+
+def test_replay_coalesces_and_grows_regions_by_doubling():
+    model = BfcReplay()
+    model.allocate(1, 2 * MiB)  # fills the first 2 MiB region
+    model.allocate(2, 1 * MiB)  # a second region of 4 MiB
+    assert model.pool == 6 * MiB
+    model.free(2)
+    assert model.largest_free == 4 * MiB  # coalesced back into one block
+    model.allocate(3, 5 * MiB)  # needs 8 MiB: the schedule doubles past 4 MiB
+    assert model.pool == 14 * MiB
+
+
+def test_timeline_keeps_the_peak_and_carries_values_over_empty_bins(make_trace):
+    rows = [
+        {"kind": "alloc", "time_ns": 0, "device": "CPU:0", "buffer_id": 1, "bytes": 10},
+        {"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 2, "bytes": 90},
+        {"kind": "free", "time_ns": 2, "device": "CPU:0", "buffer_id": 2, "bytes": 90},
+        {"kind": "alloc", "time_ns": 100, "device": "CPU:0", "buffer_id": 3, "bytes": 5},
+    ]
+    (device,) = analyze(load(make_trace(rows)), bins=10).devices
+    assert device.timeline.in_use_max[0] == 100
+    assert device.timeline.in_use_max[1:9] == (10,) * 8
+    assert device.timeline.in_use_max[9] == 15

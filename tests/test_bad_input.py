@@ -1,0 +1,85 @@
+"""Bad input ends in one line on stderr and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+from conftest import run_tpumem
+from tpumem.trace.schema import SCHEMA
+from xspace_builder import build_space
+
+
+def assert_one_line_error(result, *words):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tpumem: error: ")
+    for word in words:
+        assert word in lines[0]
+
+
+def trace_inputs(tmp_path):
+    empty = tmp_path / "empty.tpumem"
+    empty.write_bytes(b"")
+    noise = tmp_path / "noise.tpumem"
+    noise.write_bytes(os.urandom(4096))
+    text = tmp_path / "notes.txt"
+    text.write_text("peak was 12 GiB\n")
+    future = tmp_path / "future.tpumem"
+    meta = json.dumps({"format": "tpumem-trace", "format_version": 2}).encode()
+    with (
+        pa.OSFile(str(future), "wb") as sink,
+        pa.ipc.new_stream(sink, SCHEMA.with_metadata({b"tpumem": meta})),
+    ):
+        pass
+    head = tmp_path / "head.tpumem"
+    head.write_bytes(future.read_bytes()[:40])
+    return {
+        "empty": (empty, "empty"),
+        "random bytes": (noise, "not a tpumem trace"),
+        "text": (text, "not a tpumem trace"),
+        "missing": (tmp_path / "missing.tpumem", "no such file"),
+        "truncated header": (head, "truncated"),
+        "future version": (future, "newer"),
+        "directory": (tmp_path, "directory"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["empty", "random bytes", "text", "missing", "truncated header", "future version", "directory"],
+)
+def test_report_refuses(tmp_path, case):
+    path, words = trace_inputs(tmp_path)[case]
+    assert_one_line_error(run_tpumem("report", str(path)), words)
+
+
+def test_import_of_an_xplane_without_memory_events_says_why(tmp_path):
+    xplane = tmp_path / "host.xplane.pb"
+    xplane.write_bytes(build_space([{"name": "PjitFunction", "offset_ps": 1}]))
+    result = run_tpumem("import", str(xplane), "-o", str(tmp_path / "out.tpumem"))
+    assert_one_line_error(result, "no MemoryAllocation", "TF_CPU_ALLOCATOR_USE_BFC=true", "JAX")
+
+
+def test_import_of_a_directory_without_profiles(tmp_path):
+    assert_one_line_error(run_tpumem("import", str(tmp_path)), "no *.xplane.pb")
+
+
+@pytest.mark.parametrize("kind", ["random", "truncated", "empty"])
+def test_import_of_a_corrupt_xplane(tmp_path, kind):
+    good = build_space([{"name": "MemoryAllocation", "offset_ps": 1, "stats": {"addr": 1}}])
+    data = {"random": os.urandom(2048), "truncated": good[: len(good) - 7], "empty": b""}[kind]
+    xplane = tmp_path / "host.xplane.pb"
+    xplane.write_bytes(data)
+    result = run_tpumem("import", str(xplane), "-o", str(tmp_path / "out.tpumem"))
+    assert_one_line_error(result, str(xplane))
+
+
+def test_unknown_report_format(tmp_path, make_trace):
+    path = make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}])
+    assert_one_line_error(run_tpumem("report", str(path), "--format", "pdf"), "pdf")

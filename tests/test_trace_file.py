@@ -1,0 +1,80 @@
+"""The trace file: streamed while written, versioned, and a cut file keeps its rows."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow as pa
+import pytest
+
+from tpumem.errors import TpumemError
+from tpumem.trace.reader import load
+from tpumem.trace.schema import SCHEMA
+from tpumem.trace.writer import TraceWriter
+
+
+def test_round_trip_with_metadata_patches(tmp_path):
+    path = tmp_path / "t.tpumem"
+    with TraceWriter(path, {"framework": "jax", "warnings": ["first"]}) as writer:
+        writer.alloc(device="TPU:0", bytes=4096, buffer_id=7, op="dot", shape="[32,32]")
+        writer.free(device="TPU:0", bytes=4096, buffer_id=7)
+        writer.patch_metadata({"exit": {"code": 3}, "warnings": ["second"]})
+    trace = load(path)
+    assert trace.complete
+    assert trace.framework == "jax"
+    assert trace.metadata["exit"] == {"code": 3}
+    assert trace.warnings == ["first", "second"]
+    assert trace.numbers("bytes")[:2].tolist() == [4096, 4096]
+    codes, values = trace.codes("op")
+    assert [values[c] if c >= 0 else None for c in codes[:2]] == ["dot", None]
+
+
+def test_rows_reach_the_file_within_the_flush_interval(tmp_path):
+    path = tmp_path / "live.tpumem"
+    writer = TraceWriter(path, {"framework": "test"}, flush_interval_s=0.1)
+    try:
+        writer.alloc(device="CPU:0", bytes=1, buffer_id=1)
+        time.sleep(0.5)
+        # Read while the writer is still open, as after a SIGKILL.
+        trace = load(path)
+        assert not trace.complete
+        assert len(trace) == 1
+        assert "not closed" in trace.warnings[-1]
+    finally:
+        writer.close()
+
+
+def test_a_cut_file_loads_every_whole_batch_before_the_cut(tmp_path):
+    path = tmp_path / "t.tpumem"
+    with TraceWriter(path, {"framework": "test"}, flush_interval_s=0) as writer:
+        for i in range(3):
+            writer.alloc(device="CPU:0", bytes=i + 1, buffer_id=i)
+            writer.flush()
+    data = path.read_bytes()
+    cut = tmp_path / "cut.tpumem"
+    cut.write_bytes(data[:-20])  # into the last batch
+    trace = load(cut)
+    assert not trace.complete
+    assert trace.numbers("bytes").tolist() == [1, 2]
+
+
+def test_a_newer_format_version_is_refused(tmp_path):
+    path = tmp_path / "future.tpumem"
+    meta = {"format": "tpumem-trace", "format_version": 99}
+    with (
+        pa.OSFile(str(path), "wb") as sink,
+        pa.ipc.new_stream(sink, SCHEMA.with_metadata({b"tpumem": json.dumps(meta).encode()})),
+    ):
+        pass
+    with pytest.raises(TpumemError, match="version 99 is newer"):
+        load(path)
+
+
+def test_another_arrow_stream_is_refused(tmp_path):
+    path = tmp_path / "other.arrow"
+    table = pa.table({"x": [1, 2]})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    with pytest.raises(TpumemError, match="not a tpumem trace"):
+        load(path)

@@ -1,0 +1,75 @@
+"""The column-wise XSpace decoder against protobuf's own parser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tpumem.xplane.memory_events import parse_space, read_memory_events
+from tpumem.xplane.schema import messages
+from tpumem.xplane.wire import WireError, read_varints, scan
+from xspace_builder import build_space
+
+
+def memory_event(i: int, alloc: bool) -> dict:
+    return {
+        "name": "MemoryAllocation" if alloc else "MemoryDeallocation",
+        "offset_ps": 1_000_000 * i,
+        "stats": {
+            "allocator_name": ("ref", "GPU_0_bfc"),
+            "bytes_allocated": 256 * (i + 1),
+            "fragmentation": 0.125 * (i % 4),
+            "addr": 2**47 + 256 * i,
+            "id": -(2**62) - i,  # int64 that a float would round
+            "tf_op": f"op{i % 3}" if i % 2 else ("ref", "refop"),
+            "shape": "[8,32]",
+            "data_type": 14,
+        },
+    }
+
+
+def test_decoded_columns_equal_protobufs_own_parse():
+    events = [memory_event(i, alloc=i % 3 != 2) for i in range(50)]
+    events.insert(10, {"name": "SomethingElse", "offset_ps": 5, "stats": {"x": 1}})
+    data = build_space(events)
+    decoded = read_memory_events(parse_space(data))
+    full = messages("full")["XSpace"]()
+    full.ParseFromString(data)
+    plane = full.planes[0]
+    names = {k: v.name for k, v in plane.event_metadata.items()}
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    expected = [e for e in plane.lines[0].events if names[e.metadata_id].startswith("Memory")]
+    assert len(decoded) == len(expected) == 50
+    for i, event in enumerate(expected):
+        stats = {stat_names[s.metadata_id]: s for s in event.stats}
+        assert decoded.time_ps[i] == 1000 * 1000 + event.offset_ps
+        assert decoded.is_alloc[i] == (names[event.metadata_id] == "MemoryAllocation")
+        assert decoded.numeric["id"].values[i] == stats["id"].int64_value
+        assert decoded.numeric["addr"].values[i] == stats["addr"].uint64_value
+        assert decoded.numeric["fragmentation"].values[i] == stats["fragmentation"].double_value
+        op = stats["tf_op"]
+        want = op.str_value if op.WhichOneof("value") == "str_value" else stat_names[op.ref_value]
+        assert decoded.strings["tf_op"][i].as_py() == want
+        assert decoded.strings["allocator_name"][i].as_py() == "GPU_0_bfc"
+
+
+def test_varints_of_every_length():
+    values = [0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1]
+    encoded = bytearray()
+    positions = []
+    for v in values:
+        positions.append(len(encoded))
+        while True:
+            byte = v & 0x7F
+            v >>= 7
+            encoded.append(byte | (0x80 if v else 0))
+            if not v:
+                break
+    decoded, _ = read_varints(np.frombuffer(bytes(encoded), np.uint8), np.array(positions))
+    assert decoded.tolist() == values
+
+
+def test_a_field_past_the_end_is_an_error():
+    buf = np.frombuffer(bytes([0x22, 0x10, 0x01]), np.uint8)  # says 16 bytes follow, 1 does
+    with pytest.raises(WireError):
+        scan(buf, np.array([0]), np.array([3]))
