@@ -5,58 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
 from tpumem.analysis.bfc_model import BfcReplay, replay
 from tpumem.analysis.chunk_map import address_map_fragmentation
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
-
-KiB, MiB = 1024, 1024 * 1024
-
-
-def buffer_rows():
-    # in use: 100, 400, 300, 350, 50  -> peak 400 at t=20, A and B live.
-    return [
-        {"kind": "mark", "time_ns": 0, "text": "step", "step": 1},
-        {
-            "kind": "alloc",
-            "time_ns": 10,
-            "device": "CPU:0",
-            "buffer_id": 1,
-            "bytes": 100,
-            "requested_bytes": 90,
-            "op": "A",
-            "region": "parameter",
-            "dtype": "float32",
-            "shape": "[25]",
-        },
-        {"kind": "mark", "time_ns": 15, "text": "step", "step": 2},
-        {
-            "kind": "alloc",
-            "time_ns": 20,
-            "device": "CPU:0",
-            "buffer_id": 2,
-            "bytes": 300,
-            "requested_bytes": 280,
-            "op": "B",
-            "region": "activation",
-            "dtype": "float32",
-            "shape": "[75]",
-        },
-        {"kind": "free", "time_ns": 30, "device": "CPU:0", "buffer_id": 1, "bytes": 100},
-        {
-            "kind": "alloc",
-            "time_ns": 40,
-            "device": "CPU:0",
-            "buffer_id": 3,
-            "bytes": 50,
-            "requested_bytes": 50,
-            "op": "C",
-            "region": "temp",
-        },
-        {"kind": "free", "time_ns": 50, "device": "CPU:0", "buffer_id": 2, "bytes": 300},
-    ]
 
 
 def test_peak_time_step_and_breakdown(make_trace):
@@ -159,39 +114,6 @@ def test_fragmentation_formula():
     assert fragmentation_ratio(1000, 250) == pytest.approx(0.75)
 
 
-def chunk_map_rows():
-    """Four 256 KiB chunks at the start of a 2 MiB region; then b and d are freed.
-    Free chunks: [256K, 512K) and [768K, 2M) (d coalesces with the tail):
-    free = 2M - 512K = 1.5 MiB, largest = 1.25 MiB, fragmentation = 0.25/1.5 = 1/6."""
-    base = 1 << 40
-    rows = []
-    for i, name in enumerate("abcd"):
-        rows.append(
-            {
-                "kind": "alloc",
-                "time_ns": i,
-                "device": "GPU:0",
-                "buffer_id": i,
-                "address": base + i * 256 * KiB,
-                "bytes": 256 * KiB,
-                "requested_bytes": 256 * KiB,
-                "op": name,
-            }
-        )
-    for t, i in ((10, 1), (11, 3)):
-        rows.append(
-            {
-                "kind": "free",
-                "time_ns": t,
-                "device": "GPU:0",
-                "buffer_id": i,
-                "address": base + i * 256 * KiB,
-                "bytes": 256 * KiB,
-            }
-        )
-    return rows
-
-
 def test_fragmentation_of_a_known_chunk_map(make_trace):
     (events,) = split_by_device(load(make_trace(chunk_map_rows())))
     remade = address_map_fragmentation(events, np.arange(len(events)))
@@ -244,3 +166,61 @@ def test_timeline_keeps_the_peak_and_carries_values_over_empty_bins(make_trace):
     assert device.timeline.in_use_max[0] == 100
     assert device.timeline.in_use_max[1:9] == (10,) * 8
     assert device.timeline.in_use_max[9] == 15
+
+
+def test_address_map_check_agrees_and_gives_the_pool(make_trace):
+    rows = chunk_map_rows()
+    in_use = [256, 512, 768, 1024, 768, 512]
+    frag = [0, 0, 0, 0, 0.2, 1 / 6]
+    for row, used, f in zip(rows, in_use, frag, strict=True):
+        row.update(bytes_in_use=used * KiB, fragmentation=f)
+    (device,) = analyze(load(make_trace(rows))).devices
+    assert device.fragmentation.label == "measured"
+    assert device.fragmentation.check_agrees
+    assert device.preallocation.pool_peak_bytes == 2 * MiB
+    assert device.preallocation.pool_label == "derived"
+    assert device.preallocation.unused_bytes == 2 * MiB - 1024 * KiB
+
+
+def test_address_map_check_fails_when_chunks_predate_the_capture(make_trace):
+    """A 1 MiB chunk at the region's start was allocated before the capture. The
+    allocator's view after freeing a: free [1M, 1.25M) and [1.5M, 2M), so
+    fragmentation = 256K / 768K = 1/3. The map, missing that chunk, cannot see it."""
+    base = 1 << 40
+    rows = [
+        {
+            "kind": "alloc",
+            "time_ns": 1,
+            "device": "GPU:0",
+            "buffer_id": 1,
+            "address": base + MiB,
+            "bytes": 256 * KiB,
+            "bytes_in_use": MiB + 256 * KiB,
+            "fragmentation": 0.0,
+        },
+        {
+            "kind": "alloc",
+            "time_ns": 2,
+            "device": "GPU:0",
+            "buffer_id": 2,
+            "address": base + MiB + 256 * KiB,
+            "bytes": 256 * KiB,
+            "bytes_in_use": MiB + 512 * KiB,
+            "fragmentation": 0.0,
+        },
+        {
+            "kind": "free",
+            "time_ns": 3,
+            "device": "GPU:0",
+            "buffer_id": 1,
+            "address": base + MiB,
+            "bytes": 256 * KiB,
+            "bytes_in_use": MiB + 256 * KiB,
+            "fragmentation": 1 / 3,
+        },
+    ]
+    (device,) = analyze(load(make_trace(rows))).devices
+    assert device.fragmentation.maximum == pytest.approx(1 / 3)
+    assert device.fragmentation.check_agrees is False
+    assert device.preallocation.pool_peak_bytes is None
+    assert device.peak.unattributed_bytes == MiB

@@ -13,6 +13,9 @@ from tpumem.analysis.chunk_map import address_map_fragmentation
 from tpumem.analysis.device_events import DeviceEvents
 
 CHECK_POINTS = 64  # address-map check points, besides the peak and the maximum
+# TF writes fragmentation with six significant digits; a map that is right agrees
+# far inside this, one that misses chunks is off by whole percent.
+CHECK_TOLERANCE = 1e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,12 @@ class Fragmentation:
     check_points: int = 0
     check_max_error: float | None = None
     check_schedule: str | None = None
+
+    @property
+    def check_agrees(self) -> bool | None:
+        if self.check_max_error is None:
+            return None
+        return self.check_max_error <= CHECK_TOLERANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +82,16 @@ def fragmentation(
             )
             remade = address_map_fragmentation(events, checked)
             error = float(np.nanmax(np.abs(remade.fragmentation - reported[checked])))
-            pool = remade.regions.pool_series(len(events))
             figure = replace(
                 figure,
                 check_points=len(checked),
                 check_max_error=error,
                 check_schedule=remade.regions.schedule,
             )
+            # A map that disagrees misses chunks (allocated before the capture
+            # began), so the regions it implies are not the allocator's pool.
+            if figure.check_agrees:
+                pool = remade.regions.pool_series(len(events))
         return FragmentationSeries(reported, pool, figure)
     if model is not None:
         values = model.fragmentation

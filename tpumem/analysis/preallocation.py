@@ -67,7 +67,7 @@ def preallocation(
     pool_peak = None
     if pool is not None and not np.isnan(pool).all():
         pool_peak = int(np.nanmax(pool))
-    else:
+    elif not pool_source:
         pool_label, pool_source = labels.NOT_AVAILABLE, "the trace has no view of the pool"
     capacity = _capacity(metadata, device)
     fraction = math.ceil(peak_bytes / capacity * 100) / 100 if capacity else None

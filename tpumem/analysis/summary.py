@@ -64,6 +64,10 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
     elif frag.pool is not None:
         pool, pool_label = frag.pool, labels.DERIVED
         pool_source = f"address map, BFC regions ({frag.figure.check_schedule})"
+    elif frag.figure.check_agrees is False:
+        pool, pool_label = None, labels.NOT_AVAILABLE
+        pool_source = "the address map is incomplete: the capture began after the allocator"
+        pool_source += " had made its regions"
     else:
         pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, ""
     return DeviceAnalysis(

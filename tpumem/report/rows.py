@@ -101,12 +101,21 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         )
     else:
         rows.append(("Fragmentation", "-", f"{frag.label} ({frag.source})"))
-    if frag.check_max_error is not None:
+    if frag.check_agrees:
         rows.append(
             (
                 "Address-map check",
                 f"agrees within {frag.check_max_error:.1e} at {frag.check_points} events",
                 f"derived (BFC regions: {frag.check_schedule})",
+            )
+        )
+    elif frag.check_agrees is False:
+        rows.append(
+            (
+                "Address-map check",
+                f"off by up to {frag.check_max_error:.2f}: chunks allocated before the "
+                "capture began are missing from the map",
+                "derived",
             )
         )
     if waste.at_peak_bytes is not None:

@@ -1,0 +1,52 @@
+"""Reports render the analysis' figures and nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_tpumem
+from sample_traces import buffer_rows
+from tpumem.analysis import analyze
+from tpumem.report import format_for, render
+from tpumem.trace.reader import load
+
+GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"
+
+
+def _text(make_trace) -> str:
+    path = make_trace(buffer_rows(), metadata={"command": ["python", "train.py"]})
+    text = render(analyze(load(path)), "text", width=100)
+    return text.replace(str(path), "TRACE")
+
+
+def test_text_report_matches_golden_at_width_100(make_trace):
+    lines = [line.rstrip() for line in _text(make_trace).splitlines()]
+    assert lines == GOLDEN.read_text().splitlines()
+
+
+def test_json_report_carries_the_analysis_figures(make_trace):
+    path = make_trace(buffer_rows())
+    result = run_tpumem("report", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    analysis = analyze(load(path))
+    (device,) = report["devices"]
+    assert report["schema"] == "tpumem-report/1"
+    assert device["peak"]["bytes"] == analysis.devices[0].peak.bytes == 400
+    assert device["peak"]["step"] == 2
+    assert device["peak"]["groups"][0]["op"] == "B"
+    assert device["fragmentation"]["label"] == "modeled"
+    assert device["preallocation"]["pool_label"] == "modeled"
+    assert device["waste"]["at_peak_bytes"] == 30
+
+
+def test_output_extension_picks_the_format(make_trace, tmp_path):
+    path = make_trace(buffer_rows())
+    out = tmp_path / "r.md"
+    result = run_tpumem("report", str(path), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().startswith("# tpumem report")
+    assert "| Peak in use | 400 B at 0.000 s, step 2 | derived |" in out.read_text()
+    assert format_for(Path("x.json"), None) == "json"
+    assert format_for(Path("x.txt"), "md") == "md"
