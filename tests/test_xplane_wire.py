@@ -7,7 +7,7 @@ import pytest
 
 from tpumem.xplane.memory_events import parse_space, read_memory_events
 from tpumem.xplane.schema import messages
-from tpumem.xplane.wire import WireError, read_varints, scan
+from tpumem.xplane.wire import WireError, read_varints, scan, scan_embedded, scan_stats
 from xspace_builder import build_space
 
 
@@ -73,3 +73,25 @@ def test_a_field_past_the_end_is_an_error():
     buf = np.frombuffer(bytes([0x22, 0x10, 0x01]), np.uint8)  # says 16 bytes follow, 1 does
     with pytest.raises(WireError):
         scan(buf, np.array([0]), np.array([3]))
+
+
+def test_irregular_events_and_stats_take_the_generic_path():
+    """A stat with metadata_id 0 (left out on the wire), a stat carrying an unknown
+    extra field, and an event with a field after its stats (num_occurrences)."""
+    m = messages("full")
+    event = m["XEvent"](metadata_id=1, num_occurrences=3)
+    event.stats.add(metadata_id=0, int64_value=-5)
+    event.stats.add(metadata_id=2, double_value=0.5)
+    odd = m["XStat"](metadata_id=3, uint64_value=9).SerializeToString() + bytes([0x40, 0x01])
+    data = event.SerializeToString()
+    data += bytes([0x22, len(odd)]) + odd  # a third stat, appended after field 5
+    buf = np.frombuffer(data, np.uint8)
+    message, start, length = scan_embedded(buf, np.array([2]), np.array([len(data)]), 4)
+    stats, owner = scan_stats(buf, start, start + length)
+    assert owner.tolist() == [0, 1, 2]
+    assert stats.metadata_id.tolist() == [0, 2, 3]
+    assert stats.number.tolist() == [4, 2, 3]
+    assert stats.value[0].view(np.int64) == -5
+    assert stats.value[1:2].view(np.float64)[0] == 0.5
+    assert stats.value[2] == 9
+    assert message.tolist() == [0, 0, 0]

@@ -12,7 +12,16 @@ import numpy as np
 import pyarrow as pa
 
 from tpumem.xplane.schema import messages
-from tpumem.xplane.wire import FIXED64, LENGTH, Fields, as_double, as_int64, scan
+from tpumem.xplane.wire import (
+    FIXED64,
+    LENGTH,
+    Stats,
+    as_double,
+    as_int64,
+    scan_embedded,
+    scan_leading,
+    scan_stats,
+)
 
 ALLOCATION = "MemoryAllocation"
 DEALLOCATION = "MemoryDeallocation"
@@ -36,6 +45,16 @@ STEP_STAT = "step_num"
 class StatColumn:
     values: np.ndarray  # float64 or int64
     present: np.ndarray  # bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatTable:
+    """Decoded stats of some events: `owner` is each stat's event (0..count-1)."""
+
+    stats: Stats
+    owner: np.ndarray
+    count: int
+    named: np.ndarray | None  # per stat, the code of its name (see _PlaneReader)
 
 
 @dataclass(slots=True)
@@ -93,16 +112,28 @@ class _PlaneReader:
         self.stat_ids: dict[str, list[int]] = {}
         for key, name in self.stat_names.items():
             self.stat_ids.setdefault(name, []).append(key)
-        blobs: list[bytes] = []
+        wanted = (*NUMERIC_STATS, *STRING_STATS, STEP_STAT)
+        self.name_codes = {name: code for code, name in enumerate(wanted, start=1)}
+        # stat id -> code of a stat tpumem reads (0: any other), when ids are small.
+        largest = max(self.stat_names, default=0)
+        self.id_codes: np.ndarray | None = None
+        if min(self.stat_names, default=0) >= 0 and largest < 1 << 24:
+            self.id_codes = np.zeros(largest + 1, dtype=np.int8)
+            for name, code in self.name_codes.items():
+                self.id_codes[self.stat_ids.get(name, [])] = code
+        parts: list[bytes] = []
+        sizes: list[np.ndarray] = []
         line_time_ps: list[int] = []
         counts: list[int] = []
         for line in plane.lines:
-            blobs.extend(line.events)
+            events = list(line.events)  # one Python object per event, made once
+            parts.append(b"".join(events))
+            sizes.append(np.fromiter(map(len, events), dtype=np.int64, count=len(events)))
             line_time_ps.append(line.timestamp_ns * 1000)
-            counts.append(len(line.events))
-        self.data = b"".join(blobs)
+            counts.append(len(events))
+        self.data = b"".join(parts)
         self.buf = np.frombuffer(self.data, dtype=np.uint8)
-        lengths = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+        lengths = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
         self.ends = np.cumsum(lengths)
         self.starts = self.ends - lengths
         self.line_time_ps = np.repeat(np.array(line_time_ps, dtype=np.int64), counts)
@@ -110,74 +141,100 @@ class _PlaneReader:
     def ids_of(self, names: tuple[str, ...]) -> np.ndarray:
         return np.array([k for k, v in self.event_names.items() if v in names], dtype=np.int64)
 
-    def decode(self) -> tuple[np.ndarray, np.ndarray, Fields]:
-        """Per event: metadata id and absolute time (ps); plus every event field."""
-        fields = scan(self.buf, self.starts, self.ends)
-        metadata_id = np.zeros(len(self.starts), dtype=np.int64)
-        offset_ps = np.zeros(len(self.starts), dtype=np.int64)
-        is_id = fields.number == 1
-        metadata_id[fields.message[is_id]] = as_int64(fields.value[is_id])
-        is_offset = fields.number == 2
-        offset_ps[fields.message[is_offset]] = as_int64(fields.value[is_offset])
-        return metadata_id, self.line_time_ps + offset_ps, fields
+    def metadata_ids(self) -> np.ndarray:
+        """Every event's metadata id: its first field, as protobuf writes fields
+        in number order. Enough to tell memory events from the rest."""
+        leading, _ = scan_leading(self.buf, self.starts, self.ends, (1,))
+        return as_int64(leading[1])
 
-    def stats(self, stat_fields: Fields) -> Fields:
-        return scan(self.buf, stat_fields.start, stat_fields.start + stat_fields.length)
+    def headers(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For some events: absolute time (ps) and where their stats begin."""
+        leading, rest = scan_leading(self.buf, self.starts[events], self.ends[events], (1, 2, 3))
+        return self.line_time_ps[events] + as_int64(leading[2]), rest
 
-    def numeric(
-        self, stats: Fields, stat_id: np.ndarray, owner: np.ndarray, count: int, name: str
-    ) -> StatColumn:
+    def rows_of(self, table: StatTable, name: str) -> np.ndarray:
+        """The stats named `name`, through a table from stat id to a small code."""
+        ids = self.stat_ids.get(name, [])
+        if not ids:
+            return np.zeros(0, dtype=np.int64)
+        if table.named is None:
+            return np.flatnonzero(np.isin(table.stats.metadata_id, ids))
+        code = self.name_codes[name]
+        return np.flatnonzero(table.named == code)
+
+    def numeric(self, table: StatTable, name: str) -> StatColumn:
         """One numeric stat per event (int or double, as the profiler wrote it)."""
-        values = np.zeros(count, dtype=np.float64 if name == "fragmentation" else np.int64)
-        present = np.zeros(count, dtype=bool)
-        for wanted_id in self.stat_ids.get(name, []):
-            rows = (stat_id == wanted_id) & (stats.number > 1)
-            # int64 and double values stay apart: mixing them would round ids.
-            doubles = rows & (stats.wire_type == FIXED64)
-            integers = rows & ~doubles
-            values[owner[doubles]] = as_double(stats.value[doubles].copy())
-            values[owner[integers]] = as_int64(stats.value[integers].copy())
-            present[owner[rows]] = True
+        stats = table.stats
+        values = np.zeros(table.count, dtype=np.float64 if name == "fragmentation" else np.int64)
+        present = np.zeros(table.count, dtype=bool)
+        rows = self.rows_of(table, name)
+        # int64 and double values stay apart: mixing them would round ids.
+        doubles = rows[stats.wire_type[rows] == FIXED64]
+        integers = rows[stats.wire_type[rows] != FIXED64]
+        values[table.owner[doubles]] = as_double(stats.value[doubles].copy())
+        values[table.owner[integers]] = as_int64(stats.value[integers].copy())
+        present[table.owner[rows]] = True
         return StatColumn(values, present)
 
-    def string(
-        self, stats: Fields, stat_id: np.ndarray, owner: np.ndarray, count: int, name: str
-    ) -> pa.DictionaryArray:
+    def string(self, table: StatTable, name: str) -> pa.DictionaryArray:
         """One string stat per event; a string is either inline (str_value) or a
         reference to a stat metadata entry whose name is the string (ref_value)."""
-        texts = np.full(count, None, dtype=object)
-        for wanted_id in self.stat_ids.get(name, []):
-            rows = (stat_id == wanted_id) & (stats.number > 1)
-            inline = rows & (stats.wire_type == LENGTH)
-            if inline.any():
-                decoded = _span_strings(self.data, stats.start[inline], stats.length[inline])
-                texts[owner[inline]] = decoded.to_numpy(zero_copy_only=False)
-            ref = rows & (stats.number == 7)
-            if ref.any():
-                refs = stats.value[ref].astype(np.int64)
-                unique, inverse = np.unique(refs, return_inverse=True)
-                names = np.array([self.stat_names.get(int(r), "") for r in unique], dtype=object)
-                texts[owner[ref]] = names[inverse]
-        return pa.array(texts, type=pa.string()).dictionary_encode()
+        stats = table.stats
+        rows = self.rows_of(table, name)
+        codes = np.full(table.count, -1, dtype=np.int32)
+        words: list[str] = []
+        ref = rows[stats.number[rows] == 7]
+        if len(ref):
+            unique, inverse = np.unique(stats.value[ref].astype(np.int64), return_inverse=True)
+            words = [self.stat_names.get(int(r), "") for r in unique]
+            codes[table.owner[ref]] = inverse
+        inline = rows[stats.wire_type[rows] == LENGTH]
+        if len(inline):
+            decoded = _span_strings(self.data, stats.start[inline], stats.length[inline])
+            codes[table.owner[inline]] = decoded.indices.to_numpy() + len(words)
+            words += decoded.dictionary.to_pylist()
+        indices = pa.array(codes, mask=codes < 0)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(words, pa.string()))
 
 
-def _stat_table(
-    reader: _PlaneReader, fields: Fields, owners: np.ndarray
-) -> tuple[Fields, np.ndarray, np.ndarray]:
-    """The stats of the events `owners` (positions in the plane): their fields, the
-    metadata id of the stat each field belongs to, and the owning event's row."""
-    is_stat = (fields.number == 4) & (fields.wire_type == LENGTH)
-    wanted = np.zeros(len(reader.starts), dtype=bool)
-    wanted[owners] = True
-    stat_fields = fields.select(is_stat & wanted[fields.message])
-    stats = reader.stats(stat_fields)
-    stat_id = np.zeros(len(stat_fields.start), dtype=np.int64)
-    is_id = stats.number == 1
-    stat_id[stats.message[is_id]] = as_int64(stats.value[is_id])
-    position = np.full(len(reader.starts), -1, dtype=np.int64)
-    position[owners] = np.arange(len(owners))
-    owner = position[stat_fields.message[stats.message]]
-    return stats, stat_id[stats.message], owner
+def _stat_table(reader: _PlaneReader, events: np.ndarray, rest: np.ndarray) -> StatTable:
+    """The stats of `events` (positions in the plane; `rest`: where each one's
+    stats begin)."""
+    event, start, length = scan_embedded(reader.buf, rest, reader.ends[events], 4)
+    stats, message = scan_stats(reader.buf, start, start + length)
+    named = None
+    if reader.id_codes is not None:
+        ids = stats.metadata_id
+        known = (ids >= 0) & (ids < len(reader.id_codes))
+        named = np.where(known, reader.id_codes[np.where(known, ids, 0)], 0)
+    return StatTable(stats, event[message], len(events), named)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def events_with_stat(reader: _PlaneReader, stat_ids: list[int]) -> np.ndarray:
+    """Events that may carry one of `stat_ids`: those whose bytes hold a stat
+    header (field 4, a one-byte length, then field 1 = the id). Rare stats such as
+    step_num are found without decoding every event; callers decode these exactly."""
+    found = []
+    buf = reader.buf
+    for stat_id in stat_ids:
+        pattern = np.frombuffer(b"\x08" + _encode_varint(stat_id), np.uint8)
+        if len(buf) < len(pattern) + 2:
+            continue
+        width = len(buf) - len(pattern) - 1
+        match = buf[: width - 1] == 0x22
+        for offset, byte in enumerate(pattern):
+            match &= buf[2 + offset : 2 + offset + width - 1] == byte
+        found.append(np.searchsorted(reader.ends, np.flatnonzero(match) + 2, side="right"))
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
 def _concat_strings(parts: list[pa.DictionaryArray], order: np.ndarray) -> pa.DictionaryArray:
@@ -197,27 +254,24 @@ def read_memory_events(space: Any) -> MemoryEvents:
         memory_ids = reader.ids_of((ALLOCATION, DEALLOCATION))
         if not len(memory_ids) and not has_steps:
             continue
-        metadata_id, time_ps, fields = reader.decode()
+        metadata_id = reader.metadata_ids()
         memory = np.flatnonzero(np.isin(metadata_id, memory_ids))
         if len(memory):
-            stats, stat_id, owner = _stat_table(reader, fields, memory)
-            count = len(memory)
-            times.append(time_ps[memory])
+            time_ps, rest = reader.headers(memory)
+            table = _stat_table(reader, memory, rest)
+            times.append(time_ps)
             allocs.append(np.isin(metadata_id[memory], reader.ids_of((ALLOCATION,))))
-            numerics.append(
-                {n: reader.numeric(stats, stat_id, owner, count, n) for n in NUMERIC_STATS}
-            )
-            strings.append(
-                {n: reader.string(stats, stat_id, owner, count, n) for n in STRING_STATS}
-            )
+            numerics.append({n: reader.numeric(table, n) for n in NUMERIC_STATS})
+            strings.append({n: reader.string(table, n) for n in STRING_STATS})
         if has_steps:
-            everything = np.arange(len(reader.starts))
-            stats, stat_id, owner = _stat_table(reader, fields, everything)
-            step = reader.numeric(stats, stat_id, owner, len(everything), STEP_STAT)
-            marked = np.flatnonzero(step.present)
-            step_times.append(time_ps[marked])
-            step_numbers.append(step.values[marked])
-            step_names.extend(reader.event_names.get(int(i), "") for i in metadata_id[marked])
+            candidates = events_with_stat(reader, reader.stat_ids[STEP_STAT])
+            time_ps, rest = reader.headers(candidates)
+            step = reader.numeric(_stat_table(reader, candidates, rest), STEP_STAT)
+            step_times.append(time_ps[step.present])
+            step_numbers.append(step.values[step.present])
+            step_names.extend(
+                reader.event_names.get(int(i), "") for i in metadata_id[candidates[step.present]]
+            )
     if times:
         time_ps = np.concatenate(times)
         order = np.argsort(time_ps, kind="stable")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
@@ -43,23 +44,66 @@ class Fields:
         )
 
 
+def _read_varint_at(buf: np.ndarray, position: int) -> tuple[int, int]:
+    value = shift = 0
+    for index in range(position, min(position + 10, len(buf))):
+        value |= (int(buf[index]) & 0x7F) << shift
+        shift += 7
+        if buf[index] < 0x80:
+            return value & 0xFFFFFFFFFFFFFFFF, index + 1
+    raise WireError("a varint runs past the end of its buffer or is too long")
+
+
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_LOW_BITS = np.uint64(0x7F7F7F7F7F7F7F7F)
+
+
+def _compact(words: np.ndarray) -> np.ndarray:
+    """Packs the low 7 bits of each of 8 little-endian bytes into 56 bits."""
+    out = words & np.uint64(0x7F)
+    for byte in range(1, 8):
+        out |= (words >> np.uint64(byte)) & np.uint64(0x7F << (7 * byte))
+    return out
+
+
 def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decodes one varint at each position; returns (values, positions after)."""
-    values = np.zeros(len(pos), dtype=np.uint64)
-    after = pos.astype(np.int64, copy=True)
-    todo = np.arange(len(pos))
-    size = len(buf)
-    for byte_index in range(10):
-        where = after[todo]
-        if len(where) and where.max() >= size:
-            raise WireError("a varint runs past the end of its buffer")
-        byte = buf[where]
-        values[todo] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * byte_index)
-        after[todo] += 1
-        todo = todo[(byte & 0x80) != 0]
-        if len(todo) == 0:
-            return values, after
-    raise WireError("a varint is longer than 10 bytes")
+    """Decodes one varint at each position; returns (values, positions after).
+    One-byte varints (tags, small ids) take one gather; for longer ones the next
+    8 bytes are loaded as one 64-bit word and decoded with bit operations."""
+    try:
+        first = buf[pos]  # positions are never negative: the gather checks the end
+    except IndexError:
+        raise WireError("a varint runs past the end of its buffer") from None
+    values = (first & 0x7F).astype(np.uint64)
+    after = pos + 1
+    longer = np.flatnonzero(first >= 0x80)
+    if not len(longer):
+        return values, after
+    start = after[longer]
+    near_end = start > len(buf) - 9
+    for row in np.flatnonzero(near_end).tolist():
+        # Rare: a varint in the buffer's last bytes, where a whole word does not fit.
+        values[longer[row]], after[longer[row]] = _read_varint_at(buf, int(pos[longer[row]]))
+    longer, start = longer[~near_end], start[~near_end]
+    words = sliding_window_view(buf, 8)[start].view("<u8").ravel()
+    ends = ~words & _HIGH_BITS  # high bit clear: the varint's last byte
+    lowest = ends & (~ends + np.uint64(1))
+    # Bytes up to and including the last byte; all 8 where it lies further on.
+    every_byte = np.uint64(0xFFFFFFFFFFFFFFFF)
+    kept = np.where(ends == 0, every_byte, (lowest << np.uint64(1)) - np.uint64(1))
+    size = np.bitwise_count(kept).astype(np.int64) // 8
+    rest = _compact(words & kept & _LOW_BITS)
+    long = np.flatnonzero(ends == 0)
+    if len(long):
+        # 10-byte varints (negative int64): one more byte holds bit 63.
+        tenth = buf[start[long] + 8]
+        if (tenth >= 0x80).any():
+            raise WireError("a varint is longer than 10 bytes")
+        rest[long] |= (tenth & 1).astype(np.uint64) << np.uint64(56)
+        size[long] = 9
+    values[longer] |= rest << np.uint64(7)
+    after[longer] = start + size
+    return values, after
 
 
 def _read_fixed(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -84,14 +128,14 @@ def scan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fields:
         known = np.isin(wire_type, (VARINT, FIXED64, LENGTH, FIXED32))
         if not known.all():
             raise WireError(f"unsupported wire type {int(wire_type[~known][0])}")
-        for kind, handler in (
-            (VARINT, lambda p: read_varints(buf, p)),
-            (FIXED64, lambda p: (_read_fixed(buf, p, 8), p + 8)),
-            (FIXED32, lambda p: (_read_fixed(buf, p, 4), p + 4)),
-        ):
+        rows = np.flatnonzero(wire_type == VARINT)
+        if len(rows):
+            value[rows], after[rows] = read_varints(buf, after[rows])
+        for kind, width in ((FIXED64, 8), (FIXED32, 4)):
             rows = np.flatnonzero(wire_type == kind)
             if len(rows):
-                value[rows], after[rows] = handler(after[rows])
+                value[rows] = _read_fixed(buf, after[rows], width)
+                after[rows] += width
         rows = np.flatnonzero(wire_type == LENGTH)
         if len(rows):
             size, payload = read_varints(buf, after[rows])
@@ -108,6 +152,140 @@ def scan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fields:
         return Fields(empty, empty, empty.astype(np.uint8), empty.astype(np.uint64), empty, empty)
     columns = [np.concatenate(column) for column in zip(*parts, strict=True)]
     return Fields(*columns)
+
+
+def scan_leading(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, numbers: tuple[int, ...]
+) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """The leading varint fields `numbers` of each message, and where the rest of
+    each message begins. Protobuf writes fields in number order, so an event's
+    metadata id and offset come before its stats and the stats need not be read."""
+    found = {number: np.zeros(len(starts), dtype=np.uint64) for number in numbers}
+    pos = starts.astype(np.int64, copy=True)
+    todo = np.flatnonzero(pos < ends)
+    for _ in numbers:
+        if not len(todo):
+            break
+        tag, after = read_varints(buf, pos[todo])
+        number = (tag >> np.uint64(3)).astype(np.int64)
+        leading = np.isin(number, numbers) & ((tag & np.uint64(7)) == VARINT)
+        todo, after, number = todo[leading], after[leading], number[leading]
+        value, after = read_varints(buf, after)
+        if (after > ends[todo]).any():
+            raise WireError("a field runs past the end of its message")
+        for wanted in numbers:
+            rows = number == wanted
+            found[wanted][todo[rows]] = value[rows]
+        pos[todo] = after
+        todo = todo[after < ends[todo]]
+    return found, pos
+
+
+def scan_embedded(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, number: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The length-delimited fields `number` of each message (message, payload
+    start, payload length), for messages made only of such fields, as an event's
+    stats region is; messages holding anything else go through the generic scan."""
+    tag = (number << 3) | LENGTH
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    pos = starts.astype(np.int64, copy=True)
+    todo = np.flatnonzero(pos < ends)
+    other = np.zeros(len(starts), dtype=bool)
+    while len(todo):
+        try:
+            is_tag = buf[pos[todo]] == tag
+        except IndexError:
+            raise WireError("a field runs past the end of its buffer") from None
+        other[todo[~is_tag]] = True
+        todo = todo[is_tag]
+        size, payload = read_varints(buf, pos[todo] + 1)
+        after = payload + size.astype(np.int64)
+        if (after > ends[todo]).any():
+            raise WireError("a field runs past the end of its message")
+        found.append((todo, payload, size.astype(np.int64)))
+        pos[todo] = after
+        todo = todo[after < ends[todo]]
+    odd = np.flatnonzero(other)
+    if len(odd):
+        # Drop what was found in those messages and read them field by field.
+        found = [(m[~other[m]], s[~other[m]], n[~other[m]]) for m, s, n in found]
+        fields = scan(buf, starts[odd], ends[odd])
+        fields = fields.select((fields.number == number) & (fields.wire_type == LENGTH))
+        found.append((odd[fields.message], fields.start, fields.length))
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    message, start, length = (np.concatenate(column) for column in zip(*found, strict=True))
+    return message, start, length
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """XStat messages decoded: each one's metadata id, value field number (2..7),
+    raw value bits, and payload span for strings and bytes."""
+
+    metadata_id: np.ndarray
+    number: np.ndarray
+    wire_type: np.ndarray
+    value: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+
+
+def scan_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[Stats, np.ndarray]:
+    """Decodes XStat messages; returns them and the message each came from.
+    `metadata_id = 1` comes first, then one value field, the order in which
+    protobuf writes them. Messages of another shape (a default id
+    left out, unknown fields) go through the generic scan."""
+    regular = (ends - starts >= 3) & (buf[np.minimum(starts, len(buf) - 1)] == 0x08)
+    rows = np.flatnonzero(regular)
+    metadata_id, at = read_varints(buf, starts[rows] + 1)
+    tag, at = read_varints(buf, np.minimum(at, len(buf) - 1))
+    number = (tag >> np.uint64(3)).astype(np.int64)
+    wire_type = (tag & np.uint64(7)).astype(np.uint8)
+    value = np.zeros(len(rows), dtype=np.uint64)
+    start = np.zeros(len(rows), dtype=np.int64)
+    length = np.zeros(len(rows), dtype=np.int64)
+    is_varint = np.flatnonzero(wire_type == VARINT)
+    value[is_varint], end_varint = read_varints(buf, at[is_varint])
+    is_double = np.flatnonzero(wire_type == FIXED64)
+    value[is_double] = _read_fixed(buf, at[is_double], 8)
+    is_length = np.flatnonzero(wire_type == LENGTH)
+    size, payload = read_varints(buf, at[is_length])
+    start[is_length], length[is_length] = payload, size.astype(np.int64)
+    end = np.empty(len(rows), dtype=np.int64)
+    end[is_varint], end[is_double] = end_varint, at[is_double] + 8
+    end[is_length] = payload + length[is_length]
+    shaped = np.zeros(len(rows), dtype=bool)
+    shaped[is_varint] = shaped[is_double] = shaped[is_length] = True
+    misshaped = ~(shaped & (end == ends[rows]) & (number >= 2) & (number <= 7))
+    result = [metadata_id.view(np.int64), number, wire_type, value, start, length]
+    if misshaped.any():
+        regular[rows[misshaped]] = False
+        keep = ~misshaped
+        result = [column[keep] for column in result]
+        rows = rows[keep]
+    odd = np.flatnonzero(~regular)
+    if len(odd):
+        fields = scan(buf, starts[odd], ends[odd])
+        ids = np.zeros(len(odd), dtype=np.int64)
+        is_id = fields.number == 1
+        ids[fields.message[is_id]] = as_int64(fields.value[is_id])
+        values = fields.select((fields.number >= 2) & (fields.number <= 7))
+        extra = [
+            ids[values.message],
+            values.number,
+            values.wire_type,
+            values.value,
+            values.start,
+            values.length,
+        ]
+        owner = np.concatenate([rows, odd[values.message]])
+        order = np.argsort(owner, kind="stable")
+        result = [np.concatenate([a, b])[order] for a, b in zip(result, extra, strict=True)]
+        return Stats(*result), owner[order]
+    return Stats(*result), rows
 
 
 def as_int64(raw: np.ndarray) -> np.ndarray:
