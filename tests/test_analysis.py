@@ -8,7 +8,7 @@ import pytest
 from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
-from tpumem.analysis.bfc_model import BfcReplay, replay
+from tpumem.analysis.bfc_model import replay
 from tpumem.analysis.chunk_map import address_map_fragmentation
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
@@ -132,27 +132,49 @@ def test_replay_places_buffers_like_bfc_and_gives_the_same_fragmentation(make_tr
     assert result.in_use[-1] == 512 * KiB
 
 
+def run_model(*events):
+    """events: ("a", buffer, bytes) or ("f", buffer)."""
+    is_alloc = np.array([e[0] == "a" for e in events])
+    buffers = np.array([e[1] for e in events])
+    sizes = np.array([e[2] if e[0] == "a" else 0 for e in events])
+    return replay(is_alloc, sizes, buffers)
+
+
 def test_replay_hands_out_a_whole_chunk_when_splitting_would_leave_too_little():
-    model = BfcReplay()
-    model.allocate(1, 1024)
-    model.allocate(2, 256)
-    model.free(1)  # a 1024-byte hole before buffer 2
-    address, chunk = model.allocate(3, 600)  # rounds to 768; 1024 < 2 * 768: no split
-    assert (address, chunk) == (0, 1024)
-    address, chunk = model.allocate(4, 100)  # best fit: the tail, not a new region
-    assert address == 1024 + 256
-    assert model.pool == 2 * MiB
+    # A 1024-byte hole before buffer 2; 600 rounds to 768 and 1024 < 2 * 768: no split.
+    result = run_model(("a", 1, 1024), ("a", 2, 256), ("f", 1), ("a", 3, 600), ("a", 4, 100))
+    assert (result.address[3], result.chunk_bytes[3]) == (0, 1024)
+    assert result.address[4] == 1024 + 256  # best fit: the region's tail
+    assert result.pool[-1] == 2 * MiB
 
 
 def test_replay_coalesces_and_grows_regions_by_doubling():
-    model = BfcReplay()
-    model.allocate(1, 2 * MiB)  # fills the first 2 MiB region
-    model.allocate(2, 1 * MiB)  # a second region of 4 MiB
-    assert model.pool == 6 * MiB
-    model.free(2)
-    assert model.largest_free == 4 * MiB  # coalesced back into one block
-    model.allocate(3, 5 * MiB)  # needs 8 MiB: the schedule doubles past 4 MiB
-    assert model.pool == 14 * MiB
+    result = run_model(("a", 1, 2 * MiB), ("a", 2, MiB), ("f", 2), ("a", 3, 5 * MiB))
+    assert result.pool[1] == 6 * MiB  # a second region of 4 MiB
+    assert result.largest_free[2] == 4 * MiB  # coalesced back into one block
+    assert result.pool[3] == 14 * MiB  # 5 MiB needs 8: the schedule doubles past 4
+
+
+def test_repeated_steps_are_copied_exactly():
+    # A warm-up, then ten identical steps that free in a shuffled order.
+    rng = np.random.default_rng(1)
+    events, buffer = [("a", 0, 3 * MiB)], 1
+    sizes = rng.integers(1000, 300_000, 8)
+    for _ in range(11):
+        ids = list(range(buffer, buffer + 8))
+        events += [("a", b, int(s)) for b, s in zip(ids, sizes, strict=True)]
+        events += [("f", ids[k]) for k in (3, 0, 7, 1, 5, 2, 6, 4)]
+        buffer += 8
+    is_alloc = np.array([e[0] == "a" for e in events])
+    buffers = np.array([e[1] for e in events])
+    requested = np.array([e[2] if e[0] == "a" else 0 for e in events])
+    starts = np.arange(1, len(events), 16)
+    plain = replay(is_alloc, requested, buffers)
+    copied = replay(is_alloc, requested, buffers, step_starts=starts)
+    assert plain.copied_events == 0
+    assert copied.copied_events >= 8 * 16  # the steps after the first two repeats
+    for name in ("in_use", "pool", "largest_free", "address", "chunk_bytes"):
+        assert (getattr(plain, name) == getattr(copied, name)).all(), name
 
 
 def test_timeline_keeps_the_peak_and_carries_values_over_empty_bins(make_trace):

@@ -2,7 +2,14 @@
 have lifetimes but no allocator view: best fit (smallest free chunk that fits,
 lowest address on ties), BFC's 256-byte rounding and split rule, coalescing with
 free neighbours, and a pool that grows by BFC's region schedule. The figures it
-gives are modeled, and reports say so."""
+gives are modeled, and reports say so.
+
+The allocator's steps are written out in one loop rather than as methods: at
+millions of events the calls would cost as much as the work. Training loops
+repeat: when the model is in the same state at two step starts and the step in
+between allocates and frees the same way as the steps after, those steps give the
+same results, so they are copied rather than recomputed (exactly, not estimated).
+"""
 
 from __future__ import annotations
 
@@ -12,95 +19,51 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis.bfc import (
+    MAX_INTERNAL_FRAGMENTATION,
     MIN_ALLOCATION,
     UNLIMITED,
     RegionSchedule,
     fragmentation_ratio,
-    rounded_bytes,
-    splits,
 )
-
-
-class BfcReplay:
-    """One simulated BFC allocator."""
-
-    def __init__(self, memory_limit: int = UNLIMITED, allow_growth: bool = True) -> None:
-        self.schedule = RegionSchedule(memory_limit, allow_growth)
-        self._free_sorted: list[tuple[int, int]] = []  # (size, start): best fit order
-        self._free_at: dict[int, int] = {}  # start -> size
-        self._free_ending: dict[int, int] = {}  # end -> start
-        self._used: dict[int, tuple[int, int]] = {}  # buffer -> (start, size)
-        self._next_region = 0
-        self.in_use = 0
-
-    @property
-    def pool(self) -> int:
-        return self.schedule.pool
-
-    @property
-    def largest_free(self) -> int:
-        return self._free_sorted[-1][0] if self._free_sorted else 0
-
-    def _insert(self, start: int, size: int) -> None:
-        insort(self._free_sorted, (size, start))
-        self._free_at[start] = size
-        self._free_ending[start + size] = start
-
-    def _remove(self, start: int, size: int) -> None:
-        del self._free_sorted[bisect_left(self._free_sorted, (size, start))]
-        del self._free_at[start]
-        del self._free_ending[start + size]
-
-    def allocate(self, buffer: int, requested: int) -> tuple[int, int]:
-        """Returns (address, chunk bytes)."""
-        rounded = rounded_bytes(requested)
-        index = bisect_left(self._free_sorted, (rounded, -1))
-        if index == len(self._free_sorted):
-            size = self.schedule.next_region(rounded)
-            # A gap after each region keeps chunks of two regions from coalescing,
-            # as BFC never merges across regions.
-            self._insert(self._next_region, size)
-            self._next_region += size + MIN_ALLOCATION
-            index = bisect_left(self._free_sorted, (rounded, -1))
-        size, start = self._free_sorted[index]
-        self._remove(start, size)
-        if splits(size, rounded):
-            self._insert(start + rounded, size - rounded)
-            size = rounded
-        self._used[buffer] = (start, size)
-        self.in_use += size
-        return start, size
-
-    def free(self, buffer: int) -> bool:
-        """Frees a buffer; False when the model never saw it allocated."""
-        found = self._used.pop(buffer, None)
-        if found is None:
-            return False
-        start, size = found
-        self.in_use -= size
-        following = self._free_at.get(start + size)
-        if following is not None:
-            self._remove(start + size, following)
-            size += following
-        preceding = self._free_ending.get(start)
-        if preceding is not None:
-            self._remove(preceding, start - preceding)
-            size += start - preceding
-            start = preceding
-        self._insert(start, size)
-        return True
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
+    """The model's state after each event."""
+
     in_use: np.ndarray
     pool: np.ndarray
     largest_free: np.ndarray
-    chunk_bytes: np.ndarray  # per event: the chunk the model handed out or took back
+    address: np.ndarray  # per event: the chunk the model handed out or took back
+    chunk_bytes: np.ndarray  # its size (0 where the event was skipped)
+    copied_events: int = 0  # results copied from an identical earlier step
 
     @property
     def fragmentation(self) -> np.ndarray:
         return fragmentation_ratio(self.pool - self.in_use, self.largest_free)
+
+
+_SEGMENT = 1 << 16  # events turned into Python values at a time
+
+
+def _partner_offsets(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:
+    """Per event: the offset to the event that frees (or allocated) the same
+    buffer; a large sentinel where there is none."""
+    n = len(is_alloc)
+    order = np.argsort(buffer_id, kind="stable")
+    same = buffer_id[order][1:] == buffer_id[order][:-1]
+    pairs = np.flatnonzero(same & is_alloc[order][:-1] & ~is_alloc[order][1:])
+    offset = np.full(n, 1 << 40, dtype=np.int64)
+    first, second = order[pairs], order[pairs + 1]
+    offset[first], offset[second] = second - first, first - second
+    return offset
+
+
+def _same_block(signature: tuple[np.ndarray, ...], a: int, b: int, length: int) -> bool:
+    """Whether events [b, b + length) allocate and free as [a, a + length) do:
+    equal sizes, kinds and offsets to their partner events. With an equal state at
+    their starts, equal blocks give equal results."""
+    return all(np.array_equal(c[a : a + length], c[b : b + length]) for c in signature)
 
 
 def replay(
@@ -109,25 +72,131 @@ def replay(
     buffer_id: np.ndarray,
     memory_limit: int = UNLIMITED,
     allow_growth: bool = True,
+    step_starts: np.ndarray | None = None,
 ) -> ReplayResult:
-    """The model's state after each event. Frees of buffers allocated before the
-    trace began are skipped (the model cannot know where they were)."""
-    model = BfcReplay(memory_limit, allow_growth)
+    """Frees of buffers allocated before the trace began are skipped (the model
+    cannot know where they were), as are allocations of 0 bytes (BFC returns null).
+    `step_starts` (event indices) lets repeated steps be copied."""
+    schedule = RegionSchedule(memory_limit, allow_growth)
+    free_sorted: list[tuple[int, int]] = []  # (size, start): best-fit order
+    free_at: dict[int, int] = {}  # start -> size
+    free_ending: dict[int, int] = {}  # end -> start
+    used: dict[int, tuple[int, int]] = {}  # buffer -> (start, size)
+    next_region = 0
+    in_use = 0
+    unit = MIN_ALLOCATION
     n = len(is_alloc)
-    in_use = np.empty(n, dtype=np.int64)
-    pool = np.empty(n, dtype=np.int64)
-    largest = np.empty(n, dtype=np.int64)
-    chunk = np.zeros(n, dtype=np.int64)
-    sizes: dict[int, int] = {}
-    for i, (alloc, size, buffer) in enumerate(
-        zip(is_alloc.tolist(), requested.tolist(), buffer_id.tolist(), strict=True)
+    # Per event: in use, pool, largest free block, address, chunk size.
+    results = np.zeros((5, n), dtype=np.int64)
+    starts: list[int] = []
+    signature = None
+    if step_starts is not None and len(step_starts) > 2:
+        starts = np.unique(step_starts).tolist()
+        signature = (is_alloc, requested, _partner_offsets(is_alloc, buffer_id))
+    seen: dict[tuple, int] = {}
+    copied = 0
+    next_start = 0
+    i = 0
+    while i < n:
+        while next_start < len(starts) and starts[next_start] < i:
+            next_start += 1
+        if signature is not None and next_start < len(starts) and starts[next_start] == i:
+            next_start += 1
+            key = (
+                tuple(free_sorted),
+                tuple(sorted(used.values())),
+                schedule.pool,
+                schedule.current,
+                next_region,
+            )
+            earlier = seen.get(key)
+            seen[key] = i
+            repeats = 0 if earlier is None else _repeats(signature, earlier, i)
+            if repeats:
+                length = i - earlier
+                block = results[:, earlier:i]
+                results[:, i : i + repeats * length] = np.tile(block, repeats)
+                # The block frees all it allocates, so the state is unchanged.
+                i += repeats * length
+                copied += repeats * length
+                continue
+        # A segment up to the next step start: plain Python values in a plain loop.
+        stop = min(starts[next_start] if next_start < len(starts) else n, i + _SEGMENT)
+        out_in_use: list[int] = []
+        out_pool: list[int] = []
+        out_largest: list[int] = []
+        out_address: list[int] = []
+        out_chunk: list[int] = []
+        for alloc, size, buffer in zip(
+            is_alloc[i:stop].tolist(),
+            requested[i:stop].tolist(),
+            buffer_id[i:stop].tolist(),
+            strict=True,
+        ):
+            start = chunk = 0
+            if alloc and size > 0:
+                rounded = max(unit, -(-size // unit) * unit)
+                index = bisect_left(free_sorted, (rounded, -1))
+                if index == len(free_sorted):
+                    region = schedule.next_region(rounded)
+                    # A gap after each region keeps two regions from coalescing, as
+                    # BFC never merges chunks across regions.
+                    insort(free_sorted, (region, next_region))
+                    free_at[next_region] = region
+                    free_ending[next_region + region] = next_region
+                    next_region += region + unit
+                    index = bisect_left(free_sorted, (rounded, -1))
+                chunk, start = free_sorted.pop(index)
+                del free_at[start], free_ending[start + chunk]
+                if chunk >= 2 * rounded or chunk - rounded >= MAX_INTERNAL_FRAGMENTATION:
+                    rest = start + rounded
+                    insort(free_sorted, (chunk - rounded, rest))
+                    free_at[rest] = chunk - rounded
+                    free_ending[start + chunk] = rest
+                    chunk = rounded
+                used[buffer] = (start, chunk)
+                in_use += chunk
+            elif not alloc and buffer in used:
+                start, chunk = used.pop(buffer)
+                in_use -= chunk
+                merged_start, merged = start, chunk
+                following = free_at.pop(start + chunk, None)
+                if following is not None:
+                    free_sorted.pop(bisect_left(free_sorted, (following, start + chunk)))
+                    del free_ending[start + chunk + following]
+                    merged += following
+                preceding = free_ending.pop(start, None)
+                if preceding is not None:
+                    free_sorted.pop(bisect_left(free_sorted, (start - preceding, preceding)))
+                    del free_at[preceding]
+                    merged += start - preceding
+                    merged_start = preceding
+                insort(free_sorted, (merged, merged_start))
+                free_at[merged_start] = merged
+                free_ending[merged_start + merged] = merged_start
+            out_in_use.append(in_use)
+            out_pool.append(schedule.pool)
+            out_largest.append(free_sorted[-1][0] if free_sorted else 0)
+            out_address.append(start)
+            out_chunk.append(chunk)
+        for row, values in enumerate((out_in_use, out_pool, out_largest, out_address, out_chunk)):
+            results[row, i:stop] = values
+        i = stop
+    return ReplayResult(*results, copied_events=copied)
+
+
+def _repeats(signature: tuple[np.ndarray, ...], earlier: int, here: int) -> int:
+    """How many blocks like [earlier, here) follow `here`, when that block is
+    self-contained: every buffer it frees it allocated, and it frees all it
+    allocates; only then do equal offsets mean equal buffers."""
+    length = here - earlier
+    partner = np.arange(earlier, here) + signature[2][earlier:here]
+    if not ((partner >= earlier) & (partner < here)).all():
+        return 0
+    n = len(signature[0])
+    repeats = 0
+    while here + (repeats + 1) * length <= n and _same_block(
+        signature, earlier, here + repeats * length, length
     ):
-        if alloc:
-            if size > 0:
-                chunk[i] = sizes[buffer] = model.allocate(buffer, size)[1]
-        elif model.free(buffer):
-            chunk[i] = sizes.pop(buffer)
-        in_use[i] = model.in_use
-        pool[i] = model.pool
-        largest[i] = model.largest_free
-    return ReplayResult(in_use, pool, largest, chunk)
+        repeats += 1
+    return repeats

@@ -138,8 +138,7 @@ def address_map_fragmentation(events: DeviceEvents, points: np.ndarray) -> Addre
     """Fragmentation at `points` from the addresses, with the region schedule that
     best matches the allocator's reported fragmentation (growth from 2 MiB when the
     trace reports none)."""
-    limit = int(events.bytes_limit.max()) if events.bytes_limit is not None else UNLIMITED
-    limit = limit if limit > 0 else UNLIMITED
+    limit = events.bytes_limit or UNLIMITED
     reported = events.reported_fragmentation
     candidates = _candidates(limit)
     freed_at = events.free_index()

@@ -28,7 +28,7 @@ class DeviceEvents:
     in_use: np.ndarray  # bytes in use after each event
     in_use_measured: bool  # True when in_use is the allocator's own figure
     reported_fragmentation: np.ndarray | None
-    bytes_limit: np.ndarray | None
+    bytes_limit: int | None  # the allocator's memory limit, where reported
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -58,11 +58,31 @@ class DeviceEvents:
         return result
 
 
-def _masked(trace: Trace, name: str, rows: np.ndarray, fill: float | int) -> np.ndarray | None:
-    valid = trace.valid(name)[rows]
-    if not valid.any():
-        return None
-    return trace.numbers(name, fill)[rows]
+def step_start_times(trace: Trace) -> np.ndarray:
+    """Times of the step marks, sorted."""
+    steps = trace.valid("step")
+    return np.sort(trace.numbers("time_ns")[steps])
+
+
+class _Columns:
+    """Columns of one device's rows; no copy when they are all rows in order."""
+
+    def __init__(self, trace: Trace, rows: np.ndarray) -> None:
+        self.trace = trace
+        self.rows = rows
+        self.everything = len(rows) == trace.table.num_rows and bool(
+            (rows == np.arange(len(rows))).all()
+        )
+
+    def numbers(self, name: str, fill: float | int) -> np.ndarray:
+        values = self.trace.numbers(name, fill)
+        return values if self.everything else values[self.rows]
+
+    def reported(self, name: str, fill: float | int) -> np.ndarray | None:
+        valid = self.trace.valid(name)
+        if not (valid if self.everything else valid[self.rows]).any():
+            return None
+        return self.numbers(name, fill)
 
 
 def split_by_device(trace: Trace) -> list[DeviceEvents]:
@@ -81,14 +101,15 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
     codes = device_codes[memory_rows]
     for code in np.unique(codes):
         rows = memory_rows[codes == code]
-        rows = rows[np.argsort(time_all[rows], kind="stable")]
+        if (np.diff(time_all[rows]) < 0).any():
+            rows = rows[np.argsort(time_all[rows], kind="stable")]
+        columns = _Columns(trace, rows)
         is_alloc = is_alloc_all[rows]
-        size = trace.numbers("bytes")[rows]
-        derived = np.cumsum(np.where(is_alloc, size, -size))
-        reported = _masked(trace, "bytes_in_use", rows, -1)
+        size = columns.numbers("bytes", 0)
+        reported = columns.reported("bytes_in_use", -1)
         measured = reported is not None and bool((reported >= 0).all())
         name = device_names[code] if code >= 0 else "unknown"
-        address = trace.numbers("address", -1)[rows]
+        limit = columns.reported("bytes_limit", -1)
         result.append(
             DeviceEvents(
                 device=name,
@@ -97,13 +118,13 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
                 time_ns=time_all[rows],
                 is_alloc=is_alloc,
                 bytes=size,
-                requested=trace.numbers("requested_bytes", -1)[rows],
-                buffer_id=trace.numbers("buffer_id", -1)[rows],
-                address=address,
-                in_use=reported if measured else derived,
+                requested=columns.numbers("requested_bytes", -1),
+                buffer_id=columns.numbers("buffer_id", -1),
+                address=columns.numbers("address", -1),
+                in_use=reported if measured else np.cumsum(np.where(is_alloc, size, -size)),
                 in_use_measured=measured,
-                reported_fragmentation=_masked(trace, "fragmentation", rows, np.nan),
-                bytes_limit=_masked(trace, "bytes_limit", rows, -1),
+                reported_fragmentation=columns.reported("fragmentation", np.nan),
+                bytes_limit=int(limit.max()) if limit is not None and limit.max() > 0 else None,
             )
         )
     return sorted(result, key=lambda d: d.device)

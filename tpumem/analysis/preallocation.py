@@ -62,7 +62,7 @@ def preallocation(
     pool: np.ndarray | None,
     pool_label: str,
     pool_source: str,
-    limit: np.ndarray | None,
+    limit: int | None,
 ) -> Preallocation:
     pool_peak = None
     if pool is not None and not np.isnan(pool).all():
@@ -76,7 +76,7 @@ def preallocation(
         pool_label=pool_label,
         pool_source=pool_source,
         unused_bytes=None if pool_peak is None else max(0, pool_peak - peak_bytes),
-        limit_bytes=int(limit.max()) if limit is not None and limit.max() > 0 else None,
+        limit_bytes=limit,
         capacity_bytes=capacity,
         settings=_settings(metadata),
         smallest_fraction=fraction,

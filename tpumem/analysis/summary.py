@@ -9,7 +9,7 @@ import numpy as np
 
 from tpumem.analysis import labels
 from tpumem.analysis.bfc_model import ReplayResult, replay
-from tpumem.analysis.device_events import DeviceEvents, split_by_device
+from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_start_times
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
@@ -47,17 +47,18 @@ class RunAnalysis:
     warnings: tuple[str, ...]
 
 
-def _model(events: DeviceEvents) -> ReplayResult | None:
+def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     """The BFC model runs where the allocator reported nothing of its own."""
     if events.reported_fragmentation is not None:
         return None
     sizes = np.where(events.requested > 0, events.requested, events.bytes)
-    return replay(events.is_alloc, sizes, events.buffer_id)
+    steps = np.searchsorted(events.time_ns, step_start_times(trace))
+    return replay(events.is_alloc, sizes, events.buffer_id, step_starts=steps)
 
 
 def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> DeviceAnalysis:
     peak = peak_breakdown(trace, events)
-    model = _model(events)
+    model = _model(trace, events)
     frag = fragmentation(events, peak.event_index, model)
     if model is not None:
         pool, pool_label, pool_source = model.pool, labels.MODELED, "BFC allocator model"

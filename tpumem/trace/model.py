@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,14 @@ class Trace:
     metadata: dict[str, Any]
     table: pa.Table
     complete: bool = True
+    # The file's memory map, when loaded from one. The table's columns are views
+    # of it; after a column is copied out its pages are given back (they come
+    # back from the page cache if read again), so an analysis holds one copy.
+    mapping: mmap.mmap | None = None
+
+    def _give_back_pages(self) -> None:
+        if self.mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self.mapping.madvise(mmap.MADV_DONTNEED)
 
     @property
     def framework(self) -> str:
@@ -37,7 +46,9 @@ class Trace:
         column = self.table.column(name)
         if column.null_count:
             column = pc.fill_null(column, fill)
-        return column.to_numpy()
+        values = column.to_numpy()
+        self._give_back_pages()
+        return values
 
     def valid(self, name: str) -> np.ndarray:
         """Where a column is not null."""
@@ -51,6 +62,7 @@ class Trace:
         values = column.chunks[0].dictionary.to_pylist()
         indices = pa.chunked_array([chunk.indices for chunk in column.chunks])
         codes = pc.fill_null(indices, -1).to_numpy().astype(np.int32, copy=False)
+        self._give_back_pages()
         return codes, values
 
     def to_pandas(self) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,14 @@ def load(path: str | Path) -> Trace:
         raise TpumemError(f"{name}: is a directory, not a trace file")
     if file.stat().st_size == 0:
         raise TpumemError(f"{name}: empty file, not a tpumem trace")
-    source = pa.memory_map(name)
+    # Python's mmap, not Arrow's: its pages can be given back once read (Trace).
+    with open(name, "rb") as handle:
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    source = pa.BufferReader(pa.py_buffer(mapping))
     try:
         reader = pa.ipc.open_stream(source)
     except (pa.ArrowInvalid, OSError) as error:
-        if source.size() >= 4 and file.read_bytes()[:4] == b"\xff\xff\xff\xff":
+        if source.size() >= 4 and mapping[:4] == b"\xff\xff\xff\xff":
             raise TpumemError(f"{name}: truncated before the end of its header") from error
         raise TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)") from error
     header = _header(reader.schema, name)
@@ -90,8 +94,7 @@ def load(path: str | Path) -> Trace:
         patches = table.filter(pc.equal(table.column("kind").cast(pa.string()), META))
         for text in patches.column("text").to_pylist():
             metadata = merge_metadata(metadata, json.loads(text))
-    source.seek(max(0, source.size() - len(_END_OF_STREAM)))
-    complete = not cut and source.read() == _END_OF_STREAM
+    complete = not cut and mapping[-len(_END_OF_STREAM) :] == _END_OF_STREAM
     if not complete:
         metadata = merge_metadata(
             metadata,
@@ -102,4 +105,4 @@ def load(path: str | Path) -> Trace:
                 ]
             },
         )
-    return Trace(path=name, metadata=metadata, table=table, complete=complete)
+    return Trace(path=name, metadata=metadata, table=table, complete=complete, mapping=mapping)

@@ -1,0 +1,70 @@
+"""Analysis of synthetic traces of 1M and 10M allocation events, each in a fresh
+process: load + every figure + the text report, wall time and peak RSS.
+
+    .venv/bin/python benchmarks/analysis_scale.py [--sizes 1000000 10000000]
+
+Goals (issue 2): <= 3 s at 1M, <= 30 s at 10M, peak RSS <= 2 GiB. Measured
+separately: allocator fidelity (addresses and the allocator's own figures);
+buffer fidelity with step marks (the BFC model copies repeated steps); and
+buffer fidelity without step marks ("buffer-nosteps": every event replayed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from common import WORK
+
+CHILD = """
+import json, resource, sys, time
+from tpumem.analysis import analyze
+from tpumem.report import render
+from tpumem.trace.reader import load
+start = time.perf_counter()
+analysis = analyze(load(sys.argv[1]))
+render(analysis, "text")
+seconds = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "rss": rss, "peak": analysis.devices[0].peak.bytes}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--fidelity", nargs="+", default=["allocator", "buffer", "buffer-nosteps"])
+    args = parser.parse_args()
+    WORK.mkdir(exist_ok=True)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synthetic_trace import write_synthetic
+
+    goals = {1_000_000: 3.0, 10_000_000: 30.0}
+    for fidelity in args.fidelity:
+        for size in args.sizes:
+            path = WORK / f"synthetic_{fidelity}_{size}.tpumem"
+            if not path.exists():
+                print(f"writing {path.name} ...", flush=True)
+                kind = fidelity.removesuffix("-nosteps")
+                write_synthetic(path, size, kind, marks=not fidelity.endswith("-nosteps"))
+            result = subprocess.run(
+                [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True
+            )
+            if result.returncode:
+                print(result.stderr[-2000:])
+                continue
+            figures = json.loads(result.stdout)
+            goal = goals.get(size)
+            print(
+                f"{fidelity:14s} {size:>11,} events: {figures['seconds']:6.2f} s"
+                f" (goal {goal} s), peak RSS {figures['rss'] / 2**30:.2f} GiB (goal 2 GiB),"
+                f" file {path.stat().st_size / 2**20:.0f} MiB",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
