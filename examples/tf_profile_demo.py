@@ -26,6 +26,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=3)
     args = parser.parse_args()
 
+    # Profiling from before the model exists lets the trace see every buffer, so
+    # the pool and the chunk map can be rebuilt from the allocator's events.
+    tf.profiler.experimental.start(args.logdir)
     tf.random.set_seed(0)
     sizes = [args.width] * (args.layers + 1)
     weights = [
@@ -35,8 +38,6 @@ def main() -> None:
     optimizer = tf.keras.optimizers.Adam(1e-3)
     x = tf.random.normal([args.batch, args.width])
     y = tf.random.normal([args.batch, args.width])
-
-    tf.profiler.experimental.start(args.logdir)
     for step in range(args.steps):
         with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
             with tf.GradientTape() as tape:
