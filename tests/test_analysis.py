@@ -132,12 +132,15 @@ def test_replay_places_buffers_like_bfc_and_gives_the_same_fragmentation(make_tr
     assert result.in_use[-1] == 512 * KiB
 
 
-def run_model(*events):
-    """events: ("a", buffer, bytes) or ("f", buffer)."""
+def model_inputs(events):
+    """events: ("a", buffer, bytes) or ("f", buffer) -> is_alloc, sizes, buffers."""
     is_alloc = np.array([e[0] == "a" for e in events])
-    buffers = np.array([e[1] for e in events])
     sizes = np.array([e[2] if e[0] == "a" else 0 for e in events])
-    return replay(is_alloc, sizes, buffers)
+    return is_alloc, sizes, np.array([e[1] for e in events])
+
+
+def run_model(*events):
+    return replay(*model_inputs(events))
 
 
 def test_replay_hands_out_a_whole_chunk_when_splitting_would_leave_too_little():
@@ -165,12 +168,9 @@ def test_repeated_steps_are_copied_exactly():
         events += [("a", b, int(s)) for b, s in zip(ids, sizes, strict=True)]
         events += [("f", ids[k]) for k in (3, 0, 7, 1, 5, 2, 6, 4)]
         buffer += 8
-    is_alloc = np.array([e[0] == "a" for e in events])
-    buffers = np.array([e[1] for e in events])
-    requested = np.array([e[2] if e[0] == "a" else 0 for e in events])
     starts = np.arange(1, len(events), 16)
-    plain = replay(is_alloc, requested, buffers)
-    copied = replay(is_alloc, requested, buffers, step_starts=starts)
+    plain = replay(*model_inputs(events))
+    copied = replay(*model_inputs(events), step_starts=starts)
     assert plain.copied_events == 0
     assert copied.copied_events >= 8 * 16  # the steps after the first two repeats
     for name in ("in_use", "pool", "largest_free", "address", "chunk_bytes"):

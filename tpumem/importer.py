@@ -74,12 +74,13 @@ def device_of(allocator: str) -> str:
 
 def guess_framework(events: MemoryEvents) -> str:
     names = " ".join(sorted(events.event_names))
+    # Names only one framework's runtime emits; XLA's own names are shared by all.
     if "TFE_" in names or "EagerExecute" in names or "KernelAndDeviceFunc" in names:
         return "tensorflow"
-    if "torch_xla" in names or "XLATensor" in names or "xla::" in names.lower():
-        return "torch_xla"
     if "PjitFunction" in names or "jax" in names.lower():
         return "jax"
+    if "torch_xla" in names or "XLATensor" in names:
+        return "torch_xla"
     return "unknown"
 
 
