@@ -188,6 +188,7 @@ def import_profile(profile: HostProfile, output: Path, run: str) -> int:
         "imported_from": str(profile.path),
         "run": run,
         "host": events.hostnames[0] if events.hostnames else profile.host,
+        "xspace_planes": events.plane_names,
         "fidelity": {device: ALLOCATOR for device in devices},
         "start_time_ns": 0,
         "warnings": [],

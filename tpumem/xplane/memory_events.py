@@ -121,6 +121,15 @@ class _PlaneReader:
             self.id_codes = np.zeros(largest + 1, dtype=np.int8)
             for name, code in self.name_codes.items():
                 self.id_codes[self.stat_ids.get(name, [])] = code
+
+    def wanted(self) -> bool:
+        """Whether the plane has memory events or step marks: only then are its
+        events, possibly millions of GPU kernels, read at all."""
+        return bool(len(self.ids_of((ALLOCATION, DEALLOCATION)))) or STEP_STAT in self.stat_ids
+
+    def load_events(self) -> None:
+        """The plane's events as one byte buffer with each event's span."""
+        plane = self.plane
         parts: list[bytes] = []
         sizes: list[np.ndarray] = []
         line_time_ps: list[int] = []
@@ -250,10 +259,11 @@ def read_memory_events(space: Any) -> MemoryEvents:
     for plane in space.planes:
         reader = _PlaneReader(plane)
         event_names.update(reader.event_names.values())
+        if not reader.wanted():
+            continue
+        reader.load_events()
         has_steps = STEP_STAT in reader.stat_ids
         memory_ids = reader.ids_of((ALLOCATION, DEALLOCATION))
-        if not len(memory_ids) and not has_steps:
-            continue
         metadata_id = reader.metadata_ids()
         memory = np.flatnonzero(np.isin(metadata_id, memory_ids))
         if len(memory):
