@@ -50,3 +50,21 @@ def test_output_extension_picks_the_format(make_trace, tmp_path):
     assert "| Peak in use | 400 B at 0.000 s, step 2 | derived |" in out.read_text()
     assert format_for(Path("x.json"), None) == "json"
     assert format_for(Path("x.txt"), "md") == "md"
+
+
+def test_a_trace_cut_mid_stream_still_reports_and_says_so(tmp_path):
+    from tpumem.trace.writer import TraceWriter
+
+    path = tmp_path / "killed.tpumem"
+    with TraceWriter(path, {"framework": "test"}, flush_interval_s=0) as writer:
+        for i, size in enumerate((100, 200, 300)):
+            writer.alloc(device="CPU:0", bytes=size, buffer_id=i, time_ns=i)
+            writer.flush()
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])  # the end-of-stream marker and part of a batch
+    result = run_tpumem("report", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["complete"] is False
+    assert report["devices"][0]["peak"]["bytes"] == 300  # the first two allocations
+    assert any("not closed" in w for w in report["warnings"])
