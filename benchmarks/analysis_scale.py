@@ -19,6 +19,21 @@ from pathlib import Path
 
 from common import WORK
 
+# The BFC model replaying every event: what a trace whose steps all differ costs
+# (the synthetic steps repeat exactly, so the analysis above copies them).
+REPLAY_ALL = """
+import json, resource, sys, time
+from tpumem.analysis.bfc_model import replay
+from tpumem.analysis.device_events import split_by_device
+from tpumem.trace.reader import load
+(events,) = split_by_device(load(sys.argv[1]))
+start = time.perf_counter()
+replay(events.is_alloc, events.requested, events.buffer_id)
+seconds = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "rss": rss, "events": len(events)}))
+"""
+
 CHILD = """
 import json, resource, sys, time
 from tpumem.analysis import analyze
@@ -42,6 +57,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from synthetic_trace import write_synthetic
 
+    parser_sizes = args.sizes
     goals = {1_000_000: 3.0, 10_000_000: 30.0}
     for fidelity in args.fidelity:
         for size in args.sizes:
@@ -64,6 +80,24 @@ def main() -> None:
                 f" file {path.stat().st_size / 2**20:.0f} MiB",
                 flush=True,
             )
+
+    for size in parser_sizes:
+        path = WORK / f"synthetic_buffer-nosteps_{size}.tpumem"
+        if not path.exists():
+            continue
+        result = subprocess.run(
+            [sys.executable, "-c", REPLAY_ALL, str(path)], capture_output=True, text=True
+        )
+        if result.returncode:
+            print(result.stderr[-2000:])
+            continue
+        figures = json.loads(result.stdout)
+        per_event = figures["seconds"] / figures["events"] * 1e6
+        print(
+            f"BFC model replaying every event, {size:>11,} events: {figures['seconds']:6.2f} s"
+            f" ({per_event:.2f} us an event), peak RSS {figures['rss'] / 2**30:.2f} GiB",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -246,3 +246,11 @@ def test_address_map_check_fails_when_chunks_predate_the_capture(make_trace):
     assert device.fragmentation.check_agrees is False
     assert device.preallocation.pool_peak_bytes is None
     assert device.peak.unattributed_bytes == MiB
+
+
+def test_quiet_points_find_step_boundaries_without_marks():
+    from tpumem.analysis.bfc_model import quiet_points
+
+    # A parameter, then three steps of two activations each.
+    is_alloc = np.array([1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0], dtype=bool)
+    assert quiet_points(is_alloc, most=10).tolist() == [1, 5, 9]

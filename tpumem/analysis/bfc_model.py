@@ -35,8 +35,12 @@ class ReplayResult:
     pool: np.ndarray
     largest_free: np.ndarray
     address: np.ndarray  # per event: the chunk the model handed out or took back
-    chunk_bytes: np.ndarray  # its size (0 where the event was skipped)
+    change: np.ndarray  # + its size for an allocation, - for a free, 0 if skipped
     copied_events: int = 0  # results copied from an identical earlier step
+
+    @property
+    def chunk_bytes(self) -> np.ndarray:
+        return np.abs(self.change)
 
     @property
     def fragmentation(self) -> np.ndarray:
@@ -44,6 +48,7 @@ class ReplayResult:
 
 
 _SEGMENT = 1 << 16  # events turned into Python values at a time
+_ADDRESS, _CHANGE, _LARGEST = range(3)
 
 
 def _partner_offsets(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:
@@ -57,6 +62,19 @@ def _partner_offsets(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:
     first, second = order[pairs], order[pairs + 1]
     offset[first], offset[second] = second - first, first - second
     return offset
+
+
+def quiet_points(is_alloc: np.ndarray, most: int) -> np.ndarray:
+    """Event indices where the number of live buffers is at a level it never goes
+    below again: a training loop's step boundaries, found without step marks. At
+    most `most` of them, evenly spread. They are only candidates: replay() copies a
+    block only after checking that state and events repeat."""
+    live = np.cumsum(is_alloc.astype(np.int8) * np.int8(2) - np.int8(1), dtype=np.int32)
+    floor = np.minimum.accumulate(live[::-1])[::-1]
+    points = np.flatnonzero(live[:-1] == floor[:-1]) + 1
+    if len(points) > most:
+        points = points[np.linspace(0, len(points) - 1, most).astype(np.int64)]
+    return points
 
 
 def _same_block(signature: tuple[np.ndarray, ...], a: int, b: int, length: int) -> bool:
@@ -83,11 +101,12 @@ def replay(
     free_ending: dict[int, int] = {}  # end -> start
     used: dict[int, tuple[int, int]] = {}  # buffer -> (start, size)
     next_region = 0
-    in_use = 0
     unit = MIN_ALLOCATION
     n = len(is_alloc)
-    # Per event: in use, pool, largest free block, address, chunk size.
-    results = np.zeros((5, n), dtype=np.int64)
+    # Per event: address, signed chunk size, largest free block. Bytes in use and
+    # the pool follow from them and from `grown` (event, pool after it) afterwards.
+    results = np.zeros((3, n), dtype=np.int64)
+    grown: list[tuple[int, int]] = []
     starts: list[int] = []
     signature = None
     if step_starts is not None and len(step_starts) > 2:
@@ -122,67 +141,79 @@ def replay(
                 continue
         # A segment up to the next step start: plain Python values in a plain loop.
         stop = min(starts[next_start] if next_start < len(starts) else n, i + _SEGMENT)
-        out_in_use: list[int] = []
-        out_pool: list[int] = []
-        out_largest: list[int] = []
         out_address: list[int] = []
-        out_chunk: list[int] = []
+        out_change: list[int] = []  # + chunk for an allocation, - chunk for a free
+        out_largest: list[int] = []
         for alloc, size, buffer in zip(
             is_alloc[i:stop].tolist(),
             requested[i:stop].tolist(),
             buffer_id[i:stop].tolist(),
             strict=True,
         ):
-            start = chunk = 0
-            if alloc and size > 0:
-                rounded = max(unit, -(-size // unit) * unit)
-                index = bisect_left(free_sorted, (rounded, -1))
-                if index == len(free_sorted):
-                    region = schedule.next_region(rounded)
-                    # A gap after each region keeps two regions from coalescing, as
-                    # BFC never merges chunks across regions.
-                    insort(free_sorted, (region, next_region))
-                    free_at[next_region] = region
-                    free_ending[next_region + region] = next_region
-                    next_region += region + unit
+            start = change = 0
+            if alloc:
+                if size > 0:
+                    rounded = (size + unit - 1) // unit * unit
                     index = bisect_left(free_sorted, (rounded, -1))
-                chunk, start = free_sorted.pop(index)
-                del free_at[start], free_ending[start + chunk]
-                if chunk >= 2 * rounded or chunk - rounded >= MAX_INTERNAL_FRAGMENTATION:
-                    rest = start + rounded
-                    insort(free_sorted, (chunk - rounded, rest))
-                    free_at[rest] = chunk - rounded
-                    free_ending[start + chunk] = rest
-                    chunk = rounded
-                used[buffer] = (start, chunk)
-                in_use += chunk
-            elif not alloc and buffer in used:
-                start, chunk = used.pop(buffer)
-                in_use -= chunk
-                merged_start, merged = start, chunk
-                following = free_at.pop(start + chunk, None)
-                if following is not None:
-                    free_sorted.pop(bisect_left(free_sorted, (following, start + chunk)))
-                    del free_ending[start + chunk + following]
-                    merged += following
-                preceding = free_ending.pop(start, None)
-                if preceding is not None:
-                    free_sorted.pop(bisect_left(free_sorted, (start - preceding, preceding)))
-                    del free_at[preceding]
-                    merged += start - preceding
-                    merged_start = preceding
-                insort(free_sorted, (merged, merged_start))
-                free_at[merged_start] = merged
-                free_ending[merged_start + merged] = merged_start
-            out_in_use.append(in_use)
-            out_pool.append(schedule.pool)
-            out_largest.append(free_sorted[-1][0] if free_sorted else 0)
+                    if index == len(free_sorted):
+                        region = schedule.next_region(rounded)
+                        grown.append((i + len(out_change), schedule.pool))
+                        # A gap after each region keeps two regions from
+                        # coalescing, as BFC never merges chunks across regions.
+                        insort(free_sorted, (region, next_region))
+                        free_at[next_region] = region
+                        free_ending[next_region + region] = next_region
+                        next_region += region + unit
+                        index = bisect_left(free_sorted, (rounded, -1))
+                    chunk, start = free_sorted.pop(index)
+                    del free_at[start], free_ending[start + chunk]
+                    if chunk >= 2 * rounded or chunk - rounded >= MAX_INTERNAL_FRAGMENTATION:
+                        rest = start + rounded
+                        insort(free_sorted, (chunk - rounded, rest))
+                        free_at[rest] = chunk - rounded
+                        free_ending[start + chunk] = rest
+                        chunk = rounded
+                    used[buffer] = (start, chunk)
+                    change = chunk
+            else:
+                found = used.pop(buffer, None)
+                if found is not None:
+                    start, chunk = found
+                    change = -chunk
+                    merged_start, merged = start, chunk
+                    following = free_at.pop(start + chunk, None)
+                    if following is not None:
+                        free_sorted.pop(bisect_left(free_sorted, (following, start + chunk)))
+                        del free_ending[start + chunk + following]
+                        merged += following
+                    preceding = free_ending.pop(start, None)
+                    if preceding is not None:
+                        free_sorted.pop(bisect_left(free_sorted, (start - preceding, preceding)))
+                        del free_at[preceding]
+                        merged += start - preceding
+                        merged_start = preceding
+                    insort(free_sorted, (merged, merged_start))
+                    free_at[merged_start] = merged
+                    free_ending[merged_start + merged] = merged_start
             out_address.append(start)
-            out_chunk.append(chunk)
-        for row, values in enumerate((out_in_use, out_pool, out_largest, out_address, out_chunk)):
-            results[row, i:stop] = values
+            out_change.append(change)
+            out_largest.append(free_sorted[-1][0] if free_sorted else 0)
+        results[_ADDRESS, i:stop] = out_address
+        results[_CHANGE, i:stop] = out_change
+        results[_LARGEST, i:stop] = out_largest
         i = stop
-    return ReplayResult(*results, copied_events=copied)
+    pool = np.zeros(n, dtype=np.int64)
+    for index, size in grown:
+        pool[index] = size
+    change = results[_CHANGE]
+    return ReplayResult(
+        in_use=np.cumsum(change),
+        pool=np.maximum.accumulate(pool) if n else pool,
+        largest_free=results[_LARGEST],
+        address=results[_ADDRESS],
+        change=change,
+        copied_events=copied,
+    )
 
 
 def _repeats(signature: tuple[np.ndarray, ...], earlier: int, here: int) -> int:

@@ -98,7 +98,7 @@ def fragmentation(
         figure = _summary(
             events, values, peak_index, labels.MODELED, "BFC allocator model replaying lifetimes"
         )
-        return FragmentationSeries(values, model.pool.astype(np.float64), figure)
+        return FragmentationSeries(values, model.pool, figure)
     empty = np.full(len(events), np.nan)
     return FragmentationSeries(
         empty, None, Fragmentation(labels.NOT_AVAILABLE, "no allocator view", None, None, None)

@@ -65,8 +65,8 @@ def preallocation(
     limit: int | None,
 ) -> Preallocation:
     pool_peak = None
-    if pool is not None and not np.isnan(pool).all():
-        pool_peak = int(np.nanmax(pool))
+    if pool is not None and len(pool):
+        pool_peak = int(pool.max())
     elif not pool_source:
         pool_label, pool_source = labels.NOT_AVAILABLE, "the trace has no view of the pool"
     capacity = _capacity(metadata, device)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tpumem.analysis import labels
-from tpumem.analysis.bfc_model import ReplayResult, replay
+from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_start_times
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
@@ -53,7 +53,9 @@ def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
         return None
     sizes = np.where(events.requested > 0, events.requested, events.bytes)
     steps = np.searchsorted(events.time_ns, step_start_times(trace))
-    return replay(events.is_alloc, sizes, events.buffer_id, step_starts=steps)
+    quiet = quiet_points(events.is_alloc, most=len(events) // 16)
+    starts = np.union1d(steps, quiet)
+    return replay(events.is_alloc, sizes, events.buffer_id, step_starts=starts)
 
 
 def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> DeviceAnalysis:
@@ -82,7 +84,7 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
             trace.metadata,
             events.device,
             peak.bytes,
-            None if pool is None else np.asarray(pool, dtype=np.float64),
+            pool,
             pool_label,
             pool_source,
             events.bytes_limit,
