@@ -57,7 +57,6 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from synthetic_trace import write_synthetic
 
-    parser_sizes = args.sizes
     goals = {1_000_000: 3.0, 10_000_000: 30.0}
     for fidelity in args.fidelity:
         for size in args.sizes:
@@ -66,38 +65,34 @@ def main() -> None:
                 print(f"writing {path.name} ...", flush=True)
                 kind = fidelity.removesuffix("-nosteps")
                 write_synthetic(path, size, kind, marks=not fidelity.endswith("-nosteps"))
-            result = subprocess.run(
-                [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True
-            )
-            if result.returncode:
-                print(result.stderr[-2000:])
-                continue
-            figures = json.loads(result.stdout)
-            goal = goals.get(size)
+            figures = measure(CHILD, path)
+            if figures:
+                print(
+                    f"{fidelity:14s} {size:>11,} events: {figures['seconds']:6.2f} s"
+                    f" (goal {goals.get(size)} s), peak RSS {figures['rss'] / 2**30:.2f} GiB"
+                    f" (goal 2 GiB), file {path.stat().st_size / 2**20:.0f} MiB",
+                    flush=True,
+                )
+    for size in args.sizes:
+        path = WORK / f"synthetic_buffer-nosteps_{size}.tpumem"
+        figures = measure(REPLAY_ALL, path) if path.exists() else None
+        if figures:
+            per_event = figures["seconds"] / figures["events"] * 1e6
             print(
-                f"{fidelity:14s} {size:>11,} events: {figures['seconds']:6.2f} s"
-                f" (goal {goal} s), peak RSS {figures['rss'] / 2**30:.2f} GiB (goal 2 GiB),"
-                f" file {path.stat().st_size / 2**20:.0f} MiB",
+                f"BFC model replaying every event, {size:>11,} events: "
+                f"{figures['seconds']:6.2f} s ({per_event:.2f} us an event), "
+                f"peak RSS {figures['rss'] / 2**30:.2f} GiB",
                 flush=True,
             )
 
-    for size in parser_sizes:
-        path = WORK / f"synthetic_buffer-nosteps_{size}.tpumem"
-        if not path.exists():
-            continue
-        result = subprocess.run(
-            [sys.executable, "-c", REPLAY_ALL, str(path)], capture_output=True, text=True
-        )
-        if result.returncode:
-            print(result.stderr[-2000:])
-            continue
-        figures = json.loads(result.stdout)
-        per_event = figures["seconds"] / figures["events"] * 1e6
-        print(
-            f"BFC model replaying every event, {size:>11,} events: {figures['seconds']:6.2f} s"
-            f" ({per_event:.2f} us an event), peak RSS {figures['rss'] / 2**30:.2f} GiB",
-            flush=True,
-        )
+
+def measure(code: str, path: Path) -> dict | None:
+    """Runs `code` on the trace in a fresh process: its figures, or None on failure."""
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    if result.returncode:
+        print(result.stderr[-2000:])
+        return None
+    return json.loads(result.stdout)
 
 
 if __name__ == "__main__":
