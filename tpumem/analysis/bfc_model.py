@@ -25,6 +25,7 @@ from tpumem.analysis.bfc import (
     RegionSchedule,
     fragmentation_ratio,
 )
+from tpumem.analysis.device_events import pair_events
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +53,10 @@ _ADDRESS, _CHANGE, _LARGEST = range(3)
 
 
 def _partner_offsets(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:
-    """Per event: the offset to the event that frees (or allocated) the same
-    buffer; a large sentinel where there is none."""
-    n = len(is_alloc)
-    order = np.argsort(buffer_id, kind="stable")
-    same = buffer_id[order][1:] == buffer_id[order][:-1]
-    pairs = np.flatnonzero(same & is_alloc[order][:-1] & ~is_alloc[order][1:])
-    offset = np.full(n, 1 << 40, dtype=np.int64)
-    first, second = order[pairs], order[pairs + 1]
-    offset[first], offset[second] = second - first, first - second
-    return offset
+    """Per event: the offset to its partner event (see pair_events); a large
+    sentinel where there is none."""
+    partner = pair_events(is_alloc, buffer_id)
+    return np.where(partner >= 0, partner - np.arange(len(partner)), 1 << 40)
 
 
 def quiet_points(is_alloc: np.ndarray, most: int) -> np.ndarray:

@@ -47,8 +47,7 @@ class Regions:
 
 @dataclass(frozen=True, slots=True)
 class AddressMapFragmentation:
-    points: np.ndarray  # event indices
-    fragmentation: np.ndarray
+    fragmentation: np.ndarray  # at the points asked for
     regions: Regions
 
 
@@ -107,11 +106,10 @@ def _largest_gap(address: np.ndarray, size: np.ndarray, regions: Regions, index:
 
 
 def fragmentation_at(
-    events: DeviceEvents, regions: Regions, points: np.ndarray, freed_at: np.ndarray | None = None
+    events: DeviceEvents, regions: Regions, points: np.ndarray, freed_at: np.ndarray
 ) -> np.ndarray:
-    """BFC fragmentation after each event in `points`, from the chunk map."""
-    if freed_at is None:
-        freed_at = events.free_index()
+    """BFC fragmentation after each event in `points`, from the chunk map;
+    `freed_at` is events.free_index()."""
     allocs = np.flatnonzero(events.is_alloc)
     alloc_freed_at = freed_at[allocs]
     result = np.empty(len(points), dtype=np.float64)
@@ -162,4 +160,4 @@ def address_map_fragmentation(events: DeviceEvents, points: np.ndarray) -> Addre
                 break
         regions = min(scored, key=lambda pair: pair[0])[1]
     values = fragmentation_at(events, regions, points, freed_at)
-    return AddressMapFragmentation(points, values, regions)
+    return AddressMapFragmentation(values, regions)

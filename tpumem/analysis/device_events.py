@@ -40,28 +40,30 @@ class DeviceEvents:
     def free_index(self) -> np.ndarray:
         """For each event that allocates, the index of the event that frees the same
         buffer (len(self) when it is never freed); -1 for frees."""
-        n = len(self)
-        result = np.full(n, -1, dtype=np.int64)
-        allocs = np.flatnonzero(self.is_alloc)
-        result[allocs] = n
-        frees = np.flatnonzero(~self.is_alloc & (self.buffer_id >= 0))
-        if len(allocs) and len(frees):
-            ids = self.buffer_id[allocs]
-            order = np.argsort(ids, kind="stable")
-            where = np.searchsorted(ids[order], self.buffer_id[frees])
-            where = np.minimum(where, len(order) - 1)
-            match = ids[order][where] == self.buffer_id[frees]
-            alloc_at = allocs[order][where[match]]
-            freed_at = frees[match]
-            later = freed_at > alloc_at
-            result[alloc_at[later]] = freed_at[later]
-        return result
+        partner = pair_events(self.is_alloc, self.buffer_id)
+        never_freed = np.where(partner >= 0, partner, len(self))
+        return np.where(self.is_alloc, never_freed, -1)
 
 
-def step_start_times(trace: Trace) -> np.ndarray:
-    """Times of the step marks, sorted."""
+def pair_events(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:
+    """Per event, the index of its partner: the free of an allocation, the
+    allocation of a free (the nearest earlier one of the same buffer); -1 where
+    there is none. Buffer ids below 0 (unknown) never pair."""
+    partner = np.full(len(is_alloc), -1, dtype=np.int64)
+    order = np.argsort(buffer_id, kind="stable")  # by buffer, then in time order
+    ids, allocs = buffer_id[order], is_alloc[order]
+    pairs = np.flatnonzero((ids[1:] == ids[:-1]) & (ids[:-1] >= 0) & allocs[:-1] & ~allocs[1:])
+    first, second = order[pairs], order[pairs + 1]
+    partner[first], partner[second] = second, first
+    return partner
+
+
+def step_marks(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(times, step numbers) of the step marks, in time order."""
     steps = trace.valid("step")
-    return np.sort(trace.numbers("time_ns")[steps])
+    times = trace.numbers("time_ns")[steps]
+    order = np.argsort(times, kind="stable")
+    return times[order], trace.numbers("step")[steps][order]
 
 
 class _Columns:

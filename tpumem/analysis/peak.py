@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.trace.model import Trace
 
 GROUP_KEYS = ("op", "region", "dtype", "shape", "source")
@@ -41,14 +41,9 @@ class PeakBreakdown:
 
 def step_at(trace: Trace, time_ns: int) -> int | None:
     """The step running at `time_ns`: the last step mark at or before it."""
-    steps = trace.valid("step")
-    if not steps.any():
-        return None
-    times = trace.numbers("time_ns")[steps]
-    numbers = trace.numbers("step")[steps]
-    order = np.argsort(times, kind="stable")
-    index = np.searchsorted(times[order], time_ns, side="right") - 1
-    return int(numbers[order][index]) if index >= 0 else None
+    times, numbers = step_marks(trace)
+    index = np.searchsorted(times, time_ns, side="right") - 1
+    return int(numbers[index]) if index >= 0 else None
 
 
 def live_at(events: DeviceEvents, index: int) -> np.ndarray:

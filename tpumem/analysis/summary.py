@@ -9,7 +9,7 @@ import numpy as np
 
 from tpumem.analysis import labels
 from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
-from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_start_times
+from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
@@ -52,7 +52,7 @@ def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     if events.reported_fragmentation is not None:
         return None
     sizes = np.where(events.requested > 0, events.requested, events.bytes)
-    steps = np.searchsorted(events.time_ns, step_start_times(trace))
+    steps = np.searchsorted(events.time_ns, step_marks(trace)[0])
     quiet = quiet_points(events.is_alloc, most=len(events) // 16)
     starts = np.union1d(steps, quiet)
     return replay(events.is_alloc, sizes, events.buffer_id, step_starts=starts)
