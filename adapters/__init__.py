@@ -1,6 +1,22 @@
 """Framework adapters, installed as `tpumem.adapters`. Each adapter imports its
-framework only inside the profiled process (see base.py)."""
+framework only inside the profiled process (see base.py); importing this package
+registers them all and imports no framework."""
 
-from tpumem.adapters.base import Adapter, available_adapters, get_adapter, register
+from tpumem.adapters import tensorflow as _tensorflow  # noqa: F401 - registers
+from tpumem.adapters.base import (
+    Adapter,
+    CaptureOptions,
+    adapter_names,
+    available_adapters,
+    get_adapter,
+    register,
+)
 
-__all__ = ["Adapter", "available_adapters", "get_adapter", "register"]
+__all__ = [
+    "Adapter",
+    "CaptureOptions",
+    "adapter_names",
+    "available_adapters",
+    "get_adapter",
+    "register",
+]

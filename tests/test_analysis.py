@@ -204,10 +204,12 @@ def test_address_map_check_agrees_and_gives_the_pool(make_trace):
     assert device.preallocation.unused_bytes == 2 * MiB - 1024 * KiB
 
 
-def test_address_map_check_fails_when_chunks_predate_the_capture(make_trace):
-    """A 1 MiB chunk at the region's start was allocated before the capture. The
-    allocator's view after freeing a: free [1M, 1.25M) and [1.5M, 2M), so
-    fragmentation = 256K / 768K = 1/3. The map, missing that chunk, cannot see it."""
+def test_no_address_map_check_while_chunks_predate_the_capture(make_trace):
+    """A 1 MiB chunk at the region's start was allocated before the capture and is
+    never freed. The allocator's view after freeing a: free [1M, 1.25M) and
+    [1.5M, 2M), so fragmentation = 256K / 768K = 1/3. The map never holds every live
+    chunk (its bytes never equal the bytes in use), so nothing is checked and no
+    pool is claimed."""
     base = 1 << 40
     rows = [
         {
@@ -243,9 +245,34 @@ def test_address_map_check_fails_when_chunks_predate_the_capture(make_trace):
     ]
     (device,) = analyze(load(make_trace(rows))).devices
     assert device.fragmentation.maximum == pytest.approx(1 / 3)
-    assert device.fragmentation.check_agrees is False
+    assert device.fragmentation.check_agrees is None
+    assert "never holds every live chunk" in device.fragmentation.check_unavailable
     assert device.preallocation.pool_peak_bytes is None
     assert device.peak.unattributed_bytes == MiB
+
+
+def test_a_chunk_the_capture_missed_counts_from_when_it_is_freed(make_trace):
+    """Region [0, 2M). c (1 MiB at 0) was allocated unseen; a takes [1M, 1.25M),
+    then c is freed: the map holds every live chunk from then on and checks there.
+    After c's free: free [0, 1M) + [1.25M, 2M) = 1.75 MiB, largest 1 MiB, so
+    fragmentation = 0.75/1.75 = 3/7; after b takes [1.25M, 1.5M): free 1.5 MiB,
+    largest 1 MiB, so 1/3."""
+    base = 1 << 40
+    common = {"device": "GPU:0", "bytes": 256 * KiB}
+    rows = [
+        {"kind": "alloc", "time_ns": 1, "buffer_id": 1, "address": base + MiB, **common,
+         "bytes_in_use": MiB + 256 * KiB, "fragmentation": 0.0},
+        {"kind": "free", "time_ns": 2, "buffer_id": 9, "address": base, "device": "GPU:0",
+         "bytes": MiB, "bytes_in_use": 256 * KiB, "fragmentation": 3 / 7},
+        {"kind": "alloc", "time_ns": 3, "buffer_id": 2, "address": base + MiB + 256 * KiB,
+         **common, "bytes_in_use": 512 * KiB, "fragmentation": 1 / 3},
+    ]  # fmt: skip
+    (device,) = analyze(load(make_trace(rows))).devices
+    frag = device.fragmentation
+    assert frag.check_agrees is True
+    assert frag.check_points == 3  # c counts as live from the start
+    assert frag.check_max_error < 1e-9
+    assert device.preallocation.pool_peak_bytes == 2 * MiB
 
 
 def test_quiet_points_find_step_boundaries_without_marks():

@@ -83,3 +83,19 @@ def test_import_of_a_corrupt_xplane(tmp_path, kind):
 def test_unknown_report_format(tmp_path, make_trace):
     path = make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}])
     assert_one_line_error(run_tpumem("report", str(path), "--format", "pdf"), "pdf")
+
+
+def test_profile_refuses_what_it_cannot_run(tmp_path):
+    (tmp_path / "plain.py").write_text("import json\n")
+    (tmp_path / "adir").mkdir()
+    cases = [
+        (["profile"], "no script given"),
+        (["profile", "missing.py"], "missing.py: no such file"),
+        (["profile", "adir"], "is a directory"),
+        (["profile", "plain.py"], "imports none of the frameworks"),
+        (["profile", "--framework", "caffe", "plain.py"], "unknown framework 'caffe'"),
+        (["profile", "-m", "no_such_module_here"], "no module named"),
+    ]
+    for args, words in cases:
+        assert_one_line_error(run_tpumem(*args, cwd=tmp_path), words)
+    assert not list(tmp_path.glob("*.tpumem"))

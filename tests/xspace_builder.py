@@ -7,11 +7,25 @@ from typing import Any
 from tpumem.xplane.schema import messages
 
 
-def build_space(events: list[dict[str, Any]], plane: str = "/host:CPU") -> bytes:
+def build_space(
+    events: list[dict[str, Any]],
+    plane: str = "/host:CPU",
+    session: tuple[int, int] | None = None,
+) -> bytes:
     """events: {"name", "offset_ps", "stats": {name: value}}; int, float and str
-    values, strings interned as references when given as ("ref", text)."""
+    values, strings interned as references when given as ("ref", text). `session`:
+    the profiler session's (start, stop) in ns since the epoch, written as TSL
+    does on a "Task Environment" plane; event times are relative to its start."""
     m = messages("full")
     space = m["XSpace"](hostnames=["testhost"])
+    if session is not None:
+        environment = space.planes.add(id=2, name="Task Environment")
+        for key, (name, value) in enumerate(
+            (("profile_start_time", session[0]), ("profile_stop_time", session[1])), start=1
+        ):
+            environment.stat_metadata[key].id = key
+            environment.stat_metadata[key].name = name
+            environment.stats.add(metadata_id=key, uint64_value=value)
     xplane = space.planes.add(id=1, name=plane)
     line = xplane.lines.add(id=1, name="python", timestamp_ns=1000)
     event_ids: dict[str, int] = {}

@@ -121,6 +121,101 @@ def report(
         typer.echo(f"wrote {output}")
 
 
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def profile(
+    target: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(
+            help="The script to run (or, with -m, its first argument).", show_default=False
+        ),
+    ] = None,
+    args: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Argument(help="Arguments for the script.", show_default=False),
+    ] = None,
+    module: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("-m", help="Run a module as `python -m` does.", show_default=False),
+    ] = None,
+    output: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("-o", "--output", help="Trace file (default: <script>.tpumem here)."),
+    ] = None,
+    framework: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="tensorflow, jax or torch_xla (default: from the script's imports)."),
+    ] = None,
+    sample_interval: Annotated[
+        float, typer.Option(help="Seconds between readings of the allocator's counters.", min=0.001)
+    ] = 0.01,
+    chunk: Annotated[
+        float,
+        typer.Option(help="Seconds per profiler session: the most a killed run loses.", min=0.05),
+    ] = 1.0,
+    cpu_allocator_events: Annotated[
+        bool,
+        typer.Option(
+            help="TensorFlow on CPU: set TF_CPU_ALLOCATOR_USE_BFC=true so the CPU "
+            "allocator records events (without it: no CPU memory figures)."
+        ),
+    ] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report, no messages.")] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="Report format: text, json or md.")
+    ] = "text",
+    width: Annotated[int, typer.Option(help="Width of the text report.")] = 100,
+) -> None:
+    """Run a script under its framework's adapter, write a trace, print a report.
+
+    Options go before the script; everything after it is the script's. The script's
+    input and output pass through, and tpumem exits with its exit status (128 + N
+    when signal N killed it). The report goes to stderr.
+    """
+    from tpumem.adapters import CaptureOptions
+    from tpumem.launcher import ProfileRequest, run_profiled
+    from tpumem.report import format_for
+
+    rest = list(args or [])
+    if module is None and target is None:
+        raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
+    if module is not None and target is not None:
+        rest = [target, *rest]
+    chosen = format_for(None, fmt)
+    request = ProfileRequest(
+        target=module if module is not None else str(target),
+        module=module is not None,
+        args=rest,
+        output=output,
+        framework=framework,
+        capture=CaptureOptions(
+            sample_interval_s=sample_interval,
+            chunk_s=chunk,
+            cpu_allocator_events=cpu_allocator_events,
+        ),
+    )
+    outcome = run_profiled(request)
+    if not quiet:
+        _report_profile(outcome.trace, chosen, width)
+    raise typer.Exit(outcome.returncode)
+
+
+def _report_profile(trace: Path, fmt: str, width: int) -> None:
+    from tpumem.analysis import analyze
+    from tpumem.report import render
+    from tpumem.trace.reader import load
+
+    try:
+        analysis = analyze(load(trace))
+    except TpumemError as error:
+        print(f"tpumem: no report: {error}", file=sys.stderr)
+        return
+    color = sys.stderr.isatty()
+    sys.stderr.write(render(analysis, fmt, width=width, color=color))
+    print(f"tpumem: trace written to {trace}", file=sys.stderr)
+
+
 def main() -> None:
     """Entry point: user errors end in one line on stderr and a non-zero status."""
     try:

@@ -7,6 +7,12 @@ follows BFC's region schedule. The schedule's starting point is unknown when
 regions were made before the capture began, so the candidates are scored against
 the allocator's own reported fragmentation and the best is kept: the result is a
 derived figure and a check of the reported one.
+
+A chunk whose allocation the capture missed (made before it began, or while a
+chunked capture switched sessions) still shows when it is freed; it counts as live
+from the previous event at its address. The map is complete after an event exactly
+when its live bytes equal the allocator's bytes in use there, and only such events
+check the reported figure.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from tpumem.analysis.bfc import (
     fragmentation_ratio,
     rounded_bytes,
 )
-from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.device_events import DeviceEvents, pair_events
 
 _GROWTH_STEPS = 12  # candidate first regions: 2 MiB .. 4 GiB
 _SCORING_POINTS = 16
@@ -48,15 +54,57 @@ class Regions:
 @dataclass(frozen=True, slots=True)
 class AddressMapFragmentation:
     fragmentation: np.ndarray  # at the points asked for
+    complete: np.ndarray  # whether the map holds every live chunk at each point
     regions: Regions
 
 
-def infer_regions(events: DeviceEvents, schedule: RegionSchedule, label: str) -> Regions:
-    allocs = np.flatnonzero(events.is_alloc)
-    address = events.address[allocs]
-    size = events.bytes[allocs]
-    needed = np.where(events.requested[allocs] > 0, events.requested[allocs], size)
-    covered = np.zeros(len(allocs), dtype=bool)
+@dataclass(frozen=True, slots=True)
+class Chunks:
+    """Every chunk the events show, live for events in [first, end)."""
+
+    first: np.ndarray  # event index of its allocation (or the earliest it can be)
+    end: np.ndarray  # event index of its free (len(events) if never freed)
+    address: np.ndarray
+    size: np.ndarray
+    needed: np.ndarray  # requested bytes where known, else size
+
+    @classmethod
+    def of(cls, events: DeviceEvents) -> Chunks:
+        freed_at = events.free_index()
+        allocs = np.flatnonzero(events.is_alloc)
+        unpaired = np.flatnonzero(~events.is_alloc)
+        unpaired = unpaired[pair_events(events.is_alloc, events.buffer_id)[unpaired] < 0]
+        first = np.concatenate([allocs, _after_previous_use(events.address, unpaired)])
+        rows = np.concatenate([allocs, unpaired])
+        # In order of appearance, lowest address first among chunks that appear
+        # together: region inference takes the first chunk it meets as a start.
+        order = np.lexsort((events.address[rows], first))
+        rows, first = rows[order], first[order]
+        size = events.bytes[rows]
+        requested = events.requested[rows]
+        return cls(
+            first=first,
+            end=np.where(events.is_alloc[rows], freed_at[rows], rows),
+            address=events.address[rows],
+            size=size,
+            needed=np.where(requested > 0, requested, size),
+        )
+
+
+def _after_previous_use(address: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For events `rows`, the index after the latest earlier event at the same
+    address (0 when there is none): the earliest a chunk freed there can be from."""
+    order = np.lexsort((np.arange(len(address)), address))
+    position = np.empty(len(address), dtype=np.int64)
+    position[order] = np.arange(len(address))
+    previous = position[rows] - 1
+    same = (previous >= 0) & (address[order[np.maximum(previous, 0)]] == address[rows])
+    return np.where(same, order[np.maximum(previous, 0)] + 1, 0)
+
+
+def infer_regions(chunks: Chunks, schedule: RegionSchedule, label: str) -> Regions:
+    address, size, needed = chunks.address, chunks.size, chunks.needed
+    covered = np.zeros(len(address), dtype=bool)
     starts, sizes, created = [], [], []
     while not covered.all():
         first = int(np.argmin(covered))
@@ -65,7 +113,7 @@ def infer_regions(events: DeviceEvents, schedule: RegionSchedule, label: str) ->
         region = schedule.next_region(max(rounded_bytes(int(needed[first])), int(size[first])))
         starts.append(start)
         sizes.append(region)
-        created.append(int(allocs[first]))
+        created.append(int(chunks.first[first]))
         covered |= (address >= start) & (address + size <= start + region)
         covered[first] = True
     order = np.argsort(starts)
@@ -106,19 +154,19 @@ def _largest_gap(address: np.ndarray, size: np.ndarray, regions: Regions, index:
 
 
 def fragmentation_at(
-    events: DeviceEvents, regions: Regions, points: np.ndarray, freed_at: np.ndarray
-) -> np.ndarray:
-    """BFC fragmentation after each event in `points`, from the chunk map;
-    `freed_at` is events.free_index()."""
-    allocs = np.flatnonzero(events.is_alloc)
-    alloc_freed_at = freed_at[allocs]
+    events: DeviceEvents, regions: Regions, points: np.ndarray, chunks: Chunks
+) -> tuple[np.ndarray, np.ndarray]:
+    """BFC fragmentation after each event in `points`, from the chunk map, and
+    whether the map was complete there."""
     result = np.empty(len(points), dtype=np.float64)
+    complete = np.empty(len(points), dtype=bool)
     for k, index in enumerate(points.tolist()):
-        live = allocs[(allocs <= index) & (alloc_freed_at > index)]
-        largest = _largest_gap(events.address[live], events.bytes[live], regions, index)
+        live = (chunks.first <= index) & (chunks.end > index)
+        complete[k] = int(chunks.size[live].sum()) == int(events.in_use[index])
+        largest = _largest_gap(chunks.address[live], chunks.size[live], regions, index)
         free = regions.pool_at(index) - int(events.in_use[index])
         result[k] = fragmentation_ratio(free, largest)
-    return result
+    return result, complete
 
 
 def _candidates(limit: int) -> list[tuple[str, RegionSchedule]]:
@@ -139,25 +187,24 @@ def address_map_fragmentation(events: DeviceEvents, points: np.ndarray) -> Addre
     limit = events.bytes_limit or UNLIMITED
     reported = events.reported_fragmentation
     candidates = _candidates(limit)
-    freed_at = events.free_index()
-    first_change = events.bytes[0] if events.is_alloc[0] else -events.bytes[0]
-    if events.in_use[0] != first_change:
-        # Chunks from before the capture are live and missing from the map: no
-        # schedule can make it agree, so only the default one is checked.
-        candidates = [c for c in candidates if c[0].startswith("growth")][:1]
+    chunks = Chunks.of(events)
+    default_label, default_schedule = next(c for c in candidates if c[0].startswith("growth"))
     if reported is None:
-        best = next(c for c in candidates if c[0].startswith("growth"))
-        regions = infer_regions(events, best[1], best[0])
+        regions = infer_regions(chunks, default_schedule, default_label)
     else:
         scoring = np.unique(np.linspace(0, len(events) - 1, _SCORING_POINTS).astype(np.int64))
         scored = []
         for label, schedule in candidates:
-            regions = infer_regions(events, schedule, label)
-            remade = fragmentation_at(events, regions, scoring, freed_at)
-            error = np.nanmax(np.abs(remade - reported[scoring]))
+            regions = infer_regions(chunks, schedule, label)
+            remade, complete = fragmentation_at(events, regions, scoring, chunks)
+            if not complete.any():
+                # Nothing to score against: keep the default schedule only.
+                scored = [(np.inf, infer_regions(chunks, default_schedule, default_label))]
+                break
+            error = np.nanmax(np.abs(remade - reported[scoring])[complete])
             scored.append((error, regions))
             if error < 1e-4:
                 break
         regions = min(scored, key=lambda pair: pair[0])[1]
-    values = fragmentation_at(events, regions, points, freed_at)
-    return AddressMapFragmentation(values, regions)
+    values, complete = fragmentation_at(events, regions, points, chunks)
+    return AddressMapFragmentation(values, complete, regions)

@@ -16,6 +16,11 @@ CHECK_POINTS = 64  # address-map check points, besides the peak and the maximum
 # TF writes fragmentation with six significant digits; a map that is right agrees
 # far inside this, one that misses chunks is off by whole percent.
 CHECK_TOLERANCE = 1e-4
+INCOMPLETE_MAP = (
+    "the address map never holds every live chunk: some were allocated where the "
+    "capture did not see them (before it began, or between its profiler sessions) "
+    "and were never freed"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,7 @@ class Fragmentation:
     check_points: int = 0
     check_max_error: float | None = None
     check_schedule: str | None = None
+    check_unavailable: str | None = None  # why there was nothing to check, if so
 
     @property
     def check_agrees(self) -> bool | None:
@@ -81,14 +87,18 @@ def fragmentation(
                 )
             )
             remade = address_map_fragmentation(events, checked)
-            error = float(np.nanmax(np.abs(remade.fragmentation - reported[checked])))
-            figure = replace(
-                figure,
-                check_points=len(checked),
-                check_max_error=error,
-                check_schedule=remade.regions.schedule,
-            )
-            # A map that disagrees misses chunks (allocated before the capture
+            complete = remade.complete
+            if complete.any():
+                errors = np.abs(remade.fragmentation - reported[checked])[complete]
+                figure = replace(
+                    figure,
+                    check_points=int(complete.sum()),
+                    check_max_error=float(np.nanmax(errors)),
+                    check_schedule=remade.regions.schedule,
+                )
+            else:
+                figure = replace(figure, check_unavailable=INCOMPLETE_MAP)
+            # A map that disagrees misses chunks (live since before the capture
             # began), so the regions it implies are not the allocator's pool.
             if figure.check_agrees:
                 pool = remade.regions.pool_series(len(events))

@@ -9,6 +9,7 @@ import numpy as np
 
 from tpumem.analysis import labels
 from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
+from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
@@ -30,6 +31,7 @@ class DeviceAnalysis:
     fragmentation: Fragmentation
     waste: InternalWaste
     timeline: Timeline
+    counters: Counters
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +71,9 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
         pool_source = f"address map, BFC regions ({frag.figure.check_schedule})"
     elif frag.figure.check_agrees is False:
         pool, pool_label = None, labels.NOT_AVAILABLE
-        pool_source = "the address map is incomplete: the capture began after the allocator"
-        pool_source += " had made its regions"
+        pool_source = "the address map disagrees with the allocator (see its check)"
+    elif frag.figure.check_unavailable:
+        pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, frag.figure.check_unavailable
     else:
         pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, ""
     return DeviceAnalysis(
@@ -92,7 +95,15 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
         fragmentation=frag.figure,
         waste=internal_waste(events, live_at(events, peak.event_index)),
         timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
+        counters=counters(trace, events.device),
     )
+
+
+def _duration(trace: Trace, times: np.ndarray) -> int:
+    end = trace.metadata.get("end_time_ns")
+    if end is not None:  # a profiled run, whose clock starts with the process
+        return max(int(end), int(times.max(initial=0)))
+    return int(times.max() - times.min()) if len(times) else 0
 
 
 def analyze(trace: Trace, bins: int = 64) -> RunAnalysis:
@@ -108,7 +119,7 @@ def analyze(trace: Trace, bins: int = 64) -> RunAnalysis:
         source=str(metadata.get("source", "unknown")),
         complete=trace.complete,
         metadata=metadata,
-        duration_ns=int(times.max() - times.min()) if len(times) else 0,
+        duration_ns=_duration(trace, times),
         devices=tuple(analyze_device(trace, d, bins) for d in devices),
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,

@@ -18,6 +18,9 @@ def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
         ("Duration", format_seconds(analysis.duration_ns)),
         ("Ended", _ending(meta, analysis.complete)),
     ]
+    capture = meta.get("capture")
+    if isinstance(capture, dict) and capture.get("chunks"):
+        rows.append(("Capture", _capture(capture)))
     if len(analysis.devices) > 1:
         rows.append(
             (
@@ -37,16 +40,32 @@ def _source(analysis: RunAnalysis) -> str:
     return " ".join(command) if isinstance(command, list) else analysis.source
 
 
+def _capture(capture: dict) -> str:
+    text = f"{capture['chunks']:,} profiler sessions of {capture['chunk_s']:g} s"
+    if capture.get("gaps"):
+        covered = capture.get("covered_fraction")
+        text += (
+            f"; {capture['gaps']:,} gaps between them, {format_seconds(capture['gap_total_ns'])}"
+            f" in all (longest {format_seconds(capture['gap_max_ns'])})"
+        )
+        if covered is not None:
+            text += f": {covered:.1%} of the time captured"
+    return text
+
+
 def _ending(meta: dict, complete: bool) -> str:
+    exit_info = meta.get("exit")
+    if isinstance(exit_info, dict) and exit_info.get("signal"):
+        name = exit_info.get("signal_name") or f"signal {exit_info['signal']}"
+        if exit_info.get("exception") == "KeyboardInterrupt":
+            return f"interrupted ({name}, KeyboardInterrupt)"
+        return f"killed by {name}"
     if not complete:
         return "the trace was not closed: the process crashed or was killed"
-    exit_info = meta.get("exit")
     if not isinstance(exit_info, dict):
         return "not recorded" if meta.get("source") != "import" else "(imported profile)"
-    if exit_info.get("signal"):
-        return f"killed by signal {exit_info['signal']}"
     if exit_info.get("exception"):
-        return f"uncaught exception: {exit_info['exception']}"
+        return f"uncaught exception: {exit_info['exception']} (exit status {exit_info['code']})"
     return f"exit status {exit_info.get('code', '?')}"
 
 
@@ -60,6 +79,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
             f"{format_bytes(peak.bytes)} at {format_seconds(peak.time_ns)}{step}",
             device.peak_label,
         ),
+        *_counter_rows(device),
         (
             "Live at peak",
             f"{peak.live_buffers:,} buffers"
@@ -113,11 +133,13 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         rows.append(
             (
                 "Address-map check",
-                f"off by up to {frag.check_max_error:.2f}: chunks allocated before the "
-                "capture began are missing from the map",
+                f"off by up to {frag.check_max_error:.2f} at {frag.check_points} events "
+                "where the map looked complete",
                 "derived",
             )
         )
+    elif frag.check_unavailable:
+        rows.append(("Address-map check", "not possible", frag.check_unavailable))
     if waste.at_peak_bytes is not None:
         rows.append(
             (
@@ -129,6 +151,18 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     else:
         rows.append(("Internal waste", "-", f"{waste.label} (requested sizes not recorded)"))
     return rows
+
+
+def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
+    reported = device.counters.reported_peak_bytes
+    if reported is None:
+        return []
+    value = format_bytes(reported)
+    if device.counters.peak_missed_by_events(device.peak.bytes):
+        value += (
+            " (higher than the events show: reached before the capture or between its sessions)"
+        )
+    return [("Allocator's own peak", value, "measured (its running peak)")]
 
 
 def group_rows(groups: tuple[LiveGroup, ...]) -> list[tuple[str, ...]]:

@@ -39,6 +39,7 @@ NUMERIC_STATS = (
 )
 STRING_STATS = ("allocator_name", "tf_op", "region_type", "shape")
 STEP_STAT = "step_num"
+TASK_ENVIRONMENT = "Task Environment"  # the plane TSL writes the session's times on
 
 
 @dataclass(slots=True)
@@ -71,6 +72,10 @@ class MemoryEvents:
     step_time_ps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     step_number: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     step_name: list[str] = field(default_factory=list)
+    # When the profiler session began (ns since the epoch), from the "Task
+    # Environment" plane; event times are relative to it. None in older profiles.
+    profile_start_ns: int | None = None
+    profile_stop_ns: int | None = None
 
     def __len__(self) -> int:
         return len(self.time_ps)
@@ -251,6 +256,19 @@ def _concat_strings(parts: list[pa.DictionaryArray], order: np.ndarray) -> pa.Di
     return joined.take(pa.array(order))
 
 
+def _session_times(space: Any) -> tuple[int | None, int | None]:
+    """The session's start and stop (ns since the epoch), where TSL wrote them."""
+    times: dict[str, int] = {}
+    for plane in space.planes:
+        if plane.name != TASK_ENVIRONMENT:
+            continue
+        for stat in plane.stats:
+            meta = plane.stat_metadata.get(stat.metadata_id)
+            if meta is not None and meta.name in ("profile_start_time", "profile_stop_time"):
+                times[meta.name] = int(stat.uint64_value or stat.int64_value)
+    return times.get("profile_start_time") or None, times.get("profile_stop_time") or None
+
+
 def read_memory_events(space: Any) -> MemoryEvents:
     """All memory events and step marks in an XSpace, sorted by time."""
     times, allocs, numerics, strings = [], [], [], []
@@ -308,6 +326,7 @@ def read_memory_events(space: Any) -> MemoryEvents:
             time_ps=np.zeros(0, np.int64),
             is_alloc=np.zeros(0, bool),
         )
+    events.profile_start_ns, events.profile_stop_ns = _session_times(space)
     if step_times:
         events.step_time_ps = np.concatenate(step_times)
         events.step_number = np.concatenate(step_numbers)

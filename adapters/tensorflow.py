@@ -1,0 +1,236 @@
+"""The TensorFlow adapter: allocator events from profiler sessions, counters from
+`tf.config.experimental.get_memory_info`, for every device.
+
+On the CPU, TensorFlow's default allocator reports nothing. With
+TF_CPU_ALLOCATOR_USE_BFC=true, set before TensorFlow loads, the CPU allocator is a
+BFC allocator like the GPU's, with the same events and counters; the adapter sets
+it unless told not to (or the user set it). A script that starts TensorFlow's
+profiler itself still gets its profile: the capture hands the profiler over, and
+reads that session's events from the script's own logdir when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tpumem.adapters.base import Adapter, CaptureOptions, register
+from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.trace.schema import ALLOCATOR, COUNTER
+from tpumem.trace.writer import TraceWriter
+
+CPU_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+SETTINGS_VARIABLES = (
+    CPU_BFC_VARIABLE,
+    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
+)
+KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
+
+
+def device_name(logical_name: str) -> str:
+    """'/device:GPU:0' or '/job:localhost/.../device:GPU:0' -> 'GPU:0'."""
+    return logical_name.rsplit("device:", 1)[-1]
+
+
+def newest_xspace(logdir: str | Path) -> bytes | None:
+    """The XSpace TensorFlow's profiler last wrote under a logdir."""
+    files = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.parent.name)
+    return files[-1].read_bytes() if files else None
+
+
+class _TfSessions:
+    """TensorFlow's profiler sessions, each exported to a spool directory."""
+
+    def __init__(self, spool: Path) -> None:
+        from tensorflow.python.framework import errors
+        from tensorflow.python.profiler.internal import _pywrap_profiler
+
+        self._pywrap = _pywrap_profiler
+        self._busy = errors.AlreadyExistsError
+        self._spool = spool
+        self._count = 0
+
+    def open(self) -> tuple[Any, Path] | None:
+        logdir = self._spool / f"chunk-{self._count}"
+        session = self._pywrap.ProfilerSession()
+        try:
+            session.start(str(logdir), {})
+        except self._busy:
+            return None
+        self._count += 1
+        return session, logdir
+
+    def collect(self, session: tuple[Any, Path]) -> bytes:
+        handle, logdir = session
+        handle.export_to_tb()  # lets go of the GIL while it gathers and writes
+        data = newest_xspace(logdir) or b""
+        shutil.rmtree(logdir, ignore_errors=True)
+        return data
+
+
+@register
+class TensorFlowAdapter(Adapter):
+    name = "tensorflow"
+    module = "tensorflow"
+    import_names = ("tensorflow", "keras", "tf_keras")
+
+    def __init__(self, options: CaptureOptions) -> None:
+        super().__init__(options)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._warnings: list[str] = []
+        self._chunks: ProfilerChunks | None = None
+        self._spool: Path | None = None
+        self._keras_step = 0
+
+    @classmethod
+    def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
+        if options.cpu_allocator_events and CPU_BFC_VARIABLE not in current:
+            return {CPU_BFC_VARIABLE: "true"}
+        return {}
+
+    def start(self, writer: TraceWriter) -> None:
+        import os
+
+        import tensorflow as tf
+
+        self.writer = writer
+        self.tf = tf
+        devices = [device_name(d.name) for d in tf.config.list_logical_devices()]
+        self.devices = [d for d in devices if d.split(":")[0] in ("CPU", "GPU", "TPU")]
+        self.counted = [d for d in self.devices if self._memory_info(d) is not None]
+        kinds = {d.split(":")[0] for d in self.devices}
+        backend = "tpu" if "TPU" in kinds else "gpu" if "GPU" in kinds else "cpu"
+        cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
+        if backend == "cpu" and not cpu_bfc:
+            self._warnings.append(
+                f"{CPU_BFC_VARIABLE} is not set: TensorFlow's default CPU allocator records "
+                "no events and no counters, so this trace holds no CPU memory figures"
+            )
+        writer.patch_metadata(
+            {
+                "framework_version": tf.__version__,
+                "backend": backend,
+                "devices": [{"name": d, "kind": d.split(":")[0]} for d in self.devices],
+                "fidelity": {
+                    d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted
+                },
+            }
+        )
+        self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
+        self._chunks = ProfilerChunks(writer, _TfSessions(self._spool), self.options.chunk_s)
+        self._take_over_profiler_api()
+        self._chunks.start()
+        sampler = threading.Thread(target=self._sample, name="tpumem-tf-samples", daemon=True)
+        sampler.start()
+        self._threads.append(sampler)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._sample_once()
+        if self._chunks is not None:
+            self._chunks.stop()
+            self._warnings.extend(self._chunks.warnings)
+            self.writer.patch_metadata(
+                {"capture": self._chunks.stats.as_metadata(self.options.chunk_s)}
+            )
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
+        self.writer.patch_metadata(
+            {"allocator_settings": self._settings(), "warnings": self._warnings}
+        )
+
+    def _memory_info(self, device: str) -> dict[str, int] | None:
+        try:
+            return self.tf.config.experimental.get_memory_info(device)
+        except ValueError:  # no allocator statistics for this device (plain CPU)
+            return None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.options.sample_interval_s):
+            self._sample_once()
+            self._watch_keras()
+
+    def _sample_once(self) -> None:
+        for device in self.counted:
+            info = self._memory_info(device)
+            if info is not None:
+                self.writer.sample(
+                    device=device, bytes_in_use=info["current"], peak_bytes_in_use=info["peak"]
+                )
+
+    def _watch_keras(self) -> None:
+        """Keras' fit() marks no steps in the profile: count its training batches."""
+        callbacks = sys.modules.get(KERAS_CALLBACKS)
+        if callbacks is None or getattr(callbacks.CallbackList, "_tpumem", False):
+            return
+        original = callbacks.CallbackList.on_train_batch_begin
+        adapter = self
+
+        def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
+            adapter.writer.mark("keras train batch", step=adapter._keras_step)
+            adapter._keras_step += 1
+            return original(self, batch, logs)
+
+        callbacks.CallbackList.on_train_batch_begin = on_train_batch_begin
+        callbacks.CallbackList._tpumem = True
+
+    def _take_over_profiler_api(self) -> None:
+        """tf.profiler.experimental.start/stop would fail while tpumem's session
+        runs: wrap them so the script's session replaces tpumem's for its span."""
+        from tensorflow.python.profiler import profiler_v2
+
+        chunks, original_start, original_stop = self._chunks, profiler_v2.start, profiler_v2.stop
+        logdirs: list[str] = []
+
+        def start(logdir: str, options: Any = None) -> None:
+            chunks.pause()
+            try:
+                original_start(logdir, options)
+            except Exception:
+                chunks.resume(None)
+                raise
+            logdirs.append(str(logdir))
+
+        def stop(save: bool = True) -> None:
+            try:
+                original_stop(save)
+            finally:
+                logdir = logdirs.pop() if logdirs else None
+                chunks.resume(newest_xspace(logdir) if save and logdir else None)
+
+        start.__doc__, stop.__doc__ = original_start.__doc__, original_stop.__doc__
+        profiler_v2.start, profiler_v2.stop = start, stop
+        api = self.tf.profiler.experimental
+        api.start, api.stop = start, stop
+
+    def _settings(self) -> dict[str, Any]:
+        """What decides how much TensorFlow reserves, read at the end of the run (the
+        script sets memory growth and limits after tpumem starts)."""
+        import os
+
+        tf = self.tf
+        settings: dict[str, Any] = {
+            name: os.environ[name] for name in SETTINGS_VARIABLES if name in os.environ
+        }
+        for gpu in tf.config.list_physical_devices("GPU"):
+            name = device_name(gpu.name)
+            with contextlib.suppress(ValueError):
+                settings[f"{name} memory growth"] = tf.config.experimental.get_memory_growth(gpu)
+            for index, config in enumerate(tf.config.get_logical_device_configuration(gpu) or []):
+                if config.memory_limit is not None:
+                    settings[f"{name} logical device {index} memory limit (MB)"] = (
+                        config.memory_limit
+                    )
+        return settings

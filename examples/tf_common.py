@@ -1,0 +1,67 @@
+"""Pieces the TensorFlow examples share: parameters, layers and Adam, written out
+so that the JAX and PyTorch/XLA examples can match them exactly."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from model_config import BETAS, EPSILON, INIT_STDDEV, LEARNING_RATE
+
+
+def weight(*shape: int) -> tf.Variable:
+    return tf.Variable(tf.random.normal(shape, stddev=INIT_STDDEV))
+
+
+def dense_params(inputs: int, outputs: int, bias: bool = True) -> list[tf.Variable]:
+    return (
+        [weight(inputs, outputs), tf.Variable(tf.zeros([outputs]))]
+        if bias
+        else [weight(inputs, outputs)]
+    )
+
+
+def norm_params(width: int) -> list[tf.Variable]:
+    return [tf.Variable(tf.ones([width])), tf.Variable(tf.zeros([width]))]
+
+
+def dense(x: tf.Tensor, w: tf.Variable, b: tf.Variable | None = None) -> tf.Tensor:
+    # A 2-D matmul: TF's CPU einsum over batch dimensions is ~100x slower.
+    y = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), w)
+    y = tf.reshape(y, [*x.shape[:-1], w.shape[-1]])
+    return y if b is None else y + b
+
+
+def layer_norm(x: tf.Tensor, scale: tf.Variable, bias: tf.Variable) -> tf.Tensor:
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance + 1e-5) * scale + bias
+
+
+class Adam:
+    """Adam as torch.optim.Adam and optax.adam compute it (bias-corrected)."""
+
+    def __init__(self, params: list[tf.Variable]) -> None:
+        self.params = params
+        self.m = [tf.Variable(tf.zeros_like(p)) for p in params]
+        self.v = [tf.Variable(tf.zeros_like(p)) for p in params]
+        self.step = tf.Variable(0.0)
+
+    def apply(self, grads: list[tf.Tensor]) -> None:
+        self.step.assign_add(1.0)
+        beta1, beta2 = BETAS
+        correction1 = 1.0 - tf.pow(beta1, self.step)
+        correction2 = 1.0 - tf.pow(beta2, self.step)
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            g = tf.convert_to_tensor(g)  # an embedding's gradient, dense as in torch
+            m.assign(beta1 * m + (1.0 - beta1) * g)
+            v.assign(beta2 * v + (1.0 - beta2) * tf.square(g))
+            update = (m / correction1) / (tf.sqrt(v / correction2) + EPSILON)
+            p.assign_sub(LEARNING_RATE * update)
+
+
+def memory_peak() -> int | None:
+    """TensorFlow's own peak for the first accelerator, else the CPU (None where
+    the allocator keeps no statistics: the CPU without TF_CPU_ALLOCATOR_USE_BFC)."""
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    try:
+        return int(tf.config.experimental.get_memory_info(devices[0].name)["peak"])
+    except ValueError:
+        return None

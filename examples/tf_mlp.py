@@ -1,0 +1,63 @@
+"""The reference MLP (see model_config.py) in TensorFlow, trained for a few steps.
+
+python examples/tf_mlp.py --width 512 --layers 4 --batch 64 --steps 20
+tpumem profile examples/tf_mlp.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+from model_config import parameter_count, parse_args, report
+from tf_common import Adam, dense, dense_params, memory_peak
+
+
+def main() -> None:
+    args = parse_args("mlp", __doc__)
+    tf.random.set_seed(args.seed)
+    params = []
+    for _ in range(args.layers):
+        params += dense_params(args.width, args.width)
+    params += dense_params(args.width, args.classes)
+    counted = sum(int(tf.size(p)) for p in params)
+    assert counted == parameter_count("mlp", args), counted
+    print(f"TensorFlow MLP: {counted:,} parameters")
+    optimizer = Adam(params)
+    x = tf.random.normal([args.batch, args.width], stddev=1.0)
+    y = tf.random.uniform([args.batch], maxval=args.classes, dtype=tf.int32)
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            h = x
+            for layer in range(args.layers):
+                h = tf.nn.gelu(dense(h, params[2 * layer], params[2 * layer + 1]), approximate=True)
+            logits = dense(h, params[-2], params[-1])
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            )
+        optimizer.apply(tape.gradient(loss, params))
+        return loss
+
+    start = first = time.perf_counter()
+    for step in range(args.steps):
+        if step == 1:
+            first = time.perf_counter()  # the first step also traces and optimizes
+        with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
+            loss = train_step(x, y)
+    loss = float(loss)
+    report(
+        "tensorflow",
+        "mlp",
+        args,
+        params=counted,
+        loss=loss,
+        first_step_seconds=first - start,
+        steps_seconds=time.perf_counter() - first,
+        peak_bytes=memory_peak(),
+    )
+
+
+if __name__ == "__main__":
+    main()

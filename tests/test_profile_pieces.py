@@ -1,0 +1,123 @@
+"""The pieces of `tpumem profile` that need no framework: profiler chunks on the
+trace clock, recording how a killed run ended, and finding the framework."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpumem.detect import detect_framework, imported_modules
+from tpumem.errors import TpumemError
+from tpumem.trace.amend import append_metadata
+from tpumem.trace.reader import load
+from tpumem.trace.writer import TraceWriter
+from tpumem.xplane.chunks import ChunkConverter
+from xspace_builder import build_space
+
+TRACE_START = 1_700_000_000_000_000_000
+FRAMEWORKS = {"tensorflow": "tensorflow", "keras": "tensorflow", "jax": "jax"}
+
+
+def memory_event(name: str, offset_ns: int, address: int, size: int, in_use: int) -> dict:
+    return {
+        "name": name,
+        "offset_ps": offset_ns * 1000,
+        "stats": {
+            "allocator_name": ("ref", "GPU_0_bfc"),
+            "addr": address,
+            "allocation_bytes": size,
+            "bytes_allocated": in_use,
+            "peak_bytes_in_use": in_use,
+        },
+    }
+
+
+def test_chunks_share_the_trace_clock_and_pair_across_sessions():
+    """Buffer a lives across the two sessions, b only in the second; the session
+    starts are 1 ms and 3 ms after the trace's, and line timestamps are 1 µs."""
+    first = build_space(
+        [memory_event("MemoryAllocation", 10, 0x1000, 256, 256)],
+        session=(TRACE_START + 1_000_000, TRACE_START + 2_000_000),
+    )
+    second = build_space(
+        [
+            memory_event("MemoryAllocation", 20, 0x2000, 512, 768),
+            memory_event("MemoryDeallocation", 30, 0x1000, 256, 512),
+            memory_event("MemoryDeallocation", 40, 0x2000, 512, 0),
+        ],
+        session=(TRACE_START + 3_000_000, TRACE_START + 4_000_000),
+    )
+    converter = ChunkConverter(TRACE_START)
+    one, two = converter.convert(first), converter.convert(second)
+    assert one.event_count == 1 and two.event_count == 3
+    assert one.events["time_ns"].tolist() == [1_000_000 + 1_000 + 10]
+    assert two.events["time_ns"].tolist() == [3_001_020, 3_001_030, 3_001_040]
+    (a,) = one.events["buffer_id"].tolist()
+    b_alloc, a_free, b_free = two.events["buffer_id"].tolist()
+    assert a_free == a and b_alloc == b_free and b_alloc != a
+    assert (one.start_ns, one.stop_ns, two.start_ns) == (1_000_000, 2_000_000, 3_000_000)
+    assert converter.open_buffers == 0
+    assert two.allocator_peak == 768
+
+
+def test_a_free_of_a_buffer_the_chunks_never_saw_stays_unpaired():
+    space = build_space(
+        [memory_event("MemoryDeallocation", 5, 0x3000, 256, 0)], session=(TRACE_START, TRACE_START)
+    )
+    chunk = ChunkConverter(TRACE_START).convert(space)
+    assert np.ma.getmaskarray(chunk.events["buffer_id"]).tolist() == [True]
+
+
+def _trace_with_rows(path: Path, rows: int) -> bytes:
+    with TraceWriter(path, {"framework": "test"}, flush_interval_s=0) as writer:
+        for index in range(rows):
+            writer.alloc(device="CPU:0", bytes=256, buffer_id=index)
+            if index % 10 == 9:
+                writer.flush()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("cut", [8, 100, 2000])
+def test_a_killed_runs_ending_is_recorded_without_losing_whole_batches(tmp_path, cut):
+    """The file is cut `cut` bytes before its end, as a SIGKILL might leave it."""
+    path = tmp_path / "t.tpumem"
+    data = _trace_with_rows(path, 50)
+    path.write_bytes(data[:-cut])
+    rows_before = len(load(path))
+    assert append_metadata(path, {"exit": {"signal": 9, "signal_name": "SIGKILL"}}, time_ns=7)
+    trace = load(path)
+    assert trace.metadata["exit"]["signal"] == 9
+    assert trace.numbers("bytes")[trace.valid("buffer_id")].sum() == 256 * (rows_before)
+    assert len(trace) == rows_before + 1
+
+
+def test_a_trace_cut_inside_its_header_is_left_alone(tmp_path):
+    path = tmp_path / "t.tpumem"
+    data = _trace_with_rows(path, 3)
+    path.write_bytes(data[:40])
+    assert not append_metadata(path, {"exit": {"code": 1}})
+    assert path.read_bytes() == data[:40]
+
+
+def test_the_framework_is_found_in_the_scripts_local_imports(tmp_path):
+    (tmp_path / "model.py").write_text("import tensorflow as tf\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .layers import dense\n")
+    (tmp_path / "pkg" / "layers.py").write_text("def dense():\n    import numpy\n")
+    script = tmp_path / "train.py"
+    script.write_text("import os\nfrom model import build\nimport pkg\n")
+    assert imported_modules(script) == {"os", "tensorflow", "numpy"}
+    assert detect_framework(script, FRAMEWORKS) == "tensorflow"
+
+
+def test_a_script_with_two_frameworks_or_none_needs_a_choice(tmp_path):
+    both = tmp_path / "both.py"
+    both.write_text("import jax\nimport keras\n")
+    with pytest.raises(TpumemError, match="imports jax and tensorflow; choose one"):
+        detect_framework(both, FRAMEWORKS)
+    none = tmp_path / "none.py"
+    none.write_text("import numpy\n")
+    with pytest.raises(TpumemError, match="name one with --framework"):
+        detect_framework(none, FRAMEWORKS)

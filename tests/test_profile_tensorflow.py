@@ -1,0 +1,195 @@
+"""`tpumem profile` on real TensorFlow scripts, each run in its own processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+pytestmark = pytest.mark.framework
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tpumem", "profile", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **QUIET_TF, **(env or {})},
+        timeout=300,
+    )
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+KNOWN_ALLOCATIONS = """
+import json
+import tensorflow as tf
+
+print("the script's own output")
+held = [tf.ones([1024, 256 * (i + 1)]) for i in range(4)]  # 1, 2, 3, 4 MiB
+del held[0]
+extra = tf.ones([2048, 1024])  # 8 MiB on top of 9 MiB
+del extra
+info = tf.config.experimental.get_memory_info("CPU:0")
+print(json.dumps({"peak": info["peak"], "current": info["current"]}))
+"""
+
+
+def test_the_reported_peak_is_tensorflows_own(tmp_path):
+    (tmp_path / "known.py").write_text(KNOWN_ALLOCATIONS)
+    result = profile(tmp_path, "known.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("the script's own output\n")  # passed through, untouched
+    assert "tpumem report" in result.stderr and "Peak in use" in result.stderr
+    tf_figures = last_json(result.stdout)
+    analysis = analyze(load(tmp_path / "known.tpumem"))
+    (device,) = analysis.devices
+    assert device.device == "CPU:0" and device.fidelity == "allocator"
+    assert device.peak.bytes == tf_figures["peak"]
+    assert device.peak.bytes >= 17 * 2**20
+    assert device.counters.reported_peak_bytes == tf_figures["peak"]
+    assert analysis.metadata["exit"] == {"code": 0}
+    assert analysis.metadata["env"]["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
+    assert analysis.metadata["set_by_tpumem"] == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    shapes = {group.shape for group in device.peak.groups}
+    assert {"[1024,512]", "[1024,768]", "[1024,1024]", "[2048,1024]"} <= shapes
+
+
+@pytest.mark.parametrize(
+    ("example", "sizes"),
+    [
+        ("tf_mlp.py", ["--width", "256", "--layers", "2", "--steps", "6"]),
+        ("tf_transformer.py", ["--width", "64", "--layers", "1", "--seq", "32", "--steps", "6"]),
+    ],
+)
+def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
+    result = profile(tmp_path, "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = last_json(result.stdout)
+    assert printed["params"] > 0
+    analysis = analyze(load(tmp_path / "run.tpumem"))
+    (device,) = analysis.devices
+    assert device.peak.bytes == printed["peak_bytes"]
+    assert device.peak.step is not None  # steps from tf.profiler.experimental.Trace
+    assert analysis.metadata["capture"]["chunks"] >= 1
+    assert analysis.metadata["command"][1:] == sizes
+
+
+BEHAVES_AS_PYTHON = """
+import json, os, sys
+import tensorflow as tf
+from helper import VALUE
+from pkg.inner import NAME
+print(json.dumps({
+    "argv": sys.argv, "name": __name__, "file": __file__, "cwd": os.getcwd(),
+    "path0": sys.path[0], "value": VALUE, "inner": NAME,
+    "main": sys.modules["__main__"].__dict__ is globals(),
+    "config_hidden": "TPUMEM_RUNNER_CONFIG" not in os.environ,
+}))
+"""
+
+
+def test_the_script_sees_what_plain_python_gives_it(tmp_path):
+    scripts = tmp_path / "scripts"
+    (scripts / "pkg").mkdir(parents=True)
+    (scripts / "helper.py").write_text("VALUE = 42\n")
+    (scripts / "pkg" / "__init__.py").write_text("")
+    (scripts / "pkg" / "inner.py").write_text("NAME = 'inner'\n")
+    (scripts / "probe.py").write_text(BEHAVES_AS_PYTHON)
+    args = ["scripts/probe.py", "--flag", "x y", "-o", "not-ours"]
+    plain = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **QUIET_TF},
+    )
+    profiled = profile(tmp_path, "-q", *args)
+    assert profiled.returncode == 0, profiled.stderr[-3000:]
+    assert last_json(profiled.stdout) == last_json(plain.stdout)
+    seen = last_json(profiled.stdout)
+    assert seen["argv"] == args[0:1] + args[1:] and seen["name"] == "__main__"
+    assert seen["main"] and seen["config_hidden"] and seen["value"] == 42
+    assert (tmp_path / "probe.tpumem").exists()  # default name, in the working directory
+
+
+ENDINGS = {
+    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
+    "exit": ("import sys; sys.exit(3)", 3, "exit status 3"),
+    "oom": (
+        "tf.ones([64, 1024, 1024])",  # 256 MiB against a 64 MiB allocator limit
+        1,
+        "uncaught exception: ResourceExhaustedError",
+    ),
+    "sigkill": (
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        128 + 9,
+        "killed by SIGKILL",
+    ),
+}
+BEFORE_THE_END = """
+import time
+import tensorflow as tf
+kept = tf.ones([512, 1024])  # 2 MiB, [512,1024]
+time.sleep(0.6)  # a profiler chunk ends and is written
+{ending}
+"""
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
+    statement, status, words = ENDINGS[ending]
+    (tmp_path / "bad.py").write_text(BEFORE_THE_END.format(ending=statement))
+    result = profile(
+        tmp_path, "--chunk", "0.25", "bad.py", env={"TF_CPU_BFC_MEM_LIMIT_IN_MB": "64"}
+    )
+    assert result.returncode == status, result.stderr[-3000:]
+    assert words in result.stderr  # the report says how the run ended
+    if ending in ("exception", "oom"):
+        assert "Traceback" in result.stderr and "tpumem/runner" not in result.stderr
+    trace = load(tmp_path / "bad.tpumem")
+    (device,) = analyze(trace).devices
+    assert device.peak.bytes >= 2 * 2**20
+    shapes = {group.shape for group in device.peak.groups}
+    assert "[512,1024]" in shapes
+
+
+def test_ctrl_c_reaches_the_script(tmp_path):
+    (tmp_path / "waits.py").write_text(
+        "import time\nimport tensorflow as tf\nx = tf.ones([256, 256])\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tpumem", "profile", "waits.py"],
+        cwd=tmp_path,
+        env={**os.environ, **QUIET_TF},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+    try:
+        assert child.stdout.readline() == "ready\n"
+        time.sleep(0.3)
+        os.killpg(child.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        _, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    assert "KeyboardInterrupt" in stderr and "interrupted" in stderr
+    assert load(tmp_path / "waits.tpumem").metadata["exit"]["exception"] == "KeyboardInterrupt"

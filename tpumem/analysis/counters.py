@@ -1,0 +1,48 @@
+"""The allocator's own counters for a device: sampled bytes in use and the
+running peak that allocators report (TF's get_memory_info, JAX's memory_stats).
+
+They hold between events too, so they show a peak that the events missed: one
+reached before the capture began or between two of its profiler sessions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tpumem.trace.model import Trace
+from tpumem.trace.schema import SAMPLE
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    samples: int  # counter readings taken between events
+    reported_peak_bytes: int | None  # the largest running peak the allocator reported
+    sampled_peak_bytes: int | None  # the largest sampled bytes in use
+
+    def peak_missed_by_events(self, event_peak: int) -> bool:
+        return self.reported_peak_bytes is not None and self.reported_peak_bytes > event_peak
+
+
+def counters(trace: Trace, device: str) -> Counters:
+    codes, names = trace.codes("device")
+    if device not in names:
+        return Counters(0, None, None)
+    rows = codes == names.index(device)
+    kinds = trace.table.column("kind").cast(pa.string())
+    is_sample = pc.equal(kinds, SAMPLE).to_numpy(zero_copy_only=False) & rows
+    return Counters(
+        samples=int(is_sample.sum()),
+        reported_peak_bytes=_largest(trace, "peak_bytes_in_use", rows),
+        sampled_peak_bytes=_largest(trace, "bytes_in_use", is_sample),
+    )
+
+
+def _largest(trace: Trace, column: str, rows: np.ndarray) -> int | None:
+    chosen = trace.valid(column) & rows
+    if not chosen.any():
+        return None
+    return int(trace.numbers(column)[chosen].max())

@@ -1,0 +1,168 @@
+"""`tpumem profile`: runs a script in a child process under its framework's adapter.
+
+The child (tpumem.runner) writes the trace. This process only starts it, waits,
+and, when the child died without closing the trace (a signal, the OOM killer,
+os._exit), records from outside how the run ended. Ctrl-C reaches the child from
+the terminal as it would without tpumem; this process waits for it to finish.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tpumem.adapters import CaptureOptions, adapter_names, get_adapter
+from tpumem.detect import detect_framework, module_file
+from tpumem.errors import TpumemError
+from tpumem.runner import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig
+from tpumem.trace.amend import append_metadata
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRequest:
+    target: str  # script path, or module name when `module`
+    module: bool
+    args: list[str]
+    output: Path | None
+    framework: str | None
+    capture: CaptureOptions
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileOutcome:
+    trace: Path
+    framework: str
+    returncode: int  # as a shell reports it: 128 + signal for a signal
+    signal: int | None
+    adapter_failed: bool
+
+
+def _script_path(request: ProfileRequest) -> Path:
+    if request.module:
+        found = module_file(request.target)
+        if found is None:
+            raise TpumemError(f"no module named {request.target!r}")
+        return found
+    path = Path(request.target)
+    if not path.exists():
+        raise TpumemError(f"{path}: no such file")
+    if path.is_dir():
+        raise TpumemError(f"{path}: is a directory, not a Python script")
+    return path
+
+
+def default_output(request: ProfileRequest) -> Path:
+    """<script or module>.tpumem in the working directory."""
+    stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
+    return Path(f"{stem}.tpumem")
+
+
+def _prepare(request: ProfileRequest) -> tuple[str, Path, dict[str, str]]:
+    script = _script_path(request)
+    framework = request.framework or detect_framework(script, adapter_names())
+    adapter = get_adapter(framework)
+    output = request.output or default_output(request)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.touch()
+    except OSError as error:
+        raise TpumemError(f"{output}: cannot write: {error.strerror}") from None
+    environment = adapter.environment(request.capture, os.environ)
+    return framework, output, environment
+
+
+def _closed(path: Path) -> bool:
+    """Whether the trace's writer closed it (it ends with the end-of-stream mark)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() < len(_END_OF_STREAM):
+                return False
+            handle.seek(-len(_END_OF_STREAM), os.SEEK_END)
+            return handle.read() == _END_OF_STREAM
+    except OSError:
+        return False
+
+
+def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) -> None:
+    """For a child that died without closing its trace."""
+    if returncode < 0:
+        number = -returncode
+        name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
+        exit_info: dict[str, object] = {"signal": number, "signal_name": name}
+        how = f"was killed by {name}"
+    else:
+        exit_info = {"code": returncode}
+        how = f"ended with status {returncode} without closing the trace (os._exit?)"
+    warning = (
+        f"the profiled process {how}; the trace holds what was written before, and "
+        f"the allocator events of its last {chunk_s:g} s (one capture chunk) may be missing"
+    )
+    append_metadata(
+        trace,
+        {"exit": exit_info, "recorded_by": "tpumem profile", "warnings": [warning]},
+        time_ns=time.time_ns() - start_ns,
+    )
+
+
+def run_profiled(request: ProfileRequest) -> ProfileOutcome:
+    framework, output, environment = _prepare(request)
+    config = RunConfig(
+        output=str(output),
+        framework=framework,
+        target=request.target,
+        module=request.module,
+        args=list(request.args),
+        capture=asdict(request.capture),
+        environment=environment,
+    )
+    env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
+    start_ns = time.time_ns()
+    child = subprocess.Popen([sys.executable, "-m", "tpumem.runner"], env=env)
+    # The terminal sends Ctrl-C to the child too; this process waits for the child
+    # to act on it (the script may catch it) rather than leaving it orphaned. (Set
+    # after the start: an ignored SIGINT would be inherited by the child.)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forward = signal.signal(signal.SIGTERM, lambda number, _: child.send_signal(number))
+    try:
+        returncode = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, forward)
+    killed = -returncode if returncode < 0 else None
+    if not _closed(output) or (killed is not None and _recorded_signal(output) != killed):
+        _record_ending(output, returncode, start_ns, request.capture.chunk_s)
+    return ProfileOutcome(
+        trace=output,
+        framework=framework,
+        returncode=128 + killed if killed is not None else returncode,
+        signal=killed,
+        adapter_failed=returncode == ADAPTER_FAILED and _adapter_failed(output),
+    )
+
+
+def _recorded_signal(trace: Path) -> int | None:
+    """The signal the runner recorded (it does for Ctrl-C, then dies by it)."""
+    from tpumem.trace.reader import load
+
+    try:
+        exit_info = load(trace).metadata.get("exit") or {}
+    except TpumemError:
+        return None
+    return exit_info.get("signal")
+
+
+def _adapter_failed(trace: Path) -> bool:
+    from tpumem.trace.reader import load
+
+    try:
+        return any("adapter failed" in w for w in load(trace).warnings)
+    except TpumemError:
+        return False

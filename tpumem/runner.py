@@ -1,0 +1,149 @@
+"""The profiled process: `python -m tpumem.runner`, started by `tpumem profile`.
+
+It opens the trace, starts the framework's adapter, then runs the user's script as
+`python script.py` would (sys.argv, sys.path[0], a fresh `__main__`, the working
+directory untouched), records how it ended, and closes the trace. Its settings
+come in one environment variable, removed before the script sees the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import runpy
+import signal
+import sys
+import types
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CONFIG_VARIABLE = "TPUMEM_RUNNER_CONFIG"
+ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    output: str
+    framework: str
+    target: str  # a script's path, or a module's name when `module` is true
+    module: bool
+    args: list[str]
+    capture: dict[str, Any] = field(default_factory=dict)  # CaptureOptions' fields
+    environment: dict[str, str] = field(default_factory=dict)  # what tpumem set
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        return cls(**json.loads(text))
+
+
+def _run_target(config: RunConfig) -> None:
+    if config.module:
+        sys.argv = [config.target, *config.args]  # runpy puts the module's file first
+        sys.path[0] = os.getcwd()
+        runpy.run_module(config.target, run_name="__main__", alter_sys=True)
+        return
+    path = os.path.abspath(config.target)
+    sys.argv = [config.target, *config.args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    with open(path, "rb") as handle:
+        code = compile(handle.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path  # absolute, as Python 3.9+ sets it for a script
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def _user_traceback(error: BaseException) -> types.TracebackType | None:
+    """The traceback from the user's code down, as `python script.py` prints it."""
+    tb = error.__traceback__
+    ours = (__file__, runpy.__file__)
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _metadata(config: RunConfig) -> dict[str, Any]:
+    from tpumem import __version__
+    from tpumem.analysis.preallocation import SETTINGS_VARIABLES
+
+    command = ["-m", config.target] if config.module else [config.target]
+    return {
+        "framework": config.framework,
+        "source": "tpumem profile",
+        "command": [*command, *config.args],
+        "cwd": os.getcwd(),
+        "host": platform.node(),
+        "pid": os.getpid(),
+        "python": platform.python_version(),
+        "tpumem_version": __version__,
+        "capture_options": config.capture,
+        "set_by_tpumem": config.environment,
+        "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
+        "warnings": [],
+    }
+
+
+def main() -> None:
+    config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
+    from tpumem.adapters import CaptureOptions, get_adapter
+    from tpumem.errors import TpumemError
+    from tpumem.trace.writer import TraceWriter
+
+    writer = TraceWriter(config.output, _metadata(config))
+    adapter = get_adapter(config.framework)(CaptureOptions(**config.capture))
+    try:
+        adapter.start(writer)
+    except (ImportError, TpumemError) as failure:
+        writer.patch_metadata({"warnings": [f"the {config.framework} adapter failed: {failure}"]})
+        writer.close()
+        print(f"tpumem: error: the {config.framework} adapter failed: {failure}", file=sys.stderr)
+        sys.exit(ADAPTER_FAILED)
+    code, exit_info, error = 0, {"code": 0}, None
+    try:
+        _run_target(config)
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+        exit_info = {"code": code}
+    except BaseException as caught:
+        error = caught
+        code = 1
+        exit_info = {"code": 1, "exception": f"{type(caught).__name__}: {caught}"}
+        if isinstance(caught, KeyboardInterrupt):
+            exit_info = {
+                "signal": int(signal.SIGINT),
+                "signal_name": "SIGINT",
+                "exception": "KeyboardInterrupt",
+            }
+    finally:
+        try:
+            adapter.stop()
+        finally:
+            writer.patch_metadata({"exit": exit_info, "end_time_ns": writer.now_ns()})
+            writer.close()
+    if error is not None:
+        trimmed = _user_traceback(error)
+        sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        if isinstance(error, KeyboardInterrupt):
+            # As Python does: die by the signal, so the parent sees how it ended.
+            sys.stdout.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Adds a metadata patch to a trace whose writer may have died.
+
+When a profiled process is killed (SIGKILL, the OOM killer), its trace ends
+wherever the kernel stopped it, perhaps inside a record batch. `tpumem profile`
+then records how the run ended from outside: the file is cut back to its last
+whole message (nothing readable is lost) and a patch row and an end-of-stream
+marker are appended.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tpumem.trace.columns import rows_to_batch
+from tpumem.trace.schema import META
+
+
+def _message_ends(data: pa.Buffer) -> list[int]:
+    """Byte offsets at which each whole IPC message of a stream ends."""
+    source = pa.BufferReader(data)
+    reader = pa.ipc.MessageReader.open_stream(source)
+    ends = []
+    while True:
+        try:
+            reader.read_next_message()
+        except StopIteration:
+            return ends
+        except (pa.ArrowInvalid, OSError):
+            return ends  # the rest was cut
+        ends.append(source.tell())
+
+
+def append_metadata(path: str | Path, patch: dict[str, Any], time_ns: int = 0) -> bool:
+    """Appends `patch` as a metadata row at `time_ns` on the trace clock; False
+    when the file does not even hold a whole schema (nothing a reader could load)."""
+    with open(path, "rb") as handle:
+        data = pa.py_buffer(handle.read())
+    ends = _message_ends(data)
+    if not ends:
+        return False
+    schema = pa.ipc.read_schema(pa.BufferReader(data.slice(0, ends[0])))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(
+            rows_to_batch([{"kind": META, "time_ns": time_ns, "text": json.dumps(patch)}])
+        )
+    tail = sink.getvalue()
+    tail_after_schema = tail.slice(_message_ends(tail)[0])
+    with open(path, "r+b") as handle:
+        handle.truncate(ends[-1])
+        handle.seek(ends[-1])
+        handle.write(tail_after_schema.to_pybytes())
+    return True
