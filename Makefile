@@ -26,13 +26,13 @@ test: setup lint
 
 demo: setup
 	rm -rf demo && mkdir -p demo
-	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/python ../examples/tf_profile_demo.py --logdir logdir
-	cd demo && ../$(BIN)/tpumem import logdir -o tf_demo.tpumem
-	cd demo && ../$(BIN)/tpumem report tf_demo.tpumem
+	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/tpumem profile -o tf_transformer.tpumem \
+		../examples/tf_transformer.py --steps 30
 
 bench: setup
 	$(BIN)/python benchmarks/import_vs_xprof.py
 	$(BIN)/python benchmarks/analysis_scale.py
+	$(BIN)/python benchmarks/profile_overhead.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

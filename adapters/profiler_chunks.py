@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
+from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane.chunks import Chunk, ChunkConverter
 from tpumem.xplane.wire import WireError
@@ -169,4 +170,7 @@ class ProfilerChunks:
             stats.gaps += 1
             stats.gap_total_ns += gap
             stats.gap_max_ns = max(stats.gap_max_ns, gap)
+            # The analysis places allocations it did not see inside these spans.
+            self.writer.mark(CAPTURE_GAP, time_ns=self._last_stop_ns)
+            self.writer.mark(CAPTURE_RESUMED, time_ns=chunk.start_ns)
         self._last_stop_ns = chunk.stop_ns

@@ -9,7 +9,7 @@ from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
 from tpumem.analysis.bfc_model import replay
-from tpumem.analysis.chunk_map import address_map_fragmentation
+from tpumem.analysis.chunk_map import Chunks, address_map_fragmentation
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 
@@ -281,3 +281,35 @@ def test_quiet_points_find_step_boundaries_without_marks():
     # A parameter, then three steps of two activations each.
     is_alloc = np.array([1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0], dtype=bool)
     assert quiet_points(is_alloc, most=10).tolist() == [1, 5, 9]
+
+
+def test_chunks_the_capture_missed_in_a_gap_are_placed_in_the_gap(make_trace):
+    """Region [0, 2M). Seen: a = 512K at 0, then a gap (10..20 ns) in which a is
+    freed and c = 256K allocated at 1.5M, both unseen. Then b = 512K at 0 (a's
+    address, so a was gone by then) and c's free. Placed in the gap, the map holds
+    every live chunk after every event, and agrees with the reported figures:
+    after b, free [512K, 1.5M) + [1.75M, 2M) = 1.25M, largest 1M: 0.2;
+    after c's free, free 1.5M in one piece: 0."""
+    common = {"device": "GPU:0"}
+    rows = [
+        {"kind": "alloc", "time_ns": 5, "buffer_id": 1, "address": 0, "bytes": 512 * KiB,
+         "bytes_in_use": 512 * KiB, "fragmentation": 0.0, **common},
+        {"kind": "mark", "time_ns": 10, "text": "capture gap"},
+        {"kind": "mark", "time_ns": 20, "text": "capture resumed"},
+        {"kind": "alloc", "time_ns": 25, "buffer_id": 2, "address": 0, "bytes": 512 * KiB,
+         "bytes_in_use": 768 * KiB, "fragmentation": 0.2, **common},
+        {"kind": "free", "time_ns": 30, "buffer_id": 3, "address": 1536 * KiB,
+         "bytes": 256 * KiB, "bytes_in_use": 512 * KiB, "fragmentation": 0.0, **common},
+    ]  # fmt: skip
+    trace = load(make_trace(rows))
+    (events,) = split_by_device(trace)
+    assert events.gaps_ns.tolist() == [[10, 20]]
+    chunks = Chunks.of(events)
+    # a lives until b's event (the first after the gap); c from then until its free.
+    assert sorted(zip(chunks.first.tolist(), chunks.end.tolist(), strict=True)) == [
+        (0, 1), (1, 2), (1, 3)
+    ]  # fmt: skip
+    (device,) = analyze(trace).devices
+    assert device.fragmentation.check_agrees is True
+    assert device.fragmentation.check_points == 3
+    assert device.preallocation.pool_peak_bytes == 2 * MiB

@@ -70,36 +70,63 @@ class Chunks:
 
     @classmethod
     def of(cls, events: DeviceEvents) -> Chunks:
-        freed_at = events.free_index()
+        count = len(events)
+        partner = pair_events(events.is_alloc, events.buffer_id)
+        previous, following = _neighbours_at_address(events.address)
+        # The first event after each gap in the capture.
+        resumed = np.searchsorted(events.time_ns, events.gaps_ns[:, 1], side="left")
         allocs = np.flatnonzero(events.is_alloc)
-        unpaired = np.flatnonzero(~events.is_alloc)
-        unpaired = unpaired[pair_events(events.is_alloc, events.buffer_id)[unpaired] < 0]
-        first = np.concatenate([allocs, _after_previous_use(events.address, unpaired)])
+        end = np.where(partner[allocs] >= 0, partner[allocs], count)
+        # An allocation whose free the capture missed, and whose address is used
+        # again: it was freed in the first gap after it (else just before the reuse).
+        lost = (partner[allocs] < 0) & (following[allocs] < count)
+        gap = np.searchsorted(resumed, allocs[lost], side="right")
+        after_gap = np.append(resumed, count)[gap]
+        end[lost] = np.minimum(after_gap, following[allocs[lost]])
+        # A free whose allocation the capture missed: allocated in the last gap
+        # before it, after the address's previous use; else before the capture.
+        unpaired = np.flatnonzero(~events.is_alloc & (partner < 0))
+        last_gap = np.searchsorted(resumed, unpaired, side="right")  # 0: none before
+        after_gap = np.concatenate([[0], resumed])[last_gap]
+        first_unpaired = np.maximum(after_gap, previous[unpaired] + 1)
         rows = np.concatenate([allocs, unpaired])
+        first = np.concatenate([allocs, first_unpaired])
+        ends = np.concatenate([end, unpaired])
         # In order of appearance, lowest address first among chunks that appear
         # together: region inference takes the first chunk it meets as a start.
         order = np.lexsort((events.address[rows], first))
-        rows, first = rows[order], first[order]
+        rows = rows[order]
         size = events.bytes[rows]
         requested = events.requested[rows]
         return cls(
-            first=first,
-            end=np.where(events.is_alloc[rows], freed_at[rows], rows),
+            first=first[order],
+            end=ends[order],
             address=events.address[rows],
             size=size,
             needed=np.where(requested > 0, requested, size),
         )
 
+    def complete(self, events: DeviceEvents) -> np.ndarray:
+        """Per event, whether the map holds every live chunk after it: its live
+        bytes equal the allocator's bytes in use."""
+        count = len(events)
+        change = np.zeros(count + 1, dtype=np.int64)
+        np.add.at(change, self.first, self.size)
+        np.add.at(change, np.minimum(self.end, count), -self.size)
+        return np.cumsum(change)[:count] == events.in_use
 
-def _after_previous_use(address: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """For events `rows`, the index after the latest earlier event at the same
-    address (0 when there is none): the earliest a chunk freed there can be from."""
-    order = np.lexsort((np.arange(len(address)), address))
-    position = np.empty(len(address), dtype=np.int64)
-    position[order] = np.arange(len(address))
-    previous = position[rows] - 1
-    same = (previous >= 0) & (address[order[np.maximum(previous, 0)]] == address[rows])
-    return np.where(same, order[np.maximum(previous, 0)] + 1, 0)
+
+def _neighbours_at_address(address: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the index of the previous event at the same address (-1 if
+    none) and of the next one (len(address) if none)."""
+    count = len(address)
+    order = np.lexsort((np.arange(count), address))
+    same = address[order][1:] == address[order][:-1]
+    previous = np.full(count, -1, dtype=np.int64)
+    following = np.full(count, count, dtype=np.int64)
+    previous[order[1:][same]] = order[:-1][same]
+    following[order[:-1][same]] = order[1:][same]
+    return previous, following
 
 
 def infer_regions(chunks: Chunks, schedule: RegionSchedule, label: str) -> Regions:
@@ -155,56 +182,70 @@ def _largest_gap(address: np.ndarray, size: np.ndarray, regions: Regions, index:
 
 def fragmentation_at(
     events: DeviceEvents, regions: Regions, points: np.ndarray, chunks: Chunks
-) -> tuple[np.ndarray, np.ndarray]:
-    """BFC fragmentation after each event in `points`, from the chunk map, and
-    whether the map was complete there."""
+) -> np.ndarray:
+    """BFC fragmentation after each event in `points`, from the chunk map."""
     result = np.empty(len(points), dtype=np.float64)
-    complete = np.empty(len(points), dtype=bool)
     for k, index in enumerate(points.tolist()):
         live = (chunks.first <= index) & (chunks.end > index)
-        complete[k] = int(chunks.size[live].sum()) == int(events.in_use[index])
         largest = _largest_gap(chunks.address[live], chunks.size[live], regions, index)
         free = regions.pool_at(index) - int(events.in_use[index])
         result[k] = fragmentation_ratio(free, largest)
-    return result, complete
+    return result
 
 
 def _candidates(limit: int) -> list[tuple[str, RegionSchedule]]:
-    result = (
-        [("preallocated", RegionSchedule(limit, allow_growth=False))] if limit < UNLIMITED else []
-    )
+    """Region schedules, BFC's default (growth from 2 MiB) first: it wins ties."""
+    result = []
     for step in range(_GROWTH_STEPS):
         first = INITIAL_GROWTH_REGION << step
         label = f"growth from {first >> 20} MiB"
         result.append((label, RegionSchedule(limit, allow_growth=True, initial_region=first)))
+    if limit < UNLIMITED:
+        result.append(("preallocated", RegionSchedule(limit, allow_growth=False)))
     return result
 
 
-def address_map_fragmentation(events: DeviceEvents, points: np.ndarray) -> AddressMapFragmentation:
-    """Fragmentation at `points` from the addresses, with the region schedule that
-    best matches the allocator's reported fragmentation (growth from 2 MiB when the
-    trace reports none)."""
-    limit = events.bytes_limit or UNLIMITED
-    reported = events.reported_fragmentation
-    candidates = _candidates(limit)
-    chunks = Chunks.of(events)
-    default_label, default_schedule = next(c for c in candidates if c[0].startswith("growth"))
-    if reported is None:
-        regions = infer_regions(chunks, default_schedule, default_label)
-    else:
-        scoring = np.unique(np.linspace(0, len(events) - 1, _SCORING_POINTS).astype(np.int64))
+def spread(indices: np.ndarray, count: int) -> np.ndarray:
+    """About `count` of `indices`, evenly spread, first and last included."""
+    if len(indices) <= count:
+        return indices
+    return indices[np.unique(np.linspace(0, len(indices) - 1, count).astype(np.int64))]
+
+
+class AddressMap:
+    """The chunk map of a device's events and the regions that best explain the
+    allocator's reported fragmentation (BFC's default schedule when it reports
+    none, or when the map is never complete enough to tell)."""
+
+    def __init__(self, events: DeviceEvents) -> None:
+        self.events = events
+        self.chunks = Chunks.of(events)
+        self.complete = self.chunks.complete(events)
+        self.regions = self._fit(events.reported_fragmentation)
+
+    def _fit(self, reported: np.ndarray | None) -> Regions:
+        candidates = _candidates(self.events.bytes_limit or UNLIMITED)
+        scoring = spread(np.flatnonzero(self.complete), _SCORING_POINTS)
+        if reported is None or not len(scoring):
+            return infer_regions(self.chunks, candidates[0][1], candidates[0][0])
         scored = []
         for label, schedule in candidates:
-            regions = infer_regions(chunks, schedule, label)
-            remade, complete = fragmentation_at(events, regions, scoring, chunks)
-            if not complete.any():
-                # Nothing to score against: keep the default schedule only.
-                scored = [(np.inf, infer_regions(chunks, default_schedule, default_label))]
-                break
-            error = np.nanmax(np.abs(remade - reported[scoring])[complete])
+            regions = infer_regions(self.chunks, schedule, label)
+            remade = fragmentation_at(self.events, regions, scoring, self.chunks)
+            error = np.nanmax(np.abs(remade - reported[scoring]))
             scored.append((error, regions))
             if error < 1e-4:
                 break
-        regions = min(scored, key=lambda pair: pair[0])[1]
-    values, complete = fragmentation_at(events, regions, points, chunks)
-    return AddressMapFragmentation(values, complete, regions)
+        return min(scored, key=lambda pair: pair[0])[1]
+
+    def fragmentation_at(self, points: np.ndarray) -> np.ndarray:
+        return fragmentation_at(self.events, self.regions, points, self.chunks)
+
+
+def address_map_fragmentation(events: DeviceEvents, points: np.ndarray) -> AddressMapFragmentation:
+    """Fragmentation at `points` from the addresses, and whether the map was
+    complete at each."""
+    address_map = AddressMap(events)
+    return AddressMapFragmentation(
+        address_map.fragmentation_at(points), address_map.complete[points], address_map.regions
+    )

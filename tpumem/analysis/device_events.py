@@ -4,14 +4,14 @@ running sum of allocations minus frees."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tpumem.trace.model import Trace
-from tpumem.trace.schema import ALLOC, ALLOCATOR, BUFFER, FREE
+from tpumem.trace.schema import ALLOC, ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED, FREE, MARK
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,8 @@ class DeviceEvents:
     in_use_measured: bool  # True when in_use is the allocator's own figure
     reported_fragmentation: np.ndarray | None
     bytes_limit: int | None  # the allocator's memory limit, where reported
+    # (start, end) of each stretch in which the capture saw nothing, in time order.
+    gaps_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -66,6 +68,20 @@ def step_marks(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return times[order], trace.numbers("step")[steps][order]
 
 
+def capture_gaps(trace: Trace) -> np.ndarray:
+    """(start, end) of the capture's gaps: pairs of gap and resumed marks."""
+    kinds = trace.table.column("kind").cast(pa.string())
+    marks = np.flatnonzero(pc.equal(kinds, MARK).to_numpy(zero_copy_only=False))
+    if not len(marks):
+        return np.zeros((0, 2), np.int64)
+    times = trace.numbers("time_ns")[marks]
+    text = trace.table.column("text").take(pa.array(marks)).to_pylist()
+    starts = np.sort(times[[t == CAPTURE_GAP for t in text]])
+    ends = np.sort(times[[t == CAPTURE_RESUMED for t in text]])
+    count = min(len(starts), len(ends))
+    return np.stack([starts[:count], ends[:count]], axis=1)
+
+
 class _Columns:
     """Columns of one device's rows; no copy when they are all rows in order."""
 
@@ -99,6 +115,7 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
     device_codes, device_names = trace.codes("device")
     time_all = trace.numbers("time_ns")
     fidelity = trace.metadata.get("fidelity", {})
+    gaps = capture_gaps(trace)
     result = []
     codes = device_codes[memory_rows]
     for code in np.unique(codes):
@@ -127,6 +144,7 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
                 in_use_measured=measured,
                 reported_fragmentation=columns.reported("fragmentation", np.nan),
                 bytes_limit=int(limit.max()) if limit is not None and limit.max() > 0 else None,
+                gaps_ns=gaps,
             )
         )
     return sorted(result, key=lambda d: d.device)

@@ -9,10 +9,11 @@ import numpy as np
 
 from tpumem.analysis import labels
 from tpumem.analysis.bfc_model import ReplayResult
-from tpumem.analysis.chunk_map import address_map_fragmentation
+from tpumem.analysis.chunk_map import AddressMap, spread
 from tpumem.analysis.device_events import DeviceEvents
 
 CHECK_POINTS = 64  # address-map check points, besides the peak and the maximum
+MIN_CHECK_POINTS = 3  # fewer agreeing points do not vouch for the regions (the pool)
 # TF writes fragmentation with six significant digits; a map that is right agrees
 # far inside this, one that misses chunks is off by whole percent.
 CHECK_TOLERANCE = 1e-4
@@ -78,30 +79,34 @@ def fragmentation(
         )
         pool = None
         if events.has_addresses:
-            checked = np.unique(
-                np.concatenate(
-                    [
-                        np.linspace(0, len(events) - 1, CHECK_POINTS).astype(np.int64),
-                        [peak_index, int(np.nanargmax(reported))],
-                    ]
-                )
+            address_map = AddressMap(events)
+            # Checked where the map holds every live chunk, the peak and the
+            # maximum among them when it does there.
+            complete = np.flatnonzero(address_map.complete)
+            extremes = np.array([peak_index, int(np.nanargmax(reported))])
+            checked = np.union1d(
+                spread(complete, CHECK_POINTS), extremes[address_map.complete[extremes]]
             )
-            remade = address_map_fragmentation(events, checked)
-            complete = remade.complete
-            if complete.any():
-                errors = np.abs(remade.fragmentation - reported[checked])[complete]
+            if len(checked):
+                errors = np.abs(address_map.fragmentation_at(checked) - reported[checked])
                 figure = replace(
                     figure,
-                    check_points=int(complete.sum()),
+                    check_points=len(checked),
                     check_max_error=float(np.nanmax(errors)),
-                    check_schedule=remade.regions.schedule,
+                    check_schedule=address_map.regions.schedule,
                 )
+                if len(checked) < MIN_CHECK_POINTS:
+                    figure = replace(
+                        figure,
+                        check_unavailable=f"the address map holds every live chunk at only "
+                        f"{len(checked)} events, too few to vouch for its regions",
+                    )
             else:
                 figure = replace(figure, check_unavailable=INCOMPLETE_MAP)
-            # A map that disagrees misses chunks (live since before the capture
-            # began), so the regions it implies are not the allocator's pool.
-            if figure.check_agrees:
-                pool = remade.regions.pool_series(len(events))
+            # A map that disagrees misses chunks, so the regions it implies are
+            # not the allocator's pool.
+            if figure.check_agrees and not figure.check_unavailable:
+                pool = address_map.regions.pool_series(len(events))
         return FragmentationSeries(reported, pool, figure)
     if model is not None:
         values = model.fragmentation

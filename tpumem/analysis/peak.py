@@ -32,8 +32,8 @@ class PeakBreakdown:
     step: int | None
     event_index: int
     live_buffers: int
-    # Bytes in use at the peak held by buffers allocated before the capture began,
-    # which the trace cannot name.
+    # Bytes in use at the peak held by buffers allocated unseen (before the capture
+    # began, or in a gap between its profiler sessions): the trace cannot name them.
     unattributed_bytes: int
     groups: tuple[LiveGroup, ...]
     by_region: tuple[tuple[str, int], ...]

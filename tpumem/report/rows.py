@@ -84,7 +84,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
             "Live at peak",
             f"{peak.live_buffers:,} buffers"
             + (
-                f"; {format_bytes(peak.unattributed_bytes)} allocated before the capture began"
+                f"; {format_bytes(peak.unattributed_bytes)} in buffers allocated unseen"
                 if peak.unattributed_bytes
                 else ""
             ),

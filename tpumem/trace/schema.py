@@ -23,6 +23,10 @@ PROGRAM = "program"  # a compiled program's memory analysis, JSON in `text`
 META = "meta"  # a metadata patch (exit status, warnings), JSON in `text`
 KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, META)
 
+# Marks (their `text`) around a stretch where a chunked capture recorded nothing.
+CAPTURE_GAP = "capture gap"
+CAPTURE_RESUMED = "capture resumed"
+
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
 # (name, type, meaning). The order is the file's column order.

@@ -1,0 +1,77 @@
+"""Overhead of `tpumem profile` on an example against the plain run, in one run.
+
+    .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
+        [--steps 100] [--repeats 5] [-- EXAMPLE ARGS]
+
+Runs the plain script and the profiled one in turn, `repeats` times each, and prints
+the medians and the ratios profiled / plain of
+- the training loop's own time (the example's `steps_seconds`: every step after the
+  first, which traces and compiles) - the figure the goal is about (<= 1.05);
+- the whole command's wall time, start-up, capture, last chunk and report included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import WORK
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(command: list[str]) -> tuple[float, float]:
+    """(the loop's seconds as the example reports them, the command's wall time)."""
+    start = time.perf_counter()
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=WORK,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    return printed["steps_seconds"], wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--example", default="tf_transformer.py")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("rest", nargs="*", help="more arguments for the example")
+    args = parser.parse_args()
+    WORK.mkdir(exist_ok=True)
+    script = [str(EXAMPLES / args.example), "--steps", str(args.steps), *args.rest]
+    plain_command = [sys.executable, *script]
+    trace = WORK / "overhead.tpumem"
+    profiled_command = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", str(trace)]
+    profiled_command += script
+    plain, profiled = [], []
+    for repeat in range(args.repeats):
+        plain.append(run(plain_command))
+        profiled.append(run(profiled_command))
+        print(
+            f"run {repeat + 1}/{args.repeats}: loop {plain[-1][0]:.2f} s plain, "
+            f"{profiled[-1][0]:.2f} s profiled",
+            flush=True,
+        )
+    for index, what in enumerate(("training loop", "whole command")):
+        a = statistics.median(p[index] for p in plain)
+        b = statistics.median(p[index] for p in profiled)
+        print(f"{what:14}: plain {a:.2f} s, profiled {b:.2f} s, ratio {b / a:.3f}")
+    print(f"(example {args.example}, {args.steps} steps, median of {args.repeats} runs each)")
+
+
+if __name__ == "__main__":
+    main()
