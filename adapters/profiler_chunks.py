@@ -15,6 +15,9 @@ counters keep bytes in use and the running peak exact across them.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +31,17 @@ from tpumem.xplane.chunks import Chunk, ChunkConverter
 from tpumem.xplane.wire import WireError
 
 _RETRY_S = 0.0005  # how often a refused session start is tried again
+# Work that no longer holds the profiler (writing a stopped session out, reading
+# it into the trace) yields the CPU to the program: a niceness for its threads.
+_BACKGROUND_NICENESS = 19
+
+
+def _run_in_background(thread_id: int | None) -> None:
+    """Lowers one thread's priority (Linux: setpriority takes a thread id)."""
+    if thread_id is None or not hasattr(os, "setpriority"):
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, thread_id, _BACKGROUND_NICENESS)
 
 
 class ProfilerSessions(Protocol):
@@ -79,7 +93,12 @@ class ProfilerChunks:
         self._session: Any | None = None
         self._paused = False
         self._stop = threading.Event()
+        # Stopped sessions' XSpaces, in order, for the thread that writes them.
+        self._stopped: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tpumem-profiler", daemon=True)
+        self._writer_thread = threading.Thread(
+            target=self._write_stopped, name="tpumem-profiler-write", daemon=True
+        )
 
     def start(self) -> None:
         self._session = self.sessions.open()
@@ -88,6 +107,7 @@ class ProfilerChunks:
                 "another profiler session was running when the capture began; allocator "
                 "events were captured from when it ended"
             )
+        self._writer_thread.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -95,24 +115,31 @@ class ProfilerChunks:
         self._thread.join()
         with self._lock:
             if self._session is not None:
-                self._write(self.sessions.collect(self._session))
+                self._stopped.put(self.sessions.collect(self._session))
                 self._session = None
+        self._stopped.put(None)
+        self._writer_thread.join()
 
     def pause(self) -> None:
         """Ends the current session now (the program wants the profiler)."""
         with self._lock:
             self._paused = True
             if self._session is not None:
-                self._write(self.sessions.collect(self._session))
+                self._stopped.put(self.sessions.collect(self._session))
                 self._session = None
 
     def resume(self, xspace: bytes | None) -> None:
         """Takes the events of the program's own session, then goes on."""
         with self._lock:
             if xspace is not None:
-                self._write(xspace)
+                self._stopped.put(xspace)
             self._paused = False
             self._session = self.sessions.open()
+
+    def _write_stopped(self) -> None:
+        _run_in_background(threading.get_native_id())
+        while (xspace := self._stopped.get()) is not None:
+            self._write(xspace)
 
     def _run(self) -> None:
         while not self._stop.wait(self.chunk_s):
@@ -141,9 +168,11 @@ class ProfilerChunks:
             if done:
                 break
             time.sleep(_RETRY_S)
+        # The new session runs: what is left of the export is no longer urgent.
+        _run_in_background(exporter.native_id)
         exporter.join()
         if "xspace" in collected:
-            self._write(collected["xspace"])
+            self._stopped.put(collected["xspace"])
 
     def _write(self, xspace: bytes) -> None:
         try:

@@ -196,6 +196,8 @@ def profile(
         ),
     )
     outcome = run_profiled(request)
+    if outcome.adapter_failed:  # the script never ran; the runner said why
+        raise typer.Exit(2)
     if not quiet:
         _report_profile(outcome.trace, chosen, width)
     raise typer.Exit(outcome.returncode)
