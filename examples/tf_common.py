@@ -3,8 +3,12 @@ so that the JAX and PyTorch/XLA examples can match them exactly."""
 
 from __future__ import annotations
 
+import argparse
+import time
+from collections.abc import Callable
+
 import tensorflow as tf
-from model_config import BETAS, EPSILON, INIT_STDDEV, LEARNING_RATE
+from model_config import BETAS, EPSILON, INIT_STDDEV, LEARNING_RATE, report
 
 
 def weight(*shape: int) -> tf.Variable:
@@ -65,3 +69,29 @@ def memory_peak() -> int | None:
         return int(tf.config.experimental.get_memory_info(devices[0].name)["peak"])
     except ValueError:
         return None
+
+
+def train(
+    model: str,
+    args: argparse.Namespace,
+    params: int,
+    step: Callable[..., tf.Tensor],
+    *batch: tf.Tensor,
+) -> None:
+    """Runs the training steps, each marked for profilers, and reports."""
+    start = first = time.perf_counter()
+    for number in range(args.steps):
+        if number == 1:
+            first = time.perf_counter()  # the first step also traces and optimizes
+        with tf.profiler.experimental.Trace("train", step_num=number, _r=1):
+            loss = step(*batch)
+    report(
+        "tensorflow",
+        model,
+        args,
+        params=params,
+        loss=float(loss),
+        first_step_seconds=first - start,
+        steps_seconds=time.perf_counter() - first,
+        peak_bytes=memory_peak(),
+    )

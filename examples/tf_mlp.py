@@ -6,11 +6,9 @@ tpumem profile examples/tf_mlp.py
 
 from __future__ import annotations
 
-import time
-
 import tensorflow as tf
-from model_config import parameter_count, parse_args, report
-from tf_common import Adam, dense, dense_params, memory_peak
+from model_config import parameter_count, parse_args
+from tf_common import Adam, dense, dense_params, train
 
 
 def main() -> None:
@@ -40,23 +38,7 @@ def main() -> None:
         optimizer.apply(tape.gradient(loss, params))
         return loss
 
-    start = first = time.perf_counter()
-    for step in range(args.steps):
-        if step == 1:
-            first = time.perf_counter()  # the first step also traces and optimizes
-        with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
-            loss = train_step(x, y)
-    loss = float(loss)
-    report(
-        "tensorflow",
-        "mlp",
-        args,
-        params=counted,
-        loss=loss,
-        first_step_seconds=first - start,
-        steps_seconds=time.perf_counter() - first,
-        peak_bytes=memory_peak(),
-    )
+    train("mlp", args, counted, train_step, x, y)
 
 
 if __name__ == "__main__":

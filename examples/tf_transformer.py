@@ -7,11 +7,9 @@ steps on random tokens.
 
 from __future__ import annotations
 
-import time
-
 import tensorflow as tf
-from model_config import parameter_count, parse_args, report
-from tf_common import Adam, dense, dense_params, layer_norm, memory_peak, norm_params, weight
+from model_config import parameter_count, parse_args
+from tf_common import Adam, dense, dense_params, layer_norm, norm_params, train, weight
 
 BLOCK_PARAMS = 16  # 2 norms x 2, q/k/v/out x 2, two MLP layers x 2
 
@@ -75,23 +73,7 @@ def main() -> None:
         optimizer.apply(tape.gradient(loss, params))
         return loss
 
-    start = first = time.perf_counter()
-    for step in range(args.steps):
-        if step == 1:
-            first = time.perf_counter()  # the first step also traces and optimizes
-        with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
-            loss = train_step(inputs, targets)
-    loss = float(loss)
-    report(
-        "tensorflow",
-        "transformer",
-        args,
-        params=counted,
-        loss=loss,
-        first_step_seconds=first - start,
-        steps_seconds=time.perf_counter() - first,
-        peak_bytes=memory_peak(),
-    )
+    train("transformer", args, counted, train_step, inputs, targets)
 
 
 if __name__ == "__main__":

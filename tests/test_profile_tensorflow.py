@@ -212,3 +212,50 @@ def test_a_script_that_runs_tensorflows_profiler_keeps_its_profile(tmp_path):
     assert device.peak.bytes == last_json(result.stdout)["peak_bytes"]
     assert analysis.metadata["capture"]["chunks"] >= 2  # tpumem's, then the script's
     assert not analysis.warnings
+
+
+def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "__init__.py").write_text("")
+    (tmp_path / "helper.py").write_text("VALUE = 42\n")
+    (tmp_path / "scripts" / "pkg").mkdir()
+    (tmp_path / "scripts" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "scripts" / "pkg" / "inner.py").write_text("NAME = 'inner'\n")
+    probe = BEHAVES_AS_PYTHON.replace("from pkg.inner", "from scripts.pkg.inner")
+    (tmp_path / "scripts" / "probe.py").write_text(probe)
+    args = ["-m", "scripts.probe", "--flag", "x"]
+    plain = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **QUIET_TF},
+    )
+    profiled = profile(tmp_path, "-q", *args)
+    assert profiled.returncode == 0, profiled.stderr[-3000:]
+    seen = last_json(profiled.stdout)
+    expected = last_json(plain.stdout)
+    assert seen == expected
+    assert seen["argv"][1:] == ["--flag", "x"] and seen["name"] == "__main__"
+    assert load(tmp_path / "probe.tpumem").metadata["command"] == args
+
+
+KERAS_FIT = """
+import numpy as np
+import tensorflow as tf
+layers = [tf.keras.Input((32,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)]
+model = tf.keras.Sequential(layers)
+model.compile(optimizer="adam", loss="mse")
+x, y = np.zeros((40, 32), "float32"), np.zeros((40, 1), "float32")
+model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+"""
+
+
+def test_keras_fit_batches_are_the_steps(tmp_path):
+    (tmp_path / "fit.py").write_text(KERAS_FIT)
+    result = profile(tmp_path, "-q", "fit.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "fit.tpumem")
+    steps = trace.numbers("step")[trace.valid("step")]
+    assert sorted(steps.tolist()) == list(range(10))  # 2 epochs of 5 batches
+    assert analyze(trace).devices[0].peak.step is not None
