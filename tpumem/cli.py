@@ -128,16 +128,20 @@ def profile(
     target: Annotated[
         Optional[str],  # noqa: UP045
         typer.Argument(
-            help="The script to run (or, with -m, its first argument).", show_default=False
+            metavar="SCRIPT",
+            help="The script to run (or, with -m, its first argument).",
+            show_default=False,
         ),
     ] = None,
     args: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Argument(help="Arguments for the script.", show_default=False),
+        typer.Argument(metavar="ARGS", help="Arguments for the script.", show_default=False),
     ] = None,
     module: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("-m", help="Run a module as `python -m` does.", show_default=False),
+        typer.Option(
+            "-m", metavar="MODULE", help="Run a module as `python -m` does.", show_default=False
+        ),
     ] = None,
     output: Annotated[
         Optional[Path],  # noqa: UP045
