@@ -62,7 +62,6 @@ class CaptureStats:
     gap_total_ns: int = 0
     gap_max_ns: int = 0
     covered_ns: int = 0
-    allocator_peak: int = 0
 
     def as_metadata(self, chunk_s: float) -> dict[str, Any]:
         span = self.covered_ns + self.gap_total_ns
@@ -190,7 +189,6 @@ class ProfilerChunks:
         stats = self.stats
         stats.chunks += 1
         stats.events += chunk.event_count
-        stats.allocator_peak = max(stats.allocator_peak, chunk.allocator_peak)
         if chunk.start_ns is None or chunk.stop_ns is None:
             return
         stats.covered_ns += chunk.stop_ns - chunk.start_ns

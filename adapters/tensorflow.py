@@ -12,6 +12,7 @@ reads that session's events from the script's own logdir when it stops.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -99,8 +100,6 @@ class TensorFlowAdapter(Adapter):
         return {}
 
     def start(self, writer: TraceWriter) -> None:
-        import os
-
         import tensorflow as tf
 
         self.writer = writer
@@ -218,8 +217,6 @@ class TensorFlowAdapter(Adapter):
     def _settings(self) -> dict[str, Any]:
         """What decides how much TensorFlow reserves, read at the end of the run (the
         script sets memory growth and limits after tpumem starts)."""
-        import os
-
         tf = self.tf
         settings: dict[str, Any] = {
             name: os.environ[name] for name in SETTINGS_VARIABLES if name in os.environ

@@ -31,6 +31,18 @@ def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
     )
 
 
+def run_plain(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python ARGS`, without tpumem: what the profiled run must look like."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **QUIET_TF},
+        timeout=300,
+    )
+
+
 def last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -116,13 +128,7 @@ def test_the_script_sees_what_plain_python_gives_it(tmp_path):
     (scripts / "pkg" / "inner.py").write_text("NAME = 'inner'\n")
     (scripts / "probe.py").write_text(BEHAVES_AS_PYTHON)
     args = ["scripts/probe.py", "--flag", "x y", "-o", "not-ours"]
-    plain = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, **QUIET_TF},
-    )
+    plain = run_plain(tmp_path, *args)
     profiled = profile(tmp_path, "-q", *args)
     assert profiled.returncode == 0, profiled.stderr[-3000:]
     assert last_json(profiled.stdout) == last_json(plain.stdout)
@@ -224,13 +230,7 @@ def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
     probe = BEHAVES_AS_PYTHON.replace("from pkg.inner", "from scripts.pkg.inner")
     (tmp_path / "scripts" / "probe.py").write_text(probe)
     args = ["-m", "scripts.probe", "--flag", "x"]
-    plain = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, **QUIET_TF},
-    )
+    plain = run_plain(tmp_path, *args)
     profiled = profile(tmp_path, "-q", *args)
     assert profiled.returncode == 0, profiled.stderr[-3000:]
     seen = last_json(profiled.stdout)

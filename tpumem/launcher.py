@@ -38,9 +38,7 @@ class ProfileRequest:
 @dataclass(frozen=True, slots=True)
 class ProfileOutcome:
     trace: Path
-    framework: str
     returncode: int  # as a shell reports it: 128 + signal for a signal
-    signal: int | None
     adapter_failed: bool
 
 
@@ -141,9 +139,7 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         _record_ending(output, returncode, start_ns, request.capture.chunk_s)
     return ProfileOutcome(
         trace=output,
-        framework=framework,
         returncode=128 + killed if killed is not None else returncode,
-        signal=killed,
         adapter_failed=returncode == ADAPTER_FAILED and _adapter_failed(output),
     )
 

@@ -32,7 +32,6 @@ class Chunk:
     mark_count: int
     start_ns: int | None  # the session's span on the trace clock, where recorded
     stop_ns: int | None
-    allocator_peak: int  # the largest running peak its events report (0: none)
 
 
 @dataclass(slots=True)
@@ -58,18 +57,9 @@ class ChunkConverter:
         origin_ps = (self.trace_start_ns - (start_ns or self.trace_start_ns)) * 1000
         marks, mark_count = mark_columns(events, origin_ps)
         if not len(events):
-            return Chunk({}, 0, marks, mark_count, *self._span(events), allocator_peak=0)
-        buffer_id = self._buffer_ids(events)
-        peak = events.numeric["peak_bytes_in_use"]
-        return Chunk(
-            events=trace_columns(events, origin_ps, buffer_id),
-            event_count=len(events),
-            marks=marks,
-            mark_count=mark_count,
-            start_ns=self._span(events)[0],
-            stop_ns=self._span(events)[1],
-            allocator_peak=int(peak.values[peak.present].max(initial=0)),
-        )
+            return Chunk({}, 0, marks, mark_count, *self._span(events))
+        columns = trace_columns(events, origin_ps, self._buffer_ids(events))
+        return Chunk(columns, len(events), marks, mark_count, *self._span(events))
 
     def _span(self, events: MemoryEvents) -> tuple[int | None, int | None]:
         start, stop = events.profile_start_ns, events.profile_stop_ns
