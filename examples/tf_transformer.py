@@ -11,8 +11,6 @@ import tensorflow as tf
 from model_config import parameter_count, parse_args
 from tf_common import Adam, dense, dense_params, layer_norm, norm_params, train, weight
 
-BLOCK_PARAMS = 16  # 2 norms x 2, q/k/v/out x 2, two MLP layers x 2
-
 
 def attention(x: tf.Tensor, p: list[tf.Variable], heads: int) -> tf.Tensor:
     batch, seq, width = x.shape
