@@ -21,8 +21,7 @@ from tpumem.detect import detect_framework, module_file
 from tpumem.errors import TpumemError
 from tpumem.runner import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig
 from tpumem.trace.amend import append_metadata
-
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+from tpumem.trace.schema import END_OF_STREAM
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +80,10 @@ def _closed(path: Path) -> bool:
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
-            if handle.tell() < len(_END_OF_STREAM):
+            if handle.tell() < len(END_OF_STREAM):
                 return False
-            handle.seek(-len(_END_OF_STREAM), os.SEEK_END)
-            return handle.read() == _END_OF_STREAM
+            handle.seek(-len(END_OF_STREAM), os.SEEK_END)
+            return handle.read() == END_OF_STREAM
     except OSError:
         return False
 

@@ -12,10 +12,14 @@ import pyarrow.compute as pc
 
 from tpumem.errors import TpumemError
 from tpumem.trace.model import Trace
-from tpumem.trace.schema import FORMAT_NAME, FORMAT_VERSION, META, METADATA_KEY, SCHEMA
-
-# Arrow's end-of-stream marker: a continuation token and a zero length.
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+from tpumem.trace.schema import (
+    END_OF_STREAM,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    META,
+    METADATA_KEY,
+    SCHEMA,
+)
 
 
 def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +98,7 @@ def load(path: str | Path) -> Trace:
         patches = table.filter(pc.equal(table.column("kind").cast(pa.string()), META))
         for text in patches.column("text").to_pylist():
             metadata = merge_metadata(metadata, json.loads(text))
-    complete = not cut and mapping[-len(_END_OF_STREAM) :] == _END_OF_STREAM
+    complete = not cut and mapping[-len(END_OF_STREAM) :] == END_OF_STREAM
     if not complete:
         metadata = merge_metadata(
             metadata,

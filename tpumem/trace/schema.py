@@ -13,6 +13,9 @@ import pyarrow as pa
 FORMAT_NAME = "tpumem-trace"
 FORMAT_VERSION = 1
 METADATA_KEY = b"tpumem"
+# Arrow's end-of-stream marker (a continuation token and a zero length): a file that
+# ends with it was closed by its writer.
+END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 # Row kinds.
 ALLOC = "alloc"
