@@ -9,7 +9,7 @@ from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
 from tpumem.analysis.bfc_model import replay
-from tpumem.analysis.chunk_map import Chunks, address_map_fragmentation
+from tpumem.analysis.chunk_map import AddressMap, Chunks
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 
@@ -116,12 +116,12 @@ def test_fragmentation_formula():
 
 def test_fragmentation_of_a_known_chunk_map(make_trace):
     (events,) = split_by_device(load(make_trace(chunk_map_rows())))
-    remade = address_map_fragmentation(events, np.arange(len(events)))
+    remade = AddressMap(events)
     assert remade.regions.size.tolist() == [2 * MiB]
     # After each event: 4 allocs (the tail is one free block: 0), free b (256K of
     # 1.25M free is outside the 1M tail: 0.2), free d (1/6).
     expected = [0, 0, 0, 0, 0.25 * MiB / (1.25 * MiB), 1 / 6]
-    assert remade.fragmentation == pytest.approx(expected)
+    assert remade.fragmentation_at(np.arange(len(events))) == pytest.approx(expected)
 
 
 def test_replay_places_buffers_like_bfc_and_gives_the_same_fragmentation(make_trace):

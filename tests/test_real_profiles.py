@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_python, run_tpumem
 from tpumem.analysis.bfc_model import replay
-from tpumem.analysis.chunk_map import address_map_fragmentation
+from tpumem.analysis.chunk_map import AddressMap
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 
@@ -63,8 +63,8 @@ def test_address_map_fragmentation_agrees_event_by_event(tf_profile):
     work, _ = tf_profile
     (events,) = split_by_device(load(work / "tf.tpumem"))
     assert len(events) > 200
-    remade = address_map_fragmentation(events, np.arange(len(events)))
-    error = np.abs(remade.fragmentation - events.reported_fragmentation)
+    remade = AddressMap(events).fragmentation_at(np.arange(len(events)))
+    error = np.abs(remade - events.reported_fragmentation)
     assert error.max() <= REPORTED_PRECISION
     assert events.reported_fragmentation.max() > 0.1  # the check had something to check
 

@@ -52,13 +52,6 @@ class Regions:
 
 
 @dataclass(frozen=True, slots=True)
-class AddressMapFragmentation:
-    fragmentation: np.ndarray  # at the points asked for
-    complete: np.ndarray  # whether the map holds every live chunk at each point
-    regions: Regions
-
-
-@dataclass(frozen=True, slots=True)
 class Chunks:
     """Every chunk the events show, live for events in [first, end)."""
 
@@ -240,12 +233,3 @@ class AddressMap:
 
     def fragmentation_at(self, points: np.ndarray) -> np.ndarray:
         return fragmentation_at(self.events, self.regions, points, self.chunks)
-
-
-def address_map_fragmentation(events: DeviceEvents, points: np.ndarray) -> AddressMapFragmentation:
-    """Fragmentation at `points` from the addresses, and whether the map was
-    complete at each."""
-    address_map = AddressMap(events)
-    return AddressMapFragmentation(
-        address_map.fragmentation_at(points), address_map.complete[points], address_map.regions
-    )
