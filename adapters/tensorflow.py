@@ -27,13 +27,6 @@ from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
 
 CPU_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
-SETTINGS_VARIABLES = (
-    CPU_BFC_VARIABLE,
-    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_GPU_ALLOCATOR",
-    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
-)
 KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
 
 
@@ -215,12 +208,11 @@ class TensorFlowAdapter(Adapter):
         api.start, api.stop = start, stop
 
     def _settings(self) -> dict[str, Any]:
-        """What decides how much TensorFlow reserves, read at the end of the run (the
-        script sets memory growth and limits after tpumem starts)."""
+        """What the script set about how much TensorFlow reserves, read at the end
+        of the run (memory growth and limits are set after tpumem starts). The
+        environment variables are in the metadata from the start (runner.py)."""
         tf = self.tf
-        settings: dict[str, Any] = {
-            name: os.environ[name] for name in SETTINGS_VARIABLES if name in os.environ
-        }
+        settings: dict[str, Any] = {}
         for gpu in tf.config.list_physical_devices("GPU"):
             name = device_name(gpu.name)
             with contextlib.suppress(ValueError):
