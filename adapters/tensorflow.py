@@ -121,6 +121,7 @@ class TensorFlowAdapter(Adapter):
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
         self._chunks = ProfilerChunks(writer, _TfSessions(self._spool), self.options.chunk_s)
         self._take_over_profiler_api()
+        self._mark_traced_steps()
         self._chunks.start()
         sampler = threading.Thread(target=self._sample, name="tpumem-tf-samples", daemon=True)
         sampler.start()
@@ -177,6 +178,22 @@ class TensorFlowAdapter(Adapter):
 
         callbacks.CallbackList.on_train_batch_begin = on_train_batch_begin
         callbacks.CallbackList._tpumem = True
+
+    def _mark_traced_steps(self) -> None:
+        """Marks each `Trace(..., step_num=N)` as it opens. The profiler records the
+        same step only when the step ends inside a session: a step that ends in
+        the gap between two sessions (a first step that traces for seconds) would
+        otherwise have no mark."""
+        from tensorflow.python.profiler import trace
+
+        original_init, writer = trace.Trace.__init__, self.writer
+
+        def __init__(self: Any, name: str, **kwargs: Any) -> None:
+            if isinstance(kwargs.get("step_num"), int):
+                writer.mark(name, step=kwargs["step_num"])
+            original_init(self, name, **kwargs)
+
+        trace.Trace.__init__ = __init__
 
     def _take_over_profiler_api(self) -> None:
         """tf.profiler.experimental.start/stop would fail while tpumem's session

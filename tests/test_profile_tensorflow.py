@@ -93,8 +93,11 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert result.returncode == 0, result.stderr[-3000:]
     printed = last_json(result.stdout)
     assert printed["params"] > 0
-    analysis = analyze(load(tmp_path / "run.tpumem"))
+    trace = load(tmp_path / "run.tpumem")
+    analysis = analyze(trace)
     (device,) = analysis.devices
+    # Every step is marked, the first included, though it spans profiler sessions.
+    assert set(trace.numbers("step")[trace.valid("step")].tolist()) == set(range(6))
     # TF's running peak is in the trace; the events show it unless it was reached
     # between two profiler sessions, and then the analysis says so.
     assert device.counters.reported_peak_bytes == printed["peak_bytes"]
