@@ -2,6 +2,7 @@
 framework only inside the profiled process (see base.py); importing this package
 registers them all and imports no framework."""
 
+from tpumem.adapters import jax as _jax  # noqa: F401 - registers
 from tpumem.adapters import tensorflow as _tensorflow  # noqa: F401 - registers
 from tpumem.adapters.base import (
     Adapter,

@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
@@ -42,6 +43,12 @@ def _run_in_background(thread_id: int | None) -> None:
         return
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, thread_id, _BACKGROUND_NICENESS)
+
+
+def newest_xspace(logdir: str | Path) -> bytes | None:
+    """The XSpace a profiler last wrote under a logdir (TensorBoard's layout)."""
+    files = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.parent.name)
+    return files[-1].read_bytes() if files else None
 
 
 class ProfilerSessions(Protocol):

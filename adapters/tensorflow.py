@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tpumem.adapters.base import Adapter, CaptureOptions, register
-from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
 
@@ -33,12 +33,6 @@ KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
 def device_name(logical_name: str) -> str:
     """'/device:GPU:0' or '/job:localhost/.../device:GPU:0' -> 'GPU:0'."""
     return logical_name.rsplit("device:", 1)[-1]
-
-
-def newest_xspace(logdir: str | Path) -> bytes | None:
-    """The XSpace TensorFlow's profiler last wrote under a logdir."""
-    files = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.parent.name)
-    return files[-1].read_bytes() if files else None
 
 
 class _TfSessions:

@@ -2,49 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from profiling import EXAMPLES, QUIET, last_json, profile, run_plain
 
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
 pytestmark = pytest.mark.framework
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tpumem", "profile", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **QUIET_TF, **(env or {})},
-        timeout=300,
-    )
-
-
-def run_plain(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python ARGS`, without tpumem: what the profiled run must look like."""
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **QUIET_TF},
-        timeout=300,
-    )
-
-
-def last_json(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
 
 
 KNOWN_ALLOCATIONS = """
@@ -190,7 +160,7 @@ def test_ctrl_c_reaches_the_script(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-m", "tpumem", "profile", "waits.py"],
         cwd=tmp_path,
-        env={**os.environ, **QUIET_TF},
+        env={**os.environ, **QUIET},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -14,6 +14,7 @@ from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_ma
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
+from tpumem.analysis.programs import ProgramMemory, programs
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.model import Trace
@@ -47,6 +48,7 @@ class RunAnalysis:
     total_peak_bytes: int
     total_peak_time_ns: int
     warnings: tuple[str, ...]
+    programs: tuple[ProgramMemory, ...] = ()
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -124,4 +126,5 @@ def analyze(trace: Trace, bins: int = 64) -> RunAnalysis:
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,
         warnings=tuple(trace.warnings),
+        programs=programs(trace),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.units import format_bytes, format_seconds
 
@@ -21,6 +22,11 @@ def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     capture = meta.get("capture")
     if isinstance(capture, dict) and capture.get("chunks"):
         rows.append(("Capture", _capture(capture)))
+    book = meta.get("buffer_book")
+    if isinstance(book, dict):
+        rows.append(("Buffers", _book(book)))
+    if analysis.programs:
+        rows.append(("Compiled programs", _programs(analysis, book)))
     if len(analysis.devices) > 1:
         rows.append(
             (
@@ -51,6 +57,29 @@ def _capture(capture: dict) -> str:
         if covered is not None:
             text += f": {covered:.1%} of the time captured"
     return text
+
+
+def _book(book: dict) -> str:
+    text = f"{book.get('arrays_entered', 0):,} arrays entered as they were made"
+    if book.get("arrays_found_by_poll"):
+        text += f", {book['arrays_found_by_poll']:,} found later by polling"
+    if book.get("arrays_donated"):
+        text += f"; {book['arrays_donated']:,} donated to programs"
+    return text
+
+
+def _programs(analysis: RunAnalysis, book: object) -> str:
+    text = f"{len(analysis.programs):,} compiled"
+    top = largest_temp(analysis.programs)
+    if top is not None:
+        text += f"; largest temp {format_bytes(top.temp_bytes)} ({top.name})"
+        shown = isinstance(book, dict) and book.get("program_temp_shown")
+        text += (
+            ", shown live while each program ran"
+            if shown
+            else ", not in the figures (run times not observed)"
+        )
+    return text + " · XLA's memory analysis at compile time"
 
 
 def _ending(meta: dict, complete: bool) -> str:

@@ -1,0 +1,252 @@
+"""The JAX adapter: buffer lifetimes on CPU and TPU, allocator events on GPU,
+`memory_stats()` counters wherever the backend has them, and the memory analysis
+of every compiled program.
+
+- CPU: the client reports nothing about memory, so the adapter keeps a book of
+  the buffers jax.Arrays hold (jax_buffers.py, jax_hooks.py). tpumem turns off
+  the CPU client's asynchronous dispatch (unless the user set it): a
+  single-device program then runs inside its call, so the call is its run
+  window, and its temp buffer (XLA's buffer assignment) is shown live for it.
+- GPU: the BFC allocator's MemoryAllocation/MemoryDeallocation events from
+  profiler sessions run back to back (profiler_chunks.py), as for TensorFlow.
+- TPU: `memory_stats()` samples and the buffer book (allocator events where the
+  profiler has them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from tpumem.adapters.base import Adapter, CaptureOptions, register
+from tpumem.adapters.jax_buffers import BufferBook, device_name
+from tpumem.adapters.jax_hooks import JaxHooks
+from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
+from tpumem.trace.schema import ALLOCATOR, BUFFER
+from tpumem.trace.writer import TraceWriter
+
+ASYNC_DISPATCH_VARIABLE = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
+POLL_INTERVAL_S = 0.1  # how often the book is checked against jax.live_arrays()
+# memory_stats() keys -> trace sample columns.
+_STATS = {
+    "bytes_in_use": "bytes_in_use",
+    "peak_bytes_in_use": "peak_bytes_in_use",
+    "bytes_limit": "bytes_limit",
+    "bytes_reserved": "bytes_reserved",
+    "pool_bytes": "pool_bytes",
+    "largest_free_block_bytes": "largest_free_block",
+}
+
+
+class _JaxSessions:
+    """JAX's profiler sessions. A session made while another is stopping is not
+    refused when made but fails when stopped, so `open` waits for `collect`."""
+
+    def __init__(self) -> None:
+        from jax._src.lib import _profiler
+
+        self._profiler = _profiler
+        self._stopping = threading.Event()
+
+    def open(self) -> Any | None:
+        if self._stopping.is_set():
+            return None
+        options = self._profiler.ProfileOptions()
+        options.host_tracer_level = 2  # the allocators' TraceMe events
+        options.python_tracer_level = 0  # on by default; costly, and not read
+        options.enable_hlo_proto = False  # nor are the programs' HLO
+        return self._profiler.ProfilerSession(options)
+
+    def collect(self, session: Any) -> bytes:
+        self._stopping.set()
+        try:
+            return session.stop()
+        finally:
+            self._stopping.clear()
+
+
+@register
+class JaxAdapter(Adapter):
+    name = "jax"
+    module = "jax"
+    import_names = ("jax", "jaxlib", "flax", "optax", "equinox", "haiku", "orbax")
+
+    def __init__(self, options: CaptureOptions) -> None:
+        super().__init__(options)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warnings: list[str] = []
+        self._chunks: ProfilerChunks | None = None
+        self._book: BufferBook | None = None
+        self._hooks: JaxHooks | None = None
+
+    @classmethod
+    def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
+        # Run times of CPU programs are observed only when they run inline.
+        if ASYNC_DISPATCH_VARIABLE not in current:
+            return {ASYNC_DISPATCH_VARIABLE: "false"}
+        return {}
+
+    def start(self, writer: TraceWriter) -> None:
+        self.writer = writer
+        hooks_first = JaxHooks(writer, None, False)
+        if not hooks_first.install_before_import():
+            self._warnings.append(
+                "jax was imported before tpumem started: arrays from functions jitted "
+                "before then are found by polling, late"
+            )
+        import jax
+        from jaxlib import _jax
+
+        backend = jax.default_backend()
+        devices = jax.devices()
+        self.devices = devices
+        self.counted = [d for d in devices if _memory_stats(d) is not None]
+        async_cpu = os.environ.get(ASYNC_DISPATCH_VARIABLE, "true").lower() not in ("0", "false")
+        if backend != "gpu":
+            self._book = BufferBook(writer.start_time_ns, _jax.ArrayImpl)
+        hooks_first.book = self._book
+        hooks_first.temp_windows = backend == "cpu" and not async_cpu
+        self._hooks = hooks_first
+        hooks_first.install_after_import()
+        fidelity = ALLOCATOR if backend == "gpu" else BUFFER
+        writer.patch_metadata(
+            {
+                "framework_version": jax.__version__,
+                "backend": backend,
+                "devices": [
+                    {"name": device_name(d), "kind": d.device_kind, "platform": d.platform}
+                    for d in devices
+                ],
+                "fidelity": {device_name(d): fidelity for d in devices},
+            }
+        )
+        if backend == "cpu" and async_cpu:
+            self._warnings.append(
+                f"{ASYNC_DISPATCH_VARIABLE} is on: programs run after their calls return, "
+                "so their temp buffers are not shown (their sizes are in the programs list)"
+            )
+        if backend != "cpu":
+            self._chunks = ProfilerChunks(writer, _JaxSessions(), self.options.chunk_s)
+            self._take_over_profiler_api(jax)
+            self._chunks.start()
+        self._mark_steps(jax)
+        self._thread = threading.Thread(target=self._sample, name="tpumem-jax", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample_once()
+        if self._chunks is not None:
+            self._chunks.stop()
+            self._warnings.extend(self._chunks.warnings)
+            self.writer.patch_metadata(
+                {"capture": self._chunks.stats.as_metadata(self.options.chunk_s)}
+            )
+        if self._book is not None:
+            self._write_book()
+            self.writer.patch_metadata({"buffer_book": self._book_metadata()})
+        self.writer.patch_metadata(
+            {"allocator_settings": self._settings(), "warnings": self._warnings}
+        )
+
+    def _book_metadata(self) -> dict[str, Any]:
+        counts, hooks = self._book.counts, self._hooks
+        return {
+            "method": "jax.Array buffers, entered by hooks on jitted calls and device_put",
+            "arrays_entered": counts.entered,
+            "arrays_found_by_poll": counts.found_by_poll,
+            "arrays_sharing_a_buffer": counts.shared,
+            "arrays_donated": counts.donated,
+            "arrays_deleted": counts.deleted,
+            "poll_interval_s": POLL_INTERVAL_S,
+            "jitted_functions_wrapped": hooks.wrapped if hooks else 0,
+            "program_temp_shown": bool(hooks and hooks.temp_windows),
+        }
+
+    def _sample(self) -> None:
+        import jax
+
+        polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
+        ticks = 0
+        while not self._stop.wait(self.options.sample_interval_s):
+            self._sample_once()
+            ticks += 1
+            if self._book is not None and ticks % polls_every == 0:
+                self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
+
+    def _sample_once(self) -> None:
+        for device in self.counted:
+            stats = _memory_stats(device)
+            if stats:
+                fields = {column: stats[key] for key, column in _STATS.items() if key in stats}
+                self.writer.sample(device=device_name(device), **fields)
+        if self._book is not None:
+            self._write_book()
+
+    def _write_book(self) -> None:
+        columns, count = self._book.take_columns()
+        if count:
+            self.writer.write_columns(columns, count)
+
+    def _mark_steps(self, jax: Any) -> None:
+        """Marks each `StepTraceAnnotation(..., step_num=N)` as it opens."""
+        annotation, writer = jax.profiler.StepTraceAnnotation, self.writer
+        original_init = annotation.__init__
+
+        def __init__(self: Any, name: str, **kwargs: Any) -> None:
+            if isinstance(kwargs.get("step_num"), int):
+                writer.mark(name, step=kwargs["step_num"])
+            original_init(self, name, **kwargs)
+
+        annotation.__init__ = __init__
+
+    def _take_over_profiler_api(self, jax: Any) -> None:
+        """jax.profiler.start_trace/stop_trace would fail while tpumem's session
+        runs: the script's own session replaces tpumem's for its span."""
+        from jax._src import profiler
+
+        chunks = self._chunks
+        original_start, original_stop = profiler.start_trace, profiler.stop_trace
+        logdirs: list[str] = []
+
+        def start_trace(log_dir: Any, *args: Any, **kwargs: Any) -> None:
+            chunks.pause()
+            try:
+                original_start(log_dir, *args, **kwargs)
+            except Exception:
+                chunks.resume(None)
+                raise
+            logdirs.append(str(log_dir))
+
+        def stop_trace() -> None:
+            try:
+                original_stop()
+            finally:
+                logdir = logdirs.pop() if logdirs else None
+                chunks.resume(newest_xspace(logdir) if logdir else None)
+
+        start_trace.__doc__, stop_trace.__doc__ = original_start.__doc__, original_stop.__doc__
+        profiler.start_trace, profiler.stop_trace = start_trace, stop_trace
+        jax.profiler.start_trace, jax.profiler.stop_trace = start_trace, stop_trace
+
+    def _settings(self) -> dict[str, Any]:
+        """Each device's limit as JAX reports it; the variables that set it are in
+        the metadata from the start (runner.py)."""
+        settings: dict[str, Any] = {}
+        for device in self.counted:
+            stats = _memory_stats(device) or {}
+            if "bytes_limit" in stats:
+                settings[f"{device_name(device)} bytes_limit"] = stats["bytes_limit"]
+        return settings
+
+
+def _memory_stats(device: Any) -> dict[str, int] | None:
+    try:
+        return device.memory_stats()
+    except Exception:
+        return None

@@ -1,0 +1,296 @@
+"""The device buffers that jax.Array objects hold, from creation to release.
+
+JAX's CPU client has no allocator that reports anything, so the JAX adapter keeps
+its own book of buffers: every array a hooked call returns is entered here, one
+buffer per shard, with its device, address (`unsafe_buffer_pointer`), size on the
+device, shape, dtype, op and source line. A buffer is released when the last
+array holding it dies (a weakref callback), is donated to a program, or is
+deleted. Several arrays can share one buffer (`addressable_data`, `device_put`
+to the device it is already on): buffers are counted by (device, address).
+
+Weakref callbacks can fire anywhere, even inside the trace writer while it holds
+its lock (a garbage collection that frees an array), so they only append to a
+deque; the book is updated under its own lock by the calls that enter arrays and
+by the poll that looks for arrays no hook saw.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from tpumem.trace.schema import ALLOC, FREE
+
+# Regions of buffers this book enters.
+OUTPUT = "output"  # a program's result
+INPUT = "input"  # host data put on a device
+TEMP = "temp"  # a compiled program's working memory while it runs
+FOUND = "array"  # found by the poll, made where no hook runs
+
+_ROW_FIELDS = (
+    "kind",
+    "time_ns",
+    "device",
+    "buffer_id",
+    "address",
+    "bytes",
+    "requested_bytes",
+    "op",
+    "region",
+    "dtype",
+    "shape",
+    "source",
+)
+
+
+def device_name(device: Any) -> str:
+    """CpuDevice(id=3) -> 'CPU:3'; the same form TensorFlow's devices take."""
+    return f"{device.platform.upper()}:{device.id}"
+
+
+@dataclass(slots=True)
+class _Buffer:
+    buffer_id: int
+    bytes: int
+    holders: int  # arrays that hold it
+    device: str
+    address: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    ref: weakref.ref
+    buffers: tuple[_Buffer, ...]
+    array_key: int  # id(array), which a new array may take once it died
+    sequence: int  # when it was entered
+
+
+@dataclass(slots=True)
+class BookCounts:
+    """How the book learned of its buffers, for the trace's metadata."""
+
+    entered: int = 0  # arrays entered by a hook
+    found_by_poll: int = 0  # arrays the poll found that no hook had entered
+    shared: int = 0  # arrays whose buffer another array already held
+    donated: int = 0  # arrays whose buffers a program took over
+    deleted: int = 0  # arrays deleted while still referenced (found by the poll)
+
+
+class BufferBook:
+    """Buffers of live arrays and the alloc/free rows they make."""
+
+    def __init__(self, start_time_ns: int, array_type: type) -> None:
+        self.start_time_ns = start_time_ns
+        self.array_type = array_type
+        self.counts = BookCounts()
+        self._lock = threading.Lock()
+        self._released: collections.deque[tuple[int, int]] = collections.deque()
+        # id(weakref) -> the entry of an array in the book.
+        self._entries: dict[int, _Entry] = {}
+        self._by_object: dict[int, int] = {}  # id(array) -> id(its weakref)
+        self._buffers: dict[tuple[str, int], _Buffer] = {}
+        self._rows: list[tuple[Any, ...]] = []
+        self._next_id = 0
+        self._sequence = 0  # entries made so far: the poll leaves newer ones alone
+        self._unseen: set[int] = set()  # ids the last poll found untracked
+        self._devices: dict[int, str] = {}
+        self._labels: dict[tuple[Any, Any], tuple[str, str]] = {}
+
+    # -- entering and releasing ------------------------------------------------
+
+    def enter(
+        self,
+        arrays: list[Any],
+        time_ns: int,
+        op: str | None,
+        region: str,
+        source: str | None,
+    ) -> None:
+        """Enters the jax.Arrays among `arrays` (anything else is skipped)."""
+        array_type = self.array_type
+        with self._lock:
+            self._drain_released()
+            for array in arrays:
+                if type(array) is not array_type:
+                    array = getattr(array, "_base_array", None)  # typed PRNG keys
+                    if type(array) is not array_type:
+                        continue
+                if self._enter(array, time_ns, op, region, source):
+                    self.counts.entered += 1
+
+    def _enter(
+        self, array: Any, time_ns: int, op: str | None, region: str, source: str | None
+    ) -> bool:
+        key = id(array)
+        if key in self._by_object:
+            return False  # already in the book (a dead array's id is dropped first)
+        if array.is_deleted():
+            return False
+        buffers = []
+        dtype, shape = self._label(array)
+        for shard in array._arrays:  # one per device; the array itself when unsharded
+            device = self._device(shard)
+            address = shard.unsafe_buffer_pointer()
+            buffer = self._buffers.get((device, address))
+            if buffer is not None:
+                buffer.holders += 1
+                self.counts.shared += 1
+            else:
+                size = shard.on_device_size_in_bytes()
+                buffer = _Buffer(self._next_id, size, 1, device, address)
+                self._next_id += 1
+                self._buffers[(device, address)] = buffer
+                self._rows.append(
+                    (
+                        ALLOC,
+                        time_ns,
+                        device,
+                        buffer.buffer_id,
+                        address,
+                        size,
+                        shard.nbytes,
+                        op,
+                        region,
+                        dtype,
+                        shape if shard is array else _shape_text(shard.shape),
+                        source,
+                    )
+                )
+            buffers.append(buffer)
+        ref = weakref.ref(array, self._on_death)
+        self._entries[id(ref)] = _Entry(ref, tuple(buffers), key, self._sequence)
+        self._by_object[key] = id(ref)
+        self._sequence += 1
+        return True
+
+    def _on_death(self, ref: weakref.ref) -> None:
+        self._released.append((id(ref), time.time_ns() - self.start_time_ns))
+
+    def release_deleted(self, arrays: list[Any], time_ns: int) -> None:
+        """Releases the buffers of the arrays among `arrays` that were deleted:
+        a program that took them as donated arguments."""
+        array_type = self.array_type
+        with self._lock:
+            self._drain_released()
+            for array in arrays:
+                if type(array) is array_type and array.is_deleted():
+                    ref_id = self._by_object.get(id(array))
+                    if ref_id is not None and self._release(ref_id, time_ns):
+                        self.counts.donated += 1
+
+    def _release(self, ref_id: int, time_ns: int) -> bool:
+        entry = self._entries.pop(ref_id, None)
+        if entry is None:
+            return False  # released before (donated or deleted), then died
+        if self._by_object.get(entry.array_key) == ref_id:
+            del self._by_object[entry.array_key]
+        for buffer in entry.buffers:
+            buffer.holders -= 1
+            if buffer.holders == 0:
+                del self._buffers[(buffer.device, buffer.address)]
+                self._rows.append(
+                    (FREE, time_ns, buffer.device, buffer.buffer_id, buffer.address, buffer.bytes)
+                    + (None,) * 6
+                )
+        return True
+
+    def _drain_released(self) -> None:
+        """Releases the arrays that died since the last call, in order."""
+        released = self._released
+        while released:
+            self._release(*released.popleft())
+
+    # -- the poll --------------------------------------------------------------
+
+    def poll(self, live_arrays: Any, calls_running: bool = False) -> None:
+        """Compares the book with the arrays JAX says are alive: arrays entered
+        before the call that are no longer alive were deleted; arrays alive but
+        unknown twice in a row (a hook had time to enter them) are entered.
+        While a hooked call runs, its donated arguments are deleted but not yet
+        released by the hook (which knows when the program took them): the
+        poll leaves deletions alone then."""
+        with self._lock:
+            sequence = -1 if calls_running else self._sequence
+        live = live_arrays()
+        now = time.time_ns() - self.start_time_ns
+        with self._lock:
+            self._drain_released()
+            alive = {id(array) for array in live}
+            for key, ref_id in list(self._by_object.items()):
+                entry = self._entries[ref_id]
+                if entry.sequence < sequence and key not in alive and self._release(ref_id, now):
+                    self.counts.deleted += 1
+            unseen = set()
+            for array in live:
+                key = id(array)
+                if key in self._by_object:
+                    continue
+                if key in self._unseen and self._enter(array, now, None, FOUND, None):
+                    self.counts.found_by_poll += 1
+                else:
+                    unseen.add(key)
+            self._unseen = unseen
+
+    # -- rows ------------------------------------------------------------------
+
+    def add_rows(self, rows: list[tuple[Any, ...]]) -> None:
+        """Rows made elsewhere (a program's temp), in the same field order."""
+        with self._lock:
+            self._rows.extend(rows)
+
+    def new_buffer_id(self) -> int:
+        with self._lock:
+            self._next_id += 1
+            return self._next_id - 1
+
+    def take_columns(self) -> tuple[dict[str, list[Any]], int]:
+        """The rows made since the last call, as trace columns."""
+        with self._lock:
+            self._drain_released()
+            rows, self._rows = self._rows, []
+        if not rows:
+            return {}, 0
+        columns = zip(_ROW_FIELDS, zip(*rows, strict=True), strict=True)
+        return {name: list(values) for name, values in columns}, len(rows)
+
+    # -- labels, cached --------------------------------------------------------
+
+    def _device(self, shard: Any) -> str:
+        device = shard.sharding._device_assignment[0]
+        name = self._devices.get(id(device))
+        if name is None:
+            name = self._devices[id(device)] = device_name(device)
+        return name
+
+    def _label(self, array: Any) -> tuple[str, str]:
+        aval = (array.shape, array.dtype)
+        label = self._labels.get(aval)
+        if label is None:
+            label = self._labels[aval] = (str(array.dtype), _shape_text(array.shape))
+        return label
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def row(kind: str, time_ns: int, device: str, buffer_id: int, size: int, **labels: Any) -> tuple:
+    """A row in the book's field order (for rows made outside the book)."""
+    return (
+        kind,
+        time_ns,
+        device,
+        buffer_id,
+        None,
+        size,
+        labels.get("requested_bytes"),
+        labels.get("op"),
+        labels.get("region"),
+        labels.get("dtype"),
+        labels.get("shape"),
+        labels.get("source"),
+    )

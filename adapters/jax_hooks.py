@@ -1,0 +1,326 @@
+"""Where JAX makes device arrays, and the hooks that enter them in the buffer book.
+
+Nearly every array JAX makes comes out of a jitted function: `jax.jit` of the
+user's code, and the jitted functions behind `jax.numpy` and every eager
+primitive (`xla_primitive_callable`). Their calls run in C++ and make arrays
+without a Python hook, so `_cpp_pjit`, the one place that makes those functions,
+is wrapped: each jitted function comes back as a `JittedFunction` that calls
+JAX's own and enters what it returned. `jax.numpy` makes its jitted functions
+while `import jax` runs, so the wrap is put in place the moment `jax._src.pjit`
+has loaded, before anything else in jax can use it (an import hook).
+
+Host data put on a device (`device_put`) and eager `jit_p` binds are hooked at
+their implementations. What slips through is found by the book's
+poll of `jax.live_arrays()`.
+
+The Python path that runs a jitted function on a cache miss goes through
+`ExecuteReplicated.__call__`: hooked to record each compiled program's memory
+analysis once, and the exact run window of that call.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import sysconfig
+import threading
+import time
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import tpumem
+from tpumem.adapters.jax_buffers import INPUT, OUTPUT, TEMP, BufferBook, device_name, row
+from tpumem.trace.schema import ALLOC, FREE, PROGRAM
+from tpumem.trace.writer import TraceWriter
+
+PJIT_MODULE = "jax._src.pjit"
+
+# Frames from these places are JAX's or tpumem's, not the user's.
+_NOT_USER = (
+    os.sep + "site-packages" + os.sep,
+    os.sep + "dist-packages" + os.sep,
+    os.path.dirname(os.path.abspath(tpumem.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
+    sysconfig.get_paths()["stdlib"] + os.sep,
+    "<frozen ",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A compiled program's memory, from XLA's own analysis of it."""
+
+    program_id: int
+    name: str
+    devices: tuple[str, ...]
+    temp_bytes: int
+    executable: Any  # held so that its id is not reused by another program
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    program: Program
+    start_ns: int
+    end_ns: int
+
+
+class _SourceLines:
+    """The user's file:line that called into JAX, walking up from a frame."""
+
+    def __init__(self) -> None:
+        self._names: dict[types.CodeType, str | None] = {}  # None: not user code
+        self._cwd = os.getcwd()
+
+    def __call__(self, frame: types.FrameType | None) -> str | None:
+        names = self._names
+        while frame is not None:
+            code = frame.f_code
+            name = names.get(code, "")
+            if name == "":
+                name = names[code] = self._name(code.co_filename)
+            if name is not None:
+                return f"{name}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def _name(self, filename: str) -> str | None:
+        if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
+            return None
+        path = os.path.abspath(filename)
+        return os.path.relpath(path, self._cwd) if path.startswith(self._cwd + os.sep) else path
+
+
+class JaxHooks:
+    """Installs the hooks and turns what they see into the book's entries."""
+
+    def __init__(self, writer: TraceWriter, book: BufferBook | None, temp_windows: bool) -> None:
+        self.writer = writer
+        self.book = book  # None: programs only (the allocator's events hold the buffers)
+        self.temp_windows = temp_windows  # run windows observed: place programs' temp
+        self.origin = writer.start_time_ns
+        self.sources = _SourceLines()
+        self.programs: dict[int, Program] = {}
+        self.wrapped = 0
+        self.calls_running = 0  # hooked calls under way, on any thread
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    # -- installing ----------------------------------------------------------
+
+    def install_before_import(self) -> bool:
+        """Wraps `_cpp_pjit` as soon as JAX defines it; False when jax was
+        already imported (functions jitted before then are not wrapped)."""
+        module = sys.modules.get(PJIT_MODULE)
+        if module is not None:
+            self._wrap_pjit(module)
+            return False
+        sys.meta_path.insert(0, _AfterImport(PJIT_MODULE, self._wrap_pjit))
+        return True
+
+    def install_after_import(self) -> None:
+        from jax._src import dispatch, pjit
+        from jax._src.interpreters import pxla
+
+        if self.book is not None:
+            # Both jax.device_put and the device_put primitive end here.
+            dispatch._batched_device_put_impl = self._entering(
+                dispatch._batched_device_put_impl, "device_put"
+            )
+            pjit.jit_p.impl = self._entering(pjit.jit_p.impl, None)
+        original_call, hooks = pxla.ExecuteReplicated.__call__, self
+
+        @functools.wraps(original_call)
+        def __call__(self: Any, *args: Any) -> Any:
+            start = time.time_ns()
+            out = original_call(self, *args)
+            end = time.time_ns()
+            hooks._local.run = _Run(hooks._program(self), start - hooks.origin, end - hooks.origin)
+            return out
+
+        pxla.ExecuteReplicated.__call__ = __call__
+
+    def _wrap_pjit(self, pjit: types.ModuleType) -> None:
+        original, hooks = pjit._cpp_pjit, self
+
+        @functools.wraps(original)
+        def _cpp_pjit(fun: Any, jit_info: Any) -> Any:
+            jitted = original(fun, jit_info)
+            hooks.wrapped += 1
+            donates = bool(jit_info.donate_argnums or jit_info.donate_argnames)
+            return JittedFunction(jitted, hooks, donates)
+
+        pjit._cpp_pjit = _cpp_pjit
+
+    def _entering(self, impl: Any, op: str | None) -> Any:
+        """A primitive's implementation that enters the arrays it returns."""
+        hooks = self
+
+        @functools.wraps(impl)
+        def entering(*args: Any, **params: Any) -> Any:
+            start = time.time_ns()
+            out = impl(*args, **params)
+            name = op or params.get("name")
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            hooks._enter(outs, start - hooks.origin, name, INPUT if op else OUTPUT, 2)
+            return out
+
+        return entering
+
+    # -- what a call made ----------------------------------------------------
+
+    def _program(self, execute: Any) -> Program:
+        """The program an ExecuteReplicated runs, recorded the first time."""
+        executable = execute.xla_executable
+        program = self.programs.get(id(executable))
+        if program is not None:
+            return program
+        with self._lock:
+            program = self.programs.get(id(executable))
+            if program is None:
+                program = self.programs[id(executable)] = self._record_program(execute)
+        return program
+
+    def _record_program(self, execute: Any) -> Program:
+        executable = execute.xla_executable
+        devices = tuple(device_name(d) for d in execute._local_devices)
+        analysis: dict[str, Any] = {"name": execute.name, "devices": list(devices)}
+        try:
+            stats = executable.get_compiled_memory_stats()
+        except Exception as error:
+            analysis["unavailable"] = f"{type(error).__name__}: {error}"
+            temp = 0
+        else:
+            for field in (
+                "argument_size_in_bytes",
+                "output_size_in_bytes",
+                "alias_size_in_bytes",
+                "temp_size_in_bytes",
+                "generated_code_size_in_bytes",
+                "host_argument_size_in_bytes",
+                "host_output_size_in_bytes",
+                "host_alias_size_in_bytes",
+                "host_temp_size_in_bytes",
+            ):
+                analysis[field.removesuffix("_size_in_bytes") + "_bytes"] = int(
+                    getattr(stats, field, 0) or 0
+                )
+            temp = analysis["temp_bytes"]
+        program_id = len(self.programs)
+        analysis["program_id"] = program_id
+        self.writer.record(PROGRAM, op=execute.name, text=json.dumps(analysis))
+        return Program(program_id, execute.name, devices, temp, executable)
+
+    def after_call(
+        self, function: JittedFunction, start_ns: int, out: Any, args: Any, kwargs: Any
+    ) -> None:
+        from jax import tree_util
+
+        leaves = tree_util.tree_leaves(out)
+        run: _Run | None = getattr(self._local, "run", None)
+        self._local.run = None
+        book = self.book
+        if book is None or not leaves:
+            return
+        array_type = book.array_type
+        if not any(type(leaf) is array_type for leaf in leaves):
+            return  # traced, not run
+        end = time.time_ns() - self.origin
+        if run is not None:  # the Python path ran: this call's program, timed
+            function.programs[leaves[0].shape] = program = run.program
+            start, end = run.start_ns, run.end_ns
+        else:
+            start = start_ns - self.origin
+            program = function.programs.get(getattr(leaves[0], "shape", None))
+        if function.donates:
+            book.release_deleted(tree_util.tree_leaves((args, kwargs)), start)
+        source = self.sources(sys._getframe(2))
+        book.enter(leaves, start, function.__name__, OUTPUT, source)
+        if program is not None and self.temp_windows:
+            self._temp(program, start, end, source)
+
+    def _temp(self, program: Program, start: int, end: int, source: str | None) -> None:
+        """A program's temp buffer, live while it ran (single-device programs:
+        the CPU client runs them inline, so the call is the run)."""
+        if program.temp_bytes <= 0 or len(program.devices) != 1:
+            return
+        device, buffer_id = program.devices[0], self.book.new_buffer_id()
+        labels = {"op": program.name, "region": TEMP, "source": source}
+        labels["requested_bytes"] = program.temp_bytes  # what XLA's buffer assignment asks for
+        self.book.add_rows(
+            [
+                row(ALLOC, start, device, buffer_id, program.temp_bytes, **labels),
+                row(FREE, end, device, buffer_id, program.temp_bytes),
+            ]
+        )
+
+    def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
+        if self.book is not None:
+            source = self.sources(sys._getframe(depth))
+            self.book.enter(list(arrays), start, op, region, source)
+
+
+class JittedFunction:
+    """What `jax.jit` returns while tpumem runs: JAX's own jitted function, whose
+    calls enter the arrays they return. Everything else (`lower`, `trace`,
+    `eval_shape`, `clear_cache`, attributes) is the wrapped function's."""
+
+    def __init__(self, jitted: Any, hooks: JaxHooks, donates: bool) -> None:
+        functools.update_wrapper(self, jitted)
+        self._jitted = jitted
+        self._hooks = hooks
+        self.donates = donates
+        self.programs: dict[Any, Program] = {}  # by the first output's shape
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        hooks = self._hooks
+        hooks._local.run = None  # set again if this call runs the Python path
+        hooks.calls_running += 1
+        try:
+            start = time.time_ns()
+            out = self._jitted(*args, **kwargs)
+            hooks.after_call(self, start, out, args, kwargs)
+        finally:
+            hooks.calls_running -= 1
+        return out
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        # Like JAX's own: a jitted function in a class body is a method.
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_jitted":  # not set yet (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self._jitted, name)
+
+    def __repr__(self) -> str:
+        return repr(self._jitted)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `patch(module)` right after one module has been executed."""
+
+    def __init__(self, name: str, patch: Any) -> None:
+        self.name = name
+        self.patch = patch
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, patch = spec.loader, self.patch
+        original_exec = loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            original_exec(module)
+            patch(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

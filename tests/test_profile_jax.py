@@ -1,0 +1,284 @@
+"""`tpumem profile` on real JAX scripts (CPU), each run in its own processes."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from profiling import EXAMPLES, last_json, profile
+
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+pytestmark = pytest.mark.framework
+KiB, MiB = 1 << 10, 1 << 20
+# JAX's own small arrays (scalars made for constants, PRNG keys) that a script's
+# count of its own arrays does not see at the same moment: what tpumem may differ by.
+SMALL_ARRAYS = 16 * KiB
+
+# The script counts its own live bytes after every line that changes them.
+COUNTS_ITSELF = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+
+peak = {}
+def note():
+    # Each buffer once: a shard's array can be a second view of its buffer.
+    buffers = {}
+    for array in jax.live_arrays():
+        for shard in array.addressable_shards:
+            key = (shard.device.id, shard.data.unsafe_buffer_pointer())
+            buffers[key] = shard.data.nbytes
+    for device in jax.devices():
+        live = sum(size for (where, _), size in buffers.items() if where == device.id)
+        name = f"CPU:{device.id}"
+        peak[name] = max(peak.get(name, 0), live)
+"""
+
+KNOWN_SIZES = (
+    COUNTS_ITSELF
+    + """
+held = []
+for i in range(4):
+    held.append(jnp.ones((256 * 1024 * (i + 1),), jnp.float32)); note()  # 1..4 MiB
+del held[0]; note()
+extra = jax.device_put(np.ones((1024, 2048), np.float32)); note()  # 8 MiB: 17 in all
+doubled = extra * 2; note()  # 8 MiB more: 25
+del extra, doubled; note()
+small = jnp.arange(1000); note()
+print(json.dumps({"peak": peak}))
+"""
+)
+
+
+def line_of(script: str, text: str) -> int:
+    return next(n for n, line in enumerate(script.splitlines(), 1) if text in line)
+
+
+def test_the_peak_is_the_live_bytes_the_script_counts(tmp_path):
+    (tmp_path / "known.py").write_text(KNOWN_SIZES)
+    result = profile(tmp_path, "known.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counted = last_json(result.stdout)["peak"]["CPU:0"]
+    assert counted == 25 * MiB
+    trace = load(tmp_path / "known.tpumem")
+    analysis = analyze(trace)
+    (device,) = analysis.devices
+    assert device.device == "CPU:0" and device.fidelity == "buffer"
+    assert counted <= device.peak.bytes <= counted + SMALL_ARRAYS
+    groups = {(g.op, g.shape, g.source) for g in device.peak.groups}
+    ones, put, doubled = (line_of(KNOWN_SIZES, text) for text in ("jnp.ones", "device_put", "* 2"))
+    assert ("device_put", "[1024,2048]", f"known.py:{put}") in groups
+    assert ("multiply", "[1024,2048]", f"known.py:{doubled}") in groups
+    assert {
+        ("broadcast_in_dim", f"[{256 * 1024 * n}]", f"known.py:{ones}") for n in (2, 3, 4)
+    } <= groups
+    assert analysis.metadata["set_by_tpumem"] == {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
+    book = analysis.metadata["buffer_book"]
+    assert book["arrays_found_by_poll"] == 0  # every array came through a hook
+    assert book["arrays_entered"] >= 8
+
+
+SHARDED = (
+    COUNTS_ITSELF
+    + """
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((4,), ("x",))
+rows = NamedSharding(mesh, P("x"))
+split = jax.device_put(np.ones((1024, 256), np.float32), rows); note()  # 256 KiB a device
+copied = jax.device_put(np.ones((512, 256), np.float32), NamedSharding(mesh, P())); note()
+scaled = jax.jit(lambda a: a * 3, out_shardings=rows)(split); note()  # 256 KiB a device
+del copied; note()
+print(json.dumps({"peak": peak, "shards": [s.data.shape for s in split.addressable_shards]}))
+"""
+)
+
+
+def test_each_device_holds_its_shards(tmp_path):
+    (tmp_path / "sharded.py").write_text(SHARDED)
+    flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    result = profile(tmp_path, "sharded.py", env=flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = last_json(result.stdout)
+    assert printed["shards"] == [[256, 256]] * 4
+    analysis = analyze(load(tmp_path / "sharded.tpumem"))
+    devices = {d.device: d for d in analysis.devices}
+    assert sorted(devices) == ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+    for name, device in devices.items():
+        counted = printed["peak"][name]
+        assert counted == 256 * KiB + 512 * KiB + 256 * KiB
+        assert counted <= device.peak.bytes <= counted + SMALL_ARRAYS
+        shapes = {g.shape for g in device.peak.groups}
+        assert {"[256,256]", "[512,256]"} <= shapes  # a shard, and a whole replica
+    assert analysis.total_peak_bytes >= 4 * 1024 * KiB
+
+
+DONATES = """
+import sys
+import jax, jax.numpy as jnp
+donate = sys.argv[1] == "donate"
+update = jax.jit(lambda p, g: p - 0.1 * g, donate_argnums=(0,) if donate else ())
+params = jnp.ones((2048, 1024), jnp.float32)  # 8 MiB
+grads = jnp.full((2048, 1024), 0.5, jnp.float32)  # 8 MiB
+for _ in range(3):
+    params = update(params, grads)
+params.block_until_ready()
+"""
+
+
+def test_a_donated_argument_is_reused_not_doubled(tmp_path):
+    (tmp_path / "update.py").write_text(DONATES)
+    peaks, traces = {}, {}
+    for mode in ("donate", "keep"):
+        result = profile(tmp_path, "-o", f"{mode}.tpumem", "update.py", mode)
+        assert result.returncode == 0, result.stderr[-3000:]
+        traces[mode] = load(tmp_path / f"{mode}.tpumem")
+        (device,) = analyze(traces[mode]).devices
+        peaks[mode] = device.peak.bytes
+    # Without donation the old and the new parameters are live together.
+    assert abs(peaks["keep"] - peaks["donate"] - 8 * MiB) <= SMALL_ARRAYS
+    assert analyze(traces["donate"]).metadata["buffer_book"]["arrays_donated"] == 3
+    # The program writes its result into the donated buffer: each free of the
+    # parameters is followed, at the same moment, by an allocation at its address.
+    rows = traces["donate"].table.to_pylist()
+    big = [r for r in rows if r["kind"] in ("alloc", "free") and r["bytes"] == 8 * MiB]
+    reused = [
+        (a, b)
+        for a, b in itertools.pairwise(big)
+        if a["kind"] == "free" and b["kind"] == "alloc" and a["address"] == b["address"]
+    ]
+    assert len(reused) == 3 and all(a["time_ns"] == b["time_ns"] for a, b in reused)
+
+
+@pytest.mark.parametrize(
+    ("example", "sizes"),
+    [
+        ("jax_mlp.py", ["--width", "256", "--layers", "2", "--steps", "5"]),
+        ("jax_transformer.py", ["--width", "64", "--layers", "1", "--seq", "32", "--steps", "5"]),
+    ],
+)
+def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
+    result = profile(tmp_path, "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = last_json(result.stdout)
+    trace = load(tmp_path / "run.tpumem")
+    analysis = analyze(trace)
+    (device,) = analysis.devices
+    assert set(trace.numbers("step")[trace.valid("step")].tolist()) == set(range(5))
+    # Parameters, Adam's two moments and the new parameters, all float32.
+    assert device.peak.bytes >= 3 * 4 * printed["params"]
+    assert device.peak.step is not None
+    step = [p for p in analysis.programs if p.name == "jit(step)"]
+    assert len(step) == 1 and step[0].alias_bytes >= 3 * 4 * printed["params"]
+    regions = {g.region for g in device.peak.groups}
+    assert "temp" in regions or not step[0].temp_bytes
+    assert "Compiled programs" in result.stderr and "Buffers" in result.stderr
+
+
+ENDINGS = {
+    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
+    "sigkill": (
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        128 + 9,
+        "killed by SIGKILL",
+    ),
+}
+BEFORE_THE_END = """
+import time
+import jax.numpy as jnp
+kept = jnp.ones((512, 1024))  # 2 MiB, [512,1024]
+time.sleep(0.5)  # the book's rows are written
+{ending}
+"""
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
+    statement, status, words = ENDINGS[ending]
+    (tmp_path / "bad.py").write_text(BEFORE_THE_END.format(ending=statement))
+    result = profile(tmp_path, "bad.py")
+    assert result.returncode == status, result.stderr[-3000:]
+    assert words in result.stderr
+    (device,) = analyze(load(tmp_path / "bad.tpumem")).devices
+    assert device.peak.bytes >= 2 * MiB
+    assert "[512,1024]" in {group.shape for group in device.peak.groups}
+
+
+JIT_STILL_WORKS = """
+import functools, inspect, json
+import jax, jax.numpy as jnp
+
+@jax.jit
+def square(x):
+    return x * x
+
+class Model:
+    scale = 3.0
+    @functools.partial(jax.jit, static_argnums=0)
+    def apply(self, x):
+        return x * self.scale
+
+x = jnp.arange(4.0)
+print(json.dumps({
+    "square": square(x).tolist(),
+    "method": Model().apply(x).tolist(),
+    "grad": jax.grad(lambda v: square(v).sum())(x).tolist(),
+    "vmap": jax.vmap(square)(jnp.ones((2, 3))).tolist(),
+    "nested": jax.jit(lambda v: square(v) + 1)(x).tolist(),
+    "lowered": "square" in square.lower(x).as_text(),
+    "name": square.__name__,
+    "signature": str(inspect.signature(square)),
+}))
+"""
+
+
+def test_jitted_functions_behave_as_without_tpumem(tmp_path):
+    (tmp_path / "jits.py").write_text(JIT_STILL_WORKS)
+    plain = subprocess.run(
+        [sys.executable, "jits.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    profiled = profile(tmp_path, "jits.py")
+    assert profiled.returncode == 0, profiled.stderr[-3000:]
+    assert last_json(profiled.stdout) == last_json(plain.stdout)
+    assert last_json(plain.stdout)["square"] == [0.0, 1.0, 4.0, 9.0]
+
+
+SESSIONS = """
+import json, time
+import jax, jax.numpy as jnp
+from tpumem.adapters.jax import _JaxSessions
+from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.trace.writer import TraceWriter
+
+with TraceWriter("chunks.tpumem", {"framework": "jax"}) as writer:
+    chunks = ProfilerChunks(writer, _JaxSessions(), 0.2)
+    chunks.start()
+    end = time.time() + 1.2
+    while time.time() < end:
+        (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()
+    chunks.stop()
+    print(json.dumps({"stats": chunks.stats.as_metadata(0.2), "warnings": chunks.warnings}))
+"""
+
+
+def test_jax_profiler_sessions_run_back_to_back(tmp_path):
+    """The GPU path's capture, on the CPU: sessions rotate and every one is read
+    (the CPU's have no memory events; the GPU's BFC events go the same way)."""
+    (tmp_path / "sessions.py").write_text(textwrap.dedent(SESSIONS))
+    result = subprocess.run(
+        [sys.executable, "sessions.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = last_json(result.stdout)
+    stats = printed["stats"]
+    assert printed["warnings"] == []
+    assert stats["chunks"] >= 4 and stats["gaps"] == stats["chunks"] - 1
+    assert 0.5 < stats["covered_fraction"] <= 1.0
+    gaps = load(tmp_path / "chunks.tpumem").table.column("text").to_pylist()
+    assert gaps.count("capture gap") == stats["gaps"]
+    assert np.isfinite(stats["gap_max_ns"])

@@ -1,0 +1,66 @@
+"""Compiled programs' memory, as XLA's own analysis gave it when each compiled:
+argument, output, alias (outputs that reuse a donated argument), temp and
+generated-code bytes per device. These are compile-time figures, not a
+measurement of a run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tpumem.trace.model import Trace
+from tpumem.trace.schema import PROGRAM
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramMemory:
+    name: str
+    devices: tuple[str, ...]
+    argument_bytes: int | None
+    output_bytes: int | None
+    alias_bytes: int | None
+    temp_bytes: int | None
+    generated_code_bytes: int | None
+    compiled_at_ns: int
+    unavailable: str | None = None  # why the backend gave no analysis
+
+
+def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
+    """Every compiled program the trace recorded, in the order they compiled."""
+    kinds = trace.table.column("kind").cast(pa.string())
+    rows = np.flatnonzero(pc.equal(kinds, PROGRAM).to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return ()
+    times = trace.numbers("time_ns")[rows]
+    texts = trace.table.column("text").take(pa.array(rows)).to_pylist()
+    result = []
+    for time_ns, text in zip(times.tolist(), texts, strict=True):
+        try:
+            record = json.loads(text or "")
+        except json.JSONDecodeError:
+            continue  # a row cut short by a crash: nothing to show
+        if not isinstance(record, dict):
+            continue
+        result.append(
+            ProgramMemory(
+                name=str(record.get("name", "?")),
+                devices=tuple(record.get("devices", ())),
+                argument_bytes=record.get("argument_bytes"),
+                output_bytes=record.get("output_bytes"),
+                alias_bytes=record.get("alias_bytes"),
+                temp_bytes=record.get("temp_bytes"),
+                generated_code_bytes=record.get("generated_code_bytes"),
+                compiled_at_ns=int(time_ns),
+                unavailable=record.get("unavailable"),
+            )
+        )
+    return tuple(sorted(result, key=lambda p: p.compiled_at_ns))
+
+
+def largest_temp(found: tuple[ProgramMemory, ...]) -> ProgramMemory | None:
+    with_temp = [p for p in found if p.temp_bytes]
+    return max(with_temp, key=lambda p: p.temp_bytes or 0, default=None)
