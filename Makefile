@@ -28,11 +28,14 @@ demo: setup
 	rm -rf demo && mkdir -p demo
 	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/tpumem profile -o tf_transformer.tpumem \
 		../examples/tf_transformer.py --steps 30
+	cd demo && ../$(BIN)/tpumem profile -o jax_transformer.tpumem \
+		../examples/jax_transformer.py --steps 30
 
 bench: setup
 	$(BIN)/python benchmarks/import_vs_xprof.py
 	$(BIN)/python benchmarks/analysis_scale.py
 	$(BIN)/python benchmarks/profile_overhead.py
+	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

@@ -41,30 +41,37 @@ _STATS = {
 
 
 class _JaxSessions:
-    """JAX's profiler sessions. A session made while another is stopping is not
-    refused when made but fails when stopped, so `open` waits for `collect`."""
+    """JAX's profiler sessions. A session made while another one is still active
+    is not refused when made but fails when stopped, so `open` refuses until the
+    last session's `collect` has stopped it."""
 
     def __init__(self) -> None:
         from jax._src.lib import _profiler
 
         self._profiler = _profiler
-        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._active = False
 
     def open(self) -> Any | None:
-        if self._stopping.is_set():
-            return None
-        options = self._profiler.ProfileOptions()
-        options.host_tracer_level = 2  # the allocators' TraceMe events
-        options.python_tracer_level = 0  # on by default; costly, and not read
-        options.enable_hlo_proto = False  # nor are the programs' HLO
-        return self._profiler.ProfilerSession(options)
+        with self._lock:
+            if self._active:
+                return None
+            options = self._profiler.ProfileOptions()
+            options.host_tracer_level = 2  # the allocators' TraceMe events
+            options.python_tracer_level = 0  # on by default; costly, and not read
+            options.enable_hlo_proto = False  # nor are the programs' HLO
+            session = self._profiler.ProfilerSession(options)
+            self._active = True
+            return session
 
     def collect(self, session: Any) -> bytes:
-        self._stopping.set()
         try:
             return session.stop()
+        except Exception:  # a session the profiler refused: it has no events
+            return b""
         finally:
-            self._stopping.clear()
+            with self._lock:
+                self._active = False
 
 
 @register
@@ -91,8 +98,8 @@ class JaxAdapter(Adapter):
 
     def start(self, writer: TraceWriter) -> None:
         self.writer = writer
-        hooks_first = JaxHooks(writer, None, False)
-        if not hooks_first.install_before_import():
+        hooks = self._hooks = JaxHooks(writer, None, False)
+        if not hooks.install_before_import():
             self._warnings.append(
                 "jax was imported before tpumem started: arrays from functions jitted "
                 "before then are found by polling, late"
@@ -107,10 +114,9 @@ class JaxAdapter(Adapter):
         async_cpu = os.environ.get(ASYNC_DISPATCH_VARIABLE, "true").lower() not in ("0", "false")
         if backend != "gpu":
             self._book = BufferBook(writer.start_time_ns, _jax.ArrayImpl)
-        hooks_first.book = self._book
-        hooks_first.temp_windows = backend == "cpu" and not async_cpu
-        self._hooks = hooks_first
-        hooks_first.install_after_import()
+        hooks.book = self._book
+        hooks.temp_windows = backend == "cpu" and not async_cpu
+        hooks.install_after_import()
         fidelity = ALLOCATOR if backend == "gpu" else BUFFER
         writer.patch_metadata(
             {
@@ -248,5 +254,5 @@ class JaxAdapter(Adapter):
 def _memory_stats(device: Any) -> dict[str, int] | None:
     try:
         return device.memory_stats()
-    except Exception:
+    except Exception:  # a backend without statistics
         return None

@@ -17,6 +17,7 @@ by the poll that looks for arrays no hook saw.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 import weakref
@@ -31,7 +32,7 @@ INPUT = "input"  # host data put on a device
 TEMP = "temp"  # a compiled program's working memory while it runs
 FOUND = "array"  # found by the poll, made where no hook runs
 
-_ROW_FIELDS = (
+_FIELDS = (
     "kind",
     "time_ns",
     "device",
@@ -45,6 +46,7 @@ _ROW_FIELDS = (
     "shape",
     "source",
 )
+_NO_LABELS = (None,) * 6  # what a free row has after its first six fields
 
 
 def device_name(device: Any) -> str:
@@ -61,10 +63,12 @@ class _Buffer:
     address: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Entry:
+    """An array in the book (not frozen: a frozen dataclass is slow to make)."""
+
     ref: weakref.ref
-    buffers: tuple[_Buffer, ...]
+    buffers: list[_Buffer]
     array_key: int  # id(array), which a new array may take once it died
     sequence: int  # when it was entered
 
@@ -81,24 +85,32 @@ class BookCounts:
 
 
 class BufferBook:
-    """Buffers of live arrays and the alloc/free rows they make."""
+    """Buffers of live arrays and the alloc/free rows they make.
+
+    Entering runs after every hooked call, so it reads only what is cheap on an
+    array (its aval, sharding, address, size on the device) and caches the rest
+    by aval and by sharding object."""
 
     def __init__(self, start_time_ns: int, array_type: type) -> None:
         self.start_time_ns = start_time_ns
         self.array_type = array_type
         self.counts = BookCounts()
+        self._clock = time.time_ns
         self._lock = threading.Lock()
         self._released: collections.deque[tuple[int, int]] = collections.deque()
         # id(weakref) -> the entry of an array in the book.
         self._entries: dict[int, _Entry] = {}
         self._by_object: dict[int, int] = {}  # id(array) -> id(its weakref)
         self._buffers: dict[tuple[str, int], _Buffer] = {}
+        # Rows in _FIELDS order, in the order things happened: a free and an
+        # allocation at the same moment (a donated buffer reused) keep their order.
         self._rows: list[tuple[Any, ...]] = []
         self._next_id = 0
         self._sequence = 0  # entries made so far: the poll leaves newer ones alone
         self._unseen: set[int] = set()  # ids the last poll found untracked
-        self._devices: dict[int, str] = {}
-        self._labels: dict[tuple[Any, Any], tuple[str, str]] = {}
+        # id(sharding) -> (the sharding, kept so its id stays its own; device name)
+        self._devices: dict[int, tuple[Any, str]] = {}
+        self._labels: dict[Any, tuple[str, str, int]] = {}  # aval -> dtype, shape, nbytes
 
     # -- entering and releasing ------------------------------------------------
 
@@ -113,62 +125,57 @@ class BufferBook:
         """Enters the jax.Arrays among `arrays` (anything else is skipped)."""
         array_type = self.array_type
         with self._lock:
-            self._drain_released()
+            if self._released:
+                self._drain_released()
+            entered = 0
             for array in arrays:
                 if type(array) is not array_type:
                     array = getattr(array, "_base_array", None)  # typed PRNG keys
                     if type(array) is not array_type:
                         continue
-                if self._enter(array, time_ns, op, region, source):
-                    self.counts.entered += 1
+                entered += self._enter(array, time_ns, op, region, source)
+            self.counts.entered += entered
 
     def _enter(
         self, array: Any, time_ns: int, op: str | None, region: str, source: str | None
     ) -> bool:
+        # The hot path of the adapter: locals, no helper calls for the usual case.
         key = id(array)
-        if key in self._by_object:
-            return False  # already in the book (a dead array's id is dropped first)
-        if array.is_deleted():
-            return False
-        buffers = []
-        dtype, shape = self._label(array)
+        by_object = self._by_object
+        if key in by_object or array.is_deleted():
+            return False  # in the book already (a dead array's id is dropped first)
+        buffers = self._buffers
+        dtype, shape, nbytes = self._label(array)
+        held = []
         for shard in array._arrays:  # one per device; the array itself when unsharded
-            device = self._device(shard)
+            known = self._devices.get(id(shard.sharding))
+            device = known[1] if known is not None else self._device(shard)
             address = shard.unsafe_buffer_pointer()
-            buffer = self._buffers.get((device, address))
+            buffer = buffers.get((device, address))
             if buffer is not None:
                 buffer.holders += 1
                 self.counts.shared += 1
             else:
+                if shard is not array:
+                    _, shape, nbytes = self._label(shard)
                 size = shard.on_device_size_in_bytes()
-                buffer = _Buffer(self._next_id, size, 1, device, address)
-                self._next_id += 1
-                self._buffers[(device, address)] = buffer
-                self._rows.append(
-                    (
-                        ALLOC,
-                        time_ns,
-                        device,
-                        buffer.buffer_id,
-                        address,
-                        size,
-                        shard.nbytes,
-                        op,
-                        region,
-                        dtype,
-                        shape if shard is array else _shape_text(shard.shape),
-                        source,
-                    )
+                buffer = buffers[(device, address)] = _Buffer(
+                    self._next_id, size, 1, device, address
                 )
-            buffers.append(buffer)
+                self._next_id += 1
+                row = (ALLOC, time_ns, device, buffer.buffer_id, address, size, nbytes)
+                self._rows.append((*row, op, region, dtype, shape, source))
+            held.append(buffer)
         ref = weakref.ref(array, self._on_death)
-        self._entries[id(ref)] = _Entry(ref, tuple(buffers), key, self._sequence)
-        self._by_object[key] = id(ref)
+        self._entries[id(ref)] = _Entry(ref, held, key, self._sequence)
+        by_object[key] = id(ref)
         self._sequence += 1
         return True
 
     def _on_death(self, ref: weakref.ref) -> None:
-        self._released.append((id(ref), time.time_ns() - self.start_time_ns))
+        # Arrays die until the interpreter's very end, after modules are torn
+        # down: the clock is the instance's own.
+        self._released.append((id(ref), self._clock() - self.start_time_ns))
 
     def release_deleted(self, arrays: list[Any], time_ns: int) -> None:
         """Releases the buffers of the arrays among `arrays` that were deleted:
@@ -192,10 +199,8 @@ class BufferBook:
             buffer.holders -= 1
             if buffer.holders == 0:
                 del self._buffers[(buffer.device, buffer.address)]
-                self._rows.append(
-                    (FREE, time_ns, buffer.device, buffer.buffer_id, buffer.address, buffer.bytes)
-                    + (None,) * 6
-                )
+                row = (FREE, time_ns, buffer.device, buffer.buffer_id, buffer.address)
+                self._rows.append((*row, buffer.bytes, *_NO_LABELS))
         return True
 
     def _drain_released(self) -> None:
@@ -237,10 +242,12 @@ class BufferBook:
 
     # -- rows ------------------------------------------------------------------
 
-    def add_rows(self, rows: list[tuple[Any, ...]]) -> None:
-        """Rows made elsewhere (a program's temp), in the same field order."""
+    def add_temp(self, alloc: tuple[Any, ...], free: tuple[Any, ...]) -> None:
+        """A buffer made elsewhere (a program's temp): rows from `alloc_row` and
+        `free_row`."""
         with self._lock:
-            self._rows.extend(rows)
+            self._rows.append(alloc)
+            self._rows.append(free)
 
     def new_buffer_id(self) -> int:
         with self._lock:
@@ -254,23 +261,27 @@ class BufferBook:
             rows, self._rows = self._rows, []
         if not rows:
             return {}, 0
-        columns = zip(_ROW_FIELDS, zip(*rows, strict=True), strict=True)
+        columns = zip(_FIELDS, zip(*rows, strict=True), strict=True)
         return {name: list(values) for name, values in columns}, len(rows)
 
     # -- labels, cached --------------------------------------------------------
 
     def _device(self, shard: Any) -> str:
-        device = shard.sharding._device_assignment[0]
-        name = self._devices.get(id(device))
-        if name is None:
-            name = self._devices[id(device)] = device_name(device)
+        """A shard's device name, cached by its sharding object."""
+        sharding = shard.sharding
+        if len(self._devices) > 100_000:  # programs made and dropped by the thousand
+            self._devices.clear()
+        name = device_name(sharding._device_assignment[0])
+        self._devices[id(sharding)] = (sharding, name)
         return name
 
-    def _label(self, array: Any) -> tuple[str, str]:
-        aval = (array.shape, array.dtype)
+    def _label(self, array: Any) -> tuple[str, str, int]:
+        aval = array.aval
         label = self._labels.get(aval)
         if label is None:
-            label = self._labels[aval] = (str(array.dtype), _shape_text(array.shape))
+            shape, dtype = aval.shape, aval.dtype
+            size = dtype.itemsize * math.prod(shape)
+            label = self._labels[aval] = (str(dtype), _shape_text(shape), size)
         return label
 
 
@@ -278,10 +289,10 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def row(kind: str, time_ns: int, device: str, buffer_id: int, size: int, **labels: Any) -> tuple:
-    """A row in the book's field order (for rows made outside the book)."""
+def alloc_row(time_ns: int, device: str, buffer_id: int, size: int, **labels: Any) -> tuple:
+    """An allocation made outside the book, in the book's field order."""
     return (
-        kind,
+        ALLOC,
         time_ns,
         device,
         buffer_id,
@@ -294,3 +305,7 @@ def row(kind: str, time_ns: int, device: str, buffer_id: int, size: int, **label
         labels.get("shape"),
         labels.get("source"),
     )
+
+
+def free_row(time_ns: int, device: str, buffer_id: int, size: int) -> tuple:
+    return (FREE, time_ns, device, buffer_id, None, size, *_NO_LABELS)

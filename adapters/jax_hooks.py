@@ -34,8 +34,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import tpumem
-from tpumem.adapters.jax_buffers import INPUT, OUTPUT, TEMP, BufferBook, device_name, row
-from tpumem.trace.schema import ALLOC, FREE, PROGRAM
+from tpumem.adapters.jax_buffers import (
+    INPUT,
+    OUTPUT,
+    TEMP,
+    BufferBook,
+    alloc_row,
+    device_name,
+    free_row,
+)
+from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
 PJIT_MODULE = "jax._src.pjit"
@@ -91,8 +99,11 @@ class _SourceLines:
     def _name(self, filename: str) -> str | None:
         if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
             return None
-        path = os.path.abspath(filename)
-        return os.path.relpath(path, self._cwd) if path.startswith(self._cwd + os.sep) else path
+        # Relative to the working directory, as the user typed the script's path,
+        # unless that climbs far out of it.
+        relative = os.path.relpath(os.path.abspath(filename), self._cwd)
+        far = os.path.join(os.pardir, os.pardir, os.pardir)
+        return filename if relative.startswith(far) else relative
 
 
 class JaxHooks:
@@ -123,9 +134,11 @@ class JaxHooks:
         return True
 
     def install_after_import(self) -> None:
+        from jax import tree_util
         from jax._src import dispatch, pjit
         from jax._src.interpreters import pxla
 
+        self._tree_leaves = tree_util.tree_leaves
         if self.book is not None:
             # Both jax.device_put and the device_put primitive end here.
             dispatch._batched_device_put_impl = self._entering(
@@ -191,7 +204,7 @@ class JaxHooks:
         analysis: dict[str, Any] = {"name": execute.name, "devices": list(devices)}
         try:
             stats = executable.get_compiled_memory_stats()
-        except Exception as error:
+        except Exception as error:  # a backend without the analysis
             analysis["unavailable"] = f"{type(error).__name__}: {error}"
             temp = 0
         else:
@@ -218,16 +231,15 @@ class JaxHooks:
     def after_call(
         self, function: JittedFunction, start_ns: int, out: Any, args: Any, kwargs: Any
     ) -> None:
-        from jax import tree_util
-
-        leaves = tree_util.tree_leaves(out)
+        leaves = self._tree_leaves(out)
         run: _Run | None = getattr(self._local, "run", None)
         self._local.run = None
         book = self.book
         if book is None or not leaves:
             return
-        array_type = book.array_type
-        if not any(type(leaf) is array_type for leaf in leaves):
+        if type(leaves[0]) is not book.array_type and not any(
+            type(leaf) is book.array_type for leaf in leaves
+        ):
             return  # traced, not run
         end = time.time_ns() - self.origin
         if run is not None:  # the Python path ran: this call's program, timed
@@ -237,25 +249,23 @@ class JaxHooks:
             start = start_ns - self.origin
             program = function.programs.get(getattr(leaves[0], "shape", None))
         if function.donates:
-            book.release_deleted(tree_util.tree_leaves((args, kwargs)), start)
+            book.release_deleted(self._tree_leaves((args, kwargs)), start)
         source = self.sources(sys._getframe(2))
         book.enter(leaves, start, function.__name__, OUTPUT, source)
         if program is not None and self.temp_windows:
-            self._temp(program, start, end, source)
+            self._temp(program, start, end, function.__name__, source)
 
-    def _temp(self, program: Program, start: int, end: int, source: str | None) -> None:
+    def _temp(self, program: Program, start: int, end: int, op: str, source: str | None) -> None:
         """A program's temp buffer, live while it ran (single-device programs:
         the CPU client runs them inline, so the call is the run)."""
         if program.temp_bytes <= 0 or len(program.devices) != 1:
             return
         device, buffer_id = program.devices[0], self.book.new_buffer_id()
-        labels = {"op": program.name, "region": TEMP, "source": source}
+        labels = {"op": op, "region": TEMP, "source": source}
         labels["requested_bytes"] = program.temp_bytes  # what XLA's buffer assignment asks for
-        self.book.add_rows(
-            [
-                row(ALLOC, start, device, buffer_id, program.temp_bytes, **labels),
-                row(FREE, end, device, buffer_id, program.temp_bytes),
-            ]
+        self.book.add_temp(
+            alloc_row(start, device, buffer_id, program.temp_bytes, **labels),
+            free_row(end, device, buffer_id, program.temp_bytes),
         )
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:

@@ -313,3 +313,30 @@ def test_chunks_the_capture_missed_in_a_gap_are_placed_in_the_gap(make_trace):
     assert device.fragmentation.check_agrees is True
     assert device.fragmentation.check_points == 3
     assert device.preallocation.pool_peak_bytes == 2 * MiB
+
+
+def test_a_pool_the_allocator_reports_is_the_measured_preallocation(make_trace):
+    """JAX on GPU preallocates 75% of the device; memory_stats() says so
+    (pool_bytes, bytes_limit), and that beats any model of the pool."""
+    GiB = 1 << 30
+    rows = [
+        {
+            "kind": "sample",
+            "time_ns": 0,
+            "device": "GPU:0",
+            "bytes_in_use": 0,
+            "pool_bytes": 60 * GiB,
+            "bytes_limit": 60 * GiB,
+        },
+        {"kind": "alloc", "time_ns": 1, "device": "GPU:0", "buffer_id": 1, "bytes": 3 * GiB},
+        {"kind": "alloc", "time_ns": 2, "device": "GPU:0", "buffer_id": 2, "bytes": GiB},
+        {"kind": "free", "time_ns": 3, "device": "GPU:0", "buffer_id": 1, "bytes": 3 * GiB},
+    ]
+    metadata = {"env": {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".75"}}
+    (device,) = analyze(load(make_trace(rows, metadata))).devices
+    pre = device.preallocation
+    assert device.peak.bytes == 4 * GiB
+    assert pre.pool_peak_bytes == 60 * GiB and pre.pool_label == "measured"
+    assert pre.unused_bytes == 56 * GiB
+    assert pre.limit_bytes == 60 * GiB
+    assert pre.settings == {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".75"}

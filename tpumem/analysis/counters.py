@@ -22,6 +22,8 @@ class Counters:
     samples: int  # counter readings taken between events
     reported_peak_bytes: int | None  # the largest running peak the allocator reported
     sampled_peak_bytes: int | None  # the largest sampled bytes in use
+    pool_bytes: int | None = None  # the largest pool the allocator reported holding
+    limit_bytes: int | None = None  # the largest limit it reported
 
     def peak_missed_by_events(self, event_peak: int) -> bool:
         return self.reported_peak_bytes is not None and self.reported_peak_bytes > event_peak
@@ -38,6 +40,8 @@ def counters(trace: Trace, device: str) -> Counters:
         samples=int(is_sample.sum()),
         reported_peak_bytes=_largest(trace, "peak_bytes_in_use", rows),
         sampled_peak_bytes=_largest(trace, "bytes_in_use", is_sample),
+        pool_bytes=_largest(trace, "pool_bytes", rows),
+        limit_bytes=_largest(trace, "bytes_limit", rows),
     )
 
 

@@ -66,7 +66,11 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
     peak = peak_breakdown(trace, events)
     model = _model(trace, events)
     frag = fragmentation(events, peak.event_index, model)
-    if model is not None:
+    reported = counters(trace, events.device)
+    if reported.pool_bytes is not None:  # the allocator says what it holds (memory_stats)
+        pool, pool_label = np.array([reported.pool_bytes]), labels.MEASURED
+        pool_source = "the allocator's own pool_bytes"
+    elif model is not None:
         pool, pool_label, pool_source = model.pool, labels.MODELED, "BFC allocator model"
     elif frag.pool is not None:
         pool, pool_label = frag.pool, labels.DERIVED
@@ -78,6 +82,7 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
         pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, frag.figure.check_unavailable
     else:
         pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, ""
+    limit = events.bytes_limit if events.bytes_limit is not None else reported.limit_bytes
     return DeviceAnalysis(
         device=events.device,
         fidelity=events.fidelity,
@@ -86,18 +91,12 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
         peak=peak,
         peak_label=labels.MEASURED if events.in_use_measured else labels.DERIVED,
         preallocation=preallocation(
-            trace.metadata,
-            events.device,
-            peak.bytes,
-            pool,
-            pool_label,
-            pool_source,
-            events.bytes_limit,
+            trace.metadata, events.device, peak.bytes, pool, pool_label, pool_source, limit
         ),
         fragmentation=frag.figure,
         waste=internal_waste(events, live_at(events, peak.event_index)),
         timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
-        counters=counters(trace, events.device),
+        counters=reported,
     )
 
 

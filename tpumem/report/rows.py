@@ -102,11 +102,17 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     """(figure, value, how it was obtained)."""
     peak, pre, frag, waste = device.peak, device.preallocation, device.fragmentation, device.waste
     step = f", step {peak.step}" if peak.step is not None else ""
+    temp = dict(peak.by_region).get("temp")
     rows = [
         (
             "Peak in use",
             f"{format_bytes(peak.bytes)} at {format_seconds(peak.time_ns)}{step}",
-            device.peak_label,
+            device.peak_label
+            + (
+                f" ({format_bytes(temp)} of programs' temp: XLA's compile-time size)"
+                if temp
+                else ""
+            ),
         ),
         *_counter_rows(device),
         (

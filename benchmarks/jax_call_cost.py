@@ -1,0 +1,93 @@
+"""What the JAX adapter's hooks add to one call, plain against profiled, in one run.
+
+    .venv/bin/python benchmarks/jax_call_cost.py [--calls 3000] [--repeats 3]
+
+Runs the same timing script as `python script.py` and under `tpumem profile`, in
+turns, and prints the median microseconds per call and the ratio, for
+- an eager `x + y` of two small arrays (a jitted `jax.numpy` function);
+- a jitted step with 91 outputs (the transformer example's parameters and Adam's
+  moments), which donates its arguments;
+- the same step's plain run with the CPU's asynchronous dispatch on and off
+  (tpumem turns it off): what that setting alone costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from common import WORK
+
+TIMING = """
+import json, sys, time
+import jax, jax.numpy as jnp
+calls = int(sys.argv[1])
+x, y = jnp.ones(16), jnp.ones(16)
+for _ in range(200):
+    x + y
+start = time.perf_counter()
+for _ in range(calls):
+    x + y
+eager = (time.perf_counter() - start) / calls * 1e6
+
+step = jax.jit(lambda p: [a * 0.5 + 1 for a in p], donate_argnums=0)
+params = [jnp.ones((64, 64)) for _ in range(91)]
+for _ in range(20):
+    params = step(params)
+start = time.perf_counter()
+for _ in range(calls // 10):
+    params = step(params)
+jax.block_until_ready(params)
+jitted = (time.perf_counter() - start) / (calls // 10) * 1e6
+print(json.dumps({"eager": eager, "jitted": jitted}))
+"""
+
+
+def run(command: list[str], env: dict[str, str]) -> dict[str, float]:
+    result = subprocess.run(
+        command, capture_output=True, text=True, cwd=WORK, env={**os.environ, **env}, check=False
+    )
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    WORK.mkdir(exist_ok=True)
+    script = WORK / "jax_call_cost.py"
+    script.write_text(TIMING)
+    plain = [sys.executable, str(script), str(args.calls)]
+    trace = str(WORK / "jax_call_cost.tpumem")
+    profiled = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", trace, *plain[1:]]
+    sync = {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
+    runs: dict[str, list[dict[str, float]]] = {"plain": [], "plain, sync": [], "profiled": []}
+    for repeat in range(args.repeats):
+        runs["plain"].append(run(plain, {}))
+        runs["plain, sync"].append(run(plain, sync))
+        runs["profiled"].append(run(profiled, {}))
+        print(f"run {repeat + 1}/{args.repeats}", flush=True)
+    for what in ("eager", "jitted"):
+        median = {
+            name: statistics.median(r[what] for r in results) for name, results in runs.items()
+        }
+        print(
+            f"{what:7}: plain {median['plain']:.1f} us, plain with sync dispatch "
+            f"{median['plain, sync']:.1f} us, profiled {median['profiled']:.1f} us a call; "
+            f"profiled / plain {median['profiled'] / median['plain']:.2f}, "
+            f"+{median['profiled'] - median['plain']:.1f} us"
+        )
+    print(
+        f"(median of {args.repeats} runs each, {args.calls} eager calls, {args.calls // 10} steps)"
+    )
+
+
+if __name__ == "__main__":
+    main()
