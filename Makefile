@@ -36,6 +36,7 @@ bench: setup
 	$(BIN)/python benchmarks/analysis_scale.py
 	$(BIN)/python benchmarks/profile_overhead.py
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py
+	$(BIN)/python benchmarks/jax_call_cost.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work
