@@ -150,9 +150,6 @@ class JaxAdapter(Adapter):
         if self._chunks is not None:
             self._chunks.stop()
             self._warnings.extend(self._chunks.warnings)
-            self.writer.patch_metadata(
-                {"capture": self._chunks.stats.as_metadata(self.options.chunk_s)}
-            )
         if self._book is not None:
             self._write_book()
             self.writer.patch_metadata({"buffer_book": self._book_metadata()})

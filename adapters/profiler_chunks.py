@@ -117,6 +117,8 @@ class ProfilerChunks:
         self._thread.start()
 
     def stop(self) -> None:
+        """Ends the last session, writes what is left and the capture's figures
+        (metadata `capture`)."""
         self._stop.set()
         self._thread.join()
         with self._lock:
@@ -125,6 +127,7 @@ class ProfilerChunks:
                 self._session = None
         self._stopped.put(None)
         self._writer_thread.join()
+        self.writer.patch_metadata({"capture": self.stats.as_metadata(self.chunk_s)})
 
     def pause(self) -> None:
         """Ends the current session now (the program wants the profiler)."""

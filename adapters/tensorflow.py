@@ -129,9 +129,6 @@ class TensorFlowAdapter(Adapter):
         if self._chunks is not None:
             self._chunks.stop()
             self._warnings.extend(self._chunks.warnings)
-            self.writer.patch_metadata(
-                {"capture": self._chunks.stats.as_metadata(self.options.chunk_s)}
-            )
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
         self.writer.patch_metadata(
