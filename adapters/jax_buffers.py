@@ -242,17 +242,18 @@ class BufferBook:
 
     # -- rows ------------------------------------------------------------------
 
-    def add_temp(self, alloc: tuple[Any, ...], free: tuple[Any, ...]) -> None:
-        """A buffer made elsewhere (a program's temp): rows from `alloc_row` and
-        `free_row`."""
+    def add_temp(
+        self, device: str, size: int, start_ns: int, end_ns: int, op: str, source: str | None
+    ) -> None:
+        """A buffer made outside any array: a program's temp, live while it ran.
+        `requested_bytes` is the size: what XLA's buffer assignment asks for."""
         with self._lock:
-            self._rows.append(alloc)
-            self._rows.append(free)
-
-    def new_buffer_id(self) -> int:
-        with self._lock:
+            buffer_id = self._next_id
             self._next_id += 1
-            return self._next_id - 1
+            self._rows.append(
+                (ALLOC, start_ns, device, buffer_id, None, size, size, op, TEMP, None, None, source)
+            )
+            self._rows.append((FREE, end_ns, device, buffer_id, None, size, *_NO_LABELS))
 
     def take_columns(self) -> tuple[dict[str, list[Any]], int]:
         """The rows made since the last call, as trace columns."""
@@ -287,25 +288,3 @@ class BufferBook:
 
 def _shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-def alloc_row(time_ns: int, device: str, buffer_id: int, size: int, **labels: Any) -> tuple:
-    """An allocation made outside the book, in the book's field order."""
-    return (
-        ALLOC,
-        time_ns,
-        device,
-        buffer_id,
-        None,
-        size,
-        labels.get("requested_bytes"),
-        labels.get("op"),
-        labels.get("region"),
-        labels.get("dtype"),
-        labels.get("shape"),
-        labels.get("source"),
-    )
-
-
-def free_row(time_ns: int, device: str, buffer_id: int, size: int) -> tuple:
-    return (FREE, time_ns, device, buffer_id, None, size, *_NO_LABELS)

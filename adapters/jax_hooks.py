@@ -34,15 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tpumem
-from tpumem.adapters.jax_buffers import (
-    INPUT,
-    OUTPUT,
-    TEMP,
-    BufferBook,
-    alloc_row,
-    device_name,
-    free_row,
-)
+from tpumem.adapters.jax_buffers import INPUT, OUTPUT, BufferBook, device_name
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
@@ -63,7 +55,6 @@ _NOT_USER = (
 class Program:
     """A compiled program's memory, from XLA's own analysis of it."""
 
-    program_id: int
     name: str
     devices: tuple[str, ...]
     temp_bytes: int
@@ -223,10 +214,9 @@ class JaxHooks:
                     getattr(stats, field, 0) or 0
                 )
             temp = analysis["temp_bytes"]
-        program_id = len(self.programs)
-        analysis["program_id"] = program_id
+        analysis["program_id"] = len(self.programs)
         self.writer.record(PROGRAM, op=execute.name, text=json.dumps(analysis))
-        return Program(program_id, execute.name, devices, temp, executable)
+        return Program(execute.name, devices, temp, executable)
 
     def after_call(
         self, function: JittedFunction, start_ns: int, out: Any, args: Any, kwargs: Any
@@ -258,20 +248,12 @@ class JaxHooks:
     def _temp(self, program: Program, start: int, end: int, op: str, source: str | None) -> None:
         """A program's temp buffer, live while it ran (single-device programs:
         the CPU client runs them inline, so the call is the run)."""
-        if program.temp_bytes <= 0 or len(program.devices) != 1:
-            return
-        device, buffer_id = program.devices[0], self.book.new_buffer_id()
-        labels = {"op": op, "region": TEMP, "source": source}
-        labels["requested_bytes"] = program.temp_bytes  # what XLA's buffer assignment asks for
-        self.book.add_temp(
-            alloc_row(start, device, buffer_id, program.temp_bytes, **labels),
-            free_row(end, device, buffer_id, program.temp_bytes),
-        )
+        if program.temp_bytes > 0 and len(program.devices) == 1:
+            self.book.add_temp(program.devices[0], program.temp_bytes, start, end, op, source)
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
-        if self.book is not None:
-            source = self.sources(sys._getframe(depth))
-            self.book.enter(list(arrays), start, op, region, source)
+        source = self.sources(sys._getframe(depth))
+        self.book.enter(list(arrays), start, op, region, source)
 
 
 class JittedFunction:

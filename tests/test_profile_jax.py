@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 from profiling import EXAMPLES, last_json, profile
 
@@ -281,4 +280,4 @@ def test_jax_profiler_sessions_run_back_to_back(tmp_path):
     assert 0.5 < stats["covered_fraction"] <= 1.0
     gaps = load(tmp_path / "chunks.tpumem").table.column("text").to_pylist()
     assert gaps.count("capture gap") == stats["gaps"]
-    assert np.isfinite(stats["gap_max_ns"])
+    assert 0 < stats["gap_max_ns"] <= stats["gap_total_ns"]
