@@ -30,6 +30,8 @@ demo: setup
 		../examples/tf_transformer.py --steps 30
 	cd demo && ../$(BIN)/tpumem profile -o jax_transformer.tpumem \
 		../examples/jax_transformer.py --steps 30
+	cd demo && ../$(BIN)/tpumem profile -o torch_xla_transformer.tpumem \
+		../examples/torch_xla_transformer.py --steps 30
 
 bench: setup
 	$(BIN)/python benchmarks/import_vs_xprof.py
@@ -37,6 +39,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py
 	$(BIN)/python benchmarks/jax_call_cost.py
+	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

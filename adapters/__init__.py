@@ -4,6 +4,7 @@ registers them all and imports no framework."""
 
 from tpumem.adapters import jax as _jax  # noqa: F401 - registers
 from tpumem.adapters import tensorflow as _tensorflow  # noqa: F401 - registers
+from tpumem.adapters import torch_xla as _torch_xla  # noqa: F401 - registers
 from tpumem.adapters.base import (
     Adapter,
     CaptureOptions,

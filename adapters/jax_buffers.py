@@ -24,13 +24,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from tpumem.adapters.labels import FOUND, TEMP, shape_text
 from tpumem.trace.schema import ALLOC, FREE
-
-# Regions of buffers this book enters.
-OUTPUT = "output"  # a program's result
-INPUT = "input"  # host data put on a device
-TEMP = "temp"  # a compiled program's working memory while it runs
-FOUND = "array"  # found by the poll, made where no hook runs
 
 _FIELDS = (
     "kind",
@@ -282,9 +277,5 @@ class BufferBook:
         if label is None:
             shape, dtype = aval.shape, aval.dtype
             size = dtype.itemsize * math.prod(shape)
-            label = self._labels[aval] = (str(dtype), _shape_text(shape), size)
+            label = self._labels[aval] = (str(dtype), shape_text(shape), size)
         return label
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"

@@ -24,31 +24,20 @@ import functools
 import importlib.abc
 import importlib.machinery
 import json
-import os
 import sys
-import sysconfig
 import threading
 import time
 import types
 from dataclasses import dataclass
 from typing import Any
 
-import tpumem
-from tpumem.adapters.jax_buffers import INPUT, OUTPUT, BufferBook, device_name
+from tpumem.adapters.jax_buffers import BufferBook, device_name
+from tpumem.adapters.labels import INPUT, OUTPUT
+from tpumem.adapters.source_lines import SourceLines
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
 PJIT_MODULE = "jax._src.pjit"
-
-# Frames from these places are JAX's or tpumem's, not the user's.
-_NOT_USER = (
-    os.sep + "site-packages" + os.sep,
-    os.sep + "dist-packages" + os.sep,
-    os.path.dirname(os.path.abspath(tpumem.__file__)) + os.sep,
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
-    sysconfig.get_paths()["stdlib"] + os.sep,
-    "<frozen ",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,35 +57,6 @@ class _Run:
     end_ns: int
 
 
-class _SourceLines:
-    """The user's file:line that called into JAX, walking up from a frame."""
-
-    def __init__(self) -> None:
-        self._names: dict[types.CodeType, str | None] = {}  # None: not user code
-        self._cwd = os.getcwd()
-
-    def __call__(self, frame: types.FrameType | None) -> str | None:
-        names = self._names
-        while frame is not None:
-            code = frame.f_code
-            name = names.get(code, "")
-            if name == "":
-                name = names[code] = self._name(code.co_filename)
-            if name is not None:
-                return f"{name}:{frame.f_lineno}"
-            frame = frame.f_back
-        return None
-
-    def _name(self, filename: str) -> str | None:
-        if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
-            return None
-        # Relative to the working directory, as the user typed the script's path,
-        # unless that climbs far out of it.
-        relative = os.path.relpath(os.path.abspath(filename), self._cwd)
-        far = os.path.join(os.pardir, os.pardir, os.pardir)
-        return filename if relative.startswith(far) else relative
-
-
 class JaxHooks:
     """Installs the hooks and turns what they see into the book's entries."""
 
@@ -105,7 +65,7 @@ class JaxHooks:
         self.book = book  # None: programs only (the allocator's events hold the buffers)
         self.temp_windows = temp_windows  # run windows observed: place programs' temp
         self.origin = writer.start_time_ns
-        self.sources = _SourceLines()
+        self.sources = SourceLines()
         self.programs: dict[int, Program] = {}
         self.wrapped = 0
         self.calls_running = 0  # hooked calls under way, on any thread

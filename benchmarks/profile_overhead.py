@@ -24,6 +24,7 @@ from pathlib import Path
 from common import WORK
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PJRT_DEVICE = os.environ.get("PJRT_DEVICE", "CPU")
 
 
 def run(command: list[str]) -> tuple[float, float]:
@@ -34,7 +35,8 @@ def run(command: list[str]) -> tuple[float, float]:
         capture_output=True,
         text=True,
         cwd=WORK,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        # PyTorch/XLA: the device tpumem would pick, for the plain run too.
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": PJRT_DEVICE},
         check=False,
     )
     wall = time.perf_counter() - start

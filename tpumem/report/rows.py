@@ -27,6 +27,12 @@ def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
         rows.append(("Buffers", _book(book)))
     if analysis.programs:
         rows.append(("Compiled programs", _programs(analysis, book)))
+    set_by_tpumem = meta.get("set_by_tpumem")
+    if isinstance(set_by_tpumem, dict) and set_by_tpumem:
+        rows.append(("Set by tpumem", " ".join(f"{k}={v}" for k, v in set_by_tpumem.items())))
+    not_exposed = meta.get("not_exposed")
+    if isinstance(not_exposed, list) and not_exposed:
+        rows.append(("Not exposed", "; ".join(str(item) for item in not_exposed)))
     if len(analysis.devices) > 1:
         rows.append(
             (
@@ -60,6 +66,16 @@ def _capture(capture: dict) -> str:
 
 
 def _book(book: dict) -> str:
+    if "tensors_seen" in book:  # PyTorch/XLA's book of materialized tensors
+        text = (
+            f"{book['tensors_transferred']:,} tensors put on the device, "
+            f"{book['tensors_materialized_by_graphs']:,} materialized by graphs, "
+            f"{book['buffers_replaced_in_place']:,} buffers replaced by in-place updates; "
+            f"{book['executions_observed']:,} graph executions"
+        )
+        if book.get("executions_not_observed"):
+            text += f" ({book['executions_not_observed']:,} more seen only in PyTorch/XLA's log)"
+        return text
     text = f"{book.get('arrays_entered', 0):,} arrays entered as they were made"
     if book.get("arrays_found_by_poll"):
         text += f", {book['arrays_found_by_poll']:,} found later by polling"

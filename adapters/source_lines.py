@@ -1,0 +1,56 @@
+"""The user's source line behind an allocation: the first frame that is neither
+the framework's (site-packages), the standard library's nor tpumem's."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import types
+
+import tpumem
+
+# Frames from these places are a framework's or tpumem's, not the user's.
+_NOT_USER = (
+    os.sep + "site-packages" + os.sep,
+    os.sep + "dist-packages" + os.sep,
+    os.path.dirname(os.path.abspath(tpumem.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
+    sysconfig.get_paths()["stdlib"] + os.sep,
+    "<frozen ",
+)
+
+
+class SourceLines:
+    """The user's file:line that called into the framework, walking up from a
+    frame; answers are cached by code object, so a walk costs a few dict lookups."""
+
+    def __init__(self) -> None:
+        self._names: dict[types.CodeType, str | None] = {}  # None: not user code
+        self._cwd = os.getcwd()
+
+    def __call__(self, frame: types.FrameType | None) -> str | None:
+        names = self._names
+        while frame is not None:
+            code = frame.f_code
+            name = names.get(code, "")
+            if name == "":
+                name = names[code] = self._name(code.co_filename)
+            if name is not None:
+                return f"{name}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def file_line(self, text: str) -> str | None:
+        """'path:line' as the user's file:line, or None when it is not the user's."""
+        filename, _, line = text.rpartition(":")
+        name = self._name(filename)
+        return f"{name}:{line}" if name is not None else None
+
+    def _name(self, filename: str) -> str | None:
+        if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
+            return None
+        # Relative to the working directory, as the user typed the script's path,
+        # unless that climbs far out of it.
+        relative = os.path.relpath(os.path.abspath(filename), self._cwd)
+        far = os.path.join(os.pardir, os.pardir, os.pardir)
+        return filename if relative.startswith(far) else relative

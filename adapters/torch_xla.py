@@ -1,0 +1,344 @@
+"""The PyTorch/XLA adapter: the buffers of materialized XLA tensors on every
+backend, each graph's memory from PyTorch/XLA's own analysis, syncs as steps,
+and `get_memory_info` samples where the backend has them (TPU, GPU).
+
+- Tensors: a torch function mode sees every op the script calls from Python and
+  hands the tensors it makes and uses to the book (torch_xla_book.py), which
+  looks at what is materialized around each graph execution.
+- Executions: `torch_xla.sync()` / `xm.mark_step()` (both end in
+  `_XLAC._xla_step_marker`) are hooked, and so are the tensor reads that run a
+  graph at once (`.item()`, `.cpu()`, printing).
+- Graphs: `PT_XLA_DEBUG_LEVEL=2` with `PT_XLA_DEBUG_FILE` in a spool directory
+  (torch_xla_debug.py), unless the user set them.
+- Not exposed on the CPU: `get_memory_info` (UNIMPLEMENTED), allocator events;
+  the report says so.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tpumem.adapters.base import Adapter, CaptureOptions, register
+from tpumem.adapters.source_lines import SourceLines
+from tpumem.adapters.torch_xla_book import TensorBook
+from tpumem.adapters.torch_xla_debug import (
+    FILE_VARIABLE,
+    LEVEL_VARIABLE,
+    PRECISION_BYTES,
+    DebugLog,
+    Graph,
+)
+from tpumem.trace.schema import BUFFER, PROGRAM
+from tpumem.trace.writer import TraceWriter
+
+DEVICE_VARIABLE = "PJRT_DEVICE"
+ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
+# Device files of accelerators PyTorch/XLA runs on: TPU chips, NVIDIA GPUs, Neuron.
+_ACCELERATOR_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/neuron*")
+# Tensor methods that read a value, running the pending graph at once.
+_READS = ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__bool__", "__float__")
+
+
+def accelerator_present() -> bool:
+    return any(glob.glob(pattern) for pattern in _ACCELERATOR_FILES)
+
+
+@register
+class TorchXlaAdapter(Adapter):
+    name = "torch_xla"
+    module = "torch_xla"
+    import_names = ("torch_xla",)
+
+    def __init__(self, options: CaptureOptions) -> None:
+        super().__init__(options)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warnings: list[str] = []
+        self._spool: Path | None = None
+        self._debug: DebugLog | None = None
+        self._programs: dict[str, Graph] = {}
+        self._syncs = 0
+        self._unseen_executions = 0
+        self._names: dict[Any, str] = {}
+
+    @classmethod
+    def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
+        # PyTorch/XLA picks TPU when it finds one and otherwise falls back to the
+        # CPU with a warning; with no accelerator at all, tpumem says CPU itself.
+        if (
+            DEVICE_VARIABLE not in current
+            and current.get("PJRT_SELECT_DEFAULT_DEVICE", "1") != "0"
+            and not accelerator_present()
+        ):
+            return {DEVICE_VARIABLE: "CPU"}
+        return {}
+
+    # -- start and stop ----------------------------------------------------------
+
+    def start(self, writer: TraceWriter) -> None:
+        self.writer = writer
+        self.origin = writer.start_time_ns
+        self._configure_debug_output()  # read by torch_xla's C++ on first use
+        import torch
+        import torch_xla
+        import torch_xla.runtime as xr
+
+        self.torch, self.xlac = torch, torch_xla._XLAC
+        self.backend = (xr.device_type() or "CPU").upper()
+        aliasing = os.environ.get(ALIASING_VARIABLE, "1").lower() not in ("0", "false")
+        self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing)
+        self.sources = SourceLines()
+        writer.patch_metadata(
+            {
+                "framework_version": torch_xla.__version__,
+                "torch_version": torch.__version__,
+                "backend": self.backend.lower(),
+                "not_exposed": _not_exposed(self.backend),
+            }
+        )
+        self._hook_step_marker()
+        self._mode = _watch_mode(torch, self)
+        self._mode.__enter__()
+        self._thread = threading.Thread(target=self._sample, name="tpumem-torch-xla", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._mode.__exit__(None, None, None)
+        self._wait_for_runs()
+        self.book.finish(self._now())
+        self._read_debug()
+        self._write_book()
+        devices = sorted(set(self._names.values()))
+        self.writer.patch_metadata(
+            {
+                "devices": [{"name": name, "kind": self.backend} for name in devices],
+                "fidelity": dict.fromkeys(devices, BUFFER),
+                "buffer_book": self._book_metadata(),
+                "warnings": self._warnings,
+            }
+        )
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
+
+    def _configure_debug_output(self) -> None:
+        level, path = os.environ.get(LEVEL_VARIABLE), os.environ.get(FILE_VARIABLE)
+        if level is None:
+            os.environ[LEVEL_VARIABLE] = "2"
+            if path is None:
+                self._spool = Path(tempfile.mkdtemp(prefix="tpumem-torch-xla-"))
+                path = os.environ[FILE_VARIABLE] = str(self._spool / "pt_xla_debug.txt")
+        if path is None or (level is not None and level.strip() in ("", "0")):
+            self._warnings.append(
+                f"{LEVEL_VARIABLE} is set without {FILE_VARIABLE}, or to 0: PyTorch/XLA's "
+                "graph analysis is not read, so graphs' sizes and temps are missing"
+            )
+            return
+        self._debug = DebugLog(Path(path))
+
+    def _wait_for_runs(self, timeout_s: float = 10.0) -> None:
+        """Graphs still running when the script ended: their ends are waited for."""
+        deadline = time.monotonic() + timeout_s
+        while self.book.running() and time.monotonic() < deadline:
+            self._write_book()
+            time.sleep(0.01)
+        left = self.book.close_running(self._now())
+        if left:
+            self._warnings.append(
+                f"{left} graph execution(s) had not finished when the script ended: "
+                "their temps end at the script's end"
+            )
+
+    # -- executions --------------------------------------------------------------
+
+    def _hook_step_marker(self) -> None:
+        xlac, adapter = self.xlac, self
+        original = xlac._xla_step_marker
+
+        def _xla_step_marker(*args: Any, **kwargs: Any) -> Any:
+            adapter.writer.mark("sync", step=adapter._syncs)
+            adapter._syncs += 1
+            return adapter._execute(original, args, kwargs, waits=False)
+
+        _xla_step_marker.__doc__ = original.__doc__
+        xlac._xla_step_marker = _xla_step_marker
+
+    def _execute(self, call: Any, args: Any, kwargs: Any, waits: bool) -> Any:
+        """Runs a call that executes the pending graph, with the book's look
+        before and after. `waits`: the call returns once the graph has run."""
+        with self.torch._C.DisableTorchFunction():
+            pending = self.book.prepare(self._now())
+        out = call(*args, **kwargs)
+        launched = self._now()
+        with self.torch._C.DisableTorchFunction():
+            graph = self._read_debug()
+            temp = graph.sizes.get("temp_bytes", 0) if graph else 0
+            name = _graph_name(graph) if graph else None
+            run, output = self.book.settle(pending, launched, name, temp)
+        if waits or output is None:
+            self.book.end(run, self._now())
+        else:
+            self.xlac._on_ready_callback(output, lambda: self.book.end(run, self._now()))
+        return out
+
+    def _read_debug(self) -> Graph | None:
+        """New graphs into the trace; the graph of the last execution."""
+        if self._debug is None:
+            return None
+        compiled, executed = self._debug.read()
+        for graph in compiled:
+            self._record_program(graph)
+        if len(executed) > 1:
+            self._unseen_executions += len(executed) - 1
+        return self._debug.graphs.get(executed[-1].hash) if executed else None
+
+    def _record_program(self, graph: Graph) -> None:
+        analysis = {
+            "name": _graph_name(graph),
+            "graph_hash": graph.hash,
+            **graph.sizes,
+            "precision_bytes": PRECISION_BYTES,
+            "source": next(filter(None, map(self.sources.file_line, graph.frames)), None),
+        }
+        self.writer.record(PROGRAM, op=analysis["name"], text=json.dumps(analysis))
+
+    # -- ops ---------------------------------------------------------------------
+
+    def on_op(self, func: Any, args: tuple, kwargs: dict | None) -> Any:
+        """The torch function mode's work for one op (the hot path)."""
+        name = getattr(func, "__name__", None)
+        if (
+            name in _READS
+            and args
+            and getattr(args[0], "is_xla", False)
+            and self.xlac._check_tensor_need_materialization([args[0]])[0]
+        ):
+            return self._execute(func, args, kwargs or {}, waits=True)
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        tensor_type, book = self.torch.Tensor, self.book
+        made = used = None
+        # Property reads (`.grad`, `.data`) make no tensor: what they give is used.
+        op = None if name == "__get__" else name
+        if isinstance(out, tensor_type):
+            if out.is_xla and not book.knows(out):
+                made = [out]
+        elif isinstance(out, (tuple, list)):
+            made = [o for o in out if isinstance(o, tensor_type) and o.is_xla]
+        for arg in args:
+            if isinstance(arg, tensor_type):
+                if arg.is_xla and not book.knows(arg):
+                    used = [*used, arg] if used else [arg]
+            elif isinstance(arg, (tuple, list)) and arg and isinstance(arg[0], tensor_type):
+                found = [a for a in arg if isinstance(a, tensor_type) and a.is_xla]
+                used = [*used, *found] if used else found
+        if name == "backward":
+            book.backward_called(self.sources(sys._getframe()))
+        if made or used:
+            now, source = self._now(), self.sources(sys._getframe())
+            for tensor in made or ():
+                book.seen(tensor, now, op, source)
+            for tensor in used or ():  # made where no op hook runs
+                book.seen(tensor, now, None, source)
+        return out
+
+    # -- the sampler ---------------------------------------------------------------
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.options.sample_interval_s):
+            self._sample_once()
+            self._write_book()
+
+    def _sample_once(self) -> None:
+        if self.backend == "CPU" or not self.xlac._xla_runtime_is_initialized():
+            return
+        for device in self.xlac._xla_real_devices():
+            try:
+                info = self.xlac._xla_memory_info(device)
+            except RuntimeError:
+                continue
+            self.writer.sample(device=device, **_memory_fields(info))
+
+    def _write_book(self) -> None:
+        columns, count = self.book.take_columns()
+        if count:
+            self.writer.write_columns(columns, count)
+
+    # -- labels ----------------------------------------------------------------------
+
+    def _device_name(self, device: Any) -> str:
+        name = self._names.get(device)
+        if name is None:
+            name = self._names[device] = self.xlac._xla_real_devices([str(device)])[0]
+        return name
+
+    def _now(self) -> int:
+        return time.time_ns() - self.origin
+
+    def _book_metadata(self) -> dict[str, Any]:
+        counts = self.book.counts
+        return {
+            "method": "materialized XLA tensors, seen by a torch function mode; "
+            "executions at torch_xla.sync() and value reads",
+            "tensors_seen": counts.seen,
+            "tensors_transferred": counts.transferred,
+            "tensors_materialized_by_graphs": counts.materialized,
+            "buffers_replaced_in_place": counts.replaced,
+            "gradients_found": counts.gradients,
+            "freed_after_their_graph": counts.freed_after_graph,
+            "executions_observed": counts.executions,
+            "executions_not_observed": self._unseen_executions,
+            "syncs": self._syncs,
+            "program_temp_shown": self._debug is not None,
+        }
+
+
+def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
+    from torch.overrides import TorchFunctionMode
+
+    class _Watch(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+        ) -> Any:
+            return adapter.on_op(func, args, kwargs)
+
+    return _Watch()
+
+
+def _graph_name(graph: Graph) -> str:
+    return f"graph {graph.hash[:8]}"
+
+
+def _memory_fields(info: Mapping[str, Any]) -> dict[str, int]:
+    """get_memory_info's keys (newer: bytes_*, older: kb_free/kb_total)."""
+    if "bytes_used" in info:
+        fields = {"bytes_in_use": int(info["bytes_used"]), "bytes_limit": int(info["bytes_limit"])}
+        if "peak_bytes_used" in info:
+            fields["peak_bytes_in_use"] = int(info["peak_bytes_used"])
+        return fields
+    total, free = int(info["kb_total"]) * 1024, int(info["kb_free"]) * 1024
+    return {"bytes_in_use": total - free, "bytes_limit": total}
+
+
+def _not_exposed(backend: str) -> list[str]:
+    if backend == "CPU":
+        return [
+            "bytes in use, limit and peak: xm.get_memory_info is UNIMPLEMENTED on the CPU",
+            "allocator events: PyTorch/XLA's profiler records none on the CPU",
+            "buffer addresses: the CPU client's buffers are not read (no pool to map)",
+        ]
+    return [
+        "allocator events: not read from PyTorch/XLA's profiler by this version",
+        "buffer addresses: not read",
+    ]

@@ -1,0 +1,492 @@
+"""The device buffers that materialized PyTorch/XLA tensors hold.
+
+PyTorch/XLA is lazy: an op on XLA tensors adds to a graph and returns a tensor
+that holds no device memory. A tensor holds a device buffer (a `PjRtData`) only
+once it is materialized: by a transfer from the host, which happens at once, or
+by a graph execution (`torch_xla.sync()`, or reading a value), which gives every
+live pending tensor a new buffer. So the book learns of tensors as the ops make
+or use them (`seen`), and looks at what is materialized around each execution
+(`prepare` before it, `settle` after it):
+
+- a tensor materialized when the book first looks was transferred: its buffer
+  is born when the op made it (region "input");
+- a tensor that a graph materialized gets its buffer when the graph starts
+  (region "output"); an in-place updated tensor gets a new buffer there too,
+  and its old one, donated to the graph (PyTorch/XLA aliases in-place updated
+  inputs with outputs), is freed at the same instant;
+- a tensor's buffer is freed when the tensor dies, unless a pending graph still
+  reads it: then at that graph's end;
+- a graph's temp (XLA's intermediate buffers) is live from its launch until its
+  outputs are ready (`_on_ready_callback`).
+
+Buffers are told apart by their data handle (PyTorch/XLA's `_get_tensors_handle`):
+tensors that share one (`.data`, `detach()`) count it once. Parameters and
+gradients keep those names as their region across steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpumem.adapters.labels import GRADIENT, INPUT, OUTPUT, PARAMETER, TEMP, shape_text
+from tpumem.trace.schema import ALLOC, FREE
+
+_FIELDS = (
+    "kind",
+    "time_ns",
+    "device",
+    "buffer_id",
+    "address",
+    "bytes",
+    "requested_bytes",
+    "op",
+    "region",
+    "dtype",
+    "shape",
+    "source",
+)
+_NO_LABELS = (None,) * 6
+
+
+@dataclass(slots=True)
+class _Buffer:
+    buffer_id: int
+    bytes: int
+    holders: int
+    device: str
+    handle: int  # its data handle at the last look (-1: not read yet)
+
+
+@dataclass(slots=True)
+class _Tensor:
+    """A materialized tensor in the book."""
+
+    ref: weakref.ref
+    buffer: _Buffer
+    op: str | None
+    region: str
+    source: str | None
+    dtype: str
+    shape: str
+    nbytes: int
+    device: str
+    parameter: bool  # an nn.Parameter: its .grad is looked for at each execution
+    key: int  # id(tensor), which a new tensor may take once it died
+
+
+@dataclass(slots=True)
+class _Seen:
+    """A tensor an op made or used, not yet looked at."""
+
+    ref: weakref.ref
+    time_ns: int
+    op: str | None
+    source: str | None
+
+
+@dataclass(slots=True)
+class Run:
+    """One graph execution, from its launch until its outputs are ready."""
+
+    start_ns: int
+    graph: str | None
+    frees: list[_Buffer] = field(default_factory=list)  # freed when it ends
+    temp: _Buffer | None = None
+
+
+@dataclass(slots=True)
+class BookCounts:
+    seen: int = 0  # tensors ops made or used, looked at
+    transferred: int = 0  # materialized when first looked at
+    materialized: int = 0  # given a buffer by a graph
+    replaced: int = 0  # buffers replaced by a graph (in-place updates)
+    gradients: int = 0  # found as a parameter's .grad
+    freed_after_graph: int = 0  # dead tensors whose buffer a graph still read
+    executions: int = 0  # graph executions observed
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What `prepare` found, for `settle`."""
+
+    tensors: list[tuple[Any, _Seen, str]]  # not yet materialized: tensor, labels, region
+    updated: list[_Tensor]  # in the book, pending: updated in place
+    frees: list[_Buffer]  # buffers of dead tensors that the graph reads
+
+
+class TensorBook:
+    def __init__(self, start_time_ns: int, xlac: Any, device_names: Any, donation: bool) -> None:
+        self.start_time_ns = start_time_ns
+        self.counts = BookCounts()
+        self._xlac = xlac
+        self._device_names = device_names  # torch.device -> 'CPU:0'
+        self._donation = donation  # in-place updated inputs are aliased (donated)
+        self._lock = threading.Lock()
+        self._seen: list[_Seen] = []
+        # id(tensor) -> its weakref, for tensors seen since the last look. Ids of
+        # dead tensors are reused at once, so a hit counts only if the weakref
+        # still gives the same tensor.
+        self._seen_refs: dict[int, weakref.ref] = {}
+        self._tensors: dict[int, _Tensor] = {}  # id(weakref) -> tensor
+        self._by_object: dict[int, int] = {}  # id(tensor) -> id(weakref)
+        self._deaths: collections.deque[tuple[int, int]] = collections.deque()
+        self._orphans: list[tuple[_Buffer, int]] = []  # buffers of dead tensors, death time
+        self._ended: collections.deque[tuple[Run, int]] = collections.deque()
+        self._running: dict[int, Run] = {}  # id(run) -> run, until it ends
+        self._rows: list[tuple[Any, ...]] = []
+        self._next_id = 0
+        self._grad_source: str | None = None
+
+    # -- what the ops show -----------------------------------------------------
+
+    def seen(self, tensor: Any, time_ns: int, op: str | None, source: str | None) -> None:
+        """A tensor an op made or used (the hot path: no framework calls)."""
+        key = id(tensor)
+        ref = self._seen_refs.get(key)
+        if ref is not None and ref() is tensor:
+            return
+        ref = self._seen_refs[key] = weakref.ref(tensor)
+        self._seen.append(_Seen(ref, time_ns, op, source))
+
+    def knows(self, tensor: Any) -> bool:
+        """Whether the tensor is in the book or seen since the last look."""
+        key = id(tensor)
+        ref = self._seen_refs.get(key)
+        if ref is not None and ref() is tensor:
+            return True
+        return self._tracked(tensor)
+
+    def backward_called(self, source: str | None) -> None:
+        self._grad_source = source
+
+    # -- around an execution ---------------------------------------------------
+
+    def prepare(self, now_ns: int) -> _Pending:
+        """Before a graph runs: enters transferred tensors, finds the pending
+        ones, and settles the buffers of tensors that died since the last look."""
+        xlac = self._xlac
+        with self._lock:
+            self._drain_deaths()
+            updated, by_handle = self._look_at_tracked(now_ns)
+            seen, self._seen, self._seen_refs = self._seen, [], {}
+            candidates = []
+            for item in seen:
+                tensor = item.ref()
+                if tensor is not None and not self._tracked(tensor) and tensor.device.type == "xla":
+                    candidates.append((tensor, item))
+            grads = self._grads(now_ns)
+            grad_ids = {id(grad) for grad, _ in grads}
+            candidates = [(t, i) for t, i in candidates if id(t) not in grad_ids] + grads
+            self.counts.gradients += len(grads)
+            self.counts.seen += len(candidates)
+            pending: list[tuple[Any, _Seen, str]] = []
+            if candidates:
+                needs = xlac._check_tensor_need_materialization([t for t, _ in candidates])
+                ready = []
+                for (tensor, item), needed in zip(candidates, needs, strict=True):
+                    region = _region(tensor, item)
+                    if needed:
+                        pending.append((tensor, item, region))
+                    else:
+                        ready.append((tensor, item, INPUT if region == OUTPUT else region))
+                self._enter(ready, None, by_handle)
+                self.counts.transferred += len(ready)
+            roots = [t for t, _ in updated] + [t for t, _, _ in pending]
+            frees = self._settle_orphans(roots)
+            return _Pending(pending, [entry for _, entry in updated], frees)
+
+    def settle(
+        self, pending: _Pending, start_ns: int, graph: str | None, temp_bytes: int
+    ) -> tuple[Run, Any]:
+        """After a graph was launched: new buffers for the tensors it
+        materialized and for those it updated in place (the tensors that were
+        pending before it). Returns the run, which `end` closes, and one tensor
+        the graph gave a buffer (None if it gave none)."""
+        run = Run(start_ns, graph, frees=pending.frees)
+        with self._lock:
+            self._drain_deaths()
+            updated = [(t, e) for e in pending.updated if (t := e.ref()) is not None]
+            tensors = [t for t, _ in updated] + [t for t, _, _ in pending.tensors]
+            # A tensor still pending belongs to a graph on another device.
+            needs = self._xlac._check_tensor_need_materialization(tensors) if tensors else []
+            output = None
+            # Python tensors that wrap one XLA tensor (PyTorch/XLA's aliases) were
+            # updated together and share the new buffer.
+            given: dict[int, _Buffer] = {}
+            for (tensor, entry), needed in zip(updated, needs, strict=False):
+                if not needed:
+                    xla_id = self._xlac._xla_get_tensor_id(tensor)
+                    given[xla_id] = self._replace(entry, run, given.get(xla_id))
+                    output = tensor
+            new = [
+                (tensor, item, region)
+                for (tensor, item, region), needed in zip(
+                    pending.tensors, needs[len(updated) :], strict=True
+                )
+                if not needed
+            ]
+            self._enter(new, start_ns, None)
+            self.counts.materialized += len(new)
+            if new:
+                output = new[0][0]
+            if temp_bytes > 0 and output is not None:
+                device = self._device(output)
+                run.temp = self._alloc(device, temp_bytes, start_ns, graph, TEMP, None, None, None)
+            self.counts.executions += 1
+            self._running[id(run)] = run
+        return run, output
+
+    def end(self, run: Run, end_ns: int) -> None:
+        """A run's outputs are ready (called on a runtime thread)."""
+        self._ended.append((run, end_ns))
+
+    def running(self) -> int:
+        return len(self._running)
+
+    def close_running(self, end_ns: int) -> int:
+        """Ends the runs whose end was never reported; how many there were."""
+        with self._lock:
+            self._drain_ended()
+            left = list(self._running.values())
+        for run in left:
+            self.end(run, end_ns)
+        return len(left)
+
+    def finish(self, now_ns: int) -> None:
+        """At the end: buffers of dead tensors that no graph read are freed."""
+        with self._lock:
+            self._drain_deaths()
+            for buffer, time_ns in self._orphans:
+                self._free(buffer, time_ns)
+            self._orphans = []
+
+    def take_columns(self) -> tuple[dict[str, list[Any]], int]:
+        with self._lock:
+            self._drain_ended()
+            rows, self._rows = self._rows, []
+        if not rows:
+            return {}, 0
+        columns = zip(_FIELDS, zip(*rows, strict=True), strict=True)
+        return {name: list(values) for name, values in columns}, len(rows)
+
+    # -- the book's own work (under its lock) -----------------------------------
+
+    def _grads(self, now_ns: int) -> list[tuple[Any, _Seen]]:
+        """Gradients of the parameters in the book that it does not hold: made
+        by autograd in C++, where no op hook runs."""
+        found = []
+        for entry in list(self._tensors.values()):
+            if entry.parameter:
+                tensor = entry.ref()
+                grad = tensor.grad if tensor is not None else None
+                if grad is not None and not self._tracked(grad):
+                    seen = _Seen(weakref.ref(grad), now_ns, "backward", self._grad_source)
+                    found.append((grad, seen))
+        return found
+
+    def _look_at_tracked(self, now_ns: int) -> tuple[list[tuple[Any, _Tensor]], dict[int, _Buffer]]:
+        """The tensors in the book that are pending (updated in place since the
+        last look), and the buffers of the others by their data handle, read now.
+
+        A handle is only stable once the graph that made the buffer has finished
+        (before, it is the placeholder's), so handles are read afresh at every
+        look and never compared across looks. Two tensors found holding one
+        buffer (an alias that was updated with its base) are merged."""
+        tracked = [(t, e) for e in self._tensors.values() if (t := e.ref()) is not None]
+        if not tracked:
+            return [], {}
+        needs = self._xlac._check_tensor_need_materialization([t for t, _ in tracked])
+        updated = [pair for pair, needed in zip(tracked, needs, strict=True) if needed]
+        ready = [pair for pair, needed in zip(tracked, needs, strict=True) if not needed]
+        by_handle: dict[int, _Buffer] = {}
+        handles = self._xlac._get_tensors_handle([t for t, _ in ready]) if ready else []
+        for (_, entry), handle in zip(ready, handles, strict=True):
+            held = by_handle.setdefault(handle, entry.buffer)
+            entry.buffer.handle = handle
+            if held is not entry.buffer:
+                self._release(entry.buffer, now_ns)
+                held.holders += 1
+                entry.buffer = held
+        return updated, by_handle
+
+    def _settle_orphans(self, roots: list[Any]) -> list[_Buffer]:
+        """Buffers of tensors that died since the last look: freed at their death,
+        or, when the graph about to run reads them, when it ends."""
+        orphans, self._orphans = self._orphans, []
+        if not orphans:
+            return []
+        # A handle is the buffer's address, which a freed buffer's successor can
+        # take at once: an input counts as the orphan only with the same size.
+        read: set[tuple[int, int]] = set()
+        if roots:
+            try:
+                _, inputs = self._xlac._get_tensors_xla_device_data_node(roots)
+                inputs = list(inputs)
+                handles = self._xlac._get_tensors_handle(inputs) if inputs else []
+                sizes = [t.numel() * t.element_size() for t in inputs]
+                read = set(zip(handles, sizes, strict=True))
+            except RuntimeError:  # the graph's inputs unknown: free at death
+                read = set()
+        kept = []
+        for buffer, time_ns in orphans:
+            if (buffer.handle, buffer.bytes) in read:
+                kept.append(buffer)
+            else:
+                self._free(buffer, time_ns)
+        self.counts.freed_after_graph += len(kept)
+        return kept
+
+    def _enter(
+        self,
+        tensors: list[tuple[Any, _Seen, str]],
+        time_ns: int | None,
+        by_handle: dict[int, _Buffer] | None,
+    ) -> None:
+        """Enters materialized tensors: born at `time_ns`, or when the op made
+        them. With `by_handle`, a tensor holding a buffer already in the book
+        (`.data`, `detach()`) shares it."""
+        if not tensors:
+            return
+        handles = (
+            self._xlac._get_tensors_handle([t for t, _, _ in tensors])
+            if by_handle is not None
+            else [-1] * len(tensors)
+        )
+        for (tensor, item, region), handle in zip(tensors, handles, strict=True):
+            device = self._device(tensor)
+            dtype, shape = str(tensor.dtype).removeprefix("torch."), shape_text(tensor.shape)
+            nbytes = tensor.numel() * tensor.element_size()
+            born = item.time_ns if time_ns is None else time_ns
+            buffer = by_handle.get(handle) if by_handle is not None else None
+            if buffer is None:
+                labels = (item.op, region, dtype, shape, item.source)
+                buffer = self._alloc(device, nbytes, born, *labels)
+                buffer.handle = handle
+                if by_handle is not None:
+                    by_handle[handle] = buffer
+            else:
+                buffer.holders += 1
+            ref = weakref.ref(tensor, self._on_death)
+            parameter = region == PARAMETER
+            entry = _Tensor(
+                ref,
+                buffer,
+                item.op,
+                region,
+                item.source,
+                dtype,
+                shape,
+                nbytes,
+                device,
+                parameter,
+                id(tensor),
+            )
+            self._tensors[id(ref)] = entry
+            self._by_object[id(tensor)] = id(ref)
+
+    def _release(self, buffer: _Buffer, time_ns: int | None) -> bool:
+        """One holder less; True when it was the last. With a time, the free is
+        written; without, the caller decides when it happens."""
+        buffer.holders -= 1
+        if buffer.holders:
+            return False
+        if time_ns is not None:
+            self._free(buffer, time_ns)
+        return True
+
+    def _replace(self, entry: _Tensor, run: Run, shared: _Buffer | None) -> _Buffer:
+        """A tensor updated in place has a new buffer from the graph of `run`
+        (`shared`: one an alias of it already got). PyTorch/XLA donates the old
+        one to the graph when it can (same size, aliasing on): it is freed as
+        the graph starts, else when it ends."""
+        old = entry.buffer
+        if self._release(old, None):
+            if self._donation and old.bytes == entry.nbytes:
+                self._free(old, run.start_ns)
+            else:
+                run.frees.append(old)
+        if shared is not None:
+            shared.holders += 1
+            entry.buffer = shared
+            return shared
+        entry.buffer = self._alloc(
+            entry.device,
+            entry.nbytes,
+            run.start_ns,
+            entry.op,
+            entry.region,
+            entry.dtype,
+            entry.shape,
+            entry.source,
+        )
+        self.counts.replaced += 1
+        return entry.buffer
+
+    def _alloc(
+        self,
+        device: str,
+        size: int,
+        time_ns: int,
+        op: str | None,
+        region: str,
+        dtype: str | None,
+        shape: str | None,
+        source: str | None,
+    ) -> _Buffer:
+        buffer = _Buffer(self._next_id, size, 1, device, -1)
+        self._next_id += 1
+        row = (ALLOC, time_ns, device, buffer.buffer_id, None, size, size)
+        self._rows.append((*row, op, region, dtype, shape, source))
+        return buffer
+
+    def _free(self, buffer: _Buffer, time_ns: int) -> None:
+        row = (FREE, time_ns, buffer.device, buffer.buffer_id, None, buffer.bytes)
+        self._rows.append(row + _NO_LABELS)
+
+    def _on_death(self, ref: weakref.ref) -> None:
+        # Only a deque append: this can run inside the book's lock (a GC).
+        self._deaths.append((id(ref), time.time_ns() - self.start_time_ns))
+
+    def _drain_deaths(self) -> None:
+        deaths = self._deaths
+        while deaths:
+            ref_id, time_ns = deaths.popleft()
+            entry = self._tensors.pop(ref_id, None)
+            if entry is None:
+                continue
+            if self._release(entry.buffer, None):
+                self._orphans.append((entry.buffer, time_ns))
+            if self._by_object.get(entry.key) == ref_id:
+                del self._by_object[entry.key]
+
+    def _drain_ended(self) -> None:
+        ended = self._ended
+        while ended:
+            run, end_ns = ended.popleft()
+            if self._running.pop(id(run), None) is None:
+                continue
+            for buffer in run.frees:
+                self._free(buffer, end_ns)
+            if run.temp is not None:
+                self._free(run.temp, end_ns)
+
+    def _tracked(self, tensor: Any) -> bool:
+        ref_id = self._by_object.get(id(tensor))
+        entry = self._tensors.get(ref_id) if ref_id is not None else None
+        return entry is not None and entry.ref() is tensor
+
+    def _device(self, tensor: Any) -> str:
+        return self._device_names(tensor.device)
+
+
+def _region(tensor: Any, item: _Seen) -> str:
+    if type(tensor).__name__ == "Parameter":
+        return PARAMETER
+    if item.op == "backward":
+        return GRADIENT
+    return OUTPUT

@@ -1,0 +1,79 @@
+"""Pieces the PyTorch/XLA examples share, matching tf_common.py and jax_common.py:
+initialization, Adam and the training loop.
+
+PyTorch/XLA is lazy: the ops of a step are traced into a graph, which runs when
+the step ends (`xp.StepTrace` calls `torch_xla.sync()` on exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.profiler as xp
+from model_config import BETAS, EPSILON, INIT_STDDEV, LEARNING_RATE, report
+from torch import nn
+
+
+def initialize(model: nn.Module, seed: int) -> None:
+    """The reference initialization: weights (dense, embeddings, positions) from
+    N(0, 0.02), biases 0, norm scales 1. Drawn on the host, from one seed."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+            elif isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.normal_(0.0, INIT_STDDEV, generator=generator)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
+        for param in model.parameters(recurse=False):
+            param.normal_(0.0, INIT_STDDEV, generator=generator)  # e.g. positions
+
+
+def memory_peak(device: torch.device) -> int | None:
+    """PyTorch/XLA's own peak for the device (None on the CPU, which keeps none)."""
+    try:
+        return int(xm.get_memory_info(device)["peak_bytes_used"])
+    except (RuntimeError, KeyError):
+        return None
+
+
+def train(
+    model_name: str,
+    args: argparse.Namespace,
+    model: nn.Module,
+    loss_fn: Callable[..., torch.Tensor],
+    *batch: torch.Tensor,
+) -> None:
+    """Moves the model and batch to the XLA device, trains with Adam, each step
+    marked for profilers, and reports."""
+    device = torch_xla.device()
+    model = model.to(device)
+    batch = tuple(t.to(device) for t in batch)
+    counted = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, betas=BETAS, eps=EPSILON)
+    start = first = time.perf_counter()
+    for number in range(args.steps):
+        if number == 1:
+            first = time.perf_counter()  # the first step also traces and compiles
+        with xp.StepTrace("train", step_num=number):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model, *batch)
+            loss.backward()
+            optimizer.step()
+    report(
+        "torch_xla",
+        model_name,
+        args,
+        params=counted,
+        loss=float(loss.item()),
+        first_step_seconds=first - start,
+        steps_seconds=time.perf_counter() - first,
+        peak_bytes=memory_peak(device),
+    )

@@ -1,0 +1,155 @@
+"""`tpumem profile` on real PyTorch/XLA scripts (PJRT_DEVICE=CPU, which tpumem
+sets itself), each run in its own processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from profiling import EXAMPLES, last_json, profile
+
+from tpumem.adapters.torch_xla_debug import PRECISION_BYTES
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+pytestmark = pytest.mark.framework
+MiB = 1 << 20
+
+# Sizes the script knows: what is materialized at each sync. The 32 MiB repeat
+# only exists inside the second graph; `torch_xla.sync()` materializes live
+# tensors, and it is not one.
+KNOWN_SIZES = """
+import json
+import torch
+import torch_xla
+
+MiB = 1 << 20
+dev = torch_xla.device()
+a = torch.ones(1024, 1024).to(dev)  # 4 MiB, put on the device at once
+b = torch.zeros(2048, 1024, device=dev)  # 8 MiB, materialized by the sync
+torch_xla.sync()
+s = a.repeat(8, 1).sum()  # lazy: only the sum is ever a buffer
+c = a * 2 + 1  # 4 MiB
+torch_xla.sync()
+peak = 4 * MiB + 8 * MiB + 4 * MiB + 4  # a, b, c, s
+del b
+d = c[:512] * 3  # 2 MiB, after b was freed
+torch_xla.sync()
+a.mul_(0.5)  # in place: the graph takes a's buffer over (aliasing)
+torch_xla.sync()
+print(json.dumps({"peak": peak, "sum": s.item()}))
+"""
+
+
+def line_of(start: str) -> int:
+    lines = KNOWN_SIZES.splitlines()
+    return next(n for n, line in enumerate(lines, 1) if line.startswith(start))
+
+
+def test_the_peak_is_the_bytes_the_script_materialized(tmp_path):
+    (tmp_path / "known.py").write_text(KNOWN_SIZES)
+    result = profile(tmp_path, "-f", "json", "known.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = last_json(result.stdout)["peak"]
+    report = json.loads(result.stderr[: result.stderr.rindex("}") + 1])
+    assert report["metadata"]["set_by_tpumem"] == {"PJRT_DEVICE": "CPU"}
+    (device,) = analyze(load(tmp_path / "known.tpumem")).devices
+    regions = dict(device.peak.by_region)
+    temp = regions.pop("temp", 0)
+    # Tensors' buffers exactly; the graph's temp is XLA's size, to PRECISION_BYTES.
+    assert sum(regions.values()) == expected
+    assert device.peak.bytes == expected + temp
+    assert temp < 64 * 1024
+    assert device.peak.step == 1
+    groups = {(g.op, g.region, g.shape, g.source) for g in device.peak.groups}
+    assert ("to", "input", "[1024,1024]", f"known.py:{line_of('a = ')}") in groups
+    assert ("zeros", "output", "[2048,1024]", f"known.py:{line_of('b = ')}") in groups
+    assert ("add", "output", "[1024,1024]", f"known.py:{line_of('c = ')}") in groups
+    assert "[8192,1024]" not in {g.shape for g in device.peak.groups}  # never a tensor
+    analysis = analyze(load(tmp_path / "known.tpumem"))
+    programs = analysis.programs
+    # PyTorch/XLA's own analysis of the second graph: c and s are its outputs.
+    assert any(abs(p.output_bytes - (4 * MiB + 4)) <= PRECISION_BYTES for p in programs)
+    # The in-place update: the graph takes a's buffer over as its output.
+    assert any(abs(p.alias_bytes - 4 * MiB) <= PRECISION_BYTES for p in programs)
+
+
+@pytest.mark.parametrize(
+    ("example", "sizes"),
+    [
+        ("torch_xla_mlp.py", ["--width", "256", "--layers", "2", "--steps", "4"]),
+        (
+            "torch_xla_transformer.py",
+            ["--width", "64", "--layers", "1", "--seq", "32", "--steps", "4"],
+        ),
+    ],
+)
+def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
+    result = profile(tmp_path, "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = last_json(result.stdout)
+    trace = load(tmp_path / "run.tpumem")
+    analysis = analyze(trace)
+    (device,) = analysis.devices
+    # Each step's sync is a step mark.
+    assert set(trace.numbers("step")[trace.valid("step")].tolist()) == set(range(4))
+    regions = dict(device.peak.by_region)
+    # Parameters, their gradients and Adam's two moments, all float32.
+    assert regions["parameter"] == 4 * printed["params"]
+    assert regions["gradient"] == 4 * printed["params"]
+    assert regions["output"] >= 2 * 4 * printed["params"]
+    aliased = 3 * 4 * printed["params"] - PRECISION_BYTES
+    steady = [p for p in analysis.programs if p.alias_bytes >= aliased]
+    assert steady, "the step graph aliases parameters and both moments"
+    assert "temp" in regions or not any(p.temp_bytes for p in analysis.programs)
+    assert "Not exposed" in result.stderr and "UNIMPLEMENTED" in result.stderr
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_the_examples_count_the_same_parameters_as_the_other_frameworks(model):
+    import subprocess
+    import sys
+
+    counts = {}
+    for prefix in ("torch_xla", "jax"):
+        out = subprocess.run(
+            [sys.executable, str(EXAMPLES / f"{prefix}_{model}.py"), "--steps", "1"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**__import__("os").environ, "PJRT_DEVICE": "CPU"},
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        counts[prefix] = last_json(out.stdout)["params"]
+    assert counts["torch_xla"] == counts["jax"]
+
+
+ENDINGS = {
+    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
+    "sigkill": (
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        128 + 9,
+        "killed by SIGKILL",
+    ),
+}
+BEFORE_THE_END = """
+import time
+import torch, torch_xla
+kept = torch.ones(512, 1024).to(torch_xla.device())  # 2 MiB, [512,1024]
+doubled = kept * 2
+torch_xla.sync()
+time.sleep(0.5)  # the book's rows are written
+{ending}
+"""
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
+    statement, status, words = ENDINGS[ending]
+    (tmp_path / "bad.py").write_text(BEFORE_THE_END.format(ending=statement))
+    result = profile(tmp_path, "bad.py")
+    assert result.returncode == status, result.stderr[-3000:]
+    assert words in result.stderr
+    (device,) = analyze(load(tmp_path / "bad.tpumem")).devices
+    assert device.peak.bytes >= 4 * MiB
+    assert "[512,1024]" in {group.shape for group in device.peak.groups}
