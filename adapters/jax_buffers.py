@@ -24,24 +24,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.adapters.labels import FOUND, TEMP, shape_text
+from tpumem.adapters.labels import FOUND, NO_LABELS, TEMP, rows_to_columns, shape_text
 from tpumem.trace.schema import ALLOC, FREE
-
-_FIELDS = (
-    "kind",
-    "time_ns",
-    "device",
-    "buffer_id",
-    "address",
-    "bytes",
-    "requested_bytes",
-    "op",
-    "region",
-    "dtype",
-    "shape",
-    "source",
-)
-_NO_LABELS = (None,) * 6  # what a free row has after its first six fields
 
 
 def device_name(device: Any) -> str:
@@ -195,7 +179,7 @@ class BufferBook:
             if buffer.holders == 0:
                 del self._buffers[(buffer.device, buffer.address)]
                 row = (FREE, time_ns, buffer.device, buffer.buffer_id, buffer.address)
-                self._rows.append((*row, buffer.bytes, *_NO_LABELS))
+                self._rows.append((*row, buffer.bytes, *NO_LABELS))
         return True
 
     def _drain_released(self) -> None:
@@ -248,17 +232,14 @@ class BufferBook:
             self._rows.append(
                 (ALLOC, start_ns, device, buffer_id, None, size, size, op, TEMP, None, None, source)
             )
-            self._rows.append((FREE, end_ns, device, buffer_id, None, size, *_NO_LABELS))
+            self._rows.append((FREE, end_ns, device, buffer_id, None, size, *NO_LABELS))
 
     def take_columns(self) -> tuple[dict[str, list[Any]], int]:
         """The rows made since the last call, as trace columns."""
         with self._lock:
             self._drain_released()
             rows, self._rows = self._rows, []
-        if not rows:
-            return {}, 0
-        columns = zip(_FIELDS, zip(*rows, strict=True), strict=True)
-        return {name: list(values) for name, values in columns}, len(rows)
+        return rows_to_columns(rows)
 
     # -- labels, cached --------------------------------------------------------
 

@@ -1,9 +1,29 @@
-"""Labels the buffer books of the JAX and PyTorch/XLA adapters give their buffers,
-so that the two frameworks' breakdowns speak the same words."""
+"""What the buffer books of the JAX and PyTorch/XLA adapters share: the labels
+they give their buffers, so that the two frameworks' breakdowns speak the same
+words, and the rows they write."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+# A book's row: these trace columns, in this order. A free row carries only the
+# first six; NO_LABELS fills the rest.
+ROW_FIELDS = (
+    "kind",
+    "time_ns",
+    "device",
+    "buffer_id",
+    "address",
+    "bytes",
+    "requested_bytes",
+    "op",
+    "region",
+    "dtype",
+    "shape",
+    "source",
+)
+NO_LABELS = (None,) * 6
 
 # Regions: what a buffer is for.
 OUTPUT = "output"  # a program's result
@@ -16,3 +36,11 @@ GRADIENT = "gradient"  # a parameter's .grad
 
 def shape_text(shape: Iterable[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def rows_to_columns(rows: list[tuple[Any, ...]]) -> tuple[dict[str, list[Any]], int]:
+    """A book's rows as trace columns, for TraceWriter.write_columns."""
+    if not rows:
+        return {}, 0
+    columns = zip(ROW_FIELDS, zip(*rows, strict=True), strict=True)
+    return {name: list(values) for name, values in columns}, len(rows)

@@ -66,7 +66,6 @@ class TorchXlaAdapter(Adapter):
         self._warnings: list[str] = []
         self._spool: Path | None = None
         self._debug: DebugLog | None = None
-        self._programs: dict[str, Graph] = {}
         self._syncs = 0
         self._unseen_executions = 0
         self._names: dict[Any, str] = {}
@@ -202,7 +201,7 @@ class TorchXlaAdapter(Adapter):
             self._record_program(graph)
         if len(executed) > 1:
             self._unseen_executions += len(executed) - 1
-        return self._debug.graphs.get(executed[-1].hash) if executed else None
+        return self._debug.graphs.get(executed[-1]) if executed else None
 
     def _record_program(self, graph: Graph) -> None:
         analysis = {

@@ -33,24 +33,17 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpumem.adapters.labels import GRADIENT, INPUT, OUTPUT, PARAMETER, TEMP, shape_text
-from tpumem.trace.schema import ALLOC, FREE
-
-_FIELDS = (
-    "kind",
-    "time_ns",
-    "device",
-    "buffer_id",
-    "address",
-    "bytes",
-    "requested_bytes",
-    "op",
-    "region",
-    "dtype",
-    "shape",
-    "source",
+from tpumem.adapters.labels import (
+    GRADIENT,
+    INPUT,
+    NO_LABELS,
+    OUTPUT,
+    PARAMETER,
+    TEMP,
+    rows_to_columns,
+    shape_text,
 )
-_NO_LABELS = (None,) * 6
+from tpumem.trace.schema import ALLOC, FREE
 
 
 @dataclass(slots=True)
@@ -75,7 +68,6 @@ class _Tensor:
     shape: str
     nbytes: int
     device: str
-    parameter: bool  # an nn.Parameter: its .grad is looked for at each execution
     key: int  # id(tensor), which a new tensor may take once it died
 
 
@@ -94,7 +86,6 @@ class Run:
     """One graph execution, from its launch until its outputs are ready."""
 
     start_ns: int
-    graph: str | None
     frees: list[_Buffer] = field(default_factory=list)  # freed when it ends
     temp: _Buffer | None = None
 
@@ -207,7 +198,7 @@ class TensorBook:
         materialized and for those it updated in place (the tensors that were
         pending before it). Returns the run, which `end` closes, and one tensor
         the graph gave a buffer (None if it gave none)."""
-        run = Run(start_ns, graph, frees=pending.frees)
+        run = Run(start_ns, frees=pending.frees)
         with self._lock:
             self._drain_deaths()
             updated = [(t, e) for e in pending.updated if (t := e.ref()) is not None]
@@ -218,7 +209,7 @@ class TensorBook:
             # Python tensors that wrap one XLA tensor (PyTorch/XLA's aliases) were
             # updated together and share the new buffer.
             given: dict[int, _Buffer] = {}
-            for (tensor, entry), needed in zip(updated, needs, strict=False):
+            for (tensor, entry), needed in zip(updated, needs[: len(updated)], strict=True):
                 if not needed:
                     xla_id = self._xlac._xla_get_tensor_id(tensor)
                     given[xla_id] = self._replace(entry, run, given.get(xla_id))
@@ -269,10 +260,7 @@ class TensorBook:
         with self._lock:
             self._drain_ended()
             rows, self._rows = self._rows, []
-        if not rows:
-            return {}, 0
-        columns = zip(_FIELDS, zip(*rows, strict=True), strict=True)
-        return {name: list(values) for name, values in columns}, len(rows)
+        return rows_to_columns(rows)
 
     # -- the book's own work (under its lock) -----------------------------------
 
@@ -281,7 +269,7 @@ class TensorBook:
         by autograd in C++, where no op hook runs."""
         found = []
         for entry in list(self._tensors.values()):
-            if entry.parameter:
+            if entry.region == PARAMETER:  # its .grad is looked for
                 tensor = entry.ref()
                 grad = tensor.grad if tensor is not None else None
                 if grad is not None and not self._tracked(grad):
@@ -372,7 +360,6 @@ class TensorBook:
             else:
                 buffer.holders += 1
             ref = weakref.ref(tensor, self._on_death)
-            parameter = region == PARAMETER
             entry = _Tensor(
                 ref,
                 buffer,
@@ -383,7 +370,6 @@ class TensorBook:
                 shape,
                 nbytes,
                 device,
-                parameter,
                 id(tensor),
             )
             self._tensors[id(ref)] = entry
@@ -446,7 +432,7 @@ class TensorBook:
 
     def _free(self, buffer: _Buffer, time_ns: int) -> None:
         row = (FREE, time_ns, buffer.device, buffer.buffer_id, None, buffer.bytes)
-        self._rows.append(row + _NO_LABELS)
+        self._rows.append(row + NO_LABELS)
 
     def _on_death(self, ref: weakref.ref) -> None:
         # Only a deque append: this can run inside the book's lock (a GC).

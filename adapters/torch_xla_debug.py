@@ -22,7 +22,6 @@ GIB = 1 << 30
 PRECISION_BYTES = GIB // 2_000_000  # half the last printed digit: 536 bytes
 LEVEL_VARIABLE = "PT_XLA_DEBUG_LEVEL"
 FILE_VARIABLE = "PT_XLA_DEBUG_FILE"
-SYNC_CAUSE = "user torch_xla.sync"
 
 _SIZES = {
     "Graph input size": "argument_bytes",
@@ -46,12 +45,6 @@ class Graph:
     frames: list[str] = field(default_factory=list)  # file:line, innermost first
 
 
-@dataclass(frozen=True, slots=True)
-class Execution:
-    hash: str
-    cause: str
-
-
 @dataclass(slots=True)
 class _Block:
     kind: str  # Compilation, Post Compilation, Execution
@@ -69,8 +62,8 @@ class DebugLog:
         self._compiling: Graph | None = None  # compiled, its sizes not yet read
         self.graphs: dict[str, Graph] = {}
 
-    def read(self) -> tuple[list[Graph], list[Execution]]:
-        """Graphs compiled and graphs run since the last call, in order."""
+    def read(self) -> tuple[list[Graph], list[str]]:
+        """Graphs compiled, and the hashes of graphs run, since the last call."""
         try:
             with open(self.path, encoding="utf-8", errors="replace") as handle:
                 handle.seek(self._offset)
@@ -79,7 +72,7 @@ class DebugLog:
         except OSError:
             return [], []
         compiled: list[Graph] = []
-        executed: list[Execution] = []
+        executed: list[str] = []
         text, self._partial = self._partial + text, ""
         lines = text.split("\n")
         self._partial = lines.pop()  # a line still being written, or ""
@@ -87,7 +80,7 @@ class DebugLog:
             self._line(line, compiled, executed)
         return compiled, executed
 
-    def _line(self, line: str, compiled: list[Graph], executed: list[Execution]) -> None:
+    def _line(self, line: str, compiled: list[Graph], executed: list[str]) -> None:
         if self._block is None:
             for kind in ("Post Compilation", "Compilation", "Execution"):
                 if line.startswith(f"{kind} Analysis: ="):
@@ -100,7 +93,7 @@ class DebugLog:
             return
         self._block.lines.append(line)
 
-    def _finish(self, block: _Block, compiled: list[Graph], executed: list[Execution]) -> None:
+    def _finish(self, block: _Block, compiled: list[Graph], executed: list[str]) -> None:
         if block.kind == "Post Compilation":
             graph, self._compiling = self._compiling, None
             if graph is None:
@@ -120,11 +113,4 @@ class DebugLog:
             frames = [f"{m.group(3)}:{m.group(4)}" for m in matches]
             self._compiling = Graph(hashes[0], frames=frames)
         else:
-            executed.append(Execution(hashes[0], _cause(block.lines)))
-
-
-def _cause(lines: list[str]) -> str:
-    for index, line in enumerate(lines):
-        if line.endswith("Execution Cause") and index + 1 < len(lines):
-            return lines[index + 1].split("Analysis:", 1)[-1].strip()
-    return ""
+            executed.append(hashes[0])

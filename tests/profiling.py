@@ -37,3 +37,28 @@ def run_plain(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comp
 
 def last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
+
+
+# How a profiled script can end badly: (its last statement, tpumem's exit status,
+# the words the report uses for it).
+BAD_ENDINGS = {
+    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
+    "sigkill": (
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        128 + 9,
+        "killed by SIGKILL",
+    ),
+}
+
+
+def profile_bad_ending(
+    cwd: Path, script: str, ending: tuple[str, int, str], *options: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Profiles `script` (with `{ending}` where its last statement goes) as bad.py
+    and checks the exit status and the report's words for the ending."""
+    statement, status, words = ending
+    (cwd / "bad.py").write_text(script.format(ending=statement))
+    result = profile(cwd, *options, "bad.py", env=env)
+    assert result.returncode == status, result.stderr[-3000:]
+    assert words in result.stderr  # the report says how the run ended
+    return result

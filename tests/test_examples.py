@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.framework
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-FRAMEWORKS = {"tensorflow": "tf", "jax": "jax"}
+FRAMEWORKS = {"tensorflow": "tf", "jax": "jax", "torch_xla": "torch_xla"}
 
 
 def run_example(prefix: str, model: str) -> dict:
@@ -22,7 +22,7 @@ def run_example(prefix: str, model: str) -> dict:
         [sys.executable, str(EXAMPLES / f"{prefix}_{model}.py"), "--steps", "1"],
         capture_output=True,
         text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": "CPU"},
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]

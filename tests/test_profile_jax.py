@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from profiling import EXAMPLES, last_json, profile
+from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
 
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
@@ -178,14 +178,6 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert "Compiled programs" in result.stderr and "Buffers" in result.stderr
 
 
-ENDINGS = {
-    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
-    "sigkill": (
-        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
-        128 + 9,
-        "killed by SIGKILL",
-    ),
-}
 BEFORE_THE_END = """
 import time
 import jax.numpy as jnp
@@ -195,13 +187,9 @@ time.sleep(0.5)  # the book's rows are written
 """
 
 
-@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("ending", sorted(BAD_ENDINGS))
 def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
-    statement, status, words = ENDINGS[ending]
-    (tmp_path / "bad.py").write_text(BEFORE_THE_END.format(ending=statement))
-    result = profile(tmp_path, "bad.py")
-    assert result.returncode == status, result.stderr[-3000:]
-    assert words in result.stderr
+    profile_bad_ending(tmp_path, BEFORE_THE_END, BAD_ENDINGS[ending])
     (device,) = analyze(load(tmp_path / "bad.tpumem")).devices
     assert device.peak.bytes >= 2 * MiB
     assert "[512,1024]" in {group.shape for group in device.peak.groups}

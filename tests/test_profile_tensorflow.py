@@ -9,7 +9,15 @@ import sys
 import time
 
 import pytest
-from profiling import EXAMPLES, QUIET, last_json, profile, run_plain
+from profiling import (
+    BAD_ENDINGS,
+    EXAMPLES,
+    QUIET,
+    last_json,
+    profile,
+    profile_bad_ending,
+    run_plain,
+)
 
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
@@ -112,17 +120,12 @@ def test_the_script_sees_what_plain_python_gives_it(tmp_path):
 
 
 ENDINGS = {
-    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
+    **BAD_ENDINGS,
     "exit": ("import sys; sys.exit(3)", 3, "exit status 3"),
     "oom": (
         "tf.ones([64, 1024, 1024])",  # 256 MiB against a 64 MiB allocator limit
         1,
         "uncaught exception: ResourceExhaustedError",
-    ),
-    "sigkill": (
-        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
-        128 + 9,
-        "killed by SIGKILL",
     ),
 }
 BEFORE_THE_END = """
@@ -136,13 +139,14 @@ time.sleep(0.6)  # a profiler chunk ends and is written
 
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
 def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
-    statement, status, words = ENDINGS[ending]
-    (tmp_path / "bad.py").write_text(BEFORE_THE_END.format(ending=statement))
-    result = profile(
-        tmp_path, "--chunk", "0.25", "bad.py", env={"TF_CPU_BFC_MEM_LIMIT_IN_MB": "64"}
+    result = profile_bad_ending(
+        tmp_path,
+        BEFORE_THE_END,
+        ENDINGS[ending],
+        "--chunk",
+        "0.25",
+        env={"TF_CPU_BFC_MEM_LIMIT_IN_MB": "64"},
     )
-    assert result.returncode == status, result.stderr[-3000:]
-    assert words in result.stderr  # the report says how the run ended
     if ending in ("exception", "oom"):
         assert "Traceback" in result.stderr and "tpumem/runner" not in result.stderr
     trace = load(tmp_path / "bad.tpumem")

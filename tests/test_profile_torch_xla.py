@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from profiling import EXAMPLES, last_json, profile
+from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
 
 from tpumem.adapters.torch_xla_debug import PRECISION_BYTES
 from tpumem.analysis import analyze
@@ -105,33 +105,6 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert "Not exposed" in result.stderr and "UNIMPLEMENTED" in result.stderr
 
 
-@pytest.mark.parametrize("model", ["mlp", "transformer"])
-def test_the_examples_count_the_same_parameters_as_the_other_frameworks(model):
-    import subprocess
-    import sys
-
-    counts = {}
-    for prefix in ("torch_xla", "jax"):
-        out = subprocess.run(
-            [sys.executable, str(EXAMPLES / f"{prefix}_{model}.py"), "--steps", "1"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**__import__("os").environ, "PJRT_DEVICE": "CPU"},
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        counts[prefix] = last_json(out.stdout)["params"]
-    assert counts["torch_xla"] == counts["jax"]
-
-
-ENDINGS = {
-    "exception": ("raise ValueError('boom')", 1, "uncaught exception: ValueError: boom"),
-    "sigkill": (
-        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
-        128 + 9,
-        "killed by SIGKILL",
-    ),
-}
 BEFORE_THE_END = """
 import time
 import torch, torch_xla
@@ -143,13 +116,9 @@ time.sleep(0.5)  # the book's rows are written
 """
 
 
-@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("ending", sorted(BAD_ENDINGS))
 def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
-    statement, status, words = ENDINGS[ending]
-    (tmp_path / "bad.py").write_text(BEFORE_THE_END.format(ending=statement))
-    result = profile(tmp_path, "bad.py")
-    assert result.returncode == status, result.stderr[-3000:]
-    assert words in result.stderr
+    profile_bad_ending(tmp_path, BEFORE_THE_END, BAD_ENDINGS[ending])
     (device,) = analyze(load(tmp_path / "bad.tpumem")).devices
     assert device.peak.bytes >= 4 * MiB
     assert "[512,1024]" in {group.shape for group in device.peak.groups}
