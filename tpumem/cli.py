@@ -93,7 +93,9 @@ def report(
     trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
     fmt: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--format", "-f", help="text, json or md (default: from -o, else text)."),
+        typer.Option(
+            "--format", "-f", help="text, json, md or html (default: from -o, else text)."
+        ),
     ] = None,
     output: Annotated[
         Optional[Path],  # noqa: UP045
@@ -108,17 +110,118 @@ def report(
 
     chosen = format_for(output, fmt)
     with _progress(f"analysing {trace}"):
-        analysis = analyze(load(trace))
+        analysis = analyze(load(trace), series_points=_series_points(chosen))
     color = output is None and sys.stdout.isatty()
-    text = render(analysis, chosen, width=width, color=color)
+    _emit(render(analysis, chosen, width=width, color=color), output)
+
+
+def _series_points(fmt: str) -> int:
+    """Only the HTML page draws series fine enough to need them."""
+    if fmt != "html":
+        return 0
+    from tpumem.report.html import SERIES_POINTS
+
+    return SERIES_POINTS
+
+
+def _emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text)
+    except OSError as error:
+        raise TpumemError(f"{output}: cannot write: {error.strerror}") from None
+    print(f"tpumem: wrote {output}", file=sys.stderr)
+
+
+@app.command()
+def compare(
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RUN...",
+            help="Trace files, or scripts to profile first (with arguments, quoted as one: "
+            '"train.py --steps 30").',
+            show_default=False,
+        ),
+    ],
+    html: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--html", help="Also write the comparison as a self-contained HTML page."),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    output_dir: Annotated[
+        Path, typer.Option(help="Where the traces of profiled scripts go.")
+    ] = Path("."),
+    width: Annotated[int, typer.Option(help="Width of the text table.")] = 100,
+) -> None:
+    """Compare runs side by side: the same model in JAX, TensorFlow and PyTorch/XLA.
+
+    The first run is the reference for ratios; the lowest value of each row is
+    marked. Scripts are profiled one after the other, each in its own process.
+    """
+    if fmt not in ("text", "json"):
+        raise TpumemError(f"unknown compare format {fmt!r} (choose from text, json)")
+    if len(runs) < 2:
+        raise TpumemError("compare needs at least two runs")
+    from tpumem.analysis import analyze
+    from tpumem.analysis.comparison import compare as compare_runs
+    from tpumem.compare_runs import profile_scripts, resolve
+    from tpumem.trace.reader import load
+
+    sources = resolve(runs, output_dir)
+    profile_scripts(sources)
+    points = _series_points("html" if html else fmt)
+    analyses = []
+    for source in sources:
+        with _progress(f"analysing {source.trace}"):
+            analyses.append(analyze(load(source.trace), series_points=points))
+    comparison = compare_runs(analyses)
+    if fmt == "json":
+        from tpumem.report.compare_json import render_compare_json
+
+        sys.stdout.write(render_compare_json(comparison))
     else:
-        try:
-            output.write_text(text)
-        except OSError as error:
-            raise TpumemError(f"{output}: cannot write: {error.strerror}") from None
-        typer.echo(f"wrote {output}")
+        from tpumem.report.compare_text import render_compare_text
+
+        sys.stdout.write(render_compare_text(comparison, width=width, color=sys.stdout.isatty()))
+    if html is not None:
+        from tpumem.report.html import render_compare_html
+
+        _emit(render_compare_html(comparison), html)
+
+
+@app.command()
+def check(
+    trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
+    max_peak: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Largest peak in use allowed on any device: 12GiB, 800MB, bytes."),
+    ] = None,
+    max_fragmentation: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Largest fragmentation allowed at the peak, 0..1.", min=0.0, max=1.0),
+    ] = None,
+) -> None:
+    """Check a run against limits, for CI: exit status 1 and a line per breach."""
+    from tpumem.analysis import analyze
+    from tpumem.check import Limits, breaches
+    from tpumem.trace.reader import load
+    from tpumem.units import parse_bytes
+
+    if max_peak is None and max_fragmentation is None:
+        raise TpumemError("nothing to check: give --max-peak and/or --max-fragmentation")
+    try:
+        peak_bytes = None if max_peak is None else parse_bytes(max_peak)
+    except ValueError as error:
+        raise TpumemError(f"--max-peak: {error}") from None
+    found = breaches(analyze(load(trace)), Limits(peak_bytes, max_fragmentation))
+    for line in found:
+        print(f"tpumem: breach: {line}", file=sys.stderr)
+    if found:
+        raise typer.Exit(1)
+    typer.echo(f"{trace}: within the limits")
 
 
 @app.command(

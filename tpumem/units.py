@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
@@ -20,3 +22,31 @@ def format_bytes(count: int | float | None) -> str:
 
 def format_seconds(time_ns: int | None) -> str:
     return "-" if time_ns is None else f"{time_ns / 1e9:.3f} s"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_MULTIPLIERS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """`12GiB`, `800MB`, `1.5 GiB` or plain bytes: KB/MB/GB are powers of 1000,
+    KiB/MiB/GiB powers of 1024. ValueError for anything else."""
+    found = _SIZE.match(text)
+    if not found or found.group(2).lower() not in _MULTIPLIERS:
+        raise ValueError(f"not a size: {text!r} (write e.g. 12GiB, 800MB or 1048576)")
+    return round(float(found.group(1)) * _MULTIPLIERS[found.group(2).lower()])

@@ -4,3 +4,4 @@ MEASURED = "measured"  # the allocator or framework reported it
 DERIVED = "derived"  # computed exactly from measured events (e.g. the address map)
 MODELED = "modeled"  # from a model of the allocator replaying measured lifetimes
 NOT_AVAILABLE = "not available"
+ESTIMATED = "estimated"  # from shapes and a rule of thumb, not from any allocator

@@ -29,6 +29,7 @@ SETTINGS_VARIABLES = (
 @dataclass(frozen=True, slots=True)
 class Preallocation:
     pool_peak_bytes: int | None
+    pool_at_peak_bytes: int | None  # the pool when bytes in use peaked
     pool_label: str
     pool_source: str
     unused_bytes: int | None  # pool peak - peak in use
@@ -60,20 +61,24 @@ def preallocation(
     metadata: dict[str, Any],
     device: str,
     peak_bytes: int,
+    peak_index: int,
     pool: np.ndarray | None,
     pool_label: str,
     pool_source: str,
     limit: int | None,
 ) -> Preallocation:
-    pool_peak = None
+    pool_peak = pool_at_peak = None
     if pool is not None and len(pool):
         pool_peak = int(pool.max())
+        # A series has a value per event; a single reading stands for the run.
+        pool_at_peak = int(pool[peak_index] if len(pool) > peak_index else pool[-1])
     elif not pool_source:
         pool_label, pool_source = labels.NOT_AVAILABLE, "the trace has no view of the pool"
     capacity = _capacity(metadata, device)
     fraction = math.ceil(peak_bytes / capacity * 100) / 100 if capacity else None
     return Preallocation(
         pool_peak_bytes=pool_peak,
+        pool_at_peak_bytes=pool_at_peak,
         pool_label=pool_label,
         pool_source=pool_source,
         unused_bytes=None if pool_peak is None else max(0, pool_peak - peak_bytes),

@@ -8,13 +8,16 @@ from typing import Any
 import numpy as np
 
 from tpumem.analysis import labels
+from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom
 from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
+from tpumem.analysis.padding import LayoutPadding, layout_padding
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
 from tpumem.analysis.programs import ProgramMemory, programs
+from tpumem.analysis.series import DeviceSeries, device_series
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.model import Trace
@@ -26,13 +29,19 @@ class DeviceAnalysis:
     fidelity: str
     allocations: int
     frees: int
+    allocations_per_s: float | None  # over the span from the first event to the last
     peak: PeakBreakdown
     peak_label: str
     preallocation: Preallocation
     fragmentation: Fragmentation
     waste: InternalWaste
+    padding: LayoutPadding
+    # Free bytes at the peak outside the largest free block (see advisor.py).
+    headroom_bytes: int | None
+    headroom_label: str
     timeline: Timeline
     counters: Counters
+    series: DeviceSeries | None = None  # for drawing; only when asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,8 @@ class RunAnalysis:
     total_peak_time_ns: int
     warnings: tuple[str, ...]
     programs: tuple[ProgramMemory, ...] = ()
+    fit: FitAdvice | None = None
+    steps: int = 0  # step marks in the trace
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -62,7 +73,14 @@ def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     return replay(events.is_alloc, sizes, events.buffer_id, step_starts=starts)
 
 
-def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> DeviceAnalysis:
+def _rate(events: DeviceEvents, allocations: int) -> float | None:
+    span = int(events.time_ns[-1] - events.time_ns[0]) if len(events) else 0
+    return allocations / (span / 1e9) if span > 0 else None
+
+
+def analyze_device(
+    trace: Trace, events: DeviceEvents, bins: int = 64, series_points: int = 0
+) -> DeviceAnalysis:
     peak = peak_breakdown(trace, events)
     model = _model(trace, events)
     frag = fragmentation(events, peak.event_index, model)
@@ -83,20 +101,37 @@ def analyze_device(trace: Trace, events: DeviceEvents, bins: int = 64) -> Device
     else:
         pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, ""
     limit = events.bytes_limit if events.bytes_limit is not None else reported.limit_bytes
+    pre = preallocation(
+        trace.metadata,
+        events.device,
+        peak.bytes,
+        peak.event_index,
+        pool,
+        pool_label,
+        pool_source,
+        limit,
+    )
+    room, room_label = headroom(peak.bytes, frag.figure, pre)
+    allocations = int(events.is_alloc.sum())
     return DeviceAnalysis(
         device=events.device,
         fidelity=events.fidelity,
-        allocations=int(events.is_alloc.sum()),
-        frees=int((~events.is_alloc).sum()),
+        allocations=allocations,
+        frees=len(events) - allocations,
+        allocations_per_s=_rate(events, allocations),
         peak=peak,
         peak_label=labels.MEASURED if events.in_use_measured else labels.DERIVED,
-        preallocation=preallocation(
-            trace.metadata, events.device, peak.bytes, pool, pool_label, pool_source, limit
-        ),
+        preallocation=pre,
         fragmentation=frag.figure,
         waste=internal_waste(events, live_at(events, peak.event_index)),
+        padding=layout_padding(peak.groups, str(trace.metadata.get("backend", ""))),
+        headroom_bytes=room,
+        headroom_label=room_label,
         timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
         counters=reported,
+        series=device_series(trace, events, frag.values, pool, series_points)
+        if series_points
+        else None,
     )
 
 
@@ -107,12 +142,13 @@ def _duration(trace: Trace, times: np.ndarray) -> int:
     return int(times.max() - times.min()) if len(times) else 0
 
 
-def analyze(trace: Trace, bins: int = 64) -> RunAnalysis:
-    """All figures of a trace."""
+def analyze(trace: Trace, bins: int = 64, series_points: int = 0) -> RunAnalysis:
+    """All figures of a trace; with `series_points`, series for drawing too."""
     devices = split_by_device(trace)
     times = trace.numbers("time_ns")
     total_bytes, total_time = total_peak(devices)
     metadata = trace.metadata
+    analysed = tuple(analyze_device(trace, d, bins, series_points) for d in devices)
     return RunAnalysis(
         path=trace.path,
         framework=trace.framework,
@@ -121,9 +157,17 @@ def analyze(trace: Trace, bins: int = 64) -> RunAnalysis:
         complete=trace.complete,
         metadata=metadata,
         duration_ns=_duration(trace, times),
-        devices=tuple(analyze_device(trace, d, bins) for d in devices),
+        devices=analysed,
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,
         warnings=tuple(trace.warnings),
         programs=programs(trace),
+        steps=len(step_marks(trace)[0]),
+        fit=fit_advice(
+            trace.framework,
+            [
+                (d.device, d.peak.bytes, d.headroom_bytes, d.headroom_label, d.padding)
+                for d in analysed
+            ],
+        ),
     )

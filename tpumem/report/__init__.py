@@ -6,8 +6,15 @@ from pathlib import Path
 
 from tpumem.errors import TpumemError
 
-FORMATS = ("text", "json", "md")
-_EXTENSIONS = {".json": "json", ".md": "md", ".markdown": "md", ".txt": "text"}
+FORMATS = ("text", "json", "md", "html")
+_EXTENSIONS = {
+    ".json": "json",
+    ".md": "md",
+    ".markdown": "md",
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+}
 
 
 def format_for(output: Path | None, requested: str | None) -> str:
@@ -31,6 +38,10 @@ def render(analysis: object, fmt: str, width: int = 100, color: bool = False) ->
         from tpumem.report.json_report import render_json
 
         return render_json(analysis)
+    if fmt == "html":
+        from tpumem.report.html import render_html
+
+        return render_html(analysis)
     if fmt == "md":
         from tpumem.report.markdown import render_markdown
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpumem.analysis.summary import RunAnalysis
-from tpumem.report.rows import device_rows, group_rows, run_rows, sparkline
+from tpumem.report.rows import device_rows, fit_rows, group_rows, run_rows, sparkline
 from tpumem.report.text import GROUP_HEADERS
 
 
@@ -29,4 +29,11 @@ def render_markdown(analysis: RunAnalysis) -> str:
             lines += ["", "Live at peak, largest first:", ""]
             lines += _table(GROUP_HEADERS, groups)
         lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
+    if analysis.fit is not None:
+        lines += ["", f"## Would it fit? ({analysis.fit.device})", ""]
+        rows = [
+            (a, v.replace("[red]", "").replace("[/]", ""), s) for a, v, s in fit_rows(analysis.fit)
+        ]
+        lines += _table(("accelerator", "answer", "smallest setting"), rows)
+        lines += [""] + [f"> {note}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
@@ -191,6 +192,18 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         )
     elif frag.check_unavailable:
         rows.append(("Address-map check", "not possible", frag.check_unavailable))
+    rows.append(
+        (
+            "Fragmentation headroom",
+            format_bytes(device.headroom_bytes),
+            device.headroom_label
+            + (
+                " (free bytes at the peak outside the largest free block)"
+                if device.headroom_bytes is not None
+                else ""
+            ),
+        )
+    )
     if waste.at_peak_bytes is not None:
         rows.append(
             (
@@ -201,7 +214,35 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         )
     else:
         rows.append(("Internal waste", "-", f"{waste.label} (requested sizes not recorded)"))
+    rows.append(_padding_row(device))
+    if device.allocations_per_s is not None:
+        rows.append(("Allocation rate", f"{device.allocations_per_s:,.0f} per second", "measured"))
     return rows
+
+
+def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:
+    padding = device.padding
+    if padding.included:
+        return ("TPU layout padding", "included in the recorded sizes", "measured (a TPU run)")
+    if padding.extra_bytes is None:
+        return ("TPU layout padding", "-", f"{padding.label} (no shapes and dtypes recorded)")
+    return (
+        "TPU layout padding",
+        f"+{format_bytes(padding.extra_bytes)} on a TPU",
+        f"{padding.label} from the shapes of {format_bytes(padding.counted_bytes)} live at peak",
+    )
+
+
+def fit_rows(fit: FitAdvice) -> list[tuple[str, str, str]]:
+    """(accelerator and its memory, the answer, the setting) per accelerator."""
+    return [
+        (
+            f"{row.accelerator} ({format_bytes(row.memory_bytes)})",
+            fit_cell(row).split("\n")[0],
+            row.setting or ("- (a TPU program gets the whole chip)" if row.kind == "tpu" else "-"),
+        )
+        for row in fit.rows
+    ]
 
 
 def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
@@ -246,3 +287,10 @@ def sparkline(values: tuple[float | int | None, ...], top: float | None = None) 
             level = round(value / ceiling * (len(_SPARK) - 1))
             marks.append(_SPARK[min(max(level, 0), len(_SPARK) - 1)])
     return "".join(marks)
+
+
+def fit_cell(row: FitRow) -> str:
+    """One accelerator's answer: fits or not, the share it needs, the setting."""
+    verdict = "fits" if row.fits else "[red]does not fit[/]"
+    text = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
+    return text + (f"\n[dim]{row.setting}[/]" if row.setting else "")

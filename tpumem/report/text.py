@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
-from tpumem.report.rows import device_rows, group_rows, run_rows, sparkline
+from tpumem.report.rows import device_rows, fit_rows, group_rows, run_rows, sparkline
 from tpumem.units import format_bytes, format_seconds
 
 GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
@@ -64,4 +64,22 @@ def render_text(analysis: RunAnalysis, width: int = 100, color: bool = False) ->
         console.print("No allocation events in this trace.")
     for device in analysis.devices:
         _device(console, device)
+    if analysis.fit is not None:
+        _fit(console, analysis)
     return buffer.getvalue()
+
+
+def _fit(console: Console, analysis: RunAnalysis) -> None:
+    fit = analysis.fit
+    assert fit is not None
+    table = Table(
+        title=f"Would it fit? {fit.device}: peak + fragmentation headroom (+ TPU padding on TPUs)",
+        title_justify="left",
+    )
+    for header in ("accelerator", "answer", "smallest setting that holds it"):
+        table.add_column(header)
+    for row in fit_rows(fit):
+        table.add_row(*row)
+    console.print(table)
+    for note in fit.notes:
+        console.print(f"[dim]{note}[/]")

@@ -1,0 +1,138 @@
+"""`tpumem compare`: each run's own figures side by side, on hand-built traces and
+on real runs of the three frameworks, each profiled in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from profiling import EXAMPLES, QUIET
+
+from conftest import run_tpumem
+from sample_traces import buffer_rows
+from tpumem.analysis import analyze
+from tpumem.analysis.comparison import compare
+from tpumem.trace.reader import load
+
+
+def _scaled(rows: list[dict], factor: int) -> list[dict]:
+    return [{**r, "bytes": r["bytes"] * factor} if "bytes" in r else r for r in rows]
+
+
+def test_rows_best_ratios_and_region_differences(make_trace):
+    small = analyze(load(make_trace(buffer_rows(), {"framework": "jax"}, name="a.tpumem")))
+    rows = _scaled(buffer_rows(), 2)
+    for row in rows:
+        row.pop("requested_bytes", None)
+    big = analyze(load(make_trace(rows, {"framework": "jax"}, name="b.tpumem")))
+    comparison = compare([big, small])
+    assert comparison.names == ("jax (b)", "jax (a)")  # same framework: the files tell
+    peak = next(r for r in comparison.rows if r.figure == "Peak in use")
+    assert peak.values == (800, 400)
+    assert peak.best == 1
+    assert peak.ratios == (1.0, 0.5)
+    waste = next(r for r in comparison.rows if r.figure == "Internal waste at peak")
+    assert waste.values == (None, 30)  # b recorded no requested sizes
+    assert waste.best is None  # one known value is nothing to compare
+    regions = {r.region: r for r in comparison.regions}
+    assert regions["activation"].bytes == (600, 300)
+    assert regions["activation"].change == (0, -300)
+    assert comparison.regions[0].region == "activation"  # the largest change first
+    assert comparison.alignment == "step"
+
+
+def test_text_table_marks_the_best(make_trace):
+    a = make_trace(buffer_rows(), {"framework": "jax"}, name="a.tpumem")
+    b = make_trace(_scaled(buffer_rows(), 3), {"framework": "tensorflow"}, name="b.tpumem")
+    result = run_tpumem("compare", str(a), str(b), "--width", "140")
+    assert result.returncode == 0, result.stderr
+    assert "400 B *" in result.stdout  # jax's peak, the lower
+    assert "1.2 KiB" in result.stdout and "x3.00" in result.stdout
+    assert "Where the peaks differ" in result.stdout
+    assert "Would it fit?" in result.stdout
+
+
+def test_bad_arguments_are_one_line(make_trace, tmp_path):
+    a = make_trace(buffer_rows())
+    for args in (
+        [str(a)],  # one run
+        [str(a), str(tmp_path / "missing.tpumem")],
+        [str(a), str(tmp_path / "missing.py")],
+        [str(a), str(a), "--format", "yaml"],
+    ):
+        result = run_tpumem("compare", *args)
+        assert result.returncode == 2, args
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    corrupt = tmp_path / "corrupt.tpumem"
+    corrupt.write_bytes(b"not a trace at all")
+    result = run_tpumem("compare", str(a), str(corrupt))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+
+
+def test_a_script_that_fails_stops_the_comparison_and_keeps_its_trace(make_trace, tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("import jax.numpy as jnp\nx = jnp.ones((256, 256))\nraise SystemExit(3)\n")
+    result = run_tpumem(
+        "compare", str(make_trace(buffer_rows())), str(script), "--output-dir", str(tmp_path)
+    )
+    assert result.returncode == 1
+    assert "ended with exit status 3" in result.stderr.strip().splitlines()[-1]
+    kept = analyze(load(tmp_path / "fails.tpumem"))
+    assert kept.devices[0].peak.bytes >= 256 * 256 * 4
+
+
+@pytest.mark.framework
+def test_the_three_frameworks_compared_from_their_scripts(tmp_path):
+    """The same MLP in TensorFlow, JAX and PyTorch/XLA, each profiled in its own
+    process by compare itself: its table holds each run's own report figures."""
+    scripts = [
+        f"{EXAMPLES / name} --steps 3" for name in ("tf_mlp.py", "jax_mlp.py", "torch_xla_mlp.py")
+    ]
+    page = tmp_path / "compare.html"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpumem",
+            "compare",
+            *scripts,
+            "--format",
+            "json",
+            "--output-dir",
+            str(tmp_path),
+            "--html",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **QUIET},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    comparison = json.loads(result.stdout)
+    assert comparison["names"] == ["tensorflow", "jax", "torch_xla"]
+    rows = {row["figure"]: row for row in comparison["rows"]}
+    traces = [tmp_path / f"{name}.tpumem" for name in ("tf_mlp", "jax_mlp", "torch_xla_mlp")]
+    for index, trace in enumerate(traces):
+        report = json.loads(run_tpumem("report", str(trace), "--format", "json").stdout)
+        (device,) = report["devices"]
+        assert rows["Peak in use"]["values"][index] == device["peak"]["bytes"] > 4 * 1_055_754
+        assert (
+            rows["Pool held (preallocated)"]["values"][index]
+            == (device["preallocation"]["pool_peak_bytes"])
+        )
+        assert (
+            rows["Fragmentation at peak"]["values"][index] == (device["fragmentation"]["at_peak"])
+        )
+        assert rows["Allocations"]["values"][index] == device["allocations"]
+        assert rows["Fidelity"]["values"][index] == device["fidelity"]
+        assert comparison["runs"][index]["devices"] == report["devices"]
+    assert rows["Fidelity"]["values"] == ["allocator", "buffer", "buffer"]
+    assert comparison["alignment"] == "step"
+    assert page.stat().st_size > 10_000
+    assert Path(tmp_path / "tf_mlp.tpumem").exists()

@@ -1,0 +1,172 @@
+"""The HTML page: the data it embeds is the analysis' own, names from traces stay
+text, and nothing is fetched from anywhere."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+from conftest import run_tpumem
+from sample_traces import buffer_rows
+from tpumem.analysis import analyze
+from tpumem.analysis.series import NO_REGION
+from tpumem.report.html import DATA_ID, SERIES_POINTS
+from tpumem.trace.reader import load
+
+HOSTILE = "</script><script>alert(1)</script>"
+HOSTILE_SOURCE = '<img src=x onerror="alert(2)">:7'
+
+
+def embedded(page: str) -> dict:
+    found = re.search(
+        rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', page, re.DOTALL
+    )
+    assert found, "no embedded data"
+    return json.loads(found.group(1))
+
+
+def _loop_rows(steps: int = 40) -> list[dict]:
+    """A training loop: a parameter, then per step three activations freed in
+    turn; the step 17 allocates one more, the peak."""
+    rows = [
+        {
+            "kind": "alloc",
+            "time_ns": 0,
+            "device": "CPU:0",
+            "buffer_id": 0,
+            "bytes": 4096,
+            "op": "param",
+            "region": "parameter",
+            "dtype": "float32",
+            "shape": "[32,32]",
+        },
+    ]
+    ident = 1
+    for step in range(steps):
+        t = 1000 * (step + 1)
+        rows.append({"kind": "mark", "time_ns": t, "text": "step", "step": step})
+        live = []
+        for k in range(3 + (step == 17)):
+            size = 1024 * (k + 1)
+            rows.append(
+                {
+                    "kind": "alloc",
+                    "time_ns": t + 10 * k + 1,
+                    "device": "CPU:0",
+                    "buffer_id": ident,
+                    "bytes": size,
+                    "op": f"layer{k}",
+                    "region": "activation",
+                    "dtype": "float32",
+                    "shape": f"[{size // 4}]",
+                }
+            )
+            live.append((ident, size))
+            ident += 1
+        for n, (buffer, size) in enumerate(live):
+            rows.append(
+                {
+                    "kind": "free",
+                    "time_ns": t + 500 + n,
+                    "device": "CPU:0",
+                    "buffer_id": buffer,
+                    "bytes": size,
+                }
+            )
+    return rows
+
+
+def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
+    trace = make_trace(_loop_rows())
+    page_path = tmp_path / "r.html"
+    result = run_tpumem("report", str(trace), "-o", str(page_path))
+    assert result.returncode == 0, result.stderr
+    data = embedded(page_path.read_text())
+    report = json.loads(run_tpumem("report", str(trace), "--format", "json").stdout)
+    (run,) = data["runs"]
+    device = run["devices"][0]
+    series = device.pop("series")
+    device["peak"].pop("groups_total")
+    report["devices"][0].pop("series")
+    assert run == report  # every figure, as the JSON report gives it
+    analysis = analyze(load(trace), series_points=SERIES_POINTS)
+    expected = analysis.devices[0].series
+    assert series["in_use"] == list(expected.in_use)
+    assert max(series["in_use"]) == analysis.devices[0].peak.bytes == 4096 + 1024 * 10
+    stack = np.sum([values for _, values in series["regions"]], axis=0)
+    assert stack.tolist() == series["in_use"]  # the regions add up to the line
+    assert {name for name, _ in series["regions"]} == {"parameter", "activation"}
+    # Step 17 is where the peak is: the point at the peak sits inside step 17.
+    at_peak = int(np.argmax(series["in_use"]))
+    assert 17 <= series["step_position"][at_peak] < 18
+
+
+def test_drawing_points_are_thinned_but_keep_the_peak(make_trace):
+    analysis = analyze(load(make_trace(_loop_rows(steps=200))), series_points=50)
+    series = analysis.devices[0].series
+    assert len(series.time_ns) <= 50 < series.events
+    assert max(series.in_use) == analysis.devices[0].peak.bytes
+
+
+def test_names_from_traces_stay_text(make_trace, tmp_path):
+    rows = buffer_rows()
+    rows[1] = {**rows[1], "op": HOSTILE, "source": HOSTILE_SOURCE, "region": None}
+    trace = make_trace(rows, {"framework": "jax"})
+    page_path = tmp_path / "r.html"
+    assert run_tpumem("report", str(trace), "-o", str(page_path)).returncode == 0
+    page = page_path.read_text()
+    assert "<script>alert" not in page
+    assert "<img" not in page
+    assert page.count("</script>") == 2  # the data's element and the code's
+    group = embedded(page)["runs"][0]["devices"][0]["peak"]["groups"]
+    assert {g["op"] for g in group} >= {HOSTILE}
+    assert {g["source"] for g in group} >= {HOSTILE_SOURCE}
+    # The code inserts trace names as text only.
+    code = page[page.rindex("<script>") :]
+    assert "innerHTML" not in code and "insertAdjacentHTML" not in code
+    assert "document.write" not in code
+
+
+def test_the_page_fetches_nothing(make_trace, tmp_path):
+    trace = make_trace(buffer_rows())
+    page_path = tmp_path / "r.html"
+    assert run_tpumem("report", str(trace), "-o", str(page_path)).returncode == 0
+    page = page_path.read_text()
+    for fetching in (
+        "src=",
+        "href=",
+        "<link",
+        "url(",
+        "@import",
+        "fetch(",
+        "XMLHttpRequest",
+        "import(",
+        "<iframe",
+        "<img",
+    ):
+        assert fetching not in page, fetching
+    # The only address in the code is SVG's namespace name; the accelerators'
+    # sources are shown as text in the data.
+    code = page[page.rindex("<script>") :]
+    assert re.findall(r"https?://[^\s\"']+", code) == ["http://www.w3.org/2000/svg"]
+
+
+def test_the_compare_page_embeds_the_comparison(make_trace, tmp_path):
+    first = make_trace(buffer_rows(), {"framework": "jax"}, name="a.tpumem")
+    second = make_trace(_loop_rows(), {"framework": "tensorflow"}, name="b.tpumem")
+    page_path = tmp_path / "c.html"
+    result = run_tpumem("compare", str(first), str(second), "--html", str(page_path))
+    assert result.returncode == 0, result.stderr
+    data = embedded(page_path.read_text())
+    as_json = json.loads(run_tpumem("compare", str(first), str(second), "-f", "json").stdout)
+    runs = as_json.pop("runs")
+    assert data["comparison"] == as_json
+    assert data["comparison"]["names"] == ["jax", "tensorflow"]
+    assert [r["devices"][0]["peak"]["bytes"] for r in data["runs"]] == [
+        r["devices"][0]["peak"]["bytes"] for r in runs
+    ]
+    assert data["comparison"]["alignment"] == "step"
+    assert all(r["devices"][0]["series"]["in_use"] for r in data["runs"])
+    assert NO_REGION not in {n for n, _ in data["runs"][1]["devices"][0]["series"]["regions"]}

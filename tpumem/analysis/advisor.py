@@ -1,0 +1,125 @@
+"""The fit advisor: would this run fit on each accelerator of the table, and the
+smallest preallocation setting that would still have held its peak.
+
+What a chip must hold, per device of the run (the busiest decides):
+  peak bytes in use
+  + TPU layout padding (TPU targets only, estimated from shapes; a TPU run's own
+    sizes already hold it)
+  + fragmentation headroom: the free bytes of the pool at the peak that were not
+    in its largest free block (fragmentation at peak x free bytes at peak), the
+    holes the allocator had to step over. Counted where both figures exist.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpumem.analysis import labels
+from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
+from tpumem.analysis.fragmentation import Fragmentation
+from tpumem.analysis.padding import LayoutPadding
+from tpumem.analysis.preallocation import Preallocation
+
+# The share of a GPU each framework preallocates unless told otherwise.
+DEFAULT_FRACTION = {"jax": 0.75, "torch_xla": 0.75}
+
+
+@dataclass(frozen=True, slots=True)
+class FitRow:
+    accelerator: str
+    kind: str
+    memory_bytes: int
+    needed_bytes: int
+    fits: bool
+    share: float  # needed / memory
+    # The smallest preallocation setting that holds the run, as the user writes it.
+    setting: str | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class FitAdvice:
+    device: str  # the run's device that needs the most
+    peak_bytes: int
+    headroom_bytes: int | None
+    headroom_label: str
+    padding_bytes: int | None  # added for TPU targets
+    padding_label: str
+    rows: tuple[FitRow, ...]
+    notes: tuple[str, ...]
+
+
+def headroom(peak_bytes: int, frag: Fragmentation, pre: Preallocation) -> tuple[int | None, str]:
+    """Fragmentation headroom at the peak, and how it was obtained."""
+    if frag.at_peak is None or pre.pool_at_peak_bytes is None:
+        return None, labels.NOT_AVAILABLE
+    free = max(0, pre.pool_at_peak_bytes - peak_bytes)
+    return round(frag.at_peak * free), frag.label
+
+
+def setting_for(framework: str, target: Accelerator, needed: int) -> tuple[str | None, str | None]:
+    """(setting, note): the smallest preallocation that holds `needed` on a GPU."""
+    if target.kind != "gpu":
+        return None, None  # TPU runtimes hand a program the whole chip
+    fraction = math.ceil(needed / target.memory_bytes * 100) / 100
+    if framework == "tensorflow":
+        mib = -(-needed // (1 << 20))
+        return f"memory_limit={mib} (MiB)", None
+    name = {"jax": "XLA_CLIENT_MEM_FRACTION", "torch_xla": "PJRT_ALLOCATOR_FRACTION"}.get(framework)
+    if name is None:
+        return f"fraction {fraction:.2f}", None
+    default = DEFAULT_FRACTION[framework]
+    note = None
+    if fraction > default:
+        note = f"{name} above its default {default:.2f} is needed on the {target.name}"
+    return f"{name}={fraction:.2f}", note
+
+
+def fit_advice(
+    framework: str,
+    devices: list[tuple[str, int, int | None, str, LayoutPadding]],
+    table: tuple[Accelerator, ...] = ACCELERATORS,
+) -> FitAdvice | None:
+    """`devices`: (name, peak bytes, headroom bytes, headroom label, padding) each."""
+    if not devices:
+        return None
+    name, peak, room, room_label, padding = max(
+        devices, key=lambda d: d[1] + (d[2] or 0) + (d[4].extra_bytes or 0)
+    )
+    rows, notes = [], []
+    for target in table:
+        needed = peak + (room or 0)
+        if target.kind == "tpu":
+            needed += padding.extra_bytes or 0
+        setting, note = setting_for(framework, target, needed)
+        if note and needed <= target.memory_bytes:
+            notes.append(note)
+        rows.append(
+            FitRow(
+                accelerator=target.name,
+                kind=target.kind,
+                memory_bytes=target.memory_bytes,
+                needed_bytes=needed,
+                fits=needed <= target.memory_bytes,
+                share=needed / target.memory_bytes,
+                setting=setting if needed <= target.memory_bytes else None,
+                source=target.source,
+            )
+        )
+    if room is None:
+        notes.append("fragmentation headroom not counted: no fragmentation figure at the peak")
+    if padding.included:
+        notes.append("recorded on a TPU: sizes already hold the TPU layout padding")
+    elif padding.extra_bytes is None:
+        notes.append("TPU layout padding not counted: the trace has no shapes and dtypes")
+    return FitAdvice(
+        device=name,
+        peak_bytes=peak,
+        headroom_bytes=room,
+        headroom_label=room_label,
+        padding_bytes=padding.extra_bytes,
+        padding_label=padding.label,
+        rows=tuple(rows),
+        notes=tuple(notes),
+    )

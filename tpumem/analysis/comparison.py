@@ -1,0 +1,171 @@
+"""Runs side by side: each figure of each run (its busiest device), the best of
+each row, ratios against the first run, and where their peaks differ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpumem.analysis import labels
+from tpumem.analysis.programs import largest_temp
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+
+BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"
+TOP_OPS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    figure: str
+    unit: str  # BYTES, COUNT, SHARE, RATE, TIME or TEXT
+    values: tuple[int | float | str | None, ...]  # one per run
+    labels: tuple[str, ...]  # how each value was obtained
+    best: int | None  # the run with the lowest value, where that means anything
+    ratios: tuple[float | None, ...]  # value / the first run's value
+
+
+@dataclass(frozen=True, slots=True)
+class RegionDifference:
+    region: str
+    bytes: tuple[int, ...]  # live at each run's peak
+    change: tuple[int, ...]  # against the first run
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    names: tuple[str, ...]
+    runs: tuple[RunAnalysis, ...]
+    devices: tuple[str | None, ...]  # the device each run is shown by
+    rows: tuple[CompareRow, ...]
+    regions: tuple[RegionDifference, ...]  # largest change first
+    top_ops: tuple[tuple[tuple[str, int], ...], ...]  # per run: (op, bytes at peak)
+    alignment: str  # "step" when every run has step marks, else "normalized time"
+
+
+def busiest(run: RunAnalysis) -> DeviceAnalysis | None:
+    return max(run.devices, key=lambda d: d.peak.bytes, default=None)
+
+
+def run_names(runs: list[RunAnalysis]) -> tuple[str, ...]:
+    """Framework names, with the file's name where two runs share one."""
+    frameworks = [run.framework for run in runs]
+    names = []
+    for index, run in enumerate(runs):
+        name = run.framework
+        if frameworks.count(name) > 1:
+            name += f" ({Path(run.path).stem if run.path else index + 1})"
+        names.append(name)
+    return tuple(names)
+
+
+def _row(figure: str, unit: str, entries: list[tuple[object, str]], lower_is_better=True):
+    values = tuple(value for value, _ in entries)
+    numbers = [(i, v) for i, v in enumerate(values) if isinstance(v, (int, float))]
+    best = None
+    if lower_is_better and len(numbers) > 1 and len({v for _, v in numbers}) > 1:
+        best = min(numbers, key=lambda item: item[1])[0]
+    first = values[0] if numbers and numbers[0][0] == 0 else None
+    ratios = tuple(
+        v / first
+        if isinstance(v, (int, float)) and isinstance(first, (int, float)) and first
+        else None
+        for v in values
+    )
+    return CompareRow(figure, unit, values, tuple(label for _, label in entries), best, ratios)
+
+
+def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, tuple[object, str]]:
+    na = (None, labels.NOT_AVAILABLE)
+    if device is None:
+        return {}
+    pre, frag = device.preallocation, device.fragmentation
+    temp = largest_temp(run.programs)
+    return {
+        "peak": (device.peak.bytes, device.peak_label),
+        "peak_step": (device.peak.step, device.peak_label),
+        "peak_time": (device.peak.time_ns, device.peak_label),
+        "pool": (pre.pool_peak_bytes, pre.pool_label),
+        "unused": (pre.unused_bytes, pre.pool_label),
+        "frag_peak": (frag.at_peak, frag.label),
+        "frag_max": (frag.maximum, frag.label),
+        "waste": (device.waste.at_peak_bytes, device.waste.label),
+        "padding": (device.padding.extra_bytes, device.padding.label)
+        if not device.padding.included
+        else (0, "included in the recorded sizes"),
+        "allocations": (device.allocations, labels.MEASURED),
+        "rate": (device.allocations_per_s, labels.MEASURED)
+        if device.allocations_per_s is not None
+        else na,
+        "program_temp": (temp.temp_bytes, "XLA's compile-time analysis") if temp else na,
+    }
+
+
+ROWS = (
+    ("Peak in use", BYTES, "peak"),
+    ("Peak at step", TEXT, "peak_step"),
+    ("Peak at time", TIME, "peak_time"),
+    ("Pool held (preallocated)", BYTES, "pool"),
+    ("Unused pool at peak", BYTES, "unused"),
+    ("Fragmentation at peak", SHARE, "frag_peak"),
+    ("Fragmentation, maximum", SHARE, "frag_max"),
+    ("Internal waste at peak", BYTES, "waste"),
+    ("TPU layout padding (estimate)", BYTES, "padding"),
+    ("Allocations", COUNT, "allocations"),
+    ("Allocation rate", RATE, "rate"),
+    ("Largest program temp", BYTES, "program_temp"),
+)
+
+
+def _by_op(device: DeviceAnalysis | None) -> tuple[tuple[str, int], ...]:
+    if device is None:
+        return ()
+    totals: dict[str, int] = {}
+    for group in device.peak.groups:
+        key = group.op or "(no op)"
+        totals[key] = totals.get(key, 0) + group.bytes
+    return tuple(sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_OPS])
+
+
+def _regions(devices: list[DeviceAnalysis | None]) -> tuple[RegionDifference, ...]:
+    per_run = [dict(d.peak.by_region) if d else {} for d in devices]
+    for breakdown, device in zip(per_run, devices, strict=True):
+        if device is not None and device.peak.unattributed_bytes:
+            breakdown["(allocated unseen)"] = device.peak.unattributed_bytes
+    names = sorted({name for breakdown in per_run for name in breakdown})
+    result = []
+    for name in names:
+        sizes = tuple(breakdown.get(name, 0) for breakdown in per_run)
+        result.append(RegionDifference(name, sizes, tuple(s - sizes[0] for s in sizes)))
+    return tuple(sorted(result, key=lambda r: -max(abs(c) for c in r.change)))
+
+
+def compare(runs: list[RunAnalysis]) -> Comparison:
+    devices = [busiest(run) for run in runs]
+    figures = [_figures(device, run) for device, run in zip(devices, runs, strict=True)]
+    missing = (None, labels.NOT_AVAILABLE)
+    rows = [
+        _row(
+            "Framework (backend)",
+            TEXT,
+            [(f"{run.framework} ({run.backend})", "") for run in runs],
+            lower_is_better=False,
+        ),
+        _row(
+            "Fidelity",
+            TEXT,
+            [(d.fidelity if d else "no events", "") for d in devices],
+            lower_is_better=False,
+        ),
+    ]
+    for title, unit, key in ROWS:
+        entries = [f.get(key, missing) for f in figures]
+        rows.append(_row(title, unit, entries, lower_is_better=unit not in (TEXT, TIME)))
+    return Comparison(
+        names=run_names(runs),
+        runs=tuple(runs),
+        devices=tuple(d.device if d else None for d in devices),
+        rows=tuple(rows),
+        regions=_regions(devices),
+        top_ops=tuple(_by_op(d) for d in devices),
+        alignment="step" if all(run.steps >= 2 for run in runs) else "normalized time",
+    )

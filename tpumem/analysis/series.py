@@ -1,0 +1,133 @@
+"""Series for drawing: a device's bytes in use over time, stacked by region, with
+its pool and fragmentation, cut down to at most `points` points.
+
+Each point stands for a stretch of time and is the moment of that stretch where
+bytes in use were highest, so no spike (the peak least of all) falls between two
+points; the region stack is read at that same moment, so it adds up to the line.
+Only drawing is cut down: every figure in a report comes from all events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
+from tpumem.trace.model import Trace
+
+NO_REGION = "(no region)"
+UNSEEN = "(allocated unseen)"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSeries:
+    events: int  # how many events the points stand for
+    time_ns: tuple[int, ...]
+    # Where each point sits in the training loop: step number plus the share of
+    # that step gone by; None where the trace has no step marks.
+    step_position: tuple[float, ...] | None
+    in_use: tuple[int, ...]
+    regions: tuple[tuple[str, tuple[int, ...]], ...]  # (region, bytes per point)
+    pool: tuple[int, ...] | None
+    fragmentation: tuple[float | None, ...]
+
+
+def _chosen(time_ns: np.ndarray, in_use: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each non-empty bin's highest event, bin start indices)."""
+    start, span = int(time_ns[0]), max(1, int(time_ns[-1] - time_ns[0]))
+    bins = np.minimum(((time_ns - start) * points) // span, points - 1)
+    starts = np.flatnonzero(np.diff(bins, prepend=-1))
+    highest = np.maximum.reduceat(in_use, starts)
+    owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(bins))))
+    hits = np.flatnonzero(in_use == highest[owner])
+    _, first = np.unique(owner[hits], return_index=True)
+    return hits[first], starts
+
+
+def _region_stack(
+    trace: Trace, events: DeviceEvents, chosen: np.ndarray
+) -> list[tuple[str, np.ndarray]]:
+    """Bytes live per region at the chosen events. A free counts for its
+    allocation's region; a free whose allocation went unseen counts nowhere (the
+    allocator's own figure still shows it in the line), and an allocation whose
+    free went unseen ends at the first capture gap after it, as in the address map."""
+    codes, names = trace.codes("region")
+    region = codes[events.row].astype(np.int64)
+    partner = pair_events(events.is_alloc, events.buffer_id)
+    ends = np.flatnonzero(events.is_alloc & (partner < 0))
+    if len(events.gaps_ns) and len(ends):
+        gap = np.searchsorted(events.gaps_ns[:, 0], events.time_ns[ends], side="right")
+        ends = ends[gap < len(events.gaps_ns)]
+        end_at = np.searchsorted(events.time_ns, events.gaps_ns[gap[gap < len(events.gaps_ns)], 0])
+    else:
+        ends, end_at = ends[:0], ends[:0]
+    allocs = np.flatnonzero(events.is_alloc)
+    frees = np.flatnonzero(~events.is_alloc & (partner >= 0))
+    where = np.concatenate([allocs, frees, end_at])
+    owner = np.concatenate([allocs, partner[frees], ends])  # the allocation each change is of
+    change = np.concatenate([events.bytes[allocs], -events.bytes[owner[len(allocs) :]]])
+    owner_region = region[owner]
+    stack = []
+    for code in np.unique(owner_region).tolist():
+        mine = owner_region == code
+        delta = np.zeros(len(events) + 1, np.int64)
+        np.add.at(delta, where[mine], change[mine])
+        running = np.cumsum(delta)[chosen]
+        stack.append((names[code] if code >= 0 else NO_REGION, np.maximum(running, 0)))
+    seen = np.sum([s for _, s in stack], axis=0) if stack else np.zeros(len(chosen), np.int64)
+    unseen = events.in_use[chosen] - seen
+    if (unseen > 0).any():
+        stack.append((UNSEEN, np.maximum(unseen, 0)))
+    stack.sort(key=lambda item: -int(item[1].max(initial=0)))
+    return stack
+
+
+def step_positions(trace: Trace, time_ns: np.ndarray) -> np.ndarray | None:
+    """Step number plus the share of the step gone by, at each time; what comes
+    before the first step mark (start-up, compiling) is squeezed into the one step
+    before it, so runs with long and short start-ups line up at their loops."""
+    times, numbers = step_marks(trace)
+    if len(times) < 2 or not len(time_ns):
+        return None
+    typical = float(np.median(np.diff(times))) or 1.0
+    index = np.clip(np.searchsorted(times, time_ns, side="right") - 1, 0, len(times) - 1)
+    following = np.append(times[1:], times[-1] + typical)
+    length = np.maximum(following[index] - times[index], 1)
+    position = numbers[index] + (time_ns - times[index]) / length
+    before = time_ns < times[0]
+    if before.any():
+        first = min(int(time_ns[0]), int(times[0]) - 1)
+        position[before] = numbers[0] - 1 + (time_ns[before] - first) / (times[0] - first)
+    return position
+
+
+def device_series(
+    trace: Trace,
+    events: DeviceEvents,
+    fragmentation: np.ndarray,
+    pool: np.ndarray | None,
+    points: int,
+) -> DeviceSeries:
+    if not len(events):
+        return DeviceSeries(0, (), None, (), (), None, ())
+    chosen, starts = _chosen(events.time_ns, events.in_use, points)
+    frag = np.fmax.reduceat(fragmentation.astype(np.float64), starts)
+    pool_points = None
+    if pool is not None and len(pool) == len(events):
+        pool_points = tuple(int(v) for v in np.maximum.reduceat(pool, starts))
+    elif pool is not None and len(pool):
+        pool_points = (int(pool.max()),) * len(chosen)
+    times = events.time_ns[chosen]
+    steps = step_positions(trace, times)
+    return DeviceSeries(
+        events=len(events),
+        time_ns=tuple(times.tolist()),
+        step_position=None if steps is None else tuple(round(float(s), 4) for s in steps),
+        in_use=tuple(events.in_use[chosen].tolist()),
+        regions=tuple(
+            (name, tuple(values.tolist())) for name, values in _region_stack(trace, events, chosen)
+        ),
+        pool=pool_points,
+        fragmentation=tuple(None if np.isnan(v) else round(float(v), 5) for v in frag),
+    )

@@ -1,0 +1,77 @@
+"""What `tpumem compare` compares: each argument is a trace file, or a script
+(with its arguments, quoted as one: "train.py --steps 30") that is profiled
+first, each in its own process, since two frameworks in one process can abort it."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpumem.errors import TpumemError
+
+
+@dataclass(frozen=True, slots=True)
+class RunSource:
+    argument: str
+    trace: Path
+    command: list[str] | None  # the script and its arguments, when profiled here
+
+
+def _script_words(argument: str) -> list[str] | None:
+    try:
+        words = shlex.split(argument)
+    except ValueError:
+        return None
+    return words if words and words[0].endswith(".py") else None
+
+
+def _unique(path: Path, taken: set[Path]) -> Path:
+    candidate, number = path, 2
+    while candidate in taken:
+        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+        number += 1
+    taken.add(candidate)
+    return candidate
+
+
+def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
+    sources: list[RunSource] = []
+    taken: set[Path] = set()
+    for argument in arguments:
+        words = _script_words(argument)
+        if words is None:
+            path = Path(argument)
+            if not path.is_file():
+                raise TpumemError(f"{argument}: no such trace file or script")
+            sources.append(RunSource(argument, path, None))
+            continue
+        if not Path(words[0]).is_file():
+            raise TpumemError(f"{words[0]}: no such file")
+        trace = _unique(output_dir / f"{Path(words[0]).stem}.tpumem", taken)
+        sources.append(RunSource(argument, trace, words))
+    return sources
+
+
+def profile_scripts(sources: list[RunSource]) -> None:
+    """Profile each script in turn. Their own output goes to stderr, so that
+    stdout holds the comparison alone."""
+    scripts = [s for s in sources if s.command is not None]
+    for number, source in enumerate(scripts, 1):
+        assert source.command is not None
+        print(
+            f"tpumem: profiling {source.argument} ({number} of {len(scripts)}) -> {source.trace}",
+            file=sys.stderr,
+            flush=True,
+        )
+        source.trace.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", str(source.trace)]
+        finished = subprocess.run([*command, *source.command], stdout=sys.stderr.fileno())
+        if finished.returncode != 0:
+            raise TpumemError(
+                f"{source.argument}: ended with exit status {finished.returncode}; what it "
+                f"recorded is in {source.trace} (tpumem report {source.trace})",
+                exit_code=1,
+            )

@@ -1,0 +1,390 @@
+"use strict";
+// tpumem's HTML report: draws every table and plot from the JSON embedded in the
+// page. Trace names reach the page only through textContent, never as markup.
+(function () {
+  const SVG = "http://www.w3.org/2000/svg"; // a namespace name, never fetched
+  const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83",
+    "#9a6700", "#cf222e", "#57606a", "#116329"];
+  const data = JSON.parse(document.getElementById("tpumem-data").textContent);
+  const app = document.getElementById("app");
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value !== undefined && value !== null) node.setAttribute(key, value);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+    return node;
+  }
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
+    return node;
+  }
+
+  const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  function bytes(count) {
+    if (count === null || count === undefined) return "-";
+    let value = Math.abs(count);
+    const sign = count < 0 ? "-" : "";
+    for (const unit of UNITS) {
+      if (value < 1024 || unit === "PiB") {
+        return unit === "B" ? sign + Math.trunc(value) + " B" : sign + value.toFixed(1) + " " + unit;
+      }
+      value /= 1024;
+    }
+    return "-";
+  }
+  const seconds = (ns) => (ns === null || ns === undefined ? "-" : (ns / 1e9).toFixed(3) + " s");
+  const share = (x) => (x === null || x === undefined ? "-" : x.toFixed(3));
+  const count = (n) => (n === null || n === undefined ? "-" : Math.round(n).toLocaleString("en-US"));
+  const FORMATS = {
+    bytes: bytes, count: count, share: share, ns: seconds, text: (v) => (v === null ? "-" : String(v)),
+    "per second": (v) => (v === null ? "-" : count(v) + " /s"),
+  };
+
+  // ---- tables -------------------------------------------------------------
+  function figureTable(rows) {
+    const table = el("table");
+    for (const [name, value, label] of rows) {
+      table.appendChild(el("tr", {}, el("th", {}, name), el("td", { class: "num" }, value),
+        el("td", { class: "dim" }, label || "")));
+    }
+    return table;
+  }
+
+  // columns: [{title, numeric}], rows: [[{text, sort}]]; a click on a header sorts.
+  function sortableTable(columns, rows) {
+    const table = el("table");
+    const body = el("tbody");
+    const head = el("tr");
+    let order = { column: -1, descending: false };
+    function draw() {
+      body.textContent = "";
+      for (const row of rows) {
+        body.appendChild(el("tr", {}, ...row.map((cell, i) =>
+          el("td", { class: columns[i].numeric ? "num" : null }, cell.text))));
+      }
+    }
+    columns.forEach((column, index) => {
+      const th = el("th", { class: "sortable" + (column.numeric ? " num" : "") }, column.title);
+      th.addEventListener("click", () => {
+        order = { column: index, descending: order.column === index ? !order.descending : column.numeric };
+        rows.sort((a, b) => {
+          const x = a[index].sort, y = b[index].sort;
+          const result = x < y ? -1 : x > y ? 1 : 0;
+          return order.descending ? -result : result;
+        });
+        draw();
+      });
+      head.appendChild(th);
+    });
+    table.appendChild(el("thead", {}, head));
+    table.appendChild(body);
+    draw();
+    return table;
+  }
+
+  // ---- charts -------------------------------------------------------------
+  function niceStep(span, ticks) {
+    const raw = span / ticks;
+    const power = Math.pow(10, Math.floor(Math.log10(raw || 1)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * power >= raw) return m * power;
+    return 10 * power;
+  }
+  // Ticks at round numbers of the unit the axis shows (MiB, GiB), not of bytes.
+  function bytesStep(yMax) {
+    const unit = Math.pow(1024, Math.max(0, Math.floor(Math.log(yMax) / Math.log(1024))));
+    return niceStep(yMax / unit, 4) * unit;
+  }
+  function nearest(xs, x) {
+    let lo = 0, hi = xs.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (xs[mid] < x) lo = mid + 1; else hi = mid;
+    }
+    return lo > 0 && Math.abs(xs[lo - 1] - x) < Math.abs(xs[lo] - x) ? lo - 1 : lo;
+  }
+
+  // spec: {series: [{name, xs, ys, color, stack, dash}], xFormat, yFormat, yMax, height}
+  function chart(spec) {
+    const box = el("div", { class: "chart" });
+    const legend = el("div", { class: "legend" });
+    const tip = el("div", { class: "tip" });
+    const hidden = new Set();
+    const width = 1100, height = spec.height || 240, left = 72, right = 12, top = 8, bottom = 26;
+    let graph = null;
+    spec.series.forEach((s, i) => {
+      s.color = s.color || COLORS[i % COLORS.length];
+      const item = el("span", {}, el("i", { style: "background:" + s.color }), s.name);
+      item.addEventListener("click", () => {
+        if (hidden.has(i)) hidden.delete(i); else hidden.add(i);
+        item.classList.toggle("off");
+        draw();
+      });
+      legend.appendChild(item);
+    });
+    function draw() {
+      if (graph) graph.remove();
+      const shown = spec.series.map((s, i) => [s, i]).filter(([s, i]) => !hidden.has(i) && s.xs.length);
+      // Stacked series add up in legend order; the rest are lines.
+      const base = new Map();
+      let running = null;
+      for (const [s] of shown) {
+        if (!s.stack) continue;
+        const below = running || s.ys.map(() => 0);
+        base.set(s, below);
+        running = s.ys.map((y, k) => below[k] + (y || 0));
+      }
+      const topOf = (s) => (base.has(s) ? s.ys.map((y, k) => base.get(s)[k] + (y || 0)) : s.ys);
+      let xMin = Infinity, xMax = -Infinity, yMax = spec.yMax || 0;
+      for (const [s] of shown) {
+        xMin = Math.min(xMin, s.xs[0]); xMax = Math.max(xMax, s.xs[s.xs.length - 1]);
+        for (const y of topOf(s)) if (y !== null && y > yMax) yMax = y;
+      }
+      if (!isFinite(xMin)) { xMin = 0; xMax = 1; }
+      if (xMax === xMin) xMax = xMin + 1;
+      if (!yMax) yMax = 1;
+      const X = (x) => left + ((x - xMin) / (xMax - xMin)) * (width - left - right);
+      const Y = (y) => top + (1 - y / yMax) * (height - top - bottom);
+      graph = svg("svg", { width: width, height: height, viewBox: `0 0 ${width} ${height}` });
+      const yStep = spec.yBytes ? bytesStep(yMax) : niceStep(yMax, 4);
+      for (let y = 0; y <= yMax * 1.0001; y += yStep) {
+        graph.appendChild(svg("line", { x1: left, x2: width - right, y1: Y(y), y2: Y(y), class: "axis" }));
+        const label = svg("text", { x: left - 6, y: Y(y) + 4, "text-anchor": "end" });
+        label.textContent = spec.yFormat(y);
+        graph.appendChild(label);
+      }
+      const xStep = niceStep(xMax - xMin, 6);
+      for (let x = Math.ceil(xMin / xStep) * xStep; x <= xMax; x += xStep) {
+        const label = svg("text", { x: X(x), y: height - 8, "text-anchor": "middle" });
+        label.textContent = spec.xFormat(x);
+        graph.appendChild(label);
+      }
+      for (const [s] of shown) {
+        const tops = topOf(s);
+        const line = [];
+        s.xs.forEach((x, k) => { if (tops[k] !== null) line.push(`${X(x).toFixed(1)},${Y(tops[k]).toFixed(1)}`); });
+        if (base.has(s)) {
+          const under = s.xs.map((x, k) => `${X(x).toFixed(1)},${Y(base.get(s)[k]).toFixed(1)}`).reverse();
+          graph.appendChild(svg("polygon", { points: line.concat(under).join(" "), fill: s.color, "fill-opacity": 0.55, stroke: "none" }));
+        } else {
+          graph.appendChild(svg("polyline", { points: line.join(" "), fill: "none", stroke: s.color,
+            "stroke-width": 1.5, "stroke-dasharray": s.dash ? "5 3" : "none" }));
+        }
+      }
+      const cursor = svg("line", { y1: top, y2: height - bottom, stroke: "#888", visibility: "hidden" });
+      graph.appendChild(cursor);
+      const overlay = svg("rect", { x: left, y: top, width: width - left - right, height: height - top - bottom, fill: "transparent" });
+      overlay.addEventListener("mousemove", (event) => {
+        const bounds = graph.getBoundingClientRect();
+        const px = (event.clientX - bounds.left) * (width / bounds.width);
+        const x = xMin + ((px - left) / (width - left - right)) * (xMax - xMin);
+        tip.textContent = "";
+        tip.appendChild(el("div", { class: "dim" }, spec.xFormat(x)));
+        for (const [s] of shown) {
+          const k = nearest(s.xs, x);
+          tip.appendChild(el("div", {}, el("i", { style: `display:inline-block;width:8px;height:8px;margin-right:4px;background:${s.color}` }),
+            s.name + ": " + spec.yFormat(s.ys[k])));
+        }
+        cursor.setAttribute("x1", px); cursor.setAttribute("x2", px);
+        cursor.setAttribute("visibility", "visible");
+        tip.style.display = "block";
+        tip.style.left = Math.min(px + 12, width - 220) + "px";
+        tip.style.top = "8px";
+      });
+      overlay.addEventListener("mouseleave", () => { tip.style.display = "none"; cursor.setAttribute("visibility", "hidden"); });
+      graph.appendChild(overlay);
+      box.insertBefore(graph, tip);
+    }
+    box.appendChild(legend);
+    box.appendChild(tip);
+    draw();
+    return box;
+  }
+
+  // ---- one run ------------------------------------------------------------
+  function deviceFigures(device) {
+    const pre = device.preallocation, frag = device.fragmentation, peak = device.peak;
+    const step = peak.step === null ? "" : ", step " + peak.step;
+    const rows = [
+      ["Peak in use", `${bytes(peak.bytes)} at ${seconds(peak.time_ns)}${step}`, peak.label],
+      ["Live at peak", `${count(peak.live_buffers)} buffers` + (peak.unattributed_bytes ? `; ${bytes(peak.unattributed_bytes)} allocated unseen` : ""), peak.label],
+      ["Pool held from device", bytes(pre.pool_peak_bytes), pre.pool_label + (pre.pool_source ? ` (${pre.pool_source})` : "")],
+      ["Unused pool at peak", bytes(pre.unused_bytes), pre.pool_label],
+      ["Fragmentation at peak", share(frag.at_peak), `${frag.label} (${frag.source})`],
+      ["Fragmentation, maximum", frag.maximum === null ? "-" : `${share(frag.maximum)} at ${seconds(frag.time_of_maximum_ns)}`, frag.label],
+      ["Fragmentation headroom at peak", bytes(device.headroom_bytes), device.headroom_label],
+      ["Internal waste at peak", bytes(device.waste.at_peak_bytes), device.waste.label],
+      ["TPU layout padding", device.padding.included ? "included (TPU run)" : bytes(device.padding.extra_bytes),
+        `${device.padding.label}, over ${bytes(device.padding.counted_bytes)} with known shapes`],
+      ["Allocations", `${count(device.allocations)} (${FORMATS["per second"](device.allocations_per_s)})`, "measured"],
+    ];
+    if (pre.limit_bytes !== null) rows.push(["Allocator limit", bytes(pre.limit_bytes), "measured"]);
+    const settings = Object.entries(pre.settings).map(([k, v]) => `${k}=${v}`).join(", ");
+    rows.push(["Allocator settings", settings || "none recorded", ""]);
+    return figureTable(rows);
+  }
+
+  function deviceCharts(device) {
+    const s = device.series;
+    const part = el("div");
+    if (!s || !s.time_ns.length) return part;
+    const xs = s.time_ns.map((t) => t / 1e9);
+    const series = s.regions.map(([name, values]) => ({ name, xs, ys: values, stack: true }));
+    if (s.pool) series.push({ name: "pool held", xs, ys: s.pool, color: "#24292f", dash: true });
+    part.appendChild(el("h3", {}, "Bytes in use, by region"));
+    part.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true }));
+    if (s.fragmentation.some((v) => v !== null)) {
+      part.appendChild(el("h3", {}, "Fragmentation"));
+      part.appendChild(chart({ series: [{ name: "fragmentation (" + device.fragmentation.label + ")", xs, ys: s.fragmentation, color: "#bc4c00" }],
+        xFormat: (x) => x.toFixed(2) + " s", yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 160 }));
+    }
+    part.appendChild(el("p", { class: "note" }, `Drawn from ${count(s.time_ns.length)} points standing for ${count(s.events)} events: ` +
+      "each point is the moment of its stretch of time where bytes in use were highest, so no peak falls between points. " +
+      "Only the drawing is thinned; every figure in the tables comes from all events."));
+    return part;
+  }
+
+  function peakTable(device) {
+    const peak = device.peak;
+    const columns = [{ title: "bytes", numeric: true }, { title: "buffers", numeric: true }, { title: "op" },
+      { title: "region" }, { title: "dtype" }, { title: "shape" }, { title: "source" }];
+    const rows = peak.groups.map((g) => [
+      { text: bytes(g.bytes), sort: g.bytes }, { text: count(g.count), sort: g.count },
+      ...["op", "region", "dtype", "shape", "source"].map((k) => ({ text: g[k] || "-", sort: g[k] || "" })),
+    ]);
+    const part = el("div");
+    part.appendChild(el("h3", {}, "Live at the peak (click a heading to sort)"));
+    part.appendChild(el("div", { class: "scroll" }, sortableTable(columns, rows)));
+    if (peak.groups_total > peak.groups.length) {
+      part.appendChild(el("p", { class: "note" }, `The ${count(peak.groups.length)} largest of ${count(peak.groups_total)} groups.`));
+    }
+    return part;
+  }
+
+  function fitTable(runs, names) {
+    const part = el("div");
+    if (!runs.some((r) => r.fit)) return part;
+    part.appendChild(el("h2", {}, "Would it fit?"));
+    part.appendChild(el("p", { class: "note" }, "Needed = peak in use + fragmentation headroom (free bytes at the peak outside the largest free block) + the TPU layout padding estimate on TPUs. " +
+      "Setting: the smallest preallocation that still holds it on that GPU."));
+    const head = el("tr", {}, el("th", {}, "accelerator"), el("th", { class: "num" }, "memory"), ...names.map((n) => el("th", {}, n)));
+    const table = el("table", {}, el("thead", {}, head));
+    data.accelerators.forEach((acc, i) => {
+      const cells = runs.map((run) => {
+        const row = run.fit && run.fit.rows[i];
+        if (!row) return el("td", {}, "-");
+        return el("td", {}, el("span", { class: row.fits ? "best" : "no" }, row.fits ? "fits" : "does not fit"),
+          ` ${(row.share * 100).toFixed(1)}% (${bytes(row.needed_bytes)})`, row.setting ? el("span", { class: "label" }, row.setting) : null);
+      });
+      table.appendChild(el("tr", {}, el("td", {}, acc.name), el("td", { class: "num" }, bytes(acc.memory_bytes)), ...cells));
+    });
+    part.appendChild(table);
+    for (const [i, run] of runs.entries()) {
+      for (const note of (run.fit ? run.fit.notes : [])) part.appendChild(el("p", { class: "note" }, `${names[i]}: ${note}`));
+    }
+    part.appendChild(el("p", { class: "note" }, "Memory per chip, from: " + data.accelerators.map((a) => `${a.name} ${a.source}`).join(" · ")));
+    return part;
+  }
+
+  function runFacts(run) {
+    const meta = run.metadata || {};
+    const command = Array.isArray(meta.command) ? meta.command.join(" ") : run.source;
+    const rows = [["Framework", `${run.framework} (backend: ${run.backend})`, ""], ["Source", command, ""],
+      ["Duration", seconds(run.duration_ns), ""], ["Trace closed", run.complete ? "yes" : "no: the process crashed or was killed", ""]];
+    if (run.devices.length > 1) rows.push(["Peak, all devices", bytes(run.total_peak_bytes), ""]);
+    const part = el("div", {}, figureTable(rows));
+    for (const warning of run.warnings) part.appendChild(el("p", { class: "note" }, "warning: " + warning));
+    return part;
+  }
+
+  function runSections(run) {
+    const part = el("div");
+    part.appendChild(runFacts(run));
+    if (!run.devices.length) part.appendChild(el("p", {}, "No allocation events in this trace."));
+    for (const device of run.devices) {
+      part.appendChild(el("h2", {}, `${device.device} · fidelity: ${device.fidelity} · ${count(device.allocations)} allocations`));
+      part.appendChild(deviceFigures(device));
+      part.appendChild(deviceCharts(device));
+      part.appendChild(peakTable(device));
+    }
+    return part;
+  }
+
+  function renderReport() {
+    const run = data.runs[0];
+    app.appendChild(el("h1", {}, "tpumem report · " + (run.path || run.framework)));
+    app.appendChild(runSections(run));
+    app.appendChild(fitTable([run], [run.framework]));
+  }
+
+  // ---- several runs -------------------------------------------------------
+  function renderCompare() {
+    const cmp = data.comparison, names = cmp.names;
+    app.appendChild(el("h1", {}, "tpumem compare · " + names.join(" / ")));
+    const head = el("tr", {}, el("th", {}, "figure"), ...names.map((n, i) =>
+      el("th", {}, n, el("span", { class: "label" }, `${cmp.devices[i] || "-"} · ${data.runs[i].path || ""}`))));
+    const table = el("table", {}, el("thead", {}, head));
+    for (const row of cmp.rows) {
+      const format = FORMATS[row.unit] || FORMATS.text;
+      const cells = row.values.map((value, i) => {
+        const notes = [];
+        if (value !== null && row.labels[i] && row.labels[i] !== "not available") notes.push(row.labels[i]);
+        if (i > 0 && row.ratios[i] !== null && ["bytes", "count", "per second"].includes(row.unit)) notes.push("×" + row.ratios[i].toFixed(2));
+        return el("td", { class: "num" }, el("span", { class: row.best === i ? "best" : null }, format(value)),
+          notes.length ? el("span", { class: "label" }, notes.join(", ")) : null);
+      });
+      table.appendChild(el("tr", {}, el("th", {}, row.figure), ...cells));
+    }
+    app.appendChild(table);
+    app.appendChild(el("p", { class: "note" }, "Green: the lowest in its row. ×N: against the first run. Under each value: how it was obtained."));
+
+    const aligned = cmp.alignment === "step";
+    const useSeries = [], fragSeries = [];
+    data.runs.forEach((run, i) => {
+      const device = run.devices.find((d) => d.device === cmp.devices[i]);
+      if (!device || !device.series || !device.series.time_ns.length) return;
+      const s = device.series;
+      const t0 = s.time_ns[0], span = Math.max(1, s.time_ns[s.time_ns.length - 1] - t0);
+      const xs = aligned ? s.step_position : s.time_ns.map((t) => (t - t0) / span);
+      useSeries.push({ name: names[i], xs, ys: s.in_use, color: COLORS[i] });
+      if (s.fragmentation.some((v) => v !== null)) fragSeries.push({ name: names[i], xs, ys: s.fragmentation, color: COLORS[i] });
+    });
+    const xFormat = aligned ? (x) => "step " + x.toFixed(1) : (x) => (100 * x).toFixed(0) + "%";
+    app.appendChild(el("h2", {}, "Bytes in use, runs overlaid"));
+    app.appendChild(el("p", { class: "note" }, aligned ? "Aligned by training step (start-up before the first step is drawn as the step before it)."
+      : "Aligned by normalized time: 0% is each run's first event, 100% its last (not every run has step marks)."));
+    app.appendChild(chart({ series: useSeries, xFormat, yFormat: bytes, yBytes: true }));
+    if (fragSeries.length) {
+      app.appendChild(el("h2", {}, "Fragmentation, runs overlaid"));
+      app.appendChild(chart({ series: fragSeries, xFormat, yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 180 }));
+    }
+
+    app.appendChild(el("h2", {}, "Where the peaks differ"));
+    const regionColumns = [{ title: "region" }, ...names.map((n, i) => ({ title: i ? `${n} (vs ${names[0]})` : n, numeric: true }))];
+    const regionRows = cmp.regions.map((r) => [{ text: r.region, sort: r.region }, ...r.bytes.map((b, i) => ({
+      text: bytes(b) + (i ? ` (${r.change[i] > 0 ? "+" : ""}${r.change[i] ? bytes(r.change[i]) : "="})` : ""), sort: b }))]);
+    app.appendChild(sortableTable(regionColumns, regionRows));
+    const depth = Math.max(0, ...cmp.top_ops.map((t) => t.length));
+    const ops = el("table", {}, el("thead", {}, el("tr", {}, ...names.map((n) => el("th", {}, n)))));
+    for (let k = 0; k < depth; k++) {
+      ops.appendChild(el("tr", {}, ...cmp.top_ops.map((top) => el("td", {}, k < top.length ? `${bytes(top[k][1])} ${top[k][0]}` : ""))));
+    }
+    app.appendChild(el("h3", {}, "Largest ops at each peak"));
+    app.appendChild(ops);
+    app.appendChild(fitTable(data.runs, names));
+    data.runs.forEach((run, i) => {
+      const details = el("details", {}, el("summary", {}, `${names[i]}: every figure and plot`));
+      details.appendChild(runSections(run));
+      app.appendChild(details);
+    });
+  }
+
+  app.textContent = "";
+  if (data.kind === "compare") renderCompare(); else renderReport();
+  document.body.setAttribute("data-rendered", "ok");
+})();

@@ -1,0 +1,140 @@
+"""`tpumem compare` in the terminal: one column per run, the best of each row
+marked, ratios against the first run, then where the peaks differ and the fit."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
+from tpumem.report.rows import fit_cell
+from tpumem.units import format_bytes, format_seconds
+
+# How each figure was obtained, shortened to fit under a value.
+_TAGS = {
+    "measured": "measured",
+    "derived": "derived",
+    "modeled": "modeled",
+    "estimated": "estimated",
+    "not available": "",
+    "XLA's compile-time analysis": "compile-time",
+    "included in the recorded sizes": "included (TPU run)",
+}
+
+
+def format_value(unit: str, value: object) -> str:
+    if value is None:
+        return "-"
+    if unit == BYTES:
+        return format_bytes(value)  # type: ignore[arg-type]
+    if unit == COUNT:
+        return f"{value:,}"
+    if unit == RATE:
+        return f"{value:,.0f} /s"
+    if unit == SHARE:
+        return f"{value:.3f}"
+    if unit == TIME:
+        return format_seconds(value)  # type: ignore[arg-type]
+    return str(value)
+
+
+def _cell(row: CompareRow, index: int) -> str:
+    text = format_value(row.unit, row.values[index])
+    if row.best == index:
+        text = f"[bold green]{text} *[/]"
+    notes = []
+    tag = _TAGS.get(row.labels[index], row.labels[index])
+    if tag and row.values[index] is not None:
+        notes.append(tag)
+    ratio = row.ratios[index]
+    if index and ratio is not None and row.unit in (BYTES, COUNT, RATE):
+        notes.append(f"x{ratio:.2f}")
+    return text + (f"\n[dim]{', '.join(notes)}[/]" if notes else "")
+
+
+def _signed(value: int) -> str:
+    return ("+" if value > 0 else "") + format_bytes(value) if value else "="
+
+
+def render_compare_text(comparison: Comparison, width: int = 100, color: bool = False) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width, color_system="standard" if color else None, highlight=False
+    )
+    names = comparison.names
+    console.print(f"[bold]tpumem compare[/] · {len(names)} runs")
+    table = Table(show_lines=False)
+    table.add_column("figure", style="bold")
+    for name, run, device in zip(names, comparison.runs, comparison.devices, strict=True):
+        file = Path(run.path).name if run.path else ""
+        table.add_column(f"{name}\n[dim]{device or '-'} · {file}[/]", overflow="fold")
+    for row in comparison.rows:
+        table.add_row(row.figure, *(_cell(row, i) for i in range(len(names))))
+    console.print(table)
+    console.print(
+        "[dim]* lowest in its row · xN: against the first run · under each value: how it "
+        "was obtained[/]"
+    )
+    _differences(console, comparison)
+    _fit(console, comparison)
+    return buffer.getvalue()
+
+
+def _differences(console: Console, comparison: Comparison) -> None:
+    names = comparison.names
+    if len(names) < 2 or not comparison.regions:
+        return
+    table = Table(
+        title="Where the peaks differ: live bytes at each peak by region", title_justify="left"
+    )
+    table.add_column("region")
+    for index, name in enumerate(names):
+        table.add_column(name if index == 0 else f"{name}\n[dim]vs {names[0]}[/]", justify="right")
+    for region in comparison.regions:
+        cells = [format_bytes(region.bytes[0])]
+        cells += [
+            f"{format_bytes(b)}\n[dim]{_signed(c)}[/]"
+            for b, c in zip(region.bytes[1:], region.change[1:], strict=True)
+        ]
+        table.add_row(region.region, *cells)
+    console.print(table)
+    ops = Table(
+        title=f"Largest ops at each peak (top {len(comparison.top_ops[0]) or 0})",
+        title_justify="left",
+    )
+    for name in names:
+        ops.add_column(name)
+    depth = max((len(top) for top in comparison.top_ops), default=0)
+    for line in range(depth):
+        ops.add_row(
+            *(
+                f"{format_bytes(top[line][1])} {top[line][0]}" if line < len(top) else ""
+                for top in comparison.top_ops
+            )
+        )
+    if depth:
+        console.print(ops)
+
+
+def _fit(console: Console, comparison: Comparison) -> None:
+    advice = [run.fit for run in comparison.runs]
+    if not any(advice):
+        return
+    table = Table(
+        title="Would it fit? peak + fragmentation headroom (+ TPU padding on TPUs)",
+        title_justify="left",
+    )
+    table.add_column("accelerator")
+    for name in comparison.names:
+        table.add_column(name, overflow="fold")
+    first = next(a for a in advice if a)
+    for index, target in enumerate(first.rows):
+        label = f"{target.accelerator} [dim]{format_bytes(target.memory_bytes)}[/]"
+        table.add_row(label, *(fit_cell(a.rows[index]) if a else "-" for a in advice))
+    console.print(table)
+    for name, fit in zip(comparison.names, advice, strict=True):
+        for note in fit.notes if fit else ():
+            console.print(f"[dim]{name}: {note}[/]")

@@ -1,0 +1,95 @@
+"""The HTML report: one self-contained page (no network fetch at all) whose
+script draws every plot and table from the data embedded in it.
+
+The data is the JSON report of each run (plus the comparison, for compare), so
+the page shows the analysis' own figures and a test can read them back. Names
+from traces (ops, files) only ever reach the page as text: the JSON is escaped
+so no `</script>` can end its element, and the script inserts it with
+textContent, never as markup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from importlib import resources
+from typing import Any
+
+from tpumem.analysis.accelerators import ACCELERATORS
+from tpumem.analysis.comparison import Comparison
+from tpumem.analysis.summary import RunAnalysis
+from tpumem.report.json_report import SCHEMA, report_dict
+
+SERIES_POINTS = 1500  # points per device drawn; figures use every event
+MAX_GROUPS = 1000  # rows of the peak breakdown table per device
+COMPARE_SCHEMA = "tpumem-compare/1"
+DATA_ID = "tpumem-data"
+_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def _asset(name: str) -> str:
+    return resources.files("tpumem.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def embed_json(data: Any) -> str:
+    """JSON that is safe inside a <script> element."""
+    text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+    for raw, escaped in _ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return text
+
+
+def run_data(analysis: RunAnalysis) -> dict[str, Any]:
+    body = report_dict(analysis)
+    for device in body["devices"]:
+        groups = device["peak"]["groups"]
+        device["peak"]["groups_total"] = len(groups)
+        device["peak"]["groups"] = groups[:MAX_GROUPS]
+    return body
+
+
+def comparison_data(comparison: Comparison) -> dict[str, Any]:
+    return {
+        "schema": COMPARE_SCHEMA,
+        "names": list(comparison.names),
+        "devices": list(comparison.devices),
+        "alignment": comparison.alignment,
+        "rows": [dataclasses.asdict(row) for row in comparison.rows],
+        "regions": [dataclasses.asdict(region) for region in comparison.regions],
+        "top_ops": [[list(op) for op in top] for top in comparison.top_ops],
+    }
+
+
+def _page(title: str, data: dict[str, Any]) -> str:
+    data["accelerators"] = [dataclasses.asdict(a) for a in ACCELERATORS]
+    data["limits"] = {"series_points": SERIES_POINTS, "max_groups": MAX_GROUPS}
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{_asset('report.css')}</style>\n"
+        '</head>\n<body>\n<main id="app"><p>This report needs JavaScript.</p></main>\n'
+        f'<script type="application/json" id="{DATA_ID}">{embed_json(data)}</script>\n'
+        f"<script>\n{_asset('report.js')}</script>\n</body>\n</html>\n"
+    )
+
+
+def render_html(analysis: RunAnalysis) -> str:
+    data = {"kind": "report", "schema": SCHEMA, "runs": [run_data(analysis)]}
+    return _page(f"tpumem report · {analysis.path or analysis.framework}", data)
+
+
+def render_compare_html(comparison: Comparison) -> str:
+    data = {
+        "kind": "compare",
+        "schema": SCHEMA,
+        "comparison": comparison_data(comparison),
+        "runs": [run_data(run) for run in comparison.runs],
+    }
+    return _page(f"tpumem compare · {' / '.join(comparison.names)}", data)
