@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # torch_xla 2.9.0 (about 7 GB, torch pulls the CUDA libraries), TensorBoard/XProf.
 EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint demo html-check bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,16 @@ test: setup lint
 
 demo: setup
 	rm -rf demo && mkdir -p demo
-	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/tpumem profile -o tf_transformer.tpumem \
-		../examples/tf_transformer.py --steps 30
-	cd demo && ../$(BIN)/tpumem profile -o jax_transformer.tpumem \
-		../examples/jax_transformer.py --steps 30
-	cd demo && ../$(BIN)/tpumem profile -o torch_xla_transformer.tpumem \
-		../examples/torch_xla_transformer.py --steps 30
+	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/tpumem compare \
+		"../examples/tf_transformer.py --steps 30" \
+		"../examples/jax_transformer.py --steps 30" \
+		"../examples/torch_xla_transformer.py --steps 30" --html compare.html
+
+# Needs Debian's chromium (apt install chromium): opens the demo's pages headless,
+# fails on any console message, and leaves a screenshot beside each page.
+html-check: demo
+	$(BIN)/tpumem report demo/torch_xla_transformer.tpumem -o demo/torch_xla_transformer.html
+	$(BIN)/python tests/chromium_check.py demo/compare.html demo/torch_xla_transformer.html
 
 bench: setup
 	$(BIN)/python benchmarks/import_vs_xprof.py
@@ -40,6 +44,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py
 	$(BIN)/python benchmarks/jax_call_cost.py
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
+	$(BIN)/python benchmarks/compare_html.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

@@ -290,6 +290,10 @@ def profile(
     if module is not None and target is not None:
         rest = [target, *rest]
     chosen = format_for(None, fmt)
+    if chosen == "html":
+        raise TpumemError(
+            "profile reports to the terminal: for a page, tpumem report RUN -o FILE.html"
+        )
     request = ProfileRequest(
         target=module if module is not None else str(target),
         module=module is not None,

@@ -47,10 +47,23 @@ def step_at(trace: Trace, time_ns: int) -> int | None:
 
 
 def live_at(events: DeviceEvents, index: int) -> np.ndarray:
-    """Indices of the allocations live just after event `index`."""
+    """Indices of the allocations live just after event `index`. One whose free
+    went unseen ended, as far as the trace can tell, at the first capture gap
+    after it (the address map's rule): it is not live past that gap."""
     freed_at = events.free_index()
     allocs = np.flatnonzero(events.is_alloc[: index + 1])
-    return allocs[freed_at[allocs] > index]
+    live = allocs[freed_at[allocs] > index]
+    gaps = events.gaps_ns
+    if len(gaps) and len(live):
+        following = np.searchsorted(gaps[:, 0], events.time_ns[live], side="right")
+        gap_start = gaps[np.minimum(following, len(gaps) - 1), 0]
+        ended = (
+            (freed_at[live] == len(events))
+            & (following < len(gaps))
+            & (gap_start <= events.time_ns[index])
+        )
+        live = live[~ended]
+    return live
 
 
 def _groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveGroup, ...]:

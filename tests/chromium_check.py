@@ -1,0 +1,88 @@
+"""Opens tpumem's HTML pages in headless Chromium (Debian's `chromium`) and fails
+on anything but a clean render: any console message (the page logs none), a page whose
+script did not finish (it marks <body data-rendered="ok"> last), or a request
+for anything outside the file. Writes a screenshot beside each page to look at.
+
+    python tests/chromium_check.py PAGE.html [PAGE.html ...]
+
+Not part of the pytest suite (CI machines have no Chromium); `make html-check`
+runs it on the demo's pages.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Flags for a root sandbox with a closed network (.library/env: Chromium fails
+# to look up Google's hosts without the background-networking ones).
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--log-level=0",  # console messages are logged at INFO
+]
+CONSOLE = re.compile(r'CONSOLE[(:]\d+\)?\] "(.*)", source: (.*)')
+# Chromium logs its own bookkeeping at ERROR level too; only the page's own
+# console messages and failed loads count.
+FAILED_LOAD = re.compile(r"net::ERR_[A-Z_]+")
+
+
+def check(page: Path) -> list[str]:
+    page = page.resolve()
+    problems = []
+    with tempfile.TemporaryDirectory() as profile:
+        common = [*FLAGS, f"--user-data-dir={profile}"]
+        start = time.perf_counter()
+        dom = subprocess.run(
+            ["chromium", *common, "--dump-dom", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        seconds = time.perf_counter() - start
+        shot = page.with_suffix(".png")
+        subprocess.run(
+            ["chromium", *common, "--window-size=1280,2600", f"--screenshot={shot}", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    if 'data-rendered="ok"' not in dom.stdout:
+        problems.append("the page's script did not finish (no data-rendered=ok)")
+    for line in dom.stderr.splitlines():
+        message = CONSOLE.search(line)
+        if message:
+            problems.append(f"console: {message.group(1)} ({message.group(2)})")
+        elif FAILED_LOAD.search(line):
+            problems.append(f"a load failed: {line.strip()}")
+    print(
+        f"{page.name}: {'clean' if not problems else 'PROBLEMS'}; rendered in "
+        f"{seconds:.1f} s (with Chromium's start); screenshot {shot}"
+    )
+    for problem in problems:
+        print(f"  {problem}")
+    return problems
+
+
+def main() -> None:
+    pages = [Path(p) for p in sys.argv[1:]]
+    if not pages:
+        sys.exit(__doc__)
+    failed = [page for page in pages if check(page)]
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
