@@ -140,7 +140,7 @@ def compare(
     runs: Annotated[
         list[str],
         typer.Argument(
-            metavar="RUN...",
+            metavar="RUN",
             help="Trace files, or scripts to profile first (with arguments, quoted as one: "
             '"train.py --steps 30").',
             show_default=False,

@@ -4,11 +4,26 @@ run's whole JSON report ("tpumem-report/1") under `runs`, as `tpumem report
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 from tpumem.analysis.comparison import Comparison
-from tpumem.report.html import comparison_data
 from tpumem.report.json_report import report_dict
+
+COMPARE_SCHEMA = "tpumem-compare/1"
+
+
+def comparison_data(comparison: Comparison) -> dict[str, Any]:
+    return {
+        "schema": COMPARE_SCHEMA,
+        "names": list(comparison.names),
+        "devices": list(comparison.devices),
+        "alignment": comparison.alignment,
+        "rows": [dataclasses.asdict(row) for row in comparison.rows],
+        "regions": [dataclasses.asdict(region) for region in comparison.regions],
+        "top_ops": [[list(op) for op in top] for top in comparison.top_ops],
+    }
 
 
 def render_compare_json(comparison: Comparison) -> str:

@@ -19,11 +19,11 @@ from typing import Any
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.summary import RunAnalysis
+from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, report_dict
 
 SERIES_POINTS = 1500  # points per device drawn; figures use every event
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
-COMPARE_SCHEMA = "tpumem-compare/1"
 DATA_ID = "tpumem-data"
 _ESCAPES = {
     "<": "\\u003c",
@@ -53,18 +53,6 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
         device["peak"]["groups_total"] = len(groups)
         device["peak"]["groups"] = groups[:MAX_GROUPS]
     return body
-
-
-def comparison_data(comparison: Comparison) -> dict[str, Any]:
-    return {
-        "schema": COMPARE_SCHEMA,
-        "names": list(comparison.names),
-        "devices": list(comparison.devices),
-        "alignment": comparison.alignment,
-        "rows": [dataclasses.asdict(row) for row in comparison.rows],
-        "regions": [dataclasses.asdict(region) for region in comparison.regions],
-        "top_ops": [[list(op) for op in top] for top in comparison.top_ops],
-    }
 
 
 def _page(title: str, data: dict[str, Any]) -> str:
