@@ -273,6 +273,10 @@ def profile(
         str, typer.Option("--format", "-f", help="Report format: text, json or md.")
     ] = "text",
     width: Annotated[int, typer.Option(help="Width of the text report.")] = 100,
+    tensorboard: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Also export the trace to this TensorBoard log directory."),
+    ] = None,
 ) -> None:
     """Run a script under its framework's adapter, write a trace, print a report.
 
@@ -311,6 +315,11 @@ def profile(
         raise typer.Exit(2)
     if not quiet:
         _report_profile(outcome.trace, chosen, width)
+    if tensorboard is not None:
+        try:
+            _export([outcome.trace], tensorboard, None)
+        except TpumemError as error:  # the run and its trace stand; say why there is no export
+            print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)
     raise typer.Exit(outcome.returncode)
 
 
@@ -327,6 +336,39 @@ def _report_profile(trace: Path, fmt: str, width: int) -> None:
     color = sys.stderr.isatty()
     sys.stderr.write(render(analysis, fmt, width=width, color=color))
     print(f"tpumem: trace written to {trace}", file=sys.stderr)
+
+
+export_app = typer.Typer(
+    help="Export traces for other tools.", no_args_is_help=True, rich_markup_mode="rich"
+)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("tensorboard")
+def export_tensorboard_command(
+    traces: Annotated[
+        list[Path], typer.Argument(metavar="RUN", help="Trace files (.tpumem).", show_default=False)
+    ],
+    logdir: Annotated[Path, typer.Option(help="TensorBoard's log directory.")],
+    run: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Run name (default: the trace's name; imported hosts: their run)."),
+    ] = None,
+) -> None:
+    """Write traces where TensorBoard shows them: XProf's Memory Profile tool and
+    scalars per device (bytes in use, pool, fragmentation). Then: tensorboard
+    --logdir DIR. Needs neither TensorFlow nor TensorBoard to write."""
+    _export(traces, logdir, run)
+
+
+def _export(traces: list[Path], logdir: Path, run: str | None) -> None:
+    from tpumem.export.tensorboard import export_tensorboard
+
+    with _progress(f"exporting to {logdir}"):
+        exported = export_tensorboard(traces, logdir, run)
+    for item in exported:
+        files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
+        print(f"tpumem: run {item.run}: {files}", file=sys.stderr)
 
 
 def main() -> None:

@@ -28,7 +28,8 @@ class LiveGroup:
 @dataclass(frozen=True, slots=True)
 class PeakBreakdown:
     bytes: int
-    time_ns: int
+    time_ns: int  # the first time bytes in use reached the peak
+    last_time_ns: int  # the last time they were at it (a loop reaches it every step)
     step: int | None
     event_index: int
     live_buffers: int
@@ -96,9 +97,11 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         by_region[key] = by_region.get(key, 0) + group.bytes
     peak = int(events.in_use[index])
     attributed = int(events.bytes[live].sum())
+    last = len(events) - 1 - int(np.argmax(events.in_use[::-1] == peak))
     return PeakBreakdown(
         bytes=peak,
         time_ns=int(events.time_ns[index]),
+        last_time_ns=int(events.time_ns[last]),
         step=step_at(trace, int(events.time_ns[index])),
         event_index=index,
         live_buffers=len(live),

@@ -78,9 +78,29 @@ def _rate(events: DeviceEvents, allocations: int) -> float | None:
     return allocations / (span / 1e9) if span > 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceEventFigures:
+    """A device's figures per event, for exports that write every event."""
+
+    analysis: DeviceAnalysis
+    events: DeviceEvents
+    fragmentation: np.ndarray  # per event; NaN where unknown
+    pool: np.ndarray | None  # per event, or one reading that stands for the run
+
+
 def analyze_device(
     trace: Trace, events: DeviceEvents, bins: int = 64, series_points: int = 0
 ) -> DeviceAnalysis:
+    return _device(trace, events, bins, series_points).analysis
+
+
+def device_event_figures(trace: Trace) -> list[DeviceEventFigures]:
+    return [_device(trace, events, 64, 0) for events in split_by_device(trace)]
+
+
+def _device(
+    trace: Trace, events: DeviceEvents, bins: int, series_points: int
+) -> DeviceEventFigures:
     peak = peak_breakdown(trace, events)
     model = _model(trace, events)
     frag = fragmentation(events, peak.event_index, model)
@@ -113,7 +133,7 @@ def analyze_device(
     )
     room, room_label = headroom(peak.bytes, frag.figure, pre)
     allocations = int(events.is_alloc.sum())
-    return DeviceAnalysis(
+    analysis = DeviceAnalysis(
         device=events.device,
         fidelity=events.fidelity,
         allocations=allocations,
@@ -133,6 +153,7 @@ def analyze_device(
         if series_points
         else None,
     )
+    return DeviceEventFigures(analysis, events, frag.values, pool)
 
 
 def _duration(trace: Trace, times: np.ndarray) -> int:

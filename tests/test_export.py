@@ -1,0 +1,255 @@
+"""`tpumem export tensorboard`: XProf's own converter, TensorBoard's own event
+reader and a real TensorBoard server read what tpumem writes. Each of them runs
+in its own process (XProf's converter and TensorBoard load TensorFlow when it is
+installed)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from profiling import EXAMPLES, QUIET, profile
+
+from conftest import run_tpumem
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+XPROF = """
+import json, sys
+from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+out = {}
+for path in sys.argv[1:]:
+    data, _ = xspace_to_tool_data([path], "memory_profile", {})
+    profile = json.loads(data)["memoryProfilePerAllocator"]
+    out[path] = {
+        name: {
+            "peak": int(p["profileSummary"]["peakStats"]["peakBytesInUse"]),
+            "peak_time_ps": int(p["profileSummary"]["peakStatsTimePs"]),
+            "active": len(p.get("activeAllocations", [])),
+            "ops": sorted({s["activityMetadata"].get("tfOpName", "")
+                           for s in p["memoryProfileSnapshots"]}),
+        }
+        for name, p in profile.items()
+    }
+print(json.dumps(out))
+"""
+
+SCALARS = """
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+accumulator = EventAccumulator(sys.argv[1])
+accumulator.Reload()
+print(json.dumps({tag: [[e.step, e.value] for e in accumulator.Scalars(tag)]
+                  for tag in accumulator.Tags()["scalars"]}))
+"""
+
+
+def _python(code: str, *args: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **QUIET},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def xprof_memory_profile(*paths: Path) -> dict:
+    return _python(XPROF, *map(str, paths))
+
+
+def _loop_trace(make_trace, name="loop.tpumem", metadata=None):
+    rows = [{"kind": "mark", "time_ns": 0, "text": "step", "step": 0}]
+    for step in range(3):
+        t = 1000 * (step + 1)
+        rows.append({"kind": "mark", "time_ns": t, "text": "step", "step": step + 1})
+        rows.append(
+            {
+                "kind": "alloc",
+                "time_ns": t + 1,
+                "device": "CPU:0",
+                "buffer_id": step,
+                "bytes": 4096 * (step + 1),
+                "op": f"matmul{step}",
+                "region": "output",
+                "dtype": "float32",
+                "shape": "[32,32]",
+            }
+        )
+        rows.append(
+            {
+                "kind": "free",
+                "time_ns": t + 500,
+                "device": "CPU:0",
+                "buffer_id": step,
+                "bytes": 4096 * (step + 1),
+            }
+        )
+    return make_trace(rows, {"start_time_ns": 10**18, **(metadata or {})}, name=name)
+
+
+def test_xprof_reads_the_peak_its_time_and_the_ops(make_trace, tmp_path):
+    trace = _loop_trace(make_trace)
+    logdir = tmp_path / "tb"
+    result = run_tpumem("export", "tensorboard", str(trace), "--logdir", str(logdir))
+    assert result.returncode == 0, result.stderr
+    xplane = logdir / "plugins" / "profile" / "loop" / "localhost.xplane.pb"
+    (converted,) = xprof_memory_profile(xplane).values()
+    analysis = analyze(load(trace))
+    assert set(converted) == {d.device for d in analysis.devices}
+    (device,) = analysis.devices
+    assert converted["CPU:0"]["peak"] == device.peak.bytes == 12288
+    assert converted["CPU:0"]["peak_time_ps"] == device.peak.last_time_ns * 1000
+    # At the peak one buffer is live, made by matmul2: XProf names it.
+    assert converted["CPU:0"]["active"] == 1
+    assert "matmul2" in converted["CPU:0"]["ops"]
+
+
+def test_scalars_read_back_with_tensorboards_reader(make_trace, tmp_path):
+    trace = _loop_trace(make_trace)
+    assert (
+        run_tpumem("export", "tensorboard", str(trace), "--logdir", str(tmp_path)).returncode == 0
+    )
+    scalars = _python(SCALARS, str(tmp_path / "loop"))
+    # One point per training step: the step's largest bytes in use.
+    assert scalars["tpumem/CPU:0/bytes_in_use"] == [[1, 4096.0], [2, 8192.0], [3, 12288.0]]
+    assert set(scalars) >= {"tpumem/CPU:0/fragmentation", "tpumem/CPU:0/pool_bytes"}
+
+
+def test_hosts_of_one_imported_run_export_as_one_run(make_trace, tmp_path):
+    first = _loop_trace(make_trace, "r.h1.tpumem", {"source": "import", "run": "r", "host": "h1"})
+    second = _loop_trace(make_trace, "r.h2.tpumem", {"source": "import", "run": "r", "host": "h2"})
+    result = run_tpumem("export", "tensorboard", str(first), str(second), "--logdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in (tmp_path / "plugins" / "profile" / "r").iterdir())
+    assert files == ["h1.xplane.pb", "h2.xplane.pb"]
+    converted = xprof_memory_profile(*(tmp_path / "plugins" / "profile" / "r").iterdir())
+    assert [v["CPU:0"]["peak"] for v in converted.values()] == [12288, 12288]
+    again = run_tpumem("export", "tensorboard", str(first), str(first), "--logdir", str(tmp_path))
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
+
+
+def test_bad_input_is_one_line(tmp_path):
+    result = run_tpumem(
+        "export", "tensorboard", str(tmp_path / "none.tpumem"), "--logdir", str(tmp_path)
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body = response.read()
+        if response.headers.get("Content-Encoding") == "gzip":  # the profile plugin's data
+            body = gzip.decompress(body)
+        return body
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir: Path):
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **QUIET},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.stderr.read().decode()[-2000:]
+            try:
+                _get(f"{base}/data/logdir")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "TensorBoard did not answer in 120 s"
+                time.sleep(0.5)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=20)
+
+
+@pytest.mark.framework
+def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
+    """The MLP in TensorFlow, JAX and PyTorch/XLA, each profiled with
+    --tensorboard: XProf's converter and a real TensorBoard server agree with
+    tpumem's analysis of each trace."""
+    logdir = tmp_path / "tb"
+    runs = {}
+    for script in ("tf_mlp.py", "jax_mlp.py", "torch_xla_mlp.py"):
+        trace = tmp_path / script.replace(".py", ".tpumem")
+        result = profile(
+            tmp_path,
+            "-q",
+            "-o",
+            str(trace),
+            "--tensorboard",
+            str(logdir),
+            str(EXAMPLES / script),
+            "--steps",
+            "2",
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[trace.stem] = analyze(load(trace))
+    xplanes = {run: logdir / "plugins" / "profile" / run for run in runs}
+    converted = xprof_memory_profile(*(next(d.iterdir()) for d in xplanes.values()))
+    for run, analysis in runs.items():
+        (by_allocator,) = [v for k, v in converted.items() if f"/{run}/" in k]
+        assert set(by_allocator) == {d.device for d in analysis.devices}
+        for device in analysis.devices:
+            assert by_allocator[device.device]["peak"] == device.peak.bytes
+            assert by_allocator[device.device]["peak_time_ps"] == device.peak.last_time_ns * 1000
+            assert by_allocator[device.device]["active"] > 0
+    with tensorboard_server(logdir) as base:
+        deadline = time.monotonic() + 60
+        while set(json.loads(_get(f"{base}/data/plugin/profile/runs"))) < set(runs):
+            assert time.monotonic() < deadline, "the profile plugin never listed the runs"
+            time.sleep(1)
+        for run, analysis in runs.items():
+            tools = json.loads(_get(f"{base}/data/plugin/profile/run_tools?run={run}"))
+            assert "memory_profile" in tools
+            hosts = json.loads(
+                _get(f"{base}/data/plugin/profile/hosts?run={run}&tag=memory_profile")
+            )
+            host = hosts[0]["hostname"]
+            data = json.loads(
+                _get(f"{base}/data/plugin/profile/data?run={run}&tag=memory_profile&host={host}")
+            )
+            device = analysis.devices[0]
+            summary = data["memoryProfilePerAllocator"][device.device]["profileSummary"]
+            assert int(summary["peakStats"]["peakBytesInUse"]) == device.peak.bytes
+        scalar_runs = json.loads(_get(f"{base}/data/runs"))
+        assert set(runs) <= set(scalar_runs)

@@ -1,0 +1,1 @@
+"""Exports of a trace for other tools; none imports a framework."""

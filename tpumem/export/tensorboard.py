@@ -1,0 +1,121 @@
+"""`tpumem export tensorboard`: runs laid out the way TensorBoard and its profile
+plugin (XProf) find them.
+
+    <logdir>/plugins/profile/<run>/<host>.xplane.pb   XProf's memory_profile tool
+    <logdir>/<run>/events.out.tfevents.*               scalars, one run per trace
+
+Traces imported from one multi-host profile (same `run` in their metadata,
+different hosts) export as one run with a file per host, as XProf expects.
+Scalars per device: bytes in use, pool held and fragmentation, the maximum of
+each training step where the trace has step marks (step = the training step), else
+the drawing points of the analysis (step = the point's number).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tpumem.analysis.device_events import step_marks
+from tpumem.analysis.per_step import per_step_max
+from tpumem.analysis.series import device_series
+from tpumem.analysis.summary import device_event_figures
+from tpumem.errors import TpumemError
+from tpumem.export.event_file import EventFileWriter
+from tpumem.export.xspace import memory_space
+from tpumem.trace.model import Trace
+from tpumem.trace.reader import load
+
+POINTS = 1000  # scalar points per device for traces without step marks
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedRun:
+    run: str
+    xplanes: tuple[Path, ...]
+    scalars: tuple[Path, ...]
+
+
+def safe_name(text: str) -> str:
+    return _UNSAFE.sub("_", text).strip("._") or "run"
+
+
+def _host(trace: Trace) -> str:
+    return safe_name(str(trace.metadata.get("host") or "localhost"))
+
+
+def _run_name(path: Path, trace: Trace, forced: str | None) -> str:
+    if forced:
+        return safe_name(forced)
+    imported = trace.metadata.get("run") if trace.metadata.get("source") == "import" else None
+    return safe_name(str(imported) if imported else path.name.removesuffix(".tpumem"))
+
+
+def _scalars(trace: Trace, directory: Path, host: str, prefix: str) -> Path:
+    start_s = int(trace.metadata.get("start_time_ns") or 0) / 1e9
+    writer = EventFileWriter(directory, start_s, host)
+    step_times, step_numbers = step_marks(trace)
+    by_step: dict[int, tuple[float, dict[str, float]]] = {}
+    for device in device_event_figures(trace):
+        events, name = device.events, f"{prefix}{device.events.device}"
+        pool = device.pool
+        columns = {
+            "bytes_in_use": events.in_use.astype(np.float64),
+            "fragmentation": device.fragmentation,
+        }
+        if pool is not None and len(pool) == len(events):
+            columns["pool_bytes"] = pool.astype(np.float64)
+        if len(step_times) >= 2:
+            for figure, values in columns.items():
+                for step, value in per_step_max(events.time_ns, values, step_times, step_numbers):
+                    wall = start_s + float(step_times[np.searchsorted(step_numbers, step)]) / 1e9
+                    by_step.setdefault(step, (wall, {}))[1][f"{name}/{figure}"] = value
+            continue
+        series = device_series(trace, events, device.fragmentation, pool, POINTS)
+        for index, time_ns in enumerate(series.time_ns):
+            values = {f"{name}/bytes_in_use": float(series.in_use[index])}
+            if series.fragmentation[index] is not None:
+                values[f"{name}/fragmentation"] = float(series.fragmentation[index])
+            if series.pool is not None:
+                values[f"{name}/pool_bytes"] = float(series.pool[index])
+            writer.add(start_s + time_ns / 1e9, index, values)
+    for step in sorted(by_step):
+        wall, values = by_step[step]
+        writer.add(wall, step, values)
+    writer.close()
+    return writer.path
+
+
+def export_tensorboard(
+    traces: list[Path], logdir: Path, run: str | None = None
+) -> list[ExportedRun]:
+    loaded = [(path, load(path)) for path in traces]
+    groups: dict[str, list[tuple[Path, Trace]]] = {}
+    for path, trace in loaded:
+        groups.setdefault(_run_name(path, trace, run), []).append((path, trace))
+    exported = []
+    for name, members in groups.items():
+        hosts = [_host(trace) for _, trace in members]
+        if len(set(hosts)) < len(hosts):
+            raise TpumemError(
+                f"run {name!r}: {len(hosts)} traces but hosts {sorted(set(hosts))}: traces "
+                "of one run must come from different hosts (or give --run per export)"
+            )
+        profile_dir = logdir / "plugins" / "profile" / name
+        try:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TpumemError(f"{profile_dir}: cannot create: {error.strerror}") from None
+        xplanes, scalars = [], []
+        for (_, trace), host in zip(members, hosts, strict=True):
+            target = profile_dir / f"{host}.xplane.pb"
+            target.write_bytes(memory_space(trace, host))
+            xplanes.append(target)
+            prefix = f"{host}/" if len(members) > 1 else ""
+            scalars.append(_scalars(trace, logdir / name, host, f"tpumem/{prefix}"))
+        exported.append(ExportedRun(name, tuple(xplanes), tuple(scalars)))
+    return exported
