@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # torch_xla 2.9.0 (about 7 GB, torch pulls the CUDA libraries), TensorBoard/XProf.
 EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
 
-.PHONY: setup test lint demo html-check bench clean
+.PHONY: setup test lint demo html-check tensorboard-check bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,19 @@ demo: setup
 # fails on any console message, and leaves a screenshot beside each page.
 html-check: demo
 	$(BIN)/tpumem report demo/torch_xla_transformer.tpumem -o demo/torch_xla_transformer.html
-	$(BIN)/python tests/chromium_check.py demo/compare.html demo/torch_xla_transformer.html
+	$(BIN)/python tests/browser/chromium_check.py demo/compare.html demo/torch_xla_transformer.html
+
+# Needs chromium and npm (it installs playwright-core beside the check): exports the
+# demo's runs, serves them with a real TensorBoard, opens XProf's Memory Profile
+# tool for each and leaves a screenshot (demo/tb_<run>.png).
+tensorboard-check: demo
+	rm -rf demo/tb
+	$(BIN)/tpumem export tensorboard demo/tf_transformer.tpumem demo/jax_transformer.tpumem \
+		demo/torch_xla_transformer.tpumem --logdir demo/tb
+	for run in tf_transformer jax_transformer torch_xla_transformer; do \
+		$(BIN)/python tests/browser/tensorboard_check.py demo/tb $$run demo/$$run.tpumem \
+			demo/tb_$$run.png || exit 1; \
+	done
 
 bench: setup
 	$(BIN)/python benchmarks/import_vs_xprof.py
@@ -45,6 +57,7 @@ bench: setup
 	$(BIN)/python benchmarks/jax_call_cost.py
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
 	$(BIN)/python benchmarks/compare_html.py
+	$(BIN)/python benchmarks/export_tensorboard.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

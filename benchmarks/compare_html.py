@@ -8,7 +8,7 @@ Goals (issue 6): compare of three 1M-event traces to HTML <= 10 s; the HTML of a
 --format json` of the same three traces, one after the other (the analysis that
 any comparison needs), so the ratio is what comparing and drawing add to it.
 With Chromium installed (Debian's `chromium`), the pages are also loaded in
-headless Chromium by tests/chromium_check.py, which fails on any console error.
+headless Chromium by tests/browser/chromium_check.py, which fails on any console error.
 """
 
 from __future__ import annotations
@@ -83,9 +83,8 @@ def main() -> None:
         pages.append(big_page)
     if shutil.which("chromium"):
         for each in pages:
-            subprocess.run(
-                [sys.executable, str(ROOT / "tests" / "chromium_check.py"), str(each)], check=True
-            )
+            check = ROOT / "tests" / "browser" / "chromium_check.py"
+            subprocess.run([sys.executable, str(check), str(each)], check=True)
     else:
         print("chromium not installed: pages not opened (apt install chromium)")
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from profiling import EXAMPLES, QUIET
 
 from conftest import run_tpumem
+from profiling import EXAMPLES, QUIET
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.comparison import compare

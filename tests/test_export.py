@@ -5,21 +5,18 @@ installed)."""
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from profiling import EXAMPLES, QUIET, profile
 
 from conftest import run_tpumem
+from profiling import EXAMPLES, QUIET, profile
+from tensorboard_server import get, tensorboard_server
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
@@ -148,60 +145,6 @@ def test_bad_input_is_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        body = response.read()
-        if response.headers.get("Content-Encoding") == "gzip":  # the profile plugin's data
-            body = gzip.decompress(body)
-        return body
-
-
-@contextlib.contextmanager
-def tensorboard_server(logdir: Path):
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tensorboard.main",
-            "--logdir",
-            str(logdir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **QUIET},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, server.stderr.read().decode()[-2000:]
-            try:
-                _get(f"{base}/data/logdir")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "TensorBoard did not answer in 120 s"
-                time.sleep(0.5)
-        yield base
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=20)
-
-
 @pytest.mark.framework
 def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
     """The MLP in TensorFlow, JAX and PyTorch/XLA, each profiled with
@@ -235,21 +178,39 @@ def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
             assert by_allocator[device.device]["active"] > 0
     with tensorboard_server(logdir) as base:
         deadline = time.monotonic() + 60
-        while set(json.loads(_get(f"{base}/data/plugin/profile/runs"))) < set(runs):
+        while set(json.loads(get(f"{base}/data/plugin/profile/runs"))) < set(runs):
             assert time.monotonic() < deadline, "the profile plugin never listed the runs"
             time.sleep(1)
         for run, analysis in runs.items():
-            tools = json.loads(_get(f"{base}/data/plugin/profile/run_tools?run={run}"))
+            tools = json.loads(get(f"{base}/data/plugin/profile/run_tools?run={run}"))
             assert "memory_profile" in tools
             hosts = json.loads(
-                _get(f"{base}/data/plugin/profile/hosts?run={run}&tag=memory_profile")
+                get(f"{base}/data/plugin/profile/hosts?run={run}&tag=memory_profile")
             )
             host = hosts[0]["hostname"]
             data = json.loads(
-                _get(f"{base}/data/plugin/profile/data?run={run}&tag=memory_profile&host={host}")
+                get(f"{base}/data/plugin/profile/data?run={run}&tag=memory_profile&host={host}")
             )
             device = analysis.devices[0]
             summary = data["memoryProfilePerAllocator"][device.device]["profileSummary"]
             assert int(summary["peakStats"]["peakBytesInUse"]) == device.peak.bytes
-        scalar_runs = json.loads(_get(f"{base}/data/runs"))
+        scalar_runs = json.loads(get(f"{base}/data/runs"))
         assert set(runs) <= set(scalar_runs)
+
+
+def test_exporting_imports_no_framework_and_no_tensorboard(make_trace, tmp_path):
+    trace = _loop_trace(make_trace)
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tpumem.export.tensorboard import export_tensorboard\n"
+        f"export_tensorboard([Path({str(trace)!r})], Path({str(tmp_path / 'tb')!r}))\n"
+        "heavy = {'tensorflow', 'tensorboard', 'jax', 'torch', 'torch_xla', 'xprof'}\n"
+        "print(sorted(heavy & {name.split('.')[0] for name in sys.modules}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert (tmp_path / "tb" / "plugins" / "profile" / "loop" / "localhost.xplane.pb").exists()

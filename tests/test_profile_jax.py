@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import pytest
-from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
 
+from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 

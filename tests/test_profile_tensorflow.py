@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+
 from profiling import (
     BAD_ENDINGS,
     EXAMPLES,
@@ -18,7 +19,6 @@ from profiling import (
     profile_bad_ending,
     run_plain,
 )
-
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
 
+from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
 from tpumem.adapters.torch_xla_debug import PRECISION_BYTES
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
