@@ -32,8 +32,11 @@ for path in sys.argv[1:]:
             "peak": int(p["profileSummary"]["peakStats"]["peakBytesInUse"]),
             "peak_time_ps": int(p["profileSummary"]["peakStatsTimePs"]),
             "active": len(p.get("activeAllocations", [])),
-            "ops": sorted({s["activityMetadata"].get("tfOpName", "")
-                           for s in p["memoryProfileSnapshots"]}),
+            "at_peak": [
+                {key: p["memoryProfileSnapshots"][int(a["snapshotIndex"])]["activityMetadata"]
+                 .get(key, "") for key in ("tfOpName", "regionType", "dataType", "tensorShape")}
+                for a in p.get("activeAllocations", []) if int(a["snapshotIndex"]) >= 0
+            ],
         }
         for name, p in profile.items()
     }
@@ -108,9 +111,17 @@ def test_xprof_reads_the_peak_its_time_and_the_ops(make_trace, tmp_path):
     (device,) = analysis.devices
     assert converted["CPU:0"]["peak"] == device.peak.bytes == 12288
     assert converted["CPU:0"]["peak_time_ps"] == device.peak.last_time_ns * 1000
-    # At the peak one buffer is live, made by matmul2: XProf names it.
+    # At the peak one buffer is live, made by matmul2: XProf names it, with its
+    # region, dtype and shape.
     assert converted["CPU:0"]["active"] == 1
-    assert "matmul2" in converted["CPU:0"]["ops"]
+    assert converted["CPU:0"]["at_peak"] == [
+        {
+            "tfOpName": "matmul2",
+            "regionType": "output",
+            "dataType": "float",
+            "tensorShape": "[32,32]",
+        }
+    ]
 
 
 def test_scalars_read_back_with_tensorboards_reader(make_trace, tmp_path):

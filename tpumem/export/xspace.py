@@ -38,7 +38,7 @@ STATS = (
     "tf_op",
     "region_type",
     "data_type",
-    "tensor_shapes",
+    "shape",  # the name TSL gives kTensorShapes
 )
 STAT_ID = {name: number for number, name in enumerate(STATS, start=1)}
 # Addresses made up for buffers whose real one is unknown: above any real one.
@@ -100,11 +100,11 @@ def _columns(trace: Trace, device: DeviceEventFigures, strings: _Strings) -> dic
         "tf_op": strings.column(trace, "op", events.row),
         "region_type": strings.column(trace, "region", events.row),
         "data_type": _dtype_numbers(trace, events.row),
-        "tensor_shapes": strings.column(trace, "shape", events.row),
+        "shape": strings.column(trace, "shape", events.row),
     }
 
 
-_REFS = ("allocator_name", "tf_op", "region_type", "tensor_shapes")
+_REFS = ("allocator_name", "tf_op", "region_type", "shape")
 
 
 def _stat(name: str, values: np.ndarray) -> np.ndarray:
