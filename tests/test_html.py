@@ -11,7 +11,7 @@ import numpy as np
 from conftest import run_tpumem
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
-from tpumem.analysis.series import NO_REGION
+from tpumem.analysis.peak import NO_REGION
 from tpumem.report.html import DATA_ID, SERIES_POINTS
 from tpumem.trace.reader import load
 

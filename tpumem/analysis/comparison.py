@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpumem.analysis import labels
+from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 
@@ -91,12 +92,12 @@ def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, tuple
         "waste": (device.waste.at_peak_bytes, device.waste.label),
         "padding": (device.padding.extra_bytes, device.padding.label)
         if not device.padding.included
-        else (0, "included in the recorded sizes"),
+        else (0, labels.INCLUDED),
         "allocations": (device.allocations, labels.MEASURED),
         "rate": (device.allocations_per_s, labels.MEASURED)
         if device.allocations_per_s is not None
         else na,
-        "program_temp": (temp.temp_bytes, "XLA's compile-time analysis") if temp else na,
+        "program_temp": (temp.temp_bytes, labels.COMPILE_TIME) if temp else na,
     }
 
 
@@ -130,7 +131,7 @@ def _regions(devices: list[DeviceAnalysis | None]) -> tuple[RegionDifference, ..
     per_run = [dict(d.peak.by_region) if d else {} for d in devices]
     for breakdown, device in zip(per_run, devices, strict=True):
         if device is not None and device.peak.unattributed_bytes:
-            breakdown["(allocated unseen)"] = device.peak.unattributed_bytes
+            breakdown[UNSEEN] = device.peak.unattributed_bytes
     names = sorted({name for breakdown in per_run for name in breakdown})
     result = []
     for name in names:

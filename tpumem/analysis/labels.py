@@ -5,3 +5,5 @@ DERIVED = "derived"  # computed exactly from measured events (e.g. the address m
 MODELED = "modeled"  # from a model of the allocator replaying measured lifetimes
 NOT_AVAILABLE = "not available"
 ESTIMATED = "estimated"  # from shapes and a rule of thumb, not from any allocator
+COMPILE_TIME = "XLA's compile-time analysis"  # compiled programs' own memory figures
+INCLUDED = "included in the recorded sizes"  # TPU padding of a run recorded on a TPU

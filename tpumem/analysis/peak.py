@@ -10,6 +10,8 @@ from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.trace.model import Trace
 
 GROUP_KEYS = ("op", "region", "dtype", "shape", "source")
+NO_REGION = "(no region)"  # buffers the trace gave no region
+UNSEEN = "(allocated unseen)"  # bytes in use held by buffers the capture never saw made
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,7 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
     groups = _groups(trace, events, live)
     by_region: dict[str, int] = {}
     for group in groups:
-        key = group.region or "(no region)"
+        key = group.region or NO_REGION
         by_region[key] = by_region.get(key, 0) + group.bytes
     peak = int(events.in_use[index])
     attributed = int(events.bytes[live].sum())

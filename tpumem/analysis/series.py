@@ -14,10 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
+from tpumem.analysis.peak import NO_REGION, UNSEEN
 from tpumem.trace.model import Trace
-
-NO_REGION = "(no region)"
-UNSEEN = "(allocated unseen)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ from tpumem.analysis.summary import DeviceEventFigures, device_event_figures
 from tpumem.trace.model import Trace
 from tpumem.xplane import encode as pb
 from tpumem.xplane.dtypes import TF_DATA_TYPES
+from tpumem.xplane.memory_events import ALLOCATION as ALLOCATION_EVENT
+from tpumem.xplane.memory_events import DEALLOCATION as DEALLOCATION_EVENT
 from tpumem.xplane.schema import messages
 
 PLANE = "/host:CPU"
@@ -155,7 +157,7 @@ def memory_space(trace: Trace, host: str) -> bytes:
     for text, number in strings.ids.items():
         plane.stat_metadata[number].id = number
         plane.stat_metadata[number].name = text
-    for number, name in ((ALLOCATION, "MemoryAllocation"), (DEALLOCATION, "MemoryDeallocation")):
+    for number, name in ((ALLOCATION, ALLOCATION_EVENT), (DEALLOCATION, DEALLOCATION_EVENT)):
         plane.event_metadata[number].id = number
         plane.event_metadata[number].name = name
     plane_bytes = plane.SerializeToString() + b"".join(

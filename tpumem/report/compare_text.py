@@ -9,8 +9,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tpumem.analysis import labels
+from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
-from tpumem.report.rows import fit_cell
+from tpumem.report.rows import fit_answer
 from tpumem.units import format_bytes, format_seconds
 
 # How each figure was obtained, shortened to fit under a value.
@@ -20,8 +22,8 @@ _TAGS = {
     "modeled": "modeled",
     "estimated": "estimated",
     "not available": "",
-    "XLA's compile-time analysis": "compile-time",
-    "included in the recorded sizes": "included (TPU run)",
+    labels.COMPILE_TIME: "compile-time",
+    labels.INCLUDED: "included (TPU run)",
 }
 
 
@@ -133,8 +135,13 @@ def _fit(console: Console, comparison: Comparison) -> None:
     first = next(a for a in advice if a)
     for index, target in enumerate(first.rows):
         label = f"{target.accelerator} [dim]{format_bytes(target.memory_bytes)}[/]"
-        table.add_row(label, *(fit_cell(a.rows[index]) if a else "-" for a in advice))
+        table.add_row(label, *(_fit_cell(a.rows[index]) if a else "-" for a in advice))
     console.print(table)
     for name, fit in zip(comparison.names, advice, strict=True):
         for note in fit.notes if fit else ():
             console.print(f"[dim]{name}: {note}[/]")
+
+
+def _fit_cell(row: FitRow) -> str:
+    answer = fit_answer(row) if row.fits else f"[red]{fit_answer(row)}[/]"
+    return answer + (f"\n[dim]{row.setting}[/]" if row.setting else "")

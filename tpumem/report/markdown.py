@@ -31,9 +31,6 @@ def render_markdown(analysis: RunAnalysis) -> str:
         lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
     if analysis.fit is not None:
         lines += ["", f"## Would it fit? ({analysis.fit.device})", ""]
-        rows = [
-            (a, v.replace("[red]", "").replace("[/]", ""), s) for a, v, s in fit_rows(analysis.fit)
-        ]
-        lines += _table(("accelerator", "answer", "smallest setting"), rows)
+        lines += _table(("accelerator", "answer", "smallest setting"), fit_rows(analysis.fit))
         lines += [""] + [f"> {note}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"

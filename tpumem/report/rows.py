@@ -238,7 +238,7 @@ def fit_rows(fit: FitAdvice) -> list[tuple[str, str, str]]:
     return [
         (
             f"{row.accelerator} ({format_bytes(row.memory_bytes)})",
-            fit_cell(row).split("\n")[0],
+            fit_answer(row),
             row.setting or ("- (a TPU program gets the whole chip)" if row.kind == "tpu" else "-"),
         )
         for row in fit.rows
@@ -289,8 +289,7 @@ def sparkline(values: tuple[float | int | None, ...], top: float | None = None) 
     return "".join(marks)
 
 
-def fit_cell(row: FitRow) -> str:
-    """One accelerator's answer: fits or not, the share it needs, the setting."""
-    verdict = "fits" if row.fits else "[red]does not fit[/]"
-    text = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
-    return text + (f"\n[dim]{row.setting}[/]" if row.setting else "")
+def fit_answer(row: FitRow) -> str:
+    """One accelerator's answer: fits or not, and the share and bytes it needs."""
+    verdict = "fits" if row.fits else "does not fit"
+    return f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
