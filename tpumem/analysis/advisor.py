@@ -20,6 +20,7 @@ from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
+from tpumem.units import format_bytes
 
 # The share of a GPU each framework preallocates unless told otherwise.
 DEFAULT_FRACTION = {"jax": 0.75, "torch_xla": 0.75}
@@ -76,6 +77,21 @@ def setting_for(framework: str, target: Accelerator, needed: int) -> tuple[str |
     return f"{name}={fraction:.2f}", note
 
 
+def _large_padding_note(padding: LayoutPadding) -> str:
+    """What to look at when the padding estimate is out of proportion: the
+    shapes that pad most (tiny arrays, or no dimension that fills 128 lanes)."""
+    share = padding.extra_bytes / padding.counted_bytes if padding.counted_bytes else 0.0
+    shapes = ", ".join(
+        f"{s.count:,} x {s.shape} {s.dtype} (+{format_bytes(s.extra_bytes)})"
+        for s in padding.largest
+    )
+    return (
+        f"the TPU padding estimate (+{format_bytes(padding.extra_bytes)}) is {share:.0%} of the "
+        f"bytes it was made from; the shapes that pad most: {shapes}. On a TPU, arrays whose "
+        "dimensions are all far below 128, or that are many and small, waste most of their tiles"
+    )
+
+
 def fit_advice(
     framework: str,
     devices: list[tuple[str, int, int | None, str, LayoutPadding]],
@@ -113,6 +129,8 @@ def fit_advice(
         notes.append("recorded on a TPU: sizes already hold the TPU layout padding")
     elif padding.extra_bytes is None:
         notes.append("TPU layout padding not counted: the trace has no shapes and dtypes")
+    elif padding.large:
+        notes.append(_large_padding_note(padding))
     return FitAdvice(
         device=name,
         peak_bytes=peak,

@@ -229,7 +229,9 @@ def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:
     return (
         "TPU layout padding",
         f"+{format_bytes(padding.extra_bytes)} on a TPU",
-        f"{padding.label} from the shapes of {format_bytes(padding.counted_bytes)} live at peak",
+        f"{padding.label} in XLA:TPU's layouts from the shapes of "
+        f"{format_bytes(padding.counted_bytes)} live at peak (all row-major: "
+        f"+{format_bytes(padding.row_major_extra_bytes)})",
     )
 
 
