@@ -64,6 +64,9 @@ class _JaxSessions:
             self._active = True
             return session
 
+    def busy(self) -> bool:
+        return self._active
+
     def collect(self, session: Any) -> bytes:
         try:
             return session.stop()

@@ -6,11 +6,15 @@ capture runs sessions of `chunk_s` seconds one after the other and writes each
 chunk's events to the trace as soon as the session has stopped: a SIGKILL loses at
 most the chunk under way.
 
-Between two sessions the profiler records nothing. The next session is started the
-moment the profiler lets it (it refuses while the previous one is still gathering
-its events); the gaps are measured from the sessions' own start and stop times and
-recorded in the trace, and the allocator's counters on every event and the sampled
-counters keep bytes in use and the running peak exact across them.
+Between two sessions the profiler records nothing: the old session must hand
+over its events before the profiler takes a new one. A session's span is taken
+from what this module saw, not from the times the profiler writes into its
+XSpace: the profiler stamps its stop time after it has gathered the events, and
+on a loaded machine that came up to a second after its tracer had stopped, a
+stretch whose allocations were lost while no gap said so. Each session counts
+from the moment its start returned to the moment its stop was called; what lies
+between two sessions is recorded in the trace as a gap, and a session that ran
+much longer than asked (the rotation thread starved of CPU) is counted.
 """
 
 from __future__ import annotations
@@ -20,18 +24,22 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
+from tpumem.adapters.quiet import announce_thread
 from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane.chunks import Chunk, ChunkConverter
 from tpumem.xplane.wire import WireError
 
-_RETRY_S = 0.0005  # how often a refused session start is tried again
+_RETRY_S = 0.05  # how soon a start the profiler refused (the script's own session) is retried
+_POLL_S = 0.0005  # how often the profiler is asked whether the old session let go
+# A session that runs this much past its length is reported as overrun.
+_OVERRUN_FACTOR = 1.5
 # Work that no longer holds the profiler (writing a stopped session out, reading
 # it into the trace) yields the CPU to the program: a niceness for its threads.
 _BACKGROUND_NICENESS = 19
@@ -60,6 +68,10 @@ class ProfilerSessions(Protocol):
     def collect(self, session: Any) -> bytes:
         """Stops a session and returns its XSpace, serialized."""
 
+    def busy(self) -> bool | None:
+        """Whether a session still holds the profiler; None when it cannot tell
+        without trying a start (which the profiler would log)."""
+
 
 @dataclass(slots=True)
 class CaptureStats:
@@ -69,6 +81,8 @@ class CaptureStats:
     gap_total_ns: int = 0
     gap_max_ns: int = 0
     covered_ns: int = 0
+    longest_session_ns: int = 0
+    overruns: int = 0  # sessions that ran past _OVERRUN_FACTOR x their length
 
     def as_metadata(self, chunk_s: float) -> dict[str, Any]:
         span = self.covered_ns + self.gap_total_ns
@@ -80,8 +94,26 @@ class CaptureStats:
             "gaps": self.gaps,
             "gap_total_ns": self.gap_total_ns,
             "gap_max_ns": self.gap_max_ns,
+            "covered_ns": self.covered_ns,
             "covered_fraction": round(self.covered_ns / span, 6) if span else None,
+            "longest_session_ns": self.longest_session_ns,
+            "sessions_overrun": self.overruns,
         }
+
+
+@dataclass(slots=True)
+class _Stopped:
+    """A stopped session's XSpace (once exported) and the wall-clock span it was
+    recording."""
+
+    opened_ns: int | None  # when its start returned (None: the script's own session)
+    stopping_ns: int  # when its stop was called
+    xspace: bytes = b""
+    exported: threading.Event = field(default_factory=threading.Event)
+
+    def result(self) -> bytes:
+        self.exported.wait()
+        return self.xspace
 
 
 class ProfilerChunks:
@@ -97,24 +129,35 @@ class ProfilerChunks:
         self._last_stop_ns: int | None = None
         self._lock = threading.Lock()  # one rotation, pause or stop at a time
         self._session: Any | None = None
+        self._opened_ns: int | None = None
         self._paused = False
         self._stop = threading.Event()
+        self._first_open = threading.Event()
         # Stopped sessions' XSpaces, in order, for the thread that writes them.
-        self._stopped: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._stopped: queue.SimpleQueue[_Stopped | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tpumem-profiler", daemon=True)
         self._writer_thread = threading.Thread(
             target=self._write_stopped, name="tpumem-profiler-write", daemon=True
         )
+        # Sessions are stopped (and torn down) on one thread of tpumem's own, so
+        # that what the profiler logs about them can be told from the script's.
+        self._exports: queue.SimpleQueue[tuple[Any, _Stopped] | None] = queue.SimpleQueue()
+        self._export_thread = threading.Thread(
+            target=self._export_sessions, name="tpumem-profiler-export", daemon=True
+        )
 
     def start(self) -> None:
-        self._session = self.sessions.open()
+        """Returns once the first session runs (opened on the rotation thread, so
+        that what the profiler logs about it is tpumem's)."""
+        self._writer_thread.start()
+        self._export_thread.start()
+        self._thread.start()
+        self._first_open.wait()
         if self._session is None:
             self.warnings.append(
                 "another profiler session was running when the capture began; allocator "
                 "events were captured from when it ended"
             )
-        self._writer_thread.start()
-        self._thread.start()
 
     def stop(self) -> None:
         """Ends the last session, writes what is left and the capture's figures
@@ -122,10 +165,10 @@ class ProfilerChunks:
         self._stop.set()
         self._thread.join()
         with self._lock:
-            if self._session is not None:
-                self._stopped.put(self.sessions.collect(self._session))
-                self._session = None
+            self._collect()
+        self._exports.put(None)
         self._stopped.put(None)
+        self._export_thread.join()
         self._writer_thread.join()
         self.writer.patch_metadata({"capture": self.stats.as_metadata(self.chunk_s)})
 
@@ -133,59 +176,86 @@ class ProfilerChunks:
         """Ends the current session now (the program wants the profiler)."""
         with self._lock:
             self._paused = True
-            if self._session is not None:
-                self._stopped.put(self.sessions.collect(self._session))
-                self._session = None
+            self._collect()
 
     def resume(self, xspace: bytes | None) -> None:
         """Takes the events of the program's own session, then goes on."""
         with self._lock:
             if xspace is not None:
-                self._stopped.put(xspace)
+                self._stopped.put(_Stopped(None, time.time_ns(), xspace))
             self._paused = False
-            self._session = self.sessions.open()
+            self._open()
+
+    def _open(self) -> None:
+        self._session = self.sessions.open()
+        self._opened_ns = time.time_ns() if self._session is not None else None
+
+    def _stop_session(self) -> _Stopped | None:
+        """Hands the session under way to the export thread, which stops it."""
+        if self._session is None:
+            return None
+        stopped = _Stopped(self._opened_ns, time.time_ns())
+        self._exports.put((self._session, stopped))
+        self._session = None
+        self._stopped.put(stopped)
+        return stopped
+
+    def _collect(self) -> None:
+        """Stops the session under way (holding the lock); returns once it let go."""
+        stopped = self._stop_session()
+        if stopped is not None:
+            stopped.exported.wait()
+
+    def _rotate(self) -> None:
+        """Stops the session under way and starts the next one as soon as the
+        profiler lets go of the old one, which is before it has written the old
+        one's events out. A start the profiler refuses is logged, so the next
+        start waits for the profiler to say it is free rather than trying."""
+        stopped = self._stop_session()
+        if stopped is not None:
+            if self.sessions.busy() is None:  # cannot tell: wait for the whole export
+                stopped.exported.wait()
+            while not stopped.exported.is_set() and self.sessions.busy():
+                time.sleep(_POLL_S)
+        self._open()
+
+    def _export_sessions(self) -> None:
+        announce_thread()
+        while (item := self._exports.get()) is not None:
+            session, stopped = item
+            item = None
+            try:
+                stopped.xspace = self.sessions.collect(session)
+            finally:
+                session = None  # torn down here, on this thread
+                stopped.exported.set()
 
     def _write_stopped(self) -> None:
+        announce_thread()
         _run_in_background(threading.get_native_id())
-        while (xspace := self._stopped.get()) is not None:
-            self._write(xspace)
+        while (stopped := self._stopped.get()) is not None:
+            self._write(stopped)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.chunk_s):
+        announce_thread()
+        with self._lock:
+            self._open()
+        self._first_open.set()
+        wait = self.chunk_s if self._session is not None else _RETRY_S
+        while not self._stop.wait(wait):
             with self._lock:
                 if self._paused:
                     continue
-                if self._session is None:
-                    self._session = self.sessions.open()
-                    continue
-                self._rotate()
+                if self._session is not None:
+                    self._rotate()
+                else:
+                    self._open()
+                # Refused (the script started its own): try again soon, not a chunk later.
+                wait = self.chunk_s if self._session is not None else _RETRY_S
 
-    def _rotate(self) -> None:
-        old, collected = self._session, {}
-
-        def collect() -> None:
-            collected["xspace"] = self.sessions.collect(old)
-
-        exporter = threading.Thread(target=collect, name="tpumem-profiler-export", daemon=True)
-        exporter.start()
-        # The profiler lets a new session start once the old one has gathered its
-        # events, before it has written them: start the next one at that moment.
-        self._session = None
-        while self._session is None:
-            done = not exporter.is_alive()
-            self._session = self.sessions.open()
-            if done:
-                break
-            time.sleep(_RETRY_S)
-        # The new session runs: what is left of the export is no longer urgent.
-        _run_in_background(exporter.native_id)
-        exporter.join()
-        if "xspace" in collected:
-            self._stopped.put(collected["xspace"])
-
-    def _write(self, xspace: bytes) -> None:
+    def _write(self, stopped: _Stopped) -> None:
         try:
-            chunk = self._converter.convert(xspace)
+            chunk = self._converter.convert(stopped.result())
         except (DecodeError, WireError) as error:
             self.warnings.append(f"a profiler chunk could not be read and was skipped: {error}")
             return
@@ -193,21 +263,40 @@ class ProfilerChunks:
             self.writer.write_columns(chunk.events, chunk.event_count)
         if chunk.mark_count:
             self.writer.write_columns(chunk.marks, chunk.mark_count)
-        self._account(chunk)
+        self._account(chunk, stopped)
 
-    def _account(self, chunk: Chunk) -> None:
+    def _span(self, chunk: Chunk, stopped: _Stopped) -> tuple[int | None, int | None]:
+        """The stretch the session recorded, on the trace's clock: inside both what
+        the profiler stamped and the calls that started and stopped it."""
+        origin = self.writer.start_time_ns
+        start, stop = chunk.start_ns, stopped.stopping_ns - origin
+        if stopped.opened_ns is not None:
+            opened = stopped.opened_ns - origin
+            start = opened if start is None else max(start, opened)
+        if chunk.stop_ns is not None:
+            stop = min(stop, chunk.stop_ns)
+        if start is None:
+            return None, None
+        return start, max(start, stop)
+
+    def _account(self, chunk: Chunk, stopped: _Stopped) -> None:
         stats = self.stats
         stats.chunks += 1
         stats.events += chunk.event_count
-        if chunk.start_ns is None or chunk.stop_ns is None:
+        start, stop = self._span(chunk, stopped)
+        if start is None or stop is None:
             return
-        stats.covered_ns += chunk.stop_ns - chunk.start_ns
-        if self._last_stop_ns is not None and chunk.start_ns > self._last_stop_ns:
-            gap = chunk.start_ns - self._last_stop_ns
+        length = stop - start
+        stats.covered_ns += length
+        stats.longest_session_ns = max(stats.longest_session_ns, length)
+        if stopped.opened_ns is not None and length > _OVERRUN_FACTOR * self.chunk_s * 1e9:
+            stats.overruns += 1
+        if self._last_stop_ns is not None and start > self._last_stop_ns:
+            gap = start - self._last_stop_ns
             stats.gaps += 1
             stats.gap_total_ns += gap
             stats.gap_max_ns = max(stats.gap_max_ns, gap)
             # The analysis places allocations it did not see inside these spans.
             self.writer.mark(CAPTURE_GAP, time_ns=self._last_stop_ns)
-            self.writer.mark(CAPTURE_RESUMED, time_ns=chunk.start_ns)
-        self._last_stop_ns = chunk.stop_ns
+            self.writer.mark(CAPTURE_RESUMED, time_ns=start)
+        self._last_stop_ns = stop

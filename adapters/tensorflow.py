@@ -28,6 +28,7 @@ from tpumem.trace.writer import TraceWriter
 
 CPU_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
+_HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 
 
 def device_name(logical_name: str) -> str:
@@ -36,7 +37,8 @@ def device_name(logical_name: str) -> str:
 
 
 class _TfSessions:
-    """TensorFlow's profiler sessions, each exported to a spool directory."""
+    """TensorFlow's profiler sessions, each exported to a spool directory (its
+    `stop()` gives trace-viewer events, not the XSpace with the memory stats)."""
 
     def __init__(self, spool: Path) -> None:
         from tensorflow.python.framework import errors
@@ -46,6 +48,7 @@ class _TfSessions:
         self._busy = errors.AlreadyExistsError
         self._spool = spool
         self._count = 0
+        self._has_active_session = _profiler_lock_probe()
 
     def open(self) -> tuple[Any, Path] | None:
         logdir = self._spool / f"chunk-{self._count}"
@@ -64,6 +67,26 @@ class _TfSessions:
         shutil.rmtree(logdir, ignore_errors=True)
         return data
 
+    def busy(self) -> bool | None:
+        return None if self._has_active_session is None else bool(self._has_active_session())
+
+
+def _profiler_lock_probe() -> Any | None:
+    """TSL's `ProfilerLock::HasActiveSession()`, exported by TensorFlow's framework
+    library: whether a session holds the profiler, asked without starting one. None
+    where this build does not export it."""
+    import ctypes
+
+    import tensorflow
+
+    library = Path(tensorflow.__file__).parent / "libtensorflow_framework.so.2"
+    try:
+        probe = ctypes.CDLL(str(library))[_HAS_ACTIVE_SESSION]
+    except (OSError, AttributeError):
+        return None
+    probe.restype, probe.argtypes = ctypes.c_bool, []
+    return probe
+
 
 @register
 class TensorFlowAdapter(Adapter):
@@ -76,8 +99,8 @@ class TensorFlowAdapter(Adapter):
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._warnings: list[str] = []
-        self._chunks: ProfilerChunks | None = None
         self._spool: Path | None = None
+        self._chunks: ProfilerChunks | None = None
         self._keras_step = 0
 
     @classmethod

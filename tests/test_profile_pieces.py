@@ -3,13 +3,18 @@ trace clock, recording how a killed run ended, and finding the framework."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.analysis import analyze
+from tpumem.analysis.device_events import capture_gaps
 from tpumem.detect import detect_framework, imported_modules
 from tpumem.errors import TpumemError
+from tpumem.report.rows import run_rows
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
@@ -59,6 +64,67 @@ def test_chunks_share_the_trace_clock_and_pair_across_sessions():
     assert a_free == a and b_alloc == b_free and b_alloc != a
     assert (one.start_ns, one.stop_ns, two.start_ns) == (1_000_000, 2_000_000, 3_000_000)
     assert converter.open_buffers == 0
+
+
+class LateStampingSessions:
+    """Sessions that stamp their stop time well after their stop was called, as
+    TensorFlow's profiler does on a loaded machine (it stamps the stop once it
+    has gathered the events, while its tracer stopped when asked)."""
+
+    LATE_NS = 300_000_000
+
+    def __init__(self) -> None:
+        self.spans: list[list[int]] = []  # [opened, stop called] per session
+
+    def open(self) -> int:
+        self.spans.append([time.time_ns(), 0])
+        return len(self.spans) - 1
+
+    def collect(self, session: int) -> bytes:
+        span = self.spans[session]
+        span[1] = time.time_ns()
+        time.sleep(0.02)  # handing the events over
+        return build_space([], session=(span[0], span[1] + self.LATE_NS))
+
+    def busy(self) -> bool | None:
+        return None
+
+
+def test_capture_gaps_come_from_what_the_sessions_recorded(tmp_path):
+    """Every stretch between a session's stop and the next one's start is a
+    marked gap, whatever stop time the profiler stamped; the covered figure is
+    the sessions' own spans."""
+    sessions = LateStampingSessions()
+    with TraceWriter(tmp_path / "t.tpumem", {"framework": "test"}) as writer:
+        chunks = ProfilerChunks(writer, sessions, chunk_s=0.1)
+        chunks.start()
+        time.sleep(0.55)
+        chunks.stop()
+        origin = writer.start_time_ns
+    trace = load(tmp_path / "t.tpumem")
+    gaps = capture_gaps(trace)
+    assert len(sessions.spans) >= 4 and len(gaps) == len(sessions.spans) - 1
+    for (start, end), (_, stop_called), (next_opened, _) in zip(
+        gaps, sessions.spans, sessions.spans[1:], strict=False
+    ):
+        # Measured around the calls: the gap holds the whole hand-over.
+        assert start <= stop_called - origin and end >= next_opened - origin
+        assert end - start < LateStampingSessions.LATE_NS
+    capture = trace.metadata["capture"]
+    covered = sum(stop - opened for opened, stop in sessions.spans)
+    assert abs(capture["covered_ns"] - covered) < 5_000_000 * len(sessions.spans)
+    assert capture["chunks"] == len(sessions.spans) and capture["sessions_overrun"] == 0
+
+
+def test_the_capture_row_says_when_sessions_ran_long(make_trace):
+    capture = {"chunks": 1, "chunk_s": 1.0, "gaps": 0, "sessions_overrun": 0}
+    long = {**capture, "chunks": 4, "sessions_overrun": 2, "longest_session_ns": 17_700_000_000}
+    rows = [{"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 1, "bytes": 8}]
+    once = dict(run_rows(analyze(load(make_trace(rows, {"capture": capture}, "a.tpumem")))))
+    assert once["Capture"] == "1 profiler session of 1 s"
+    text = dict(run_rows(analyze(load(make_trace(rows, {"capture": long}, "b.tpumem")))))
+    assert text["Capture"].startswith("4 profiler sessions of 1 s; 2 sessions ran long")
+    assert "17.700 s" in text["Capture"]
 
 
 def test_a_free_of_a_buffer_the_chunks_never_saw_stays_unpaired():

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from profiling import (
@@ -20,6 +23,7 @@ from profiling import (
     run_plain,
 )
 from tpumem.analysis import analyze
+from tpumem.analysis.device_events import capture_gaps, split_by_device, step_marks
 from tpumem.trace.reader import load
 
 pytestmark = pytest.mark.framework
@@ -236,3 +240,85 @@ def test_keras_fit_batches_are_the_steps(tmp_path):
     steps = trace.numbers("step")[trace.valid("step")]
     assert sorted(steps.tolist()) == list(range(10))  # 2 epochs of 5 batches
     assert analyze(trace).devices[0].peak.step is not None
+
+
+CONVNET_FIT = """
+import numpy as np
+import keras
+x = np.random.rand(6000, 28, 28, 1).astype("float32")
+y = np.random.randint(0, 10, 6000)
+model = keras.Sequential([
+    keras.Input((28, 28, 1)),
+    keras.layers.Conv2D(16, 3, activation="relu"),
+    keras.layers.MaxPooling2D(),
+    keras.layers.Flatten(),
+    keras.layers.Dense(10),
+])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, batch_size=64, epochs=1, verbose=0)
+"""
+
+
+@pytest.fixture
+def cpu_load():
+    """Two busy processes on this 2-core machine, for as long as the test runs
+    (and a minute at most)."""
+    busy = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", busy]) for _ in range(2)]
+    yield
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_keras_fit_under_cpu_load_marks_every_hole_in_the_capture(tmp_path, cpu_load):
+    """Every training batch outside a marked capture gap has its allocations in
+    the trace, and the capture figures are the sessions' own."""
+    (tmp_path / "fit.py").write_text(CONVNET_FIT)
+    result = profile(tmp_path, "-q", "fit.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "fit.tpumem")
+    (events,) = split_by_device(trace)
+    times, _ = step_marks(trace)
+    gaps = capture_gaps(trace)
+    assert len(times) == 94  # 6000 / 64 batches
+    silent = []
+    for begin, end in itertools.pairwise(times):
+        in_gap = ((gaps[:, 0] < end) & (gaps[:, 1] > begin)).any()
+        allocated = np.searchsorted(events.time_ns, end) > np.searchsorted(events.time_ns, begin)
+        if not in_gap and not allocated:
+            silent.append((begin, end))
+    assert not silent, f"batches with no allocation events outside any capture gap: {silent}"
+    capture = trace.metadata["capture"]
+    covered_fraction = capture["covered_ns"] / (capture["covered_ns"] + capture["gap_total_ns"])
+    assert capture["covered_fraction"] == pytest.approx(covered_fraction, abs=1e-5)
+    assert capture["gap_total_ns"] == int((gaps[:, 1] - gaps[:, 0]).sum())
+
+
+def test_the_scripts_stderr_is_what_it_is_without_tpumem(tmp_path):
+    """TensorFlow's profiler logs four INFO lines for every session tpumem runs
+    (one a second): none of them reach the script's stderr, and every line the
+    script and TensorFlow write does."""
+    (tmp_path / "fit.py").write_text(
+        KERAS_FIT + "import sys; print('to stderr', file=sys.stderr)\n"
+    )
+    verbose = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    plain = run_plain(tmp_path, "fit.py", env={"TF_CPU_ALLOCATOR_USE_BFC": "true", **verbose})
+    result = profile(tmp_path, "--chunk", "0.2", "fit.py", env=verbose)
+    assert plain.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
+    script_part = result.stderr.split("tpumem report")[0]
+    assert "Profiler session" not in script_part and "tpumem-thread" not in script_part
+    assert "\0" not in result.stderr
+    # The same lines as the plain run, less the time and thread of each log line.
+    assert _without_stamps(script_part) == _without_stamps(plain.stderr)
+    assert trace_capture(tmp_path / "fit.tpumem")["chunks"] >= 2  # sessions did run
+
+
+def _without_stamps(text: str) -> list[str]:
+    return sorted(
+        re.sub(r"^([IWEF])\d{4} [\d:.]+ +\d+ ", r"\1 ", line) for line in text.splitlines()
+    )
+
+
+def trace_capture(path) -> dict:
+    return load(path).metadata["capture"]

@@ -17,9 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tpumem.adapters import CaptureOptions, adapter_names, get_adapter
+from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.detect import detect_framework, module_file
 from tpumem.errors import TpumemError
 from tpumem.runner import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig
+from tpumem.stderr_filter import StderrFilter, filter_available
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.schema import END_OF_STREAM
 
@@ -121,8 +123,19 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         environment=environment,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
+    stderr = StderrFilter() if filter_available() else None
+    if stderr is not None:
+        env[QUIET_VARIABLE] = "1"
     start_ns = time.time_ns()
-    child = subprocess.Popen([sys.executable, "-m", "tpumem.runner"], env=env)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tpumem.runner"],
+            env=env,
+            stderr=stderr.child_fd if stderr is not None else None,
+        )
+    finally:
+        if stderr is not None:
+            stderr.start()
     # The terminal sends Ctrl-C to the child too; this process waits for the child
     # to act on it (the script may catch it) rather than leaving it orphaned. (Set
     # after the start: an ignored SIGINT would be inherited by the child.)
@@ -133,6 +146,8 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, forward)
+        if stderr is not None:
+            stderr.finish()
     killed = -returncode if returncode < 0 else None
     if not _closed(output) or (killed is not None and _recorded_signal(output) != killed):
         _record_ending(output, returncode, start_ns, request.capture.chunk_s)

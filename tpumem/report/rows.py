@@ -53,8 +53,18 @@ def _source(analysis: RunAnalysis) -> str:
     return " ".join(command) if isinstance(command, list) else analysis.source
 
 
+def plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
 def _capture(capture: dict) -> str:
-    text = f"{capture['chunks']:,} profiler sessions of {capture['chunk_s']:g} s"
+    text = f"{plural(capture['chunks'], 'profiler session')} of {capture['chunk_s']:g} s"
+    if capture.get("sessions_overrun"):
+        text += (
+            f"; {plural(capture['sessions_overrun'], 'session')} ran long (longest "
+            f"{format_seconds(capture['longest_session_ns'])}): tpumem's capture thread "
+            "was short of CPU"
+        )
     if capture.get("gaps"):
         covered = capture.get("covered_fraction")
         text += (

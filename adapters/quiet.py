@@ -1,0 +1,27 @@
+"""tpumem's own threads, named to the launcher so that what a framework logs on
+them (TensorFlow's profiler logs four lines for every session it starts and
+stops) can be dropped from the script's stderr, and nothing else.
+
+Framework logs (absl's format) carry the id of the thread that wrote them. When
+`tpumem profile` filters the script's stderr it sets QUIET_VARIABLE, and each
+tpumem thread writes its id on stderr, in a line the launcher takes out, before
+the thread does anything that logs: the launcher drops framework log lines from
+those threads (tpumem/stderr_filter.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+QUIET_VARIABLE = "TPUMEM_QUIET_THREADS"
+# A line that no program prints: NUL, the word, the thread id.
+ANNOUNCEMENT = b"\x00tpumem-thread "
+
+_enabled = os.environ.pop(QUIET_VARIABLE, None) == "1"
+
+
+def announce_thread() -> None:
+    """Names the calling thread as tpumem's to the launcher's stderr filter."""
+    if _enabled:
+        os.write(2, ANNOUNCEMENT + str(threading.get_native_id()).encode() + b"\n")

@@ -1,0 +1,129 @@
+"""The profiled script's stderr, passed through by `tpumem profile` less what the
+framework logged on tpumem's own threads (adapters/quiet.py says which).
+
+TensorFlow's profiler logs "Profiler session initializing / started / collecting
+data / tear down" (absl's INFO lines) for every session, and tpumem runs one a
+second: without this a run's stderr gained four lines a second. Only lines in
+absl's format from a thread tpumem named are dropped; everything else the script
+and the frameworks write passes through unchanged, partial lines (progress bars)
+included. When stderr is a terminal the script gets a pseudo-terminal, so it
+still sees one. The filter runs in the launcher, not in the profiled process, so
+a process that crashes or is killed loses nothing it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import sys
+import threading
+
+from tpumem.adapters.quiet import ANNOUNCEMENT
+
+# absl: "I1123 10:43:57.349421   12878 file.cc:150] message" (and "I0000 00:00:..."
+# before absl is initialized); the thread id is the third field.
+_ABSL_LINE = re.compile(rb"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +(\d+) \S+:\d+\] ")
+_HOLD_S = 0.05  # how long an unfinished line that may be a log line is held back
+
+
+class StderrFilter:
+    """Owns the write end the child gets as its stderr, and a thread that passes
+    what it reads on to this process's stderr."""
+
+    def __init__(self, destination: int = 2) -> None:
+        self.destination = destination
+        self.dropped = 0
+        self._threads: set[bytes] = set()
+        if os.isatty(destination):
+            self.read_fd, self.child_fd = os.openpty()
+            _raw_like(self.child_fd, destination)
+        else:
+            self.read_fd, self.child_fd = os.pipe()
+        self._pending = b""
+        self._thread = threading.Thread(target=self._pump, name="tpumem-stderr", daemon=True)
+
+    def start(self) -> None:
+        """Once the child has its copy of the write end: keep none here."""
+        os.close(self.child_fd)
+        self._thread.start()
+
+    def finish(self, timeout_s: float = 2.0) -> None:
+        """After the child ended: what it wrote is passed on (a grandchild that
+        still holds its stderr is not waited for past the timeout)."""
+        self._thread.join(timeout_s)
+
+    def _pump(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.read_fd], [], [], _HOLD_S if self._pending else None)
+            if not ready:  # an unfinished line waited long enough: it is not a log line
+                self._write(self._pending)
+                self._pending = b""
+                continue
+            try:
+                data = os.read(self.read_fd, 65536)
+            except OSError:  # a pseudo-terminal whose other end closed
+                data = b""
+            if not data:
+                break
+            self._feed(data)
+        self._write(self._pending)
+        with contextlib.suppress(OSError):
+            os.close(self.read_fd)
+
+    def _feed(self, data: bytes) -> None:
+        lines = (self._pending + data).split(b"\n")
+        self._pending = lines.pop()
+        kept = [line + b"\n" for line in lines if self._keep(line)]
+        pending = self._pending
+        # A partial line is held only while it could still become a line to drop.
+        if pending and not (
+            pending.startswith(ANNOUNCEMENT[: len(pending)]) or _could_log(pending)
+        ):
+            kept.append(pending)
+            self._pending = b""
+        self._write(b"".join(kept))
+
+    def _keep(self, line: bytes) -> bool:
+        if line.startswith(ANNOUNCEMENT):
+            self._threads.add(line[len(ANNOUNCEMENT) :].strip())
+            return False
+        match = _ABSL_LINE.match(line.lstrip(b"\r"))
+        if match and match.group(1) in self._threads:
+            self.dropped += 1
+            return False
+        return True
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            try:
+                written = os.write(self.destination, data)
+            except OSError:
+                return  # our own stderr is gone: nothing to pass things on to
+            data = data[written:]
+
+
+def _could_log(partial: bytes) -> bool:
+    """Whether an unfinished line may still turn into an absl log line."""
+    return (
+        bool(partial[:1]) and partial[:1] in b"IWEF" and b"\n" not in partial and len(partial) < 512
+    )
+
+
+def _raw_like(child_fd: int, terminal: int) -> None:
+    """The pseudo-terminal passes bytes as they are (no \\n -> \\r\\n, no echo) and
+    has the real terminal's size."""
+    import fcntl
+    import termios
+    import tty
+
+    with contextlib.suppress(OSError, termios.error):
+        tty.setraw(child_fd)
+    with contextlib.suppress(OSError):
+        size = fcntl.ioctl(terminal, termios.TIOCGWINSZ, b"\0" * 8)
+        fcntl.ioctl(child_fd, termios.TIOCSWINSZ, size)
+
+
+def filter_available() -> bool:
+    return sys.platform.startswith("linux")
