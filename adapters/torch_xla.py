@@ -1,6 +1,7 @@
 """The PyTorch/XLA adapter: the buffers of materialized XLA tensors on every
-backend, each graph's memory from PyTorch/XLA's own analysis, syncs as steps,
-and `get_memory_info` samples where the backend has them (TPU, GPU).
+backend, each graph's memory from PyTorch/XLA's own analysis, training steps as
+the framework marks them, and `get_memory_info` samples where the backend has
+them (TPU, GPU).
 
 - Tensors: a torch function mode sees every op the script calls from Python and
   hands the tensors it makes and uses to the book (torch_xla_book.py), which
@@ -8,6 +9,9 @@ and `get_memory_info` samples where the backend has them (TPU, GPU).
 - Executions: `torch_xla.sync()` / `xm.mark_step()` (both end in
   `_XLAC._xla_step_marker`) are hooked, and so are the tensor reads that run a
   graph at once (`.item()`, `.cpu()`, printing).
+- Steps: `xp.StepTrace` and `torch_xla.step()` where the script uses them, else
+  its optimizer's steps (steps.py). Syncs are marked as syncs: PyTorch/XLA's
+  own examples sync several times a step.
 - Graphs: `PT_XLA_DEBUG_LEVEL=2` with `PT_XLA_DEBUG_FILE` in a spool directory
   (torch_xla_debug.py), unless the user set them.
 - Not exposed on the CPU: `get_memory_info` (UNIMPLEMENTED), allocator events;
@@ -30,6 +34,7 @@ from typing import Any
 
 from tpumem.adapters.base import Adapter, CaptureOptions, register
 from tpumem.adapters.source_lines import SourceLines
+from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.torch_xla_book import TensorBook
 from tpumem.adapters.torch_xla_debug import (
     FILE_VARIABLE,
@@ -106,6 +111,9 @@ class TorchXlaAdapter(Adapter):
             }
         )
         self._hook_step_marker()
+        self.steps = TrainingSteps(writer)
+        self.steps.install(torch, torch_xla)
+        self._watch_child_processes()
         self._mode = _watch_mode(torch, self)
         self._mode.__enter__()
         self._thread = threading.Thread(target=self._sample, name="tpumem-torch-xla", daemon=True)
@@ -116,6 +124,7 @@ class TorchXlaAdapter(Adapter):
         if self._thread is not None:
             self._thread.join()
         self._mode.__exit__(None, None, None)
+        self.steps.remove()
         self._wait_for_runs()
         self.book.finish(self._now())
         self._read_debug()
@@ -160,6 +169,28 @@ class TorchXlaAdapter(Adapter):
                 "their temps end at the script's end"
             )
 
+    def _watch_child_processes(self) -> None:
+        """`torch_xla.launch` and `xmp.spawn` run the work in one child process per
+        device, which this trace does not follow: say so in the report."""
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        original, adapter = xmp.spawn, self
+
+        def spawn(fn: Any, args: Any = (), nprocs: Any = None, *rest: Any, **kwargs: Any) -> Any:
+            if nprocs != 1:  # nprocs=1 runs fn in this process
+                adapter._warnings.append(
+                    "the script ran its work in child processes (torch_xla.launch / "
+                    "xmp.spawn, one per device), which tpumem does not follow yet: this "
+                    "trace holds only the parent process. To profile the work, run it in "
+                    "one process: torch_xla.launch(fn, debug_single_process=True) or "
+                    "xmp.spawn(fn, nprocs=1)"
+                )
+                adapter.writer.patch_metadata({"warnings": adapter._warnings})
+            return original(fn, args, nprocs, *rest, **kwargs)
+
+        spawn.__doc__ = original.__doc__
+        xmp.spawn = spawn
+
     # -- executions --------------------------------------------------------------
 
     def _hook_step_marker(self) -> None:
@@ -167,7 +198,7 @@ class TorchXlaAdapter(Adapter):
         original = xlac._xla_step_marker
 
         def _xla_step_marker(*args: Any, **kwargs: Any) -> Any:
-            adapter.writer.mark("sync", step=adapter._syncs)
+            adapter.writer.mark(SYNC_MARK)
             adapter._syncs += 1
             return adapter._execute(original, args, kwargs, waits=False)
 
@@ -299,6 +330,8 @@ class TorchXlaAdapter(Adapter):
             "executions_observed": counts.executions,
             "executions_not_observed": self._unseen_executions,
             "syncs": self._syncs,
+            "steps": self.steps.count,
+            "steps_from": self.steps.source,
             "program_temp_shown": self._debug is not None,
         }
 

@@ -122,3 +122,72 @@ def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
     (device,) = analyze(load(tmp_path / "bad.tpumem")).devices
     assert device.peak.bytes >= 4 * MiB
     assert "[512,1024]" in {group.shape for group in device.peak.groups}
+
+
+# A training loop that syncs three times a step (as PyTorch/XLA's own examples
+# do: after the forward pass, after backward, after the update); step 2 holds a
+# 16 MiB tensor, so the peak is in training step 2 whatever the syncs number.
+# (Inside a StepTrace, PyTorch/XLA refuses a sync: the trace's end syncs.)
+THREE_SYNCS_A_STEP = """
+import torch
+import torch_xla
+{steps_import}
+sync = {sync}
+dev = torch_xla.device()
+model = torch.nn.Linear(64, 64).to(dev)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.ones(32, 64).to(dev)
+for step in range(5):
+    big = None
+    with {context}:
+        loss = model(x).sum()
+        sync()
+        loss.backward()
+        sync()
+        optimizer.step()
+        optimizer.zero_grad()
+        big = torch.ones(4096, 1024, device=dev) * step if step == 2 else None
+        sync()
+"""
+STEP_SOURCES = {  # (import, the step's context, sync)
+    "optimizer step": ("import contextlib", "contextlib.nullcontext()", "torch_xla.sync"),
+    "StepTrace": (
+        "import torch_xla.debug.profiler as xp",
+        "xp.StepTrace('train', step_num=step)",
+        "lambda: None",
+    ),
+    "torch_xla.step()": ("", "torch_xla.step()", "torch_xla.sync"),
+}
+
+
+@pytest.mark.parametrize("source", list(STEP_SOURCES))
+def test_steps_are_training_steps_not_syncs(tmp_path, source):
+    steps_import, context, sync = STEP_SOURCES[source]
+    script = THREE_SYNCS_A_STEP.format(steps_import=steps_import, context=context, sync=sync)
+    (tmp_path / "loop.py").write_text(script)
+    result = profile(tmp_path, "-q", "loop.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "loop.tpumem")
+    analysis = analyze(trace)
+    assert analysis.steps == 5
+    book = analysis.metadata["buffer_book"]
+    assert book["steps"] == 5 and book["steps_from"] == source
+    assert book["syncs"] >= (5 if source == "StepTrace" else 15)
+    (device,) = analysis.devices
+    assert device.peak.step == 2
+    assert device.peak.groups[0].shape == "[4096,1024]"
+
+
+def test_work_in_child_processes_is_said_plainly(tmp_path):
+    script = (
+        "import torch, torch_xla\n"
+        "def work(index):\n"
+        "    torch.ones(8, 8, device=torch_xla.device()).sum().item()\n"
+        "if __name__ == '__main__':\n"
+        "    torch_xla.launch(work)\n"
+    )
+    (tmp_path / "spawned.py").write_text(script)
+    result = profile(tmp_path, "spawned.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "child processes" in result.stderr and "debug_single_process=True" in result.stderr
+    assert any("child processes" in w for w in load(tmp_path / "spawned.tpumem").warnings)
