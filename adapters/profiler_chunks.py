@@ -24,6 +24,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -119,8 +120,15 @@ class _Stopped:
 class ProfilerChunks:
     """Runs the sessions in a thread and streams their events into the trace."""
 
-    def __init__(self, writer: TraceWriter, sessions: ProfilerSessions, chunk_s: float) -> None:
+    def __init__(
+        self,
+        writer: TraceWriter,
+        sessions: ProfilerSessions,
+        chunk_s: float,
+        label: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         self.writer = writer
+        self.label = label  # fills in what the profiler's events lack
         self.sessions = sessions
         self.chunk_s = chunk_s
         self.stats = CaptureStats()
@@ -260,7 +268,8 @@ class ProfilerChunks:
             self.warnings.append(f"a profiler chunk could not be read and was skipped: {error}")
             return
         if chunk.event_count:
-            self.writer.write_columns(chunk.events, chunk.event_count)
+            events = self.label(chunk.events) if self.label else chunk.events
+            self.writer.write_columns(events, chunk.event_count)
         if chunk.mark_count:
             self.writer.write_columns(chunk.marks, chunk.mark_count)
         self._account(chunk, stopped)

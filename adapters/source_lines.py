@@ -1,5 +1,6 @@
 """The user's source line behind an allocation: the first frame that is neither
-the framework's (site-packages), the standard library's nor tpumem's."""
+a framework's or a known ML library's (installed in site-packages, or checked out
+and put on PYTHONPATH), the standard library's nor tpumem's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,23 @@ _NOT_USER = (
     sysconfig.get_paths()["stdlib"] + os.sep,
     "<frozen ",
 )
+
+
+# Top-level packages of frameworks and the libraries around them: a file under a
+# directory of one of these names is library code wherever it lies.
+LIBRARY_PACKAGES = frozenset(
+    {
+        "absl", "chex", "clu", "datasets", "einops", "equinox", "flax", "haiku", "jax",
+        "jaxlib", "keras", "ml_collections", "numpy", "optax", "optree", "orbax",
+        "tensorflow", "tensorflow_datasets", "tf_keras", "torch", "torch_xla",
+        "torchvision", "transformers", "tree",
+    }
+)  # fmt: skip
+
+
+def _in_library(filename: str) -> bool:
+    directories = os.path.dirname(filename).split(os.sep)
+    return any(part in LIBRARY_PACKAGES for part in directories)
 
 
 class SourceLines:
@@ -48,6 +66,8 @@ class SourceLines:
 
     def _name(self, filename: str) -> str | None:
         if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
+            return None
+        if _in_library(os.path.abspath(filename)):
             return None
         # Relative to the working directory, as the user typed the script's path,
         # unless that climbs far out of it.

@@ -23,6 +23,7 @@ from typing import Any
 
 from tpumem.adapters.base import Adapter, CaptureOptions, register
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
+from tpumem.adapters.tf_transfers import HostTransfers
 from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
 
@@ -88,6 +89,21 @@ def _profiler_lock_probe() -> Any | None:
     return probe
 
 
+def _without_bfc(events: int) -> str:
+    """What a CPU run without TF_CPU_ALLOCATOR_USE_BFC has, said as it was found."""
+    if not events:
+        return (
+            f"{CPU_BFC_VARIABLE} is not set: TensorFlow's default CPU allocator reported "
+            "no allocations and has no counters, so this trace holds no CPU memory figures"
+        )
+    return (
+        f"{CPU_BFC_VARIABLE} is not set: TensorFlow's default CPU allocator (oneDNN's "
+        '"mklcpu") reported its allocations to the profiler, but get_memory_info gives no '
+        "counters for it, so nothing between profiler sessions is sampled "
+        f"(set {CPU_BFC_VARIABLE}=true, as tpumem does unless told not to)"
+    )
+
+
 @register
 class TensorFlowAdapter(Adapter):
     name = "tensorflow"
@@ -120,11 +136,7 @@ class TensorFlowAdapter(Adapter):
         kinds = {d.split(":")[0] for d in self.devices}
         backend = "tpu" if "TPU" in kinds else "gpu" if "GPU" in kinds else "cpu"
         cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
-        if backend == "cpu" and not cpu_bfc:
-            self._warnings.append(
-                f"{CPU_BFC_VARIABLE} is not set: TensorFlow's default CPU allocator records "
-                "no events and no counters, so this trace holds no CPU memory figures"
-            )
+        self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
         writer.patch_metadata(
             {
                 "framework_version": tf.__version__,
@@ -136,7 +148,11 @@ class TensorFlowAdapter(Adapter):
             }
         )
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
-        self._chunks = ProfilerChunks(writer, _TfSessions(self._spool), self.options.chunk_s)
+        self._transfers = HostTransfers(writer.start_time_ns)
+        self._transfers.install()
+        self._chunks = ProfilerChunks(
+            writer, _TfSessions(self._spool), self.options.chunk_s, self._transfers.label
+        )
         self._take_over_profiler_api()
         self._mark_traced_steps()
         self._chunks.start()
@@ -152,6 +168,8 @@ class TensorFlowAdapter(Adapter):
         if self._chunks is not None:
             self._chunks.stop()
             self._warnings.extend(self._chunks.warnings)
+            if self._cpu_without_bfc:
+                self._warnings.append(_without_bfc(self._chunks.stats.events))
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
         self.writer.patch_metadata(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.adapters.source_lines import SourceLines
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps
 from tpumem.detect import detect_framework, imported_modules
@@ -186,3 +187,24 @@ def test_a_script_with_two_frameworks_or_none_needs_a_choice(tmp_path):
     none.write_text("import numpy\n")
     with pytest.raises(TpumemError, match="name one with --framework"):
         detect_framework(none, FRAMEWORKS)
+
+
+def test_source_lines_skip_a_library_checked_out_on_the_path(tmp_path, monkeypatch):
+    """A framework or library on PYTHONPATH (a checkout, not site-packages) is not
+    the user's code: the source is the user's line that called into it."""
+    package = tmp_path / "checkout" / "flax" / "linen"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "module.py").write_text(
+        "import sys\ndef apply(lines):\n    return lines(sys._getframe())\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "from flax.linen import module\ndef step(lines):\n    return module.apply(lines)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "checkout"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    import train
+
+    assert train.step(SourceLines()) == "train.py:3"

@@ -322,3 +322,44 @@ def _without_stamps(text: str) -> list[str]:
 
 def trace_capture(path) -> dict:
     return load(path).metadata["capture"]
+
+
+HOST_DATA = """
+import numpy as np
+import tensorflow as tf
+inputs = np.ones((2048, 1024), np.float32)  # 8 MiB of host data
+x = tf.constant(inputs)
+y = tf.ones([1024, 1024]) * 2
+raise RuntimeError("\\x1b[31mfailed\\x1b[0m to load\\nthe second line\\nthe third")
+"""
+
+
+def test_host_data_and_a_colourful_failure_are_reported_plainly(tmp_path):
+    (tmp_path / "host.py").write_text(HOST_DATA)
+    result = profile(tmp_path, "host.py")
+    assert result.returncode == 1, result.stderr[-3000:]
+    report = result.stderr.split("tpumem report")[1]
+    assert "Ended          uncaught exception: RuntimeError: failed to load … (exit status 1)" in (
+        report
+    )
+    assert "\x1b" not in report and "the second line" not in report
+    (device,) = analyze(load(tmp_path / "host.tpumem")).devices
+    copied = next(g for g in device.peak.groups if g.shape == "[2048,1024]")
+    assert (copied.op, copied.region, copied.dtype, copied.source) == (
+        "convert_to_tensor",
+        "input",
+        "float32",
+        "host.py:5",
+    )
+    assert copied.bytes >= 8 * 2**20
+
+
+def test_without_the_bfc_cpu_allocator_the_report_says_what_there_is(tmp_path):
+    (tmp_path / "host.py").write_text(HOST_DATA.rsplit("raise", 1)[0])
+    result = profile(tmp_path, "--no-cpu-allocator-events", "host.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "host.tpumem"))
+    (device,) = analysis.devices
+    assert device.device == "CPU:0" and device.peak.bytes >= 12 * 2**20
+    (warning,) = [w for w in analysis.warnings if "TF_CPU_ALLOCATOR_USE_BFC" in w]
+    assert "reported its allocations" in warning and "no CPU memory figures" not in warning

@@ -9,6 +9,7 @@ from conftest import run_tpumem
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.report import format_for, render
+from tpumem.report.rows import device_rows, one_line, run_rows
 from tpumem.trace.reader import load
 
 GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"
@@ -68,3 +69,31 @@ def test_a_trace_cut_mid_stream_still_reports_and_says_so(tmp_path):
     assert report["complete"] is False
     assert report["devices"][0]["peak"]["bytes"] == 300  # the first two allocations
     assert any("not closed" in w for w in report["warnings"])
+
+
+def _temp_trace(make_trace, fidelity: str, name: str) -> Path:
+    rows = [
+        {"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 1, "bytes": 4096,
+         "region": "temp", "op": "MatMul"},
+        {"kind": "alloc", "time_ns": 2, "device": "CPU:0", "buffer_id": 2, "bytes": 1024,
+         "region": "output"},
+    ]  # fmt: skip
+    return make_trace(rows, {"fidelity": {"CPU:0": fidelity}}, name)
+
+
+def test_temp_buffers_are_labeled_by_where_their_size_came_from(make_trace):
+    (measured,) = analyze(load(_temp_trace(make_trace, "allocator", "a.tpumem"))).devices
+    (booked,) = analyze(load(_temp_trace(make_trace, "buffer", "b.tpumem"))).devices
+    peak = {row[0]: row for row in device_rows(measured)}["Peak in use"]
+    assert peak[2].endswith("(4.0 KiB of op temporaries, as allocated)")
+    peak = {row[0]: row for row in device_rows(booked)}["Peak in use"]
+    assert "programs' temp: XLA's compile-time size" in peak[2]
+
+
+def test_the_ending_is_one_plain_line(make_trace):
+    exception = "OOM: \x1b[1;31mResourceExhausted\x1b[0m\n\n  at op MatMul\n" + "x" * 400
+    rows = [{"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 1, "bytes": 8}]
+    path = make_trace(rows, {"exit": {"code": 1, "exception": exception}})
+    ended = dict(run_rows(analyze(load(path))))["Ended"]
+    assert ended == "uncaught exception: OOM: ResourceExhausted … (exit status 1)"
+    assert one_line("a" * 400).endswith("…") and len(one_line("a" * 400)) == 160

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.trace.schema import BUFFER
 from tpumem.units import format_bytes, format_seconds
 
 TOP_GROUPS = 10
@@ -121,8 +124,24 @@ def _ending(meta: dict, complete: bool) -> str:
     if not isinstance(exit_info, dict):
         return "not recorded" if meta.get("source") != "import" else "(imported profile)"
     if exit_info.get("exception"):
-        return f"uncaught exception: {exit_info['exception']} (exit status {exit_info['code']})"
+        exception = one_line(str(exit_info["exception"]))
+        return f"uncaught exception: {exception} (exit status {exit_info.get('code', '?')})"
     return f"exit status {exit_info.get('code', '?')}"
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
+LONGEST_LINE = 160
+
+
+def one_line(text: str) -> str:
+    """A message as one plain line: terminal escapes out, the first line that says
+    something, at most LONGEST_LINE characters (the trace keeps the whole text)."""
+    plain = _ESCAPES.sub("", text)
+    lines = [line.strip() for line in plain.splitlines() if line.strip()]
+    line = lines[0] if lines else ""
+    if len(lines) > 1:
+        line += " …"
+    return line if len(line) <= LONGEST_LINE else line[: LONGEST_LINE - 1] + "…"
 
 
 def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
@@ -134,12 +153,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         (
             "Peak in use",
             f"{format_bytes(peak.bytes)} at {format_seconds(peak.time_ns)}{step}",
-            device.peak_label
-            + (
-                f" ({format_bytes(temp)} of programs' temp: XLA's compile-time size)"
-                if temp
-                else ""
-            ),
+            device.peak_label + _temp_note(device.fidelity, temp),
         ),
         *_counter_rows(device),
         (
@@ -228,6 +242,16 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     if device.allocations_per_s is not None:
         rows.append(("Allocation rate", f"{device.allocations_per_s:,.0f} per second", "measured"))
     return rows
+
+
+def _temp_note(fidelity: str, temp: int | None) -> str:
+    """Temp buffers are compiled programs' working memory, sized by XLA, where tpumem
+    keeps the book; where the allocator reported them, they are what it allocated."""
+    if not temp:
+        return ""
+    if fidelity == BUFFER:
+        return f" ({format_bytes(temp)} of programs' temp: XLA's compile-time size)"
+    return f" ({format_bytes(temp)} of op temporaries, as allocated)"
 
 
 def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:

@@ -18,7 +18,8 @@ def device_of(allocator: str) -> str:
     match = re.fullmatch(r"(GPU|TPU|XPU)_(\d+)_bfc", allocator)
     if match:
         return f"{match[1]}:{match[2]}"
-    if allocator in ("bfc_cpu_allocator_for_gpu", "cpu", "cpu_bfc"):
+    # "mklcpu": TensorFlow's default CPU allocator (oneDNN's) without TF_CPU_ALLOCATOR_USE_BFC.
+    if allocator in ("bfc_cpu_allocator_for_gpu", "cpu", "cpu_bfc", "mklcpu"):
         return "CPU:0"
     if allocator in ("cuda_host_bfc", "gpu_host_bfc"):
         return "host-pinned"
