@@ -13,6 +13,7 @@ from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.peak import NO_REGION
 from tpumem.report.html import DATA_ID, SERIES_POINTS
+from tpumem.report.rows import device_rows, run_rows
 from tpumem.trace.reader import load
 
 HOSTILE = "</script><script>alert(1)</script>"
@@ -89,9 +90,13 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     device = run["devices"][0]
     series = device.pop("series")
     device["peak"].pop("groups_total")
+    facts, figures = run.pop("facts"), device.pop("figures")
     report["devices"][0].pop("series")
     assert run == report  # every figure, as the JSON report gives it
     analysis = analyze(load(trace), series_points=SERIES_POINTS)
+    # The page's rows are the text report's, word for word.
+    assert facts == [list(row) for row in run_rows(analysis)]
+    assert figures == [list(row) for row in device_rows(analysis.devices[0])]
     expected = analysis.devices[0].series
     assert series["in_use"] == list(expected.in_use)
     assert max(series["in_use"]) == analysis.devices[0].peak.bytes == 4096 + 1024 * 10
@@ -101,6 +106,33 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     # Step 17 is where the peak is: the point at the peak sits inside step 17.
     at_peak = int(np.argmax(series["in_use"]))
     assert 17 <= series["step_position"][at_peak] < 18
+
+
+def test_the_page_has_the_runs_rows_and_its_capture_gaps(make_trace, tmp_path):
+    """How the run ended, its capture, what tpumem set and what the framework does
+    not expose reach the page; stretches the capture missed are drawn as such."""
+    metadata = {
+        "exit": {"code": 1, "exception": "ValueError: boom"},
+        "capture": {"chunks": 3, "chunk_s": 1.0, "gaps": 1, "gap_total_ns": 8 * 10**9,
+                    "gap_max_ns": 8 * 10**9, "covered_fraction": 0.2},
+        "set_by_tpumem": {"PJRT_DEVICE": "CPU"},
+        "not_exposed": ["bytes in use: UNIMPLEMENTED"],
+    }  # fmt: skip
+    rows = [
+        {"kind": "alloc", "time_ns": 10**9, "device": "CPU:0", "buffer_id": 1, "bytes": 100},
+        {"kind": "mark", "time_ns": 2 * 10**9, "text": "capture gap"},
+        {"kind": "mark", "time_ns": 10 * 10**9, "text": "capture resumed"},
+        {"kind": "alloc", "time_ns": 11 * 10**9, "device": "CPU:0", "buffer_id": 2, "bytes": 50},
+    ]
+    page = tmp_path / "r.html"
+    assert run_tpumem("report", str(make_trace(rows, metadata)), "-o", str(page)).returncode == 0
+    (run,) = embedded(page.read_text())["runs"]
+    facts = dict(run["facts"])
+    assert facts["Ended"] == "uncaught exception: ValueError: boom (exit status 1)"
+    assert facts["Capture"].startswith("3 profiler sessions of 1 s; 1 gap")
+    assert facts["Set by tpumem"] == "PJRT_DEVICE=CPU"
+    assert facts["Not exposed"] == "bytes in use: UNIMPLEMENTED"
+    assert run["devices"][0]["series"]["gaps_ns"] == [[2 * 10**9, 10 * 10**9]]
 
 
 def test_drawing_points_are_thinned_but_keep_the_peak(make_trace):

@@ -29,6 +29,8 @@ class DeviceSeries:
     regions: tuple[tuple[str, tuple[int, ...]], ...]  # (region, bytes per point)
     pool: tuple[int, ...] | None
     fragmentation: tuple[float | None, ...]
+    # Stretches the capture did not see (start, end): drawn as such, not as a line.
+    gaps_ns: tuple[tuple[int, int], ...] = ()
 
 
 def _chosen(time_ns: np.ndarray, in_use: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,8 +109,9 @@ def device_series(
     pool: np.ndarray | None,
     points: int,
 ) -> DeviceSeries:
+    gaps = tuple((int(start), int(end)) for start, end in events.gaps_ns.tolist())
     if not len(events):
-        return DeviceSeries(0, (), None, (), (), None, ())
+        return DeviceSeries(0, (), None, (), (), None, (), gaps)
     chosen, starts = _chosen(events.time_ns, events.in_use, points)
     frag = np.fmax.reduceat(fragmentation.astype(np.float64), starts)
     pool_points = None
@@ -128,4 +131,5 @@ def device_series(
         ),
         pool=pool_points,
         fragmentation=tuple(None if np.isnan(v) else round(float(v), 5) for v in frag),
+        gaps_ns=gaps,
     )

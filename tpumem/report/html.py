@@ -21,6 +21,7 @@ from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, report_dict
+from tpumem.report.rows import device_rows, run_rows
 
 SERIES_POINTS = 1500  # points per device drawn; figures use every event
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
@@ -48,6 +49,11 @@ def embed_json(data: Any) -> str:
 
 def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     body = report_dict(analysis)
+    # The run's rows in the text report's own words (how it ended, the capture,
+    # what tpumem set, what the framework does not expose).
+    body["facts"] = [list(row) for row in run_rows(analysis)]
+    for device, analysed in zip(body["devices"], analysis.devices, strict=True):
+        device["figures"] = [list(row) for row in device_rows(analysed)]
     for device in body["devices"]:
         groups = device["peak"]["groups"]
         device["peak"]["groups_total"] = len(groups)

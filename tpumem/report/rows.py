@@ -71,8 +71,9 @@ def _capture(capture: dict) -> str:
     if capture.get("gaps"):
         covered = capture.get("covered_fraction")
         text += (
-            f"; {capture['gaps']:,} gaps between them, {format_seconds(capture['gap_total_ns'])}"
-            f" in all (longest {format_seconds(capture['gap_max_ns'])})"
+            f"; {plural(capture['gaps'], 'gap')} between them, "
+            f"{format_seconds(capture['gap_total_ns'])} in all "
+            f"(longest {format_seconds(capture['gap_max_ns'])})"
         )
         if covered is not None:
             text += f": {covered:.1%} of the time captured"

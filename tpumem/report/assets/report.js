@@ -164,12 +164,22 @@
         label.textContent = spec.xFormat(x);
         graph.appendChild(label);
       }
+      for (const [start, end] of spec.gaps || []) {
+        // A stretch the capture did not see: shaded, so no line across it reads as data.
+        const x1 = X(Math.max(start, xMin)), x2 = X(Math.min(end, xMax));
+        if (x2 > x1) graph.appendChild(svg("rect", { x: x1, y: top, width: Math.max(1, x2 - x1), height: height - top - bottom, class: "gap" }));
+      }
       for (const [s] of shown) {
         const tops = topOf(s);
         const line = [];
-        s.xs.forEach((x, k) => { if (tops[k] !== null) line.push(`${X(x).toFixed(1)},${Y(tops[k]).toFixed(1)}`); });
+        // Bytes in use hold their value until the next event: steps, not ramps.
+        const step = spec.steps ? (x, k, ys) => (k > 0 && ys[k - 1] !== null ? [[x, ys[k - 1]], [x, ys[k]]] : [[x, ys[k]]]) : (x, k, ys) => [[x, ys[k]]];
+        s.xs.forEach((x, k) => { if (tops[k] !== null) for (const [px, py] of step(x, k, tops)) line.push(`${X(px).toFixed(1)},${Y(py).toFixed(1)}`); });
         if (base.has(s)) {
-          const under = s.xs.map((x, k) => `${X(x).toFixed(1)},${Y(base.get(s)[k]).toFixed(1)}`).reverse();
+          const below = base.get(s);
+          const under = [];
+          s.xs.forEach((x, k) => { for (const [px, py] of step(x, k, below)) under.push(`${X(px).toFixed(1)},${Y(py).toFixed(1)}`); });
+          under.reverse();
           graph.appendChild(svg("polygon", { points: line.concat(under).join(" "), fill: s.color, "fill-opacity": 0.55, stroke: "none" }));
         } else {
           graph.appendChild(svg("polyline", { points: line.join(" "), fill: "none", stroke: s.color,
@@ -208,25 +218,8 @@
 
   // ---- one run ------------------------------------------------------------
   function deviceFigures(device) {
-    const pre = device.preallocation, frag = device.fragmentation, peak = device.peak;
-    const step = peak.step === null ? "" : ", step " + peak.step;
-    const rows = [
-      ["Peak in use", `${bytes(peak.bytes)} at ${seconds(peak.time_ns)}${step}`, peak.label],
-      ["Live at peak", `${count(peak.live_buffers)} buffers` + (peak.unattributed_bytes ? `; ${bytes(peak.unattributed_bytes)} allocated unseen` : ""), peak.label],
-      ["Pool held from device", bytes(pre.pool_peak_bytes), pre.pool_label + (pre.pool_source ? ` (${pre.pool_source})` : "")],
-      ["Unused pool at peak", bytes(pre.unused_bytes), pre.pool_label],
-      ["Fragmentation at peak", share(frag.at_peak), `${frag.label} (${frag.source})`],
-      ["Fragmentation, maximum", frag.maximum === null ? "-" : `${share(frag.maximum)} at ${seconds(frag.time_of_maximum_ns)}`, frag.label],
-      ["Fragmentation headroom at peak", bytes(device.headroom_bytes), device.headroom_label],
-      ["Internal waste at peak", bytes(device.waste.at_peak_bytes), device.waste.label],
-      ["TPU layout padding", device.padding.included ? "included (TPU run)" : bytes(device.padding.extra_bytes),
-        `${device.padding.label}, over ${bytes(device.padding.counted_bytes)} with known shapes`],
-      ["Allocations", `${count(device.allocations)} (${FORMATS["per second"](device.allocations_per_s)})`, "measured"],
-    ];
-    if (pre.limit_bytes !== null) rows.push(["Allocator limit", bytes(pre.limit_bytes), "measured"]);
-    const settings = Object.entries(pre.settings).map(([k, v]) => `${k}=${v}`).join(", ");
-    rows.push(["Allocator settings", settings || "none recorded", ""]);
-    return figureTable(rows);
+    // The text report's rows for the device, worded once in Python.
+    return figureTable(device.figures);
   }
 
   function deviceCharts(device) {
@@ -237,7 +230,12 @@
     const series = s.regions.map(([name, values]) => ({ name, xs, ys: values, stack: true }));
     if (s.pool) series.push({ name: "pool held", xs, ys: s.pool, color: "#24292f", dash: true });
     part.appendChild(el("h3", {}, "Bytes in use, by region"));
-    part.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true }));
+    const gaps = (s.gaps_ns || []).map(([a, b]) => [a / 1e9, b / 1e9]);
+    part.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true, gaps }));
+    if (gaps.length) {
+      part.appendChild(el("p", { class: "note" }, `Shaded: ${count(gaps.length)} stretches the capture did not see (between profiler sessions); ` +
+        "what happened in them is not drawn."));
+    }
     if (s.fragmentation.some((v) => v !== null)) {
       part.appendChild(el("h3", {}, "Fragmentation"));
       part.appendChild(chart({ series: [{ name: "fragmentation (" + device.fragmentation.label + ")", xs, ys: s.fragmentation, color: "#bc4c00" }],
@@ -292,12 +290,8 @@
   }
 
   function runFacts(run) {
-    const meta = run.metadata || {};
-    const command = Array.isArray(meta.command) ? meta.command.join(" ") : run.source;
-    const rows = [["Framework", `${run.framework} (backend: ${run.backend})`, ""], ["Source", command, ""],
-      ["Duration", seconds(run.duration_ns), ""], ["Trace closed", run.complete ? "yes" : "no: the process crashed or was killed", ""]];
-    if (run.devices.length > 1) rows.push(["Peak, all devices", bytes(run.total_peak_bytes), ""]);
-    const part = el("div", {}, figureTable(rows));
+    // The text report's rows, worded once in Python (Ended, Capture, Set by tpumem, ...).
+    const part = el("div", {}, figureTable(run.facts.map(([name, value]) => [name, value, ""])));
     for (const warning of run.warnings) part.appendChild(el("p", { class: "note" }, "warning: " + warning));
     return part;
   }
