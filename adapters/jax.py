@@ -169,6 +169,7 @@ class JaxAdapter(Adapter):
             "arrays_sharing_a_buffer": counts.shared,
             "arrays_donated": counts.donated,
             "arrays_deleted": counts.deleted,
+            "shard_arrays_listed": counts.shards_listed,
             "poll_interval_s": POLL_INTERVAL_S,
             "jitted_functions_wrapped": hooks.wrapped if hooks else 0,
             "program_temp_shown": bool(hooks and hooks.temp_windows),

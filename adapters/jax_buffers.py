@@ -61,6 +61,9 @@ class BookCounts:
     shared: int = 0  # arrays whose buffer another array already held
     donated: int = 0  # arrays whose buffers a program took over
     deleted: int = 0  # arrays deleted while still referenced (found by the poll)
+    # Per-device array objects read to find buffers (see _enter): at most this
+    # many more arrays in jax.live_arrays() than without tpumem.
+    shards_listed: int = 0
 
 
 class BufferBook:
@@ -126,7 +129,13 @@ class BufferBook:
         buffers = self._buffers
         dtype, shape, nbytes = self._label(array)
         held = []
-        for shard in array._arrays:  # one per device; the array itself when unsharded
+        # One array object per device, which JAX makes on first use and keeps with
+        # the array: the only way to a buffer's address (unsafe_buffer_pointer and
+        # on_device_size_in_bytes go through it too). They hold no memory of their
+        # own, but jax.live_arrays() lists them: counted, and said in the report.
+        shards = array._arrays
+        self.counts.shards_listed += len(shards)
+        for shard in shards:
             known = self._devices.get(id(shard.sharding))
             device = known[1] if known is not None else self._device(shard)
             address = shard.unsafe_buffer_pointer()

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
+from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending, run_plain
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
@@ -269,3 +269,25 @@ def test_jax_profiler_sessions_run_back_to_back(tmp_path):
     gaps = load(tmp_path / "chunks.tpumem").table.column("text").to_pylist()
     assert gaps.count("capture gap") == stats["gaps"]
     assert 0 < stats["gap_max_ns"] <= stats["gap_total_ns"]
+
+
+LIVE_ARRAYS = """
+import json
+import numpy as np
+import jax
+arrays = [jax.device_put(np.ones((256, 256), np.float32)) for _ in range(5)]
+print(json.dumps({"live": len(jax.live_arrays())}))
+"""
+
+
+def test_the_array_objects_tpumem_adds_to_live_arrays_are_counted_and_said(tmp_path):
+    """Reading a buffer's address makes JAX keep a per-device array object with
+    each array: jax.live_arrays() lists them. The report says how many at most."""
+    (tmp_path / "live.py").write_text(LIVE_ARRAYS)
+    plain = run_plain(tmp_path, "live.py")
+    result = profile(tmp_path, "live.py")
+    assert plain.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
+    extra = last_json(result.stdout)["live"] - last_json(plain.stdout)["live"]
+    book = load(tmp_path / "live.tpumem").metadata["buffer_book"]
+    assert 0 <= extra <= book["shard_arrays_listed"]
+    assert "jax.live_arrays() listed up to" in " ".join(result.stderr.split())

@@ -96,6 +96,12 @@ def _book(book: dict) -> str:
         text += f", {book['arrays_found_by_poll']:,} found later by polling"
     if book.get("arrays_donated"):
         text += f"; {book['arrays_donated']:,} donated to programs"
+    if book.get("shard_arrays_listed"):
+        text += (
+            f"; to read buffers tpumem used {book['shard_arrays_listed']:,} per-device array "
+            "objects, which JAX keeps with their arrays: they hold no memory, but while the "
+            "run was profiled jax.live_arrays() listed up to that many more arrays"
+        )
     return text
 
 
