@@ -118,6 +118,10 @@ class TensorFlowAdapter(Adapter):
         self._spool: Path | None = None
         self._chunks: ProfilerChunks | None = None
         self._keras_step = 0
+        self._devices_found = False
+        self._cpu_without_bfc = False
+        self.devices: list[str] = []
+        self.counted: list[str] = []
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
@@ -127,26 +131,12 @@ class TensorFlowAdapter(Adapter):
 
     def start(self, writer: TraceWriter) -> None:
         import tensorflow as tf
+        from tensorflow.python.eager import context
 
         self.writer = writer
         self.tf = tf
-        devices = [device_name(d.name) for d in tf.config.list_logical_devices()]
-        self.devices = [d for d in devices if d.split(":")[0] in ("CPU", "GPU", "TPU")]
-        self.counted = [d for d in self.devices if self._memory_info(d) is not None]
-        kinds = {d.split(":")[0] for d in self.devices}
-        backend = "tpu" if "TPU" in kinds else "gpu" if "GPU" in kinds else "cpu"
-        cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
-        self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
-        writer.patch_metadata(
-            {
-                "framework_version": tf.__version__,
-                "backend": backend,
-                "devices": [{"name": d, "kind": d.split(":")[0]} for d in self.devices],
-                "fidelity": {
-                    d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted
-                },
-            }
-        )
+        self._context = context
+        writer.patch_metadata({"framework_version": tf.__version__})
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
         self._transfers = HostTransfers(writer.start_time_ns)
         self._transfers.install()
@@ -160,11 +150,41 @@ class TensorFlowAdapter(Adapter):
         sampler.start()
         self._threads.append(sampler)
 
+    def _devices_ready(self) -> bool:
+        """Whether the script has started TensorFlow's runtime, and then its devices
+        are read. Listing devices starts the runtime, after which a script can no
+        longer set its threads, memory growth or logical devices: tpumem waits."""
+        if self._devices_found:
+            return True
+        ctx = self._context.context_safe()
+        if ctx is None or not getattr(ctx, "_initialized", False):
+            return False
+        tf = self.tf
+        devices = [device_name(d.name) for d in tf.config.list_logical_devices()]
+        self.devices = [d for d in devices if d.split(":")[0] in ("CPU", "GPU", "TPU")]
+        self.counted = [d for d in self.devices if self._memory_info(d) is not None]
+        kinds = {d.split(":")[0] for d in self.devices}
+        backend = "tpu" if "TPU" in kinds else "gpu" if "GPU" in kinds else "cpu"
+        cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
+        self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
+        self.writer.patch_metadata(
+            {
+                "backend": backend,
+                "devices": [{"name": d, "kind": d.split(":")[0]} for d in self.devices],
+                "fidelity": {
+                    d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted
+                },
+            }
+        )
+        self._devices_found = True
+        return True
+
     def stop(self) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join()
-        self._sample_once()
+        if self._devices_ready():
+            self._sample_once()
         if self._chunks is not None:
             self._chunks.stop()
             self._warnings.extend(self._chunks.warnings)
@@ -184,7 +204,8 @@ class TensorFlowAdapter(Adapter):
 
     def _sample(self) -> None:
         while not self._stop.wait(self.options.sample_interval_s):
-            self._sample_once()
+            if self._devices_ready():
+                self._sample_once()
             self._watch_keras()
 
     def _sample_once(self) -> None:

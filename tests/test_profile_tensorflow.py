@@ -363,3 +363,27 @@ def test_without_the_bfc_cpu_allocator_the_report_says_what_there_is(tmp_path):
     assert device.device == "CPU:0" and device.peak.bytes >= 12 * 2**20
     (warning,) = [w for w in analysis.warnings if "TF_CPU_ALLOCATOR_USE_BFC" in w]
     assert "reported its allocations" in warning and "no CPU memory figures" not in warning
+
+
+SETS_UP_TENSORFLOW = """
+import json
+import tensorflow as tf
+# Allowed only before TensorFlow's runtime starts: tpumem must not start it first.
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+x = tf.ones([512, 512])
+print(json.dumps({"logical": len(tf.config.list_logical_devices("CPU"))}))
+"""
+
+
+def test_the_script_sets_up_tensorflow_before_tpumem_touches_it(tmp_path):
+    (tmp_path / "setup.py").write_text(SETS_UP_TENSORFLOW)
+    result = profile(tmp_path, "setup.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert last_json(result.stdout) == {"logical": 2}
+    analysis = analyze(load(tmp_path / "setup.tpumem"))
+    assert analysis.backend == "cpu"
+    assert [d["name"] for d in analysis.metadata["devices"]] == ["CPU:0", "CPU:1"]
+    assert analysis.devices and analysis.devices[0].peak.bytes >= 512 * 512 * 4
