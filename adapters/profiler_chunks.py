@@ -190,7 +190,9 @@ class ProfilerChunks:
         """Takes the events of the program's own session, then goes on."""
         with self._lock:
             if xspace is not None:
-                self._stopped.put(_Stopped(None, time.time_ns(), xspace))
+                stopped = _Stopped(None, time.time_ns(), xspace)
+                stopped.exported.set()  # handed over already
+                self._stopped.put(stopped)
             self._paused = False
             self._open()
 
@@ -234,6 +236,8 @@ class ProfilerChunks:
             item = None
             try:
                 stopped.xspace = self.sessions.collect(session)
+            except Exception as error:  # the profiler failed this session: go on
+                self.warnings.append(f"a profiler session could not be stopped: {error}")
             finally:
                 session = None  # torn down here, on this thread
                 stopped.exported.set()

@@ -8,7 +8,7 @@ from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
-from tpumem.trace.schema import BUFFER
+from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.units import format_bytes, format_seconds
 
 TOP_GROUPS = 10
@@ -110,12 +110,15 @@ def _programs(analysis: RunAnalysis, book: object) -> str:
     top = largest_temp(analysis.programs)
     if top is not None:
         text += f"; largest temp {format_bytes(top.temp_bytes)} ({top.name})"
-        shown = isinstance(book, dict) and book.get("program_temp_shown")
-        text += (
-            ", shown live while each program ran"
-            if shown
-            else ", not in the figures (run times not observed)"
-        )
+        if isinstance(book, dict):  # tpumem's book: temps placed where run times were seen
+            shown = book.get("program_temp_shown")
+            text += (
+                ", shown live while each program ran"
+                if shown
+                else ", not in the figures (run times not observed)"
+            )
+        elif any(d.fidelity == ALLOCATOR for d in analysis.devices):
+            text += ", in the allocator's events as it allocated them"
     return text + " · XLA's memory analysis at compile time"
 
 

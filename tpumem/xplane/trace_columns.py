@@ -21,7 +21,7 @@ def device_of(allocator: str) -> str:
     # "mklcpu": TensorFlow's default CPU allocator (oneDNN's) without TF_CPU_ALLOCATOR_USE_BFC.
     if allocator in ("bfc_cpu_allocator_for_gpu", "cpu", "cpu_bfc", "mklcpu"):
         return "CPU:0"
-    if allocator in ("cuda_host_bfc", "gpu_host_bfc"):
+    if allocator in ("cuda_host_bfc", "gpu_host_bfc", "xla_gpu_host_bfc"):
         return "host-pinned"
     return allocator
 
