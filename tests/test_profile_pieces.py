@@ -3,6 +3,7 @@ trace clock, recording how a killed run ended, and finding the framework."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -10,12 +11,14 @@ import numpy as np
 import pytest
 
 from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.adapters.quiet import ANNOUNCEMENT
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps
 from tpumem.detect import detect_framework, imported_modules
 from tpumem.errors import TpumemError
 from tpumem.report.rows import run_rows
+from tpumem.stderr_filter import StderrFilter
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
@@ -208,3 +211,27 @@ def test_source_lines_skip_a_library_checked_out_on_the_path(tmp_path, monkeypat
     import train
 
     assert train.step(SourceLines()) == "train.py:3"
+
+
+def test_stderr_loses_only_what_tpumem_threads_logged():
+    read_end, write_end = os.pipe()
+    stderr = StderrFilter(destination=write_end)
+    child = os.dup(stderr.child_fd)
+    stderr.start()
+    ours = b"I0000 00:00:1795431052.742385   13753 profiler_session.cc:81] Profiler session"
+    theirs = b"I0000 00:00:1795431052.742385   20000 profiler_session.cc:81] Profiler session"
+    for chunk in (
+        b"the script's line\n" + ANNOUNCEMENT + b"13753\n",
+        ours[:30],  # a log line arriving in pieces
+        ours[30:] + b" collecting data.\n" + theirs + b" started.\n",
+        b"W1123 10:43:57.349421   13753 bfc.cc:1] warning on our thread\n",
+        b"progress 50%\r",  # no newline: passed on without waiting for one
+    ):
+        os.write(child, chunk)
+    os.close(child)
+    stderr.finish()
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as passed:
+        text = passed.read()
+    assert text == b"the script's line\n" + theirs + b" started.\nprogress 50%\r"
+    assert stderr.dropped == 2

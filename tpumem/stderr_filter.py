@@ -112,14 +112,15 @@ def _could_log(partial: bytes) -> bool:
 
 
 def _raw_like(child_fd: int, terminal: int) -> None:
-    """The pseudo-terminal passes bytes as they are (no \\n -> \\r\\n, no echo) and
-    has the real terminal's size."""
+    """The pseudo-terminal passes output bytes as they are (no \\n -> \\r\\n: the
+    real terminal does that once) and has the real terminal's size."""
     import fcntl
     import termios
-    import tty
 
     with contextlib.suppress(OSError, termios.error):
-        tty.setraw(child_fd)
+        attributes = termios.tcgetattr(child_fd)
+        attributes[1] &= ~termios.OPOST  # output flags
+        termios.tcsetattr(child_fd, termios.TCSANOW, attributes)
     with contextlib.suppress(OSError):
         size = fcntl.ioctl(terminal, termios.TIOCGWINSZ, b"\0" * 8)
         fcntl.ioctl(child_fd, termios.TIOCSWINSZ, size)
