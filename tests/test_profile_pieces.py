@@ -116,7 +116,8 @@ def test_capture_gaps_come_from_what_the_sessions_recorded(tmp_path):
         assert end - start < LateStampingSessions.LATE_NS
     capture = trace.metadata["capture"]
     covered = sum(stop - opened for opened, stop in sessions.spans)
-    assert abs(capture["covered_ns"] - covered) < 5_000_000 * len(sessions.spans)
+    # Stopping is timed as tpumem asks, a moment before the session's own stop runs.
+    assert covered - 50_000_000 * len(sessions.spans) < capture["covered_ns"] <= covered
     assert capture["chunks"] == len(sessions.spans) and capture["sessions_overrun"] == 0
 
 
