@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from tpumem.adapters.labels import INPUT, shape_text
 from tpumem.adapters.source_lines import SourceLines
+from tpumem.trace.schema import ALLOC
 
 OP = "convert_to_tensor"
 SMALLEST_BYTES = 4096  # smaller copies are not worth a label's cost
@@ -83,8 +84,9 @@ class HostTransfers:
             copies = list(self._copies)
         if not copies:
             return columns
-        kinds = np.asarray(columns["kind"].indices) == 0  # alloc (trace_columns' order)
-        unlabeled = kinds & np.asarray(columns["op"].is_null(), dtype=bool)
+        kind = columns["kind"]
+        allocs = np.asarray(kind.indices) == kind.dictionary.index(ALLOC).as_py()
+        unlabeled = allocs & np.asarray(columns["op"].is_null(), dtype=bool)
         requested = np.ma.filled(columns["requested_bytes"], -1)
         times = np.asarray(columns["time_ns"])
         rows = np.flatnonzero(unlabeled)

@@ -106,9 +106,7 @@ class StderrFilter:
 
 def _could_log(partial: bytes) -> bool:
     """Whether an unfinished line may still turn into an absl log line."""
-    return (
-        bool(partial[:1]) and partial[:1] in b"IWEF" and b"\n" not in partial and len(partial) < 512
-    )
+    return partial[:1] in (b"I", b"W", b"E", b"F") and len(partial) < 512
 
 
 def _raw_like(child_fd: int, terminal: int) -> None:
