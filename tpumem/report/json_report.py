@@ -1,6 +1,6 @@
 """The JSON report: every figure of the analysis under a versioned schema name.
 
-Schema "tpumem-report/1" (documented in README.md, "JSON report"): the top level
+Schema "tpumem-report/1" (documented in docs/figures.md, "JSON report"): the top level
 holds the run (framework, backend, source, complete, duration_ns, total peak,
 warnings, metadata) and `devices`, one object per device with `peak`,
 `preallocation`, `fragmentation`, `waste` and `timeline`, each carrying its
