@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import SAMPLE
@@ -30,23 +28,22 @@ class Counters:
 
 
 def counters(trace: Trace, device: str) -> Counters:
-    codes, names = trace.codes("device")
+    _, names = trace.codes("device")
     if device not in names:
         return Counters(0, None, None)
-    rows = codes == names.index(device)
-    kinds = trace.table.column("kind").cast(pa.string())
-    is_sample = pc.equal(kinds, SAMPLE).to_numpy(zero_copy_only=False) & rows
+    rows = trace.rows_by("device")[names.index(device)]
+    samples = rows[trace.is_kind(SAMPLE)[rows]]
     return Counters(
-        samples=int(is_sample.sum()),
+        samples=len(samples),
         reported_peak_bytes=_largest(trace, "peak_bytes_in_use", rows),
-        sampled_peak_bytes=_largest(trace, "bytes_in_use", is_sample),
+        sampled_peak_bytes=_largest(trace, "bytes_in_use", samples),
         pool_bytes=_largest(trace, "pool_bytes", rows),
         limit_bytes=_largest(trace, "bytes_limit", rows),
     )
 
 
 def _largest(trace: Trace, column: str, rows: np.ndarray) -> int | None:
-    chosen = trace.valid(column) & rows
-    if not chosen.any():
+    chosen = rows[trace.valid(column)[rows]]
+    if not len(chosen):
         return None
     return int(trace.numbers(column)[chosen].max())

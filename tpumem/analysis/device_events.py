@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import ALLOC, ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED, FREE, MARK
@@ -70,8 +69,7 @@ def step_marks(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def capture_gaps(trace: Trace) -> np.ndarray:
     """(start, end) of the capture's gaps: pairs of gap and resumed marks."""
-    kinds = trace.table.column("kind").cast(pa.string())
-    marks = np.flatnonzero(pc.equal(kinds, MARK).to_numpy(zero_copy_only=False))
+    marks = np.flatnonzero(trace.is_kind(MARK))
     if not len(marks):
         return np.zeros((0, 2), np.int64)
     times = trace.numbers("time_ns")[marks]
@@ -105,21 +103,19 @@ class _Columns:
 
 def split_by_device(trace: Trace) -> list[DeviceEvents]:
     """One DeviceEvents per device that has allocation events, sorted by name."""
-    table = trace.table
-    kinds = table.column("kind").cast(pa.string())
-    is_alloc_all = pc.equal(kinds, ALLOC).to_numpy(zero_copy_only=False)
-    is_free_all = pc.equal(kinds, FREE).to_numpy(zero_copy_only=False)
-    memory_rows = np.flatnonzero(is_alloc_all | is_free_all)
-    if not len(memory_rows):
+    is_alloc_all, is_free_all = trace.is_kind(ALLOC), trace.is_kind(FREE)
+    is_memory = is_alloc_all | is_free_all
+    if not is_memory.any():
         return []
-    device_codes, device_names = trace.codes("device")
+    _, device_names = trace.codes("device")
     time_all = trace.numbers("time_ns")
     fidelity = trace.metadata.get("fidelity", {})
     gaps = capture_gaps(trace)
     result = []
-    codes = device_codes[memory_rows]
-    for code in np.unique(codes):
-        rows = memory_rows[codes == code]
+    for code, device_rows in trace.rows_by("device").items():
+        rows = device_rows[is_memory[device_rows]]
+        if not len(rows):
+            continue
         if (np.diff(time_all[rows]) < 0).any():
             rows = rows[np.argsort(time_all[rows], kind="stable")]
         columns = _Columns(trace, rows)

@@ -5,14 +5,14 @@ measurement of a run."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tpumem.trace.model import Trace
+from tpumem.trace.records import PROGRAM as PROGRAM_RECORD
+from tpumem.trace.records import conform, parse_object
 from tpumem.trace.schema import PROGRAM
 
 
@@ -31,20 +31,17 @@ class ProgramMemory:
 
 def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
     """Every compiled program the trace recorded, in the order they compiled."""
-    kinds = trace.table.column("kind").cast(pa.string())
-    rows = np.flatnonzero(pc.equal(kinds, PROGRAM).to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(trace.is_kind(PROGRAM))
     if not len(rows):
         return ()
     times = trace.numbers("time_ns")[rows]
     texts = trace.table.column("text").take(pa.array(rows)).to_pylist()
     result = []
     for time_ns, text in zip(times.tolist(), texts, strict=True):
-        try:
-            record = json.loads(text or "")
-        except json.JSONDecodeError:
+        record = parse_object(text)
+        if record is None:
             continue  # a row cut short by a crash: nothing to show
-        if not isinstance(record, dict):
-            continue
+        record = conform(record, PROGRAM_RECORD, "program", [])
         result.append(
             ProgramMemory(
                 name=str(record.get("name", "?")),

@@ -5,11 +5,10 @@ run's whole JSON report ("tpumem-report/1") under `runs`, as `tpumem report
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from tpumem.analysis.comparison import Comparison
-from tpumem.report.json_report import report_dict
+from tpumem.report.json_report import dump, report_dict
 
 COMPARE_SCHEMA = "tpumem-compare/1"
 
@@ -32,4 +31,4 @@ def render_compare_json(comparison: Comparison) -> str:
     for run in body["runs"]:
         for device in run["devices"]:
             device["series"] = None  # drawing only (--html): not a figure
-    return json.dumps(body, indent=2) + "\n"
+    return dump(body, indent=2) + "\n"

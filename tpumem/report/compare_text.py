@@ -13,6 +13,7 @@ from tpumem.analysis import labels
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.rows import fit_answer
+from tpumem.report.visible import markup
 from tpumem.units import format_bytes, format_seconds
 
 # How each figure was obtained, shortened to fit under a value.
@@ -72,7 +73,9 @@ def render_compare_text(comparison: Comparison, width: int = 100, color: bool = 
     table.add_column("figure", style="bold")
     for name, run, device in zip(names, comparison.runs, comparison.devices, strict=True):
         file = Path(run.path).name if run.path else ""
-        table.add_column(f"{name}\n[dim]{device or '-'} · {file}[/]", overflow="fold")
+        table.add_column(
+            f"{markup(name)}\n[dim]{markup(device or '-')} · {markup(file)}[/]", overflow="fold"
+        )
     for row in comparison.rows:
         table.add_row(row.figure, *(_cell(row, i) for i in range(len(names))))
     console.print(table)
@@ -94,26 +97,27 @@ def _differences(console: Console, comparison: Comparison) -> None:
     )
     table.add_column("region")
     for index, name in enumerate(names):
-        table.add_column(name if index == 0 else f"{name}\n[dim]vs {names[0]}[/]", justify="right")
+        title = markup(name) if index == 0 else f"{markup(name)}\n[dim]vs {markup(names[0])}[/]"
+        table.add_column(title, justify="right")
     for region in comparison.regions:
         cells = [format_bytes(region.bytes[0])]
         cells += [
             f"{format_bytes(b)}\n[dim]{_signed(c)}[/]"
             for b, c in zip(region.bytes[1:], region.change[1:], strict=True)
         ]
-        table.add_row(region.region, *cells)
+        table.add_row(markup(region.region), *cells)
     console.print(table)
     ops = Table(
         title=f"Largest ops at each peak (top {len(comparison.top_ops[0]) or 0})",
         title_justify="left",
     )
     for name in names:
-        ops.add_column(name)
+        ops.add_column(markup(name))
     depth = max((len(top) for top in comparison.top_ops), default=0)
     for line in range(depth):
         ops.add_row(
             *(
-                f"{format_bytes(top[line][1])} {top[line][0]}" if line < len(top) else ""
+                f"{format_bytes(top[line][1])} {markup(top[line][0])}" if line < len(top) else ""
                 for top in comparison.top_ops
             )
         )
@@ -131,7 +135,7 @@ def _fit(console: Console, comparison: Comparison) -> None:
     )
     table.add_column("accelerator")
     for name in comparison.names:
-        table.add_column(name, overflow="fold")
+        table.add_column(markup(name), overflow="fold")
     first = next(a for a in advice if a)
     for index, target in enumerate(first.rows):
         label = f"{target.accelerator} [dim]{format_bytes(target.memory_bytes)}[/]"
@@ -139,7 +143,7 @@ def _fit(console: Console, comparison: Comparison) -> None:
     console.print(table)
     for name, fit in zip(comparison.names, advice, strict=True):
         for note in fit.notes if fit else ():
-            console.print(f"[dim]{name}: {note}[/]")
+            console.print(f"[dim]{markup(name)}: {markup(note)}[/]")
 
 
 def _fit_cell(row: FitRow) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import json
 from importlib import resources
 from typing import Any
 
@@ -20,7 +19,7 @@ from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.report.compare_json import comparison_data
-from tpumem.report.json_report import SCHEMA, report_dict
+from tpumem.report.json_report import SCHEMA, dump, report_dict
 from tpumem.report.rows import device_rows, run_rows
 
 SERIES_POINTS = 1500  # points per device drawn; figures use every event
@@ -41,7 +40,7 @@ def _asset(name: str) -> str:
 
 def embed_json(data: Any) -> str:
     """JSON that is safe inside a <script> element."""
-    text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+    text = dump(data, separators=(",", ":"))
     for raw, escaped in _ESCAPES.items():
         text = text.replace(raw, escaped)
     return text

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 from tpumem.analysis.summary import RunAnalysis
@@ -29,5 +30,22 @@ def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
     return {"schema": SCHEMA, **body}
 
 
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinity as null: JSON has no such numbers, and
+    strict parsers refuse Python's `NaN` and `Infinity`."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+def dump(body: Any, **options: Any) -> str:
+    """Strict JSON."""
+    return json.dumps(finite(body), allow_nan=False, **options)
+
+
 def render_json(analysis: RunAnalysis) -> str:
-    return json.dumps(report_dict(analysis), indent=2) + "\n"
+    return dump(report_dict(analysis), indent=2) + "\n"

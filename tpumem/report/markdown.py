@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from tpumem.analysis.summary import RunAnalysis
-from tpumem.report.rows import device_rows, fit_rows, group_rows, run_rows, sparkline
+from tpumem.report.rows import (
+    BRIEF_HEADERS,
+    device_rows,
+    devices_shown,
+    fit_rows,
+    group_rows,
+    run_rows,
+    sparkline,
+)
 from tpumem.report.text import GROUP_HEADERS
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+from tpumem.report.visible import markdown as _cell
 
 
 def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -18,19 +23,25 @@ def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def render_markdown(analysis: RunAnalysis) -> str:
-    lines = [f"# tpumem report: {analysis.path or ''}", ""]
+    lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
     lines += _table(("", ""), run_rows(analysis))
-    lines += [""] + [f"> warning: {w}" for w in analysis.warnings]
-    for device in analysis.devices:
-        lines += ["", f"## {device.device} (fidelity: {device.fidelity})", ""]
+    lines += [""] + [f"> warning: {_cell(w)}" for w in analysis.warnings]
+    full, brief, note = devices_shown(analysis)
+    if note:
+        lines += ["", note]
+    for device in full:
+        lines += ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
         lines += _table(("figure", "value", "how"), device_rows(device))
         groups = group_rows(device.peak.groups)
         if groups:
             lines += ["", "Live at peak, largest first:", ""]
             lines += _table(GROUP_HEADERS, groups)
         lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
+    if brief:
+        lines += ["", "## Other devices, largest peak first", ""]
+        lines += _table(BRIEF_HEADERS, brief)
     if analysis.fit is not None:
-        lines += ["", f"## Would it fit? ({analysis.fit.device})", ""]
+        lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]
         lines += _table(("accelerator", "answer", "smallest setting"), fit_rows(analysis.fit))
-        lines += [""] + [f"> {note}" for note in analysis.fit.notes]
+        lines += [""] + [f"> {_cell(note)}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"

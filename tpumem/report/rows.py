@@ -12,6 +12,11 @@ from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.units import format_bytes, format_seconds
 
 TOP_GROUPS = 10
+# A run on many devices (a pod slice, a multi-host job) is read by its largest
+# peaks: these are shown in full, the next ones a line each, the rest counted.
+SHOWN_DEVICES = 8
+LISTED_DEVICES = 32
+BRIEF_HEADERS = ("device", "peak in use", "pool held", "fragmentation at peak")
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -61,19 +66,21 @@ def plural(count: int, word: str) -> str:
 
 
 def _capture(capture: dict) -> str:
-    text = f"{plural(capture['chunks'], 'profiler session')} of {capture['chunk_s']:g} s"
+    text = plural(capture["chunks"], "profiler session")
+    if capture.get("chunk_s") is not None:
+        text += f" of {capture['chunk_s']:g} s"
     if capture.get("sessions_overrun"):
         text += (
             f"; {plural(capture['sessions_overrun'], 'session')} ran long (longest "
-            f"{format_seconds(capture['longest_session_ns'])}): tpumem's capture thread "
+            f"{format_seconds(capture.get('longest_session_ns'))}): tpumem's capture thread "
             "was short of CPU"
         )
     if capture.get("gaps"):
         covered = capture.get("covered_fraction")
         text += (
             f"; {plural(capture['gaps'], 'gap')} between them, "
-            f"{format_seconds(capture['gap_total_ns'])} in all "
-            f"(longest {format_seconds(capture['gap_max_ns'])})"
+            f"{format_seconds(capture.get('gap_total_ns'))} in all "
+            f"(longest {format_seconds(capture.get('gap_max_ns'))})"
         )
         if covered is not None:
             text += f": {covered:.1%} of the time captured"
@@ -83,10 +90,10 @@ def _capture(capture: dict) -> str:
 def _book(book: dict) -> str:
     if "tensors_seen" in book:  # PyTorch/XLA's book of materialized tensors
         text = (
-            f"{book['tensors_transferred']:,} tensors put on the device, "
-            f"{book['tensors_materialized_by_graphs']:,} materialized by graphs, "
-            f"{book['buffers_replaced_in_place']:,} buffers replaced by in-place updates; "
-            f"{book['executions_observed']:,} graph executions"
+            f"{book.get('tensors_transferred', 0):,} tensors put on the device, "
+            f"{book.get('tensors_materialized_by_graphs', 0):,} materialized by graphs, "
+            f"{book.get('buffers_replaced_in_place', 0):,} buffers replaced by in-place updates; "
+            f"{book.get('executions_observed', 0):,} graph executions"
         )
         if book.get("executions_not_observed"):
             text += f" ({book['executions_not_observed']:,} more seen only in PyTorch/XLA's log)"
@@ -152,6 +159,35 @@ def one_line(text: str) -> str:
     if len(lines) > 1:
         line += " …"
     return line if len(line) <= LONGEST_LINE else line[: LONGEST_LINE - 1] + "…"
+
+
+def devices_shown(
+    analysis: RunAnalysis,
+) -> tuple[list[DeviceAnalysis], list[tuple[str, ...]], str | None]:
+    """(devices shown in full, a brief row for each of the next ones, a line that
+    says what was left out, if anything was)."""
+    devices = list(analysis.devices)
+    if len(devices) <= SHOWN_DEVICES:
+        return devices, [], None
+    by_peak = sorted(devices, key=lambda d: d.peak.bytes, reverse=True)
+    rest = by_peak[SHOWN_DEVICES:]
+    brief = [
+        (
+            d.device,
+            format_bytes(d.peak.bytes),
+            format_bytes(d.preallocation.pool_peak_bytes),
+            "-" if d.fragmentation.at_peak is None else f"{d.fragmentation.at_peak:.3f}",
+        )
+        for d in rest[:LISTED_DEVICES]
+    ]
+    unlisted = len(rest) - len(brief)
+    note = (
+        f"{len(devices):,} devices: the {SHOWN_DEVICES} with the largest peaks in full, "
+        f"the next {len(brief)} in brief"
+        + (f", {unlisted:,} more not shown" if unlisted else "")
+        + "; every device is in --format json"
+    )
+    return by_peak[:SHOWN_DEVICES], brief, note
 
 
 def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:

@@ -6,9 +6,19 @@ import io
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
-from tpumem.report.rows import device_rows, fit_rows, group_rows, run_rows, sparkline
+from tpumem.report.rows import (
+    BRIEF_HEADERS,
+    device_rows,
+    devices_shown,
+    fit_rows,
+    group_rows,
+    run_rows,
+    sparkline,
+)
+from tpumem.report.visible import markup, visible
 from tpumem.units import format_bytes, format_seconds
 
 GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
@@ -16,7 +26,7 @@ GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
 
 def _device(console: Console, device: DeviceAnalysis) -> None:
     console.rule(
-        f"[bold]{device.device}[/] · fidelity: {device.fidelity} · "
+        f"[bold]{markup(device.device)}[/] · fidelity: {device.fidelity} · "
         f"{device.allocations:,} allocations, {device.frees:,} frees"
     )
     figures = Table(show_header=False, box=None, pad_edge=False)
@@ -24,7 +34,7 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     figures.add_column()
     figures.add_column(style="dim")
     for row in device_rows(device):
-        figures.add_row(*row)
+        figures.add_row(*_cells(row))
     console.print(figures)
     groups = group_rows(device.peak.groups)
     if groups:
@@ -32,7 +42,7 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
         for header in GROUP_HEADERS:
             table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
         for row in groups:
-            table.add_row(*row)
+            table.add_row(*_cells(row))
         console.print(table)
     line = device.timeline
     if line.in_use_max:
@@ -46,24 +56,39 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
         )
 
 
+def _cells(row: tuple[str, ...]) -> list[Text]:
+    """Cells as plain text: what a trace named shows as it is, never as markup."""
+    return [Text(visible(cell)) for cell in row]
+
+
 def render_text(analysis: RunAnalysis, width: int = 100, color: bool = False) -> str:
     buffer = io.StringIO()
     console = Console(
         file=buffer, width=width, color_system="standard" if color else None, highlight=False
     )
-    console.print(f"[bold]tpumem report[/] · {analysis.path or ''}")
+    console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}")
     header = Table(show_header=False, box=None, pad_edge=False)
     header.add_column(style="bold")
     header.add_column()
     for row in run_rows(analysis):
-        header.add_row(*row)
+        header.add_row(*_cells(row))
     console.print(header)
     for warning in analysis.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {markup(warning)}")
     if not analysis.devices:
         console.print("No allocation events in this trace.")
-    for device in analysis.devices:
+    full, brief, note = devices_shown(analysis)
+    if note:
+        console.print(note, style="dim")
+    for device in full:
         _device(console, device)
+    if brief:
+        table = Table(title="Other devices, largest peak first", title_justify="left")
+        for header in BRIEF_HEADERS:
+            table.add_column(header, justify="left" if header == "device" else "right")
+        for row in brief:
+            table.add_row(*_cells(row))
+        console.print(table)
     if analysis.fit is not None:
         _fit(console, analysis)
     return buffer.getvalue()
@@ -73,13 +98,14 @@ def _fit(console: Console, analysis: RunAnalysis) -> None:
     fit = analysis.fit
     assert fit is not None
     table = Table(
-        title=f"Would it fit? {fit.device}: peak + fragmentation headroom (+ TPU padding on TPUs)",
+        title=f"Would it fit? {markup(fit.device)}: peak + fragmentation headroom "
+        "(+ TPU padding on TPUs)",
         title_justify="left",
     )
     for header in ("accelerator", "answer", "smallest setting that holds it"):
         table.add_column(header)
     for row in fit_rows(fit):
-        table.add_row(*row)
+        table.add_row(*_cells(row))
     console.print(table)
     for note in fit.notes:
-        console.print(f"[dim]{note}[/]")
+        console.print(f"[dim]{markup(note)}[/]")

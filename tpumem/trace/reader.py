@@ -1,9 +1,19 @@
-"""Loads a trace file, refusing what is not one and keeping what a cut file holds."""
+"""Loads a trace file, refusing what is not one and keeping what a cut or damaged
+file holds.
+
+A trace is read as untrusted input: every record batch is validated in full before
+any of it is used (a damaged offset would otherwise send pyarrow past its buffers),
+the columns must have the format's types, the rows' values must be ones a device
+could give (trace/values.py) and the JSON records what the format describes
+(trace/records.py). What fails stops the reading there, or is left out, and the
+trace's warnings say so; what was read before it stands.
+"""
 
 from __future__ import annotations
 
-import json
 import mmap
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +22,7 @@ import pyarrow.compute as pc
 
 from tpumem.errors import TpumemError
 from tpumem.trace.model import Trace
+from tpumem.trace.records import METADATA, conform, dropped_warning, parse_object
 from tpumem.trace.schema import (
     END_OF_STREAM,
     FORMAT_NAME,
@@ -20,14 +31,24 @@ from tpumem.trace.schema import (
     METADATA_KEY,
     SCHEMA,
 )
+from tpumem.trace.values import sane
+
+# Batches are joined into chunks of at least this many rows: a long run's writer
+# flushes ten small batches a second, and the analysis costs by chunk as well as by row.
+CHUNK_ROWS = 1 << 16
+GROUP_BATCHES = 1024
 
 
 def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """Patches replace keys, except `warnings`, which accumulate."""
     merged = {**base, **patch}
     if "warnings" in patch:
-        merged["warnings"] = [*base.get("warnings", []), *patch["warnings"]]
+        merged["warnings"] = [*_list(base.get("warnings")), *_list(patch["warnings"])]
     return merged
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _header(schema: pa.Schema, path: str) -> dict[str, Any]:
@@ -35,13 +56,18 @@ def _header(schema: pa.Schema, path: str) -> dict[str, Any]:
     if raw is None:
         raise TpumemError(f"{path}: an Arrow stream, but not a tpumem trace")
     try:
-        header = json.loads(raw)
-    except ValueError:
-        raise TpumemError(f"{path}: the trace header is not valid JSON") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise TpumemError(f"{path}: the trace header is not UTF-8 text") from None
+    header = parse_object(text)
+    if header is None:
+        raise TpumemError(f"{path}: the trace header is not a JSON object")
+    if header.get("format") != FORMAT_NAME:
         raise TpumemError(f"{path}: not a tpumem trace")
     version = header.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TpumemError(f"{path}: the trace's format version {version!r} is not one tpumem knows")
+    if version > FORMAT_VERSION:
         raise TpumemError(
             f"{path}: trace format version {version} is newer than this tpumem reads "
             f"({FORMAT_VERSION}); upgrade tpumem"
@@ -49,64 +75,138 @@ def _header(schema: pa.Schema, path: str) -> dict[str, Any]:
     return header
 
 
-def _conform(table: pa.Table) -> pa.Table:
-    """Adds columns an older writer did not have (as nulls), drops unknown ones."""
+def _columns(schema: pa.Schema, path: str) -> None:
+    """The stream's columns can be read as the format's: `kind` among them, none twice."""
+    try:
+        names = schema.names
+    except UnicodeDecodeError:
+        raise TpumemError(f"{path}: the trace's column names are not UTF-8 text") from None
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise TpumemError(f"{path}: the trace has column {twice[0]!r} more than once")
+    if "kind" not in names:
+        raise TpumemError(f"{path}: the trace has no 'kind' column")
+
+
+def _conform(table: pa.Table, path: str) -> pa.Table:
+    """The format's columns and types: columns an older writer did not have are
+    added as nulls, unknown ones dropped, and ones of another type cast losslessly."""
     columns = []
     for field in SCHEMA:
-        if field.name in table.column_names:
-            columns.append(table.column(field.name))
-        else:
+        if field.name not in table.column_names:
             columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except (pa.ArrowException, ValueError):
+                raise TpumemError(
+                    f"{path}: the trace's column {field.name!r} holds {column.type}, "
+                    f"which is not {field.type}"
+                ) from None
+        columns.append(column)
     return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
+def _read_batches(reader: pa.ipc.RecordBatchStreamReader) -> tuple[pa.Table, bool]:
+    """The whole, valid batches as a table of few chunks, and whether something
+    after them was not whole or valid. Batches are joined as they are read (their
+    dictionaries unified), so a long run's many small batches cost by row."""
+    chunks: list[pa.RecordBatch] = []
+    group: list[pa.RecordBatch] = []
+    rows, damaged = 0, False
+    while True:
+        try:
+            batch = reader.read_next_batch()
+            batch.validate(full=True)
+        except StopIteration:
+            break
+        except (pa.ArrowException, OSError, ValueError):
+            damaged = True
+            break
+        group.append(batch)
+        rows += batch.num_rows
+        if rows >= CHUNK_ROWS or len(group) >= GROUP_BATCHES:
+            chunks += _join(group, reader.schema)
+            group, rows = [], 0
+    chunks += _join(group, reader.schema)
+    return pa.Table.from_batches(chunks, reader.schema), damaged
+
+
+def _join(group: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
+    if len(group) < 2:
+        return group
+    return pa.Table.from_batches(group, schema).combine_chunks().to_batches()
+
+
+def _metadata(header: dict[str, Any], table: pa.Table, path: str) -> dict[str, Any]:
+    """The header with every patch merged in, as the format describes it."""
+    metadata, unreadable = header, 0
+    patches = table.filter(pc.equal(table.column("kind").cast(pa.string()), META))
+    for text in patches.column("text").to_pylist():
+        patch = parse_object(text)
+        if patch is None:
+            unreadable += 1
+        else:
+            metadata = merge_metadata(metadata, patch)
+    dropped: list[str] = []
+    metadata = conform(metadata, METADATA, "", dropped)
+    warnings = metadata.setdefault("warnings", [])
+    if unreadable:
+        warnings.append(f"left out {unreadable:,} metadata rows that were not JSON objects")
+    if dropped:
+        warnings.append(dropped_warning("the trace's metadata", dropped))
+    return metadata
+
+
+def _open(name: str) -> mmap.mmap:
+    """The file's bytes, mapped; one line for anything that is not a readable file."""
+    try:
+        info = os.stat(name)
+        if stat.S_ISDIR(info.st_mode):
+            raise TpumemError(f"{name}: is a directory, not a trace file")
+        if not stat.S_ISREG(info.st_mode):
+            raise TpumemError(f"{name}: not a regular file, so not a trace")
+        if info.st_size == 0:
+            raise TpumemError(f"{name}: empty file, not a tpumem trace")
+        # Python's mmap, not Arrow's: its pages can be given back once read (Trace).
+        with open(name, "rb") as handle:
+            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise TpumemError(f"{name}: no such file") from None
+    except OSError as error:
+        raise TpumemError(f"{name}: cannot read: {error.strerror or error}") from None
+
+
 def load(path: str | Path) -> Trace:
-    """Reads a trace. A file cut short (its writer was killed) loads up to the last
-    whole record batch and says so in its warnings."""
+    """Reads a trace. A file cut short (its writer was killed) or damaged loads up to
+    its last whole, valid record batch and says so in its warnings."""
     name = str(path)
-    file = Path(path)
-    if not file.exists():
-        raise TpumemError(f"{name}: no such file")
-    if file.is_dir():
-        raise TpumemError(f"{name}: is a directory, not a trace file")
-    if file.stat().st_size == 0:
-        raise TpumemError(f"{name}: empty file, not a tpumem trace")
-    # Python's mmap, not Arrow's: its pages can be given back once read (Trace).
-    with open(name, "rb") as handle:
-        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    mapping = _open(name)
     source = pa.BufferReader(pa.py_buffer(mapping))
     try:
         reader = pa.ipc.open_stream(source)
-    except (pa.ArrowInvalid, OSError) as error:
+    except (pa.ArrowException, OSError, ValueError) as error:
         if source.size() >= 4 and mapping[:4] == b"\xff\xff\xff\xff":
             raise TpumemError(f"{name}: truncated before the end of its header") from error
         raise TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)") from error
     header = _header(reader.schema, name)
-    batches = []
-    cut = False
-    while True:
-        try:
-            batches.append(reader.read_next_batch())
-        except StopIteration:
-            break
-        except (pa.ArrowInvalid, OSError):
-            cut = True
-            break
-    table = _conform(pa.Table.from_batches(batches, schema=reader.schema))
-    metadata = header
-    if table.num_rows:
-        patches = table.filter(pc.equal(table.column("kind").cast(pa.string()), META))
-        for text in patches.column("text").to_pylist():
-            metadata = merge_metadata(metadata, json.loads(text))
-    complete = not cut and mapping[-len(END_OF_STREAM) :] == END_OF_STREAM
-    if not complete:
-        metadata = merge_metadata(
-            metadata,
-            {
-                "warnings": [
-                    f"the trace was not closed by its writer (the process crashed or was "
-                    f"killed); loaded the {table.num_rows:,} rows written before that"
-                ]
-            },
+    _columns(reader.schema, name)
+    table, damaged = _read_batches(reader)
+    table = _conform(table, name)
+    table, notes = sane(table)
+    metadata = _metadata(header, table, name)
+    metadata["warnings"] += notes
+    # Complete: closed by its writer, which a cut or killed run's trace is not.
+    complete = mapping[-len(END_OF_STREAM) :] == END_OF_STREAM
+    if damaged and complete:
+        metadata["warnings"].append(
+            f"the trace is damaged after its first {table.num_rows:,} rows; loaded those"
+        )
+    elif not complete:
+        metadata["warnings"].append(
+            f"the trace was not closed by its writer (the process crashed or was "
+            f"killed); loaded the {table.num_rows:,} rows written before that"
         )
     return Trace(path=name, metadata=metadata, table=table, complete=complete, mapping=mapping)

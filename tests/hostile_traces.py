@@ -1,0 +1,197 @@
+"""Hand-built traces a careless or hostile writer could leave: each breaks one rule
+of the format (tpumem/trace/schema.py) that a mutated byte rarely hits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from tpumem.trace.columns import rows_to_batch
+from tpumem.trace.schema import SCHEMA
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
+MARKUP = "[bold red]markup[/] [link=file:///etc/passwd]x[/link]"
+HTML = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+def _rows(device: str = "GPU:0", op: str = "dot", count: int = 4) -> list[dict]:
+    rows = []
+    for i in range(count):
+        rows.append(
+            {
+                "kind": "alloc",
+                "time_ns": 10 * i,
+                "device": device,
+                "buffer_id": i,
+                "address": 4096 * i,
+                "bytes": 1024 * (i + 1),
+                "op": op,
+                "shape": "[16,16]",
+                "dtype": "float32",
+            }
+        )
+    rows.append({"kind": "free", "time_ns": 100, "device": device, "buffer_id": 0, "bytes": 1024})
+    return rows
+
+
+def write(
+    path: Path,
+    rows: list[dict] | None = None,
+    header: object = None,
+    batch: pa.RecordBatch | None = None,
+    raw_header: bytes | None = None,
+) -> Path:
+    """A stream whose header is `header` (dumped as JSON, NaN allowed) or `raw_header`."""
+    if header is None:
+        header = {"format": "tpumem-trace", "format_version": 1, "framework": "jax"}
+    text = raw_header if raw_header is not None else json.dumps(header).encode()
+    if batch is None:
+        batch = rows_to_batch(_rows() if rows is None else rows)
+    schema = batch.schema.with_metadata({b"tpumem": text})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+    return path
+
+
+def _header(**fields: object) -> dict:
+    return {"format": "tpumem-trace", "format_version": 1, "framework": "jax", **fields}
+
+
+def _table_with(name: str, array: pa.Array) -> pa.RecordBatch:
+    batch = rows_to_batch(_rows())
+    index = batch.schema.get_field_index(name)
+    return batch.set_column(index, name, array)
+
+
+def _replaced(name: str, values: list, dtype: pa.DataType) -> pa.RecordBatch:
+    return _table_with(name, pa.array(values, type=dtype))
+
+
+def _meta_row(text: str) -> dict:
+    return {"kind": "meta", "time_ns": 5, "text": text}
+
+
+def cases() -> dict[str, Callable[[Path], Path]]:
+    """name -> writes the trace at the path given."""
+    n = len(_rows())
+    big = 1 << 62
+    made: dict[str, Callable[[Path], Path]] = {
+        "null kind": lambda p: write(p, [*_rows(), {"time_ns": 7, "device": "GPU:0"}]),
+        "meta not an object": lambda p: write(p, [*_rows(), _meta_row("[1, 2, 3]")]),
+        "meta not json": lambda p: write(p, [*_rows(), _meta_row("{not json")]),
+        "meta nested deep": lambda p: write(p, [*_rows(), _meta_row("[" * 100000)]),
+        "meta warnings not a list": lambda p: write(p, [*_rows(), _meta_row('{"warnings": "x"}')]),
+        "header a list": lambda p: write(p, header=[1, 2]),
+        "header not utf-8": lambda p: write(p, raw_header=b'{"format": "\xff\xfe"}'),
+        "header NaN": lambda p: write(p, header=_header(start_time_ns=float("nan"))),
+        "header infinite end": lambda p: write(p, header=_header(end_time_ns=float("inf"))),
+        "framework a number": lambda p: write(p, header=_header(framework=12)),
+        "devices a string": lambda p: write(p, header=_header(devices="GPU:0")),
+        "devices of strings": lambda p: write(p, header=_header(devices=["GPU:0", 3])),
+        "capacity a string": lambda p: write(
+            p, header=_header(devices=[{"name": "GPU:0", "capacity_bytes": "lots"}])
+        ),
+        "warnings a string": lambda p: write(p, header=_header(warnings="careful")),
+        "capture a list": lambda p: write(p, header=_header(capture=[1])),
+        "capture odd fields": lambda p: write(
+            p, header=_header(capture={"chunks": "3", "chunk_s": None, "gaps": 2})
+        ),
+        "exit a string": lambda p: write(p, header=_header(exit="crashed")),
+        "exit odd fields": lambda p: write(p, header=_header(exit={"signal": "9", "code": []})),
+        "command a string": lambda p: write(p, header=_header(command="train.py")),
+        "command of numbers": lambda p: write(p, header=_header(command=[1, 2])),
+        "fidelity a list": lambda p: write(p, header=_header(fidelity=["allocator"])),
+        "book odd fields": lambda p: write(
+            p, header=_header(buffer_book={"tensors_seen": 1, "arrays_entered": "x"})
+        ),
+        "settings a list": lambda p: write(p, header=_header(allocator_settings=[1], env=[2])),
+        "version as string": lambda p: write(p, header=_header(format_version="1")),
+        "version 0": lambda p: write(p, header=_header(format_version=0)),
+        "version -1": lambda p: write(p, header=_header(format_version=-1)),
+        "version true": lambda p: write(p, header=_header(format_version=True)),
+        "missing kind column": lambda p: write(
+            p, batch=rows_to_batch(_rows()).drop_columns("kind")
+        ),
+        "duplicate column": lambda p: write(
+            p,
+            batch=pa.RecordBatch.from_arrays(
+                [*rows_to_batch(_rows()).columns, pa.array([1] * n, pa.int64())],
+                names=[*SCHEMA.names, "bytes"],
+            ),
+        ),
+        "bytes as strings": lambda p: write(
+            p, batch=_replaced("bytes", ["1", "x", None, "3", "4"], pa.string())
+        ),
+        "time as floats": lambda p: write(
+            p, batch=_replaced("time_ns", [0.5, 1e30, float("nan"), 3.0, 4.0], pa.float64())
+        ),
+        "kind as ints": lambda p: write(p, batch=_replaced("kind", [1, 2, 3, 4, 5], pa.int64())),
+        "device as a list": lambda p: write(
+            p, batch=_replaced("device", [[1], [2], [3], [4], [5]], pa.list_(pa.int64()))
+        ),
+        "2^62 bytes": lambda p: write(
+            p, batch=_replaced("bytes", [big, big, big, big, big], pa.int64())
+        ),
+        "negative bytes": lambda p: write(
+            p, batch=_replaced("bytes", [-5, -(1 << 63), 3, 4, 5], pa.int64())
+        ),
+        "extreme times": lambda p: write(
+            p,
+            batch=_replaced(
+                "time_ns", [-(1 << 63), (1 << 63) - 1, 0, -(1 << 63), (1 << 63) - 1], pa.int64()
+            ),
+        ),
+        "fragmentation infinite": lambda p: write(
+            p,
+            batch=_replaced(
+                "fragmentation",
+                [float("inf"), float("-inf"), float("nan"), 2.0, -1.0],
+                pa.float64(),
+            ),
+        ),
+        "counters extreme": lambda p: write(
+            p,
+            batch=_replaced("bytes_in_use", [big, -big, (1 << 63) - 1, 0, 1], pa.int64()),
+        ),
+        "escapes everywhere": lambda p: write(
+            p,
+            [
+                *_rows(device=ESCAPES, op=ESCAPES + MARKUP),
+                _meta_row(json.dumps({"warnings": [ESCAPES]})),
+            ],
+            header=_header(
+                framework=ESCAPES,
+                backend=MARKUP,
+                command=[ESCAPES, MARKUP],
+                warnings=[MARKUP, ESCAPES],
+                exit={"code": 1, "exception": ESCAPES},
+            ),
+        ),
+        "html in names": lambda p: write(
+            p,
+            [*_rows(device=HTML, op=HTML)],
+            header=_header(framework=HTML, command=[HTML], warnings=[HTML]),
+        ),
+        "program not json": lambda p: write(
+            p, [*_rows(), {"kind": "program", "time_ns": 1, "text": "{oops"}]
+        ),
+        "program odd fields": lambda p: write(
+            p,
+            [
+                *_rows(),
+                {"kind": "program", "time_ns": 1, "text": '{"name": 5, "temp_bytes": "x"}'},
+                {"kind": "program", "time_ns": 2, "text": "[1]"},
+            ],
+        ),
+        "free before alloc": lambda p: write(
+            p, [{"kind": "free", "time_ns": 0, "device": "GPU:0", "buffer_id": 9, "bytes": 8}]
+        ),
+        "only marks": lambda p: write(
+            p, [{"kind": "mark", "time_ns": 0, "text": "step", "step": -5}]
+        ),
+        "no rows": lambda p: write(p, batch=rows_to_batch(_rows()).slice(0, 0)),
+    }
+    return made

@@ -1,0 +1,74 @@
+"""The values a trace's rows may hold. Anything outside them no device or clock
+gives (a corrupt file, a writer's bug): such a row is left out, or such a value
+read as not recorded, and the trace's warnings say how many. The bounds keep the
+analysis' sums and differences inside int64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# 1 PiB: more memory than any device or host has; a million of them still sum in int64.
+MAX_BYTES = 1 << 50
+# About 36 years either side of the trace's start.
+MAX_TIME_NS = 1 << 60
+BYTE_COLUMNS = (
+    "bytes",
+    "requested_bytes",
+    "bytes_in_use",
+    "bytes_reserved",
+    "bytes_limit",
+    "pool_bytes",
+    "peak_bytes_in_use",
+    "largest_free_block",
+)
+# Device addresses: positive, with room to add a size.
+MAX_ADDRESS = 1 << 62
+
+
+def _outside(column: pa.ChunkedArray, low: float, high: float) -> pa.ChunkedArray:
+    """True where a value is outside [low, high] (NaN included); null where null."""
+    inside = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
+    return pc.invert(inside)
+
+
+def _nulled(table: pa.Table, name: str, bad: pa.ChunkedArray) -> pa.Table:
+    column = table.column(name)
+    replaced = pc.if_else(pc.fill_null(bad, False), pa.scalar(None, column.type), column)
+    return table.set_column(table.schema.get_field_index(name), name, replaced)
+
+
+def sane(table: pa.Table) -> tuple[pa.Table, list[str]]:
+    """The rows and values a trace may hold, and a warning for what was left out."""
+    notes = []
+    drop = pc.is_null(table.column("kind"))
+    time = table.column("time_ns")
+    drop = pc.or_(drop, pc.fill_null(_outside(time, -MAX_TIME_NS, MAX_TIME_NS), False))
+    dropped = int(pc.sum(drop).as_py() or 0)
+    if dropped:
+        table = table.filter(pc.invert(drop))
+        notes.append(
+            f"left out {dropped:,} rows with no kind or a time more than 36 years "
+            "from the trace's start"
+        )
+    nulled = np.zeros(table.num_rows, bool)
+    bounds = {name: (0, MAX_BYTES) for name in BYTE_COLUMNS}
+    bounds |= {"address": (0, MAX_ADDRESS), "step": (-MAX_TIME_NS, MAX_TIME_NS)}
+    bounds["fragmentation"] = (0.0, 1.0)
+    for name, (low, high) in bounds.items():
+        column = table.column(name)
+        if column.null_count == len(column):
+            continue
+        bad = _outside(column, low, high)
+        count = int(pc.sum(bad).as_py() or 0)
+        if count:
+            nulled |= pc.fill_null(bad, False).to_numpy(zero_copy_only=False)
+            table = _nulled(table, name, bad)
+    if nulled.any():
+        notes.append(
+            f"read {int(nulled.sum()):,} rows' sizes, addresses, steps or fragmentation "
+            "as not recorded: their values were out of any device's range"
+        )
+    return table, notes
