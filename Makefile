@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # torch_xla 2.9.0 (about 7 GB, torch pulls the CUDA libraries), TensorBoard/XProf.
 EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
 
-.PHONY: setup test lint demo html-check tensorboard-check bench clean
+.PHONY: setup test lint browser demo html-check tensorboard-check bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,11 +17,19 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed
 
+# The browser tests need Debian's Chromium; installed here where it is missing
+# (as root, as on CI), so that they run rather than fail for want of it.
+browser:
+	@command -v chromium >/dev/null || { \
+		apt-get install -y -q chromium >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }
+	@chromium --version 2>/dev/null
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: setup lint
+test: setup lint browser
 	$(BIN)/python -m pytest
 
 demo: setup

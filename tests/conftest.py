@@ -23,6 +23,18 @@ def run_tpumem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
     )
 
 
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit status 2 and one line on stderr, holding `words`; the line."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tpumem: error: ")
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
 def run_python(script: str, cwd: Path, env: dict[str, str] | None = None) -> dict:
     """Runs a framework script in a fresh interpreter; its last stdout line is JSON."""
     path = cwd / "script.py"

@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tpumem.trace.records import DROPPED
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}  # TensorFlow's start-up chatter
 
 
 def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "tpumem", "profile", *args],
         capture_output=True,
         text=True,
@@ -21,6 +23,9 @@ def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
         env={**os.environ, **QUIET, **(env or {})},
         timeout=300,
     )
+    # What the adapters record is what the reader expects (trace/records.py).
+    assert DROPPED not in result.stderr, result.stderr[-2000:]
+    return result
 
 
 def run_plain(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

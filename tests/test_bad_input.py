@@ -8,19 +8,9 @@ import os
 import pyarrow as pa
 import pytest
 
-from conftest import run_tpumem
+from conftest import assert_one_line_error, run_tpumem
 from tpumem.trace.schema import SCHEMA
 from xspace_builder import build_space
-
-
-def assert_one_line_error(result, *words):
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("tpumem: error: ")
-    for word in words:
-        assert word in lines[0]
 
 
 def trace_inputs(tmp_path):

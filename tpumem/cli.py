@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -52,6 +52,23 @@ def _progress(message: str):
         yield
 
 
+def _finite(value: float | None) -> float | None:
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+# The text report's width in columns: narrower cannot hold its tables, wider is
+# more than any terminal shows.
+Width = Annotated[int, typer.Option(help="Width of the text report, in columns.", min=40, max=1000)]
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Replace an existing trace at the output path."),
+]
+
+
 def _default_output(source: Path, run: str, host: str, hosts: int) -> Path:
     stem = run if source.is_dir() else host
     return Path(f"{stem}.{host}.tpumem" if hosts > 1 else f"{stem}.tpumem")
@@ -70,22 +87,39 @@ def import_command(
         Optional[str],  # noqa: UP045
         typer.Option("--run", help="Which run of a logdir (default: the newest)."),
     ] = None,
+    force: Force = False,
 ) -> None:
     """Import the allocator events of XSpace profiles written by TensorFlow's, JAX's or
-    PyTorch/XLA's profiler (one trace file per host)."""
+    PyTorch/XLA's profiler (one trace file per host). Without -o, the trace is named
+    after the run (or file), numbered if that name is taken."""
     from tpumem.importer import find_profiles, import_profile
+    from tpumem.outputs import check_target, create_trace, default_trace
 
     run_name, hosts = find_profiles(path, run)
+    inputs = [host.path for host in hosts]
+    targets = []
     for host in hosts:
         if output is None:
-            target = _default_output(path, run_name, host.host, len(hosts))
-        elif len(hosts) > 1:
+            targets.append(None)
+            continue
+        if len(hosts) > 1:
             target = output.with_name(f"{output.stem}.{host.host}{output.suffix or '.tpumem'}")
         else:
             target = output
+        if check_target(target, inputs) and not force:  # before any work is done
+            raise TpumemError(f"{target}: exists; use --force to replace it, or -o another name")
+        targets.append(target)
+    for host, target in zip(hosts, targets, strict=True):
+        default = _default_output(path, run_name, host.host, len(hosts))
+
+        def create(target: Path | None = target, default: Path = default) -> tuple[Path, int]:
+            if target is None:
+                return default_trace(default, inputs)
+            return target, create_trace(target, inputs, force)
+
         with _progress(f"importing {host.path}"):
-            count = import_profile(host, target, run_name)
-        typer.echo(f"{target}: {count:,} memory events from {host.path}")
+            written, count = import_profile(host, run_name, create)
+        typer.echo(f"{written}: {count:,} memory events from {host.path}")
 
 
 @app.command()
@@ -101,7 +135,10 @@ def report(
         Optional[Path],  # noqa: UP045
         typer.Option("-o", "--output", help="Write the report to this file."),
     ] = None,
-    width: Annotated[int, typer.Option(help="Width of the text report.")] = 100,
+    width: Width = 100,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a trace at the output path.")
+    ] = False,
 ) -> None:
     """Report peak use, preallocation and fragmentation of a trace."""
     from tpumem.analysis import analyze
@@ -112,7 +149,7 @@ def report(
     with _progress(f"analysing {trace}"):
         analysis = analyze(load(trace), series_points=_series_points(chosen))
     color = output is None and sys.stdout.isatty()
-    _emit(render(analysis, chosen, width=width, color=color), output)
+    _emit(render(analysis, chosen, width=width, color=color), output, [trace], force)
 
 
 def _series_points(fmt: str) -> int:
@@ -124,14 +161,13 @@ def _series_points(fmt: str) -> int:
     return SERIES_POINTS
 
 
-def _emit(text: str, output: Path | None) -> None:
+def _emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        output.write_text(text)
-    except OSError as error:
-        raise TpumemError(f"{output}: cannot write: {error.strerror}") from None
+    from tpumem.outputs import write_report
+
+    write_report(output, text, inputs, force)
     print(f"tpumem: wrote {output}", file=sys.stderr)
 
 
@@ -154,7 +190,10 @@ def compare(
     output_dir: Annotated[
         Path, typer.Option(help="Where the traces of profiled scripts go.")
     ] = Path("."),
-    width: Annotated[int, typer.Option(help="Width of the text table.")] = 100,
+    width: Width = 100,
+    force: Annotated[
+        bool, typer.Option("--force", help="Let --html replace a trace at its path.")
+    ] = False,
 ) -> None:
     """Compare runs side by side: the same model in JAX, TensorFlow and PyTorch/XLA.
 
@@ -189,7 +228,7 @@ def compare(
     if html is not None:
         from tpumem.report.html import render_compare_html
 
-        _emit(render_compare_html(comparison), html)
+        _emit(render_compare_html(comparison), html, [s.trace for s in sources], force)
 
 
 @app.command()
@@ -201,7 +240,12 @@ def check(
     ] = None,
     max_fragmentation: Annotated[
         Optional[float],  # noqa: UP045
-        typer.Option(help="Largest fragmentation allowed at the peak, 0..1.", min=0.0, max=1.0),
+        typer.Option(
+            help="Largest fragmentation allowed at the peak, 0..1.",
+            min=0.0,
+            max=1.0,
+            callback=_finite,
+        ),
     ] = None,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
@@ -248,18 +292,33 @@ def profile(
     ] = None,
     output: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("-o", "--output", help="Trace file (default: <script>.tpumem here)."),
+        typer.Option(
+            "-o",
+            "--output",
+            help="Trace file (default: <script>.tpumem here, numbered if taken).",
+        ),
     ] = None,
     framework: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="tensorflow, jax or torch_xla (default: from the script's imports)."),
     ] = None,
     sample_interval: Annotated[
-        float, typer.Option(help="Seconds between readings of the allocator's counters.", min=0.001)
+        float,
+        typer.Option(
+            help="Seconds between readings of the allocator's counters.",
+            min=0.001,
+            max=60.0,
+            callback=_finite,
+        ),
     ] = 0.01,
     chunk: Annotated[
         float,
-        typer.Option(help="Seconds per profiler session: the most a killed run loses.", min=0.05),
+        typer.Option(
+            help="Seconds per profiler session: the most a killed run loses.",
+            min=0.05,
+            max=3600.0,
+            callback=_finite,
+        ),
     ] = 1.0,
     cpu_allocator_events: Annotated[
         bool,
@@ -272,7 +331,8 @@ def profile(
     fmt: Annotated[
         str, typer.Option("--format", "-f", help="Report format: text, json or md.")
     ] = "text",
-    width: Annotated[int, typer.Option(help="Width of the text report.")] = 100,
+    width: Width = 100,
+    force: Force = False,
     tensorboard: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="Also export the trace to this TensorBoard log directory."),
@@ -304,6 +364,7 @@ def profile(
         args=rest,
         output=output,
         framework=framework,
+        force=force,
         capture=CaptureOptions(
             sample_interval_s=sample_interval,
             chunk_s=chunk,
@@ -371,12 +432,47 @@ def _export(traces: list[Path], logdir: Path, run: str | None) -> None:
         print(f"tpumem: run {item.run}: {files}", file=sys.stderr)
 
 
+def _fail(message: str, code: int = 2) -> NoReturn:
+    from tpumem.report.visible import visible
+
+    print(f"tpumem: error: {visible(message)}", file=sys.stderr)
+    sys.exit(code)
+
+
 def main() -> None:
     """Entry point: user errors end in one line on stderr and a non-zero status."""
+    from typer._click import exceptions as click_errors
+
     try:
-        app()
+        code = app(standalone_mode=False)
+        sys.stdout.flush()
+    except click_errors.NoArgsIsHelpError as shown:
+        text = shown.ctx.get_help()  # rich prints it and returns nothing
+        if text:
+            print(text)
+        sys.exit(shown.exit_code)
+    except click_errors.UsageError as error:  # a bad option or value: one line, and where to look
+        where = f" (see {error.ctx.command_path} --help)" if error.ctx is not None else ""
+        _fail(error.format_message() + where, error.exit_code)
+    except click_errors.ClickException as error:
+        _fail(error.format_message(), error.exit_code)
     except TpumemError as error:
-        print(f"tpumem: error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-    except KeyboardInterrupt:
+        _fail(str(error), error.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
+    except OSError as error:
+        _output_failed(error)
+    sys.exit(code or 0)
+
+
+def _output_failed(error: OSError) -> NoReturn:
+    """Standard output closed or full (a pipe to `head`, /dev/full): say so once, and
+    let nothing else try to write to it at exit."""
+    import errno
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    if error.errno == errno.EPIPE:
+        sys.exit(1)
+    _fail(f"cannot write the output: {error.strerror or error}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpumem.errors import TpumemError
+from tpumem.outputs import free_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +29,6 @@ def _script_words(argument: str) -> list[str] | None:
     return words if words and words[0].endswith(".py") else None
 
 
-def _unique(path: Path, taken: set[Path]) -> Path:
-    candidate, number = path, 2
-    while candidate in taken:
-        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
-        number += 1
-    taken.add(candidate)
-    return candidate
-
-
 def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
     sources: list[RunSource] = []
     taken: set[Path] = set()
@@ -50,7 +42,8 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
             continue
         if not Path(words[0]).is_file():
             raise TpumemError(f"{words[0]}: no such file")
-        trace = _unique(output_dir / f"{Path(words[0]).stem}.tpumem", taken)
+        # A name no earlier trace has, on disk or among these runs.
+        trace = free_name(output_dir / f"{Path(words[0]).stem}.tpumem", taken)
         sources.append(RunSource(argument, trace, words))
     return sources
 

@@ -13,12 +13,15 @@ from pathlib import Path
 from tpumem.errors import TpumemError
 
 _MAX_FILES = 50  # local modules followed, at most
+_MAX_BYTES = 16 << 20  # a source file larger than this is not read for its imports
 
 
 def _imports(path: Path) -> set[str]:
     try:
+        if not path.is_file() or path.stat().st_size > _MAX_BYTES:
+            return set()
         tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
     names = set()
     for node in ast.walk(tree):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +90,12 @@ def read_profile(profile: HostProfile) -> MemoryEvents:
         ) from None
 
 
-def import_profile(profile: HostProfile, output: Path, run: str) -> int:
-    """Writes one host's memory events as a trace; returns the event count."""
+def import_profile(
+    profile: HostProfile, run: str, create: Callable[[], tuple[Path, int]]
+) -> tuple[Path, int]:
+    """Writes one host's memory events as a trace, in the file `create` makes once
+    the profile was read (a profile with nothing to import leaves no file behind);
+    (the trace's path, the event count)."""
     events = read_profile(profile)
     if len(events) == 0:
         raise TpumemError(
@@ -115,9 +120,15 @@ def import_profile(profile: HostProfile, output: Path, run: str) -> int:
         "start_time_ns": 0,
         "warnings": [],
     }
-    with TraceWriter(output, metadata, flush_interval_s=0) as writer:
+    output, descriptor = create()
+    with TraceWriter(descriptor, metadata, flush_interval_s=0) as writer:
         writer.write_columns(columns, len(events))
         marks, count = mark_columns(events, origin_ps)
         if count:
             writer.write_columns(marks, count)
-    return len(events)
+    if writer.failed is not None:
+        raise TpumemError(
+            f"{output}: writing failed ({writer.failed.strerror or writer.failed}); "
+            "the file holds the events written before"
+        )
+    return output, len(events)

@@ -8,6 +8,7 @@ the terminal as it would without tpumem; this process waits for it to finish.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -20,10 +21,15 @@ from tpumem.adapters import CaptureOptions, adapter_names, get_adapter
 from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.detect import detect_framework, module_file
 from tpumem.errors import TpumemError
+from tpumem.outputs import create_trace, default_trace
 from tpumem.runner import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig
 from tpumem.stderr_filter import StderrFilter, filter_available
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.schema import END_OF_STREAM
+
+# Signals this process passes on to the script's process.
+_FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,7 @@ class ProfileRequest:
     output: Path | None
     framework: str | None
     capture: CaptureOptions
+    force: bool = False  # replace an existing trace at `output`
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,27 +61,29 @@ def _script_path(request: ProfileRequest) -> Path:
         raise TpumemError(f"{path}: no such file")
     if path.is_dir():
         raise TpumemError(f"{path}: is a directory, not a Python script")
+    if not path.is_file():
+        raise TpumemError(f"{path}: not a regular file, so not a Python script")
     return path
 
 
 def default_output(request: ProfileRequest) -> Path:
-    """<script or module>.tpumem in the working directory."""
+    """<script or module>.tpumem in the working directory (numbered when taken)."""
     stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
     return Path(f"{stem}.tpumem")
 
 
-def _prepare(request: ProfileRequest) -> tuple[str, Path, dict[str, str]]:
+def _prepare(request: ProfileRequest) -> tuple[str, Path, int, dict[str, str]]:
+    """(framework, trace path, the trace's open descriptor, environment to set)."""
     script = _script_path(request)
     framework = request.framework or detect_framework(script, adapter_names())
     adapter = get_adapter(framework)
-    output = request.output or default_output(request)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.touch()
-    except OSError as error:
-        raise TpumemError(f"{output}: cannot write: {error.strerror}") from None
     environment = adapter.environment(request.capture, os.environ)
-    return framework, output, environment
+    if request.output is None:
+        output, descriptor = default_trace(default_output(request), [script])
+    else:
+        output = request.output
+        descriptor = create_trace(output, [script], request.force)
+    return framework, output, descriptor, environment
 
 
 def _closed(path: Path) -> bool:
@@ -104,15 +113,22 @@ def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) 
         f"the profiled process {how}; the trace holds what was written before, and "
         f"the allocator events of its last {chunk_s:g} s (one capture chunk) may be missing"
     )
-    append_metadata(
-        trace,
-        {"exit": exit_info, "recorded_by": "tpumem profile", "warnings": [warning]},
-        time_ns=time.time_ns() - start_ns,
-    )
+    try:
+        append_metadata(
+            trace,
+            {"exit": exit_info, "recorded_by": "tpumem profile", "warnings": [warning]},
+            time_ns=time.time_ns() - start_ns,
+        )
+    except OSError as error:  # the trace stays as the run left it
+        if error.errno not in _DISK_FULL:  # (of which the runner has already said)
+            print(
+                f"tpumem: could not record in {trace} how the run ended: {error.strerror or error}",
+                file=sys.stderr,
+            )
 
 
 def run_profiled(request: ProfileRequest) -> ProfileOutcome:
-    framework, output, environment = _prepare(request)
+    framework, output, descriptor, environment = _prepare(request)
     config = RunConfig(
         output=str(output),
         framework=framework,
@@ -121,6 +137,8 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         args=list(request.args),
         capture=asdict(request.capture),
         environment=environment,
+        output_fd=descriptor,
+        parent_pid=os.getpid(),
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
     stderr = StderrFilter() if filter_available() else None
@@ -128,24 +146,34 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         env[QUIET_VARIABLE] = "1"
     start_ns = time.time_ns()
     try:
+        # The trace goes to the child open: another run given the same name (with
+        # --force) cannot swap the file between its creation and its first write.
         child = subprocess.Popen(
             [sys.executable, "-m", "tpumem.runner"],
             env=env,
             stderr=stderr.child_fd if stderr is not None else None,
+            pass_fds=(descriptor,),
         )
     finally:
+        os.close(descriptor)
         if stderr is not None:
             stderr.start()
     # The terminal sends Ctrl-C to the child too; this process waits for the child
     # to act on it (the script may catch it) rather than leaving it orphaned. (Set
-    # after the start: an ignored SIGINT would be inherited by the child.)
+    # after the start: an ignored SIGINT would be inherited by the child.) SIGTERM
+    # and SIGHUP sent to this process are passed on, and it waits for the child to
+    # end by them; should this process die anyway, the child gets SIGTERM (runner).
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    forward = signal.signal(signal.SIGTERM, lambda number, _: child.send_signal(number))
+    forwarded = {
+        number: signal.signal(number, lambda number, _: child.send_signal(number))
+        for number in _FORWARDED
+    }
     try:
         returncode = child.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, forward)
+        for number, handler in forwarded.items():
+            signal.signal(number, handler)
         if stderr is not None:
             stderr.finish()
     killed = -returncode if returncode < 0 else None

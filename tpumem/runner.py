@@ -31,6 +31,8 @@ class RunConfig:
     args: list[str]
     capture: dict[str, Any] = field(default_factory=dict)  # CaptureOptions' fields
     environment: dict[str, str] = field(default_factory=dict)  # what tpumem set
+    output_fd: int | None = None  # the trace, created by `tpumem profile` and passed open
+    parent_pid: int | None = None  # `tpumem profile`, which this process must not outlive
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -97,13 +99,31 @@ def _metadata(config: RunConfig) -> dict[str, Any]:
     }
 
 
+def _die_with_parent(parent_pid: int | None) -> None:
+    """SIGTERM when `tpumem profile` dies, however it dies (Linux's parent-death
+    signal): a run nobody waits for must not go on holding the device. A script
+    that handles SIGTERM (to save a checkpoint) gets to."""
+    if parent_pid is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the signal was asked for
+        os._exit(128 + signal.SIGTERM)
+
+
 def main() -> None:
     config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
+    _die_with_parent(config.parent_pid)
     from tpumem.adapters import CaptureOptions, get_adapter
     from tpumem.errors import TpumemError
     from tpumem.trace.writer import TraceWriter
 
-    writer = TraceWriter(config.output, _metadata(config))
+    runner_pid = os.getpid()
+    target = config.output if config.output_fd is None else config.output_fd
+    writer = TraceWriter(target, _metadata(config))
     adapter = get_adapter(config.framework)(CaptureOptions(**config.capture))
     try:
         adapter.start(writer)
@@ -129,11 +149,21 @@ def main() -> None:
                 "exception": "KeyboardInterrupt",
             }
     finally:
-        try:
-            adapter.stop()
-        finally:
-            writer.patch_metadata({"exit": exit_info, "end_time_ns": writer.now_ns()})
-            writer.close()
+        if os.getpid() == runner_pid:
+            try:
+                adapter.stop()
+            finally:
+                writer.patch_metadata({"exit": exit_info, "end_time_ns": writer.now_ns()})
+                writer.close()
+    # (A process the script forked ends here too, as it would have without tpumem:
+    # the trace and the adapter are the runner's, and it leaves them alone.)
+    if os.getpid() == runner_pid and writer.failed is not None:
+        why = writer.failed.strerror or str(writer.failed)
+        print(
+            f"tpumem: the trace stopped early: {why}; {config.output} keeps what was "
+            "written before",
+            file=sys.stderr,
+        )
     if error is not None:
         trimmed = _user_traceback(error)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)

@@ -24,7 +24,8 @@ def format_seconds(time_ns: int | None) -> str:
     return "-" if time_ns is None else f"{time_ns / 1e9:.3f} s"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$", re.ASCII)
+_LARGEST = (1 << 63) - 1
 _MULTIPLIERS = {
     "": 1,
     "b": 1,
@@ -49,4 +50,10 @@ def parse_bytes(text: str) -> int:
     found = _SIZE.match(text)
     if not found or found.group(2).lower() not in _MULTIPLIERS:
         raise ValueError(f"not a size: {text!r} (write e.g. 12GiB, 800MB or 1048576)")
-    return round(float(found.group(1)) * _MULTIPLIERS[found.group(2).lower()])
+    number, unit = found.group(1), _MULTIPLIERS[found.group(2).lower()]
+    if len(number) > 30:  # more digits than any size has: no float or int64 holds it
+        raise ValueError("larger than any memory (at most 2^63 - 1 bytes)")
+    size = round(float(number) * unit) if "." in number else int(number) * unit
+    if size > _LARGEST:
+        raise ValueError("larger than any memory (at most 2^63 - 1 bytes)")
+    return size

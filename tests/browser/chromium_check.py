@@ -3,10 +3,10 @@ on anything but a clean render: any console message (the page logs none), a page
 script did not finish (it marks <body data-rendered="ok"> last), or a request
 for anything outside the file. Writes a screenshot beside each page to look at.
 
-    python tests/chromium_check.py PAGE.html [PAGE.html ...]
+    python tests/browser/chromium_check.py PAGE.html [PAGE.html ...]
 
-Not part of the pytest suite (CI machines have no Chromium); `make html-check`
-runs it on the demo's pages.
+tests/test_browser.py runs it in the suite (`make test` installs Chromium where it
+is missing); `make html-check` runs it on the demo's pages.
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ FAILED_LOAD = re.compile(r"net::ERR_[A-Z_]+")
 
 
 def check(page: Path) -> list[str]:
+    """The problems of a page (none when it rendered clean); prints what it found."""
+    return rendered(page)[0]
+
+
+def rendered(page: Path) -> tuple[list[str], str]:
+    """(the page's problems, its DOM as Chromium left it after its scripts ran)."""
     page = page.resolve()
     problems = []
     with tempfile.TemporaryDirectory() as profile:
@@ -73,7 +79,7 @@ def check(page: Path) -> list[str]:
     )
     for problem in problems:
         print(f"  {problem}")
-    return problems
+    return problems, dom.stdout
 
 
 def main() -> None:

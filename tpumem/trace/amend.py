@@ -34,24 +34,30 @@ def _message_ends(data: pa.Buffer) -> list[int]:
         ends.append(source.tell())
 
 
-def append_metadata(path: str | Path, patch: dict[str, Any], time_ns: int = 0) -> bool:
-    """Appends `patch` as a metadata row at `time_ns` on the trace clock; False
-    when the file does not even hold a whole schema (nothing a reader could load)."""
-    with open(path, "rb") as handle:
-        data = pa.py_buffer(handle.read())
-    ends = _message_ends(data)
-    if not ends:
-        return False
-    schema = pa.ipc.read_schema(pa.BufferReader(data.slice(0, ends[0])))
+def metadata_tail(schema: pa.Schema, patch: dict[str, Any], time_ns: int) -> bytes:
+    """The messages that end a stream of `schema` with `patch` as a metadata row:
+    its dictionaries, its batch and the end-of-stream marker."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(
             rows_to_batch([{"kind": META, "time_ns": time_ns, "text": json.dumps(patch)}])
         )
     tail = sink.getvalue()
-    tail_after_schema = tail.slice(_message_ends(tail)[0])
+    return tail.slice(_message_ends(tail)[0]).to_pybytes()
+
+
+def append_metadata(path: str | Path, patch: dict[str, Any], time_ns: int = 0) -> bool:
+    """Appends `patch` as a metadata row at `time_ns` on the trace clock; False
+    when the file does not even hold a whole schema (nothing a reader could load).
+    OSError when the file cannot be read or written."""
+    with open(path, "rb") as handle:
+        data = pa.py_buffer(handle.read())
+    ends = _message_ends(data)
+    if not ends:
+        return False
+    schema = pa.ipc.read_schema(pa.BufferReader(data.slice(0, ends[0])))
     with open(path, "r+b") as handle:
         handle.truncate(ends[-1])
         handle.seek(ends[-1])
-        handle.write(tail_after_schema.to_pybytes())
+        handle.write(metadata_tail(schema, patch, time_ns))
     return True

@@ -35,7 +35,6 @@ INT = _Kind("an integer", _is_int)
 NUMBER = _Kind("a finite number", _is_number)
 TEXT = _Kind("a string", lambda v: isinstance(v, str))
 FLAG = _Kind("true or false", lambda v: isinstance(v, bool))
-COUNT = _Kind("a count", lambda v: _is_int(v) or isinstance(v, bool))
 SCALAR = _Kind("a string or number", lambda v: isinstance(v, str) or _is_number(v) or v is None)
 
 
@@ -78,7 +77,19 @@ METADATA: dict[str, Any] = {
         "gap_max_ns": INT,
         "covered_fraction": NUMBER,
     },
-    "buffer_book": MapOf(COUNT),
+    "buffer_book": {  # the counts a report shows; the adapters add their own notes
+        "arrays_entered": INT,
+        "arrays_found_by_poll": INT,
+        "arrays_donated": INT,
+        "shard_arrays_listed": INT,
+        "tensors_seen": INT,
+        "tensors_transferred": INT,
+        "tensors_materialized_by_graphs": INT,
+        "buffers_replaced_in_place": INT,
+        "executions_observed": INT,
+        "executions_not_observed": INT,
+        "program_temp_shown": FLAG,
+    },
     "set_by_tpumem": MapOf(TEXT),
     "env": MapOf(TEXT),
     "allocator_settings": MapOf(SCALAR),
@@ -140,6 +151,9 @@ def parse_object(text: object) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+DROPPED = "ignored what a tpumem trace does not hold there"
+
+
 def dropped_warning(what: str, dropped: list[str]) -> str:
     shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
-    return f"{what}: ignored what a tpumem trace does not hold there: {shown}"
+    return f"{what}: {DROPPED}: {shown}"

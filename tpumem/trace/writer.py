@@ -5,11 +5,18 @@ Rows are buffered in memory and written as one Arrow record batch at most every
 once: a crash or a SIGKILL of the process loses at most the rows of the last
 interval. A clean close writes the stream's end-of-stream marker, which is how a
 reader tells a finished trace from one whose writer died.
+
+Writing never fails the profiled program: when the disk fills (or any write
+fails), the writer stops, and on closing cuts the file back to its last whole
+batch and ends it with a warning that says where and why it stopped. A process
+forked from the one that opened the trace writes nothing to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -18,6 +25,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
+from tpumem.trace.amend import metadata_tail
 from tpumem.trace.columns import record_batch, rows_to_batch
 from tpumem.trace.schema import (
     ALLOC,
@@ -37,18 +45,25 @@ class TraceWriter:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | int,
         metadata: Mapping[str, Any],
         *,
         flush_interval_s: float = 0.1,
     ) -> None:
+        """`path`: a file name, or the descriptor of a file opened for writing."""
         header = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **metadata}
         header.setdefault("start_time_ns", time.time_ns())
         self.start_time_ns: int = header["start_time_ns"]
-        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
-        schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
-        self._stream = pa.ipc.new_stream(self._file, schema)
+        self._owner = os.getpid()
+        # Unbuffered: nothing waits in Python's buffer to be written late, after a
+        # failed write has been cut off (see _end_after_failure).
+        self._file: BinaryIO = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+        self._schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
+        self._stream = pa.ipc.new_stream(self._file, self._schema)
         self._file.flush()
+        self._whole = self._file.tell()  # where the last whole message ends
+        self.failed: OSError | None = None  # the write that stopped the trace
+        self._failed_at_ns = 0
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -74,6 +89,8 @@ class TraceWriter:
         return time.time_ns() - self.start_time_ns
 
     def record(self, kind: str, **fields: Any) -> None:
+        if self.failed is not None and kind != META:
+            return  # the trace stopped; only how the run ended is still kept
         fields["kind"] = kind
         if fields.get("time_ns") is None:
             fields["time_ns"] = self.now_ns()
@@ -101,31 +118,87 @@ class TraceWriter:
         """Writes many rows at once (importers); pending single rows go first."""
         with self._lock:
             self._write_pending()
-            self._stream.write_batch(record_batch(columns, num_rows))
-            self._file.flush()
+            self._write(record_batch(columns, num_rows))
 
     def flush(self) -> None:
         with self._lock:
             self._write_pending()
 
     def close(self) -> None:
-        if self._flusher is not None:
+        if self._flusher is not None and self._flusher.is_alive():
             self._stop.set()
             self._flusher.join()
         with self._lock:
-            if self._closed:
+            if self._closed or not self._owns():
                 return
             self._write_pending()
-            self._stream.close()
-            self._file.close()
+            if self.failed is None:
+                try:
+                    self._stream.close()
+                    self._file.flush()
+                except OSError as error:
+                    self._fail(error)
+            if self.failed is not None:
+                self._end_after_failure()
             self._closed = True
+            with contextlib.suppress(OSError):  # what could be written was
+                self._file.close()
+
+    def _owns(self) -> bool:
+        """False in a process forked from the writer's: its rows are not this trace's."""
+        return os.getpid() == self._owner
 
     def _write_pending(self) -> None:
-        if self._closed or not self._rows:
-            return
+        if self._closed or not self._rows or not self._owns() or self.failed is not None:
+            return  # (after a failure, rows stay: their metadata ends the trace)
         rows, self._rows = self._rows, []
-        self._stream.write_batch(rows_to_batch(rows))
-        self._file.flush()
+        self._write(rows_to_batch(rows))
+        if self.failed is not None:
+            self._rows = [row for row in rows if row["kind"] == META]
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        if self.failed is not None or not self._owns():
+            return  # the trace stopped at its last whole batch
+        try:
+            self._stream.write_batch(batch)
+            self._file.flush()
+            self._whole = self._file.tell()
+        except OSError as error:
+            self._fail(error)
+
+    def _fail(self, error: OSError) -> None:
+        if self.failed is None:
+            self.failed, self._failed_at_ns = error, self.now_ns()
+
+    def _end_after_failure(self) -> None:
+        """Cuts the file back to its last whole batch, and ends it with a warning if
+        the disk has room for one (cutting the partial batch may have made some)."""
+        assert self.failed is not None
+        why = self.failed.strerror or str(self.failed)
+        # The metadata recorded since (how the run ended) is small, and kept.
+        patch: dict[str, Any] = {}
+        for row in self._rows:
+            if row["kind"] == META:
+                later = json.loads(row["text"])
+                patch = {
+                    **patch,
+                    **later,
+                    "warnings": patch.get("warnings", []) + later.get("warnings", []),
+                }
+        patch["warnings"] = [
+            *patch.get("warnings", []),
+            f"writing the trace failed at {self._failed_at_ns / 1e9:.3f} s ({why}); "
+            "it holds what was written before, and nothing after",
+        ]
+        descriptor = self._file.fileno()
+        try:
+            os.ftruncate(descriptor, self._whole)
+            tail = metadata_tail(self._schema, patch, self._failed_at_ns)
+            if os.pwrite(descriptor, tail, self._whole) != len(tail):
+                os.ftruncate(descriptor, self._whole)
+        except OSError:
+            with contextlib.suppress(OSError):  # a reader stops at the last whole batch
+                os.ftruncate(descriptor, self._whole)
 
     def _flush_periodically(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):

@@ -1,0 +1,68 @@
+"""The HTML pages in a real browser (Debian's headless Chromium): the report and the
+comparison of real GPU traces, and pages of hostile traces, render clean (no
+console message, no failed load, the page's script finished) and show what a
+trace names as text, never as markup."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_tpumem
+from hostile_traces import HTML, cases
+
+sys.path.insert(0, str(Path(__file__).parent / "browser"))
+from chromium_check import rendered
+
+GPU = Path(__file__).parent / "data" / "gpu"
+INJECTED = ('<img src="x"', "<script>alert", 'onerror="alert')
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chromium():
+    # `make test` installs it where it is missing; without it this is a failure.
+    assert shutil.which("chromium"), "Debian's chromium is not installed (make test installs it)"
+
+
+def _page(args: list[str]) -> tuple[list[str], str]:
+    result = run_tpumem(*args)
+    assert result.returncode == 0, result.stderr
+    return rendered(Path(args[args.index("-o") + 1]))
+
+
+def test_the_report_page_of_a_real_trace(tmp_path):
+    page = tmp_path / "mlp.html"
+    problems, dom = _page(["report", str(GPU / "mlp.tpumem"), "-o", str(page)])
+    assert problems == []
+    assert 'data-rendered="ok"' in dom
+    assert "GPU:0" in dom
+    assert page.with_suffix(".png").stat().st_size > 10_000  # a screenshot to look at
+
+
+@pytest.mark.parametrize("name", ["html in names", "escapes everywhere"])
+def test_a_hostile_trace_shows_its_names_as_text(tmp_path, name):
+    trace = cases()[name](tmp_path / "hostile.tpumem")
+    problems, dom = _page(["report", str(trace), "-o", str(tmp_path / "hostile.html")])
+    assert problems == []
+    for injected in INJECTED:
+        assert injected not in dom
+    if name == "html in names":
+        assert HTML.replace("<", "&lt;").replace(">", "&gt;") in dom
+
+
+def test_the_compare_page_with_a_hostile_run(tmp_path):
+    hostile = cases()["html in names"](tmp_path / "hostile.tpumem")
+    page = tmp_path / "compare.html"
+    result = run_tpumem(
+        "compare", str(GPU / "mlp.tpumem"), str(GPU / "known.tpumem"), str(hostile),
+        "--html", str(page),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    problems, dom = rendered(page)
+    assert problems == []
+    for injected in INJECTED:
+        assert injected not in dom
+    assert "mlp" in dom and "known" in dom

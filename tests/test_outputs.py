@@ -1,0 +1,247 @@
+"""Nothing a user made is lost or overwritten without their say, and faults during
+`tpumem profile` (a full disk, a killed tpumem, a forked child) keep the script's
+exit status and what was recorded. Through the real CLI (tpumem/outputs.py)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_one_line_error, run_tpumem
+from profiling import QUIET, profile
+from tpumem.trace.reader import load
+
+XPLANE = Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb"
+TRACE = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
+
+JAX_SCRIPT = """
+import os, sys, time
+import jax.numpy as jnp
+kept = [jnp.ones((64, 64)) * i for i in range(int(os.environ.get("ARRAYS", "4")))]
+if os.environ.get("FORK"):
+    child = os.fork()
+    if child == 0:
+        sys.exit(3)  # a forked worker ending its own way
+    os.waitpid(child, 0)
+    later = [jnp.ones((32, 32)) for _ in range(5)]
+if os.environ.get("WAIT"):
+    open("pid", "w").write(str(os.getpid()))
+    time.sleep(120)
+print("done")
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(JAX_SCRIPT)
+    return path
+
+
+def test_profile_refuses_to_write_over_its_script(tmp_path, script):
+    result = run_tpumem("profile", "-o", "train.py", "train.py", cwd=tmp_path)
+    assert_one_line_error(result, "train.py: is an input")
+    assert script.read_text() == JAX_SCRIPT
+    result = run_tpumem("profile", "--force", "-o", "train.py", "train.py", cwd=tmp_path)
+    assert_one_line_error(result, "train.py: is an input")
+    assert script.read_text() == JAX_SCRIPT
+
+
+def test_report_and_import_refuse_to_write_over_their_input(tmp_path):
+    trace = tmp_path / "t.tpumem"
+    trace.write_bytes(TRACE.read_bytes())
+    xplane = tmp_path / "host.xplane.pb"
+    xplane.write_bytes(XPLANE.read_bytes())
+    for args in (
+        ["report", str(trace), "-o", str(trace)],
+        ["report", str(trace), "-o", str(trace), "--force"],
+        ["import", str(xplane), "-o", str(xplane)],
+        ["import", str(xplane), "-o", str(xplane), "--force"],
+    ):
+        assert_one_line_error(run_tpumem(*args), "is an input of this command")
+    assert trace.read_bytes() == TRACE.read_bytes()
+    assert xplane.read_bytes() == XPLANE.read_bytes()
+
+
+def test_an_existing_trace_is_replaced_only_with_force(tmp_path, script):
+    existing = tmp_path / "run.tpumem"
+    existing.write_bytes(TRACE.read_bytes())
+    for args in (
+        ["import", str(XPLANE), "-o", str(existing)],
+        ["profile", "-o", str(existing), str(script)],
+    ):
+        result = run_tpumem(*args, cwd=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert existing.read_bytes() == TRACE.read_bytes()
+    # A report refuses a trace as its output too.
+    result = run_tpumem("report", str(TRACE), "-o", str(existing))
+    assert_one_line_error(result, "is a tpumem trace", "--force")
+    assert existing.read_bytes() == TRACE.read_bytes()
+
+    result = run_tpumem("import", str(XPLANE), "-o", str(existing), "--force")
+    assert result.returncode == 0, result.stderr
+    assert load(existing).metadata["source"] == "import"
+    result = profile(tmp_path, "-q", "--force", "-o", str(existing), str(script))
+    assert result.returncode == 0, result.stderr
+    assert load(existing).metadata["source"] == "tpumem profile"
+
+
+def test_default_names_are_numbered_not_replaced(tmp_path, script):
+    first = run_tpumem("import", str(XPLANE), cwd=tmp_path)
+    second = run_tpumem("import", str(XPLANE), cwd=tmp_path)
+    assert first.returncode == second.returncode == 0, second.stderr
+    assert first.stdout.startswith("tf_cpu.tpumem: ")
+    assert second.stdout.startswith("tf_cpu-2.tpumem: ")
+    for _ in range(2):
+        result = profile(tmp_path, "-q", "train.py")
+        assert result.returncode == 0, result.stderr
+    assert load(tmp_path / "train.tpumem").complete
+    assert load(tmp_path / "train-2.tpumem").complete
+    assert not (tmp_path / "train-3.tpumem").exists()
+
+
+def test_a_report_replaces_an_earlier_report_whole_or_not_at_all(tmp_path):
+    page = tmp_path / "r.md"
+    page.write_text("an earlier report\n")
+    result = _limited(2000, "report", str(TRACE), "-o", str(page), "-f", "md")
+    assert_one_line_error(result, "cannot write")
+    assert page.read_text() == "an earlier report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]  # no temporary left
+    result = run_tpumem("report", str(TRACE), "-o", str(page))
+    assert result.returncode == 0, result.stderr
+    assert page.read_text().startswith("# tpumem report")
+
+
+def _limited(size: int, *args: str, cwd: Path | None = None, env: dict | None = None):
+    """`tpumem ARGS` with its files limited to `size` bytes, as a full disk limits
+    them (Python ignores SIGXFSZ, so a write past the limit fails with EFBIG)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return subprocess.run(
+        [sys.executable, "-m", "tpumem", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **QUIET, **(env or {})},
+        preexec_fn=limit,
+        timeout=300,
+    )
+
+
+def test_a_full_disk_keeps_the_scripts_status_and_what_was_written(tmp_path, script):
+    result = _limited(
+        60_000, "profile", "-q", "-o", "t.tpumem", "train.py", cwd=tmp_path, env={"ARRAYS": "400"}
+    )
+    assert result.returncode == 0, result.stderr
+    assert "done" in result.stdout
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("tpumem")]
+    assert len(lines) == 1 and "the trace stopped early" in lines[0], result.stderr
+    trace = load(tmp_path / "t.tpumem")
+    assert trace.table.num_rows > 0
+    assert (tmp_path / "t.tpumem").stat().st_size <= 60_000
+
+
+def test_a_forked_child_leaves_the_parents_trace_alone(tmp_path, script):
+    result = profile(tmp_path, "-q", "-o", "t.tpumem", "train.py", env={"FORK": "1"})
+    assert result.returncode == 0, result.stderr
+    trace = load(tmp_path / "t.tpumem")
+    assert trace.complete
+    assert trace.metadata["exit"] == {"code": 0}  # the parent's, not the child's 3
+    shapes = trace.table.column("shape").to_pylist()
+    assert shapes.count("[32,32]") >= 5  # made after the child exited
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status  # dead, not yet reaped by whoever adopted it
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGHUP, signal.SIGTERM])
+def test_the_script_does_not_outlive_tpumem(tmp_path, script, how):
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "tpumem", "profile", "-q", "-o", "t.tpumem", "train.py"],
+        cwd=tmp_path,
+        env={**os.environ, **QUIET, "WAIT": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    parent.send_signal(how)
+    parent.wait(timeout=60)
+    deadline = time.monotonic() + 20
+    while not _gone(child):
+        assert time.monotonic() < deadline, f"the script outlived tpumem ({how.name})"
+        time.sleep(0.1)
+    trace = load(tmp_path / "t.tpumem")
+    assert trace.table.num_rows > 0
+    if how != signal.SIGKILL:  # tpumem passed the signal on and recorded the ending
+        assert parent.returncode == 128 + how
+        assert trace.metadata["exit"]["signal_name"] == how.name
+
+
+def test_output_paths_that_are_not_files(tmp_path):
+    (tmp_path / "adir").mkdir()
+    for target, words in (
+        ("adir", "is a directory"),
+        ("missing/t.tpumem", "no such directory"),
+        ("/dev/full", "not a regular file"),
+    ):
+        result = run_tpumem("import", str(XPLANE), "-o", target, cwd=tmp_path)
+        assert_one_line_error(result, words)
+        result = run_tpumem("report", str(TRACE), "-o", target, cwd=tmp_path)
+        assert_one_line_error(result, words)
+
+
+def test_a_full_standard_output_is_one_line(tmp_path):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "tpumem", "report", str(TRACE), "-f", "json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert_one_line_error(result, "No space left on device")
+
+
+def test_a_device_file_is_not_a_script(tmp_path):
+    assert_one_line_error(run_tpumem("profile", "/dev/zero"), "not a regular file")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["check", str(TRACE), "--max-peak", "9" * 400], "larger than any memory"),
+        (["check", str(TRACE), "--max-peak", "١٢GiB"], "not a size"),
+        (["check", str(TRACE), "--max-fragmentation", "nan"], "--max-fragmentation"),
+        (["report", str(TRACE), "--width", "1000000000000"], "--width"),
+        (["report", str(TRACE), "--width", "0"], "--width"),
+        (["profile", "--sample-interval", "inf", "x.py"], "--sample-interval"),
+        (["profile", "--chunk", "inf", "x.py"], "--chunk"),
+        (["profile", "--chunk", "nan", "x.py"], "--chunk"),
+        (["report"], "Missing argument"),
+        (["report", str(TRACE), "--no-such-option"], "No such option"),
+        (["export", "tensorboard", str(TRACE)], "--logdir"),
+    ],
+)
+def test_bad_values_are_one_line(args, words):
+    line = assert_one_line_error(run_tpumem(*args), words)
+    assert len(line) < 200

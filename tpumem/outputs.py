@@ -1,0 +1,130 @@
+"""Where tpumem writes, and the rules that keep it from destroying what a user made.
+
+- Nothing is written over an input of the same command: the script being profiled,
+  the trace being reported, the profile being imported.
+- Only regular files are written: a directory, a device (/dev/full) or a pipe as an
+  output is refused before anything runs.
+- A trace is never replaced silently. `profile -o` and `import -o` refuse a file that
+  exists unless --force is given (as Nsight Systems' --force-overwrite); without -o,
+  the default name takes the first free number (train.tpumem, train-2.tpumem, ...).
+  The trace is created exclusively, so two runs never write into one file.
+- Reports and pages (`report -o`, `compare --html`) replace an earlier report of the
+  same name, but never a trace without --force; they are written beside the target
+  and renamed onto it, so a full disk leaves the earlier file whole.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from tpumem.errors import TpumemError
+from tpumem.trace.schema import FORMAT_NAME
+
+_TRACE_MAGIC = b"\xff\xff\xff\xff"
+
+
+def _why(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def is_trace(path: Path) -> bool:
+    """Whether a file holds a tpumem trace (by its first bytes)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return head.startswith(_TRACE_MAGIC) and FORMAT_NAME.encode() in head
+
+
+def check_target(path: Path, inputs: Iterable[Path | str] = ()) -> bool:
+    """Refuses a target that is an input, or that is not (or cannot become) a
+    regular file; True when it exists."""
+    for source in inputs:
+        if _same(path, Path(source)):
+            raise TpumemError(f"{path}: is an input of this command; choose another output")
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        parent = path.parent
+        if not parent.is_dir():
+            raise TpumemError(f"{path}: no such directory: {parent}") from None
+        return False
+    except OSError as error:
+        raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise TpumemError(f"{path}: is a directory; give a file name")
+    if not stat.S_ISREG(info.st_mode):
+        raise TpumemError(f"{path}: not a regular file; tpumem writes only to files")
+    return True
+
+
+def free_name(path: Path, taken: set[Path] | None = None) -> Path:
+    """`path`, or the first of path-2, path-3, ... that is neither on disk nor taken."""
+    candidate, number = path, 2
+    while candidate.exists() or (taken is not None and candidate in taken):
+        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+        number += 1
+    if taken is not None:
+        taken.add(candidate)
+    return candidate
+
+
+def create_trace(path: Path, inputs: Iterable[Path | str], force: bool) -> int:
+    """Creates the trace file, exclusively; its open descriptor. An existing file is
+    replaced only with `force`."""
+    if check_target(path, inputs):
+        if not force:
+            raise TpumemError(f"{path}: exists; use --force to replace it, or -o another name")
+        try:
+            path.unlink()
+        except OSError as error:
+            raise TpumemError(f"{path}: cannot replace: {_why(error)}") from None
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise TpumemError(f"{path}: another process created it just now; not replaced") from None
+    except OSError as error:
+        raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
+
+
+def default_trace(path: Path, inputs: Iterable[Path | str]) -> tuple[Path, int]:
+    """A trace under the first free numbered name; (path, open descriptor)."""
+    inputs = list(inputs)
+    while True:
+        candidate = free_name(path)
+        try:
+            return candidate, create_trace(candidate, inputs, force=False)
+        except TpumemError:
+            if not candidate.exists():
+                raise
+            # Another run took that name between the look and the creation: the next.
+
+
+def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: bool) -> None:
+    """Writes a report or page in full, then renames it onto `path`."""
+    if check_target(path, inputs) and is_trace(path) and not force:
+        raise TpumemError(f"{path}: is a tpumem trace; use --force to replace it with a report")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as error:
+        raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
