@@ -70,10 +70,15 @@ def main() -> None:
         for fmt in ("json", "text"):
             figures[name, fmt] = report_seconds(path, fmt, options.repeats)
             seconds, rss = figures[name, fmt]
-            print(f"{name:24s} {events:>9,} events, report -f {fmt:4s}: {seconds:6.2f} s, "
-                  f"RSS {rss / 2**20:.2f} GiB", flush=True)
-    for shape, plain in (("a batch every 2 events", "few batches"),
-                         (f"{options.devices:,} devices", "one device")):
+            print(
+                f"{name:24s} {events:>9,} events, report -f {fmt:4s}: {seconds:6.2f} s, "
+                f"RSS {rss / 2**20:.2f} GiB",
+                flush=True,
+            )
+    for shape, plain in (
+        ("a batch every 2 events", "few batches"),
+        (f"{options.devices:,} devices", "one device"),
+    ):
         for fmt in ("json", "text"):
             ratio = figures[shape, fmt][0] / figures[plain, fmt][0]
             print(f"ratio {shape} / {plain}, {fmt}: {ratio:.2f}")
