@@ -66,6 +66,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
 	$(BIN)/python benchmarks/compare_html.py
 	$(BIN)/python benchmarks/export_tensorboard.py
+	$(BIN)/python benchmarks/trace_shapes.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

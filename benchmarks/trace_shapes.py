@@ -19,6 +19,7 @@ from common import WORK
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tpumem.trace.compact import compact  # noqa: E402
 from tpumem.trace.writer import TraceWriter  # noqa: E402
 
 
@@ -59,6 +60,7 @@ def main() -> None:
     cases = {
         "few batches": (options.events, 1, options.events),
         "a batch every 2 events": (options.events, 1, 2),
+        "the same, compacted": (options.events, 1, 2),
         "one device": (2 * options.devices, 1, 2 * options.devices),
         f"{options.devices:,} devices": (2 * options.devices, options.devices, 2 * options.devices),
     }
@@ -67,6 +69,13 @@ def main() -> None:
         path = WORK / f"shape_{events}_{devices}_{per_batch}.tpumem"
         if not path.exists():
             write(path, events, devices, per_batch)
+        if name == "the same, compacted":  # as `tpumem profile` leaves a long run's trace
+            compacted = path.with_suffix(".compacted.tpumem")
+            compacted.write_bytes(path.read_bytes())
+            start = time.perf_counter()
+            compact(compacted)
+            print(f"compacting it: {time.perf_counter() - start:.2f} s", flush=True)
+            path = compacted
         for fmt in ("json", "text"):
             figures[name, fmt] = report_seconds(path, fmt, options.repeats)
             seconds, rss = figures[name, fmt]

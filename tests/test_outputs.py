@@ -245,3 +245,18 @@ def test_a_device_file_is_not_a_script(tmp_path):
 def test_bad_values_are_one_line(args, words):
     line = assert_one_line_error(run_tpumem(*args), words)
     assert len(line) < 200
+
+
+def test_an_export_replaces_a_profile_only_with_force(tmp_path):
+    trace = tmp_path / "run.tpumem"
+    trace.write_bytes(TRACE.read_bytes())
+    logdir = tmp_path / "tb"
+    assert run_tpumem("export", "tensorboard", str(trace), "--logdir", str(logdir)).returncode == 0
+    (xplane,) = (logdir / "plugins" / "profile" / "run").glob("*.xplane.pb")
+    xplane.write_bytes(b"a profile TensorFlow wrote")
+    again = run_tpumem("export", "tensorboard", str(trace), "--logdir", str(logdir))
+    assert_one_line_error(again, "exists", "--force")
+    assert xplane.read_bytes() == b"a profile TensorFlow wrote"
+    forced = run_tpumem("export", "tensorboard", str(trace), "--logdir", str(logdir), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert xplane.read_bytes() != b"a profile TensorFlow wrote"

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tpumem.errors import TpumemError
+from tpumem.trace.compact import COMPACT_BATCHES, compact
 from tpumem.trace.reader import load
 from tpumem.trace.schema import SCHEMA
 from tpumem.trace.writer import TraceWriter
@@ -78,3 +79,44 @@ def test_another_arrow_stream_is_refused(tmp_path):
         w.write_table(table)
     with pytest.raises(TpumemError, match="not a tpumem trace"):
         load(path)
+
+
+def _many_batches(path, batches: int, close: bool = True) -> None:
+    writer = TraceWriter(path, {"framework": "jax"}, flush_interval_s=0)
+    for i in range(batches):
+        writer.alloc(time_ns=2 * i, device="GPU:0", buffer_id=i, bytes=64, op=f"op{i % 5}")
+        writer.free(time_ns=2 * i + 1, device="GPU:0", buffer_id=i, bytes=64)
+        if i == batches // 2:
+            writer.patch_metadata({"warnings": ["half way"]})
+        writer.flush()
+    writer.patch_metadata({"exit": {"code": 0}})
+    if close:
+        writer.close()
+
+
+def _batch_count(path) -> int:
+    with pa.ipc.open_stream(pa.OSFile(str(path))) as reader:
+        return sum(1 for _ in reader)
+
+
+def test_compacting_keeps_every_row_and_patch_in_few_batches(tmp_path):
+    path = tmp_path / "long.tpumem"
+    _many_batches(path, 600)
+    before = load(path)
+    assert _batch_count(path) > COMPACT_BATCHES
+    assert compact(path)
+    after = load(path)
+    assert _batch_count(path) == 1
+    assert after.table.equals(before.table)
+    assert after.metadata == before.metadata and after.complete
+    assert after.warnings == ["half way"]
+    assert not compact(path)  # compact already: left as it is
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.tpumem"]
+
+
+def test_compacting_leaves_an_unclosed_trace_alone(tmp_path):
+    path = tmp_path / "cut.tpumem"
+    _many_batches(path, 300, close=False)
+    data = path.read_bytes()
+    assert not compact(path)
+    assert path.read_bytes() == data

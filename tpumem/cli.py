@@ -415,18 +415,21 @@ def export_tensorboard_command(
         Optional[str],  # noqa: UP045
         typer.Option(help="Run name (default: the trace's name; imported hosts: their run)."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a profile the run already has.")
+    ] = False,
 ) -> None:
     """Write traces where TensorBoard shows them: XProf's Memory Profile tool and
     scalars per device (bytes in use, pool, fragmentation). Then: tensorboard
     --logdir DIR. Needs neither TensorFlow nor TensorBoard to write."""
-    _export(traces, logdir, run)
+    _export(traces, logdir, run, force)
 
 
-def _export(traces: list[Path], logdir: Path, run: str | None) -> None:
+def _export(traces: list[Path], logdir: Path, run: str | None, force: bool = False) -> None:
     from tpumem.export.tensorboard import export_tensorboard
 
     with _progress(f"exporting to {logdir}"):
-        exported = export_tensorboard(traces, logdir, run)
+        exported = export_tensorboard(traces, logdir, run, force)
     for item in exported:
         files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
         print(f"tpumem: run {item.run}: {files}", file=sys.stderr)

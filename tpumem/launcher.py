@@ -8,6 +8,7 @@ the terminal as it would without tpumem; this process waits for it to finish.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -25,6 +26,7 @@ from tpumem.outputs import create_trace, default_trace
 from tpumem.runner import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig
 from tpumem.stderr_filter import StderrFilter, filter_available
 from tpumem.trace.amend import append_metadata
+from tpumem.trace.compact import compact
 from tpumem.trace.schema import END_OF_STREAM
 
 # Signals this process passes on to the script's process.
@@ -179,6 +181,8 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     killed = -returncode if returncode < 0 else None
     if not _closed(output) or (killed is not None and _recorded_signal(output) != killed):
         _record_ending(output, returncode, start_ns, request.capture.chunk_s)
+    with contextlib.suppress(OSError):  # (unreadable) the trace stays as the run wrote it
+        compact(output)
     return ProfileOutcome(
         trace=output,
         returncode=128 + killed if killed is not None else returncode,

@@ -9,8 +9,9 @@
   the default name takes the first free number (train.tpumem, train-2.tpumem, ...).
   The trace is created exclusively, so two runs never write into one file.
 - Reports and pages (`report -o`, `compare --html`) replace an earlier report of the
-  same name, but never a trace without --force; they are written beside the target
-  and renamed onto it, so a full disk leaves the earlier file whole.
+  same name, but never a trace without --force; exported profiles (`export
+  tensorboard`) replace nothing without --force. Both are written beside the
+  target and renamed onto it, so a full disk leaves the earlier file whole.
 """
 
 from __future__ import annotations
@@ -116,14 +117,28 @@ def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: boo
     """Writes a report or page in full, then renames it onto `path`."""
     if check_target(path, inputs) and is_trace(path) and not force:
         raise TpumemError(f"{path}: is a tpumem trace; use --force to replace it with a report")
+    write_whole(path, text.encode())
+
+
+def write_new(path: Path, data: bytes, force: bool) -> None:
+    """Writes a file that must not exist yet (an exported profile), unless `force`."""
+    if check_target(path) and not force:
+        raise TpumemError(f"{path}: exists; use --force to replace it, or another --run")
+    write_whole(path, data)
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Writes beside `path` and renames onto it: whole or not at all."""
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as error:
         raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.chmod(temporary, 0o644)
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(temporary, 0o666 & ~mask)
         os.replace(temporary, path)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)

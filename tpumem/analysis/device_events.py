@@ -61,10 +61,14 @@ def pair_events(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:
 
 def step_marks(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """(times, step numbers) of the step marks, in time order."""
-    steps = trace.valid("step")
-    times = trace.numbers("time_ns")[steps]
+    return trace.derived("step marks", lambda: _step_marks(trace))
+
+
+def _step_marks(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.flatnonzero(trace.valid("step"))
+    times = trace.numbers_at("time_ns", rows)
     order = np.argsort(times, kind="stable")
-    return times[order], trace.numbers("step")[steps][order]
+    return times[order], trace.numbers_at("step", rows)[order]
 
 
 def capture_gaps(trace: Trace) -> np.ndarray:
@@ -91,8 +95,9 @@ class _Columns:
         )
 
     def numbers(self, name: str, fill: float | int) -> np.ndarray:
-        values = self.trace.numbers(name, fill)
-        return values if self.everything else values[self.rows]
+        if self.everything:
+            return self.trace.numbers(name, fill)
+        return self.trace.numbers_at(name, self.rows, fill)
 
     def reported(self, name: str, fill: float | int) -> np.ndarray | None:
         valid = self.trace.valid(name)
@@ -107,15 +112,18 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
     is_memory = is_alloc_all | is_free_all
     if not is_memory.any():
         return []
-    _, device_names = trace.codes("device")
+    device_codes, device_names = trace.codes("device")
     time_all = trace.numbers("time_ns")
     fidelity = trace.metadata.get("fidelity", {})
     gaps = capture_gaps(trace)
     result = []
-    for code, device_rows in trace.rows_by("device").items():
-        rows = device_rows[is_memory[device_rows]]
-        if not len(rows):
-            continue
+    memory_codes = np.unique(device_codes[is_memory])
+    for code in memory_codes:
+        if len(memory_codes) == 1:  # the common case: no copy of a device's rows
+            rows = np.flatnonzero(is_memory)
+        else:
+            device_rows = trace.rows_of("device", int(code))
+            rows = device_rows[is_memory[device_rows]]
         if (np.diff(time_all[rows]) < 0).any():
             rows = rows[np.argsort(time_all[rows], kind="stable")]
         columns = _Columns(trace, rows)

@@ -73,8 +73,8 @@ def _groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveG
     if not len(live):
         return ()
     rows = events.row[live]
-    columns = [trace.codes(key) for key in GROUP_KEYS]
-    stacked = np.stack([codes[rows] for codes, _ in columns], axis=1)
+    columns = [trace.codes_at(key, rows) for key in GROUP_KEYS]
+    stacked = np.stack([codes for codes, _ in columns], axis=1)
     unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
     inverse = inverse.ravel()
     total = np.bincount(inverse, weights=events.bytes[live]).astype(np.int64)

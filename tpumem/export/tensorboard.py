@@ -26,6 +26,7 @@ from tpumem.analysis.summary import device_event_figures
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
 from tpumem.export.xspace import memory_space
+from tpumem.outputs import write_new
 from tpumem.trace.model import Trace
 from tpumem.trace.reader import load
 
@@ -91,7 +92,7 @@ def _scalars(trace: Trace, directory: Path, host: str, prefix: str) -> Path:
 
 
 def export_tensorboard(
-    traces: list[Path], logdir: Path, run: str | None = None
+    traces: list[Path], logdir: Path, run: str | None = None, force: bool = False
 ) -> list[ExportedRun]:
     loaded = [(path, load(path)) for path in traces]
     groups: dict[str, list[tuple[Path, Trace]]] = {}
@@ -113,7 +114,7 @@ def export_tensorboard(
         xplanes, scalars = [], []
         for (_, trace), host in zip(members, hosts, strict=True):
             target = profile_dir / f"{host}.xplane.pb"
-            target.write_bytes(memory_space(trace, host))
+            write_new(target, memory_space(trace, host), force)
             xplanes.append(target)
             prefix = f"{host}/" if len(members) > 1 else ""
             scalars.append(_scalars(trace, logdir / name, host, f"tpumem/{prefix}"))

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+# Up to this many values (devices), rows are found by scanning a column.
+FEW_VALUES = 16
+KEPT_CODES = "device"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +30,9 @@ class Trace:
     # of it; after a column is copied out its pages are given back (they come
     # back from the page cache if read again), so an analysis holds one copy.
     mapping: mmap.mmap | None = None
-    # Whole columns as numpy, read once: the analysis asks for them per device, and
-    # a run on thousands of devices would otherwise read them thousands of times.
-    _columns: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    # Masks, codes and row groups, read once: the analysis asks for them per device,
+    # and a run on thousands of devices would otherwise read them thousands of times.
+    _columns: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _give_back_pages(self) -> None:
         if self.mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
@@ -45,63 +50,108 @@ class Trace:
         return self.table.num_rows
 
     def numbers(self, name: str, fill: float | int = 0) -> np.ndarray:
-        """A numeric column as numpy, nulls replaced by `fill` (read-only)."""
-        key = ("numbers", name, fill)
-        if key not in self._columns:
-            column = self.table.column(name)
-            if column.null_count:
-                column = pc.fill_null(column, fill)
-            self._columns[key] = _read_only(column.to_numpy())
-            self._give_back_pages()
-        return self._columns[key]
+        """A numeric column as numpy, nulls replaced by `fill`."""
+        column = self.table.column(name)
+        if column.null_count:
+            column = pc.fill_null(column, fill)
+        values = column.to_numpy()
+        self._give_back_pages()
+        return values
+
+    def numbers_at(self, name: str, rows: np.ndarray, fill: float | int = 0) -> np.ndarray:
+        """`numbers(name, fill)[rows]`; only those rows read when they are few (a
+        device of many), the whole column when they are many (Arrow's take is the
+        slower of the two per row)."""
+        if len(rows) * 8 > self.table.num_rows:
+            return self.numbers(name, fill)[rows]
+        column = self.table.column(name).take(pa.array(rows, pa.int64()))
+        if column.null_count:
+            column = pc.fill_null(column, fill)
+        return column.to_numpy()
 
     def valid(self, name: str) -> np.ndarray:
         """Where a column is not null (read-only)."""
-        key = ("valid", name)
-        if key not in self._columns:
-            valid = self.table.column(name).is_valid().to_numpy(zero_copy_only=False)
-            self._columns[key] = _read_only(valid)
-        return self._columns[key]
+        return self._kept(
+            ("valid", name),
+            lambda: self.table.column(name).is_valid().to_numpy(zero_copy_only=False),
+        )
 
     def is_kind(self, kind: str) -> np.ndarray:
         """Where the rows are of `kind` (read-only)."""
-        key = ("kind", kind)
-        if key not in self._columns:
+
+        def read() -> np.ndarray:
             kinds = self.table.column("kind").cast(pa.string())
-            found = pc.fill_null(pc.equal(kinds, kind), False).to_numpy(zero_copy_only=False)
-            self._columns[key] = _read_only(found)
-        return self._columns[key]
+            return pc.fill_null(pc.equal(kinds, kind), False).to_numpy(zero_copy_only=False)
+
+        return self._kept(("kind", kind), read)
+
+    def _kept(self, key: tuple, read: Callable[[], np.ndarray]) -> np.ndarray:
+        """`read()`, kept for the next call when the trace has many devices (each
+        asks); with few, not kept (a large trace's masks would add up)."""
+        if key in self._columns:
+            return self._columns[key]
+        values = _read_only(read())
+        if self.derived("many devices", lambda: len(self.codes(KEPT_CODES)[1]) > FEW_VALUES):
+            self._columns[key] = values
+        return values
 
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
-        """A string column as (int32 codes, values); -1 where null. Read-only."""
+        """A string column as (int32 codes, values); -1 where null. The device
+        column's are kept (every device's analysis reads them); the others' not.
+        The values are shared: read only."""
         key = ("codes", name)
-        if key not in self._columns:
-            column = self.table.column(name).unify_dictionaries()
-            if column.num_chunks == 0:
-                codes, values = np.zeros(0, np.int32), []
-            else:
-                values = column.chunks[0].dictionary.to_pylist()
-                indices = pa.chunked_array([chunk.indices for chunk in column.chunks])
-                codes = pc.fill_null(indices, -1).to_numpy().astype(np.int32, copy=False)
-            self._columns[key] = _read_only(codes)
-            self._columns[("values", name)] = values  # type: ignore[assignment]
-            self._give_back_pages()
-        return self._columns[key], list(self._columns[("values", name)])
+        if key in self._columns:
+            return self._columns[key]
+        codes, values = _dictionary_codes(self.table.column(name))
+        self._give_back_pages()
+        if name == KEPT_CODES:
+            self._columns[key] = (_read_only(codes), values)
+        return codes, values
 
-    def rows_by(self, name: str) -> dict[int, np.ndarray]:
-        """The rows of each value of a string column: code -> row numbers, in order."""
-        key = ("rows_by", name)
+    def codes_at(self, name: str, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """`codes(name)` of those rows only: (their codes, values)."""
+        if len(rows) * 8 > self.table.num_rows:
+            codes, values = self.codes(name)
+            return codes[rows], values
+        return _dictionary_codes(self.table.column(name).take(pa.array(rows, pa.int64())))
+
+    def derived(self, name: str, compute: Callable[[], Any]) -> Any:
+        """`compute()`, once per trace: a figure every device's analysis reads."""
+        key = ("derived", name)
         if key not in self._columns:
-            codes, _ = self.codes(name)
+            self._columns[key] = compute()
+        return self._columns[key]
+
+    def rows_of(self, name: str, code: int) -> np.ndarray:
+        """The rows where a string column has the value of `code`, in order. With
+        few values, a scan; with many (thousands of devices), their groups are
+        made once and looked up."""
+        codes, values = self.codes(name)
+        if len(values) <= FEW_VALUES:
+            return np.flatnonzero(codes == code)
+        key = ("groups", name)
+        if key not in self._columns:
             order = np.argsort(codes, kind="stable")
             starts = np.flatnonzero(np.diff(codes[order], prepend=-2))
-            groups = np.split(order, starts[1:])
-            self._columns[key] = {int(codes[g[0]]): _read_only(g) for g in groups if len(g)}  # type: ignore[assignment]
-        return self._columns[key]  # type: ignore[return-value]
+            self._columns[key] = {
+                int(codes[group[0]]): _read_only(group)
+                for group in np.split(order, starts[1:])
+                if len(group)
+            }
+        return self._columns[key].get(code, np.zeros(0, np.int64))
 
     def to_pandas(self) -> Any:
         """All rows as a pandas DataFrame (needs pandas)."""
         return self.table.to_pandas()
+
+
+def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    column = column.unify_dictionaries()
+    if column.num_chunks == 0:
+        return np.zeros(0, np.int32), []
+    values = column.chunks[0].dictionary.to_pylist()
+    indices = pa.chunked_array([chunk.indices for chunk in column.chunks])
+    return pc.fill_null(indices, -1).to_numpy().astype(np.int32, copy=False), values
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,9 @@ def _conform(table: pa.Table, path: str) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
-def _read_batches(reader: pa.ipc.RecordBatchStreamReader) -> tuple[pa.Table, bool]:
+def _read_batches(
+    reader: pa.ipc.RecordBatchStreamReader, release: Callable[[], None]
+) -> tuple[pa.Table, bool]:
     """The whole, valid batches as a table of few chunks, and whether something
     after them was not whole or valid. Batches are joined as they are read (their
     dictionaries unified), so a long run's many small batches cost by row."""
@@ -125,6 +128,12 @@ def _read_batches(reader: pa.ipc.RecordBatchStreamReader) -> tuple[pa.Table, boo
         except (pa.ArrowException, OSError, ValueError):
             damaged = True
             break
+        if batch.num_rows >= CHUNK_ROWS:
+            release()  # large enough as it is, and not copied
+            chunks += _join(group, reader.schema)
+            chunks.append(batch)
+            group, rows = [], 0
+            continue
         group.append(batch)
         rows += batch.num_rows
         if rows >= CHUNK_ROWS or len(group) >= GROUP_BATCHES:
@@ -193,9 +202,10 @@ def load(path: str | Path) -> Trace:
         raise TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)") from error
     header = _header(reader.schema, name)
     _columns(reader.schema, name)
-    table, damaged = _read_batches(reader)
+    release = _releaser(mapping)
+    table, damaged = _read_batches(reader, release)
     table = _conform(table, name)
-    table, notes = sane(table)
+    table, notes = sane(table, release)
     metadata = _metadata(header, table, name)
     metadata["warnings"] += notes
     # Complete: closed by its writer, which a cut or killed run's trace is not.
@@ -209,4 +219,14 @@ def load(path: str | Path) -> Trace:
             f"the trace was not closed by its writer (the process crashed or was "
             f"killed); loaded the {table.num_rows:,} rows written before that"
         )
+    release()
+    pa.default_memory_pool().release_unused()  # what checking the values used
     return Trace(path=name, metadata=metadata, table=table, complete=complete, mapping=mapping)
+
+
+def _releaser(mapping: mmap.mmap) -> Callable[[], None]:
+    """Gives back the pages of the file read so far (checking a large trace reads
+    it all); they come back from the page cache when the analysis reads them."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return lambda: None
+    return lambda: mapping.madvise(mmap.MADV_DONTNEED)

@@ -6,6 +6,8 @@ analysis' sums and differences inside int64.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,8 +42,9 @@ def _nulled(table: pa.Table, name: str, bad: pa.ChunkedArray) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), name, replaced)
 
 
-def sane(table: pa.Table) -> tuple[pa.Table, list[str]]:
-    """The rows and values a trace may hold, and a warning for what was left out."""
+def sane(table: pa.Table, release: Callable[[], None] = lambda: None) -> tuple[pa.Table, list[str]]:
+    """The rows and values a trace may hold, and a warning for what was left out.
+    `release` is called after each column is read (to give its pages back)."""
     notes = []
     drop = pc.is_null(table.column("kind"))
     time = table.column("time_ns")
@@ -66,6 +69,7 @@ def sane(table: pa.Table) -> tuple[pa.Table, list[str]]:
         if count:
             nulled |= pc.fill_null(bad, False).to_numpy(zero_copy_only=False)
             table = _nulled(table, name, bad)
+        release()
     if nulled.any():
         notes.append(
             f"read {int(nulled.sum()):,} rows' sizes, addresses, steps or fragmentation "
