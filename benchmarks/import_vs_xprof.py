@@ -17,6 +17,7 @@ from common import WORK, median_seconds
 
 from tpumem.analysis import analyze
 from tpumem.importer import find_profiles, import_profile
+from tpumem.outputs import create_trace
 from tpumem.report import render
 from tpumem.trace.reader import load
 
@@ -40,8 +41,11 @@ def main() -> None:
     run, hosts = find_profiles(xplane)
     output = WORK / "bench.tpumem"
 
+    def create() -> tuple[Path, int]:  # the benchmark's own file, written again each time
+        return output, create_trace(output, [], force=True)
+
     def tpumem() -> None:
-        import_profile(hosts[0], output, run)
+        import_profile(hosts[0], run, create)
         render(analyze(load(output)), "text")
 
     def xprof() -> None:
@@ -50,7 +54,7 @@ def main() -> None:
         data, _ = xspace_to_tool_data([str(xplane)], "memory_profile", {})
         assert data, "XProf returned no memory profile"
 
-    events = import_profile(hosts[0], output, run)
+    _, events = import_profile(hosts[0], run, create)
     xprof()  # warm both: imports and first-call costs are not the comparison
     tpumem()
     ours = median_seconds(tpumem, args.repeats)
