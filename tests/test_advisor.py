@@ -38,7 +38,7 @@ def test_a_conv_kernel_is_laid_out_with_its_features_minor():
     size = tiled_bytes((256, 128, 3, 3), 32)
     assert size.best == size.plain == 256 * 128 * 9 * 4
     assert size.row_major == 256 * 128 * 4 * 128 * 4
-    # DESIGN.md's example: [1000, 1000] f32 occupies [1000, 1024] either way.
+    # [1000, 1000] f32 occupies [1000, 1024] either way.
     assert (
         tiled_bytes((1000, 1000), 32).best == tiled_bytes((1000, 1000), 32).row_major == 4_096_000
     )

@@ -80,7 +80,7 @@ def _exit_code(code: object) -> int:
 
 def _metadata(config: RunConfig) -> dict[str, Any]:
     from tpumem import __version__
-    from tpumem.analysis.preallocation import SETTINGS_VARIABLES
+    from tpumem.trace.records import SETTINGS_VARIABLES
 
     command = ["-m", config.target] if config.module else [config.target]
     return {

@@ -1,4 +1,4 @@
-"""The figures tpumem reports, computed from a trace (DESIGN.md, "The figures")."""
+"""The figures tpumem reports, computed from a trace (docs/figures.md)."""
 
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis, analyze
 

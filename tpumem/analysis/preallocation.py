@@ -10,20 +10,7 @@ from typing import Any
 import numpy as np
 
 from tpumem.analysis import labels
-
-# Environment variables that decide how much a framework reserves up front.
-SETTINGS_VARIABLES = (
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_CPU_ALLOCATOR_USE_BFC",
-    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
-    "TF_GPU_ALLOCATOR",
-    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
-    "PJRT_DEVICE",
-)
+from tpumem.trace.records import SETTINGS_VARIABLES
 
 
 @dataclass(frozen=True, slots=True)

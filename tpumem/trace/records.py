@@ -50,6 +50,21 @@ class MapOf:
         self.value = value
 
 
+# Environment variables that decide how much a framework reserves up front: a
+# profiled run's metadata records those set (`env`).
+SETTINGS_VARIABLES = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_CPU_ALLOCATOR_USE_BFC",
+    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
+    "TF_GPU_ALLOCATOR",
+    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
+    "PJRT_DEVICE",
+)
+
 # A dict here describes a JSON object field by field.
 METADATA: dict[str, Any] = {
     "format": TEXT,

@@ -62,7 +62,7 @@ SCHEMA = pa.schema([pa.field(name, dtype) for name, dtype, _ in COLUMNS])
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
 STRING_COLUMNS = tuple(name for name, dtype, _ in COLUMNS if pa.types.is_dictionary(dtype))
 
-# The fidelity a device's events have (DESIGN.md, "The trace").
+# The fidelity a device's events have (docs/figures.md).
 ALLOCATOR = "allocator"  # real allocator events with addresses
 BUFFER = "buffer"  # framework buffer lifetimes, exact sizes, no allocator view
 COUNTER = "counter"  # sampled totals only

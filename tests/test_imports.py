@@ -1,0 +1,49 @@
+"""What importing tpumem costs: no module of tpumem/ imports a framework when it is
+imported (the CLI starts without one), and the runner, which lives in the user's
+process, loads none of the analysis or the reports. Each in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tpumem"
+FRAMEWORKS = ("jax", "tensorflow", "torch", "torch_xla", "keras")
+
+
+def _modules_loaded(code: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_no_module_of_tpumem_imports_a_framework():
+    names = sorted(
+        ".".join(("tpumem", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        )
+        for path in PACKAGE.rglob("*.py")
+    )
+    assert "tpumem.cli" in names and "tpumem.analysis.summary" in names
+    loaded = _modules_loaded("\n".join(f"import {name}" for name in names))
+    assert [m for m in loaded if m.split(".")[0] in FRAMEWORKS] == []
+
+
+def test_the_runner_loads_no_analysis_and_no_report():
+    loaded = _modules_loaded(
+        "import tpumem.runner\n"
+        "from tpumem.adapters import get_adapter\n"
+        "from tpumem.trace.writer import TraceWriter\n"
+        "for name in ('jax', 'tensorflow', 'torch_xla'):\n"
+        "    get_adapter(name)\n"
+    )
+    assert "tpumem.adapters.jax" in loaded
+    assert [m for m in loaded if m.startswith(("tpumem.analysis", "tpumem.report"))] == []
+    assert [m for m in loaded if m.split(".")[0] in FRAMEWORKS] == []
