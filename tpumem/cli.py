@@ -9,9 +9,16 @@ from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
 import typer
+from typer import core as typer_core
 
 from tpumem import __version__
 from tpumem.errors import TpumemError
+
+# typer writes each parameter's Python type into the help (<path>, <float range>,
+# <bool>); tpumem's help shows the metavar each option is given (FILE, SECONDS), as
+# click does, and arguments by their names.
+typer_core.TyperOption.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]
+typer_core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="tpumem",
@@ -20,7 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 
 
@@ -62,7 +69,10 @@ def _finite(value: float | None) -> float | None:
 
 # The text report's width in columns: narrower cannot hold its tables, wider is
 # more than any terminal shows.
-Width = Annotated[int, typer.Option(help="Width of the text report, in columns.", min=40, max=1000)]
+Width = Annotated[
+    int,
+    typer.Option(help="Width of the text report, in columns.", min=40, max=1000, metavar="N"),
+]
 Force = Annotated[
     bool,
     typer.Option("--force", help="Replace an existing trace at the output path."),
@@ -74,18 +84,20 @@ def _default_output(source: Path, run: str, host: str, hosts: int) -> Path:
     return Path(f"{stem}.{host}.tpumem" if hosts > 1 else f"{stem}.tpumem")
 
 
-@app.command("import")
+@app.command("import", short_help="Import XSpace profiles (.xplane.pb) as traces.")
 def import_command(
     path: Annotated[
         Path, typer.Argument(help="An .xplane.pb file, or a TensorBoard logdir holding them.")
     ],
     output: Annotated[
         Optional[Path],  # noqa: UP045 - typer reads the annotation at run time
-        typer.Option("-o", "--output", help="Trace file to write (several hosts: one each)."),
+        typer.Option(
+            "-o", "--output", metavar="FILE", help="Trace file to write (several hosts: one each)."
+        ),
     ] = None,
     run: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option("--run", help="Which run of a logdir (default: the newest)."),
+        typer.Option("--run", metavar="NAME", help="Which run of a logdir (default: the newest)."),
     ] = None,
     force: Force = False,
 ) -> None:
@@ -122,18 +134,21 @@ def import_command(
         typer.echo(f"{written}: {count:,} memory events from {host.path}")
 
 
-@app.command()
+@app.command(short_help="Report peak use, preallocation and fragmentation.")
 def report(
     trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
     fmt: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
-            "--format", "-f", help="text, json, md or html (default: from -o, else text)."
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help="text, json, md or html (default: from -o, else text).",
         ),
     ] = None,
     output: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("-o", "--output", help="Write the report to this file."),
+        typer.Option("-o", "--output", metavar="FILE", help="Write the report to this file."),
     ] = None,
     width: Width = 100,
     force: Annotated[
@@ -171,7 +186,7 @@ def _emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> No
     print(f"tpumem: wrote {output}", file=sys.stderr)
 
 
-@app.command()
+@app.command(short_help="Compare runs side by side (scripts are profiled first).")
 def compare(
     runs: Annotated[
         list[str],
@@ -184,11 +199,17 @@ def compare(
     ],
     html: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--html", help="Also write the comparison as a self-contained HTML page."),
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Also write the comparison as a self-contained HTML page.",
+        ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help="text or json.")
+    ] = "text",
     output_dir: Annotated[
-        Path, typer.Option(help="Where the traces of profiled scripts go.")
+        Path, typer.Option(metavar="DIR", help="Where the traces of profiled scripts go.")
     ] = Path("."),
     width: Width = 100,
     force: Annotated[
@@ -231,17 +252,20 @@ def compare(
         _emit(render_compare_html(comparison), html, [s.trace for s in sources], force)
 
 
-@app.command()
+@app.command(short_help="Check a run against limits, for CI.")
 def check(
     trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
     max_peak: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Largest peak in use allowed on any device: 12GiB, 800MB, bytes."),
+        typer.Option(
+            metavar="SIZE", help="Largest peak in use allowed on any device: 12GiB, 800MB, bytes."
+        ),
     ] = None,
     max_fragmentation: Annotated[
         Optional[float],  # noqa: UP045
         typer.Option(
             help="Largest fragmentation allowed at the peak, 0..1.",
+            metavar="F",
             min=0.0,
             max=1.0,
             callback=_finite,
@@ -269,6 +293,7 @@ def check(
 
 
 @app.command(
+    short_help="Run a script and profile its device memory.",
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
 def profile(
@@ -295,17 +320,22 @@ def profile(
         typer.Option(
             "-o",
             "--output",
+            metavar="FILE",
             help="Trace file (default: <script>.tpumem here, numbered if taken).",
         ),
     ] = None,
     framework: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="tensorflow, jax or torch_xla (default: from the script's imports)."),
+        typer.Option(
+            metavar="NAME",
+            help="tensorflow, jax or torch_xla (default: from the script's imports).",
+        ),
     ] = None,
     sample_interval: Annotated[
         float,
         typer.Option(
             help="Seconds between readings of the allocator's counters.",
+            metavar="SECONDS",
             min=0.001,
             max=60.0,
             callback=_finite,
@@ -315,6 +345,7 @@ def profile(
         float,
         typer.Option(
             help="Seconds per profiler session: the most a killed run loses.",
+            metavar="SECONDS",
             min=0.05,
             max=3600.0,
             callback=_finite,
@@ -324,18 +355,22 @@ def profile(
         bool,
         typer.Option(
             help="TensorFlow on CPU: set TF_CPU_ALLOCATOR_USE_BFC=true so the CPU "
-            "allocator records events (without it: no CPU memory figures)."
+            "allocator records events (without it: no CPU memory figures). On by default.",
+            show_default=False,
         ),
     ] = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report, no messages.")] = False,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="Report format: text, json or md.")
+        str,
+        typer.Option("--format", "-f", metavar="FORMAT", help="Report format: text, json or md."),
     ] = "text",
     width: Width = 100,
     force: Force = False,
     tensorboard: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option(help="Also export the trace to this TensorBoard log directory."),
+        typer.Option(
+            metavar="DIR", help="Also export the trace to this TensorBoard log directory."
+        ),
     ] = None,
 ) -> None:
     """Run a script under its framework's adapter, write a trace, print a report.
@@ -400,20 +435,23 @@ def _report_profile(trace: Path, fmt: str, width: int) -> None:
 
 
 export_app = typer.Typer(
-    help="Export traces for other tools.", no_args_is_help=True, rich_markup_mode="rich"
+    help="Export traces for other tools.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(export_app, name="export")
 
 
-@export_app.command("tensorboard")
+@export_app.command("tensorboard", short_help="Write traces where TensorBoard (XProf) shows them.")
 def export_tensorboard_command(
     traces: Annotated[
         list[Path], typer.Argument(metavar="RUN", help="Trace files (.tpumem).", show_default=False)
     ],
-    logdir: Annotated[Path, typer.Option(help="TensorBoard's log directory.")],
+    logdir: Annotated[Path, typer.Option(metavar="DIR", help="TensorBoard's log directory.")],
     run: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Option(help="Run name (default: the trace's name; imported hosts: their run)."),
+        typer.Option(
+            metavar="NAME",
+            help="Run name (default: the trace's name; imported hosts: their run).",
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace a profile the run already has.")
@@ -447,7 +485,7 @@ def main() -> None:
     from typer._click import exceptions as click_errors
 
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="tpumem")
         sys.stdout.flush()
     except click_errors.NoArgsIsHelpError as shown:
         text = shown.ctx.get_help()  # rich prints it and returns nothing
