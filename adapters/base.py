@@ -9,11 +9,13 @@ stays light. Adapters for TensorFlow, JAX and PyTorch/XLA register here.
 from __future__ import annotations
 
 import importlib.util
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tpumem.adapters.quiet import announce_thread
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
@@ -52,6 +54,54 @@ class Adapter(ABC):
 
     @abstractmethod
     def stop(self) -> None: ...
+
+
+class Sampler:
+    """The thread every adapter reads its framework's counters on: `tick` runs every
+    sample interval until `stop`, which waits for the tick under way to end."""
+
+    def __init__(self, name: str, interval_s: float, tick: Callable[[], None]) -> None:
+        self._interval_s, self._tick = interval_s, tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        announce_thread()  # what the framework logs on this thread is tpumem's doing
+        while not self._stop.wait(self._interval_s):
+            self._tick()
+
+
+def on_step_annotation(cls: Any, mark: Callable[[str, int | None], None]) -> Callable[[], None]:
+    """Calls `mark(name, step_num)` as each step annotation of a profiler opens (JAX's
+    StepTraceAnnotation, TensorFlow's Trace, PyTorch/XLA's StepTrace: each takes a
+    name and `step_num=N`; None where it has no integer one); returns what undoes it."""
+    original_init = cls.__init__
+
+    def __init__(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
+        step = kwargs.get("step_num")
+        mark(name, step if isinstance(step, int) and not isinstance(step, bool) else None)
+        original_init(self, name, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return lambda: setattr(cls, "__init__", original_init)
+
+
+def mark_numbered_steps(writer: TraceWriter) -> Callable[[str, int | None], None]:
+    """A step mark in the trace for each annotation that numbers its step."""
+
+    def mark(name: str, step: int | None) -> None:
+        if step is not None:
+            writer.mark(name, step=step)
+
+    return mark
 
 
 _REGISTRY: dict[str, type[Adapter]] = {}

@@ -20,7 +20,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from tpumem.adapters.base import Adapter, CaptureOptions, register
+from tpumem.adapters.base import (
+    Adapter,
+    CaptureOptions,
+    Sampler,
+    mark_numbered_steps,
+    on_step_annotation,
+    register,
+)
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
@@ -85,8 +92,7 @@ class JaxAdapter(Adapter):
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sampler: Sampler | None = None
         self._warnings: list[str] = []
         self._chunks: ProfilerChunks | None = None
         self._book: BufferBook | None = None
@@ -141,14 +147,15 @@ class JaxAdapter(Adapter):
             self._chunks = ProfilerChunks(writer, _JaxSessions(), self.options.chunk_s)
             self._take_over_profiler_api(jax)
             self._chunks.start()
-        self._mark_steps(jax)
-        self._thread = threading.Thread(target=self._sample, name="tpumem-jax", daemon=True)
-        self._thread.start()
+        on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
+        self._ticks = 0
+        self._polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
+        self._sampler = Sampler("tpumem-jax", self.options.sample_interval_s, self._tick)
+        self._sampler.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._sampler is not None:
+            self._sampler.stop()
         self._sample_once()
         if self._chunks is not None:
             self._chunks.stop()
@@ -175,16 +182,13 @@ class JaxAdapter(Adapter):
             "program_temp_shown": bool(hooks and hooks.temp_windows),
         }
 
-    def _sample(self) -> None:
+    def _tick(self) -> None:
         import jax
 
-        polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
-        ticks = 0
-        while not self._stop.wait(self.options.sample_interval_s):
-            self._sample_once()
-            ticks += 1
-            if self._book is not None and ticks % polls_every == 0:
-                self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
+        self._sample_once()
+        self._ticks += 1
+        if self._book is not None and self._ticks % self._polls_every == 0:
+            self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
 
     def _sample_once(self) -> None:
         for device in self.counted:
@@ -199,18 +203,6 @@ class JaxAdapter(Adapter):
         columns, count = self._book.take_columns()
         if count:
             self.writer.write_columns(columns, count)
-
-    def _mark_steps(self, jax: Any) -> None:
-        """Marks each `StepTraceAnnotation(..., step_num=N)` as it opens."""
-        annotation, writer = jax.profiler.StepTraceAnnotation, self.writer
-        original_init = annotation.__init__
-
-        def __init__(self: Any, name: str, **kwargs: Any) -> None:
-            if isinstance(kwargs.get("step_num"), int):
-                writer.mark(name, step=kwargs["step_num"])
-            original_init(self, name, **kwargs)
-
-        annotation.__init__ = __init__
 
     def _take_over_profiler_api(self, jax: Any) -> None:
         """jax.profiler.start_trace/stop_trace would fail while tpumem's session

@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.adapters.labels import FOUND, NO_LABELS, TEMP, rows_to_columns, shape_text
+from tpumem.adapters.book_rows import FOUND, NO_LABELS, TEMP, rows_to_columns, shape_text
 from tpumem.trace.schema import ALLOC, FREE
 
 

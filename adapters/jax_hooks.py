@@ -31,8 +31,8 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from tpumem.adapters.book_rows import INPUT, OUTPUT
 from tpumem.adapters.jax_buffers import BufferBook, device_name
-from tpumem.adapters.labels import INPUT, OUTPUT
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter

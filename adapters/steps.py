@@ -14,6 +14,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from tpumem.adapters.base import on_step_annotation
 from tpumem.trace.writer import TraceWriter
 
 SYNC_MARK = "sync"  # a torch_xla.sync() / xm.mark_step(): no step number
@@ -58,14 +59,9 @@ class TrainingSteps:
         )
         self._undo.append(handle.remove)
         steps = self
-        original_init = profiler.StepTrace.__init__
-
-        def __init__(trace: Any, name: str, **kwargs: Any) -> None:
-            steps.explicit(STEP_TRACE, kwargs.get("step_num"))
-            original_init(trace, name, **kwargs)
-
-        profiler.StepTrace.__init__ = __init__
-        self._undo.append(lambda: setattr(profiler.StepTrace, "__init__", original_init))
+        self._undo.append(
+            on_step_annotation(profiler.StepTrace, lambda _, step: steps.explicit(STEP_TRACE, step))
+        )
         original_step = torch_xla.step
 
         def step() -> Any:

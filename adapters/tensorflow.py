@@ -16,12 +16,18 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpumem.adapters.base import Adapter, CaptureOptions, register
+from tpumem.adapters.base import (
+    Adapter,
+    CaptureOptions,
+    Sampler,
+    mark_numbered_steps,
+    on_step_annotation,
+    register,
+)
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.tf_transfers import HostTransfers
 from tpumem.trace.schema import ALLOCATOR, COUNTER
@@ -112,8 +118,7 @@ class TensorFlowAdapter(Adapter):
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._sampler: Sampler | None = None
         self._warnings: list[str] = []
         self._spool: Path | None = None
         self._chunks: ProfilerChunks | None = None
@@ -146,9 +151,8 @@ class TensorFlowAdapter(Adapter):
         self._take_over_profiler_api()
         self._mark_traced_steps()
         self._chunks.start()
-        sampler = threading.Thread(target=self._sample, name="tpumem-tf-samples", daemon=True)
-        sampler.start()
-        self._threads.append(sampler)
+        self._sampler = Sampler("tpumem-tf-samples", self.options.sample_interval_s, self._tick)
+        self._sampler.start()
 
     def _devices_ready(self) -> bool:
         """Whether the script has started TensorFlow's runtime, and then its devices
@@ -180,9 +184,8 @@ class TensorFlowAdapter(Adapter):
         return True
 
     def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        if self._sampler is not None:
+            self._sampler.stop()
         if self._devices_ready():
             self._sample_once()
         if self._chunks is not None:
@@ -202,11 +205,10 @@ class TensorFlowAdapter(Adapter):
         except ValueError:  # no allocator statistics for this device (plain CPU)
             return None
 
-    def _sample(self) -> None:
-        while not self._stop.wait(self.options.sample_interval_s):
-            if self._devices_ready():
-                self._sample_once()
-            self._watch_keras()
+    def _tick(self) -> None:
+        if self._devices_ready():
+            self._sample_once()
+        self._watch_keras()
 
     def _sample_once(self) -> None:
         for device in self.counted:
@@ -239,14 +241,7 @@ class TensorFlowAdapter(Adapter):
         otherwise have no mark."""
         from tensorflow.python.profiler import trace
 
-        original_init, writer = trace.Trace.__init__, self.writer
-
-        def __init__(self: Any, name: str, **kwargs: Any) -> None:
-            if isinstance(kwargs.get("step_num"), int):
-                writer.mark(name, step=kwargs["step_num"])
-            original_init(self, name, **kwargs)
-
-        trace.Trace.__init__ = __init__
+        on_step_annotation(trace.Trace, mark_numbered_steps(self.writer))
 
     def _take_over_profiler_api(self) -> None:
         """tf.profiler.experimental.start/stop would fail while tpumem's session

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tpumem.adapters.labels import INPUT, shape_text
+from tpumem.adapters.book_rows import INPUT, shape_text
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.trace.schema import ALLOC
 

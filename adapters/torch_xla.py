@@ -26,13 +26,12 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpumem.adapters.base import Adapter, CaptureOptions, register
+from tpumem.adapters.base import Adapter, CaptureOptions, Sampler, register
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.torch_xla_book import TensorBook
@@ -66,8 +65,7 @@ class TorchXlaAdapter(Adapter):
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sampler: Sampler | None = None
         self._warnings: list[str] = []
         self._spool: Path | None = None
         self._debug: DebugLog | None = None
@@ -116,13 +114,12 @@ class TorchXlaAdapter(Adapter):
         self._watch_child_processes()
         self._mode = _watch_mode(torch, self)
         self._mode.__enter__()
-        self._thread = threading.Thread(target=self._sample, name="tpumem-torch-xla", daemon=True)
-        self._thread.start()
+        self._sampler = Sampler("tpumem-torch-xla", self.options.sample_interval_s, self._tick)
+        self._sampler.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._sampler is not None:
+            self._sampler.stop()
         self._mode.__exit__(None, None, None)
         self.steps.remove()
         self._wait_for_runs()
@@ -285,10 +282,9 @@ class TorchXlaAdapter(Adapter):
 
     # -- the sampler ---------------------------------------------------------------
 
-    def _sample(self) -> None:
-        while not self._stop.wait(self.options.sample_interval_s):
-            self._sample_once()
-            self._write_book()
+    def _tick(self) -> None:
+        self._sample_once()
+        self._write_book()
 
     def _sample_once(self) -> None:
         if self.backend == "CPU" or not self.xlac._xla_runtime_is_initialized():

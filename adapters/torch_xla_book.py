@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpumem.adapters.labels import (
+from tpumem.adapters.book_rows import (
     GRADIENT,
     INPUT,
     NO_LABELS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.padding import LayoutPadding
@@ -54,7 +54,7 @@ class FitAdvice:
 def headroom(peak_bytes: int, frag: Fragmentation, pre: Preallocation) -> tuple[int | None, str]:
     """Fragmentation headroom at the peak, and how it was obtained."""
     if frag.at_peak is None or pre.pool_at_peak_bytes is None:
-        return None, labels.NOT_AVAILABLE
+        return None, provenance.NOT_AVAILABLE
     free = max(0, pre.pool_at_peak_bytes - peak_bytes)
     return round(frag.at_peak * free), frag.label
 

@@ -15,11 +15,6 @@ def rounded_bytes(requested: int) -> int:
     return max(MIN_ALLOCATION, -(-requested // MIN_ALLOCATION) * MIN_ALLOCATION)
 
 
-def splits(chunk: int, rounded: int) -> bool:
-    """Whether BFC splits a free chunk to serve `rounded` bytes, or hands out all of it."""
-    return chunk >= 2 * rounded or chunk - rounded >= MAX_INTERNAL_FRAGMENTATION
-
-
 class RegionSchedule:
     """The sizes BFC asks its sub-allocator for when it runs out of space: with
     allow_growth regions double from 2 MiB; without, the first region is the limit."""

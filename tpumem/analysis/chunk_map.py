@@ -73,9 +73,7 @@ class Chunks:
         # An allocation whose free the capture missed, and whose address is used
         # again: it was freed in the first gap after it (else just before the reuse).
         lost = (partner[allocs] < 0) & (following[allocs] < count)
-        gap = np.searchsorted(resumed, allocs[lost], side="right")
-        after_gap = np.append(resumed, count)[gap]
-        end[lost] = np.minimum(after_gap, following[allocs[lost]])
+        end[lost] = np.minimum(events.end_in_gap(allocs[lost]), following[allocs[lost]])
         # A free whose allocation the capture missed: allocated in the last gap
         # before it, after the address's previous use; else before the capture.
         unpaired = np.flatnonzero(~events.is_alloc & (partner < 0))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
@@ -76,7 +76,7 @@ def _row(figure: str, unit: str, entries: list[tuple[object, str]], lower_is_bet
 
 
 def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, tuple[object, str]]:
-    na = (None, labels.NOT_AVAILABLE)
+    na = (None, provenance.NOT_AVAILABLE)
     if device is None:
         return {}
     pre, frag = device.preallocation, device.fragmentation
@@ -92,12 +92,12 @@ def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, tuple
         "waste": (device.waste.at_peak_bytes, device.waste.label),
         "padding": (device.padding.extra_bytes, device.padding.label)
         if not device.padding.included
-        else (0, labels.INCLUDED),
-        "allocations": (device.allocations, labels.MEASURED),
-        "rate": (device.allocations_per_s, labels.MEASURED)
+        else (0, provenance.INCLUDED),
+        "allocations": (device.allocations, provenance.MEASURED),
+        "rate": (device.allocations_per_s, provenance.MEASURED)
         if device.allocations_per_s is not None
         else na,
-        "program_temp": (temp.temp_bytes, labels.COMPILE_TIME) if temp else na,
+        "program_temp": (temp.temp_bytes, provenance.COMPILE_TIME) if temp else na,
     }
 
 
@@ -143,7 +143,7 @@ def _regions(devices: list[DeviceAnalysis | None]) -> tuple[RegionDifference, ..
 def compare(runs: list[RunAnalysis]) -> Comparison:
     devices = [busiest(run) for run in runs]
     figures = [_figures(device, run) for device, run in zip(devices, runs, strict=True)]
-    missing = (None, labels.NOT_AVAILABLE)
+    missing = (None, provenance.NOT_AVAILABLE)
     rows = [
         _row(
             "Framework (backend)",

@@ -38,6 +38,15 @@ class DeviceEvents:
     def has_addresses(self) -> bool:
         return bool(len(self.address)) and bool((self.address >= 0).all())
 
+    def end_in_gap(self, allocations: np.ndarray) -> np.ndarray:
+        """The rule for an allocation whose free the capture did not see: it was
+        freed in the first capture gap after it, so it ends at the first event after
+        that gap; len(self) where no gap follows (it was live to the end). Peak,
+        series and address map all read a missed free by this rule."""
+        resumed = np.searchsorted(self.time_ns, self.gaps_ns[:, 1], side="left")
+        following = np.searchsorted(resumed, allocations, side="right")
+        return np.append(resumed, len(self))[following]
+
     def free_index(self) -> np.ndarray:
         """For each event that allocates, the index of the event that frees the same
         buffer (len(self) when it is never freed); -1 for frees."""

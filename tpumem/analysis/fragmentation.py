@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.bfc_model import ReplayResult
 from tpumem.analysis.chunk_map import AddressMap, spread
 from tpumem.analysis.device_events import DeviceEvents
@@ -26,7 +26,7 @@ INCOMPLETE_MAP = (
 
 @dataclass(frozen=True, slots=True)
 class Fragmentation:
-    label: str  # labels.MEASURED / DERIVED / MODELED / NOT_AVAILABLE
+    label: str  # provenance.MEASURED / DERIVED / MODELED / NOT_AVAILABLE
     source: str  # what the figure comes from, in words
     at_peak: float | None
     maximum: float | None
@@ -58,7 +58,7 @@ def _summary(
 ) -> Fragmentation:
     known = ~np.isnan(values)
     if not known.any():
-        return Fragmentation(labels.NOT_AVAILABLE, source, None, None, None)
+        return Fragmentation(provenance.NOT_AVAILABLE, source, None, None, None)
     where = int(np.nanargmax(values))
     return Fragmentation(
         label=label,
@@ -75,7 +75,7 @@ def fragmentation(
     reported = events.reported_fragmentation
     if reported is not None and not np.isnan(reported).all():
         figure = _summary(
-            events, reported, peak_index, labels.MEASURED, "the allocator's own figure"
+            events, reported, peak_index, provenance.MEASURED, "the allocator's own figure"
         )
         pool = None
         if events.has_addresses:
@@ -111,10 +111,14 @@ def fragmentation(
     if model is not None:
         values = model.fragmentation
         figure = _summary(
-            events, values, peak_index, labels.MODELED, "BFC allocator model replaying lifetimes"
+            events,
+            values,
+            peak_index,
+            provenance.MODELED,
+            "BFC allocator model replaying lifetimes",
         )
         return FragmentationSeries(values, model.pool, figure)
     empty = np.full(len(events), np.nan)
     return FragmentationSeries(
-        empty, None, Fragmentation(labels.NOT_AVAILABLE, "no allocator view", None, None, None)
+        empty, None, Fragmentation(provenance.NOT_AVAILABLE, "no allocator view", None, None, None)
     )

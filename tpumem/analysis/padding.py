@@ -25,7 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.peak import LiveGroup
 
 LANES = 128
@@ -158,15 +158,15 @@ def layout_padding(groups: tuple[LiveGroup, ...], backend: str, top: int = 3) ->
         totals[1] += group.bytes
         totals[2] += added
     if not counted:
-        return LayoutPadding(labels.NOT_AVAILABLE, None, None, 0, uncounted, False)
+        return LayoutPadding(provenance.NOT_AVAILABLE, None, None, 0, uncounted, False)
     if backend.lower() == "tpu":
-        return LayoutPadding(labels.MEASURED, 0, 0, counted, uncounted, True)
+        return LayoutPadding(provenance.MEASURED, 0, 0, counted, uncounted, True)
     largest = sorted(
         (PaddedShape(shape, dtype, *totals) for (shape, dtype), totals in by_shape.items()),
         key=lambda s: -s.extra_bytes,
     )
     return LayoutPadding(
-        labels.ESTIMATED,
+        provenance.ESTIMATED,
         extra,
         row_major,
         counted,

@@ -51,21 +51,13 @@ def step_at(trace: Trace, time_ns: int) -> int | None:
 
 def live_at(events: DeviceEvents, index: int) -> np.ndarray:
     """Indices of the allocations live just after event `index`. One whose free
-    went unseen ended, as far as the trace can tell, at the first capture gap
-    after it (the address map's rule): it is not live past that gap."""
+    went unseen is not live past the first capture gap after it (end_in_gap)."""
     freed_at = events.free_index()
     allocs = np.flatnonzero(events.is_alloc[: index + 1])
     live = allocs[freed_at[allocs] > index]
-    gaps = events.gaps_ns
-    if len(gaps) and len(live):
-        following = np.searchsorted(gaps[:, 0], events.time_ns[live], side="right")
-        gap_start = gaps[np.minimum(following, len(gaps) - 1), 0]
-        ended = (
-            (freed_at[live] == len(events))
-            & (following < len(gaps))
-            & (gap_start <= events.time_ns[index])
-        )
-        live = live[~ended]
+    if len(events.gaps_ns) and len(live):
+        unseen = freed_at[live] == len(events)
+        live = live[~(unseen & (events.end_in_gap(live) <= index))]
     return live
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.trace.records import SETTINGS_VARIABLES
 
 
@@ -60,7 +60,7 @@ def preallocation(
         # A series has a value per event; a single reading stands for the run.
         pool_at_peak = int(pool[peak_index] if len(pool) > peak_index else pool[-1])
     elif not pool_source:
-        pool_label, pool_source = labels.NOT_AVAILABLE, "the trace has no view of the pool"
+        pool_label, pool_source = provenance.NOT_AVAILABLE, "the trace has no view of the pool"
     capacity = _capacity(metadata, device)
     fraction = math.ceil(peak_bytes / capacity * 100) / 100 if capacity else None
     return Preallocation(

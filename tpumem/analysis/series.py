@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpumem.analysis.bins import bin_max, bin_of
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.peak import NO_REGION, UNSEEN
 from tpumem.trace.model import Trace
@@ -33,10 +34,8 @@ class DeviceSeries:
     gaps_ns: tuple[tuple[int, int], ...] = ()
 
 
-def _chosen(time_ns: np.ndarray, in_use: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+def _chosen(bins: np.ndarray, in_use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(index of each non-empty bin's highest event, bin start indices)."""
-    start, span = int(time_ns[0]), max(1, int(time_ns[-1] - time_ns[0]))
-    bins = np.minimum(((time_ns - start) * points) // span, points - 1)
     starts = np.flatnonzero(np.diff(bins, prepend=-1))
     highest = np.maximum.reduceat(in_use, starts)
     owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(bins))))
@@ -51,17 +50,13 @@ def _region_stack(
     """Bytes live per region at the chosen events. A free counts for its
     allocation's region; a free whose allocation went unseen counts nowhere (the
     allocator's own figure still shows it in the line), and an allocation whose
-    free went unseen ends at the first capture gap after it, as in the address map."""
+    free went unseen ends in the first capture gap after it (end_in_gap)."""
     codes, names = trace.codes("region")
     region = codes[events.row].astype(np.int64)
     partner = pair_events(events.is_alloc, events.buffer_id)
     ends = np.flatnonzero(events.is_alloc & (partner < 0))
-    if len(events.gaps_ns) and len(ends):
-        gap = np.searchsorted(events.gaps_ns[:, 0], events.time_ns[ends], side="right")
-        ends = ends[gap < len(events.gaps_ns)]
-        end_at = np.searchsorted(events.time_ns, events.gaps_ns[gap[gap < len(events.gaps_ns)], 0])
-    else:
-        ends, end_at = ends[:0], ends[:0]
+    end_at = events.end_in_gap(ends)
+    ends, end_at = ends[end_at < len(events)], end_at[end_at < len(events)]
     allocs = np.flatnonzero(events.is_alloc)
     frees = np.flatnonzero(~events.is_alloc & (partner >= 0))
     where = np.concatenate([allocs, frees, end_at])
@@ -112,11 +107,13 @@ def device_series(
     gaps = tuple((int(start), int(end)) for start, end in events.gaps_ns.tolist())
     if not len(events):
         return DeviceSeries(0, (), None, (), (), None, (), gaps)
-    chosen, starts = _chosen(events.time_ns, events.in_use, points)
-    frag = np.fmax.reduceat(fragmentation.astype(np.float64), starts)
+    bins = bin_of(events.time_ns, points)
+    chosen, starts = _chosen(bins, events.in_use)
+    present = bins[starts]  # the bins that hold events
+    frag = bin_max(bins, fragmentation, points)[present]
     pool_points = None
     if pool is not None and len(pool) == len(events):
-        pool_points = tuple(int(v) for v in np.maximum.reduceat(pool, starts))
+        pool_points = tuple(int(v) for v in bin_max(bins, pool, points)[present])
     elif pool is not None and len(pool):
         pool_points = (int(pool.max()),) * len(chosen)
     times = events.time_ns[chosen]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom
 from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
 from tpumem.analysis.counters import Counters, counters
@@ -106,20 +106,24 @@ def _device(
     frag = fragmentation(events, peak.event_index, model)
     reported = counters(trace, events.device)
     if reported.pool_bytes is not None:  # the allocator says what it holds (memory_stats)
-        pool, pool_label = np.array([reported.pool_bytes]), labels.MEASURED
+        pool, pool_label = np.array([reported.pool_bytes]), provenance.MEASURED
         pool_source = "the allocator's own pool_bytes"
     elif model is not None:
-        pool, pool_label, pool_source = model.pool, labels.MODELED, "BFC allocator model"
+        pool, pool_label, pool_source = model.pool, provenance.MODELED, "BFC allocator model"
     elif frag.pool is not None:
-        pool, pool_label = frag.pool, labels.DERIVED
+        pool, pool_label = frag.pool, provenance.DERIVED
         pool_source = f"address map, BFC regions ({frag.figure.check_schedule})"
     elif frag.figure.check_agrees is False:
-        pool, pool_label = None, labels.NOT_AVAILABLE
+        pool, pool_label = None, provenance.NOT_AVAILABLE
         pool_source = "the address map disagrees with the allocator (see its check)"
     elif frag.figure.check_unavailable:
-        pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, frag.figure.check_unavailable
+        pool, pool_label, pool_source = (
+            None,
+            provenance.NOT_AVAILABLE,
+            frag.figure.check_unavailable,
+        )
     else:
-        pool, pool_label, pool_source = None, labels.NOT_AVAILABLE, ""
+        pool, pool_label, pool_source = None, provenance.NOT_AVAILABLE, ""
     limit = events.bytes_limit if events.bytes_limit is not None else reported.limit_bytes
     pre = preallocation(
         trace.metadata,
@@ -140,7 +144,7 @@ def _device(
         frees=len(events) - allocations,
         allocations_per_s=_rate(events, allocations),
         peak=peak,
-        peak_label=labels.MEASURED if events.in_use_measured else labels.DERIVED,
+        peak_label=provenance.MEASURED if events.in_use_measured else provenance.DERIVED,
         preallocation=pre,
         fragmentation=frag.figure,
         waste=internal_waste(events, live_at(events, peak.event_index)),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.device_events import DeviceEvents
 
 
@@ -23,11 +23,11 @@ def internal_waste(events: DeviceEvents, live_at_peak: np.ndarray) -> InternalWa
     allocs = events.is_alloc
     allocated = int(events.bytes[allocs].sum())
     if not len(events) or (events.requested[allocs] < 0).any():
-        return InternalWaste(labels.NOT_AVAILABLE, None, None, allocated, None)
+        return InternalWaste(provenance.NOT_AVAILABLE, None, None, allocated, None)
     live_allocated = int(events.bytes[live_at_peak].sum())
     live_waste = live_allocated - int(events.requested[live_at_peak].sum())
     return InternalWaste(
-        label=labels.MEASURED,
+        label=provenance.MEASURED,
         at_peak_bytes=live_waste,
         at_peak_share=live_waste / live_allocated if live_allocated else 0.0,
         total_allocated_bytes=allocated,

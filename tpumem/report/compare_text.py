@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tpumem.analysis import labels
+from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.rows import fit_answer
@@ -23,8 +23,8 @@ _TAGS = {
     "modeled": "modeled",
     "estimated": "estimated",
     "not available": "",
-    labels.COMPILE_TIME: "compile-time",
-    labels.INCLUDED: "included (TPU run)",
+    provenance.COMPILE_TIME: "compile-time",
+    provenance.INCLUDED: "included (TPU run)",
 }
 
 

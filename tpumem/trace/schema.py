@@ -59,8 +59,6 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
 )
 
 SCHEMA = pa.schema([pa.field(name, dtype) for name, dtype, _ in COLUMNS])
-COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
-STRING_COLUMNS = tuple(name for name, dtype, _ in COLUMNS if pa.types.is_dictionary(dtype))
 
 # The fidelity a device's events have (docs/figures.md).
 ALLOCATOR = "allocator"  # real allocator events with addresses

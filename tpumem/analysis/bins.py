@@ -1,0 +1,23 @@
+"""Time bins for drawing and summing up a run: which bin an event falls in, and the
+largest value of each bin, so that no spike (the peak least of all) falls between
+two points. The timeline of a report and the series of a page both use them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def bin_of(time_ns: np.ndarray, count: int) -> np.ndarray:
+    """The bin of each event, `count` equal bins from the first event to the last."""
+    start = int(time_ns[0])
+    span = max(1, int(time_ns[-1]) - start)
+    return np.minimum(((time_ns - start) * count) // span, count - 1).astype(np.int64)
+
+
+def bin_max(bins: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
+    """The largest value in each bin (NaN values ignored); NaN where a bin has none."""
+    out = np.full(count, np.nan)
+    values = values.astype(np.float64)
+    known = ~np.isnan(values)
+    np.fmax.at(out, bins[known], values[known])
+    return out
