@@ -18,7 +18,7 @@ from common import WORK, median_seconds
 from tpumem.analysis import analyze
 from tpumem.importer import find_profiles, import_profile
 from tpumem.outputs import create_trace
-from tpumem.report import render
+from tpumem.report import REPORTERS
 from tpumem.trace.reader import load
 
 
@@ -46,7 +46,7 @@ def main() -> None:
 
     def tpumem() -> None:
         import_profile(hosts[0], run, create)
-        render(analyze(load(output)), "text")
+        REPORTERS["text"].render(analyze(load(output)))
 
     def xprof() -> None:
         from xprof.convert.raw_to_tool_data import xspace_to_tool_data

@@ -12,7 +12,8 @@ from conftest import run_tpumem
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.peak import NO_REGION
-from tpumem.report.html import DATA_ID, SERIES_POINTS
+from tpumem.report import HTML_SERIES_POINTS
+from tpumem.report.html import DATA_ID
 from tpumem.report.rows import device_rows, run_rows
 from tpumem.trace.reader import load
 
@@ -93,7 +94,7 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     facts, figures = run.pop("facts"), device.pop("figures")
     report["devices"][0].pop("series")
     assert run == report  # every figure, as the JSON report gives it
-    analysis = analyze(load(trace), series_points=SERIES_POINTS)
+    analysis = analyze(load(trace), series_points=HTML_SERIES_POINTS)
     # The page's rows are the text report's, word for word.
     assert facts == [list(row) for row in run_rows(analysis)]
     assert figures == [list(row) for row in device_rows(analysis.devices[0])]

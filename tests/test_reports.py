@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import run_tpumem
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
-from tpumem.report import format_for, render
+from tpumem.report import REPORTERS, reporter_for
 from tpumem.report.rows import device_rows, one_line, run_rows
 from tpumem.trace.reader import load
 
@@ -17,7 +17,7 @@ GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"
 
 def _text(make_trace) -> str:
     path = make_trace(buffer_rows(), metadata={"command": ["python", "train.py"]})
-    text = render(analyze(load(path)), "text", width=100)
+    text = REPORTERS["text"].render(analyze(load(path)), width=100)
     return text.replace(str(path), "TRACE")
 
 
@@ -49,8 +49,10 @@ def test_output_extension_picks_the_format(make_trace, tmp_path):
     assert result.returncode == 0, result.stderr
     assert out.read_text().startswith("# tpumem report")
     assert "| Peak in use | 400 B at 0.000 s, step 2 | derived |" in out.read_text()
-    assert format_for(Path("x.json"), None) == "json"
-    assert format_for(Path("x.txt"), "md") == "md"
+    assert reporter_for(Path("x.json"), None).name == "json"
+    assert reporter_for(Path("x.HTM"), None).name == "html"
+    assert reporter_for(Path("x.txt"), "md").name == "md"
+    assert reporter_for(Path("x.log"), None).name == "text"
 
 
 def test_a_trace_cut_mid_stream_still_reports_and_says_so(tmp_path):

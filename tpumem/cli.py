@@ -6,13 +6,16 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 from typer import core as typer_core
 
 from tpumem import __version__
 from tpumem.errors import TpumemError
+
+if TYPE_CHECKING:
+    from tpumem.report import Reporter
 
 # typer writes each parameter's Python type into the help (<path>, <float range>,
 # <bool>); tpumem's help shows the metavar each option is given (FILE, SECONDS), as
@@ -157,23 +160,14 @@ def report(
 ) -> None:
     """Report peak use, preallocation and fragmentation of a trace."""
     from tpumem.analysis import analyze
-    from tpumem.report import format_for, render
+    from tpumem.report import reporter_for
     from tpumem.trace.reader import load
 
-    chosen = format_for(output, fmt)
+    reporter = reporter_for(output, fmt)
     with _progress(f"analysing {trace}"):
-        analysis = analyze(load(trace), series_points=_series_points(chosen))
+        analysis = analyze(load(trace), series_points=reporter.series_points)
     color = output is None and sys.stdout.isatty()
-    _emit(render(analysis, chosen, width=width, color=color), output, [trace], force)
-
-
-def _series_points(fmt: str) -> int:
-    """Only the HTML page draws series fine enough to need them."""
-    if fmt != "html":
-        return 0
-    from tpumem.report.html import SERIES_POINTS
-
-    return SERIES_POINTS
+    _emit(reporter.render(analysis, width=width, color=color), output, [trace], force)
 
 
 def _emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
@@ -228,11 +222,12 @@ def compare(
     from tpumem.analysis import analyze
     from tpumem.analysis.comparison import compare as compare_runs
     from tpumem.compare_runs import profile_scripts, resolve
+    from tpumem.report import HTML_SERIES_POINTS
     from tpumem.trace.reader import load
 
     sources = resolve(runs, output_dir)
     profile_scripts(sources)
-    points = _series_points("html" if html else fmt)
+    points = HTML_SERIES_POINTS if html else 0  # only the page draws series
     analyses = []
     for source in sources:
         with _progress(f"analysing {source.trace}"):
@@ -381,17 +376,17 @@ def profile(
     """
     from tpumem.adapters import CaptureOptions
     from tpumem.launcher import ProfileRequest, run_profiled
-    from tpumem.report import format_for
+    from tpumem.report import reporter_for
 
     rest = list(args or [])
     if module is None and target is None:
         raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
     if module is not None and target is not None:
         rest = [target, *rest]
-    chosen = format_for(None, fmt)
-    if chosen == "html":
+    reporter = reporter_for(None, fmt)
+    if not reporter.terminal:
         raise TpumemError(
-            "profile reports to the terminal: for a page, tpumem report RUN -o FILE.html"
+            f"profile reports to the terminal: for {fmt}, tpumem report RUN -o FILE.{fmt}"
         )
     request = ProfileRequest(
         target=module if module is not None else str(target),
@@ -410,7 +405,7 @@ def profile(
     if outcome.adapter_failed:  # the script never ran; the runner said why
         raise typer.Exit(2)
     if not quiet:
-        _report_profile(outcome.trace, chosen, width)
+        _report_profile(outcome.trace, reporter, width)
     if tensorboard is not None:
         try:
             _export([outcome.trace], tensorboard, None)
@@ -419,9 +414,8 @@ def profile(
     raise typer.Exit(outcome.returncode)
 
 
-def _report_profile(trace: Path, fmt: str, width: int) -> None:
+def _report_profile(trace: Path, reporter: Reporter, width: int) -> None:
     from tpumem.analysis import analyze
-    from tpumem.report import render
     from tpumem.trace.reader import load
 
     try:
@@ -430,7 +424,7 @@ def _report_profile(trace: Path, fmt: str, width: int) -> None:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return
     color = sys.stderr.isatty()
-    sys.stderr.write(render(analysis, fmt, width=width, color=color))
+    sys.stderr.write(reporter.render(analysis, width=width, color=color))
     print(f"tpumem: trace written to {trace}", file=sys.stderr)
 
 

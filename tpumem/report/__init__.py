@@ -1,51 +1,69 @@
-"""Renderers: each turns a RunAnalysis into text; none computes a figure."""
+"""Reporters: each turns a RunAnalysis into text and computes no figure. One
+registry says, for every format, its name (--format), the file extensions that
+choose it (-o), where its renderer lives (imported only when used), whether it
+prints to a terminal, and how finely it draws series."""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from tpumem.errors import TpumemError
 
-FORMATS = ("text", "json", "md", "html")
-_EXTENSIONS = {
-    ".json": "json",
-    ".md": "md",
-    ".markdown": "md",
-    ".txt": "text",
-    ".html": "html",
-    ".htm": "html",
+if TYPE_CHECKING:
+    from tpumem.analysis.summary import RunAnalysis
+
+
+class Render(Protocol):
+    def __call__(self, analysis: RunAnalysis, *, width: int, color: bool) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Reporter:
+    name: str
+    extensions: tuple[str, ...]
+    renderer: str  # "module:function", a Render
+    terminal: bool = True  # `profile` can print it after the run
+    series_points: int = 0  # drawing points per device it needs (0: none)
+
+    def render(self, analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+        module, function = self.renderer.split(":")
+        render: Render = getattr(importlib.import_module(module), function)
+        return render(analysis, width=width, color=color)
+
+
+# The HTML page draws 1,500 points per device; the figures use every event.
+HTML_SERIES_POINTS = 1500
+
+REPORTERS = {
+    reporter.name: reporter
+    for reporter in (
+        Reporter("text", (".txt",), "tpumem.report.text:render_text"),
+        Reporter("json", (".json",), "tpumem.report.json_report:render_json"),
+        Reporter("md", (".md", ".markdown"), "tpumem.report.markdown:render_markdown"),
+        Reporter(
+            "html",
+            (".html", ".htm"),
+            "tpumem.report.html:render_html",
+            terminal=False,
+            series_points=HTML_SERIES_POINTS,
+        ),
+    )
 }
+FORMATS = tuple(REPORTERS)
 
 
-def format_for(output: Path | None, requested: str | None) -> str:
-    """The format asked for, else the one the output file's extension names."""
+def reporter_for(output: Path | None, requested: str | None) -> Reporter:
+    """The reporter asked for, else the one the output file's extension names, else
+    the terminal's."""
     if requested is not None:
-        if requested not in FORMATS:
+        if requested not in REPORTERS:
             raise TpumemError(
                 f"unknown report format {requested!r} (choose from {', '.join(FORMATS)})"
             )
-        return requested
-    if output is not None:
-        return _EXTENSIONS.get(output.suffix.lower(), "text")
-    return "text"
-
-
-def render(analysis: object, fmt: str, width: int = 100, color: bool = False) -> str:
-    from tpumem.analysis.summary import RunAnalysis
-
-    assert isinstance(analysis, RunAnalysis)
-    if fmt == "json":
-        from tpumem.report.json_report import render_json
-
-        return render_json(analysis)
-    if fmt == "html":
-        from tpumem.report.html import render_html
-
-        return render_html(analysis)
-    if fmt == "md":
-        from tpumem.report.markdown import render_markdown
-
-        return render_markdown(analysis)
-    from tpumem.report.text import render_text
-
-    return render_text(analysis, width=width, color=color)
+        return REPORTERS[requested]
+    suffix = output.suffix.lower() if output is not None else ""
+    found = [r for r in REPORTERS.values() if suffix in r.extensions]
+    return found[0] if found else REPORTERS["text"]

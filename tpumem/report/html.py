@@ -18,11 +18,11 @@ from typing import Any
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.summary import RunAnalysis
+from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, dump, report_dict
 from tpumem.report.rows import device_rows, run_rows
 
-SERIES_POINTS = 1500  # points per device drawn; figures use every event
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
 DATA_ID = "tpumem-data"
 _ESCAPES = {
@@ -62,7 +62,7 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
 
 def _page(title: str, data: dict[str, Any]) -> str:
     data["accelerators"] = [dataclasses.asdict(a) for a in ACCELERATORS]
-    data["limits"] = {"series_points": SERIES_POINTS, "max_groups": MAX_GROUPS}
+    data["limits"] = {"series_points": HTML_SERIES_POINTS, "max_groups": MAX_GROUPS}
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -73,7 +73,8 @@ def _page(title: str, data: dict[str, Any]) -> str:
     )
 
 
-def render_html(analysis: RunAnalysis) -> str:
+def render_html(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+    """(Width and color are the terminal's: the page sets its own.)"""
     data = {"kind": "report", "schema": SCHEMA, "runs": [run_data(analysis)]}
     return _page(f"tpumem report · {analysis.path or analysis.framework}", data)
 

@@ -47,5 +47,6 @@ def dump(body: Any, **options: Any) -> str:
     return json.dumps(finite(body), allow_nan=False, **options)
 
 
-def render_json(analysis: RunAnalysis) -> str:
+def render_json(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+    """(Width and color are the terminal's: JSON has neither.)"""
     return dump(report_dict(analysis), indent=2) + "\n"

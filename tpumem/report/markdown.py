@@ -22,7 +22,8 @@ def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return lines
 
 
-def render_markdown(analysis: RunAnalysis) -> str:
+def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+    """(Width and color are the terminal's: markdown has neither.)"""
     lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
     lines += _table(("", ""), run_rows(analysis))
     lines += [""] + [f"> warning: {_cell(w)}" for w in analysis.warnings]

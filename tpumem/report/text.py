@@ -61,7 +61,7 @@ def _cells(row: tuple[str, ...]) -> list[Text]:
     return [Text(visible(cell)) for cell in row]
 
 
-def render_text(analysis: RunAnalysis, width: int = 100, color: bool = False) -> str:
+def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     buffer = io.StringIO()
     console = Console(
         file=buffer, width=width, color_system="standard" if color else None, highlight=False
