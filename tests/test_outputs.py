@@ -260,3 +260,23 @@ def test_an_export_replaces_a_profile_only_with_force(tmp_path):
     forced = run_tpumem("export", "tensorboard", str(trace), "--logdir", str(logdir), "--force")
     assert forced.returncode == 0, forced.stderr
     assert xplane.read_bytes() != b"a profile TensorFlow wrote"
+
+
+def test_an_adapter_that_fails_to_start_is_one_line_and_the_trace_says_why(tmp_path):
+    """The runner tells tpumem how the run ended on a pipe: here, that its adapter
+    failed (a framework that does not import), so the script never ran."""
+    fake = tmp_path / "site" / "jax"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
+    (tmp_path / "train.py").write_text("import jax\nprint('ran')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tpumem", "profile", "-o", "t.tpumem", "train.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        timeout=120,
+    )
+    assert_one_line_error(result, "the jax adapter failed", "broken on purpose")
+    assert "ran" not in result.stdout
+    assert any("adapter failed" in w for w in load(tmp_path / "t.tpumem").warnings)

@@ -1,16 +1,18 @@
 """What `tpumem compare` compares: each argument is a trace file, or a script
 (with its arguments, quoted as one: "train.py --steps 30") that is profiled
-first, each in its own process, since two frameworks in one process can abort it."""
+first, each in its own process (the launcher's runner), since two frameworks in one
+process can abort it."""
 
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpumem.adapters import CaptureOptions
 from tpumem.errors import TpumemError
+from tpumem.launcher import ProfileRequest, run_profiled
 from tpumem.outputs import free_name
 
 
@@ -60,11 +62,19 @@ def profile_scripts(sources: list[RunSource]) -> None:
             flush=True,
         )
         source.trace.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", str(source.trace)]
-        finished = subprocess.run([*command, *source.command], stdout=sys.stderr.fileno())
-        if finished.returncode != 0:
+        request = ProfileRequest(
+            target=source.command[0],
+            module=False,
+            args=source.command[1:],
+            output=source.trace,
+            framework=None,
+            capture=CaptureOptions(),
+            stdout_to_stderr=True,
+        )
+        outcome = run_profiled(request)
+        if outcome.returncode != 0:
             raise TpumemError(
-                f"{source.argument}: ended with exit status {finished.returncode}; what it "
+                f"{source.argument}: ended with exit status {outcome.returncode}; what it "
                 f"recorded is in {source.trace} (tpumem report {source.trace})",
                 exit_code=1,
             )

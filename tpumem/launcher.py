@@ -23,11 +23,10 @@ from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.detect import detect_framework, module_file
 from tpumem.errors import TpumemError
 from tpumem.outputs import create_trace, default_trace
-from tpumem.runner import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig
+from tpumem.runner import CONFIG_VARIABLE, RunConfig, read_ending
 from tpumem.stderr_filter import StderrFilter, filter_available
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
-from tpumem.trace.schema import END_OF_STREAM
 
 # Signals this process passes on to the script's process.
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -43,6 +42,7 @@ class ProfileRequest:
     framework: str | None
     capture: CaptureOptions
     force: bool = False  # replace an existing trace at `output`
+    stdout_to_stderr: bool = False  # the script's stdout (compare keeps its own for the table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,19 +88,6 @@ def _prepare(request: ProfileRequest) -> tuple[str, Path, int, dict[str, str]]:
     return framework, output, descriptor, environment
 
 
-def _closed(path: Path) -> bool:
-    """Whether the trace's writer closed it (it ends with the end-of-stream mark)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() < len(END_OF_STREAM):
-                return False
-            handle.seek(-len(END_OF_STREAM), os.SEEK_END)
-            return handle.read() == END_OF_STREAM
-    except OSError:
-        return False
-
-
 def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) -> None:
     """For a child that died without closing its trace."""
     if returncode < 0:
@@ -131,6 +118,9 @@ def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) 
 
 def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     framework, output, descriptor, environment = _prepare(request)
+    # The runner says how the run ended on this pipe, once, as it exits; a runner
+    # that was killed says nothing, and this process records the ending itself.
+    status_read, status_write = os.pipe()
     config = RunConfig(
         output=str(output),
         framework=framework,
@@ -141,6 +131,7 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         environment=environment,
         output_fd=descriptor,
         parent_pid=os.getpid(),
+        status_fd=status_write,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
     stderr = StderrFilter() if filter_available() else None
@@ -153,11 +144,13 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         child = subprocess.Popen(
             [sys.executable, "-m", "tpumem.runner"],
             env=env,
+            stdout=sys.stderr.fileno() if request.stdout_to_stderr else None,
             stderr=stderr.child_fd if stderr is not None else None,
-            pass_fds=(descriptor,),
+            pass_fds=(descriptor, status_write),
         )
     finally:
         os.close(descriptor)
+        os.close(status_write)
         if stderr is not None:
             stderr.start()
     # The terminal sends Ctrl-C to the child too; this process waits for the child
@@ -179,32 +172,14 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         if stderr is not None:
             stderr.finish()
     killed = -returncode if returncode < 0 else None
-    if not _closed(output) or (killed is not None and _recorded_signal(output) != killed):
+    ending = read_ending(status_read)
+    recorded = ending.get("exit", {}).get("signal") if ending else None
+    if ending is None or (killed is not None and recorded != killed):
         _record_ending(output, returncode, start_ns, request.capture.chunk_s)
     with contextlib.suppress(OSError):  # (unreadable) the trace stays as the run wrote it
         compact(output)
     return ProfileOutcome(
         trace=output,
         returncode=128 + killed if killed is not None else returncode,
-        adapter_failed=returncode == ADAPTER_FAILED and _adapter_failed(output),
+        adapter_failed=bool(ending and ending.get("adapter_failed")),
     )
-
-
-def _recorded_signal(trace: Path) -> int | None:
-    """The signal the runner recorded (it does for Ctrl-C, then dies by it)."""
-    from tpumem.trace.reader import load
-
-    try:
-        exit_info = load(trace).metadata.get("exit") or {}
-    except TpumemError:
-        return None
-    return exit_info.get("signal")
-
-
-def _adapter_failed(trace: Path) -> bool:
-    from tpumem.trace.reader import load
-
-    try:
-        return any("adapter failed" in w for w in load(trace).warnings)
-    except TpumemError:
-        return False

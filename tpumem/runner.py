@@ -33,6 +33,7 @@ class RunConfig:
     environment: dict[str, str] = field(default_factory=dict)  # what tpumem set
     output_fd: int | None = None  # the trace, created by `tpumem profile` and passed open
     parent_pid: int | None = None  # `tpumem profile`, which this process must not outlive
+    status_fd: int | None = None  # where to tell `tpumem profile` how the run ended
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -99,6 +100,36 @@ def _metadata(config: RunConfig) -> dict[str, Any]:
     }
 
 
+def _tell_ending(config: RunConfig, ending: dict[str, Any]) -> None:
+    """How the run ended, for `tpumem profile`: one JSON line on the status pipe."""
+    if config.status_fd is None:
+        return
+    try:
+        os.write(config.status_fd, json.dumps(ending).encode() + b"\n")
+        os.close(config.status_fd)
+    except OSError:
+        pass  # tpumem is gone: nobody to tell
+
+
+def read_ending(descriptor: int) -> dict[str, Any] | None:
+    """What the runner said on the status pipe (None: it said nothing, it was killed).
+    Read without waiting: a process the script forked may hold the pipe open."""
+    os.set_blocking(descriptor, False)
+    data = b""
+    try:
+        while chunk := os.read(descriptor, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(descriptor)
+    try:
+        ending = json.loads(data.splitlines()[0]) if data else None
+    except ValueError:
+        return None
+    return ending if isinstance(ending, dict) else None
+
+
 def _die_with_parent(parent_pid: int | None) -> None:
     """SIGTERM when `tpumem profile` dies, however it dies (Linux's parent-death
     signal): a run nobody waits for must not go on holding the device. A script
@@ -122,6 +153,9 @@ def main() -> None:
     from tpumem.trace.writer import TraceWriter
 
     runner_pid = os.getpid()
+    for descriptor in (config.output_fd, config.status_fd):
+        if descriptor is not None:  # the script's own programs get neither
+            os.set_inheritable(descriptor, False)
     target = config.output if config.output_fd is None else config.output_fd
     writer = TraceWriter(target, _metadata(config))
     adapter = get_adapter(config.framework)(CaptureOptions(**config.capture))
@@ -131,6 +165,7 @@ def main() -> None:
         writer.patch_metadata({"warnings": [f"the {config.framework} adapter failed: {failure}"]})
         writer.close()
         print(f"tpumem: error: the {config.framework} adapter failed: {failure}", file=sys.stderr)
+        _tell_ending(config, {"adapter_failed": True})
         sys.exit(ADAPTER_FAILED)
     code, exit_info, error = 0, {"code": 0}, None
     try:
@@ -157,6 +192,8 @@ def main() -> None:
                 writer.close()
     # (A process the script forked ends here too, as it would have without tpumem:
     # the trace and the adapter are the runner's, and it leaves them alone.)
+    if os.getpid() == runner_pid:
+        _tell_ending(config, {"exit": exit_info})
     if os.getpid() == runner_pid and writer.failed is not None:
         why = writer.failed.strerror or str(writer.failed)
         print(
