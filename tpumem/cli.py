@@ -404,28 +404,34 @@ def profile(
     outcome = run_profiled(request)
     if outcome.adapter_failed:  # the script never ran; the runner said why
         raise typer.Exit(2)
-    if not quiet:
-        _report_profile(outcome.trace, reporter, width)
-    if tensorboard is not None:
-        try:
-            _export([outcome.trace], tensorboard, None)
-        except TpumemError as error:  # the run and its trace stand; say why there is no export
-            print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)
+    if not quiet or tensorboard is not None:
+        _after_profile(outcome.trace, None if quiet else reporter, width, tensorboard)
     raise typer.Exit(outcome.returncode)
 
 
-def _report_profile(trace: Path, reporter: Reporter, width: int) -> None:
-    from tpumem.analysis import analyze
+def _after_profile(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:
+    """The report and the export of a profiled run, from one analysis of its trace.
+    The run and its trace stand whatever happens here; a failure is one line."""
+    from tpumem.analysis.summary import analyze_with_events
     from tpumem.trace.reader import load
 
     try:
-        analysis = analyze(load(trace))
+        loaded = load(trace)
+        analysis, figures = analyze_with_events(loaded)
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return
-    color = sys.stderr.isatty()
-    sys.stderr.write(reporter.render(analysis, width=width, color=color))
-    print(f"tpumem: trace written to {trace}", file=sys.stderr)
+    if reporter is not None:
+        color = sys.stderr.isatty()
+        sys.stderr.write(reporter.render(analysis, width=width, color=color))
+        print(f"tpumem: trace written to {trace}", file=sys.stderr)
+    if logdir is not None:
+        from tpumem.export.tensorboard import export_loaded
+
+        try:
+            _exported(export_loaded([(trace, loaded, figures)], logdir))
+        except TpumemError as error:
+            print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)
 
 
 export_app = typer.Typer(
@@ -461,7 +467,10 @@ def _export(traces: list[Path], logdir: Path, run: str | None, force: bool = Fal
     from tpumem.export.tensorboard import export_tensorboard
 
     with _progress(f"exporting to {logdir}"):
-        exported = export_tensorboard(traces, logdir, run, force)
+        _exported(export_tensorboard(traces, logdir, run, force))
+
+
+def _exported(exported: list) -> None:
     for item in exported:
         files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
         print(f"tpumem: run {item.run}: {files}", file=sys.stderr)

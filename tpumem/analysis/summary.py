@@ -169,12 +169,21 @@ def _duration(trace: Trace, times: np.ndarray) -> int:
 
 def analyze(trace: Trace, bins: int = 64, series_points: int = 0) -> RunAnalysis:
     """All figures of a trace; with `series_points`, series for drawing too."""
+    return analyze_with_events(trace, bins, series_points)[0]
+
+
+def analyze_with_events(
+    trace: Trace, bins: int = 64, series_points: int = 0
+) -> tuple[RunAnalysis, list[DeviceEventFigures]]:
+    """The figures, and the per-event series they came from (an export writes
+    those): one pass over each device for both."""
     devices = split_by_device(trace)
     times = trace.numbers("time_ns")
     total_bytes, total_time = total_peak(devices)
     metadata = trace.metadata
-    analysed = tuple(analyze_device(trace, d, bins, series_points) for d in devices)
-    return RunAnalysis(
+    figures = [_device(trace, d, bins, series_points) for d in devices]
+    analysed = tuple(f.analysis for f in figures)
+    run = RunAnalysis(
         path=trace.path,
         framework=trace.framework,
         backend=str(metadata.get("backend", "unknown")),
@@ -196,3 +205,4 @@ def analyze(trace: Trace, bins: int = 64, series_points: int = 0) -> RunAnalysis
             ],
         ),
     )
+    return run, figures

@@ -22,7 +22,7 @@ import numpy as np
 from tpumem.analysis.device_events import step_marks
 from tpumem.analysis.per_step import per_step_max
 from tpumem.analysis.series import device_series
-from tpumem.analysis.summary import device_event_figures
+from tpumem.analysis.summary import DeviceEventFigures, device_event_figures
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
 from tpumem.export.xspace import memory_space
@@ -56,12 +56,14 @@ def _run_name(path: Path, trace: Trace, forced: str | None) -> str:
     return safe_name(str(imported) if imported else path.name.removesuffix(".tpumem"))
 
 
-def _scalars(trace: Trace, directory: Path, host: str, prefix: str) -> Path:
+def _scalars(
+    trace: Trace, figures: list[DeviceEventFigures], directory: Path, host: str, prefix: str
+) -> Path:
     start_s = int(trace.metadata.get("start_time_ns") or 0) / 1e9
     writer = EventFileWriter(directory, start_s, host)
     step_times, step_numbers = step_marks(trace)
     by_step: dict[int, tuple[float, dict[str, float]]] = {}
-    for device in device_event_figures(trace):
+    for device in figures:
         events, name = device.events, f"{prefix}{device.events.device}"
         pool = device.pool
         columns = {
@@ -91,16 +93,30 @@ def _scalars(trace: Trace, directory: Path, host: str, prefix: str) -> Path:
     return writer.path
 
 
+# A trace to export: its file, the trace, and its devices' analysis (made once).
+Loaded = tuple[Path, Trace, list[DeviceEventFigures]]
+
+
 def export_tensorboard(
     traces: list[Path], logdir: Path, run: str | None = None, force: bool = False
 ) -> list[ExportedRun]:
-    loaded = [(path, load(path)) for path in traces]
-    groups: dict[str, list[tuple[Path, Trace]]] = {}
-    for path, trace in loaded:
-        groups.setdefault(_run_name(path, trace, run), []).append((path, trace))
+    loaded = []
+    for path in traces:
+        trace = load(path)
+        loaded.append((path, trace, device_event_figures(trace)))
+    return export_loaded(loaded, logdir, run, force)
+
+
+def export_loaded(
+    loaded: list[Loaded], logdir: Path, run: str | None = None, force: bool = False
+) -> list[ExportedRun]:
+    """Traces already loaded and analysed (`profile --tensorboard` has them)."""
+    groups: dict[str, list[Loaded]] = {}
+    for item in loaded:
+        groups.setdefault(_run_name(item[0], item[1], run), []).append(item)
     exported = []
     for name, members in groups.items():
-        hosts = [_host(trace) for _, trace in members]
+        hosts = [_host(trace) for _, trace, _ in members]
         if len(set(hosts)) < len(hosts):
             raise TpumemError(
                 f"run {name!r}: {len(hosts)} traces but hosts {sorted(set(hosts))}: traces "
@@ -112,11 +128,11 @@ def export_tensorboard(
         except OSError as error:
             raise TpumemError(f"{profile_dir}: cannot create: {error.strerror}") from None
         xplanes, scalars = [], []
-        for (_, trace), host in zip(members, hosts, strict=True):
+        for (_, trace, figures), host in zip(members, hosts, strict=True):
             target = profile_dir / f"{host}.xplane.pb"
-            write_new(target, memory_space(trace, host), force)
+            write_new(target, memory_space(trace, host, figures), force)
             xplanes.append(target)
             prefix = f"{host}/" if len(members) > 1 else ""
-            scalars.append(_scalars(trace, logdir / name, host, f"tpumem/{prefix}"))
+            scalars.append(_scalars(trace, figures, logdir / name, host, f"tpumem/{prefix}"))
         exported.append(ExportedRun(name, tuple(xplanes), tuple(scalars)))
     return exported

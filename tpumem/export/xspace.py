@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpumem.analysis.summary import DeviceEventFigures, device_event_figures
+from tpumem.analysis.summary import DeviceEventFigures
 from tpumem.trace.model import Trace
 from tpumem.xplane import encode as pb
 from tpumem.xplane.dtypes import TF_DATA_TYPES
@@ -136,13 +136,14 @@ def _events(columns: dict, start: int, stop: int) -> bytes:
     return pb.field(4, body).tobytes()  # XLine.events
 
 
-def memory_space(trace: Trace, host: str) -> bytes:
-    """The XSpace bytes of a trace's memory events, for `<host>.xplane.pb`."""
+def memory_space(trace: Trace, host: str, figures: list[DeviceEventFigures]) -> bytes:
+    """The XSpace bytes of a trace's memory events, for `<host>.xplane.pb`;
+    `figures`: its devices' analysis (analysis/summary.py), made once."""
     m = messages("full")
     strings = _Strings()
     start_ns = int(trace.metadata.get("start_time_ns") or 0)
     lines = []
-    for number, device in enumerate(device_event_figures(trace), start=1):
+    for number, device in enumerate(figures, start=1):
         columns = _columns(trace, device, strings)
         head = m["XLine"](id=number, name=device.events.device, timestamp_ns=start_ns)
         body = b"".join(
