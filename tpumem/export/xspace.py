@@ -2,7 +2,7 @@
 
 XProf reads `MemoryAllocation` / `MemoryDeallocation` events on a plane named
 `/host:CPU`, keyed by the stat `allocator_name`, integers as int64 values and
-fragmentation as a double (README.md, "TensorBoard"). Its peak is
+fragmentation as a double (docs/tensorboard.md). Its peak is
 bytes_reserved + bytes_allocated; its capacity adds bytes_available. So each
 event carries: bytes_allocated = tpumem's bytes in use after it, bytes_reserved
 = 0, bytes_available = the pool (or the limit) minus bytes in use where known,
