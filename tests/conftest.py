@@ -13,14 +13,45 @@ from tpumem.trace.writer import TraceWriter
 
 
 def run_tpumem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m tpumem ARGS` in its own process, as a user would run it."""
-    return subprocess.run(
+    """`python -m tpumem ARGS` in its own process, as a user would run it. Every
+    JSON report and comparison it prints is checked against its JSON Schema."""
+    result = subprocess.run(
         [sys.executable, "-m", "tpumem", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=300,
     )
+    if result.returncode == 0 and args[:1] in (("report",), ("compare",)):
+        written = _json_written(list(args), cwd, result.stdout)
+        if written is not None:
+            assert_valid_json(args[0], written)
+    return result
+
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "tpumem" / "report" / "schemas"
+
+
+def _option(args: list[str], *names: str) -> str | None:
+    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a in names), None)
+
+
+def _json_written(args: list[str], cwd: Path | None, stdout: str) -> str | None:
+    """The JSON a report or compare command wrote: on stdout, or to its -o file."""
+    fmt, output = _option(args, "-f", "--format"), _option(args, "-o", "--output")
+    if output is None:
+        return stdout if fmt == "json" else None
+    if fmt == "json" or (fmt is None and output.endswith(".json")):
+        return (Path(cwd or ".") / output).read_text()
+    return None
+
+
+def assert_valid_json(command: str, text: str) -> None:
+    import jsonschema
+
+    name = "report" if command == "report" else "compare"
+    schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
+    jsonschema.validate(json.loads(text), schema, cls=jsonschema.Draft202012Validator)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> str:

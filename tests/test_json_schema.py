@@ -1,0 +1,47 @@
+"""The JSON report and comparison have their own schemas (tpumem/report/schemas/,
+written by tests/tools/write_json_schemas.py); run_tpumem validates every one the
+suite writes against them. Here: the schemas are valid JSON Schemas, the demo's
+reports keep to them, and a report that does not is caught."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import SCHEMAS, assert_valid_json, run_tpumem
+
+DEMO = Path(__file__).parent / "data" / "demo"
+
+
+@pytest.mark.parametrize("name", ["report", "compare"])
+def test_the_schemas_are_json_schemas(name):
+    schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$id"] == f"tpumem-{name}/1"
+
+
+def test_the_demo_reports_keep_to_the_schema_and_a_changed_one_does_not():
+    report = json.loads(gzip.decompress((DEMO / "tf_transformer.report.json.gz").read_bytes()))
+    assert_valid_json("report", json.dumps(report))
+    renamed = dict(report)
+    renamed["peak_bytes"] = renamed.pop("total_peak_bytes")
+    with pytest.raises(jsonschema.ValidationError):
+        assert_valid_json("report", json.dumps(renamed))
+    report["devices"][0]["peak"]["bytes"] = "57 MiB"
+    with pytest.raises(jsonschema.ValidationError):
+        assert_valid_json("report", json.dumps(report))
+
+
+def test_a_comparison_keeps_to_its_schema(tmp_path):
+    traces = []
+    for run in ("jax_transformer", "torch_xla_transformer"):
+        trace = tmp_path / f"{run}.tpumem"
+        trace.write_bytes(gzip.decompress((DEMO / f"{run}.tpumem.gz").read_bytes()))
+        traces.append(str(trace))
+    result = run_tpumem("compare", *traces, "--format", "json")  # validated there too
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "tpumem-compare/1"
