@@ -1,21 +1,18 @@
-"""The `tpumem` command. Imports nothing heavy at start-up: each command imports
-what it needs, and no command here imports a framework."""
+"""The `tpumem` command line: each command's options, and the call to what the
+command does (tpumem/commands/, one module each). Imports nothing heavy at
+start-up; no command imports a framework. User errors end in one line."""
 
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from typer import core as typer_core
 
 from tpumem import __version__
 from tpumem.errors import TpumemError
-
-if TYPE_CHECKING:
-    from tpumem.report import Reporter
 
 # typer writes each parameter's Python type into the help (<path>, <float range>,
 # <bool>); tpumem's help shows the metavar each option is given (FILE, SECONDS), as
@@ -50,18 +47,6 @@ def _root(
     """Device-memory profiler for JAX, TensorFlow and PyTorch/XLA."""
 
 
-@contextmanager
-def _progress(message: str):
-    """A spinner on stderr while long work runs, only when a person is watching."""
-    if sys.stderr.isatty():
-        from rich.console import Console
-
-        with Console(stderr=True).status(message):
-            yield
-    else:
-        yield
-
-
 def _finite(value: float | None) -> float | None:
     import math
 
@@ -80,11 +65,6 @@ Force = Annotated[
     bool,
     typer.Option("--force", help="Replace an existing trace at the output path."),
 ]
-
-
-def _default_output(source: Path, run: str, host: str, hosts: int) -> Path:
-    stem = run if source.is_dir() else host
-    return Path(f"{stem}.{host}.tpumem" if hosts > 1 else f"{stem}.tpumem")
 
 
 @app.command("import", short_help="Import XSpace profiles (.xplane.pb) as traces.")
@@ -107,34 +87,9 @@ def import_command(
     """Import the allocator events of XSpace profiles written by TensorFlow's, JAX's or
     PyTorch/XLA's profiler (one trace file per host). Without -o, the trace is named
     after the run (or file), numbered if that name is taken."""
-    from tpumem.importer import find_profiles, import_profile
-    from tpumem.outputs import check_target, create_trace, default_trace
+    from tpumem.commands.import_ import run_import
 
-    run_name, hosts = find_profiles(path, run)
-    inputs = [host.path for host in hosts]
-    targets = []
-    for host in hosts:
-        if output is None:
-            targets.append(None)
-            continue
-        if len(hosts) > 1:
-            target = output.with_name(f"{output.stem}.{host.host}{output.suffix or '.tpumem'}")
-        else:
-            target = output
-        if check_target(target, inputs) and not force:  # before any work is done
-            raise TpumemError(f"{target}: exists; use --force to replace it, or -o another name")
-        targets.append(target)
-    for host, target in zip(hosts, targets, strict=True):
-        default = _default_output(path, run_name, host.host, len(hosts))
-
-        def create(target: Path | None = target, default: Path = default) -> tuple[Path, int]:
-            if target is None:
-                return default_trace(default, inputs)
-            return target, create_trace(target, inputs, force)
-
-        with _progress(f"importing {host.path}"):
-            written, count = import_profile(host, run_name, create)
-        typer.echo(f"{written}: {count:,} memory events from {host.path}")
+    run_import(path, output, run, force)
 
 
 @app.command(short_help="Report peak use, preallocation and fragmentation.")
@@ -159,25 +114,9 @@ def report(
     ] = False,
 ) -> None:
     """Report peak use, preallocation and fragmentation of a trace."""
-    from tpumem.analysis import analyze
-    from tpumem.report import reporter_for
-    from tpumem.trace.reader import load
+    from tpumem.commands.report import run_report
 
-    reporter = reporter_for(output, fmt)
-    with _progress(f"analysing {trace}"):
-        analysis = analyze(load(trace), series_points=reporter.series_points)
-    color = output is None and sys.stdout.isatty()
-    _emit(reporter.render(analysis, width=width, color=color), output, [trace], force)
-
-
-def _emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        return
-    from tpumem.outputs import write_report
-
-    write_report(output, text, inputs, force)
-    print(f"tpumem: wrote {output}", file=sys.stderr)
+    run_report(trace, fmt, output, width, force)
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -215,36 +154,9 @@ def compare(
     The first run is the reference for ratios; the lowest value of each row is
     marked. Scripts are profiled one after the other, each in its own process.
     """
-    if fmt not in ("text", "json"):
-        raise TpumemError(f"unknown compare format {fmt!r} (choose from text, json)")
-    if len(runs) < 2:
-        raise TpumemError("compare needs at least two runs")
-    from tpumem.analysis import analyze
-    from tpumem.analysis.comparison import compare as compare_runs
-    from tpumem.compare_runs import profile_scripts, resolve
-    from tpumem.report import HTML_SERIES_POINTS
-    from tpumem.trace.reader import load
+    from tpumem.commands.compare import run_compare
 
-    sources = resolve(runs, output_dir)
-    profile_scripts(sources)
-    points = HTML_SERIES_POINTS if html else 0  # only the page draws series
-    analyses = []
-    for source in sources:
-        with _progress(f"analysing {source.trace}"):
-            analyses.append(analyze(load(source.trace), series_points=points))
-    comparison = compare_runs(analyses)
-    if fmt == "json":
-        from tpumem.report.compare_json import render_compare_json
-
-        sys.stdout.write(render_compare_json(comparison))
-    else:
-        from tpumem.report.compare_text import render_compare_text
-
-        sys.stdout.write(render_compare_text(comparison, width=width, color=sys.stdout.isatty()))
-    if html is not None:
-        from tpumem.report.html import render_compare_html
-
-        _emit(render_compare_html(comparison), html, [s.trace for s in sources], force)
+    run_compare(runs, html, fmt, output_dir, width, force)
 
 
 @app.command(short_help="Check a run against limits, for CI.")
@@ -268,23 +180,9 @@ def check(
     ] = None,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
-    from tpumem.analysis import analyze
-    from tpumem.check import Limits, breaches
-    from tpumem.trace.reader import load
-    from tpumem.units import parse_bytes
+    from tpumem.commands.check import run_check
 
-    if max_peak is None and max_fragmentation is None:
-        raise TpumemError("nothing to check: give --max-peak and/or --max-fragmentation")
-    try:
-        peak_bytes = None if max_peak is None else parse_bytes(max_peak)
-    except ValueError as error:
-        raise TpumemError(f"--max-peak: {error}") from None
-    found = breaches(analyze(load(trace)), Limits(peak_bytes, max_fragmentation))
-    for line in found:
-        print(f"tpumem: breach: {line}", file=sys.stderr)
-    if found:
-        raise typer.Exit(1)
-    typer.echo(f"{trace}: within the limits")
+    raise typer.Exit(run_check(trace, max_peak, max_fragmentation))
 
 
 @app.command(
@@ -374,64 +272,15 @@ def profile(
     input and output pass through, and tpumem exits with its exit status (128 + N
     when signal N killed it). The report goes to stderr.
     """
-    from tpumem.adapters import CaptureOptions
-    from tpumem.launcher import ProfileRequest, run_profiled
-    from tpumem.report import reporter_for
+    from tpumem.commands.profile import run_profile
 
-    rest = list(args or [])
-    if module is None and target is None:
-        raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
-    if module is not None and target is not None:
-        rest = [target, *rest]
-    reporter = reporter_for(None, fmt)
-    if not reporter.terminal:
-        raise TpumemError(
-            f"profile reports to the terminal: for {fmt}, tpumem report RUN -o FILE.{fmt}"
-        )
-    request = ProfileRequest(
-        target=module if module is not None else str(target),
-        module=module is not None,
-        args=rest,
-        output=output,
-        framework=framework,
-        force=force,
-        capture=CaptureOptions(
-            sample_interval_s=sample_interval,
-            chunk_s=chunk,
-            cpu_allocator_events=cpu_allocator_events,
-        ),
-    )
-    outcome = run_profiled(request)
-    if outcome.adapter_failed:  # the script never ran; the runner said why
-        raise typer.Exit(2)
-    if not quiet or tensorboard is not None:
-        _after_profile(outcome.trace, None if quiet else reporter, width, tensorboard)
-    raise typer.Exit(outcome.returncode)
-
-
-def _after_profile(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:
-    """The report and the export of a profiled run, from one analysis of its trace.
-    The run and its trace stand whatever happens here; a failure is one line."""
-    from tpumem.analysis.summary import analyze_with_events
-    from tpumem.trace.reader import load
-
-    try:
-        loaded = load(trace)
-        analysis, figures = analyze_with_events(loaded)
-    except TpumemError as error:
-        print(f"tpumem: no report: {error}", file=sys.stderr)
-        return
-    if reporter is not None:
-        color = sys.stderr.isatty()
-        sys.stderr.write(reporter.render(analysis, width=width, color=color))
-        print(f"tpumem: trace written to {trace}", file=sys.stderr)
-    if logdir is not None:
-        from tpumem.export.tensorboard import export_loaded
-
-        try:
-            _exported(export_loaded([(trace, loaded, figures)], logdir))
-        except TpumemError as error:
-            print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)
+    capture = {
+        "sample_interval_s": sample_interval,
+        "chunk_s": chunk,
+        "cpu_allocator_events": cpu_allocator_events,
+    }
+    options = (output, framework, capture, quiet, fmt, width, force, tensorboard)
+    raise typer.Exit(run_profile(target, list(args or []), module, *options))
 
 
 export_app = typer.Typer(
@@ -460,20 +309,9 @@ def export_tensorboard_command(
     """Write traces where TensorBoard shows them: XProf's Memory Profile tool and
     scalars per device (bytes in use, pool, fragmentation). Then: tensorboard
     --logdir DIR. Needs neither TensorFlow nor TensorBoard to write."""
-    _export(traces, logdir, run, force)
+    from tpumem.commands.export import run_export
 
-
-def _export(traces: list[Path], logdir: Path, run: str | None, force: bool = False) -> None:
-    from tpumem.export.tensorboard import export_tensorboard
-
-    with _progress(f"exporting to {logdir}"):
-        _exported(export_tensorboard(traces, logdir, run, force))
-
-
-def _exported(exported: list) -> None:
-    for item in exported:
-        files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
-        print(f"tpumem: run {item.run}: {files}", file=sys.stderr)
+    run_export(traces, logdir, run, force)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

@@ -1,0 +1,31 @@
+"""What several commands do: show progress, write a report where asked."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def progress(message: str) -> Iterator[None]:
+    """A spinner on stderr while long work runs, only when a person is watching."""
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        with Console(stderr=True).status(message):
+            yield
+    else:
+        yield
+
+
+def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
+    """A report to stdout, or to `output` (whole or not at all; tpumem/outputs.py)."""
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from tpumem.outputs import write_report
+
+    write_report(output, text, inputs, force)
+    print(f"tpumem: wrote {output}", file=sys.stderr)

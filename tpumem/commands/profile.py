@@ -1,0 +1,84 @@
+"""`tpumem profile`: run a script under its framework's adapter, then report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tpumem.errors import TpumemError
+
+if TYPE_CHECKING:
+    from tpumem.report import Reporter
+
+
+def run_profile(
+    target: str | None,
+    args: list[str],
+    module: str | None,
+    output: Path | None,
+    framework: str | None,
+    capture: dict,
+    quiet: bool,
+    fmt: str,
+    width: int,
+    force: bool,
+    tensorboard: Path | None,
+) -> int:
+    """The exit status: the script's (128 + N when signal N killed it), 2 when it
+    never ran because the adapter failed (the runner said why)."""
+    from tpumem.adapters import CaptureOptions
+    from tpumem.launcher import ProfileRequest, run_profiled
+    from tpumem.report import reporter_for
+
+    rest = list(args)
+    if module is None and target is None:
+        raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
+    if module is not None and target is not None:
+        rest = [target, *rest]
+    reporter = reporter_for(None, fmt)
+    if not reporter.terminal:
+        raise TpumemError(
+            f"profile reports to the terminal: for {fmt}, tpumem report RUN -o FILE.{fmt}"
+        )
+    request = ProfileRequest(
+        target=module if module is not None else str(target),
+        module=module is not None,
+        args=rest,
+        output=output,
+        framework=framework,
+        force=force,
+        capture=CaptureOptions(**capture),
+    )
+    outcome = run_profiled(request)
+    if outcome.adapter_failed:
+        return 2
+    if not quiet or tensorboard is not None:
+        _after_run(outcome.trace, None if quiet else reporter, width, tensorboard)
+    return outcome.returncode
+
+
+def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:
+    """The report and the export of a profiled run, from one analysis of its trace.
+    The run and its trace stand whatever happens here; a failure is one line."""
+    from tpumem.analysis.summary import analyze_with_events
+    from tpumem.trace.reader import load
+
+    try:
+        loaded = load(trace)
+        analysis, figures = analyze_with_events(loaded)
+    except TpumemError as error:
+        print(f"tpumem: no report: {error}", file=sys.stderr)
+        return
+    if reporter is not None:
+        color = sys.stderr.isatty()
+        sys.stderr.write(reporter.render(analysis, width=width, color=color))
+        print(f"tpumem: trace written to {trace}", file=sys.stderr)
+    if logdir is not None:
+        from tpumem.commands.export import said
+        from tpumem.export.tensorboard import export_loaded
+
+        try:
+            said(export_loaded([(trace, loaded, figures)], logdir))
+        except TpumemError as error:
+            print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)

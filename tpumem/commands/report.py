@@ -1,0 +1,20 @@
+"""`tpumem report`: every figure of a trace, in the format asked for."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tpumem.commands.common import emit, progress
+
+
+def run_report(trace: Path, fmt: str | None, output: Path | None, width: int, force: bool) -> None:
+    from tpumem.analysis import analyze
+    from tpumem.report import reporter_for
+    from tpumem.trace.reader import load
+
+    reporter = reporter_for(output, fmt)
+    with progress(f"analysing {trace}"):
+        analysis = analyze(load(trace), series_points=reporter.series_points)
+    color = output is None and sys.stdout.isatty()
+    emit(reporter.render(analysis, width=width, color=color), output, [trace], force)
