@@ -32,9 +32,9 @@ from typing import Any, Protocol
 from google.protobuf.message import DecodeError
 
 from tpumem.adapters.quiet import announce_thread
+from tpumem.adapters.xspace_chunks import Chunk, ChunkConverter
 from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
-from tpumem.xplane.chunks import Chunk, ChunkConverter
 from tpumem.xplane.wire import WireError
 
 _RETRY_S = 0.05  # how soon a start the profiler refused (the script's own session) is retried

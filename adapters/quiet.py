@@ -6,7 +6,7 @@ Framework logs (absl's format) carry the id of the thread that wrote them. When
 `tpumem profile` filters the script's stderr it sets QUIET_VARIABLE, and each
 tpumem thread writes its id on stderr, in a line the launcher takes out, before
 the thread does anything that logs: the launcher drops framework log lines from
-those threads (tpumem/stderr_filter.py).
+those threads (tpumem/launch/stderr_filter.py).
 """
 
 from __future__ import annotations

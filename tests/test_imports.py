@@ -38,7 +38,7 @@ def test_no_module_of_tpumem_imports_a_framework():
 
 def test_the_runner_loads_no_analysis_and_no_report():
     loaded = _modules_loaded(
-        "import tpumem.runner\n"
+        "import tpumem.adapters.runner\n"
         "from tpumem.adapters import get_adapter\n"
         "from tpumem.trace.writer import TraceWriter\n"
         "for name in ('jax', 'tensorflow', 'torch_xla'):\n"

@@ -13,16 +13,16 @@ import pytest
 from tpumem.adapters.profiler_chunks import ProfilerChunks
 from tpumem.adapters.quiet import ANNOUNCEMENT
 from tpumem.adapters.source_lines import SourceLines
+from tpumem.adapters.xspace_chunks import ChunkConverter
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps
-from tpumem.detect import detect_framework, imported_modules
 from tpumem.errors import TpumemError
+from tpumem.launch.detect import detect_framework, imported_modules
+from tpumem.launch.stderr_filter import StderrFilter
 from tpumem.report.rows import run_rows
-from tpumem.stderr_filter import StderrFilter
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
-from tpumem.xplane.chunks import ChunkConverter
 from xspace_builder import build_space
 
 TRACE_START = 1_700_000_000_000_000_000

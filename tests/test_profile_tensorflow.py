@@ -152,7 +152,7 @@ def test_a_run_that_ends_badly_keeps_its_trace(tmp_path, ending):
         env={"TF_CPU_BFC_MEM_LIMIT_IN_MB": "64"},
     )
     if ending in ("exception", "oom"):
-        assert "Traceback" in result.stderr and "tpumem/runner" not in result.stderr
+        assert "Traceback" in result.stderr and "adapters/runner" not in result.stderr
     trace = load(tmp_path / "bad.tpumem")
     (device,) = analyze(trace).devices
     assert device.peak.bytes >= 2 * 2**20

@@ -1,12 +1,18 @@
-"""`tpumem compare`: runs side by side (scripts are profiled first)."""
+"""`tpumem compare`: runs side by side. Each argument is a trace file, or a script
+(with its arguments, quoted as one: "train.py --steps 30") that is profiled first,
+each in its own process (the launcher's runner): two frameworks in one process
+can abort it."""
 
 from __future__ import annotations
 
+import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from tpumem.commands.common import emit, progress
 from tpumem.errors import TpumemError
+from tpumem.outputs import free_name
 
 FORMATS = ("text", "json")
 
@@ -20,7 +26,6 @@ def run_compare(
         raise TpumemError("compare needs at least two runs")
     from tpumem.analysis import analyze
     from tpumem.analysis.comparison import compare
-    from tpumem.compare_runs import profile_scripts, resolve
     from tpumem.report import HTML_SERIES_POINTS
     from tpumem.trace.reader import load
 
@@ -44,3 +49,70 @@ def run_compare(
         from tpumem.report.html import render_compare_html
 
         emit(render_compare_html(comparison), html, [s.trace for s in sources], force)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSource:
+    argument: str
+    trace: Path
+    command: list[str] | None  # the script and its arguments, when profiled here
+
+
+def _script_words(argument: str) -> list[str] | None:
+    try:
+        words = shlex.split(argument)
+    except ValueError:
+        return None
+    return words if words and words[0].endswith(".py") else None
+
+
+def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
+    sources: list[RunSource] = []
+    taken: set[Path] = set()
+    for argument in arguments:
+        words = _script_words(argument)
+        if words is None:
+            path = Path(argument)
+            if not path.is_file():
+                raise TpumemError(f"{argument}: no such trace file or script")
+            sources.append(RunSource(argument, path, None))
+            continue
+        if not Path(words[0]).is_file():
+            raise TpumemError(f"{words[0]}: no such file")
+        # A name no earlier trace has, on disk or among these runs.
+        trace = free_name(output_dir / f"{Path(words[0]).stem}.tpumem", taken)
+        sources.append(RunSource(argument, trace, words))
+    return sources
+
+
+def profile_scripts(sources: list[RunSource]) -> None:
+    """Profile each script in turn. Their own output goes to stderr, so that
+    stdout holds the comparison alone."""
+    from tpumem.adapters import CaptureOptions
+    from tpumem.launch.launcher import ProfileRequest, run_profiled
+
+    scripts = [s for s in sources if s.command is not None]
+    for number, source in enumerate(scripts, 1):
+        assert source.command is not None
+        print(
+            f"tpumem: profiling {source.argument} ({number} of {len(scripts)}) -> {source.trace}",
+            file=sys.stderr,
+            flush=True,
+        )
+        source.trace.parent.mkdir(parents=True, exist_ok=True)
+        request = ProfileRequest(
+            target=source.command[0],
+            module=False,
+            args=source.command[1:],
+            output=source.trace,
+            framework=None,
+            capture=CaptureOptions(),
+            stdout_to_stderr=True,
+        )
+        outcome = run_profiled(request)
+        if outcome.returncode != 0:
+            raise TpumemError(
+                f"{source.argument}: ended with exit status {outcome.returncode}; what it "
+                f"recorded is in {source.trace} (tpumem report {source.trace})",
+                exit_code=1,
+            )

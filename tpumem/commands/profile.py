@@ -28,7 +28,7 @@ def run_profile(
     """The exit status: the script's (128 + N when signal N killed it), 2 when it
     never ran because the adapter failed (the runner said why)."""
     from tpumem.adapters import CaptureOptions
-    from tpumem.launcher import ProfileRequest, run_profiled
+    from tpumem.launch.launcher import ProfileRequest, run_profiled
     from tpumem.report import reporter_for
 
     rest = list(args)

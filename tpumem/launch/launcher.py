@@ -1,6 +1,6 @@
 """`tpumem profile`: runs a script in a child process under its framework's adapter.
 
-The child (tpumem.runner) writes the trace. This process only starts it, waits,
+The child (tpumem.adapters.runner) writes the trace. This process only starts it, waits,
 and, when the child died without closing the trace (a signal, the OOM killer,
 os._exit), records from outside how the run ended. Ctrl-C reaches the child from
 the terminal as it would without tpumem; this process waits for it to finish.
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from tpumem.adapters import CaptureOptions, adapter_names, get_adapter
 from tpumem.adapters.quiet import QUIET_VARIABLE
-from tpumem.detect import detect_framework, module_file
+from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
 from tpumem.errors import TpumemError
+from tpumem.launch.detect import detect_framework, module_file
+from tpumem.launch.stderr_filter import StderrFilter, filter_available
 from tpumem.outputs import create_trace, default_trace
-from tpumem.runner import CONFIG_VARIABLE, RunConfig, read_ending
-from tpumem.stderr_filter import StderrFilter, filter_available
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
 
@@ -142,7 +142,7 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         # The trace goes to the child open: another run given the same name (with
         # --force) cannot swap the file between its creation and its first write.
         child = subprocess.Popen(
-            [sys.executable, "-m", "tpumem.runner"],
+            [sys.executable, "-m", "tpumem.adapters.runner"],
             env=env,
             stdout=sys.stderr.fileno() if request.stdout_to_stderr else None,
             stderr=stderr.child_fd if stderr is not None else None,

@@ -1,4 +1,4 @@
-"""The profiled process: `python -m tpumem.runner`, started by `tpumem profile`.
+"""The profiled process: `python -m tpumem.adapters.runner`, started by `tpumem profile`.
 
 It opens the trace, starts the framework's adapter, then runs the user's script as
 `python script.py` would (sys.argv, sys.path[0], a fresh `__main__`, the working
