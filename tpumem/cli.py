@@ -47,14 +47,6 @@ def _root(
     """Device-memory profiler for JAX, TensorFlow and PyTorch/XLA."""
 
 
-def _finite(value: float | None) -> float | None:
-    import math
-
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a finite number")
-    return value
-
-
 # The text report's width in columns: narrower cannot hold its tables, wider is
 # more than any terminal shows.
 Width = Annotated[
@@ -175,7 +167,6 @@ def check(
             metavar="F",
             min=0.0,
             max=1.0,
-            callback=_finite,
         ),
     ] = None,
 ) -> None:
@@ -231,7 +222,6 @@ def profile(
             metavar="SECONDS",
             min=0.001,
             max=60.0,
-            callback=_finite,
         ),
     ] = 0.01,
     chunk: Annotated[
@@ -241,7 +231,6 @@ def profile(
             metavar="SECONDS",
             min=0.05,
             max=3600.0,
-            callback=_finite,
         ),
     ] = 1.0,
     cpu_allocator_events: Annotated[

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.trace.model import FEW_VALUES, Trace
+from tpumem.trace.model import Trace
 from tpumem.trace.schema import SAMPLE
 
 
@@ -28,33 +28,20 @@ class Counters:
 
 
 def counters(trace: Trace, device: str) -> Counters:
-    codes, names = trace.codes("device")
+    _, names = trace.codes("device")
     if device not in names:
         return Counters(0, None, None)
-    code = names.index(device)
-    if len(names) <= FEW_VALUES:  # a mask: a byte a row, where row numbers take eight
-        mask = codes == code
-        rows = None
-        samples = np.flatnonzero(trace.is_kind(SAMPLE) & mask)
-    else:
-        mask = None
-        rows = trace.rows_of("device", code)
-        samples = rows[trace.is_kind(SAMPLE)[rows]]
-
-    def largest(column: str, among: np.ndarray | None = None) -> int | None:
-        valid = trace.valid(column)
-        if among is not None:
-            chosen = among[valid[among]]
-        elif mask is not None:
-            chosen = np.flatnonzero(valid & mask)
-        else:
-            chosen = rows[valid[rows]]  # type: ignore[index]
-        return int(trace.numbers_at(column, chosen).max()) if len(chosen) else None
-
+    rows = trace.rows_of("device", names.index(device))
+    samples = rows[trace.is_kind(SAMPLE)[rows]]
     return Counters(
         samples=len(samples),
-        reported_peak_bytes=largest("peak_bytes_in_use"),
-        sampled_peak_bytes=largest("bytes_in_use", samples),
-        pool_bytes=largest("pool_bytes"),
-        limit_bytes=largest("bytes_limit"),
+        reported_peak_bytes=_largest(trace, "peak_bytes_in_use", rows),
+        sampled_peak_bytes=_largest(trace, "bytes_in_use", samples),
+        pool_bytes=_largest(trace, "pool_bytes", rows),
+        limit_bytes=_largest(trace, "bytes_limit", rows),
     )
+
+
+def _largest(trace: Trace, column: str, rows: np.ndarray) -> int | None:
+    chosen = rows[trace.valid(column)[rows]]
+    return int(trace.numbers_at(column, chosen).max()) if len(chosen) else None

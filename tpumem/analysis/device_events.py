@@ -126,13 +126,9 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
     fidelity = trace.metadata.get("fidelity", {})
     gaps = capture_gaps(trace)
     result = []
-    memory_codes = np.unique(device_codes[is_memory])
-    for code in memory_codes:
-        if len(memory_codes) == 1:  # the common case: no copy of a device's rows
-            rows = np.flatnonzero(is_memory)
-        else:
-            device_rows = trace.rows_of("device", int(code))
-            rows = device_rows[is_memory[device_rows]]
+    for code in np.unique(device_codes[is_memory]):
+        device_rows = trace.rows_of("device", int(code))
+        rows = device_rows[is_memory[device_rows]]
         if (np.diff(time_all[rows]) < 0).any():
             rows = rows[np.argsort(time_all[rows], kind="stable")]
         columns = _Columns(trace, rows)

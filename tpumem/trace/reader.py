@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from tpumem.errors import TpumemError
 from tpumem.trace.model import Trace
-from tpumem.trace.records import METADATA, conform, dropped_warning, parse_object
+from tpumem.trace.records import METADATA, conform, dropped_warning, merge_metadata, parse_object
 from tpumem.trace.schema import (
     END_OF_STREAM,
     FORMAT_NAME,
@@ -38,18 +38,6 @@ from tpumem.trace.values import sane
 # flushes ten small batches a second, and the analysis costs by chunk as well as by row.
 CHUNK_ROWS = 1 << 16
 GROUP_BATCHES = 1024
-
-
-def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Patches replace keys, except `warnings`, which accumulate."""
-    merged = {**base, **patch}
-    if "warnings" in patch:
-        merged["warnings"] = [*_list(base.get("warnings")), *_list(patch["warnings"])]
-    return merged
-
-
-def _list(value: object) -> list:
-    return value if isinstance(value, list) else []
 
 
 def _header(schema: pa.Schema, path: str) -> dict[str, Any]:

@@ -154,6 +154,19 @@ def conform(value: Any, spec: Any, where: str, dropped: list[str]) -> Any:
     return _MISSING
 
 
+def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A metadata patch over what came before: it replaces keys, except `warnings`,
+    which accumulate."""
+    merged = {**base, **patch}
+    if "warnings" in patch:
+        merged["warnings"] = [*_list(base.get("warnings")), *_list(patch["warnings"])]
+    return merged
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
 def parse_object(text: object) -> dict[str, Any] | None:
     """A JSON object from a trace's text; None for anything else (a row cut short,
     another tool's text, nesting deeper than Python parses)."""

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from tpumem.trace.amend import metadata_tail
 from tpumem.trace.columns import record_batch, rows_to_batch
+from tpumem.trace.records import merge_metadata
 from tpumem.trace.schema import (
     ALLOC,
     FORMAT_NAME,
@@ -179,12 +180,7 @@ class TraceWriter:
         patch: dict[str, Any] = {}
         for row in self._rows:
             if row["kind"] == META:
-                later = json.loads(row["text"])
-                patch = {
-                    **patch,
-                    **later,
-                    "warnings": patch.get("warnings", []) + later.get("warnings", []),
-                }
+                patch = merge_metadata(patch, json.loads(row["text"]))
         patch["warnings"] = [
             *patch.get("warnings", []),
             f"writing the trace failed at {self._failed_at_ns / 1e9:.3f} s ({why}); "
