@@ -47,3 +47,18 @@ def test_the_runner_loads_no_analysis_and_no_report():
     assert "tpumem.adapters.jax" in loaded
     assert [m for m in loaded if m.startswith(("tpumem.analysis", "tpumem.report"))] == []
     assert [m for m in loaded if m.split(".")[0] in FRAMEWORKS] == []
+
+
+def test_the_capture_side_is_tpumem_adapters_by_the_file_system_alone():
+    """adapters/ (the product's layout) is tpumem.adapters through the link
+    tpumem/adapters, so a checkout, an install (which copies the files) and a
+    static reader find the same modules under the same name, with no import hook."""
+    assert (PACKAGE / "adapters").resolve() == PACKAGE.parent / "adapters"
+    code = (  # -S: no site-packages, so no install or editable finder is there
+        f"import importlib.util, sys; sys.path[:0] = [{str(PACKAGE.parent)!r}]\n"
+        "print(importlib.util.find_spec('tpumem').submodule_search_locations[0])\n"
+    )
+    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    found = Path(result.stdout.strip()) / "adapters" / "runner.py"
+    assert found.is_file() and found.resolve() == PACKAGE.parent / "adapters" / "runner.py"
