@@ -31,6 +31,7 @@ from tpumem.adapters.base import (
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
+from tpumem.trace.metadata import DeviceInfo, JaxBook, JaxExtra
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.trace.writer import TraceWriter
 
@@ -128,15 +129,12 @@ class JaxAdapter(Adapter):
         hooks.install_after_import()
         fidelity = ALLOCATOR if backend == "gpu" else BUFFER
         writer.patch_metadata(
-            {
-                "framework_version": jax.__version__,
-                "backend": backend,
-                "devices": [
-                    {"name": device_name(d), "kind": d.device_kind, "platform": d.platform}
-                    for d in devices
-                ],
-                "fidelity": {device_name(d): fidelity for d in devices},
-            }
+            framework_version=jax.__version__,
+            backend=backend,
+            devices=[
+                DeviceInfo(device_name(d), d.device_kind, platform=d.platform) for d in devices
+            ],
+            fidelity={device_name(d): fidelity for d in devices},
         )
         if backend == "cpu" and async_cpu:
             self._warnings.append(
@@ -162,25 +160,23 @@ class JaxAdapter(Adapter):
             self._warnings.extend(self._chunks.warnings)
         if self._book is not None:
             self._write_book()
-            self.writer.patch_metadata({"buffer_book": self._book_metadata()})
-        self.writer.patch_metadata(
-            {"allocator_settings": self._settings(), "warnings": self._warnings}
-        )
+            self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata()))
+        self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
 
-    def _book_metadata(self) -> dict[str, Any]:
+    def _book_metadata(self) -> JaxBook:
         counts, hooks = self._book.counts, self._hooks
-        return {
-            "method": "jax.Array buffers, entered by hooks on jitted calls and device_put",
-            "arrays_entered": counts.entered,
-            "arrays_found_by_poll": counts.found_by_poll,
-            "arrays_sharing_a_buffer": counts.shared,
-            "arrays_donated": counts.donated,
-            "arrays_deleted": counts.deleted,
-            "shard_arrays_listed": counts.shards_listed,
-            "poll_interval_s": POLL_INTERVAL_S,
-            "jitted_functions_wrapped": hooks.wrapped if hooks else 0,
-            "program_temp_shown": bool(hooks and hooks.temp_windows),
-        }
+        return JaxBook(
+            method="jax.Array buffers, entered by hooks on jitted calls and device_put",
+            arrays_entered=counts.entered,
+            arrays_found_by_poll=counts.found_by_poll,
+            arrays_sharing_a_buffer=counts.shared,
+            arrays_donated=counts.donated,
+            arrays_deleted=counts.deleted,
+            shard_arrays_listed=counts.shards_listed,
+            poll_interval_s=POLL_INTERVAL_S,
+            jitted_functions_wrapped=hooks.wrapped if hooks else 0,
+            program_temp_shown=bool(hooks and hooks.temp_windows),
+        )
 
     def _tick(self) -> None:
         import jax

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from tpumem.adapters.quiet import announce_thread
 from tpumem.adapters.xspace_chunks import Chunk, ChunkConverter
+from tpumem.trace.metadata import CaptureSummary
 from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane.wire import WireError
@@ -85,21 +86,21 @@ class CaptureStats:
     longest_session_ns: int = 0
     overruns: int = 0  # sessions that ran past _OVERRUN_FACTOR x their length
 
-    def as_metadata(self, chunk_s: float) -> dict[str, Any]:
+    def as_metadata(self, chunk_s: float) -> CaptureSummary:
         span = self.covered_ns + self.gap_total_ns
-        return {
-            "method": "profiler sessions, back to back",
-            "chunk_s": chunk_s,
-            "chunks": self.chunks,
-            "events": self.events,
-            "gaps": self.gaps,
-            "gap_total_ns": self.gap_total_ns,
-            "gap_max_ns": self.gap_max_ns,
-            "covered_ns": self.covered_ns,
-            "covered_fraction": round(self.covered_ns / span, 6) if span else None,
-            "longest_session_ns": self.longest_session_ns,
-            "sessions_overrun": self.overruns,
-        }
+        return CaptureSummary(
+            method="profiler sessions, back to back",
+            chunk_s=chunk_s,
+            chunks=self.chunks,
+            events=self.events,
+            gaps=self.gaps,
+            gap_total_ns=self.gap_total_ns,
+            gap_max_ns=self.gap_max_ns,
+            covered_ns=self.covered_ns,
+            covered_fraction=round(self.covered_ns / span, 6) if span else None,
+            longest_session_ns=self.longest_session_ns,
+            sessions_overrun=self.overruns,
+        )
 
 
 @dataclass(slots=True)
@@ -178,7 +179,7 @@ class ProfilerChunks:
         self._stopped.put(None)
         self._export_thread.join()
         self._writer_thread.join()
-        self.writer.patch_metadata({"capture": self.stats.as_metadata(self.chunk_s)})
+        self.writer.patch_metadata(capture=self.stats.as_metadata(self.chunk_s))
 
     def pause(self) -> None:
         """Ends the current session now (the program wants the profiler)."""

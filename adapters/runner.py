@@ -81,13 +81,13 @@ def _exit_code(code: object) -> int:
 
 def _metadata(config: RunConfig) -> dict[str, Any]:
     from tpumem import __version__
-    from tpumem.trace.records import SETTINGS_VARIABLES
+    from tpumem.trace.metadata import SETTINGS_VARIABLES
 
     command = ["-m", config.target] if config.module else [config.target]
     return {
         "framework": config.framework,
         "source": "tpumem profile",
-        "command": [*command, *config.args],
+        "command": (*command, *config.args),
         "cwd": os.getcwd(),
         "host": platform.node(),
         "pid": os.getpid(),
@@ -96,7 +96,7 @@ def _metadata(config: RunConfig) -> dict[str, Any]:
         "capture_options": config.capture,
         "set_by_tpumem": config.environment,
         "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
-        "warnings": [],
+        "warnings": (),
     }
 
 
@@ -150,6 +150,8 @@ def main() -> None:
     _die_with_parent(config.parent_pid)
     from tpumem.adapters import CaptureOptions, get_adapter
     from tpumem.errors import TpumemError
+    from tpumem.trace.metadata import ExitStatus
+    from tpumem.trace.records import encode
     from tpumem.trace.writer import TraceWriter
 
     runner_pid = os.getpid()
@@ -162,38 +164,36 @@ def main() -> None:
     try:
         adapter.start(writer)
     except (ImportError, TpumemError) as failure:
-        writer.patch_metadata({"warnings": [f"the {config.framework} adapter failed: {failure}"]})
+        writer.patch_metadata(warnings=[f"the {config.framework} adapter failed: {failure}"])
         writer.close()
         print(f"tpumem: error: the {config.framework} adapter failed: {failure}", file=sys.stderr)
         _tell_ending(config, {"adapter_failed": True})
         sys.exit(ADAPTER_FAILED)
-    code, exit_info, error = 0, {"code": 0}, None
+    code, exit_info, error = 0, ExitStatus(code=0), None
     try:
         _run_target(config)
     except SystemExit as stop:
         code = _exit_code(stop.code)
-        exit_info = {"code": code}
+        exit_info = ExitStatus(code=code)
     except BaseException as caught:
         error = caught
         code = 1
-        exit_info = {"code": 1, "exception": f"{type(caught).__name__}: {caught}"}
+        exit_info = ExitStatus(code=1, exception=f"{type(caught).__name__}: {caught}")
         if isinstance(caught, KeyboardInterrupt):
-            exit_info = {
-                "signal": int(signal.SIGINT),
-                "signal_name": "SIGINT",
-                "exception": "KeyboardInterrupt",
-            }
+            exit_info = ExitStatus(
+                signal=int(signal.SIGINT), signal_name="SIGINT", exception="KeyboardInterrupt"
+            )
     finally:
         if os.getpid() == runner_pid:
             try:
                 adapter.stop()
             finally:
-                writer.patch_metadata({"exit": exit_info, "end_time_ns": writer.now_ns()})
+                writer.patch_metadata(exit=exit_info, end_time_ns=writer.now_ns())
                 writer.close()
     # (A process the script forked ends here too, as it would have without tpumem:
     # the trace and the adapter are the runner's, and it leaves them alone.)
     if os.getpid() == runner_pid:
-        _tell_ending(config, {"exit": exit_info})
+        _tell_ending(config, {"exit": encode(exit_info)})
     if os.getpid() == runner_pid and writer.failed is not None:
         why = writer.failed.strerror or str(writer.failed)
         print(

@@ -30,6 +30,7 @@ from tpumem.adapters.base import (
 )
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.tf_transfers import HostTransfers
+from tpumem.trace.metadata import DeviceInfo
 from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
 
@@ -141,7 +142,7 @@ class TensorFlowAdapter(Adapter):
         self.writer = writer
         self.tf = tf
         self._context = context
-        writer.patch_metadata({"framework_version": tf.__version__})
+        writer.patch_metadata(framework_version=tf.__version__)
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
         self._transfers = HostTransfers(writer.start_time_ns)
         self._transfers.install()
@@ -172,13 +173,9 @@ class TensorFlowAdapter(Adapter):
         cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
         self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
         self.writer.patch_metadata(
-            {
-                "backend": backend,
-                "devices": [{"name": d, "kind": d.split(":")[0]} for d in self.devices],
-                "fidelity": {
-                    d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted
-                },
-            }
+            backend=backend,
+            devices=[DeviceInfo(d, d.split(":")[0]) for d in self.devices],
+            fidelity={d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted},
         )
         self._devices_found = True
         return True
@@ -195,9 +192,7 @@ class TensorFlowAdapter(Adapter):
                 self._warnings.append(_without_bfc(self._chunks.stats.events))
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
-        self.writer.patch_metadata(
-            {"allocator_settings": self._settings(), "warnings": self._warnings}
-        )
+        self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
 
     def _memory_info(self, device: str) -> dict[str, int] | None:
         try:

@@ -42,6 +42,7 @@ from tpumem.adapters.torch_xla_debug import (
     DebugLog,
     Graph,
 )
+from tpumem.trace.metadata import DeviceInfo, TorchXlaBook, TorchXlaExtra
 from tpumem.trace.schema import BUFFER, PROGRAM
 from tpumem.trace.writer import TraceWriter
 
@@ -101,12 +102,10 @@ class TorchXlaAdapter(Adapter):
         self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing)
         self.sources = SourceLines()
         writer.patch_metadata(
-            {
-                "framework_version": torch_xla.__version__,
-                "torch_version": torch.__version__,
-                "backend": self.backend.lower(),
-                "not_exposed": _not_exposed(self.backend),
-            }
+            framework_version=torch_xla.__version__,
+            extra=TorchXlaExtra(torch_version=torch.__version__),
+            backend=self.backend.lower(),
+            not_exposed=_not_exposed(self.backend),
         )
         self._hook_step_marker()
         self.steps = TrainingSteps(writer)
@@ -128,12 +127,10 @@ class TorchXlaAdapter(Adapter):
         self._write_book()
         devices = sorted(set(self._names.values()))
         self.writer.patch_metadata(
-            {
-                "devices": [{"name": name, "kind": self.backend} for name in devices],
-                "fidelity": dict.fromkeys(devices, BUFFER),
-                "buffer_book": self._book_metadata(),
-                "warnings": self._warnings,
-            }
+            devices=[DeviceInfo(name, self.backend) for name in devices],
+            fidelity=dict.fromkeys(devices, BUFFER),
+            extra=TorchXlaExtra(self.torch.__version__, self._book_metadata()),
+            warnings=self._warnings,
         )
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
@@ -182,7 +179,7 @@ class TorchXlaAdapter(Adapter):
                     "one process: torch_xla.launch(fn, debug_single_process=True) or "
                     "xmp.spawn(fn, nprocs=1)"
                 )
-                adapter.writer.patch_metadata({"warnings": adapter._warnings})
+                adapter.writer.patch_metadata(warnings=adapter._warnings)
             return original(fn, args, nprocs, *rest, **kwargs)
 
         spawn.__doc__ = original.__doc__
@@ -312,24 +309,24 @@ class TorchXlaAdapter(Adapter):
     def _now(self) -> int:
         return time.time_ns() - self.origin
 
-    def _book_metadata(self) -> dict[str, Any]:
+    def _book_metadata(self) -> TorchXlaBook:
         counts = self.book.counts
-        return {
-            "method": "materialized XLA tensors, seen by a torch function mode; "
+        return TorchXlaBook(
+            method="materialized XLA tensors, seen by a torch function mode; "
             "executions at torch_xla.sync() and value reads",
-            "tensors_seen": counts.seen,
-            "tensors_transferred": counts.transferred,
-            "tensors_materialized_by_graphs": counts.materialized,
-            "buffers_replaced_in_place": counts.replaced,
-            "gradients_found": counts.gradients,
-            "freed_after_their_graph": counts.freed_after_graph,
-            "executions_observed": counts.executions,
-            "executions_not_observed": self._unseen_executions,
-            "syncs": self._syncs,
-            "steps": self.steps.count,
-            "steps_from": self.steps.source,
-            "program_temp_shown": self._debug is not None,
-        }
+            tensors_seen=counts.seen,
+            tensors_transferred=counts.transferred,
+            tensors_materialized_by_graphs=counts.materialized,
+            buffers_replaced_in_place=counts.replaced,
+            gradients_found=counts.gradients,
+            freed_after_their_graph=counts.freed_after_graph,
+            executions_observed=counts.executions,
+            executions_not_observed=self._unseen_executions,
+            syncs=self._syncs,
+            steps=self.steps.count,
+            steps_from=self.steps.source,
+            program_temp_shown=self._debug is not None,
+        )
 
 
 def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:

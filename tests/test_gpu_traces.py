@@ -33,9 +33,9 @@ def test_the_peak_is_the_allocators_own():
     assert gpu.counters.reported_peak_bytes == STATS["peak_bytes_in_use"]
     # The pinned host staging allocator is its own device, not the GPU's memory.
     assert set(devices) == {"GPU:0", "host-pinned"}
-    capture = analysis.metadata["capture"]
-    assert capture["chunks"] >= 2 and capture["covered_ns"] > 0
-    assert 0.9 < capture["covered_fraction"] <= 1.0
+    capture = analysis.metadata.capture
+    assert capture.chunks >= 2 and capture.covered_ns > 0
+    assert 0.9 < capture.covered_fraction <= 1.0
 
 
 def test_jax_preallocates_three_quarters_and_the_report_says_so():
@@ -57,9 +57,9 @@ def test_jax_preallocates_three_quarters_and_the_report_says_so():
 
 def test_a_real_out_of_memory_is_reported_with_its_limit():
     analysis, gpu, _ = _gpu("oom.tpumem")
-    exit_info = analysis.metadata["exit"]
-    assert exit_info["code"] == 1 and "RESOURCE_EXHAUSTED" in exit_info["exception"]
-    assert analysis.metadata["env"] == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.02"}
+    exit_info = analysis.metadata.exit
+    assert exit_info.code == 1 and "RESOURCE_EXHAUSTED" in exit_info.exception
+    assert analysis.metadata.env == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.02"}
     limit = gpu.preallocation.limit_bytes
     assert limit == pytest.approx(0.02 * 85e9, rel=0.01)
     # The 1 GiB array fit; the 4 GiB one did not, and was never allocated.

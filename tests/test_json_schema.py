@@ -1,7 +1,8 @@
 """The JSON report and comparison have their own schemas (tpumem/report/schemas/,
-written by tests/tools/write_json_schemas.py); run_tpumem validates every one the
-suite writes against them. Here: the schemas are valid JSON Schemas, the demo's
-reports keep to them, and a report that does not is caught."""
+kept by hand: they are the reports' contract with other programs, and the reports
+are written field by field to them); run_tpumem validates every one the suite writes
+against them. Here: the schemas are valid JSON Schemas, the demo's reports keep to
+them, a report that does not is caught, and the metadata's fields are the trace's."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import jsonschema
 import pytest
 
 from conftest import SCHEMAS, assert_valid_json, run_tpumem
+from tpumem.trace.metadata import EXTRA, EXTRAS, RunMetadata
+from tpumem.trace.records import OTHER, hints
 
 DEMO = Path(__file__).parent / "data" / "demo"
 
@@ -45,3 +48,22 @@ def test_a_comparison_keeps_to_its_schema(tmp_path):
     result = run_tpumem("compare", *traces, "--format", "json")  # validated there too
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["schema"] == "tpumem-compare/1"
+
+
+def test_the_metadata_in_the_schema_has_the_traces_fields():
+    """A field the trace's metadata gains is described in the report's schema too
+    (its type checked there), and one it loses leaves the schema."""
+    fields = {name for name in hints(RunMetadata) if name not in (EXTRA, OTHER)}
+    for extra in EXTRAS.values():
+        fields |= set(hints(extra))
+    for name in ("report", "compare"):
+        schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
+        run = schema if name == "report" else schema["properties"]["runs"]["items"]
+        assert set(run["properties"]["metadata"]["properties"]) == fields, name
+
+
+def test_a_wrongly_typed_metadata_field_is_caught():
+    report = json.loads(gzip.decompress((DEMO / "jax_transformer.report.json.gz").read_bytes()))
+    report["metadata"]["buffer_book"]["arrays_entered"] = "many"
+    with pytest.raises(jsonschema.ValidationError):
+        assert_valid_json("report", json.dumps(report))

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_tpumem
 from profiling import QUIET, profile
+from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 
 XPLANE = Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb"
@@ -87,10 +88,10 @@ def test_an_existing_trace_is_replaced_only_with_force(tmp_path, script):
 
     result = run_tpumem("import", str(XPLANE), "-o", str(existing), "--force")
     assert result.returncode == 0, result.stderr
-    assert load(existing).metadata["source"] == "import"
+    assert load(existing).metadata.source == "import"
     result = profile(tmp_path, "-q", "--force", "-o", str(existing), str(script))
     assert result.returncode == 0, result.stderr
-    assert load(existing).metadata["source"] == "tpumem profile"
+    assert load(existing).metadata.source == "tpumem profile"
 
 
 def test_default_names_are_numbered_not_replaced(tmp_path, script):
@@ -156,7 +157,7 @@ def test_a_forked_child_leaves_the_parents_trace_alone(tmp_path, script):
     assert result.returncode == 0, result.stderr
     trace = load(tmp_path / "t.tpumem")
     assert trace.complete
-    assert trace.metadata["exit"] == {"code": 0}  # the parent's, not the child's 3
+    assert trace.metadata.exit == ExitStatus(code=0)  # the parent's, not the child's 3
     shapes = trace.table.column("shape").to_pylist()
     assert shapes.count("[32,32]") >= 5  # made after the child exited
 
@@ -195,7 +196,7 @@ def test_the_script_does_not_outlive_tpumem(tmp_path, script, how):
     assert trace.table.num_rows > 0
     if how != signal.SIGKILL:  # tpumem passed the signal on and recorded the ending
         assert parent.returncode == 128 + how
-        assert trace.metadata["exit"]["signal_name"] == how.name
+        assert trace.metadata.exit.signal_name == how.name
 
 
 def test_output_paths_that_are_not_files(tmp_path):

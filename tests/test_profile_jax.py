@@ -76,10 +76,10 @@ def test_the_peak_is_the_live_bytes_the_script_counts(tmp_path):
     assert {
         ("broadcast_in_dim", f"[{256 * 1024 * n}]", f"known.py:{ones}") for n in (2, 3, 4)
     } <= groups
-    assert analysis.metadata["set_by_tpumem"] == {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
-    book = analysis.metadata["buffer_book"]
-    assert book["arrays_found_by_poll"] == 0  # every array came through a hook
-    assert book["arrays_entered"] >= 8
+    assert analysis.metadata.set_by_tpumem == {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
+    book = analysis.metadata.extra.buffer_book
+    assert book.arrays_found_by_poll == 0  # every array came through a hook
+    assert book.arrays_entered >= 8
 
 
 SHARDED = (
@@ -140,7 +140,7 @@ def test_a_donated_argument_is_reused_not_doubled(tmp_path):
         peaks[mode] = device.peak.bytes
     # Without donation the old and the new parameters are live together.
     assert abs(peaks["keep"] - peaks["donate"] - 8 * MiB) <= SMALL_ARRAYS
-    assert analyze(traces["donate"]).metadata["buffer_book"]["arrays_donated"] == 3
+    assert analyze(traces["donate"]).metadata.extra.buffer_book.arrays_donated == 3
     # The program writes its result into the donated buffer: each free of the
     # parameters is followed, at the same moment, by an allocation at its address.
     rows = traces["donate"].table.to_pylist()
@@ -240,6 +240,7 @@ import json, time
 import jax, jax.numpy as jnp
 from tpumem.adapters.jax import _JaxSessions
 from tpumem.adapters.profiler_chunks import ProfilerChunks
+from tpumem.trace.records import encode
 from tpumem.trace.writer import TraceWriter
 
 with TraceWriter("chunks.tpumem", {"framework": "jax"}) as writer:
@@ -249,7 +250,7 @@ with TraceWriter("chunks.tpumem", {"framework": "jax"}) as writer:
     while time.time() < end:
         (jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()
     chunks.stop()
-    print(json.dumps({"stats": chunks.stats.as_metadata(0.2), "warnings": chunks.warnings}))
+    print(json.dumps({"stats": encode(chunks.stats.as_metadata(0.2)), "warnings": chunks.warnings}))
 """
 
 
@@ -288,6 +289,6 @@ def test_the_array_objects_tpumem_adds_to_live_arrays_are_counted_and_said(tmp_p
     result = profile(tmp_path, "live.py")
     assert plain.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
     extra = last_json(result.stdout)["live"] - last_json(plain.stdout)["live"]
-    book = load(tmp_path / "live.tpumem").metadata["buffer_book"]
-    assert 0 <= extra <= book["shard_arrays_listed"]
+    book = load(tmp_path / "live.tpumem").metadata.extra.buffer_book
+    assert 0 <= extra <= book.shard_arrays_listed
     assert "jax.live_arrays() listed up to" in " ".join(result.stderr.split())

@@ -21,6 +21,7 @@ from tpumem.launch.detect import detect_framework, imported_modules
 from tpumem.launch.stderr_filter import StderrFilter
 from tpumem.report.rows import run_rows
 from tpumem.trace.amend import append_metadata
+from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
 from xspace_builder import build_space
@@ -114,11 +115,11 @@ def test_capture_gaps_come_from_what_the_sessions_recorded(tmp_path):
         # Measured around the calls: the gap holds the whole hand-over.
         assert start <= stop_called - origin and end >= next_opened - origin
         assert end - start < LateStampingSessions.LATE_NS
-    capture = trace.metadata["capture"]
+    capture = trace.metadata.capture
     covered = sum(stop - opened for opened, stop in sessions.spans)
     # Stopping is timed as tpumem asks, a moment before the session's own stop runs.
-    assert covered - 50_000_000 * len(sessions.spans) < capture["covered_ns"] <= covered
-    assert capture["chunks"] == len(sessions.spans) and capture["sessions_overrun"] == 0
+    assert covered - 50_000_000 * len(sessions.spans) < capture.covered_ns <= covered
+    assert capture.chunks == len(sessions.spans) and capture.sessions_overrun == 0
 
 
 def test_the_capture_row_says_when_sessions_ran_long(make_trace):
@@ -156,9 +157,9 @@ def test_a_killed_runs_ending_is_recorded_without_losing_whole_batches(tmp_path,
     data = _trace_with_rows(path, 50)
     path.write_bytes(data[:-cut])
     rows_before = len(load(path))
-    assert append_metadata(path, {"exit": {"signal": 9, "signal_name": "SIGKILL"}}, time_ns=7)
+    assert append_metadata(path, 7, exit=ExitStatus(signal=9, signal_name="SIGKILL"))
     trace = load(path)
-    assert trace.metadata["exit"]["signal"] == 9
+    assert trace.metadata.exit.signal == 9
     assert trace.numbers("bytes")[trace.valid("buffer_id")].sum() == 256 * (rows_before)
     assert len(trace) == rows_before + 1
 
@@ -167,7 +168,7 @@ def test_a_trace_cut_inside_its_header_is_left_alone(tmp_path):
     path = tmp_path / "t.tpumem"
     data = _trace_with_rows(path, 3)
     path.write_bytes(data[:40])
-    assert not append_metadata(path, {"exit": {"code": 1}})
+    assert not append_metadata(path, exit=ExitStatus(code=1))
     assert path.read_bytes() == data[:40]
 
 

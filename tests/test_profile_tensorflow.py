@@ -24,6 +24,7 @@ from profiling import (
 )
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps, split_by_device, step_marks
+from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 
 pytestmark = pytest.mark.framework
@@ -56,9 +57,9 @@ def test_the_reported_peak_is_tensorflows_own(tmp_path):
     assert device.peak.bytes == tf_figures["peak"]
     assert device.peak.bytes >= 17 * 2**20
     assert device.counters.reported_peak_bytes == tf_figures["peak"]
-    assert analysis.metadata["exit"] == {"code": 0}
-    assert analysis.metadata["env"]["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
-    assert analysis.metadata["set_by_tpumem"] == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    assert analysis.metadata.exit == ExitStatus(code=0)
+    assert analysis.metadata.env["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
+    assert analysis.metadata.set_by_tpumem == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
     shapes = {group.shape for group in device.peak.groups}
     assert {"[1024,512]", "[1024,768]", "[1024,1024]", "[2048,1024]"} <= shapes
 
@@ -87,8 +88,8 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert device.peak.bytes == printed["peak_bytes"] or missed
     assert device.peak.step is not None  # steps from tf.profiler.experimental.Trace
     assert device.fragmentation.check_agrees  # the address map, gaps and all
-    assert analysis.metadata["capture"]["chunks"] >= 1
-    assert analysis.metadata["command"][1:] == sizes
+    assert analysis.metadata.capture.chunks >= 1
+    assert list(analysis.metadata.command[1:]) == sizes
 
 
 BEHAVES_AS_PYTHON = """
@@ -184,7 +185,7 @@ def test_ctrl_c_reaches_the_script(tmp_path):
             os.killpg(child.pid, signal.SIGKILL)
     assert child.returncode == 128 + signal.SIGINT, stderr[-3000:]
     assert "KeyboardInterrupt" in stderr and "interrupted" in stderr
-    assert load(tmp_path / "waits.tpumem").metadata["exit"]["exception"] == "KeyboardInterrupt"
+    assert load(tmp_path / "waits.tpumem").metadata.exit.exception == "KeyboardInterrupt"
 
 
 def test_a_script_that_runs_tensorflows_profiler_keeps_its_profile(tmp_path):
@@ -197,7 +198,7 @@ def test_a_script_that_runs_tensorflows_profiler_keeps_its_profile(tmp_path):
     analysis = analyze(load(tmp_path / "tf_profile_demo.tpumem"))
     (device,) = analysis.devices
     assert device.peak.bytes == last_json(result.stdout)["peak_bytes"]
-    assert analysis.metadata["capture"]["chunks"] >= 2  # tpumem's, then the script's
+    assert analysis.metadata.capture.chunks >= 2  # tpumem's, then the script's
     assert not analysis.warnings
 
 
@@ -218,7 +219,7 @@ def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
     expected = last_json(plain.stdout)
     assert seen == expected
     assert seen["argv"][1:] == ["--flag", "x"] and seen["name"] == "__main__"
-    assert load(tmp_path / "probe.tpumem").metadata["command"] == args
+    assert list(load(tmp_path / "probe.tpumem").metadata.command) == args
 
 
 KERAS_FIT = """
@@ -289,10 +290,10 @@ def test_keras_fit_under_cpu_load_marks_every_hole_in_the_capture(tmp_path, cpu_
         if not in_gap and not allocated:
             silent.append((begin, end))
     assert not silent, f"batches with no allocation events outside any capture gap: {silent}"
-    capture = trace.metadata["capture"]
-    covered_fraction = capture["covered_ns"] / (capture["covered_ns"] + capture["gap_total_ns"])
-    assert capture["covered_fraction"] == pytest.approx(covered_fraction, abs=1e-5)
-    assert capture["gap_total_ns"] == int((gaps[:, 1] - gaps[:, 0]).sum())
+    capture = trace.metadata.capture
+    covered_fraction = capture.covered_ns / (capture.covered_ns + capture.gap_total_ns)
+    assert capture.covered_fraction == pytest.approx(covered_fraction, abs=1e-5)
+    assert capture.gap_total_ns == int((gaps[:, 1] - gaps[:, 0]).sum())
 
 
 def test_the_scripts_stderr_is_what_it_is_without_tpumem(tmp_path):
@@ -311,17 +312,13 @@ def test_the_scripts_stderr_is_what_it_is_without_tpumem(tmp_path):
     assert "\0" not in result.stderr
     # The same lines as the plain run, less the time and thread of each log line.
     assert _without_stamps(script_part) == _without_stamps(plain.stderr)
-    assert trace_capture(tmp_path / "fit.tpumem")["chunks"] >= 2  # sessions did run
+    assert load(tmp_path / "fit.tpumem").metadata.capture.chunks >= 2  # sessions did run
 
 
 def _without_stamps(text: str) -> list[str]:
     return sorted(
         re.sub(r"^([IWEF])\d{4} [\d:.]+ +\d+ ", r"\1 ", line) for line in text.splitlines()
     )
-
-
-def trace_capture(path) -> dict:
-    return load(path).metadata["capture"]
 
 
 HOST_DATA = """
@@ -385,5 +382,5 @@ def test_the_script_sets_up_tensorflow_before_tpumem_touches_it(tmp_path):
     assert last_json(result.stdout) == {"logical": 2}
     analysis = analyze(load(tmp_path / "setup.tpumem"))
     assert analysis.backend == "cpu"
-    assert [d["name"] for d in analysis.metadata["devices"]] == ["CPU:0", "CPU:1"]
+    assert [d.name for d in analysis.metadata.devices] == ["CPU:0", "CPU:1"]
     assert analysis.devices and analysis.devices[0].peak.bytes >= 512 * 512 * 4

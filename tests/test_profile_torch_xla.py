@@ -61,7 +61,7 @@ def test_the_peak_is_the_bytes_the_script_materialized(tmp_path):
     assert device.peak.bytes == expected + temp
     assert temp < 64 * 1024
     assert device.peak.step is None  # four syncs and no training step: syncs are not steps
-    assert analyze(load(tmp_path / "known.tpumem")).metadata["buffer_book"]["syncs"] == 4
+    assert analyze(load(tmp_path / "known.tpumem")).metadata.extra.buffer_book.syncs == 4
     groups = {(g.op, g.region, g.shape, g.source) for g in device.peak.groups}
     assert ("to", "input", "[1024,1024]", f"known.py:{line_of('a = ')}") in groups
     assert ("zeros", "output", "[2048,1024]", f"known.py:{line_of('b = ')}") in groups
@@ -171,9 +171,9 @@ def test_steps_are_training_steps_not_syncs(tmp_path, source):
     trace = load(tmp_path / "loop.tpumem")
     analysis = analyze(trace)
     assert analysis.steps == 5
-    book = analysis.metadata["buffer_book"]
-    assert book["steps"] == 5 and book["steps_from"] == source
-    assert book["syncs"] >= (5 if source == "StepTrace" else 15)
+    book = analysis.metadata.extra.buffer_book
+    assert book.steps == 5 and book.steps_from == source
+    assert book.syncs >= (5 if source == "StepTrace" else 15)
     (device,) = analysis.devices
     assert device.peak.step == 2
     assert device.peak.groups[0].shape == "[4096,1024]"

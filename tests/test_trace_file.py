@@ -10,6 +10,7 @@ import pytest
 
 from tpumem.errors import TpumemError
 from tpumem.trace.compact import COMPACT_BATCHES, compact
+from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 from tpumem.trace.schema import SCHEMA
 from tpumem.trace.writer import TraceWriter
@@ -20,11 +21,11 @@ def test_round_trip_with_metadata_patches(tmp_path):
     with TraceWriter(path, {"framework": "jax", "warnings": ["first"]}) as writer:
         writer.alloc(device="TPU:0", bytes=4096, buffer_id=7, op="dot", shape="[32,32]")
         writer.free(device="TPU:0", bytes=4096, buffer_id=7)
-        writer.patch_metadata({"exit": {"code": 3}, "warnings": ["second"]})
+        writer.patch_metadata(exit=ExitStatus(code=3), warnings=["second"])
     trace = load(path)
     assert trace.complete
     assert trace.framework == "jax"
-    assert trace.metadata["exit"] == {"code": 3}
+    assert trace.metadata.exit == ExitStatus(code=3)
     assert trace.warnings == ["first", "second"]
     assert trace.numbers("bytes")[:2].tolist() == [4096, 4096]
     codes, values = trace.codes("op")
@@ -87,9 +88,9 @@ def _many_batches(path, batches: int, close: bool = True) -> None:
         writer.alloc(time_ns=2 * i, device="GPU:0", buffer_id=i, bytes=64, op=f"op{i % 5}")
         writer.free(time_ns=2 * i + 1, device="GPU:0", buffer_id=i, bytes=64)
         if i == batches // 2:
-            writer.patch_metadata({"warnings": ["half way"]})
+            writer.patch_metadata(warnings=["half way"])
         writer.flush()
-    writer.patch_metadata({"exit": {"code": 0}})
+    writer.patch_metadata(exit=ExitStatus(code=0))
     if close:
         writer.close()
 

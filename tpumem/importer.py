@@ -115,10 +115,10 @@ def import_profile(
         "imported_from": str(profile.path),
         "run": run,
         "host": events.hostnames[0] if events.hostnames else profile.host,
-        "xspace_planes": events.plane_names,
+        "xspace_planes": tuple(events.plane_names),
         "fidelity": {device: ALLOCATOR for device in devices},
         "start_time_ns": 0,
-        "warnings": [],
+        "warnings": (),
     }
     output, descriptor = create()
     with TraceWriter(descriptor, metadata, flush_interval_s=0) as writer:

@@ -123,7 +123,7 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
         return []
     device_codes, device_names = trace.codes("device")
     time_all = trace.numbers("time_ns")
-    fidelity = trace.metadata.get("fidelity", {})
+    fidelity = trace.metadata.fidelity or {}
     gaps = capture_gaps(trace)
     result = []
     for code in np.unique(device_codes[is_memory]):

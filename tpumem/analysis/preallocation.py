@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.trace.records import SETTINGS_VARIABLES
+from tpumem.trace.metadata import SETTINGS_VARIABLES, RunMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,24 +27,17 @@ class Preallocation:
     smallest_fraction: float | None
 
 
-def _settings(metadata: dict[str, Any]) -> dict[str, str]:
-    settings = {str(k): str(v) for k, v in metadata.get("allocator_settings", {}).items()}
-    environment = metadata.get("env", {})
+def _settings(metadata: RunMetadata) -> dict[str, str]:
+    settings = {str(k): str(v) for k, v in (metadata.allocator_settings or {}).items()}
+    environment = metadata.env or {}
     for name in SETTINGS_VARIABLES:
         if name in environment:
             settings[name] = str(environment[name])
     return settings
 
 
-def _capacity(metadata: dict[str, Any], device: str) -> int | None:
-    for entry in metadata.get("devices", []):
-        if entry.get("name") == device and entry.get("capacity_bytes"):
-            return int(entry["capacity_bytes"])
-    return None
-
-
 def preallocation(
-    metadata: dict[str, Any],
+    metadata: RunMetadata,
     device: str,
     peak_bytes: int,
     peak_index: int,
@@ -61,7 +53,7 @@ def preallocation(
         pool_at_peak = int(pool[peak_index] if len(pool) > peak_index else pool[-1])
     elif not pool_source:
         pool_label, pool_source = provenance.NOT_AVAILABLE, "the trace has no view of the pool"
-    capacity = _capacity(metadata, device)
+    capacity = metadata.capacity_of(device)
     fraction = math.ceil(peak_bytes / capacity * 100) / 100 if capacity else None
     return Preallocation(
         pool_peak_bytes=pool_peak,

@@ -11,8 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpumem.trace.model import Trace
-from tpumem.trace.records import PROGRAM as PROGRAM_RECORD
-from tpumem.trace.records import conform, parse_object
+from tpumem.trace.records import ProgramRecord, decode_record, parse_object
 from tpumem.trace.schema import PROGRAM
 
 
@@ -41,18 +40,18 @@ def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
         record = parse_object(text)
         if record is None:
             continue  # a row cut short by a crash: nothing to show
-        record = conform(record, PROGRAM_RECORD, "program", [])
+        program: ProgramRecord = decode_record(ProgramRecord, record, "program", [])
         result.append(
             ProgramMemory(
-                name=str(record.get("name", "?")),
-                devices=tuple(record.get("devices", ())),
-                argument_bytes=record.get("argument_bytes"),
-                output_bytes=record.get("output_bytes"),
-                alias_bytes=record.get("alias_bytes"),
-                temp_bytes=record.get("temp_bytes"),
-                generated_code_bytes=record.get("generated_code_bytes"),
+                name=program.name,
+                devices=program.devices,
+                argument_bytes=program.argument_bytes,
+                output_bytes=program.output_bytes,
+                alias_bytes=program.alias_bytes,
+                temp_bytes=program.temp_bytes,
+                generated_code_bytes=program.generated_code_bytes,
                 compiled_at_ns=int(time_ns),
-                unavailable=record.get("unavailable"),
+                unavailable=program.unavailable,
             )
         )
     return tuple(sorted(result, key=lambda p: p.compiled_at_ns))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from tpumem.analysis.programs import ProgramMemory, programs
 from tpumem.analysis.series import DeviceSeries, device_series
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.waste import InternalWaste, internal_waste
+from tpumem.trace.metadata import RunMetadata
 from tpumem.trace.model import Trace
 
 
@@ -51,7 +51,7 @@ class RunAnalysis:
     backend: str
     source: str
     complete: bool
-    metadata: dict[str, Any]
+    metadata: RunMetadata
     duration_ns: int
     devices: tuple[DeviceAnalysis, ...]
     total_peak_bytes: int
@@ -148,7 +148,7 @@ def _device(
         preallocation=pre,
         fragmentation=frag.figure,
         waste=internal_waste(events, live_at(events, peak.event_index)),
-        padding=layout_padding(peak.groups, str(trace.metadata.get("backend", ""))),
+        padding=layout_padding(peak.groups, trace.metadata.backend),
         headroom_bytes=room,
         headroom_label=room_label,
         timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
@@ -161,9 +161,9 @@ def _device(
 
 
 def _duration(trace: Trace, times: np.ndarray) -> int:
-    end = trace.metadata.get("end_time_ns")
+    end = trace.metadata.end_time_ns
     if end is not None:  # a profiled run, whose clock starts with the process
-        return max(int(end), int(times.max(initial=0)))
+        return max(end, int(times.max(initial=0)))
     return int(times.max() - times.min()) if len(times) else 0
 
 
@@ -186,8 +186,8 @@ def analyze_with_events(
     run = RunAnalysis(
         path=trace.path,
         framework=trace.framework,
-        backend=str(metadata.get("backend", "unknown")),
-        source=str(metadata.get("source", "unknown")),
+        backend=metadata.backend,
+        source=metadata.source,
         complete=trace.complete,
         metadata=metadata,
         duration_ns=_duration(trace, times),

@@ -46,20 +46,20 @@ def safe_name(text: str) -> str:
 
 
 def _host(trace: Trace) -> str:
-    return safe_name(str(trace.metadata.get("host") or "localhost"))
+    return safe_name(trace.metadata.host or "localhost")
 
 
 def _run_name(path: Path, trace: Trace, forced: str | None) -> str:
     if forced:
         return safe_name(forced)
-    imported = trace.metadata.get("run") if trace.metadata.get("source") == "import" else None
-    return safe_name(str(imported) if imported else path.name.removesuffix(".tpumem"))
+    imported = trace.metadata.run if trace.metadata.source == "import" else None
+    return safe_name(imported or path.name.removesuffix(".tpumem"))
 
 
 def _scalars(
     trace: Trace, figures: list[DeviceEventFigures], directory: Path, host: str, prefix: str
 ) -> Path:
-    start_s = int(trace.metadata.get("start_time_ns") or 0) / 1e9
+    start_s = (trace.metadata.start_time_ns or 0) / 1e9
     writer = EventFileWriter(directory, start_s, host)
     step_times, step_numbers = step_marks(trace)
     by_step: dict[int, tuple[float, dict[str, float]]] = {}

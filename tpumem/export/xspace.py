@@ -141,7 +141,7 @@ def memory_space(trace: Trace, host: str, figures: list[DeviceEventFigures]) -> 
     `figures`: its devices' analysis (analysis/summary.py), made once."""
     m = messages("full")
     strings = _Strings()
-    start_ns = int(trace.metadata.get("start_time_ns") or 0)
+    start_ns = trace.metadata.start_time_ns or 0
     lines = []
     for number, device in enumerate(figures, start=1):
         columns = _columns(trace, device, strings)

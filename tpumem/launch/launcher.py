@@ -27,6 +27,7 @@ from tpumem.launch.stderr_filter import StderrFilter, filter_available
 from tpumem.outputs import create_trace, default_trace
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
+from tpumem.trace.metadata import ExitStatus
 
 # Signals this process passes on to the script's process.
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -93,10 +94,10 @@ def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) 
     if returncode < 0:
         number = -returncode
         name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-        exit_info: dict[str, object] = {"signal": number, "signal_name": name}
+        exit_info = ExitStatus(signal=number, signal_name=name)
         how = f"was killed by {name}"
     else:
-        exit_info = {"code": returncode}
+        exit_info = ExitStatus(code=returncode)
         how = f"ended with status {returncode} without closing the trace (os._exit?)"
     warning = (
         f"the profiled process {how}; the trace holds what was written before, and "
@@ -105,8 +106,10 @@ def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) 
     try:
         append_metadata(
             trace,
-            {"exit": exit_info, "recorded_by": "tpumem profile", "warnings": [warning]},
-            time_ns=time.time_ns() - start_ns,
+            time.time_ns() - start_ns,
+            exit=exit_info,
+            recorded_by="tpumem profile",
+            warnings=[warning],
         )
     except OSError as error:  # the trace stays as the run left it
         if error.errno not in _DISK_FULL:  # (of which the runner has already said)

@@ -1,10 +1,10 @@
-"""`tpumem compare --format json`: the comparison ("tpumem-compare/1") with each
-run's whole JSON report ("tpumem-report/1") under `runs`, as `tpumem report
---format json` gives it."""
+"""`tpumem compare --format json`: the comparison ("tpumem-compare/1",
+tpumem/report/schemas/tpumem-compare-1.json) with each run's whole JSON report
+("tpumem-report/1") under `runs`, as `tpumem report --format json` gives it. Every
+field is named here, as in json_report.py."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from tpumem.analysis.comparison import Comparison
@@ -19,8 +19,21 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
         "names": list(comparison.names),
         "devices": list(comparison.devices),
         "alignment": comparison.alignment,
-        "rows": [dataclasses.asdict(row) for row in comparison.rows],
-        "regions": [dataclasses.asdict(region) for region in comparison.regions],
+        "rows": [
+            {
+                "figure": row.figure,
+                "unit": row.unit,
+                "values": list(row.values),
+                "labels": list(row.labels),
+                "best": row.best,
+                "ratios": list(row.ratios),
+            }
+            for row in comparison.rows
+        ],
+        "regions": [
+            {"region": region.region, "bytes": list(region.bytes), "change": list(region.change)}
+            for region in comparison.regions
+        ],
         "top_ops": [[list(op) for op in top] for top in comparison.top_ops],
     }
 

@@ -1,33 +1,230 @@
-"""The JSON report: every figure of the analysis under a versioned schema name.
+"""The JSON report: every figure of the analysis under a versioned schema.
 
-Schema "tpumem-report/1" (documented in docs/figures.md, "JSON report"): the top level
-holds the run (framework, backend, source, complete, duration_ns, total peak,
-warnings, metadata) and `devices`, one object per device with `peak`,
-`preallocation`, `fragmentation`, `waste` and `timeline`, each carrying its
-`label` (measured / derived / modeled / not available). Bytes are integers,
-times are nanoseconds from the trace's start.
+Schema "tpumem-report/1" (tpumem/report/schemas/tpumem-report-1.json; the rules in
+docs/figures.md, "JSON report"): the run (framework, backend, source, complete,
+duration_ns, total peak, warnings, metadata, programs, fit advice) and `devices`, one
+object per device with `peak`, `preallocation`, `fragmentation`, `waste`, `padding`,
+`timeline` and `counters`, each carrying its `label` (measured / derived / modeled /
+not available). Bytes are integers, times are nanoseconds from the trace's start.
+
+Every field is named here, not taken from the analysis' classes: renaming a field of
+the analysis does not rename it in the report, whose readers are other programs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Any
 
-from tpumem.analysis.summary import RunAnalysis
+from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.counters import Counters
+from tpumem.analysis.fragmentation import Fragmentation
+from tpumem.analysis.padding import LayoutPadding
+from tpumem.analysis.peak import PeakBreakdown
+from tpumem.analysis.preallocation import Preallocation
+from tpumem.analysis.programs import ProgramMemory
+from tpumem.analysis.series import DeviceSeries
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.timeline import Timeline
+from tpumem.analysis.waste import InternalWaste
 
 SCHEMA = "tpumem-report/1"
 
 
 def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
-    body = dataclasses.asdict(analysis)
-    for device in body["devices"]:
-        peak = device["peak"]
-        peak["label"] = device.pop("peak_label")
-        peak["by_region"] = [{"region": r, "bytes": b} for r, b in peak["by_region"]]
-        del peak["event_index"]
-    return {"schema": SCHEMA, **body}
+    return {
+        "schema": SCHEMA,
+        "path": analysis.path,
+        "framework": analysis.framework,
+        "backend": analysis.backend,
+        "source": analysis.source,
+        "complete": analysis.complete,
+        "metadata": analysis.metadata.to_json(),
+        "duration_ns": analysis.duration_ns,
+        "devices": [_device(device) for device in analysis.devices],
+        "total_peak_bytes": analysis.total_peak_bytes,
+        "total_peak_time_ns": analysis.total_peak_time_ns,
+        "warnings": list(analysis.warnings),
+        "programs": [_program(program) for program in analysis.programs],
+        "fit": None if analysis.fit is None else _fit(analysis.fit),
+        "steps": analysis.steps,
+    }
+
+
+def _device(device: DeviceAnalysis) -> dict[str, Any]:
+    return {
+        "device": device.device,
+        "fidelity": device.fidelity,
+        "allocations": device.allocations,
+        "frees": device.frees,
+        "allocations_per_s": device.allocations_per_s,
+        "peak": _peak(device.peak, device.peak_label),
+        "preallocation": _preallocation(device.preallocation),
+        "fragmentation": _fragmentation(device.fragmentation),
+        "waste": _waste(device.waste),
+        "padding": _padding(device.padding),
+        "headroom_bytes": device.headroom_bytes,
+        "headroom_label": device.headroom_label,
+        "timeline": _timeline(device.timeline),
+        "counters": _counters(device.counters),
+        "series": None if device.series is None else _series(device.series),
+    }
+
+
+def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
+    return {
+        "bytes": peak.bytes,
+        "time_ns": peak.time_ns,
+        "last_time_ns": peak.last_time_ns,
+        "step": peak.step,
+        "live_buffers": peak.live_buffers,
+        "unattributed_bytes": peak.unattributed_bytes,
+        "groups": [
+            {
+                "op": group.op,
+                "region": group.region,
+                "dtype": group.dtype,
+                "shape": group.shape,
+                "source": group.source,
+                "count": group.count,
+                "bytes": group.bytes,
+            }
+            for group in peak.groups
+        ],
+        "by_region": [{"region": region, "bytes": size} for region, size in peak.by_region],
+        "label": label,
+    }
+
+
+def _preallocation(pre: Preallocation) -> dict[str, Any]:
+    return {
+        "pool_peak_bytes": pre.pool_peak_bytes,
+        "pool_at_peak_bytes": pre.pool_at_peak_bytes,
+        "pool_label": pre.pool_label,
+        "pool_source": pre.pool_source,
+        "unused_bytes": pre.unused_bytes,
+        "limit_bytes": pre.limit_bytes,
+        "capacity_bytes": pre.capacity_bytes,
+        "settings": dict(pre.settings),
+        "smallest_fraction": pre.smallest_fraction,
+    }
+
+
+def _fragmentation(frag: Fragmentation) -> dict[str, Any]:
+    return {
+        "label": frag.label,
+        "source": frag.source,
+        "at_peak": frag.at_peak,
+        "maximum": frag.maximum,
+        "time_of_maximum_ns": frag.time_of_maximum_ns,
+        "check_points": frag.check_points,
+        "check_max_error": frag.check_max_error,
+        "check_schedule": frag.check_schedule,
+        "check_unavailable": frag.check_unavailable,
+    }
+
+
+def _waste(waste: InternalWaste) -> dict[str, Any]:
+    return {
+        "label": waste.label,
+        "at_peak_bytes": waste.at_peak_bytes,
+        "at_peak_share": waste.at_peak_share,
+        "total_allocated_bytes": waste.total_allocated_bytes,
+        "total_requested_bytes": waste.total_requested_bytes,
+    }
+
+
+def _padding(padding: LayoutPadding) -> dict[str, Any]:
+    return {
+        "label": padding.label,
+        "extra_bytes": padding.extra_bytes,
+        "row_major_extra_bytes": padding.row_major_extra_bytes,
+        "counted_bytes": padding.counted_bytes,
+        "uncounted_bytes": padding.uncounted_bytes,
+        "included": padding.included,
+        "largest": [
+            {
+                "shape": shape.shape,
+                "dtype": shape.dtype,
+                "count": shape.count,
+                "bytes": shape.bytes,
+                "extra_bytes": shape.extra_bytes,
+            }
+            for shape in padding.largest
+        ],
+    }
+
+
+def _timeline(timeline: Timeline) -> dict[str, Any]:
+    return {
+        "start_ns": timeline.start_ns,
+        "end_ns": timeline.end_ns,
+        "in_use_max": list(timeline.in_use_max),
+        "fragmentation_max": list(timeline.fragmentation_max),
+    }
+
+
+def _counters(counters: Counters) -> dict[str, Any]:
+    return {
+        "samples": counters.samples,
+        "reported_peak_bytes": counters.reported_peak_bytes,
+        "sampled_peak_bytes": counters.sampled_peak_bytes,
+        "pool_bytes": counters.pool_bytes,
+        "limit_bytes": counters.limit_bytes,
+    }
+
+
+def _series(series: DeviceSeries) -> dict[str, Any]:
+    return {
+        "events": series.events,
+        "time_ns": list(series.time_ns),
+        "step_position": None if series.step_position is None else list(series.step_position),
+        "in_use": list(series.in_use),
+        "regions": [[region, list(values)] for region, values in series.regions],
+        "pool": None if series.pool is None else list(series.pool),
+        "fragmentation": list(series.fragmentation),
+        "gaps_ns": [[start, end] for start, end in series.gaps_ns],
+    }
+
+
+def _program(program: ProgramMemory) -> dict[str, Any]:
+    return {
+        "name": program.name,
+        "devices": list(program.devices),
+        "argument_bytes": program.argument_bytes,
+        "output_bytes": program.output_bytes,
+        "alias_bytes": program.alias_bytes,
+        "temp_bytes": program.temp_bytes,
+        "generated_code_bytes": program.generated_code_bytes,
+        "compiled_at_ns": program.compiled_at_ns,
+        "unavailable": program.unavailable,
+    }
+
+
+def _fit(fit: FitAdvice) -> dict[str, Any]:
+    return {
+        "device": fit.device,
+        "peak_bytes": fit.peak_bytes,
+        "headroom_bytes": fit.headroom_bytes,
+        "headroom_label": fit.headroom_label,
+        "padding_bytes": fit.padding_bytes,
+        "padding_label": fit.padding_label,
+        "rows": [
+            {
+                "accelerator": row.accelerator,
+                "kind": row.kind,
+                "memory_bytes": row.memory_bytes,
+                "needed_bytes": row.needed_bytes,
+                "fits": row.fits,
+                "share": row.share,
+                "setting": row.setting,
+                "source": row.source,
+            }
+            for row in fit.rows
+        ],
+        "notes": list(fit.notes),
+    }
 
 
 def finite(value: Any) -> Any:

@@ -8,6 +8,7 @@ from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.units import format_bytes, format_seconds
 
@@ -24,24 +25,21 @@ def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     meta = analysis.metadata
     rows = [
         ("Framework", f"{analysis.framework} (backend: {analysis.backend})"),
-        ("Source", _source(analysis)),
+        ("Source", _source(meta)),
         ("Duration", format_seconds(analysis.duration_ns)),
         ("Ended", _ending(meta, analysis.complete)),
     ]
-    capture = meta.get("capture")
-    if isinstance(capture, dict) and capture.get("chunks"):
-        rows.append(("Capture", _capture(capture)))
-    book = meta.get("buffer_book")
-    if isinstance(book, dict):
+    if meta.capture is not None and meta.capture.chunks:
+        rows.append(("Capture", _capture(meta.capture)))
+    book = meta.extra.buffer_book if meta.extra is not None else None
+    if book is not None:
         rows.append(("Buffers", _book(book)))
     if analysis.programs:
         rows.append(("Compiled programs", _programs(analysis, book)))
-    set_by_tpumem = meta.get("set_by_tpumem")
-    if isinstance(set_by_tpumem, dict) and set_by_tpumem:
-        rows.append(("Set by tpumem", " ".join(f"{k}={v}" for k, v in set_by_tpumem.items())))
-    not_exposed = meta.get("not_exposed")
-    if isinstance(not_exposed, list) and not_exposed:
-        rows.append(("Not exposed", "; ".join(str(item) for item in not_exposed)))
+    if meta.set_by_tpumem:
+        rows.append(("Set by tpumem", " ".join(f"{k}={v}" for k, v in meta.set_by_tpumem.items())))
+    if meta.not_exposed:
+        rows.append(("Not exposed", "; ".join(meta.not_exposed)))
     if len(analysis.devices) > 1:
         rows.append(
             (
@@ -53,75 +51,71 @@ def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     return rows
 
 
-def _source(analysis: RunAnalysis) -> str:
-    meta = analysis.metadata
-    if analysis.source == "import":
-        return f"imported from {meta.get('imported_from', '?')} (host {meta.get('host', '?')})"
-    command = meta.get("command")
-    return " ".join(command) if isinstance(command, list) else analysis.source
+def _source(meta: RunMetadata) -> str:
+    if meta.source == "import":
+        return f"imported from {meta.imported_from or '?'} (host {meta.host or '?'})"
+    return " ".join(meta.command) if meta.command is not None else meta.source
 
 
 def plural(count: int, word: str) -> str:
     return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
-def _capture(capture: dict) -> str:
-    text = plural(capture["chunks"], "profiler session")
-    if capture.get("chunk_s") is not None:
-        text += f" of {capture['chunk_s']:g} s"
-    if capture.get("sessions_overrun"):
+def _capture(capture: CaptureSummary) -> str:
+    text = plural(capture.chunks or 0, "profiler session")
+    if capture.chunk_s is not None:
+        text += f" of {capture.chunk_s:g} s"
+    if capture.sessions_overrun:
         text += (
-            f"; {plural(capture['sessions_overrun'], 'session')} ran long (longest "
-            f"{format_seconds(capture.get('longest_session_ns'))}): tpumem's capture thread "
+            f"; {plural(capture.sessions_overrun, 'session')} ran long (longest "
+            f"{format_seconds(capture.longest_session_ns)}): tpumem's capture thread "
             "was short of CPU"
         )
-    if capture.get("gaps"):
-        covered = capture.get("covered_fraction")
+    if capture.gaps:
         text += (
-            f"; {plural(capture['gaps'], 'gap')} between them, "
-            f"{format_seconds(capture.get('gap_total_ns'))} in all "
-            f"(longest {format_seconds(capture.get('gap_max_ns'))})"
+            f"; {plural(capture.gaps, 'gap')} between them, "
+            f"{format_seconds(capture.gap_total_ns)} in all "
+            f"(longest {format_seconds(capture.gap_max_ns)})"
         )
-        if covered is not None:
-            text += f": {covered:.1%} of the time captured"
+        if capture.covered_fraction is not None:
+            text += f": {capture.covered_fraction:.1%} of the time captured"
     return text
 
 
-def _book(book: dict) -> str:
-    if "tensors_seen" in book:  # PyTorch/XLA's book of materialized tensors
+def _book(book: JaxBook | TorchXlaBook) -> str:
+    if isinstance(book, TorchXlaBook):  # PyTorch/XLA's book of materialized tensors
         text = (
-            f"{book.get('tensors_transferred', 0):,} tensors put on the device, "
-            f"{book.get('tensors_materialized_by_graphs', 0):,} materialized by graphs, "
-            f"{book.get('buffers_replaced_in_place', 0):,} buffers replaced by in-place updates; "
-            f"{book.get('executions_observed', 0):,} graph executions"
+            f"{book.tensors_transferred or 0:,} tensors put on the device, "
+            f"{book.tensors_materialized_by_graphs or 0:,} materialized by graphs, "
+            f"{book.buffers_replaced_in_place or 0:,} buffers replaced by in-place updates; "
+            f"{book.executions_observed or 0:,} graph executions"
         )
-        if book.get("executions_not_observed"):
-            text += f" ({book['executions_not_observed']:,} more seen only in PyTorch/XLA's log)"
+        if book.executions_not_observed:
+            text += f" ({book.executions_not_observed:,} more seen only in PyTorch/XLA's log)"
         return text
-    text = f"{book.get('arrays_entered', 0):,} arrays entered as they were made"
-    if book.get("arrays_found_by_poll"):
-        text += f", {book['arrays_found_by_poll']:,} found later by polling"
-    if book.get("arrays_donated"):
-        text += f"; {book['arrays_donated']:,} donated to programs"
-    if book.get("shard_arrays_listed"):
+    text = f"{book.arrays_entered or 0:,} arrays entered as they were made"
+    if book.arrays_found_by_poll:
+        text += f", {book.arrays_found_by_poll:,} found later by polling"
+    if book.arrays_donated:
+        text += f"; {book.arrays_donated:,} donated to programs"
+    if book.shard_arrays_listed:
         text += (
-            f"; to read buffers tpumem used {book['shard_arrays_listed']:,} per-device array "
+            f"; to read buffers tpumem used {book.shard_arrays_listed:,} per-device array "
             "objects, which JAX keeps with their arrays: they hold no memory, but while the "
             "run was profiled jax.live_arrays() listed up to that many more arrays"
         )
     return text
 
 
-def _programs(analysis: RunAnalysis, book: object) -> str:
+def _programs(analysis: RunAnalysis, book: JaxBook | TorchXlaBook | None) -> str:
     text = f"{len(analysis.programs):,} compiled"
     top = largest_temp(analysis.programs)
     if top is not None:
         text += f"; largest temp {format_bytes(top.temp_bytes)} ({top.name})"
-        if isinstance(book, dict):  # tpumem's book: temps placed where run times were seen
-            shown = book.get("program_temp_shown")
+        if book is not None:  # tpumem's book: temps placed where run times were seen
             text += (
                 ", shown live while each program ran"
-                if shown
+                if book.program_temp_shown
                 else ", not in the figures (run times not observed)"
             )
         elif any(d.fidelity == ALLOCATOR for d in analysis.devices):
@@ -129,21 +123,21 @@ def _programs(analysis: RunAnalysis, book: object) -> str:
     return text + " · XLA's memory analysis at compile time"
 
 
-def _ending(meta: dict, complete: bool) -> str:
-    exit_info = meta.get("exit")
-    if isinstance(exit_info, dict) and exit_info.get("signal"):
-        name = exit_info.get("signal_name") or f"signal {exit_info['signal']}"
-        if exit_info.get("exception") == "KeyboardInterrupt":
+def _ending(meta: RunMetadata, complete: bool) -> str:
+    exit_info = meta.exit
+    if exit_info is not None and exit_info.signal:
+        name = exit_info.signal_name or f"signal {exit_info.signal}"
+        if exit_info.exception == "KeyboardInterrupt":
             return f"interrupted ({name}, KeyboardInterrupt)"
         return f"killed by {name}"
     if not complete:
         return "the trace was not closed: the process crashed or was killed"
-    if not isinstance(exit_info, dict):
-        return "not recorded" if meta.get("source") != "import" else "(imported profile)"
-    if exit_info.get("exception"):
-        exception = one_line(str(exit_info["exception"]))
-        return f"uncaught exception: {exception} (exit status {exit_info.get('code', '?')})"
-    return f"exit status {exit_info.get('code', '?')}"
+    if exit_info is None:
+        return "not recorded" if meta.source != "import" else "(imported profile)"
+    code = "?" if exit_info.code is None else exit_info.code
+    if exit_info.exception:
+        return f"uncaught exception: {one_line(exit_info.exception)} (exit status {code})"
+    return f"exit status {code}"
 
 
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")

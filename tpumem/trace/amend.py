@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from tpumem.trace.columns import rows_to_batch
+from tpumem.trace.metadata import metadata_json
 from tpumem.trace.schema import META
 
 
@@ -46,8 +47,9 @@ def metadata_tail(schema: pa.Schema, patch: dict[str, Any], time_ns: int) -> byt
     return tail.slice(_message_ends(tail)[0]).to_pybytes()
 
 
-def append_metadata(path: str | Path, patch: dict[str, Any], time_ns: int = 0) -> bool:
-    """Appends `patch` as a metadata row at `time_ns` on the trace clock; False
+def append_metadata(path: str | Path, time_ns: int = 0, **fields: Any) -> bool:
+    """Appends metadata `fields` (RunMetadata's, typed, as the writer's
+    patch_metadata takes them) as a row at `time_ns` on the trace clock; False
     when the file does not even hold a whole schema (nothing a reader could load).
     OSError when the file cannot be read or written."""
     with open(path, "rb") as handle:
@@ -59,5 +61,5 @@ def append_metadata(path: str | Path, patch: dict[str, Any], time_ns: int = 0) -
     with open(path, "r+b") as handle:
         handle.truncate(ends[-1])
         handle.seek(ends[-1])
-        handle.write(metadata_tail(schema, patch, time_ns))
+        handle.write(metadata_tail(schema, metadata_json(fields), time_ns))
     return True

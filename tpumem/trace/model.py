@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tpumem.trace.metadata import RunMetadata
+
 # Up to this many values (devices), rows are found by scanning a column.
 FEW_VALUES = 16
 KEPT_CODES = "device"
@@ -23,7 +25,7 @@ class Trace:
     False when the writer never closed the file (a crash or a kill)."""
 
     path: str | None
-    metadata: dict[str, Any]
+    metadata: RunMetadata
     table: pa.Table
     complete: bool = True
     # The file's memory map, when loaded from one. The table's columns are views
@@ -40,11 +42,11 @@ class Trace:
 
     @property
     def framework(self) -> str:
-        return str(self.metadata.get("framework", "unknown"))
+        return self.metadata.framework
 
     @property
     def warnings(self) -> list[str]:
-        return list(self.metadata.get("warnings", []))
+        return list(self.metadata.warnings)
 
     def __len__(self) -> int:
         return self.table.num_rows

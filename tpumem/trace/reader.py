@@ -22,8 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tpumem.errors import TpumemError
+from tpumem.trace.metadata import RunMetadata
 from tpumem.trace.model import Trace
-from tpumem.trace.records import METADATA, conform, dropped_warning, merge_metadata, parse_object
+from tpumem.trace.records import dropped_warning, merge_metadata, parse_object
 from tpumem.trace.schema import (
     END_OF_STREAM,
     FORMAT_NAME,
@@ -137,23 +138,24 @@ def _join(group: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch
     return pa.Table.from_batches(group, schema).combine_chunks().to_batches()
 
 
-def _metadata(header: dict[str, Any], table: pa.Table, path: str) -> dict[str, Any]:
+def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
     """The header with every patch merged in, as the format describes it."""
-    metadata, unreadable = header, 0
+    merged, unreadable = header, 0
     patches = table.filter(pc.equal(table.column("kind").cast(pa.string()), META))
     for text in patches.column("text").to_pylist():
         patch = parse_object(text)
         if patch is None:
             unreadable += 1
         else:
-            metadata = merge_metadata(metadata, patch)
+            merged = merge_metadata(merged, patch)
     dropped: list[str] = []
-    metadata = conform(metadata, METADATA, "", dropped)
-    warnings = metadata.setdefault("warnings", [])
+    metadata = RunMetadata.from_json(merged, dropped)
     if unreadable:
-        warnings.append(f"left out {unreadable:,} metadata rows that were not JSON objects")
+        metadata = metadata.with_warnings(
+            f"left out {unreadable:,} metadata rows that were not JSON objects"
+        )
     if dropped:
-        warnings.append(dropped_warning("the trace's metadata", dropped))
+        metadata = metadata.with_warnings(dropped_warning("the trace's metadata", dropped))
     return metadata
 
 
@@ -194,16 +196,15 @@ def load(path: str | Path) -> Trace:
     table, damaged = _read_batches(reader, release)
     table = _conform(table, name)
     table, notes = sane(table, release)
-    metadata = _metadata(header, table, name)
-    metadata["warnings"] += notes
+    metadata = _metadata(header, table).with_warnings(*notes)
     # Complete: closed by its writer, which a cut or killed run's trace is not.
     complete = mapping[-len(END_OF_STREAM) :] == END_OF_STREAM
     if damaged and complete:
-        metadata["warnings"].append(
+        metadata = metadata.with_warnings(
             f"the trace is damaged after its first {table.num_rows:,} rows; loaded those"
         )
     elif not complete:
-        metadata["warnings"].append(
+        metadata = metadata.with_warnings(
             f"the trace was not closed by its writer (the process crashed or was "
             f"killed); loaded the {table.num_rows:,} rows written before that"
         )

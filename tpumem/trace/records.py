@@ -1,26 +1,29 @@
-"""What the JSON records of a trace hold: its metadata (header and patches) and
-its compiled-program rows. A trace comes from another process, another version or
-another tool, so what the analysis reads is checked here, once: a field of the
-wrong kind is dropped, with a warning naming it, and the rest of the record stands.
-Fields not described are kept as they are and read by nothing.
+"""How the JSON records of a trace (its metadata and its compiled-program rows) turn
+into typed values and back. A record's type is a frozen dataclass; its fields' type
+hints are the one description of what the record may hold.
+
+A trace comes from another process, another version or another tool, so reading
+checks every field against its hint, once: a field of the wrong kind is dropped,
+with a warning naming it, and the rest of the record stands. Writing is the reverse:
+a dataclass becomes a JSON object of its fields that are not None.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+import types
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 INT_LIMIT = 1 << 63  # what an int64 column, numpy and the report's arithmetic hold
 _MISSING = object()
-
-
-class _Kind:
-    def __init__(self, name: str, test: Any) -> None:
-        self.name, self.test = name, test
-
-    def __repr__(self) -> str:
-        return self.name
+# A record class may keep the fields it does not describe in a field of this name
+# (the metadata does: newer writers and other tools add their own).
+OTHER = "other"
 
 
 def _is_int(value: object) -> bool:
@@ -31,127 +34,113 @@ def _is_number(value: object) -> bool:
     return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-INT = _Kind("an integer", _is_int)
-NUMBER = _Kind("a finite number", _is_number)
-TEXT = _Kind("a string", lambda v: isinstance(v, str))
-FLAG = _Kind("true or false", lambda v: isinstance(v, bool))
-SCALAR = _Kind("a string or number", lambda v: isinstance(v, str) or _is_number(v) or v is None)
-
-
-class ListOf:
-    def __init__(self, item: Any) -> None:
-        self.item = item
-
-
-class MapOf:
-    """A JSON object whose every value is `value` (names chosen by the writer)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-# Environment variables that decide how much a framework reserves up front: a
-# profiled run's metadata records those set (`env`).
-SETTINGS_VARIABLES = (
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_CPU_ALLOCATOR_USE_BFC",
-    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
-    "TF_GPU_ALLOCATOR",
-    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
-    "PJRT_DEVICE",
-)
-
-# A dict here describes a JSON object field by field.
-METADATA: dict[str, Any] = {
-    "format": TEXT,
-    "format_version": INT,
-    "framework": TEXT,
-    "framework_version": TEXT,
-    "backend": TEXT,
-    "source": TEXT,
-    "host": TEXT,
-    "run": TEXT,
-    "imported_from": TEXT,
-    "start_time_ns": INT,
-    "end_time_ns": INT,
-    "command": ListOf(TEXT),
-    "warnings": ListOf(TEXT),
-    "not_exposed": ListOf(TEXT),
-    "exit": {"code": INT, "signal": INT, "signal_name": TEXT, "exception": TEXT},
-    "capture": {
-        "chunks": INT,
-        "chunk_s": NUMBER,
-        "sessions_overrun": INT,
-        "longest_session_ns": INT,
-        "gaps": INT,
-        "gap_total_ns": INT,
-        "gap_max_ns": INT,
-        "covered_fraction": NUMBER,
-    },
-    "buffer_book": {  # the counts a report shows; the adapters add their own notes
-        "arrays_entered": INT,
-        "arrays_found_by_poll": INT,
-        "arrays_donated": INT,
-        "shard_arrays_listed": INT,
-        "tensors_seen": INT,
-        "tensors_transferred": INT,
-        "tensors_materialized_by_graphs": INT,
-        "buffers_replaced_in_place": INT,
-        "executions_observed": INT,
-        "executions_not_observed": INT,
-        "program_temp_shown": FLAG,
-    },
-    "set_by_tpumem": MapOf(TEXT),
-    "env": MapOf(TEXT),
-    "allocator_settings": MapOf(SCALAR),
-    "devices": ListOf({"name": TEXT, "kind": TEXT, "capacity_bytes": INT}),
-    "fidelity": MapOf(TEXT),
-}
-
-PROGRAM: dict[str, Any] = {
-    "name": TEXT,
-    "devices": ListOf(TEXT),
-    "argument_bytes": INT,
-    "output_bytes": INT,
-    "alias_bytes": INT,
-    "temp_bytes": INT,
-    "generated_code_bytes": INT,
-    "unavailable": TEXT,
+_SCALARS: dict[Any, tuple[str, Any]] = {
+    int: ("an integer", _is_int),
+    float: ("a finite number", _is_number),
+    str: ("a string", lambda v: isinstance(v, str)),
+    bool: ("true or false", lambda v: isinstance(v, bool)),
 }
 
 
-def _describe(spec: Any) -> str:
-    if isinstance(spec, ListOf):
+@functools.cache
+def hints(cls: type) -> dict[str, Any]:
+    """A record class's fields and their types, resolved once."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in typing.get_type_hints(cls).items() if k in names}
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if hint in _SCALARS:
+        return _SCALARS[hint][0]
+    if origin is tuple:
         return "a list"
-    if isinstance(spec, dict | MapOf):
-        return "an object"
-    return repr(spec)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_describe(a) for a in typing.get_args(hint) if a is not type(None))
+    return "an object"
 
 
-def conform(value: Any, spec: Any, where: str, dropped: list[str]) -> Any:
-    """`value` with what does not match `spec` left out; `_MISSING` when nothing
-    of it does. Appends the name of each field left out to `dropped`."""
-    if isinstance(spec, _Kind):
-        if spec.test(value):
+def decode(hint: Any, value: Any, where: str, dropped: list[str]) -> Any:
+    """`value` as `hint` describes it, with what does not match left out; `_MISSING`
+    when nothing of it does. Appends the name of each field left out to `dropped`."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (types.UnionType, typing.Union):
+        choices = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None and len(choices) < len(typing.get_args(hint)):
+            return None
+        for choice in choices:
+            tried: list[str] = []
+            found = decode(choice, value, where, tried)
+            if found is not _MISSING:
+                dropped += tried
+                return found
+    elif hint in _SCALARS:
+        if _SCALARS[hint][1](value):
             return value
-    elif isinstance(spec, ListOf) and isinstance(value, list):
-        kept = [conform(item, spec.item, f"{where}[{i}]", dropped) for i, item in enumerate(value)]
-        return [item for item in kept if item is not _MISSING]
-    elif isinstance(spec, MapOf) and isinstance(value, dict):
-        kept = {k: conform(v, spec.value, f"{where}.{k}", dropped) for k, v in value.items()}
+    elif origin is tuple and isinstance(value, list):
+        (item,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
+        kept = (decode(item, v, f"{where}[{i}]", dropped) for i, v in enumerate(value))
+        return tuple(v for v in kept if v is not _MISSING)
+    elif origin in (Mapping, dict) and isinstance(value, dict):
+        item = typing.get_args(hint)[1]
+        kept = {k: decode(item, v, f"{where}.{k}", dropped) for k, v in value.items()}
         return {k: v for k, v in kept.items() if v is not _MISSING}
-    elif isinstance(spec, dict) and isinstance(value, dict):
-        kept = {
-            k: conform(v, spec[k], f"{where}.{k}" if where else k, dropped) if k in spec else v
-            for k, v in value.items()
-        }
-        return {k: v for k, v in kept.items() if v is not _MISSING}
-    dropped.append(f"{where} (not {_describe(spec)})")
+    elif dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return decode_record(hint, value, where, dropped)
+    dropped.append(f"{where} (not {_describe(hint)})")
     return _MISSING
+
+
+def decode_record(cls: type, value: Mapping[str, Any], where: str, dropped: list[str]) -> Any:
+    """A record of class `cls` from a JSON object: fields that do not match are left
+    out (their defaults stand); fields the class does not describe go to its `other`
+    field where it has one, and are ignored where not."""
+    fields, known, other = hints(cls), {}, {}
+    for name, item in value.items():
+        if name in fields and name != OTHER:
+            found = decode(fields[name], item, f"{where}.{name}" if where else name, dropped)
+            if found is not _MISSING:
+                known[name] = found
+        else:
+            other[name] = item
+    if OTHER in fields:
+        known[OTHER] = other
+    return cls(**known)
+
+
+def encode(value: Any) -> Any:
+    """A record, or anything holding records, as JSON values: a record's fields that
+    are None are left out, and its `other` fields stand beside its own."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        body: dict[str, Any] = {}
+        for field in dataclasses.fields(value):
+            item = getattr(value, field.name)
+            if field.name == OTHER:
+                body = {**item, **body}
+            elif item is not None:
+                body[field.name] = encode(item)
+        return body
+    if isinstance(value, tuple | list):
+        return [encode(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: encode(item) for key, item in value.items()}
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProgramRecord:
+    """A compiled program's memory, as XLA's own analysis gave it (a `program` row)."""
+
+    name: str = "?"
+    devices: tuple[str, ...] = ()
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+    unavailable: str | None = None  # why the backend gave no analysis
 
 
 def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from tpumem.trace.amend import metadata_tail
 from tpumem.trace.columns import record_batch, rows_to_batch
+from tpumem.trace.metadata import metadata_json
 from tpumem.trace.records import merge_metadata
 from tpumem.trace.schema import (
     ALLOC,
@@ -51,8 +52,13 @@ class TraceWriter:
         *,
         flush_interval_s: float = 0.1,
     ) -> None:
-        """`path`: a file name, or the descriptor of a file opened for writing."""
-        header = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **metadata}
+        """`path`: a file name, or the descriptor of a file opened for writing;
+        `metadata`: the header's fields, as RunMetadata names and types them."""
+        header = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            **metadata_json(metadata),
+        }
         header.setdefault("start_time_ns", time.time_ns())
         self.start_time_ns: int = header["start_time_ns"]
         self._owner = os.getpid()
@@ -110,10 +116,10 @@ class TraceWriter:
     def mark(self, name: str, step: int | None = None, **fields: Any) -> None:
         self.record(MARK, text=name, step=step, **fields)
 
-    def patch_metadata(self, patch: Mapping[str, Any]) -> None:
+    def patch_metadata(self, **fields: Any) -> None:
         """Adds to the metadata after the header was written (exit status,
-        warnings); readers merge the patches in order."""
-        self.record(META, text=json.dumps(patch))
+        warnings): RunMetadata's fields, typed; readers merge the patches in order."""
+        self.record(META, text=json.dumps(metadata_json(fields)))
 
     def write_columns(self, columns: Mapping[str, Any], num_rows: int) -> None:
         """Writes many rows at once (importers); pending single rows go first."""

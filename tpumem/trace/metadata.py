@@ -1,0 +1,210 @@
+"""What a trace says about its run: the typed metadata.
+
+On the file the metadata is JSON: the stream's header, then `meta` rows, each a patch
+that replaces the keys it names (`warnings` accumulate). The runner writes the header,
+the adapters add what they learn as the run goes, the runner how it ended, the
+launcher how a run it saw die ended, the importer a profile's whole metadata at once.
+A reader merges the patches and reads the result as `RunMetadata` (records.py checks
+every field against its type). Every writer names the fields it sets, typed, through
+`metadata_json`: a name that is not a field here is a mistake, and fails.
+
+Versioning: the metadata is part of the trace format (schema.FORMAT_VERSION). A field
+may be added within a version (older readers keep it in `other`, and show it as they
+found it); renaming or removing a field, or changing its type, is a new version.
+
+Fields are None where the run did not record them: a reader says "not recorded",
+never a default that looks measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpumem.trace.records import OTHER, decode_record, encode, hints
+
+# Environment variables that decide how much a framework reserves up front: a
+# profiled run's metadata records those set (`env`).
+SETTINGS_VARIABLES = (
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_CPU_ALLOCATOR_USE_BFC",
+    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
+    "TF_GPU_ALLOCATOR",
+    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
+    "PJRT_DEVICE",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    name: str = "?"
+    kind: str | None = None  # the framework's word for it ("cpu", "NVIDIA H100 80GB HBM3")
+    capacity_bytes: int | None = None
+    platform: str | None = None  # JAX's
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """How the run ended: an exit code, or the signal that ended it."""
+
+    code: int | None = None
+    signal: int | None = None
+    signal_name: str | None = None
+    exception: str | None = None  # "KeyboardInterrupt", or the uncaught error
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSummary:
+    """The back-to-back profiler sessions that captured allocator events (TensorFlow;
+    JAX on a GPU): how many, and what fell between them."""
+
+    method: str | None = None
+    chunk_s: float | None = None  # each session's length
+    chunks: int | None = None
+    events: int | None = None
+    gaps: int | None = None
+    gap_total_ns: int | None = None
+    gap_max_ns: int | None = None
+    covered_ns: int | None = None
+    covered_fraction: float | None = None
+    longest_session_ns: int | None = None
+    sessions_overrun: int | None = None  # sessions that ran well past their length
+
+
+@dataclass(frozen=True, slots=True)
+class JaxBook:
+    """The JAX adapter's book of the buffers jax.Arrays hold (CPU and TPU)."""
+
+    method: str | None = None
+    arrays_entered: int | None = None  # by the hooks, as they were made
+    arrays_found_by_poll: int | None = None
+    arrays_sharing_a_buffer: int | None = None
+    arrays_donated: int | None = None
+    arrays_deleted: int | None = None
+    shard_arrays_listed: int | None = None  # per-device arrays JAX keeps
+    poll_interval_s: float | None = None
+    jitted_functions_wrapped: int | None = None
+    program_temp_shown: bool | None = None  # programs' temps live while they ran
+
+
+@dataclass(frozen=True, slots=True)
+class TorchXlaBook:
+    """The PyTorch/XLA adapter's book of materialized tensors' buffers."""
+
+    method: str | None = None
+    tensors_seen: int | None = None
+    tensors_transferred: int | None = None
+    tensors_materialized_by_graphs: int | None = None
+    buffers_replaced_in_place: int | None = None
+    gradients_found: int | None = None
+    freed_after_their_graph: int | None = None
+    executions_observed: int | None = None
+    executions_not_observed: int | None = None  # seen only in PyTorch/XLA's log
+    syncs: int | None = None
+    steps: int | None = None
+    steps_from: str | None = None
+    program_temp_shown: bool | None = None
+
+
+# What only one adapter records, one class per adapter. On the file their fields
+# stand beside the common ones (the format's keys since version 1).
+@dataclass(frozen=True, slots=True)
+class JaxExtra:
+    buffer_book: JaxBook | None = None  # none on a GPU, where allocator events stand
+
+
+@dataclass(frozen=True, slots=True)
+class TorchXlaExtra:
+    torch_version: str | None = None
+    buffer_book: TorchXlaBook | None = None
+
+
+# The TensorFlow adapter records nothing beyond the common fields.
+EXTRAS: dict[str, type] = {"jax": JaxExtra, "torch_xla": TorchXlaExtra}
+EXTRA = "extra"
+
+
+@dataclass(frozen=True, slots=True)
+class RunMetadata:
+    format: str | None = None
+    format_version: int | None = None
+    framework: str = "unknown"
+    framework_version: str | None = None
+    backend: str = "unknown"  # "cpu", "gpu", "tpu"
+    source: str = "unknown"  # "tpumem profile", or "import" for a profile read in
+    # A profiled run: what ran, where, and what tpumem set for it.
+    command: tuple[str, ...] | None = None
+    cwd: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    python: str | None = None
+    tpumem_version: str | None = None
+    capture_options: Mapping[str, float | bool] | None = None  # CaptureOptions
+    set_by_tpumem: Mapping[str, str] | None = None
+    env: Mapping[str, str] | None = None  # SETTINGS_VARIABLES as the run had them
+    # An imported profile: where from, and the id its hosts' traces share.
+    imported_from: str | None = None
+    run: str | None = None
+    xspace_planes: tuple[str, ...] | None = None
+    # The clock: a profiled run's trace times count from start_time_ns (wall clock).
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+    exit: ExitStatus | None = None
+    recorded_by: str | None = None  # who recorded the exit, when not the runner
+    devices: tuple[DeviceInfo, ...] | None = None
+    fidelity: Mapping[str, str] | None = None  # per device: allocator, buffer, counter
+    allocator_settings: Mapping[str, str | int | float | None] | None = None
+    capture: CaptureSummary | None = None
+    not_exposed: tuple[str, ...] | None = None  # what the backend does not tell
+    warnings: tuple[str, ...] = ()
+    extra: JaxExtra | TorchXlaExtra | None = None  # by framework (EXTRAS)
+    other: Mapping[str, Any] = field(default_factory=dict)  # fields tpumem does not know
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any], dropped: list[str]) -> RunMetadata:
+        """The metadata from its merged JSON; `dropped` names the fields left out."""
+        extra_class = EXTRAS.get(str(value.get("framework")))
+        extra_names = set(hints(extra_class)) if extra_class else set()
+        own = {k: v for k, v in value.items() if k not in extra_names and k != EXTRA}
+        metadata = decode_record(cls, own, "", dropped)
+        if extra_class is None:
+            return metadata
+        mine = {k: v for k, v in value.items() if k in extra_names}
+        return dataclasses.replace(metadata, extra=decode_record(extra_class, mine, "", dropped))
+
+    def to_json(self) -> dict[str, Any]:
+        return metadata_json({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    def with_warnings(self, *more: str) -> RunMetadata:
+        return dataclasses.replace(self, warnings=(*self.warnings, *more))
+
+    def capacity_of(self, device: str) -> int | None:
+        for entry in self.devices or ():
+            if entry.name == device and entry.capacity_bytes:
+                return entry.capacity_bytes
+        return None
+
+
+_FIELDS = frozenset(hints(RunMetadata))
+
+
+def metadata_json(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Metadata fields, named as RunMetadata names them, as the file's JSON: an
+    adapter's `extra` stands beside the common fields, `other` fields beside them
+    too. A name that is not a field is a mistake in tpumem, and raises."""
+    unknown = set(fields) - _FIELDS
+    if unknown:
+        raise TypeError(f"not fields of the trace's metadata: {', '.join(sorted(unknown))}")
+    body = {
+        name: encode(value)
+        for name, value in fields.items()
+        if value is not None and name not in (EXTRA, OTHER)
+    }
+    extra = fields.get(EXTRA)
+    return {**fields.get(OTHER, {}), **body, **(encode(extra) if extra is not None else {})}
