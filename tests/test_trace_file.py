@@ -10,9 +10,15 @@ import pytest
 
 from tpumem.errors import TpumemError
 from tpumem.trace.compact import COMPACT_BATCHES, compact
-from tpumem.trace.metadata import ExitStatus
+from tpumem.trace.metadata import (
+    DeviceInfo,
+    ExitStatus,
+    RunMetadata,
+    TorchXlaBook,
+    TorchXlaExtra,
+)
 from tpumem.trace.reader import load
-from tpumem.trace.schema import SCHEMA
+from tpumem.trace.schema import META, SCHEMA
 from tpumem.trace.writer import TraceWriter
 
 
@@ -30,6 +36,30 @@ def test_round_trip_with_metadata_patches(tmp_path):
     assert trace.numbers("bytes")[:2].tolist() == [4096, 4096]
     codes, values = trace.codes("op")
     assert [values[c] if c >= 0 else None for c in codes[:2]] == ["dot", None]
+
+
+def test_the_metadata_is_typed_on_the_way_in_and_out(tmp_path):
+    """Writers name typed fields (a name that is not a field fails at once); the
+    reader gives them back typed, leaves out a field of the wrong type with a
+    warning, keeps a field it does not know, and the adapter's own fields come
+    back as that framework's extra."""
+    path = tmp_path / "m.tpumem"
+    with TraceWriter(path, {"framework": "torch_xla", "command": ("train.py", "--lr", "3")}) as w:
+        w.patch_metadata(
+            extra=TorchXlaExtra("2.9.0", TorchXlaBook(syncs=4)),
+            devices=[DeviceInfo("CPU:0", "CPU")],
+        )
+        with pytest.raises(TypeError, match="buffer_book"):
+            w.patch_metadata(buffer_book={"syncs": 4})  # the extra's field, not the run's
+        w.record(META, text=json.dumps({"exit": {"code": "zero"}, "newer_field": [1]}))
+    meta = load(path).metadata
+    assert meta.command == ("train.py", "--lr", "3")
+    assert meta.extra == TorchXlaExtra("2.9.0", TorchXlaBook(syncs=4))
+    assert meta.devices == (DeviceInfo("CPU:0", "CPU"),)
+    assert meta.exit == ExitStatus()  # its one field was not an integer
+    assert meta.other == {"newer_field": [1]}
+    assert [w for w in meta.warnings if "exit.code (not an integer)" in w]
+    assert RunMetadata.from_json(meta.to_json(), []) == meta
 
 
 def test_rows_reach_the_file_within_the_flush_interval(tmp_path):

@@ -132,6 +132,8 @@ EXTRA = "extra"
 
 @dataclass(frozen=True, slots=True)
 class RunMetadata:
+    """What a trace says about its run, merged from its header and patches."""
+
     format: str | None = None
     format_version: int | None = None
     framework: str = "unknown"
