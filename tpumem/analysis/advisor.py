@@ -96,16 +96,29 @@ def fit_advice(
     framework: str,
     devices: list[tuple[str, int, int | None, str, LayoutPadding]],
     table: tuple[Accelerator, ...] = ACCELERATORS,
+    failed: dict[str, int | None] | None = None,
 ) -> FitAdvice | None:
-    """`devices`: (name, peak bytes, headroom bytes, headroom label, padding) each."""
+    """`devices`: (name, peak bytes, headroom bytes, headroom label, padding) each;
+    `failed`: per device that ran out of memory, what it needs at the least (more
+    than the limit it failed under: oom.demand_floor)."""
     if not devices:
         return None
-    name, peak, room, room_label, padding = max(
-        devices, key=lambda d: d[1] + (d[2] or 0) + (d[4].extra_bytes or 0)
-    )
+    floors = {k: v for k, v in (failed or {}).items() if v is not None}
+
+    def demand(d: tuple[str, int, int | None, str, LayoutPadding]) -> int:
+        return max(d[1] + (d[2] or 0), floors.get(d[0], 0)) + (d[4].extra_bytes or 0)
+
+    name, peak, room, room_label, padding = max(devices, key=demand)
     rows, notes = [], []
+    floor = floors.get(name)
+    if floor is not None:
+        notes.append(
+            f"the run ran out of memory on {name}: it needs at least {format_bytes(floor)} "
+            "(more than the limit it failed under), and what it needs past the failure it "
+            "never showed"
+        )
     for target in table:
-        needed = peak + (room or 0)
+        needed = max(peak + (room or 0), floor or 0)
         if target.kind == "tpu":
             needed += padding.extra_bytes or 0
         setting, note = setting_for(framework, target, needed)

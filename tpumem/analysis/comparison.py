@@ -158,6 +158,20 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
             lower_is_better=False,
         ),
     ]
+    if any(run.out_of_memory for run in runs):  # what failed comes first
+        rows.append(
+            _row(
+                "Out of memory: asked for",
+                BYTES,
+                [
+                    (run.out_of_memory[-1].requested_bytes, provenance.MEASURED)
+                    if run.out_of_memory
+                    else (None, "did not run out")
+                    for run in runs
+                ],
+                lower_is_better=False,
+            )
+        )
     for title, unit, key in ROWS:
         entries = [f.get(key, missing) for f in figures]
         rows.append(_row(title, unit, entries, lower_is_better=unit not in (TEXT, TIME)))

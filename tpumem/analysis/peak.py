@@ -61,7 +61,8 @@ def live_at(events: DeviceEvents, index: int) -> np.ndarray:
     return live
 
 
-def _groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveGroup, ...]:
+def live_groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveGroup, ...]:
+    """The buffers `live` (indices of allocations), grouped, largest first."""
     if not len(live):
         return ()
     rows = events.row[live]
@@ -84,7 +85,7 @@ def _groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveG
 def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
     index = int(np.argmax(events.in_use))
     live = live_at(events, index)
-    groups = _groups(trace, events, live)
+    groups = live_groups(trace, events, live)
     by_region: dict[str, int] = {}
     for group in groups:
         key = group.region or NO_REGION

@@ -12,6 +12,7 @@ from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
+from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
@@ -60,6 +61,7 @@ class RunAnalysis:
     programs: tuple[ProgramMemory, ...] = ()
     fit: FitAdvice | None = None
     steps: int = 0  # step marks in the trace
+    out_of_memory: tuple[OutOfMemory, ...] = ()  # the allocations that failed
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -183,6 +185,7 @@ def analyze_with_events(
     metadata = trace.metadata
     figures = [_device(trace, d, bins, series_points) for d in devices]
     analysed = tuple(f.analysis for f in figures)
+    failures = out_of_memory(trace, devices, {d.device: d.peak_label for d in analysed})
     run = RunAnalysis(
         path=trace.path,
         framework=trace.framework,
@@ -203,6 +206,8 @@ def analyze_with_events(
                 (d.device, d.peak.bytes, d.headroom_bytes, d.headroom_label, d.padding)
                 for d in analysed
             ],
+            failed={d.device: demand_floor(failures, d.device) for d in analysed},
         ),
+        out_of_memory=failures,
     )
     return run, figures

@@ -27,7 +27,7 @@ from tpumem.launch.stderr_filter import StderrFilter, filter_available
 from tpumem.outputs import create_trace, default_trace
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
-from tpumem.trace.metadata import ExitStatus
+from tpumem.trace.metadata import AllocatorLog, ExitStatus
 
 # Signals this process passes on to the script's process.
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -119,6 +119,18 @@ def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) 
             )
 
 
+def _record_oom_logs(trace: Path, logs: list[tuple[int, str]], start_ns: int) -> None:
+    """The allocator's own account of each failed allocation (stderr), in the trace."""
+    if not logs:
+        return
+    with contextlib.suppress(OSError):  # the run's own ending is recorded already
+        append_metadata(
+            trace,
+            time.time_ns() - start_ns,
+            allocator_oom_logs=[AllocatorLog(wall, text) for wall, text in logs],
+        )
+
+
 def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     framework, output, descriptor, environment = _prepare(request)
     # The runner says how the run ended on this pipe, once, as it exits; a runner
@@ -179,6 +191,8 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     recorded = ending.get("exit", {}).get("signal") if ending else None
     if ending is None or (killed is not None and recorded != killed):
         _record_ending(output, returncode, start_ns, request.capture.chunk_s)
+    if stderr is not None:
+        _record_oom_logs(output, stderr.oom_logs.finish(), start_ns)
     with contextlib.suppress(OSError):  # (unreadable) the trace stays as the run wrote it
         compact(output)
     return ProfileOutcome(

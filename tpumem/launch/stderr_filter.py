@@ -21,6 +21,7 @@ import sys
 import threading
 
 from tpumem.adapters.quiet import ANNOUNCEMENT
+from tpumem.launch.oom_log import OomLogReader
 
 # absl: "I1123 10:43:57.349421   12878 file.cc:150] message" (and "I0000 00:00:..."
 # before absl is initialized); the thread id is the third field.
@@ -42,6 +43,7 @@ class StderrFilter:
         else:
             self.read_fd, self.child_fd = os.pipe()
         self._pending = b""
+        self.oom_logs = OomLogReader()  # what the allocator said of failed allocations
         self._thread = threading.Thread(target=self._pump, name="tpumem-stderr", daemon=True)
 
     def start(self) -> None:
@@ -86,6 +88,7 @@ class StderrFilter:
         self._write(b"".join(kept))
 
     def _keep(self, line: bytes) -> bool:
+        self.oom_logs.feed(line)
         if line.startswith(ANNOUNCEMENT):
             self._threads.add(line[len(ANNOUNCEMENT) :].strip())
             return False

@@ -20,8 +20,9 @@ from typing import Any
 from tpumem.analysis.advisor import FitAdvice
 from tpumem.analysis.counters import Counters
 from tpumem.analysis.fragmentation import Fragmentation
+from tpumem.analysis.oom import OutOfMemory
 from tpumem.analysis.padding import LayoutPadding
-from tpumem.analysis.peak import PeakBreakdown
+from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.programs import ProgramMemory
 from tpumem.analysis.series import DeviceSeries
@@ -49,6 +50,7 @@ def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
         "programs": [_program(program) for program in analysis.programs],
         "fit": None if analysis.fit is None else _fit(analysis.fit),
         "steps": analysis.steps,
+        "out_of_memory": [_out_of_memory(oom) for oom in analysis.out_of_memory],
     }
 
 
@@ -72,6 +74,21 @@ def _device(device: DeviceAnalysis) -> dict[str, Any]:
     }
 
 
+def _groups(groups: tuple[LiveGroup, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "op": group.op,
+            "region": group.region,
+            "dtype": group.dtype,
+            "shape": group.shape,
+            "source": group.source,
+            "count": group.count,
+            "bytes": group.bytes,
+        }
+        for group in groups
+    ]
+
+
 def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
     return {
         "bytes": peak.bytes,
@@ -80,18 +97,7 @@ def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
         "step": peak.step,
         "live_buffers": peak.live_buffers,
         "unattributed_bytes": peak.unattributed_bytes,
-        "groups": [
-            {
-                "op": group.op,
-                "region": group.region,
-                "dtype": group.dtype,
-                "shape": group.shape,
-                "source": group.source,
-                "count": group.count,
-                "bytes": group.bytes,
-            }
-            for group in peak.groups
-        ],
+        "groups": _groups(peak.groups),
         "by_region": [{"region": region, "bytes": size} for region, size in peak.by_region],
         "label": label,
     }
@@ -224,6 +230,34 @@ def _fit(fit: FitAdvice) -> dict[str, Any]:
             for row in fit.rows
         ],
         "notes": list(fit.notes),
+    }
+
+
+def _out_of_memory(oom: OutOfMemory) -> dict[str, Any]:
+    return {
+        "phase": oom.phase,
+        "source": oom.source,
+        "message": oom.message,
+        "device": oom.device,
+        "time_ns": oom.time_ns,
+        "step": oom.step,
+        "op": oom.op,
+        "shape": oom.shape,
+        "dtype": oom.dtype,
+        "requested_bytes": oom.requested_bytes,
+        "in_use_bytes": oom.in_use_bytes,
+        "in_use_label": oom.in_use_label,
+        "limit_bytes": oom.limit_bytes,
+        "free_bytes": oom.free_bytes,
+        "largest_free_block_bytes": oom.largest_free_block_bytes,
+        "verdict": oom.verdict,
+        "short_by_bytes": oom.short_by_bytes,
+        "live": _groups(oom.live),
+        "live_bytes": oom.live_bytes,
+        "compiled_largest": [
+            {"bytes": a.bytes, "shape": a.shape, "op": a.op, "source": a.source}
+            for a in oom.compiled_largest
+        ],
     }
 
 

@@ -26,6 +26,10 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     """(Width and color are the terminal's: markdown has neither.)"""
     lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
     lines += _table(("", ""), run_rows(analysis))
+    for oom in reversed(analysis.out_of_memory):
+        if oom.live:
+            lines += ["", f"Live at the failure on {_cell(oom.device or '?')}, largest first:", ""]
+            lines += _table(GROUP_HEADERS, group_rows(oom.live))
     lines += [""] + [f"> warning: {_cell(w)}" for w in analysis.warnings]
     full, brief, note = devices_shown(analysis)
     if note:

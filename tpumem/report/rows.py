@@ -8,6 +8,7 @@ from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.report.oom_rows import oom_rows
 from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.units import format_bytes, format_seconds
@@ -24,6 +25,7 @@ _SPARK = "▁▂▃▄▅▆▇█"
 def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     meta = analysis.metadata
     rows = [
+        *oom_rows(analysis.out_of_memory),  # what people came for, first
         ("Framework", f"{analysis.framework} (backend: {analysis.backend})"),
         ("Source", _source(meta)),
         ("Duration", format_seconds(analysis.duration_ns)),

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.rows import (
     BRIEF_HEADERS,
@@ -36,14 +37,8 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     for row in device_rows(device):
         figures.add_row(*_cells(row))
     console.print(figures)
-    groups = group_rows(device.peak.groups)
-    if groups:
-        table = Table(title="Live at peak, largest first", title_justify="left")
-        for header in GROUP_HEADERS:
-            table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
-        for row in groups:
-            table.add_row(*_cells(row))
-        console.print(table)
+    if device.peak.groups:
+        _groups(console, "Live at peak, largest first", device.peak.groups)
     line = device.timeline
     if line.in_use_max:
         top = format_bytes(max(line.in_use_max))
@@ -54,6 +49,15 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
             f"                {format_seconds(line.start_ns)} … {format_seconds(line.end_ns)}",
             style="dim",
         )
+
+
+def _groups(console: Console, title: str, groups: tuple[LiveGroup, ...]) -> None:
+    table = Table(title=Text(title), title_justify="left")
+    for header in GROUP_HEADERS:
+        table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
+    for row in group_rows(groups):
+        table.add_row(*_cells(row))
+    console.print(table)
 
 
 def _cells(row: tuple[str, ...]) -> list[Text]:
@@ -73,6 +77,9 @@ def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False)
     for row in run_rows(analysis):
         header.add_row(*_cells(row))
     console.print(header)
+    for oom in reversed(analysis.out_of_memory):
+        if oom.live:
+            _groups(console, f"Live at the failure on {oom.device}, largest first", oom.live)
     for warning in analysis.warnings:
         console.print(f"[yellow]warning:[/] {markup(warning)}")
     if not analysis.devices:

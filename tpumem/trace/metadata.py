@@ -112,6 +112,15 @@ class TorchXlaBook:
     program_temp_shown: bool | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class AllocatorLog:
+    """What an allocator logged when an allocation failed (TensorFlow's and XLA's
+    BFC allocator print their state to stderr), as `tpumem profile` read it."""
+
+    wall_time_ns: int | None = None  # when it was read (the trace's clock + start_time_ns)
+    text: str = ""
+
+
 # What only one adapter records, one class per adapter. On the file their fields
 # stand beside the common ones (the format's keys since version 1).
 @dataclass(frozen=True, slots=True)
@@ -159,6 +168,8 @@ class RunMetadata:
     end_time_ns: int | None = None
     exit: ExitStatus | None = None
     recorded_by: str | None = None  # who recorded the exit, when not the runner
+    # Allocation failures the allocator logged, as `tpumem profile` read them.
+    allocator_oom_logs: tuple[AllocatorLog, ...] | None = None
     devices: tuple[DeviceInfo, ...] | None = None
     fidelity: Mapping[str, str] | None = None  # per device: allocator, buffer, counter
     allocator_settings: Mapping[str, str | int | float | None] | None = None

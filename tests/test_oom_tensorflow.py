@@ -1,0 +1,90 @@
+"""An out-of-memory run of real TensorFlow under a BFC limit, profiled: the report
+opens with the failure, its figures are the allocator's own, and the fit advice
+names nothing at or below the limit the run failed under."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import run_tpumem
+from profiling import profile
+
+# Tensors of 1, 2, 3, ... MiB, kept, until the limit stops the script.
+KEEPS_TENSORS = """
+import tensorflow as tf
+kept = []
+for i in range(1000):
+    kept.append(tf.ones((1024, 256 * (i + 1)), tf.float32))
+"""
+MiB = 1 << 20
+
+
+def _stats(stderr: str) -> dict[str, int]:
+    """What the BFC allocator itself printed of the failure, read here on its own."""
+    head = re.search(r"ran out of memory trying to allocate \S+ \(rounded to (\d+)\)", stderr)
+    assert head, stderr[-3000:]
+    stats = {"rounded": int(head.group(1))}
+    for name in ("Limit", "InUse"):
+        value = re.search(rf"^{name}:\s+([\d.]+)MiB$", stderr, re.M)
+        assert value, stderr[-3000:]
+        stats[name] = round(float(value.group(1)) * MiB)
+    shape = re.search(r"OOM when allocating tensor with shape(\[[\d,]+\]) and type (\w+)", stderr)
+    assert shape, stderr[-3000:]
+    stats["shape"], stats["dtype"] = shape.group(1), shape.group(2)
+    return stats
+
+
+@pytest.mark.framework
+@pytest.mark.parametrize("limit_mib", [48, 40])
+def test_the_report_opens_with_the_failure_the_allocator_saw(tmp_path, limit_mib):
+    (tmp_path / "keeps.py").write_text(KEEPS_TENSORS)
+    env = {"TF_CPU_BFC_MEM_LIMIT_IN_MB": str(limit_mib), "TF_CPP_MIN_LOG_LEVEL": "0"}
+    result = profile(tmp_path, "-o", "run.tpumem", "keeps.py", env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    allocator = _stats(result.stderr)
+    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--format", "json")
+    (oom,) = json.loads(report.stdout)["out_of_memory"]
+    assert (oom["shape"], oom["dtype"], oom["op"]) == (allocator["shape"], "float", "Fill")
+    assert oom["requested_bytes"] == allocator["rounded"]
+    assert (oom["in_use_bytes"], oom["limit_bytes"]) == (allocator["InUse"], allocator["Limit"])
+    assert oom["limit_bytes"] == limit_mib * MiB
+    # The limit was simply reached here: nothing in pieces could have held it.
+    assert oom["verdict"] == "not enough memory"
+    free = oom["limit_bytes"] - oom["in_use_bytes"]
+    assert oom["short_by_bytes"] == oom["requested_bytes"] - free > 0
+    assert oom["live_bytes"] <= oom["in_use_bytes"] and oom["live"][0]["dtype"] == "float32"
+    fit = json.loads(report.stdout)["fit"]
+    for row in fit["rows"]:
+        assert row["needed_bytes"] > limit_mib * MiB
+        if row["setting"]:
+            assert int(re.search(r"memory_limit=(\d+)", row["setting"]).group(1)) > limit_mib
+    text = run_tpumem("report", str(tmp_path / "run.tpumem")).stdout
+    assert text.splitlines()[1].startswith("Out of memory")
+    why = next(line for line in text.splitlines() if line.startswith("Why"))
+    assert "not enough memory: short by" in why
+
+
+@pytest.mark.framework
+def test_without_the_allocators_log_the_events_give_the_same_figures(tmp_path):
+    """TF_CPP_MIN_LOG_LEVEL=2 (as many set it) hides the allocator's log: the bytes
+    in use and the limit come from the captured events, and are the same."""
+    (tmp_path / "keeps.py").write_text(KEEPS_TENSORS)
+    limit = {"TF_CPU_BFC_MEM_LIMIT_IN_MB": "48"}
+    logged = profile(
+        tmp_path, "-o", "a.tpumem", "keeps.py", env={**limit, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    )
+    quiet = profile(
+        tmp_path, "-o", "b.tpumem", "keeps.py", env={**limit, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
+    assert "ran out of memory trying to allocate" not in quiet.stderr
+    allocator = _stats(logged.stderr)
+    (oom,) = json.loads(
+        run_tpumem("report", str(tmp_path / "b.tpumem"), "--format", "json").stdout
+    )["out_of_memory"]
+    assert oom["source"] == "the exception that ended the run"
+    assert (oom["in_use_bytes"], oom["limit_bytes"]) == (allocator["InUse"], allocator["Limit"])
+    assert oom["requested_bytes"] == 1024 * int(allocator["shape"][6:-1]) * 4  # from the shape
+    assert oom["verdict"] == "not enough memory"

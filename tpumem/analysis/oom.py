@@ -1,0 +1,183 @@
+"""Out of memory: each allocation the run failed for want of memory, what it asked
+for, what was in use and free, why it failed, and what was live at that moment.
+
+Read from what the trace holds: the exception that ended the run (its text, as
+the runner recorded it), the allocator's own log of each failure (`tpumem profile`
+reads it from stderr), and the device's events up to the failure. The messages'
+figures are the framework's own (measured); where a message leaves one out, the
+events give it (bytes in use, the limit), labeled as those figures are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis import provenance
+from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.oom_messages import (
+    CompiledAllocation,
+    OomMessage,
+    combine,
+    parse_allocator_log,
+    parse_exception,
+)
+from tpumem.analysis.padding import element_bits, parse_shape
+from tpumem.analysis.peak import LiveGroup, live_at, live_groups, step_at
+from tpumem.trace.model import Trace
+
+NOT_ENOUGH = "not enough memory"
+FRAGMENTED = "fragmentation"
+COMPILE = "the compiled program does not fit"
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfMemory:
+    phase: str  # "run", or "compile" (XLA:TPU's plan for the program did not fit)
+    source: str  # what said it: the exception, the allocator's log, or both
+    message: str  # the framework's own line
+    device: str | None
+    time_ns: int | None  # on the trace clock; None where the trace cannot place it
+    step: int | None
+    op: str | None
+    shape: str | None
+    dtype: str | None
+    requested_bytes: int | None
+    in_use_bytes: int | None
+    in_use_label: str
+    limit_bytes: int | None
+    free_bytes: int | None  # limit - in use, or as the message says
+    largest_free_block_bytes: int | None
+    verdict: str | None  # NOT_ENOUGH, FRAGMENTED, COMPILE, or None (cannot tell)
+    short_by_bytes: int | None  # with NOT_ENOUGH or COMPILE
+    live: tuple[LiveGroup, ...]  # the captured buffers live at the failure, largest first
+    live_bytes: int
+    compiled_largest: tuple[CompiledAllocation, ...] = ()
+
+
+def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
+    """(message, source, time on the trace clock) of each failure the trace holds.
+    The exception that ended the run and the allocator's last log are one failure."""
+    meta = trace.metadata
+    start = meta.start_time_ns or 0
+    logs = []
+    for log in meta.allocator_oom_logs or ():
+        parsed = parse_allocator_log(log.text)
+        if parsed is not None:
+            at = log.wall_time_ns - start if log.wall_time_ns is not None else None
+            logs.append((parsed, "the allocator's log", at))
+    exception = parse_exception(meta.exit.exception or "") if meta.exit else None
+    if exception is None:
+        return logs
+    if logs and exception.phase == "run":
+        log, _, at = logs.pop()
+        return [*logs, (combine(exception, log), "the exception and the allocator's log", at)]
+    return [*logs, (exception, "the exception that ended the run", None)]
+
+
+def _device_of(message: OomMessage, devices: list[DeviceEvents]) -> DeviceEvents | None:
+    if message.device is not None:
+        return next((d for d in devices if d.device == message.device), None)
+    if len(devices) == 1:
+        return devices[0]
+    return None
+
+
+def out_of_memory(
+    trace: Trace, devices: list[DeviceEvents], in_use_labels: dict[str, str]
+) -> tuple[OutOfMemory, ...]:
+    """Every out-of-memory failure in the trace, in the order they happened.
+    `in_use_labels`: how each device's bytes in use were obtained."""
+    found = []
+    for message, source, at in _messages(trace):
+        # A compile's failure is XLA's plan, not the device's state at a moment.
+        events = _device_of(message, devices) if message.phase == "run" else None
+        in_use, in_use_label = message.in_use_bytes, provenance.MEASURED
+        limit, live, index, time_ns = message.limit_bytes, np.zeros(0, np.int64), None, at
+        if events is not None and len(events):
+            # The failure came after the last event the capture saw before it.
+            index = len(events) - 1
+            if at is not None:
+                index = max(0, int(np.searchsorted(events.time_ns, at, side="right")) - 1)
+            live = live_at(events, index)
+            if in_use is None:
+                in_use, in_use_label = int(events.in_use[index]), in_use_labels[events.device]
+            limit = limit if limit is not None else events.bytes_limit
+            time_ns = at if at is not None else int(events.time_ns[index])
+        if in_use is None:
+            in_use_label = provenance.NOT_AVAILABLE
+        free = message.free_bytes
+        if free is None and limit is not None and in_use is not None:
+            free = max(0, limit - in_use)
+        verdict, short = _why(message, free)
+        groups = live_groups(trace, events, live) if events is not None else ()
+        found.append(
+            OutOfMemory(
+                phase=message.phase,
+                source=source,
+                message=message.text,
+                device=events.device if events is not None else message.device,
+                time_ns=time_ns,
+                step=step_at(trace, time_ns) if time_ns is not None else None,
+                op=message.op,
+                shape=message.shape,
+                dtype=message.dtype,
+                requested_bytes=_requested(message),
+                in_use_bytes=in_use,
+                in_use_label=in_use_label,
+                limit_bytes=limit,
+                free_bytes=free,
+                largest_free_block_bytes=message.largest_free_block_bytes,
+                verdict=verdict,
+                short_by_bytes=short,
+                live=groups,
+                live_bytes=sum(g.bytes for g in groups),
+                compiled_largest=message.largest,
+            )
+        )
+    return tuple(found)
+
+
+def _requested(message: OomMessage) -> int | None:
+    """The bytes asked for: the allocator's rounded size, the message's, or the
+    tensor's own (TensorFlow names its shape and type, not its size)."""
+    if message.rounded_bytes or message.requested_bytes:
+        return message.rounded_bytes or message.requested_bytes
+    dims, bits = parse_shape(message.shape), element_bits(message.dtype)
+    return math.prod(dims) * bits // 8 if dims is not None and bits else None
+
+
+def _why(message: OomMessage, free: int | None) -> tuple[str | None, int | None]:
+    """Why it failed: too little free memory (and by how much), or free memory in
+    pieces none of which was large enough."""
+    asked = _requested(message)
+    if message.phase == "compile":
+        if asked is not None and message.limit_bytes is not None:
+            return COMPILE, max(0, asked - message.limit_bytes)
+        return COMPILE, None
+    if asked is None or free is None:
+        return None, None
+    if asked > free:
+        return NOT_ENOUGH, asked - free
+    return FRAGMENTED, None
+
+
+def demand_floor(failures: tuple[OutOfMemory, ...], device: str) -> int | None:
+    """What a run that failed on `device` needs at the least: more than the limit it
+    failed under, and at least what was in use plus what it asked for."""
+    floor = None
+    for oom in failures:
+        if oom.device != device and oom.device is not None:
+            continue
+        candidates = []
+        if oom.phase == "compile" and oom.requested_bytes is not None:
+            candidates.append(oom.requested_bytes)  # what the program needs, whole
+        elif oom.in_use_bytes is not None and oom.requested_bytes is not None:
+            candidates.append(oom.in_use_bytes + oom.requested_bytes)
+        if oom.limit_bytes is not None:
+            candidates.append(oom.limit_bytes + 1)
+        if candidates:
+            floor = max(floor or 0, *candidates)
+    return floor
