@@ -5,6 +5,7 @@ names nothing at or below the limit the run failed under."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -86,5 +87,6 @@ def test_without_the_allocators_log_the_events_give_the_same_figures(tmp_path):
     )["out_of_memory"]
     assert oom["source"] == "the exception that ended the run"
     assert (oom["in_use_bytes"], oom["limit_bytes"]) == (allocator["InUse"], allocator["Limit"])
-    assert oom["requested_bytes"] == 1024 * int(allocator["shape"][6:-1]) * 4  # from the shape
+    dims = [int(d) for d in allocator["shape"].strip("[]").split(",")]
+    assert oom["requested_bytes"] == math.prod(dims) * 4  # float32, from the shape
     assert oom["verdict"] == "not enough memory"

@@ -5,7 +5,7 @@ measurement of a run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -16,16 +16,10 @@ from tpumem.trace.schema import PROGRAM
 
 
 @dataclass(frozen=True, slots=True)
-class ProgramMemory:
-    name: str
-    devices: tuple[str, ...]
-    argument_bytes: int | None
-    output_bytes: int | None
-    alias_bytes: int | None
-    temp_bytes: int | None
-    generated_code_bytes: int | None
-    compiled_at_ns: int
-    unavailable: str | None = None  # why the backend gave no analysis
+class ProgramMemory(ProgramRecord):
+    """A program's row as the trace holds it, and when it compiled."""
+
+    compiled_at_ns: int = 0
 
 
 def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
@@ -40,20 +34,8 @@ def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
         record = parse_object(text)
         if record is None:
             continue  # a row cut short by a crash: nothing to show
-        program: ProgramRecord = decode_record(ProgramRecord, record, "program", [])
-        result.append(
-            ProgramMemory(
-                name=program.name,
-                devices=program.devices,
-                argument_bytes=program.argument_bytes,
-                output_bytes=program.output_bytes,
-                alias_bytes=program.alias_bytes,
-                temp_bytes=program.temp_bytes,
-                generated_code_bytes=program.generated_code_bytes,
-                compiled_at_ns=int(time_ns),
-                unavailable=program.unavailable,
-            )
-        )
+        program = decode_record(ProgramMemory, record, "program", [])
+        result.append(replace(program, compiled_at_ns=int(time_ns)))
     return tuple(sorted(result, key=lambda p: p.compiled_at_ns))
 
 

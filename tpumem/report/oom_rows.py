@@ -6,15 +6,15 @@ from tpumem.analysis.oom import COMPILE, FRAGMENTED, NOT_ENOUGH, OutOfMemory
 from tpumem.units import format_bytes
 
 
-def headline(oom: OutOfMemory) -> str:
-    """ "Out of memory at step N in op X ...: asked for A; B in use of limit L;
-    largest free block F", with what the trace knows of it."""
+def what(oom: OutOfMemory) -> str:
+    """What failed, after the words "Out of memory": "at step N in op X ...: asked
+    for A; B in use of limit L; largest free block F", as far as the trace knows."""
     if oom.phase == "compile":
         asked = oom.requested_bytes
         needs = f"needs {format_bytes(asked)}" if asked else "needs more"
         of = f" of the {format_bytes(oom.limit_bytes)} there is" if oom.limit_bytes else ""
-        return f"Out of memory compiling: XLA's plan for the program {needs}{of}"
-    where = ["Out of memory"]
+        return f"compiling: XLA's plan for the program {needs}{of}"
+    where = []
     if oom.step is not None:
         where.append(f"at step {oom.step}")
     if oom.op:
@@ -33,7 +33,8 @@ def headline(oom: OutOfMemory) -> str:
         facts.append(f"{format_bytes(oom.free_bytes)} free")
     if oom.largest_free_block_bytes is not None:
         facts.append(f"largest free block {format_bytes(oom.largest_free_block_bytes)}")
-    return " ".join(where) + (": " + "; ".join(facts) if facts else "")
+    said = "; ".join(facts)
+    return f"{' '.join(where)}: {said}" if where and facts else " ".join(where) or said
 
 
 def why(oom: OutOfMemory) -> str:
@@ -60,6 +61,6 @@ def oom_rows(failures: tuple[OutOfMemory, ...]) -> list[tuple[str, str]]:
     """Two rows a failure, the last one (the one that ended the run) first."""
     rows = []
     for oom in reversed(failures):
-        rows.append(("Out of memory", headline(oom).removeprefix("Out of memory ")))
+        rows.append(("Out of memory", what(oom)))
         rows.append(("Why", why(oom)))
     return rows
