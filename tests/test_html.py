@@ -92,11 +92,13 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     series = device.pop("series")
     device["peak"].pop("groups_total")
     facts, figures = run.pop("facts"), device.pop("figures")
+    headline, tables = run.pop("headline"), run.pop("failure_tables")
     report["devices"][0].pop("series")
     assert run == report  # every figure, as the JSON report gives it
     analysis = analyze(load(trace), series_points=HTML_SERIES_POINTS)
     # The page's rows are the text report's, word for word.
-    assert facts == [list(row) for row in run_rows(analysis)]
+    assert headline + facts == [list(row) for row in run_rows(analysis)]
+    assert headline == tables == []  # the run neither failed nor was asked a capacity
     assert figures == [list(row) for row in device_rows(analysis.devices[0])]
     expected = analysis.devices[0].series
     assert series["in_use"] == list(expected.in_use)

@@ -5,9 +5,12 @@ the TPU formats this machine cannot produce (the thread is named at each)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tpumem.analysis.oom_messages import combine, parse_allocator_log, parse_exception
+from tpumem.launch.oom_log import OomLogReader
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -82,14 +85,34 @@ def test_the_bfc_log_says_the_bytes():
     found = parse_allocator_log(BFC_LOG)
     assert found is not None
     assert (found.requested_bytes, found.rounded_bytes) == (9 * MiB, 9437184)
+    # Its stats say "LargestFreeBlock: 0B" unless told to track it: not a figure.
     assert (found.limit_bytes, found.in_use_bytes, found.largest_free_block_bytes) == (
         48 * MiB,
         46 * MiB,
-        0,
+        None,
     )
     assert found.op == "Fill" and found.allocator == "bfc_cpu_allocator_for_gpu"
     both = combine(parse_exception(TF_EXCEPTION), found)
     assert (both.shape, both.rounded_bytes, both.in_use_bytes) == ("[1024,2304]", 9437184, 46 * MiB)
+
+
+def test_the_chunk_dump_gives_the_exact_bytes():
+    """A whole dump (TensorFlow on this machine, 40 MiB limit, tensors dropped so
+    the free memory was in pieces): the reader sums the chunks as they pass; its
+    stats round 21 MiB + 256 B to 21.00MiB, the chunks do not."""
+    dump = Path(__file__).parent / "data" / "bfc_oom_dump.txt"
+    reader = OomLogReader()
+    for line in dump.read_bytes().splitlines():
+        reader.feed(line)
+    (log,) = reader.finish()
+    assert (log.chunks_in_use_bytes, log.largest_free_chunk_bytes) == (21 * MiB + 256, 11 * MiB)
+    assert "Chunk" not in log.text and "Total size in pool" in log.text
+    found = parse_allocator_log(log.text, log.chunks_in_use_bytes, log.largest_free_chunk_bytes)
+    assert found is not None
+    assert (found.rounded_bytes, found.limit_bytes) == (13 * MiB, 40 * MiB)
+    assert found.in_use_bytes == 21 * MiB + 256
+    # An 11 MiB free chunk, and 6 MiB the limit left to grow by: 11 MiB at most.
+    assert found.largest_free_block_bytes == 11 * MiB
 
 
 @pytest.mark.parametrize(

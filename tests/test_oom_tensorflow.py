@@ -90,3 +90,82 @@ def test_without_the_allocators_log_the_events_give_the_same_figures(tmp_path):
     dims = [int(d) for d in allocator["shape"].strip("[]").split(",")]
     assert oom["requested_bytes"] == math.prod(dims) * 4  # float32, from the shape
     assert oom["verdict"] == "not enough memory"
+
+
+# Tensors of 1 to 24 MiB, some kept and some dropped at random (seeded), so that
+# the allocator's free memory ends up in pieces; 266 MiB live at the end.
+CHURNS = """
+import random
+import tensorflow as tf
+rng = random.Random(7)
+kept = []
+for i in range(40):
+    kept.append(tf.ones((1024, 256 * rng.randint(1, 24)), tf.float32))
+    if len(kept) > 3 and rng.random() < 0.6:
+        kept.pop(rng.randrange(len(kept)))
+"""
+# One profiler session for the whole run: the model needs every allocation and
+# free in order, and a capture gap can hide a few (docs/figures.md, "Capacity").
+ONE_SESSION = ("--chunk", "600")
+FIGURES = ("shape", "requested_bytes", "in_use_bytes", "free_bytes", "largest_free_block_bytes")
+
+
+@pytest.fixture(scope="module")
+def churns(tmp_path_factory):
+    """The script's directory, with its run under no limit profiled."""
+    where = tmp_path_factory.mktemp("churns")
+    (where / "churns.py").write_text(CHURNS)
+    result = profile(where, *ONE_SESSION, "-o", "unlimited.tpumem", "churns.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return where
+
+
+def _modeled(where, limit_mib: int) -> dict:
+    report = run_tpumem(
+        "report", str(where / "unlimited.tpumem"), "-f", "json", "--capacity", f"{limit_mib}MiB"
+    )
+    assert report.returncode == 0, report.stderr
+    (check,) = json.loads(report.stdout)["capacity"]
+    return check
+
+
+@pytest.mark.framework
+@pytest.mark.parametrize("limit_mib", [40, 56, 64, 80])
+def test_capacity_predicts_the_real_failure_from_an_unlimited_run(churns, limit_mib):
+    """Under each limit, the real run fails at one allocation; the model, replaying
+    the run that had no limit, fails at the same one with the same figures."""
+    env = {"TF_CPU_BFC_MEM_LIMIT_IN_MB": str(limit_mib), "TF_CPP_MIN_LOG_LEVEL": "0"}
+    name = f"limit{limit_mib}.tpumem"
+    result = profile(churns, *ONE_SESSION, "-o", name, "churns.py", env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    allocator = _stats(result.stderr)
+    report = run_tpumem("report", str(churns / name), "-f", "json")
+    (real,) = json.loads(report.stdout)["out_of_memory"]
+    # The real figures are the allocator's own (its chunks, summed exactly).
+    assert (real["shape"], real["requested_bytes"]) == (allocator["shape"], allocator["rounded"])
+    assert abs(real["in_use_bytes"] - allocator["InUse"]) < 0.01 * MiB
+    modeled = _modeled(churns, limit_mib)["failure"]
+    assert modeled is not None and modeled["source"] == "the BFC allocator model"
+    assert {k: modeled[k] for k in FIGURES} == {k: real[k] for k in FIGURES}
+    assert (modeled["verdict"], modeled["short_by_bytes"]) == (
+        real["verdict"],
+        real["short_by_bytes"],
+    )
+    # The same buffers live at the failure (equal sizes may list in either order).
+    assert sorted(_live(modeled)) == sorted(_live(real))
+
+
+def _live(failure: dict) -> list[tuple]:
+    return [(g["shape"] or "", g["bytes"], g["count"]) for g in failure["live"]]
+
+
+@pytest.mark.framework
+def test_a_capacity_the_real_run_fits_predicts_no_failure(churns):
+    check = _modeled(churns, 300)
+    assert check["failure"] is None and check["headroom_bytes"] > 0
+    assert check["smallest_bytes"] <= 300 * MiB
+    result = profile(
+        churns, *ONE_SESSION, "-o", "limit300.tpumem", "churns.py",
+        env={"TF_CPU_BFC_MEM_LIMIT_IN_MB": "300"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]

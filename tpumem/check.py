@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpumem.analysis.summary import RunAnalysis
+from tpumem.report.oom_rows import what, why
 from tpumem.units import format_bytes
 
 
@@ -14,15 +15,24 @@ from tpumem.units import format_bytes
 class Limits:
     max_peak_bytes: int | None = None
     max_fragmentation: float | None = None  # at the peak
+    capacity_bytes: int | None = None  # the allocator model must hold the run in this
 
 
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep)."""
     lines = []
     if not analysis.devices and (
-        limits.max_peak_bytes is not None or limits.max_fragmentation is not None
+        limits.max_peak_bytes is not None
+        or limits.max_fragmentation is not None
+        or limits.capacity_bytes is not None
     ):
         return ["no allocation events in the trace: nothing shows the limits were kept"]
+    for check in analysis.capacity:
+        if check.failure is not None:
+            lines.append(
+                f"{check.device}: at {format_bytes(check.capacity_bytes)} the allocator model "
+                f"runs out of memory {what(check.failure)} ({why(check.failure)})"
+            )
     for device in analysis.devices:
         peak = device.peak.bytes
         if limits.max_peak_bytes is not None and peak > limits.max_peak_bytes:

@@ -53,6 +53,16 @@ Width = Annotated[
     int,
     typer.Option(help="Width of the text report, in columns.", min=40, max=1000, metavar="N"),
 ]
+Capacity = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--capacity",
+        metavar="SIZE",
+        help="Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays its "
+        "allocations through the BFC allocator model: the first that would fail, or the "
+        "headroom left; and the smallest size that holds the run. Modeled.",
+    ),
+]
 Force = Annotated[
     bool,
     typer.Option("--force", help="Replace an existing trace at the output path."),
@@ -104,11 +114,12 @@ def report(
     force: Annotated[
         bool, typer.Option("--force", help="Replace a trace at the output path.")
     ] = False,
+    capacity: Capacity = None,
 ) -> None:
     """Report peak use, preallocation and fragmentation of a trace."""
     from tpumem.commands.report import run_report
 
-    run_report(trace, fmt, output, width, force)
+    run_report(trace, fmt, output, width, force, capacity)
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -140,6 +151,7 @@ def compare(
     force: Annotated[
         bool, typer.Option("--force", help="Let --html replace a trace at its path.")
     ] = False,
+    capacity: Capacity = None,
 ) -> None:
     """Compare runs side by side: the same model in JAX, TensorFlow and PyTorch/XLA.
 
@@ -148,7 +160,7 @@ def compare(
     """
     from tpumem.commands.compare import run_compare
 
-    run_compare(runs, html, fmt, output_dir, width, force)
+    run_compare(runs, html, fmt, output_dir, width, force, capacity)
 
 
 @app.command(short_help="Check a run against limits, for CI.")
@@ -169,11 +181,20 @@ def check(
             max=1.0,
         ),
     ] = None,
+    capacity: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--capacity",
+            metavar="SIZE",
+            help="Fail if the BFC allocator model runs out of memory with this much "
+            "(16GiB, 800MB, bytes): the run would not fit it.",
+        ),
+    ] = None,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
     from tpumem.commands.check import run_check
 
-    raise typer.Exit(run_check(trace, max_peak, max_fragmentation))
+    raise typer.Exit(run_check(trace, max_peak, max_fragmentation, capacity))
 
 
 @app.command(

@@ -8,6 +8,9 @@ What a chip must hold, per device of the run (the busiest decides):
   + fragmentation headroom: the free bytes of the pool at the peak that were not
     in its largest free block (fragmentation at peak x free bytes at peak), the
     holes the allocator had to step over. Counted where both figures exist.
+At least, where the run failed, more than the limit it failed under; and, where a
+capacity was asked about, the smallest capacity in which the BFC allocator model
+holds the run (capacity.py).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class FitRow:
     # The smallest preallocation setting that holds the run, as the user writes it.
     setting: str | None
     source: str
+    # The smallest capacity in which the BFC model holds the run (+ the padding on
+    # TPUs), where a capacity was asked about (capacity.py); modeled.
+    smallest_capacity_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +103,12 @@ def fit_advice(
     devices: list[tuple[str, int, int | None, str, LayoutPadding]],
     table: tuple[Accelerator, ...] = ACCELERATORS,
     failed: dict[str, int | None] | None = None,
+    smallest: dict[str, int | None] | None = None,
 ) -> FitAdvice | None:
     """`devices`: (name, peak bytes, headroom bytes, headroom label, padding) each;
     `failed`: per device that ran out of memory, what it needs at the least (more
-    than the limit it failed under: oom.demand_floor)."""
+    than the limit it failed under: oom.demand_floor); `smallest`: per device, the
+    smallest capacity the allocator model holds the run in."""
     if not devices:
         return None
     floors = {k: v for k, v in (failed or {}).items() if v is not None}
@@ -117,10 +125,20 @@ def fit_advice(
             "(more than the limit it failed under), and what it needs past the failure it "
             "never showed"
         )
+    modeled_need = (smallest or {}).get(name)
+    if modeled_need is not None:
+        notes.append(
+            f"modeled: the BFC allocator model holds the run on {name} in "
+            f"{format_bytes(modeled_need)} at the least; needed counts the larger of that "
+            "and the estimate"
+        )
     for target in table:
-        needed = max(peak + (room or 0), floor or 0)
+        # The model replays the run; the estimate adds headroom: neither is undercut.
+        needed = max(peak + (room or 0), floor or 0, modeled_need or 0)
+        modeled = modeled_need
         if target.kind == "tpu":
             needed += padding.extra_bytes or 0
+            modeled = None if modeled is None else modeled + (padding.extra_bytes or 0)
         setting, note = setting_for(framework, target, needed)
         if note and needed <= target.memory_bytes:
             notes.append(note)
@@ -134,6 +152,7 @@ def fit_advice(
                 share=needed / target.memory_bytes,
                 setting=setting if needed <= target.memory_bytes else None,
                 source=target.source,
+                smallest_capacity_bytes=modeled,
             )
         )
     if room is None:

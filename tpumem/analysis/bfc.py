@@ -31,8 +31,13 @@ class RegionSchedule:
             min(memory_limit, initial_region) if allow_growth else memory_limit
         )
 
+    def available(self) -> int:
+        """What the limit leaves for new regions. BFC's Extend refuses a request
+        larger than this, and the allocation fails: out of memory."""
+        return (self.limit - self.pool) // MIN_ALLOCATION * MIN_ALLOCATION
+
     def next_region(self, rounded: int) -> int:
-        available = (self.limit - self.pool) // MIN_ALLOCATION * MIN_ALLOCATION
+        available = self.available()
         increased = False
         while rounded > self.current:
             self.current *= 2

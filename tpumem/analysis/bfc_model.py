@@ -38,6 +38,9 @@ class ReplayResult:
     address: np.ndarray  # per event: the chunk the model handed out or took back
     change: np.ndarray  # + its size for an allocation, - for a free, 0 if skipped
     copied_events: int = 0  # results copied from an identical earlier step
+    # Under a memory limit: the allocation that found no room (out of memory). The
+    # arrays then end with the event before it, as the run would.
+    failed_at: int | None = None
 
     @property
     def chunk_bytes(self) -> np.ndarray:
@@ -89,7 +92,8 @@ def replay(
 ) -> ReplayResult:
     """Frees of buffers allocated before the trace began are skipped (the model
     cannot know where they were), as are allocations of 0 bytes (BFC returns null).
-    `step_starts` (event indices) lets repeated steps be copied."""
+    `step_starts` (event indices) lets repeated steps be copied. Under a
+    `memory_limit` the replay stops at the first allocation that does not fit."""
     schedule = RegionSchedule(memory_limit, allow_growth)
     free_sorted: list[tuple[int, int]] = []  # (size, start): best-fit order
     free_at: dict[int, int] = {}  # start -> size
@@ -109,6 +113,7 @@ def replay(
         signature = (is_alloc, requested, _partner_offsets(is_alloc, buffer_id))
     seen: dict[tuple, int] = {}
     copied = 0
+    failed = None
     next_start = 0
     i = 0
     while i < n:
@@ -151,6 +156,9 @@ def replay(
                     rounded = (size + unit - 1) // unit * unit
                     index = bisect_left(free_sorted, (rounded, -1))
                     if index == len(free_sorted):
+                        if rounded > schedule.available():
+                            failed = i + len(out_change)  # out of memory: the run ends
+                            break
                         region = schedule.next_region(rounded)
                         grown.append((i + len(out_change), schedule.pool))
                         # A gap after each region keeps two regions from
@@ -193,10 +201,13 @@ def replay(
             out_address.append(start)
             out_change.append(change)
             out_largest.append(free_sorted[-1][0] if free_sorted else 0)
+        stop = i + len(out_change)
         results[_ADDRESS, i:stop] = out_address
         results[_CHANGE, i:stop] = out_change
         results[_LARGEST, i:stop] = out_largest
         i = stop
+        if failed is not None:
+            n, results = failed, results[:, :failed]
     pool = np.zeros(n, dtype=np.int64)
     for index, size in grown:
         pool[index] = size
@@ -208,6 +219,7 @@ def replay(
         address=results[_ADDRESS],
         change=change,
         copied_events=copied,
+        failed_at=failed,
     )
 
 

@@ -10,6 +10,7 @@ from tpumem.analysis import provenance
 from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.units import format_bytes
 
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"
 TOP_OPS = 5
@@ -140,6 +141,53 @@ def _regions(devices: list[DeviceAnalysis | None]) -> tuple[RegionDifference, ..
     return tuple(sorted(result, key=lambda r: -max(abs(c) for c in r.change)))
 
 
+def _capacity_rows(
+    runs: list[RunAnalysis], devices: list[DeviceAnalysis | None]
+) -> list[CompareRow]:
+    """Each run's busiest device at the capacity asked about (capacity.py)."""
+    checks = [
+        next((c for c in run.capacity if d is not None and c.device == d.device), None)
+        for run, d in zip(runs, devices, strict=True)
+    ]
+    if not any(checks):
+        return []
+    size = format_bytes(next(c for c in checks if c).capacity_bytes)
+    modeled, na = provenance.MODELED, (None, provenance.NOT_AVAILABLE)
+    return [
+        _row(
+            f"At {size}: out of memory, asked for",
+            BYTES,
+            [
+                na
+                if c is None
+                else (c.failure.requested_bytes, modeled)
+                if c.failure
+                else (None, "fits")
+                for c in checks
+            ],
+            lower_is_better=False,
+        ),
+        _row(
+            f"At {size}: headroom",
+            BYTES,
+            [
+                na
+                if c is None
+                else (c.headroom_bytes, modeled)
+                if c.failure is None
+                else (None, "runs out of memory")
+                for c in checks
+            ],
+            lower_is_better=False,
+        ),
+        _row(
+            "Smallest capacity that holds it",
+            BYTES,
+            [na if c is None else (c.smallest_bytes, modeled) for c in checks],
+        ),
+    ]
+
+
 def compare(runs: list[RunAnalysis]) -> Comparison:
     devices = [busiest(run) for run in runs]
     figures = [_figures(device, run) for device, run in zip(devices, runs, strict=True)]
@@ -172,6 +220,7 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
                 lower_is_better=False,
             )
         )
+    rows += _capacity_rows(runs, devices)
     for title, unit, key in ROWS:
         entries = [f.get(key, missing) for f in figures]
         rows.append(_row(title, unit, entries, lower_is_better=unit not in (TEXT, TIME)))

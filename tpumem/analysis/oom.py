@@ -55,6 +55,7 @@ class OutOfMemory:
     live: tuple[LiveGroup, ...]  # the captured buffers live at the failure, largest first
     live_bytes: int
     compiled_largest: tuple[CompiledAllocation, ...] = ()
+    location: str | None = None  # the source line that asked, where the trace knows it
 
 
 def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
@@ -64,7 +65,9 @@ def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
     start = meta.start_time_ns or 0
     logs = []
     for log in meta.allocator_oom_logs or ():
-        parsed = parse_allocator_log(log.text)
+        parsed = parse_allocator_log(
+            log.text, log.chunks_in_use_bytes, log.largest_free_chunk_bytes
+        )
         if parsed is not None:
             at = log.wall_time_ns - start if log.wall_time_ns is not None else None
             logs.append((parsed, "the allocator's log", at))
@@ -150,13 +153,18 @@ def _requested(message: OomMessage) -> int | None:
 
 
 def _why(message: OomMessage, free: int | None) -> tuple[str | None, int | None]:
-    """Why it failed: too little free memory (and by how much), or free memory in
-    pieces none of which was large enough."""
     asked = _requested(message)
     if message.phase == "compile":
         if asked is not None and message.limit_bytes is not None:
             return COMPILE, max(0, asked - message.limit_bytes)
         return COMPILE, None
+    return verdict(asked, free)
+
+
+def verdict(asked: int | None, free: int | None) -> tuple[str | None, int | None]:
+    """Why an allocation failed: too little free memory (and short by how much),
+    or free memory in pieces none of which was large enough; (None, None) where
+    either figure is unknown."""
     if asked is None or free is None:
         return None, None
     if asked > free:

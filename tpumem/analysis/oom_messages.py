@@ -188,8 +188,15 @@ _BFC_HEAD = re.compile(
 _STAT = re.compile(rf"^(Limit|InUse|LargestFreeBlock):\s+{_SIZE}\s*$")
 
 
-def parse_allocator_log(text: str) -> OomMessage | None:
-    """The BFC allocator's out-of-memory log (its first line to its "Stats:")."""
+_POOL = re.compile(rf"Total size in pool: {_SIZE}.*available size: {_SIZE}")
+
+
+def parse_allocator_log(
+    text: str, chunks_in_use: int | None = None, largest_free_chunk: int | None = None
+) -> OomMessage | None:
+    """The BFC allocator's out-of-memory log (its first line to its "Stats:").
+    `chunks_in_use` and `largest_free_chunk`: summed from its chunk dump, where
+    the reader saw one; exact, where the stats are rounded to 0.01 MiB."""
     head = _BFC_HEAD.search(text)
     if head is None:
         return None
@@ -198,6 +205,13 @@ def parse_allocator_log(text: str) -> OomMessage | None:
         stat = _STAT.match(line.strip())
         if stat:
             stats[stat.group(1)] = size_bytes(stat.group(2), stat.group(3))
+    # The largest block it could have handed out: a free chunk, or the room the
+    # limit left to grow the pool (which was less than asked, or it would have).
+    # Its stats say LargestFreeBlock 0B unless told to track it: not a figure.
+    largest = stats.get("LargestFreeBlock") or None
+    pool = _POOL.search(text)
+    if largest_free_chunk is not None and pool is not None:
+        largest = max(largest_free_chunk, size_bytes(pool.group(3), pool.group(4)))
     return OomMessage(
         phase="run",
         text=_line_of(text, head.start()),
@@ -206,8 +220,8 @@ def parse_allocator_log(text: str) -> OomMessage | None:
         allocator=head.group(1),
         op=head.group(5) or None,
         limit_bytes=stats.get("Limit"),
-        in_use_bytes=stats.get("InUse"),
-        largest_free_block_bytes=stats.get("LargestFreeBlock"),
+        in_use_bytes=chunks_in_use if chunks_in_use is not None else stats.get("InUse"),
+        largest_free_block_bytes=largest,
     )
 
 

@@ -61,8 +61,11 @@ def live_at(events: DeviceEvents, index: int) -> np.ndarray:
     return live
 
 
-def live_groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[LiveGroup, ...]:
-    """The buffers `live` (indices of allocations), grouped, largest first."""
+def live_groups(
+    trace: Trace, events: DeviceEvents, live: np.ndarray, sizes: np.ndarray | None = None
+) -> tuple[LiveGroup, ...]:
+    """The buffers `live` (indices of allocations), grouped, largest first; their
+    bytes from `sizes` (per event) where given, else as the trace recorded them."""
     if not len(live):
         return ()
     rows = events.row[live]
@@ -70,7 +73,8 @@ def live_groups(trace: Trace, events: DeviceEvents, live: np.ndarray) -> tuple[L
     stacked = np.stack([codes for codes, _ in columns], axis=1)
     unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
     inverse = inverse.ravel()
-    total = np.bincount(inverse, weights=events.bytes[live]).astype(np.int64)
+    total = np.bincount(inverse, weights=(events.bytes if sizes is None else sizes)[live])
+    total = total.astype(np.int64)
     count = np.bincount(inverse)
     order = np.lexsort((np.arange(len(total)), -total))
     result = []

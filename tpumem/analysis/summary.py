@@ -9,6 +9,7 @@ import numpy as np
 from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom
 from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
+from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
@@ -62,6 +63,7 @@ class RunAnalysis:
     fit: FitAdvice | None = None
     steps: int = 0  # step marks in the trace
     out_of_memory: tuple[OutOfMemory, ...] = ()  # the allocations that failed
+    capacity: tuple[CapacityCheck, ...] = ()  # per device, where a capacity was asked about
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -169,13 +171,17 @@ def _duration(trace: Trace, times: np.ndarray) -> int:
     return int(times.max() - times.min()) if len(times) else 0
 
 
-def analyze(trace: Trace, bins: int = 64, series_points: int = 0) -> RunAnalysis:
-    """All figures of a trace; with `series_points`, series for drawing too."""
-    return analyze_with_events(trace, bins, series_points)[0]
+def analyze(
+    trace: Trace, bins: int = 64, series_points: int = 0, capacity: int | None = None
+) -> RunAnalysis:
+    """All figures of a trace; with `series_points`, series for drawing too; with
+    `capacity`, whether the run would fit an allocator capped at that many bytes
+    and the smallest it would fit (capacity.py: a replay each, so only on asking)."""
+    return analyze_with_events(trace, bins, series_points, capacity)[0]
 
 
 def analyze_with_events(
-    trace: Trace, bins: int = 64, series_points: int = 0
+    trace: Trace, bins: int = 64, series_points: int = 0, capacity: int | None = None
 ) -> tuple[RunAnalysis, list[DeviceEventFigures]]:
     """The figures, and the per-event series they came from (an export writes
     those): one pass over each device for both."""
@@ -186,6 +192,7 @@ def analyze_with_events(
     figures = [_device(trace, d, bins, series_points) for d in devices]
     analysed = tuple(f.analysis for f in figures)
     failures = out_of_memory(trace, devices, {d.device: d.peak_label for d in analysed})
+    checks = () if capacity is None else tuple(check_capacity(trace, d, capacity) for d in devices)
     run = RunAnalysis(
         path=trace.path,
         framework=trace.framework,
@@ -207,7 +214,9 @@ def analyze_with_events(
                 for d in analysed
             ],
             failed={d.device: demand_floor(failures, d.device) for d in analysed},
+            smallest={c.device: c.smallest_bytes for c in checks},
         ),
         out_of_memory=failures,
+        capacity=checks,
     )
     return run, figures

@@ -29,3 +29,19 @@ def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> Non
 
     write_report(output, text, inputs, force)
     print(f"tpumem: wrote {output}", file=sys.stderr)
+
+
+def parse_capacity(text: str | None) -> int | None:
+    """--capacity's bytes; a clear error for anything that is not a size."""
+    if text is None:
+        return None
+    from tpumem.errors import TpumemError
+    from tpumem.units import parse_bytes
+
+    try:
+        size = parse_bytes(text)
+    except ValueError as error:
+        raise TpumemError(f"--capacity: {error}") from None
+    if size <= 0:
+        raise TpumemError("--capacity: give a size above 0")
+    return size

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.commands.common import emit, progress
+from tpumem.commands.common import emit, parse_capacity, progress
 from tpumem.errors import TpumemError
 from tpumem.outputs import free_name
 
@@ -18,12 +18,19 @@ FORMATS = ("text", "json")
 
 
 def run_compare(
-    runs: list[str], html: Path | None, fmt: str, output_dir: Path, width: int, force: bool
+    runs: list[str],
+    html: Path | None,
+    fmt: str,
+    output_dir: Path,
+    width: int,
+    force: bool,
+    capacity: str | None = None,
 ) -> None:
     if fmt not in FORMATS:
         raise TpumemError(f"unknown compare format {fmt!r} (choose from {', '.join(FORMATS)})")
     if len(runs) < 2:
         raise TpumemError("compare needs at least two runs")
+    size = parse_capacity(capacity)
     from tpumem.analysis import analyze
     from tpumem.analysis.comparison import compare
     from tpumem.report import HTML_SERIES_POINTS
@@ -35,7 +42,7 @@ def run_compare(
     analyses = []
     for source in sources:
         with progress(f"analysing {source.trace}"):
-            analyses.append(analyze(load(source.trace), series_points=points))
+            analyses.append(analyze(load(source.trace), series_points=points, capacity=size))
     comparison = compare(analyses)
     if fmt == "json":
         from tpumem.report.compare_json import render_compare_json

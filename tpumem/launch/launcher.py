@@ -119,7 +119,7 @@ def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) 
             )
 
 
-def _record_oom_logs(trace: Path, logs: list[tuple[int, str]], start_ns: int) -> None:
+def _record_oom_logs(trace: Path, logs: list[AllocatorLog], start_ns: int) -> None:
     """The allocator's own account of each failed allocation (stderr), in the trace."""
     if not logs:
         return
@@ -127,7 +127,7 @@ def _record_oom_logs(trace: Path, logs: list[tuple[int, str]], start_ns: int) ->
         append_metadata(
             trace,
             time.time_ns() - start_ns,
-            allocator_oom_logs=[AllocatorLog(wall, text) for wall, text in logs],
+            allocator_oom_logs=logs,
         )
 
 

@@ -4,9 +4,12 @@ TensorFlow's and XLA's BFC allocator log each allocation they cannot make:
 "Allocator (NAME) ran out of memory trying to allocate 9.00MiB (rounded to
 9437184)requested by op Fill", a dump of its bins and chunks, then "Stats:" with
 its limit, bytes in use and largest free block. That is the only place those
-figures of the failure are said; `tpumem profile` keeps the first line and the
-stats of each (not the chunk dump, which can run to thousands of lines) with the
-time it read them, and records them in the trace.
+figures of the failure are said; `tpumem profile` keeps the first line, the pool
+line and the stats of each, with the time it read them, and records them in the
+trace. The chunk dump (which can run to thousands of lines) is not kept but
+summed as it passes: the bytes of the chunks in use and the largest free chunk,
+exact where the stats print MiB to two decimals (and LargestFreeBlock as 0B
+unless the allocator was asked to track it).
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ from __future__ import annotations
 import re
 import time
 
+from tpumem.trace.metadata import AllocatorLog
+
 _HEAD = b"ran out of memory trying to allocate"
-_STAT = re.compile(rb"^\s*(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|LargestFreeBlock):")
+_KEEP = re.compile(
+    rb"^\s*(Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|LargestFreeBlock):|Total size in pool:"
+)
+_CHUNK = re.compile(rb"\] (InUse|Free)\s+at [0-9a-fA-Fx]+ of size (\d+)")
 _LAST_STAT = b"LargestFreeBlock:"
 _MOST_LINES = 100_000  # a dump longer than this has lost its stats: give up on it
 
@@ -24,30 +32,51 @@ class OomLogReader:
     """Fed the lines of stderr; keeps each failure's first line and stats."""
 
     def __init__(self) -> None:
-        self.logs: list[tuple[int, str]] = []  # (wall-clock ns, text)
+        self.logs: list[AllocatorLog] = []
         self._open: list[bytes] | None = None
         self._seen = 0
+        self._time = 0
+        self._in_use: int | None = None
+        self._largest_free: int | None = None
 
     def feed(self, line: bytes) -> None:
         if _HEAD in line:
             self._close()
-            self._open, self._seen = [line], 0
-            self.logs.append((time.time_ns(), ""))
+            self._open, self._seen, self._time = [line], 0, time.time_ns()
+            self._in_use = self._largest_free = None
             return
         if self._open is None:
             return
         self._seen += 1
-        if _STAT.match(line):
+        if b" of size " in line:
+            chunk = _CHUNK.search(line)
+            if chunk is not None:
+                size = int(chunk.group(2))
+                if chunk.group(1) == b"InUse":
+                    self._in_use = (self._in_use or 0) + size
+                else:
+                    self._largest_free = max(self._largest_free or 0, size)
+        elif _KEEP.search(line):
             self._open.append(line)
         if line.lstrip().startswith(_LAST_STAT) or self._seen > _MOST_LINES:
             self._close()
 
     def _close(self) -> None:
         if self._open is not None:
-            text = b"\n".join(self._open).decode(errors="replace")
-            self.logs[-1] = (self.logs[-1][0], text)
+            # A dump that listed in-use chunks and no free one had none free.
+            largest = self._largest_free
+            if largest is None and self._in_use is not None:
+                largest = 0
+            self.logs.append(
+                AllocatorLog(
+                    wall_time_ns=self._time,
+                    text=b"\n".join(self._open).decode(errors="replace"),
+                    chunks_in_use_bytes=self._in_use,
+                    largest_free_chunk_bytes=largest,
+                )
+            )
             self._open = None
 
-    def finish(self) -> list[tuple[int, str]]:
+    def finish(self) -> list[AllocatorLog]:
         self._close()
         return self.logs

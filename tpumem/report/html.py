@@ -20,8 +20,8 @@ from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
-from tpumem.report.json_report import SCHEMA, dump, report_dict
-from tpumem.report.rows import device_rows, run_rows
+from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
+from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
 DATA_ID = "tpumem-data"
@@ -50,7 +50,12 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     body = report_dict(analysis)
     # The run's rows in the text report's own words (how it ended, the capture,
     # what tpumem set, what the framework does not expose).
-    body["facts"] = [list(row) for row in run_rows(analysis)]
+    body["headline"] = [list(row) for row in headline_rows(analysis)]
+    body["facts"] = [list(row) for row in fact_rows(analysis)]
+    body["failure_tables"] = [
+        {"title": title, "groups": live_groups_json(groups)}
+        for title, groups in failure_tables(analysis)
+    ]
     for device, analysed in zip(body["devices"], analysis.devices, strict=True):
         device["figures"] = [list(row) for row in device_rows(analysed)]
     for device in body["devices"]:

@@ -2,7 +2,8 @@
 
 Schema "tpumem-report/1" (tpumem/report/schemas/tpumem-report-1.json; the rules in
 docs/figures.md, "JSON report"): the run (framework, backend, source, complete,
-duration_ns, total peak, warnings, metadata, programs, fit advice) and `devices`, one
+duration_ns, total peak, warnings, metadata, programs, fit advice, out_of_memory,
+capacity) and `devices`, one
 object per device with `peak`, `preallocation`, `fragmentation`, `waste`, `padding`,
 `timeline` and `counters`, each carrying its `label` (measured / derived / modeled /
 not available). Bytes are integers, times are nanoseconds from the trace's start.
@@ -18,6 +19,7 @@ import math
 from typing import Any
 
 from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.capacity import CapacityCheck
 from tpumem.analysis.counters import Counters
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.oom import OutOfMemory
@@ -51,6 +53,7 @@ def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
         "fit": None if analysis.fit is None else _fit(analysis.fit),
         "steps": analysis.steps,
         "out_of_memory": [_out_of_memory(oom) for oom in analysis.out_of_memory],
+        "capacity": [_capacity(check) for check in analysis.capacity],
     }
 
 
@@ -74,7 +77,7 @@ def _device(device: DeviceAnalysis) -> dict[str, Any]:
     }
 
 
-def _groups(groups: tuple[LiveGroup, ...]) -> list[dict[str, Any]]:
+def live_groups_json(groups: tuple[LiveGroup, ...]) -> list[dict[str, Any]]:
     return [
         {
             "op": group.op,
@@ -97,7 +100,7 @@ def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
         "step": peak.step,
         "live_buffers": peak.live_buffers,
         "unattributed_bytes": peak.unattributed_bytes,
-        "groups": _groups(peak.groups),
+        "groups": live_groups_json(peak.groups),
         "by_region": [{"region": region, "bytes": size} for region, size in peak.by_region],
         "label": label,
     }
@@ -226,6 +229,7 @@ def _fit(fit: FitAdvice) -> dict[str, Any]:
                 "share": row.share,
                 "setting": row.setting,
                 "source": row.source,
+                "smallest_capacity_bytes": row.smallest_capacity_bytes,
             }
             for row in fit.rows
         ],
@@ -252,12 +256,28 @@ def _out_of_memory(oom: OutOfMemory) -> dict[str, Any]:
         "largest_free_block_bytes": oom.largest_free_block_bytes,
         "verdict": oom.verdict,
         "short_by_bytes": oom.short_by_bytes,
-        "live": _groups(oom.live),
+        "live": live_groups_json(oom.live),
         "live_bytes": oom.live_bytes,
         "compiled_largest": [
             {"bytes": a.bytes, "shape": a.shape, "op": a.op, "source": a.source}
             for a in oom.compiled_largest
         ],
+        "location": oom.location,
+    }
+
+
+def _capacity(check: CapacityCheck) -> dict[str, Any]:
+    return {
+        "device": check.device,
+        "capacity_bytes": check.capacity_bytes,
+        "label": check.label,
+        "pool_growth": check.pool_growth,
+        "failure": None if check.failure is None else _out_of_memory(check.failure),
+        "headroom_bytes": check.headroom_bytes,
+        "tightest_time_ns": check.tightest_time_ns,
+        "tightest_step": check.tightest_step,
+        "smallest_bytes": check.smallest_bytes,
+        "unplaced_frees": check.unplaced_frees,
     }
 
 

@@ -7,7 +7,8 @@ from tpumem.report.rows import (
     BRIEF_HEADERS,
     device_rows,
     devices_shown,
-    fit_rows,
+    failure_tables,
+    fit_table,
     group_rows,
     run_rows,
     sparkline,
@@ -26,10 +27,9 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     """(Width and color are the terminal's: markdown has neither.)"""
     lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
     lines += _table(("", ""), run_rows(analysis))
-    for oom in reversed(analysis.out_of_memory):
-        if oom.live:
-            lines += ["", f"Live at the failure on {_cell(oom.device or '?')}, largest first:", ""]
-            lines += _table(GROUP_HEADERS, group_rows(oom.live))
+    for title, groups in failure_tables(analysis):
+        lines += ["", f"{_cell(title)}:", ""]
+        lines += _table(GROUP_HEADERS, group_rows(groups))
     lines += [""] + [f"> warning: {_cell(w)}" for w in analysis.warnings]
     full, brief, note = devices_shown(analysis)
     if note:
@@ -47,6 +47,6 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
         lines += _table(BRIEF_HEADERS, brief)
     if analysis.fit is not None:
         lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]
-        lines += _table(("accelerator", "answer", "smallest setting"), fit_rows(analysis.fit))
+        lines += _table(*fit_table(analysis.fit))
         lines += [""] + [f"> {_cell(note)}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"

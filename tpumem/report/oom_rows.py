@@ -1,9 +1,13 @@
-"""An out-of-memory failure in words, for every report: what failed, then why."""
+"""An out-of-memory failure in words, for every report: what failed, then why;
+and what a capacity asked about would give (the allocator model's replay)."""
 
 from __future__ import annotations
 
+from tpumem.analysis.capacity import CapacityCheck
 from tpumem.analysis.oom import COMPILE, FRAGMENTED, NOT_ENOUGH, OutOfMemory
-from tpumem.units import format_bytes
+from tpumem.units import format_bytes, format_seconds
+
+SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
 
 
 def what(oom: OutOfMemory) -> str:
@@ -21,6 +25,8 @@ def what(oom: OutOfMemory) -> str:
         where.append(f"in op {oom.op}")
     if oom.shape or oom.dtype:
         where.append(f"({' '.join(p for p in (oom.dtype, oom.shape) if p)})")
+    if oom.location:
+        where.append(f"from {oom.location}")
     if oom.device:
         where.append(f"on {oom.device}")
     facts = []
@@ -63,4 +69,56 @@ def oom_rows(failures: tuple[OutOfMemory, ...]) -> list[tuple[str, str]]:
     for oom in reversed(failures):
         rows.append(("Out of memory", what(oom)))
         rows.append(("Why", why(oom)))
+    return rows
+
+
+def shown_checks(checks: tuple[CapacityCheck, ...]) -> tuple[CapacityCheck, ...]:
+    """The devices a report tells of: those that run out first, then the rest."""
+    return tuple(sorted(checks, key=lambda c: c.failure is None)[:SHOWN_CHECKS])
+
+
+def capacity_rows(checks: tuple[CapacityCheck, ...]) -> list[tuple[str, str]]:
+    """Per device: what the capacity gives (the modeled failure, or the headroom
+    where it holds), and the smallest capacity that holds the run."""
+    rows = []
+    shown = shown_checks(checks)
+    for check in shown:
+        label = f"At {format_bytes(check.capacity_bytes)}"
+        if check.failure is not None:
+            rows.append((label, f"out of memory (modeled) {what(check.failure)}"))
+            rows.append(("Why", why(check.failure)))
+        else:
+            when = format_seconds(check.tightest_time_ns) if check.tightest_time_ns else "-"
+            if check.tightest_step is not None:
+                when = f"step {check.tightest_step}, {when}"
+            rows.append(
+                (
+                    label,
+                    f"fits (modeled) on {check.device}, with "
+                    f"{format_bytes(check.headroom_bytes)} headroom at the tightest moment "
+                    f"({when})",
+                )
+            )
+        smallest = (
+            format_bytes(check.smallest_bytes)
+            if check.smallest_bytes is not None
+            else "none found: the model does not hold the run even unlimited"
+        )
+        model = f"modeled: BFC's pool {check.pool_growth}"
+        if check.unplaced_frees:
+            model += (
+                f"; {check.unplaced_frees:,} frees of buffers allocated before the capture "
+                "are not in it, so it may count too little in use"
+            )
+        rows.append(("Smallest that holds it", f"{smallest} on {check.device} ({model})"))
+    rest = [c for c in checks if all(c is not s for s in shown)]
+    if rest:
+        failing = sum(1 for c in rest if c.failure is not None)
+        rows.append(
+            (
+                "Other devices",
+                f"{len(rest):,} more at {format_bytes(rest[0].capacity_bytes)}: "
+                f"{failing:,} run out of memory (modeled), {len(rest) - failing:,} fit",
+            )
+        )
     return rows

@@ -8,7 +8,7 @@ from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
-from tpumem.report.oom_rows import oom_rows
+from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.units import format_bytes, format_seconds
@@ -22,10 +22,38 @@ BRIEF_HEADERS = ("device", "peak in use", "pool held", "fragmentation at peak")
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
+def headline_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
+    """What people came for, first: the failure that ended the run, and what the
+    capacity they asked about would give."""
+    return [*oom_rows(analysis.out_of_memory), *capacity_rows(analysis.capacity)]
+
+
+def failure_tables(analysis: RunAnalysis) -> list[tuple[str, tuple[LiveGroup, ...]]]:
+    """(title, groups) of the buffers live at each failure, real and modeled, in
+    the order the headline rows tell them."""
+    tables = [
+        (f"Live at the failure on {oom.device or '?'}, largest first", oom.live)
+        for oom in reversed(analysis.out_of_memory)
+    ]
+    tables += [
+        (
+            f"Live at the modeled failure on {check.device} at "
+            f"{format_bytes(check.capacity_bytes)}, largest first",
+            check.failure.live,
+        )
+        for check in shown_checks(analysis.capacity)
+        if check.failure is not None
+    ]
+    return [(title, groups) for title, groups in tables if groups]
+
+
 def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
+    return [*headline_rows(analysis), *fact_rows(analysis)]
+
+
+def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     meta = analysis.metadata
     rows = [
-        *oom_rows(analysis.out_of_memory),  # what people came for, first
         ("Framework", f"{analysis.framework} (backend: {analysis.backend})"),
         ("Source", _source(meta)),
         ("Duration", format_seconds(analysis.duration_ns)),
@@ -311,16 +339,22 @@ def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:
     )
 
 
-def fit_rows(fit: FitAdvice) -> list[tuple[str, str, str]]:
-    """(accelerator and its memory, the answer, the setting) per accelerator."""
-    return [
-        (
+def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """(headers, a row per accelerator): its memory, the answer, the setting, and
+    the model's smallest capacity where a capacity was asked about."""
+    modeled = any(row.smallest_capacity_bytes is not None for row in fit.rows)
+    headers = ("accelerator", "answer", "smallest setting that holds it")
+    rows = []
+    for row in fit.rows:
+        cells = (
             f"{row.accelerator} ({format_bytes(row.memory_bytes)})",
             fit_answer(row),
             row.setting or ("- (a TPU program gets the whole chip)" if row.kind == "tpu" else "-"),
         )
-        for row in fit.rows
-    ]
+        if modeled:
+            cells += (format_bytes(row.smallest_capacity_bytes),)
+        rows.append(cells)
+    return ((*headers, "smallest capacity (modeled)") if modeled else headers), rows
 
 
 def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:

@@ -14,7 +14,8 @@ from tpumem.report.rows import (
     BRIEF_HEADERS,
     device_rows,
     devices_shown,
-    fit_rows,
+    failure_tables,
+    fit_table,
     group_rows,
     run_rows,
     sparkline,
@@ -77,9 +78,8 @@ def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False)
     for row in run_rows(analysis):
         header.add_row(*_cells(row))
     console.print(header)
-    for oom in reversed(analysis.out_of_memory):
-        if oom.live:
-            _groups(console, f"Live at the failure on {oom.device}, largest first", oom.live)
+    for title, groups in failure_tables(analysis):
+        _groups(console, title, groups)
     for warning in analysis.warnings:
         console.print(f"[yellow]warning:[/] {markup(warning)}")
     if not analysis.devices:
@@ -109,9 +109,10 @@ def _fit(console: Console, analysis: RunAnalysis) -> None:
         "(+ TPU padding on TPUs)",
         title_justify="left",
     )
-    for header in ("accelerator", "answer", "smallest setting that holds it"):
+    headers, rows = fit_table(fit)
+    for header in headers:
         table.add_column(header)
-    for row in fit_rows(fit):
+    for row in rows:
         table.add_row(*_cells(row))
     console.print(table)
     for note in fit.notes:

@@ -118,7 +118,10 @@ class AllocatorLog:
     BFC allocator print their state to stderr), as `tpumem profile` read it."""
 
     wall_time_ns: int | None = None  # when it was read (the trace's clock + start_time_ns)
-    text: str = ""
+    text: str = ""  # its first line, the pool line and the stats
+    # Summed from its dump of every chunk, where it printed one: exact bytes.
+    chunks_in_use_bytes: int | None = None
+    largest_free_chunk_bytes: int | None = None
 
 
 # What only one adapter records, one class per adapter. On the file their fields

@@ -247,17 +247,21 @@
     return part;
   }
 
-  function peakTable(device) {
-    const peak = device.peak;
+  function groupTable(groups) {
     const columns = [{ title: "bytes", numeric: true }, { title: "buffers", numeric: true }, { title: "op" },
       { title: "region" }, { title: "dtype" }, { title: "shape" }, { title: "source" }];
-    const rows = peak.groups.map((g) => [
+    const rows = groups.map((g) => [
       { text: bytes(g.bytes), sort: g.bytes }, { text: count(g.count), sort: g.count },
       ...["op", "region", "dtype", "shape", "source"].map((k) => ({ text: g[k] || "-", sort: g[k] || "" })),
     ]);
+    return el("div", { class: "scroll" }, sortableTable(columns, rows));
+  }
+
+  function peakTable(device) {
+    const peak = device.peak;
     const part = el("div");
     part.appendChild(el("h3", {}, "Live at the peak (click a heading to sort)"));
-    part.appendChild(el("div", { class: "scroll" }, sortableTable(columns, rows)));
+    part.appendChild(groupTable(peak.groups));
     if (peak.groups_total > peak.groups.length) {
       part.appendChild(el("p", { class: "note" }, `The ${count(peak.groups.length)} largest of ${count(peak.groups_total)} groups.`));
     }
@@ -277,7 +281,8 @@
         const row = run.fit && run.fit.rows[i];
         if (!row) return el("td", {}, "-");
         return el("td", {}, el("span", { class: row.fits ? "best" : "no" }, row.fits ? "fits" : "does not fit"),
-          ` ${(row.share * 100).toFixed(1)}% (${bytes(row.needed_bytes)})`, row.setting ? el("span", { class: "label" }, row.setting) : null);
+          ` ${(row.share * 100).toFixed(1)}% (${bytes(row.needed_bytes)})`, row.setting ? el("span", { class: "label" }, row.setting) : null,
+          row.smallest_capacity_bytes != null ? el("span", { class: "label" }, `smallest capacity ${bytes(row.smallest_capacity_bytes)} (modeled)`) : null);
       });
       table.appendChild(el("tr", {}, el("td", {}, acc.name), el("td", { class: "num" }, bytes(acc.memory_bytes)), ...cells));
     });
@@ -296,8 +301,24 @@
     return part;
   }
 
+  function banner(run) {
+    // What failed (or, at the capacity asked about, would fail), worded in Python;
+    // then what was live at each failure.
+    const part = el("div");
+    if (!run.headline.length) return part;
+    const failed = run.out_of_memory.length || run.capacity.some((c) => c.failure);
+    part.appendChild(el("div", { class: failed ? "banner failed" : "banner" },
+      figureTable(run.headline.map(([name, value]) => [name, value, ""]))));
+    for (const table of run.failure_tables) {
+      part.appendChild(el("h3", {}, table.title));
+      part.appendChild(groupTable(table.groups));
+    }
+    return part;
+  }
+
   function runSections(run) {
     const part = el("div");
+    part.appendChild(banner(run));
     part.appendChild(runFacts(run));
     if (!run.devices.length) part.appendChild(el("p", {}, "No allocation events in this trace."));
     for (const device of run.devices) {

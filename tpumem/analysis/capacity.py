@@ -1,0 +1,239 @@
+"""Would the run fit in SIZE? Its allocations replayed, in the order and sizes the
+trace recorded, through the BFC allocator model (bfc_model.py) with the pool
+capped at SIZE, as TensorFlow's and XLA's BFC allocators do under a memory limit:
+the first allocation that finds no free chunk and no room to grow the pool is
+the out-of-memory the run would meet, told in the same form as a real one and
+labeled modeled. Also the smallest capacity in which the model holds the run.
+
+The replay is exact where the trace holds every allocation and free the allocator
+saw, in order (a TensorFlow trace with one profiler session: tested against real
+runs under limits). What it cannot know it says: buffers allocated before the
+capture began are not in it, and a buffer whose free fell in a capture gap is
+freed at the gap's end, the rule the peak uses (DeviceEvents.end_in_gap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis import provenance
+from tpumem.analysis.bfc import MIN_ALLOCATION, UNLIMITED, rounded_bytes
+from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
+from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
+from tpumem.analysis.oom import OutOfMemory, verdict
+from tpumem.analysis.peak import live_at, live_groups, step_at
+from tpumem.trace.metadata import RunMetadata
+from tpumem.trace.model import Trace
+from tpumem.units import format_bytes
+
+GROWTH = "grown in regions as needed (allow_growth)"
+PREALLOCATED = "one region of the whole capacity (preallocated)"
+MODEL_SOURCE = "the BFC allocator model"
+
+# The smallest capacity is searched to within this share of it (and never finer
+# than BFC's 256-byte unit): a replay per halving, so a few tens at most.
+SEARCH_PRECISION = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityCheck:
+    device: str
+    capacity_bytes: int
+    pool_growth: str  # GROWTH or PREALLOCATED
+    failure: OutOfMemory | None  # the first allocation with no room, as a real OOM reads
+    # Where it holds: capacity minus the most the model had in use (in BFC's
+    # chunks, which round and may hand out more than asked), and when that was.
+    headroom_bytes: int | None
+    tightest_time_ns: int | None
+    tightest_step: int | None
+    # The smallest capacity in which the model holds the run (bisection); None
+    # where even the unlimited replay does not.
+    smallest_bytes: int | None
+    # Frees the model could not place: of buffers allocated before the capture.
+    unplaced_frees: int
+    label: str = provenance.MODELED
+
+
+def pool_growth(metadata: RunMetadata) -> str:
+    """How the run's allocator would take memory: all of it up front on a GPU,
+    unless the run's settings turned that off; regions grown as needed elsewhere
+    (TensorFlow's CPU BFC allocator grows; the model stands in for the others)."""
+    if metadata.backend != "gpu":
+        return GROWTH
+    settings = {k: str(v).lower() for k, v in (metadata.env or {}).items()}
+    settings |= {k: str(v).lower() for k, v in (metadata.allocator_settings or {}).items()}
+    if metadata.framework == "tensorflow":
+        grows = settings.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" or any(
+            k.endswith("memory growth") and v == "true" for k, v in settings.items()
+        )
+    elif metadata.framework == "jax":
+        grows = settings.get("XLA_PYTHON_CLIENT_PREALLOCATE") in ("false", "0") or (
+            settings.get("XLA_PYTHON_CLIENT_ALLOCATOR") == "platform"
+        )
+    else:
+        grows = settings.get("PJRT_ALLOCATOR_PREALLOCATE") in ("false", "0")
+    return GROWTH if grows else PREALLOCATED
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """The allocations and frees the model replays: the device's events, and a
+    free for each buffer whose free fell in a capture gap, at the gap's end."""
+
+    is_alloc: np.ndarray
+    sizes: np.ndarray
+    buffer_id: np.ndarray
+    origin: np.ndarray  # per entry, its event's index (a gap free: the event after it)
+    starts: np.ndarray  # entries where steps (or quiet points) begin: repeats are copied
+
+
+def _stream(trace: Trace, events: DeviceEvents) -> _Stream:
+    sizes = np.where(events.requested > 0, events.requested, events.bytes)
+    index = np.arange(len(events))
+    allocations = np.flatnonzero(events.is_alloc)
+    unseen = allocations[events.free_index()[allocations] == len(events)]
+    ends = events.end_in_gap(unseen) if len(events.gaps_ns) else np.full(len(unseen), len(events))
+    unseen, ends = unseen[ends < len(events)], ends[ends < len(events)]
+    # A gap's free goes just before the first event after the gap, so before any
+    # new buffer that takes the freed one's id.
+    order = np.argsort(np.concatenate([2 * index + 1, 2 * ends]), kind="stable")
+    origin = np.concatenate([index, ends])[order]
+    is_alloc = np.concatenate([events.is_alloc, np.zeros(len(ends), bool)])[order]
+    steps = np.searchsorted(origin, np.searchsorted(events.time_ns, step_marks(trace)[0]))
+    return _Stream(
+        is_alloc=is_alloc,
+        sizes=np.concatenate([sizes, sizes[unseen]])[order],
+        buffer_id=np.concatenate([events.buffer_id, events.buffer_id[unseen]])[order],
+        origin=origin,
+        starts=np.union1d(steps, quiet_points(is_alloc, most=len(is_alloc) // 16)),
+    )
+
+
+def _replay(stream: _Stream, capacity: int, growth: str) -> ReplayResult:
+    return replay(
+        stream.is_alloc,
+        stream.sizes,
+        stream.buffer_id,
+        memory_limit=capacity,
+        allow_growth=growth == GROWTH,
+        step_starts=stream.starts,
+    )
+
+
+def check_capacity(trace: Trace, events: DeviceEvents, capacity: int) -> CapacityCheck:
+    """The run on `events`' device replayed with its allocator capped at `capacity`."""
+    growth = pool_growth(trace.metadata)
+    stream = _stream(trace, events)
+    result = _replay(stream, capacity, growth)
+    failure = headroom = tightest_time = tightest_step = None
+    if result.failed_at is not None:
+        failure = _failure(trace, events, stream, result, capacity)
+    elif len(result.in_use):
+        tightest = int(np.argmax(result.in_use))
+        headroom = capacity - int(result.in_use[tightest])
+        tightest_time = int(events.time_ns[min(stream.origin[tightest], len(events) - 1)])
+        tightest_step = step_at(trace, tightest_time)
+    partner = pair_events(events.is_alloc, events.buffer_id)
+    return CapacityCheck(
+        device=events.device,
+        capacity_bytes=capacity,
+        pool_growth=growth,
+        failure=failure,
+        headroom_bytes=headroom,
+        tightest_time_ns=tightest_time,
+        tightest_step=tightest_step,
+        smallest_bytes=_smallest(stream, growth),
+        unplaced_frees=int((~events.is_alloc & (partner < 0)).sum()),
+    )
+
+
+def _failure(
+    trace: Trace, events: DeviceEvents, stream: _Stream, result: ReplayResult, capacity: int
+) -> OutOfMemory:
+    """The allocation the model found no room for, in the form of a real failure:
+    what it asked (rounded as BFC rounds), what was in use and free under the
+    capacity, the largest free block (a free chunk, or the room left to grow)."""
+    assert result.failed_at is not None
+    index = int(stream.origin[result.failed_at])
+    asked = rounded_bytes(int(stream.sizes[result.failed_at]))
+    before = len(result.in_use) - 1
+    in_use = int(result.in_use[before]) if before >= 0 else 0
+    pool = int(result.pool[before]) if before >= 0 else 0
+    room = (capacity - pool) // MIN_ALLOCATION * MIN_ALLOCATION
+    largest = max(int(result.largest_free[before]) if before >= 0 else 0, room)
+    free = max(0, capacity - in_use)
+    why, short = verdict(asked, free)
+    (made,) = live_groups(trace, events, np.array([index]))
+    live = live_at(events, index - 1) if index > 0 else np.zeros(0, np.int64)
+    # Their chunks as the model handed them out: under a cap BFC may split what it
+    # handed out whole in the run (or the other way round).
+    placed = np.flatnonzero(stream.is_alloc[: result.failed_at])
+    chunks = events.bytes.copy()
+    chunks[stream.origin[placed]] = result.change[placed]
+    groups = live_groups(trace, events, live, chunks)
+    time_ns = int(events.time_ns[index])
+    return OutOfMemory(
+        phase="run",
+        source=MODEL_SOURCE,
+        message=(
+            f"modeled: no free chunk of {format_bytes(asked)}, and no room to grow the pool "
+            f"within {format_bytes(capacity)}"
+        ),
+        device=events.device,
+        time_ns=time_ns,
+        step=step_at(trace, time_ns),
+        op=made.op,
+        shape=made.shape,
+        dtype=made.dtype,
+        requested_bytes=asked,
+        in_use_bytes=in_use,
+        in_use_label=provenance.MODELED,
+        limit_bytes=capacity,
+        free_bytes=free,
+        largest_free_block_bytes=largest,
+        verdict=why,
+        short_by_bytes=short,
+        live=groups,
+        live_bytes=sum(g.bytes for g in groups),
+        location=made.source,
+    )
+
+
+def _live_floor(stream: _Stream) -> int:
+    """No capacity below this holds the run: the most bytes live at once, each
+    buffer rounded to BFC's unit (the model's chunks are never smaller)."""
+    partner = pair_events(stream.is_alloc, stream.buffer_id)
+    rounded = np.maximum(MIN_ALLOCATION, -(-stream.sizes // MIN_ALLOCATION) * MIN_ALLOCATION)
+    made = np.where(stream.is_alloc & (stream.sizes > 0), rounded, 0)
+    freed = np.where(~stream.is_alloc & (partner >= 0), made[np.maximum(partner, 0)], 0)
+    return int(np.cumsum(made - freed).max(initial=0))
+
+
+def _smallest(stream: _Stream, growth: str) -> int | None:
+    """The smallest capacity in which the model holds the run, by bisection
+    between the live floor (which fails below) and a capacity that holds. BFC's
+    regions make holding not strictly monotone in the capacity, so this is the
+    boundary the bisection finds; every answer it gives was replayed and held."""
+    floor = _live_floor(stream)
+    if floor == 0:
+        return 0
+    unlimited = _replay(stream, UNLIMITED, GROWTH)
+    high = max(floor, int(unlimited.pool.max(initial=0)))
+    for _ in range(8):  # one region of everything holds as soon as growth does
+        if _replay(stream, high, growth).failed_at is None:
+            break
+        high *= 2
+    else:
+        return None
+    low = floor - 1
+    while high - low > max(MIN_ALLOCATION, int(high * SEARCH_PRECISION)):
+        middle = (low + high) // 2 // MIN_ALLOCATION * MIN_ALLOCATION
+        if middle <= low:
+            break
+        if _replay(stream, middle, growth).failed_at is None:
+            high = middle
+        else:
+            low = middle
+    return high
