@@ -27,6 +27,7 @@ from tpumem.analysis.oom_messages import (
 from tpumem.analysis.padding import element_bits, parse_shape
 from tpumem.analysis.peak import LiveGroup, live_at, live_groups, step_at
 from tpumem.trace.model import Trace
+from tpumem.units import format_bytes
 
 NOT_ENOUGH = "not enough memory"
 FRAGMENTED = "fragmentation"
@@ -78,6 +79,56 @@ def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
         log, _, at = logs.pop()
         return [*logs, (combine(exception, log), "the exception and the allocator's log", at)]
     return [*logs, (exception, "the exception that ended the run", None)]
+
+
+# A process killed by SIGKILL whose memory came this close to what the machine
+# allows may have been killed by the kernel's OOM killer (which tells no one).
+NEAR_THE_LIMIT = 0.8
+SIGKILL = 9
+KILLED = "killed"  # the phase of a failure told by a kill, not by a message
+
+
+def _killed(trace: Trace, devices: list[DeviceEvents]) -> OutOfMemory | None:
+    """A run ended by SIGKILL with its memory near the machine's, or while the
+    control group's OOM killer killed: "possibly the OOM killer", no more."""
+    ending = trace.metadata.exit
+    if ending is None or ending.signal != SIGKILL:
+        return None
+    rss, limit = ending.max_rss_bytes, ending.memory_limit_bytes
+    near = rss is not None and limit is not None and rss >= NEAR_THE_LIMIT * limit
+    if not near and not ending.oom_kills:
+        return None
+    said = []
+    if rss is not None and limit is not None:
+        said.append(f"its memory reached {format_bytes(rss)} of the {format_bytes(limit)} allowed")
+    if ending.oom_kills:
+        said.append("the control group's OOM killer killed during the run")
+    # What the devices held when the capture last saw them (on a CPU backend the
+    # device's memory is the process's).
+    events = devices[0] if len(devices) == 1 else None
+    live = live_at(events, len(events) - 1) if events is not None and len(events) else None
+    groups = live_groups(trace, events, live) if live is not None else ()
+    return OutOfMemory(
+        phase=KILLED,
+        source="the exit status and the process's peak memory",
+        message=f"killed by SIGKILL: possibly the OOM killer ({'; '.join(said)})",
+        device=events.device if events is not None else None,
+        time_ns=trace.metadata.end_time_ns,
+        step=None,
+        op=None,
+        shape=None,
+        dtype=None,
+        requested_bytes=None,
+        in_use_bytes=rss,
+        in_use_label=provenance.MEASURED,
+        limit_bytes=limit,
+        free_bytes=None if rss is None or limit is None else max(0, limit - rss),
+        largest_free_block_bytes=None,
+        verdict=None,
+        short_by_bytes=None,
+        live=groups,
+        live_bytes=sum(g.bytes for g in groups),
+    )
 
 
 def _device_of(message: OomMessage, devices: list[DeviceEvents]) -> DeviceEvents | None:
@@ -140,7 +191,8 @@ def out_of_memory(
                 compiled_largest=message.largest,
             )
         )
-    return tuple(found)
+    killed = _killed(trace, devices)
+    return (*found, killed) if killed is not None else tuple(found)
 
 
 def _requested(message: OomMessage) -> int | None:
@@ -177,8 +229,8 @@ def demand_floor(failures: tuple[OutOfMemory, ...], device: str) -> int | None:
     failed under, and at least what was in use plus what it asked for."""
     floor = None
     for oom in failures:
-        if oom.device != device and oom.device is not None:
-            continue
+        if (oom.device != device and oom.device is not None) or oom.phase == KILLED:
+            continue  # (a kill says the host's memory ran out, not the device's)
         candidates = []
         if oom.phase == "compile" and oom.requested_bytes is not None:
             candidates.append(oom.requested_bytes)  # what the program needs, whole

@@ -23,6 +23,7 @@ from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
 from tpumem.errors import TpumemError
 from tpumem.launch.detect import detect_framework, module_file
+from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
 from tpumem.launch.stderr_filter import StderrFilter, filter_available
 from tpumem.outputs import create_trace, default_trace
 from tpumem.trace.amend import append_metadata
@@ -89,12 +90,29 @@ def _prepare(request: ProfileRequest) -> tuple[str, Path, int, dict[str, str]]:
     return framework, output, descriptor, environment
 
 
-def _record_ending(trace: Path, returncode: int, start_ns: int, chunk_s: float) -> None:
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    """What the launcher saw of the child's memory, for a child killed by a signal."""
+
+    max_rss_bytes: int | None
+    limit_bytes: int | None
+    oom_kills: int | None  # during the run
+
+
+def _record_ending(
+    trace: Path, returncode: int, start_ns: int, chunk_s: float, memory: HostMemory
+) -> None:
     """For a child that died without closing its trace."""
     if returncode < 0:
         number = -returncode
         name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-        exit_info = ExitStatus(signal=number, signal_name=name)
+        exit_info = ExitStatus(
+            signal=number,
+            signal_name=name,
+            max_rss_bytes=memory.max_rss_bytes,
+            memory_limit_bytes=memory.limit_bytes,
+            oom_kills=memory.oom_kills,
+        )
         how = f"was killed by {name}"
     else:
         exit_info = ExitStatus(code=returncode)
@@ -178,8 +196,11 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         number: signal.signal(number, lambda number, _: child.send_signal(number))
         for number in _FORWARDED
     }
+    kills_before = oom_kills()
     try:
-        returncode = child.wait()
+        # wait4, not wait(): the child's own peak memory comes with its status.
+        _, status, usage = os.wait4(child.pid, 0)
+        returncode = child.returncode = os.waitstatus_to_exitcode(status)
     finally:
         signal.signal(signal.SIGINT, previous)
         for number, handler in forwarded.items():
@@ -190,7 +211,13 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     ending = read_ending(status_read)
     recorded = ending.get("exit", {}).get("signal") if ending else None
     if ending is None or (killed is not None and recorded != killed):
-        _record_ending(output, returncode, start_ns, request.capture.chunk_s)
+        kills_after = oom_kills()
+        memory = HostMemory(
+            max_rss_bytes=usage.ru_maxrss * 1024,  # KiB on Linux
+            limit_bytes=memory_limit_bytes(),
+            oom_kills=None if None in (kills_before, kills_after) else kills_after - kills_before,
+        )
+        _record_ending(output, returncode, start_ns, request.capture.chunk_s, memory)
     if stderr is not None:
         _record_oom_logs(output, stderr.oom_logs.finish(), start_ns)
     with contextlib.suppress(OSError):  # (unreadable) the trace stays as the run wrote it

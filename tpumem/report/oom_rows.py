@@ -4,7 +4,7 @@ and what a capacity asked about would give (the allocator model's replay)."""
 from __future__ import annotations
 
 from tpumem.analysis.capacity import CapacityCheck
-from tpumem.analysis.oom import COMPILE, FRAGMENTED, NOT_ENOUGH, OutOfMemory
+from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, NOT_ENOUGH, OutOfMemory
 from tpumem.units import format_bytes, format_seconds
 
 SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
@@ -13,6 +13,8 @@ SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
 def what(oom: OutOfMemory) -> str:
     """What failed, after the words "Out of memory": "at step N in op X ...: asked
     for A; B in use of limit L; largest free block F", as far as the trace knows."""
+    if oom.phase == KILLED:
+        return oom.message
     if oom.phase == "compile":
         asked = oom.requested_bytes
         needs = f"needs {format_bytes(asked)}" if asked else "needs more"
@@ -57,6 +59,11 @@ def why(oom: OutOfMemory) -> str:
             else "no free block held it (the largest is not known)"
         )
         return f"fragmentation: {free} free, but in pieces; {largest}"
+    if oom.phase == KILLED:
+        return (
+            "the kernel kills a process with SIGKILL, and says nothing to it, when memory "
+            "runs out; the figures above make that likely, not certain"
+        )
     if oom.verdict == COMPILE:
         short = f", {format_bytes(oom.short_by_bytes)} too much" if oom.short_by_bytes else ""
         return f"the compiled program does not fit the device{short}"

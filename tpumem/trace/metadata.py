@@ -57,6 +57,12 @@ class ExitStatus:
     signal: int | None = None
     signal_name: str | None = None
     exception: str | None = None  # "KeyboardInterrupt", or the uncaught error
+    # For a process killed by a signal (tpumem profile records these): its peak
+    # resident memory, what the machine (or its control group) allows, and how
+    # many processes the control group's OOM killer killed during the run.
+    max_rss_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    oom_kills: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
