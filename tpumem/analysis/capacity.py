@@ -196,7 +196,6 @@ def _failure(
         verdict=why,
         short_by_bytes=short,
         live=groups,
-        live_bytes=sum(g.bytes for g in groups),
         location=made.source,
     )
 

@@ -54,9 +54,12 @@ class OutOfMemory:
     verdict: str | None  # NOT_ENOUGH, FRAGMENTED, COMPILE, or None (cannot tell)
     short_by_bytes: int | None  # with NOT_ENOUGH or COMPILE
     live: tuple[LiveGroup, ...]  # the captured buffers live at the failure, largest first
-    live_bytes: int
     compiled_largest: tuple[CompiledAllocation, ...] = ()
     location: str | None = None  # the source line that asked, where the trace knows it
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(group.bytes for group in self.live)
 
 
 def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
@@ -127,7 +130,6 @@ def _killed(trace: Trace, devices: list[DeviceEvents]) -> OutOfMemory | None:
         verdict=None,
         short_by_bytes=None,
         live=groups,
-        live_bytes=sum(g.bytes for g in groups),
     )
 
 
@@ -187,7 +189,6 @@ def out_of_memory(
                 verdict=verdict,
                 short_by_bytes=short,
                 live=groups,
-                live_bytes=sum(g.bytes for g in groups),
                 compiled_largest=message.largest,
             )
         )
