@@ -42,6 +42,16 @@ def test_the_report_page_of_a_real_trace(tmp_path):
     assert page.with_suffix(".png").stat().st_size > 10_000  # a screenshot to look at
 
 
+def test_a_capacity_too_small_opens_the_page_with_the_modeled_failure(tmp_path):
+    page = tmp_path / "tight.html"
+    problems, dom = _page(
+        ["report", str(GPU / "mlp.tpumem"), "--capacity", "1MiB", "-o", str(page)]
+    )
+    assert problems == []
+    assert 'class="banner failed"' in dom and "out of memory (modeled)" in dom
+    assert "Live at the modeled failure" in dom
+
+
 @pytest.mark.parametrize("name", ["html in names", "escapes everywhere"])
 def test_a_hostile_trace_shows_its_names_as_text(tmp_path, name):
     trace = cases()[name](tmp_path / "hostile.tpumem")
