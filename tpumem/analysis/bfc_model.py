@@ -75,6 +75,18 @@ def quiet_points(is_alloc: np.ndarray, most: int) -> np.ndarray:
     return points
 
 
+def replay_sizes(requested: np.ndarray, recorded: np.ndarray) -> np.ndarray:
+    """What the model asks for per event: the bytes requested where the trace knows
+    them (the allocator rounds them itself), else the bytes recorded."""
+    return np.where(requested > 0, requested, recorded)
+
+
+def repeat_candidates(step_starts: np.ndarray, is_alloc: np.ndarray) -> np.ndarray:
+    """Where replay() looks for repeated blocks: the step marks' events and the
+    quiet points of the lifetimes (only candidates; replay() checks them)."""
+    return np.union1d(step_starts, quiet_points(is_alloc, most=len(is_alloc) // 16))
+
+
 def _same_block(signature: tuple[np.ndarray, ...], a: int, b: int, length: int) -> bool:
     """Whether events [b, b + length) allocate and free as [a, a + length) do:
     equal sizes, kinds and offsets to their partner events. With an equal state at

@@ -20,7 +20,7 @@ import numpy as np
 
 from tpumem.analysis import provenance
 from tpumem.analysis.bfc import MIN_ALLOCATION, UNLIMITED, rounded_bytes
-from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
+from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.oom import OutOfMemory, verdict
 from tpumem.analysis.peak import live_at, live_groups, step_at
@@ -87,13 +87,14 @@ class _Stream:
     buffer_id: np.ndarray
     origin: np.ndarray  # per entry, its event's index (a gap free: the event after it)
     starts: np.ndarray  # entries where steps (or quiet points) begin: repeats are copied
+    unplaced_frees: int  # frees of buffers made before the capture: not in the stream
 
 
 def _stream(trace: Trace, events: DeviceEvents) -> _Stream:
-    sizes = np.where(events.requested > 0, events.requested, events.bytes)
+    sizes = replay_sizes(events.requested, events.bytes)
     index = np.arange(len(events))
-    allocations = np.flatnonzero(events.is_alloc)
-    unseen = allocations[events.free_index()[allocations] == len(events)]
+    unpaired = pair_events(events.is_alloc, events.buffer_id) < 0
+    unseen = np.flatnonzero(events.is_alloc & unpaired)  # never freed in the trace
     ends = events.end_in_gap(unseen) if len(events.gaps_ns) else np.full(len(unseen), len(events))
     unseen, ends = unseen[ends < len(events)], ends[ends < len(events)]
     # A gap's free goes just before the first event after the gap, so before any
@@ -107,7 +108,8 @@ def _stream(trace: Trace, events: DeviceEvents) -> _Stream:
         sizes=np.concatenate([sizes, sizes[unseen]])[order],
         buffer_id=np.concatenate([events.buffer_id, events.buffer_id[unseen]])[order],
         origin=origin,
-        starts=np.union1d(steps, quiet_points(is_alloc, most=len(is_alloc) // 16)),
+        starts=repeat_candidates(steps, is_alloc),
+        unplaced_frees=int((~events.is_alloc & unpaired).sum()),
     )
 
 
@@ -135,7 +137,6 @@ def check_capacity(trace: Trace, events: DeviceEvents, capacity: int) -> Capacit
         headroom = capacity - int(result.in_use[tightest])
         tightest_time = int(events.time_ns[min(stream.origin[tightest], len(events) - 1)])
         tightest_step = step_at(trace, tightest_time)
-    partner = pair_events(events.is_alloc, events.buffer_id)
     return CapacityCheck(
         device=events.device,
         capacity_bytes=capacity,
@@ -145,7 +146,7 @@ def check_capacity(trace: Trace, events: DeviceEvents, capacity: int) -> Capacit
         tightest_time_ns=tightest_time,
         tightest_step=tightest_step,
         smallest_bytes=_smallest(stream, growth),
-        unplaced_frees=int((~events.is_alloc & (partner < 0)).sum()),
+        unplaced_frees=stream.unplaced_frees,
     )
 
 

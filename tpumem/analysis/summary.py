@@ -8,7 +8,7 @@ import numpy as np
 
 from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom
-from tpumem.analysis.bfc_model import ReplayResult, quiet_points, replay
+from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
 from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
@@ -70,10 +70,9 @@ def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     """The BFC model runs where the allocator reported nothing of its own."""
     if events.reported_fragmentation is not None:
         return None
-    sizes = np.where(events.requested > 0, events.requested, events.bytes)
+    sizes = replay_sizes(events.requested, events.bytes)
     steps = np.searchsorted(events.time_ns, step_marks(trace)[0])
-    quiet = quiet_points(events.is_alloc, most=len(events) // 16)
-    starts = np.union1d(steps, quiet)
+    starts = repeat_candidates(steps, events.is_alloc)
     return replay(events.is_alloc, sizes, events.buffer_id, step_starts=starts)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tpumem.commands.common import parse_capacity
+from tpumem.commands.common import parse_capacity, parse_size
 from tpumem.errors import TpumemError
 
 
@@ -19,17 +19,13 @@ def run_check(
     from tpumem.analysis import analyze
     from tpumem.check import Limits, breaches
     from tpumem.trace.reader import load
-    from tpumem.units import parse_bytes
 
     if max_peak is None and max_fragmentation is None and capacity is None:
         raise TpumemError(
             "nothing to check: give --max-peak, --max-fragmentation and/or --capacity"
         )
     size = parse_capacity(capacity)
-    try:
-        peak_bytes = None if max_peak is None else parse_bytes(max_peak)
-    except ValueError as error:
-        raise TpumemError(f"--max-peak: {error}") from None
+    peak_bytes = parse_size("--max-peak", max_peak)
     found = breaches(
         analyze(load(trace), capacity=size), Limits(peak_bytes, max_fragmentation, size)
     )

@@ -31,17 +31,25 @@ def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> Non
     print(f"tpumem: wrote {output}", file=sys.stderr)
 
 
-def parse_capacity(text: str | None) -> int | None:
-    """--capacity's bytes; a clear error for anything that is not a size."""
+def parse_size(option: str, text: str | None) -> int | None:
+    """An option's size in bytes (12GiB, 800MB, bytes); one clear line for
+    anything that is not one."""
     if text is None:
         return None
     from tpumem.errors import TpumemError
     from tpumem.units import parse_bytes
 
     try:
-        size = parse_bytes(text)
+        return parse_bytes(text)
     except ValueError as error:
-        raise TpumemError(f"--capacity: {error}") from None
-    if size <= 0:
+        raise TpumemError(f"{option}: {error}") from None
+
+
+def parse_capacity(text: str | None) -> int | None:
+    """--capacity's bytes: a size above 0."""
+    size = parse_size("--capacity", text)
+    if size is not None and size <= 0:
+        from tpumem.errors import TpumemError
+
         raise TpumemError("--capacity: give a size above 0")
     return size

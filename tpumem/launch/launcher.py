@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tpumem.adapters import CaptureOptions, adapter_names, get_adapter
@@ -90,29 +90,15 @@ def _prepare(request: ProfileRequest) -> tuple[str, Path, int, dict[str, str]]:
     return framework, output, descriptor, environment
 
 
-@dataclass(frozen=True, slots=True)
-class HostMemory:
-    """What the launcher saw of the child's memory, for a child killed by a signal."""
-
-    max_rss_bytes: int | None
-    limit_bytes: int | None
-    oom_kills: int | None  # during the run
-
-
 def _record_ending(
-    trace: Path, returncode: int, start_ns: int, chunk_s: float, memory: HostMemory
+    trace: Path, returncode: int, start_ns: int, chunk_s: float, memory: ExitStatus
 ) -> None:
-    """For a child that died without closing its trace."""
+    """For a child that died without closing its trace. `memory`: what was seen of
+    its memory (the ExitStatus fields for a kill)."""
     if returncode < 0:
         number = -returncode
         name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-        exit_info = ExitStatus(
-            signal=number,
-            signal_name=name,
-            max_rss_bytes=memory.max_rss_bytes,
-            memory_limit_bytes=memory.limit_bytes,
-            oom_kills=memory.oom_kills,
-        )
+        exit_info = replace(memory, signal=number, signal_name=name)
         how = f"was killed by {name}"
     else:
         exit_info = ExitStatus(code=returncode)
@@ -212,9 +198,9 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     recorded = ending.get("exit", {}).get("signal") if ending else None
     if ending is None or (killed is not None and recorded != killed):
         kills_after = oom_kills()
-        memory = HostMemory(
+        memory = ExitStatus(
             max_rss_bytes=usage.ru_maxrss * 1024,  # KiB on Linux
-            limit_bytes=memory_limit_bytes(),
+            memory_limit_bytes=memory_limit_bytes(),
             oom_kills=None if None in (kills_before, kills_after) else kills_after - kills_before,
         )
         _record_ending(output, returncode, start_ns, request.capture.chunk_s, memory)
