@@ -29,6 +29,8 @@ class CaptureOptions:
     sample_interval_s: float = 0.01  # counters (bytes in use, peak) read this often
     chunk_s: float = 1.0  # profiler sessions last this long: what a SIGKILL can lose
     cpu_allocator_events: bool = True  # TensorFlow: a BFC allocator on the CPU
+    programs: bool = True  # each compiled program's HLO and buffer assignment (XLA's dump)
+    xla_dump_dir: str | None = None  # where XLA dumps them: made and removed by the caller
 
 
 class Adapter(ABC):

@@ -31,6 +31,7 @@ from tpumem.adapters.base import (
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
+from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo, JaxBook, JaxExtra
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.trace.writer import TraceWriter
@@ -98,6 +99,7 @@ class JaxAdapter(Adapter):
         self._chunks: ProfilerChunks | None = None
         self._book: BufferBook | None = None
         self._hooks: JaxHooks | None = None
+        self._dump: XlaDump | None = None
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
@@ -108,6 +110,9 @@ class JaxAdapter(Adapter):
 
     def start(self, writer: TraceWriter) -> None:
         self.writer = writer
+        # XLA reads XLA_FLAGS when JAX first makes a backend (below, unless the
+        # script made one before tpumem started).
+        self._dump = install_dump(self.options, self._warnings)
         hooks = self._hooks = JaxHooks(writer, None, False)
         if not hooks.install_before_import():
             self._warnings.append(
@@ -158,6 +163,7 @@ class JaxAdapter(Adapter):
         if self._chunks is not None:
             self._chunks.stop()
             self._warnings.extend(self._chunks.warnings)
+        close_dump(self._dump, self.writer, bool(self._hooks.programs), self._warnings)
         if self._book is not None:
             self._write_book()
             self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata()))
@@ -185,6 +191,8 @@ class JaxAdapter(Adapter):
         self._ticks += 1
         if self._book is not None and self._ticks % self._polls_every == 0:
             self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
+        if self._dump is not None:
+            self._dump.tick(self.writer)
 
     def _sample_once(self) -> None:
         for device in self.counted:

@@ -20,10 +20,12 @@ analysis once, and the exact run window of that call.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
 import json
+import os
 import sys
 import threading
 import time
@@ -86,8 +88,14 @@ class JaxHooks:
 
     def install_after_import(self) -> None:
         from jax import tree_util
-        from jax._src import dispatch, pjit
+        from jax._src import dispatch, pjit, source_info_util
         from jax._src.interpreters import pxla
+
+        # The source line JAX keeps in each program's HLO is the innermost frame
+        # outside JAX: the user's, not these hooks'.
+        here = os.path.dirname(os.path.abspath(__file__))
+        for path in {here, os.path.realpath(here)}:
+            source_info_util.register_exclusion(path + os.sep)
 
         self._tree_leaves = tree_util.tree_leaves
         if self.book is not None:
@@ -153,6 +161,9 @@ class JaxHooks:
         executable = execute.xla_executable
         devices = tuple(device_name(d) for d in execute._local_devices)
         analysis: dict[str, Any] = {"name": execute.name, "devices": list(devices)}
+        # (A backend that keeps no HLO module: the program joins no HLO.)
+        with contextlib.suppress(Exception):
+            analysis["module"] = executable.hlo_modules()[0].name
         try:
             stats = executable.get_compiled_memory_stats()
         except Exception as error:  # a backend without the analysis

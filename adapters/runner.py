@@ -93,7 +93,8 @@ def _metadata(config: RunConfig) -> dict[str, Any]:
         "pid": os.getpid(),
         "python": platform.python_version(),
         "tpumem_version": __version__,
-        "capture_options": config.capture,
+        # (Where XLA dumped programs is a temporary directory, gone after the run.)
+        "capture_options": {k: v for k, v in config.capture.items() if k != "xla_dump_dir"},
         "set_by_tpumem": config.environment,
         "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
         "warnings": (),

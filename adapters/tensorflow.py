@@ -30,6 +30,7 @@ from tpumem.adapters.base import (
 )
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.tf_transfers import HostTransfers
+from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo
 from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
@@ -124,6 +125,7 @@ class TensorFlowAdapter(Adapter):
         self._spool: Path | None = None
         self._chunks: ProfilerChunks | None = None
         self._keras_step = 0
+        self._dump: XlaDump | None = None
         self._devices_found = False
         self._cpu_without_bfc = False
         self.devices: list[str] = []
@@ -136,6 +138,9 @@ class TensorFlowAdapter(Adapter):
         return {}
 
     def start(self, writer: TraceWriter) -> None:
+        # Functions compiled with XLA (jit_compile=True): XLA reads XLA_FLAGS when
+        # it first compiles.
+        self._dump = install_dump(self.options, self._warnings)
         import tensorflow as tf
         from tensorflow.python.eager import context
 
@@ -192,6 +197,7 @@ class TensorFlowAdapter(Adapter):
                 self._warnings.append(_without_bfc(self._chunks.stats.events))
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
+        close_dump(self._dump, self.writer, False, self._warnings)
         self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
 
     def _memory_info(self, device: str) -> dict[str, int] | None:
@@ -204,6 +210,8 @@ class TensorFlowAdapter(Adapter):
         if self._devices_ready():
             self._sample_once()
         self._watch_keras()
+        if self._dump is not None:
+            self._dump.tick(self.writer)
 
     def _sample_once(self) -> None:
         for device in self.counted:

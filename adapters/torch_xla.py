@@ -42,6 +42,7 @@ from tpumem.adapters.torch_xla_debug import (
     DebugLog,
     Graph,
 )
+from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo, TorchXlaBook, TorchXlaExtra
 from tpumem.trace.schema import BUFFER, PROGRAM
 from tpumem.trace.writer import TraceWriter
@@ -73,6 +74,7 @@ class TorchXlaAdapter(Adapter):
         self._syncs = 0
         self._unseen_executions = 0
         self._names: dict[Any, str] = {}
+        self._dump: XlaDump | None = None
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
@@ -92,6 +94,7 @@ class TorchXlaAdapter(Adapter):
         self.writer = writer
         self.origin = writer.start_time_ns
         self._configure_debug_output()  # read by torch_xla's C++ on first use
+        self._dump = install_dump(self.options, self._warnings)  # XLA_FLAGS, likewise
         import torch
         import torch_xla
         import torch_xla.runtime as xr
@@ -125,6 +128,8 @@ class TorchXlaAdapter(Adapter):
         self.book.finish(self._now())
         self._read_debug()
         self._write_book()
+        compiled = self._debug is not None and bool(self._debug.graphs)
+        close_dump(self._dump, self.writer, compiled, self._warnings)
         devices = sorted(set(self._names.values()))
         self.writer.patch_metadata(
             devices=[DeviceInfo(name, self.backend) for name in devices],
@@ -282,6 +287,8 @@ class TorchXlaAdapter(Adapter):
     def _tick(self) -> None:
         self._sample_once()
         self._write_book()
+        if self._dump is not None:
+            self._dump.tick(self.writer)
 
     def _sample_once(self) -> None:
         if self.backend == "CPU" or not self.xlac._xla_runtime_is_initialized():

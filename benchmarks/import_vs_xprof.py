@@ -54,7 +54,7 @@ def main() -> None:
         data, _ = xspace_to_tool_data([str(xplane)], "memory_profile", {})
         assert data, "XProf returned no memory profile"
 
-    _, events = import_profile(hosts[0], run, create)
+    _, events, _ = import_profile(hosts[0], run, create)
     xprof()  # warm both: imports and first-call costs are not the comparison
     tpumem()
     ours = median_seconds(tpumem, args.repeats)

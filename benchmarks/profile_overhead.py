@@ -1,10 +1,11 @@
 """Overhead of `tpumem profile` on an example against the plain run, in one run.
 
     .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
-        [--steps 100] [--repeats 5] [-- EXAMPLE ARGS]
+        [--steps 100] [--repeats 5] [--anchor plain|no-programs] [-- EXAMPLE ARGS]
 
-Runs the plain script and the profiled one in turn, `repeats` times each, and prints
-the medians and the ratios profiled / plain of
+Runs the anchor (the plain script; or, for what recording the compiled programs
+costs, `tpumem profile --no-programs`) and the profiled one in turn, `repeats`
+times each, and prints the medians and the ratios profiled / anchor of
 - the training loop's own time (the example's `steps_seconds`: every step after the
   first, which traces and compiles) - the figure the goal is about (<= 1.05);
 - the whole command's wall time, start-up, capture, last chunk and report included.
@@ -51,27 +52,32 @@ def main() -> None:
     parser.add_argument("--example", default="tf_transformer.py")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--anchor", choices=("plain", "no-programs"), default="plain")
     parser.add_argument("rest", nargs="*", help="more arguments for the example")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
     script = [str(EXAMPLES / args.example), "--steps", str(args.steps), *args.rest]
-    plain_command = [sys.executable, *script]
     trace = WORK / "overhead.tpumem"
     profiled_command = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", str(trace)]
+    plain_command = [sys.executable, *script]
+    if args.anchor == "no-programs":
+        anchor = WORK / "anchor.tpumem"
+        plain_command = [sys.executable, "-m", "tpumem", "profile", "-q", "--no-programs"]
+        plain_command += ["-o", str(anchor), *script]
     profiled_command += script
     plain, profiled = [], []
     for repeat in range(args.repeats):
         plain.append(run(plain_command))
         profiled.append(run(profiled_command))
         print(
-            f"run {repeat + 1}/{args.repeats}: loop {plain[-1][0]:.2f} s plain, "
+            f"run {repeat + 1}/{args.repeats}: loop {plain[-1][0]:.2f} s {args.anchor}, "
             f"{profiled[-1][0]:.2f} s profiled",
             flush=True,
         )
     for index, what in enumerate(("training loop", "whole command")):
         a = statistics.median(p[index] for p in plain)
         b = statistics.median(p[index] for p in profiled)
-        print(f"{what:14}: plain {a:.2f} s, profiled {b:.2f} s, ratio {b / a:.3f}")
+        print(f"{what:14}: {args.anchor} {a:.2f} s, profiled {b:.2f} s, ratio {b / a:.3f}")
     print(f"(example {args.example}, {args.steps} steps, median of {args.repeats} runs each)")
 
 

@@ -8,8 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+from hlo_builder import hlo_proto
 
+from tpumem.hlo.schema import ALLOC, FREE
 from tpumem.trace.columns import rows_to_batch
+from tpumem.trace.hlo_rows import hlo_row_text
 from tpumem.trace.schema import SCHEMA
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
@@ -74,6 +77,22 @@ def _meta_row(text: str) -> dict:
     return {"kind": "meta", "time_ns": 5, "text": text}
 
 
+def _hlo_row(text: str) -> dict:
+    return {"kind": "hlo", "time_ns": 6, "text": text}
+
+
+def _hostile_program() -> bytes:
+    """A real HloProto whose every name is markup."""
+    return hlo_proto(
+        {1: 4096, 2: 2048},
+        [(ALLOC, 2), (FREE, 2)],
+        {1: "parameter"},
+        names=lambda i: f"{HTML}{i}",
+        op=lambda i: HTML,
+        source=f"/{HTML}.py",
+    )
+
+
 def cases() -> dict[str, Callable[[Path], Path]]:
     """name -> writes the trace at the path given."""
     n = len(_rows())
@@ -85,6 +104,24 @@ def cases() -> dict[str, Callable[[Path], Path]]:
         "meta nested deep": lambda p: write(p, [*_rows(), _meta_row("[" * 100000)]),
         "meta warnings not a list": lambda p: write(p, [*_rows(), _meta_row('{"warnings": "x"}')]),
         "header a list": lambda p: write(p, header=[1, 2]),
+        "hlo names html": lambda p: write(
+            p, [*_rows(), _hlo_row(hlo_row_text(HTML, _hostile_program(), 3))]
+        ),
+        "hlo not base64": lambda p: write(
+            p, [*_rows(), _hlo_row('{"encoding": "zlib+base64", "hlo_proto": "%%%"}')]
+        ),
+        "hlo not a proto": lambda p: write(
+            p, [*_rows(), _hlo_row(hlo_row_text("junk", b"\x0a\xff\xff\xff\x0f", None))]
+        ),
+        "hlo frees twice": lambda p: write(
+            p,
+            [
+                *_rows(),
+                _hlo_row(
+                    hlo_row_text("x", hlo_proto({2: 8}, [(ALLOC, 2), (FREE, 2), (FREE, 2)], {}))
+                ),
+            ],
+        ),
         "header not utf-8": lambda p: write(p, raw_header=b'{"format": "\xff\xfe"}'),
         "header NaN": lambda p: write(p, header=_header(start_time_ns=float("nan"))),
         "header infinite end": lambda p: write(p, header=_header(end_time_ns=float("inf"))),

@@ -63,6 +63,19 @@ def test_a_hostile_trace_shows_its_names_as_text(tmp_path, name):
         assert HTML.replace("<", "&lt;").replace(">", "&gt;") in dom
 
 
+def test_a_program_with_markup_for_names_shows_them_as_text(tmp_path):
+    """The page's compiled programs: the table, the picker and the program's heap
+    chart and buffers, with every name from the HLO shown as text."""
+    trace = cases()["hlo names html"](tmp_path / "programs.tpumem")
+    page = tmp_path / "programs.html"
+    problems, dom = _page(["report", str(trace), "--program", "handmade", "-o", str(page)])
+    assert problems == []
+    assert 'data-program="handmade"' in dom and "<select" in dom
+    assert "<svg" in dom.split('data-program="handmade"', 1)[1]
+    for injected in INJECTED:
+        assert injected not in dom
+
+
 def test_the_compare_page_with_a_hostile_run(tmp_path):
     hostile = cases()["html in names"](tmp_path / "hostile.tpumem")
     page = tmp_path / "compare.html"

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -179,7 +180,7 @@ def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         runs[trace.stem] = analyze(load(trace))
     xplanes = {run: logdir / "plugins" / "profile" / run for run in runs}
-    converted = xprof_memory_profile(*(next(d.iterdir()) for d in xplanes.values()))
+    converted = xprof_memory_profile(*(next(d.glob("*.xplane.pb")) for d in xplanes.values()))
     for run, analysis in runs.items():
         (by_allocator,) = [v for k, v in converted.items() if f"/{run}/" in k]
         assert set(by_allocator) == {d.device for d in analysis.devices}
@@ -205,6 +206,18 @@ def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
             device = analysis.devices[0]
             summary = data["memoryProfilePerAllocator"][device.device]["profileSummary"]
             assert int(summary["peakStats"]["peakBytesInUse"]) == device.peak.bytes
+            if run == "jax_mlp":  # its compiled programs, in XProf's memory_viewer
+                assert "memory_viewer" in tools
+                modules = get(f"{base}/data/plugin/profile/module_list?run={run}").decode()
+                step = next(m for m in modules.split(",") if m.startswith("jit_step("))
+                viewer = json.loads(
+                    get(
+                        f"{base}/data/plugin/profile/data?run={run}&tag=memory_viewer"
+                        f"&host={host}&module_name={urllib.parse.quote(step)}"
+                    )
+                )
+                heap = next(p.heap for p in analysis.compiled if p.name == "jit_step")
+                assert round(viewer["peakHeapMib"] * (1 << 20)) == heap.peak_bytes
         scalar_runs = json.loads(get(f"{base}/data/runs"))
         assert set(runs) <= set(scalar_runs)
 

@@ -115,11 +115,20 @@ def report(
         bool, typer.Option("--force", help="Replace a trace at the output path.")
     ] = False,
     capacity: Capacity = None,
+    program: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            metavar="NAME",
+            help="One compiled program in full: every buffer live at its peak and its heap "
+            "over program order (NAME: the module, e.g. jit_train_step, or part of it).",
+        ),
+    ] = None,
 ) -> None:
-    """Report peak use, preallocation and fragmentation of a trace."""
+    """Report peak use, preallocation and fragmentation of a trace, and what fills
+    each compiled program."""
     from tpumem.commands.report import run_report
 
-    run_report(trace, fmt, output, width, force, capacity)
+    run_report(trace, fmt, output, width, force, capacity, program)
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -262,6 +271,14 @@ def profile(
             show_default=False,
         ),
     ] = True,
+    programs: Annotated[
+        bool,
+        typer.Option(
+            help="Record each compiled program's HLO and buffer assignment (XLA's dump, "
+            "added to your XLA_FLAGS): what fills each program. On by default.",
+            show_default=False,
+        ),
+    ] = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report, no messages.")] = False,
     fmt: Annotated[
         str,
@@ -288,6 +305,7 @@ def profile(
         "sample_interval_s": sample_interval,
         "chunk_s": chunk,
         "cpu_allocator_events": cpu_allocator_events,
+        "programs": programs,
     }
     options = (output, framework, capture, quiet, fmt, width, force, tensorboard)
     raise typer.Exit(run_profile(target, list(args or []), module, *options))

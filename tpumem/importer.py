@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,8 +10,10 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tpumem.errors import TpumemError
-from tpumem.trace.schema import ALLOCATOR
+from tpumem.trace.hlo_rows import hlo_row_text
+from tpumem.trace.schema import ALLOCATOR, HLO
 from tpumem.trace.writer import TraceWriter
+from tpumem.xplane.hlo_protos import read_hlo_protos
 from tpumem.xplane.memory_events import MemoryEvents, parse_space, read_memory_events
 from tpumem.xplane.trace_columns import (
     allocator_codes,
@@ -21,6 +24,8 @@ from tpumem.xplane.trace_columns import (
 from tpumem.xplane.wire import WireError
 
 XPLANE_SUFFIX = ".xplane.pb"
+HLO_PROTO_SUFFIX = ".hlo_proto.pb"
+_PROGRAM_FILE = re.compile(r".*\((\d+)\)" + re.escape(HLO_PROTO_SUFFIX))
 NO_EVENTS_HELP = (
     "TensorFlow records them on CPU only when TF_CPU_ALLOCATOR_USE_BFC=true is set "
     "before it starts (on GPU and TPU always); JAX and PyTorch/XLA record none on CPU"
@@ -75,7 +80,9 @@ def guess_framework(events: MemoryEvents) -> str:
     return "unknown"
 
 
-def read_profile(profile: HostProfile) -> MemoryEvents:
+def read_profile(profile: HostProfile) -> tuple[MemoryEvents, list[tuple[int, bytes]]]:
+    """The profile's memory events, and the compiled programs it carries
+    (program id, HloProto bytes): in the XSpace, else beside it as XProf keeps them."""
     try:
         data = profile.path.read_bytes()
     except OSError as error:
@@ -83,29 +90,48 @@ def read_profile(profile: HostProfile) -> MemoryEvents:
     if not data:
         raise TpumemError(f"{profile.path}: empty file, not an XSpace profile")
     try:
-        return read_memory_events(parse_space(data))
+        space = parse_space(data)
+        return read_memory_events(space), read_hlo_protos(space) or _beside(profile.path)
     except (DecodeError, WireError) as error:
         raise TpumemError(
             f"{profile.path}: not a readable XSpace profile (corrupt or truncated: {error})"
         ) from None
 
 
+def _beside(path: Path) -> list[tuple[int, bytes]]:
+    """Programs XProf extracted from a profile into files beside it
+    (`module(program id).hlo_proto.pb`); unreadable ones are skipped."""
+    found = []
+    for file in sorted(path.parent.glob(f"*{HLO_PROTO_SUFFIX}")):
+        match = _PROGRAM_FILE.fullmatch(file.name)
+        try:
+            data = file.read_bytes()
+        except OSError:
+            continue
+        if data:  # (XProf writes an empty NO_MODULE file for a profile without any)
+            found.append((int(match.group(1)) if match else -1 - len(found), data))
+    return found
+
+
 def import_profile(
     profile: HostProfile, run: str, create: Callable[[], tuple[Path, int]]
-) -> tuple[Path, int]:
-    """Writes one host's memory events as a trace, in the file `create` makes once
-    the profile was read (a profile with nothing to import leaves no file behind);
-    (the trace's path, the event count)."""
-    events = read_profile(profile)
-    if len(events) == 0:
+) -> tuple[Path, int, int]:
+    """Writes one host's memory events and compiled programs as a trace, in the
+    file `create` makes once the profile was read (a profile with nothing to
+    import leaves no file behind); (the trace's path, the event count, the
+    program count)."""
+    events, programs = read_profile(profile)
+    if len(events) == 0 and not programs:
         raise TpumemError(
             f"{profile.path}: no MemoryAllocation/MemoryDeallocation events: {NO_EVENTS_HELP}"
         )
-    origin_ps = int(min(events.time_ps[0], events.step_time_ps.min(initial=events.time_ps[0])))
-    address = events.numeric["addr"].values
-    buffer_id = pair_buffers(allocator_codes(events), address, events.is_alloc)
-    columns = trace_columns(events, origin_ps, buffer_id)
-    devices = sorted(set(columns["device"].dictionary.to_pylist()))  # type: ignore[attr-defined]
+    columns, devices, origin_ps = None, [], int(events.step_time_ps.min(initial=0))
+    if len(events):  # (a profile may carry compiled programs only)
+        origin_ps = int(min(events.time_ps[0], events.step_time_ps.min(initial=events.time_ps[0])))
+        address = events.numeric["addr"].values
+        buffer_id = pair_buffers(allocator_codes(events), address, events.is_alloc)
+        columns = trace_columns(events, origin_ps, buffer_id)
+        devices = sorted(set(columns["device"].dictionary.to_pylist()))  # type: ignore[attr-defined]
     metadata = {
         "framework": guess_framework(events),
         "backend": "gpu"
@@ -118,17 +144,20 @@ def import_profile(
         "xspace_planes": tuple(events.plane_names),
         "fidelity": {device: ALLOCATOR for device in devices},
         "start_time_ns": 0,
-        "warnings": (),
+        "warnings": () if len(events) else (f"no memory events: {NO_EVENTS_HELP}",),
     }
     output, descriptor = create()
     with TraceWriter(descriptor, metadata, flush_interval_s=0) as writer:
-        writer.write_columns(columns, len(events))
+        if columns is not None:
+            writer.write_columns(columns, len(events))
         marks, count = mark_columns(events, origin_ps)
         if count:
             writer.write_columns(marks, count)
+        for program_id, data in programs:
+            writer.record(HLO, time_ns=0, text=hlo_row_text(str(profile.path), data, program_id))
     if writer.failed is not None:
         raise TpumemError(
             f"{output}: writing failed ({writer.failed.strerror or writer.failed}); "
             "the file holds the events written before"
         )
-    return output, len(events)
+    return output, len(events), len(programs)

@@ -1,15 +1,24 @@
-"""Compiled programs' memory, as XLA's own analysis gave it when each compiled:
-argument, output, alias (outputs that reuse a donated argument), temp and
-generated-code bytes per device. These are compile-time figures, not a
-measurement of a run."""
+"""Compiled programs' memory, as XLA itself planned it when each compiled.
+
+Two records per program, when the adapter has both: XLA's memory analysis
+(argument, output, alias, temp and generated-code bytes per device: a `program`
+row) and the optimized HLO with its buffer assignment (an `hlo` row), from which
+program_heap.py finds what fills the program. These are compile-time figures,
+not a measurement of a run.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 
+from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap, program_heap
+from tpumem.hlo.schema import HloError
+from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.records import ProgramRecord, decode_record, parse_object
 from tpumem.trace.schema import PROGRAM
@@ -22,15 +31,42 @@ class ProgramMemory(ProgramRecord):
     compiled_at_ns: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class CompiledProgram:
+    """One compiled program: XLA's memory analysis of it and its memory plan,
+    whichever of the two the trace holds."""
+
+    name: str  # the HLO module's name, else the program's as the framework named it
+    memory: ProgramMemory | None
+    heap: ProgramHeap | None
+    hlo_problem: str | None = None  # why its HLO was not read
+    program_id: int | None = None  # XLA's id for it, where its HLO came with one
+
+    @property
+    def xprof_name(self) -> str | None:
+        """The name XProf's memory_viewer lists it by: `module(program id)`."""
+        return None if self.program_id is None else f"{self.name}({self.program_id})"
+
+    @property
+    def peak_bytes(self) -> int:
+        """The program's own peak: its heap's, else arguments + outputs + temps."""
+        if self.heap is not None:
+            return self.heap.peak_bytes
+        memory = self.memory
+        if memory is None:
+            return 0
+        return (memory.argument_bytes or 0) + (memory.output_bytes or 0) + (memory.temp_bytes or 0)
+
+
 def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
-    """Every compiled program the trace recorded, in the order they compiled."""
+    """Every compiled program's memory analysis, in the order they compiled."""
     rows = np.flatnonzero(trace.is_kind(PROGRAM))
     if not len(rows):
         return ()
-    times = trace.numbers("time_ns")[rows]
-    texts = trace.table.column("text").take(pa.array(rows)).to_pylist()
     result = []
-    for time_ns, text in zip(times.tolist(), texts, strict=True):
+    for time_ns, text in zip(
+        trace.numbers("time_ns")[rows].tolist(), _texts(trace, rows), strict=True
+    ):
         record = parse_object(text)
         if record is None:
             continue  # a row cut short by a crash: nothing to show
@@ -39,6 +75,134 @@ def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
     return tuple(sorted(result, key=lambda p: p.compiled_at_ns))
 
 
+def compiled_programs(
+    trace: Trace, memory: tuple[ProgramMemory, ...]
+) -> tuple[CompiledProgram, ...]:
+    """Every program, its HLO's memory plan joined to its memory analysis by
+    module name (the n-th compile of a name to the n-th dump of it), largest
+    peak first."""
+    heaps = _heaps(trace)
+    waiting: dict[str, list[ProgramMemory]] = {}
+    unjoined: list[ProgramMemory] = []
+    for program in memory:
+        if program.module:
+            waiting.setdefault(program.module, []).append(program)
+        else:
+            unjoined.append(program)
+    found = []
+    for heap, problem, program_id in heaps:
+        if heap is None:
+            found.append(CompiledProgram("?", None, None, problem))
+            continue
+        joined = waiting.get(heap.module)
+        memory = joined.pop(0) if joined else None
+        found.append(CompiledProgram(heap.module, memory, heap, program_id=program_id))
+    for program in [*unjoined, *(p for rest in waiting.values() for p in rest)]:
+        index = _same_sizes(program, found)
+        if index is None:
+            found.append(CompiledProgram(program.module or program.name, program, None))
+        else:
+            found[index] = replace(found[index], memory=program)
+    return tuple(sorted(found, key=lambda p: (-p.peak_bytes, p.name)))
+
+
+def _same_sizes(memory: ProgramMemory, found: list[CompiledProgram]) -> int | None:
+    """A program whose analysis names no module (PyTorch/XLA names its graphs by
+    hash) is the first plan not yet joined with the same argument, output and temp
+    bytes, within the precision they were given to."""
+    tolerance = memory.precision_bytes or 0
+    wanted = (memory.argument_bytes, memory.output_bytes, memory.temp_bytes)
+    if None in wanted:
+        return None
+    for index, program in enumerate(found):
+        heap = program.heap
+        if heap is None or program.memory is not None:
+            continue
+        temp = heap.total_allocation_bytes - heap.whole_program_bytes
+        sizes = (heap.parameter_bytes, heap.output_bytes, temp)
+        if all(abs(a - b) <= tolerance for a, b in zip(sizes, wanted, strict=True)):
+            return index
+    return None
+
+
+def _texts(trace: Trace, rows: np.ndarray) -> list[object]:
+    return trace.table.column("text").take(pa.array(rows)).to_pylist()
+
+
+def _heaps(trace: Trace) -> list[tuple[ProgramHeap | None, str | None, int | None]]:
+    """Each `hlo` row's (memory plan, None, program id), in program-id order;
+    (None, why, None) for one that cannot be read."""
+    found: list[tuple[ProgramHeap | None, str | None, int | None]] = []
+    cwd = trace.metadata.cwd
+    for row in hlo_rows(trace):
+        if row is None:
+            found.append((None, "an hlo row cut short or not of tpumem's form", None))
+            continue
+        try:
+            heap = program_heap(row.data)
+        except HloError as error:
+            found.append((None, f"{row.origin}: {error}", None))
+            continue
+        program_id = row.program_id if row.program_id is not None else heap.module_id
+        found.append((_relative_sources(heap, cwd), None, program_id))
+    found.sort(key=lambda item: -1 if item[2] is None else item[2])
+    return found
+
+
+def _relative_sources(heap: ProgramHeap, cwd: str | None) -> ProgramHeap:
+    """Source files under the run's working directory, named from there, as the
+    adapters name the lines of the buffers they record."""
+    if not cwd:
+        return heap
+    prefix = cwd.rstrip(os.sep) + os.sep
+
+    def relative(buffer: HeapBuffer) -> HeapBuffer:
+        if buffer.source and buffer.source.startswith(prefix):
+            return replace(buffer, source=buffer.source[len(prefix) :])
+        return buffer
+
+    return replace(heap, live_at_peak=tuple(relative(b) for b in heap.live_at_peak))
+
+
+@dataclass(frozen=True, slots=True)
+class RunningAtPeak:
+    """A program whose temporaries were live at a device's peak: the peak is the
+    live arrays (its arguments and outputs among them) plus its working memory."""
+
+    program: CompiledProgram
+    temp_bytes: int  # its temporaries live at the peak, as the trace has them
+
+
+def running_at_peak(
+    groups: tuple[LiveGroup, ...], compiled: tuple[CompiledProgram, ...]
+) -> tuple[RunningAtPeak, ...]:
+    """The programs running at the peak: those whose temp buffers (region "temp",
+    named after the program as the framework calls it) were live there."""
+    temps: dict[str, int] = {}
+    for group in groups:
+        if group.region == "temp" and group.op:
+            temps[group.op] = temps.get(group.op, 0) + group.bytes
+    found = []
+    for op, live in temps.items():
+        for program in compiled:
+            names = {program.name, program.memory.name if program.memory else None}
+            if op in names or f"jit({op})" in names:
+                found.append(RunningAtPeak(program, live))
+                break
+    return tuple(sorted(found, key=lambda r: -r.temp_bytes))
+
+
 def largest_temp(found: tuple[ProgramMemory, ...]) -> ProgramMemory | None:
     with_temp = [p for p in found if p.temp_bytes]
     return max(with_temp, key=lambda p: p.temp_bytes or 0, default=None)
+
+
+def find_program(found: tuple[CompiledProgram, ...], name: str) -> CompiledProgram | None:
+    """The program `name` names: its module's name, XProf's (`jit_step(6)`), the
+    framework's (`jit(step)`), or a part of one; the largest when several match."""
+    for exact in (True, False):
+        for program in found:
+            names = [program.name, program.xprof_name, program.memory and program.memory.name]
+            if any(name == n if exact else name in n for n in names if n):
+                return program
+    return None

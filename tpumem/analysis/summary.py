@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,7 +17,14 @@ from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
-from tpumem.analysis.programs import ProgramMemory, programs
+from tpumem.analysis.programs import (
+    CompiledProgram,
+    ProgramMemory,
+    RunningAtPeak,
+    compiled_programs,
+    programs,
+    running_at_peak,
+)
 from tpumem.analysis.series import DeviceSeries, device_series
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.waste import InternalWaste, internal_waste
@@ -44,6 +51,8 @@ class DeviceAnalysis:
     timeline: Timeline
     counters: Counters
     series: DeviceSeries | None = None  # for drawing; only when asked for
+    # Compiled programs whose temporaries were live at the peak (programs.py).
+    programs_at_peak: tuple[RunningAtPeak, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,8 @@ class RunAnalysis:
     total_peak_bytes: int
     total_peak_time_ns: int
     warnings: tuple[str, ...]
-    programs: tuple[ProgramMemory, ...] = ()
+    programs: tuple[ProgramMemory, ...] = ()  # XLA's memory analysis of each program
+    compiled: tuple[CompiledProgram, ...] = ()  # with what fills each, largest peak first
     fit: FitAdvice | None = None
     steps: int = 0  # step marks in the trace
     out_of_memory: tuple[OutOfMemory, ...] = ()  # the allocations that failed
@@ -189,7 +199,12 @@ def analyze_with_events(
     total_bytes, total_time = total_peak(devices)
     metadata = trace.metadata
     figures = [_device(trace, d, bins, series_points) for d in devices]
-    analysed = tuple(f.analysis for f in figures)
+    memory = programs(trace)
+    compiled = compiled_programs(trace, memory)
+    analysed = tuple(
+        replace(f.analysis, programs_at_peak=running_at_peak(f.analysis.peak.groups, compiled))
+        for f in figures
+    )
     failures = out_of_memory(trace, devices, {d.device: d.peak_label for d in analysed})
     checks = () if capacity is None else tuple(check_capacity(trace, d, capacity) for d in devices)
     run = RunAnalysis(
@@ -204,7 +219,8 @@ def analyze_with_events(
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,
         warnings=tuple(trace.warnings),
-        programs=programs(trace),
+        programs=memory,
+        compiled=compiled,
         steps=len(step_marks(trace)[0]),
         fit=fit_advice(
             trace.framework,

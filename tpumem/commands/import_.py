@@ -41,5 +41,6 @@ def run_import(path: Path, output: Path | None, run: str | None, force: bool) ->
             return target, create_trace(target, inputs, force)
 
         with progress(f"importing {host.path}"):
-            written, count = import_profile(host, run_name, create)
-        print(f"{written}: {count:,} memory events from {host.path}")
+            written, count, programs = import_profile(host, run_name, create)
+        held = f", {programs:,} compiled programs" if programs else ""
+        print(f"{written}: {count:,} memory events{held} from {host.path}")

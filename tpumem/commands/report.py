@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpumem.commands.common import emit, parse_capacity, progress
+from tpumem.errors import TpumemError
+
+if TYPE_CHECKING:
+    from tpumem.analysis.summary import RunAnalysis
 
 
 def run_report(
@@ -15,6 +20,7 @@ def run_report(
     width: int,
     force: bool,
     capacity: str | None = None,
+    program: str | None = None,
 ) -> None:
     from tpumem.analysis import analyze
     from tpumem.report import reporter_for
@@ -25,4 +31,33 @@ def run_report(
     with progress(f"analysing {trace}"):
         analysis = analyze(load(trace), series_points=reporter.series_points, capacity=size)
     color = output is None and sys.stdout.isatty()
-    emit(reporter.render(analysis, width=width, color=color), output, [trace], force)
+    if program is None:
+        text = reporter.render(analysis, width=width, color=color)
+    else:
+        text = render_program(analysis, program, reporter.name, width=width, color=color)
+    emit(text, output, [trace], force)
+
+
+def render_program(analysis: RunAnalysis, name: str, fmt: str, *, width: int, color: bool) -> str:
+    """`--program NAME`: that program in full, in the format asked for."""
+    from tpumem.analysis.programs import find_program
+
+    found = find_program(analysis.compiled, name)
+    if found is None:
+        known = ", ".join(p.name for p in analysis.compiled[:8]) or "none recorded"
+        raise TpumemError(f"no compiled program named {name!r} in the trace (largest: {known})")
+    if fmt == "json":
+        from tpumem.report.json_report import dump, program_json
+
+        return dump(program_json(found), indent=2) + "\n"
+    if fmt == "md":
+        from tpumem.report.markdown import render_program_markdown
+
+        return render_program_markdown(found)
+    if fmt == "html":
+        from tpumem.report.html import render_html
+
+        return render_html(analysis, program=found.name)
+    from tpumem.report.text import render_program_text
+
+    return render_program_text(found, width=width, color=color)

@@ -2,6 +2,7 @@
 plugin (XProf) find them.
 
     <logdir>/plugins/profile/<run>/<host>.xplane.pb   XProf's memory_profile tool
+    <logdir>/plugins/profile/<run>/<module>(<id>).hlo_proto.pb  memory_viewer, per program
     <logdir>/<run>/events.out.tfevents.*               scalars, one run per trace
 
 Traces imported from one multi-host profile (same `run` in their metadata,
@@ -25,13 +26,15 @@ from tpumem.analysis.series import device_series
 from tpumem.analysis.summary import DeviceEventFigures, device_event_figures
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
-from tpumem.export.xspace import memory_space
+from tpumem.export.xspace import memory_space, trace_programs
 from tpumem.outputs import write_new
 from tpumem.trace.model import Trace
 from tpumem.trace.reader import load
+from tpumem.xplane.hlo_protos import module_file_name
 
 POINTS = 1000  # scalar points per device for traces without step marks
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE_FILE = re.compile(r"[^A-Za-z0-9._()-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,13 @@ class ExportedRun:
     run: str
     xplanes: tuple[Path, ...]
     scalars: tuple[Path, ...]
+    programs: tuple[str, ...] = ()  # modules XProf's memory_viewer lists
+
+
+def _file_safe(text: str) -> str:
+    """A program's name (`jit_step(6)`, XProf's) as a file name: as it is, less
+    what a path cannot hold."""
+    return _UNSAFE_FILE.sub("_", text).strip(".") or "module"
 
 
 def safe_name(text: str) -> str:
@@ -128,11 +138,17 @@ def export_loaded(
         except OSError as error:
             raise TpumemError(f"{profile_dir}: cannot create: {error.strerror}") from None
         xplanes, scalars = [], []
+        files: dict[str, bytes] = {}  # XProf's own cache of each program, by name
         for (_, trace, figures), host in zip(members, hosts, strict=True):
             target = profile_dir / f"{host}.xplane.pb"
-            write_new(target, memory_space(trace, host, figures), force)
+            programs = trace_programs(trace)
+            write_new(target, memory_space(trace, host, figures, programs), force)
             xplanes.append(target)
+            for program_id, module, data in programs:
+                files.setdefault(module_file_name(module, program_id), data)
             prefix = f"{host}/" if len(members) > 1 else ""
             scalars.append(_scalars(trace, figures, logdir / name, host, f"tpumem/{prefix}"))
-        exported.append(ExportedRun(name, tuple(xplanes), tuple(scalars)))
+        for module, data in files.items():
+            write_new(profile_dir / f"{_file_safe(module)}.hlo_proto.pb", data, force)
+        exported.append(ExportedRun(name, tuple(xplanes), tuple(scalars), tuple(files)))
     return exported

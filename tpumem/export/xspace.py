@@ -11,6 +11,8 @@ region, dtype (TF's DataType number) and shape. XProf pairs a free with its
 allocation by address: a trace without addresses gets a synthetic one per
 buffer, unique and stable (derived from the buffer id). The allocator is named
 after tpumem's device, one line per device, all lines sharing one timestamp.
+Compiled programs the trace recorded go on the plane `/host:metadata`, as TSL's
+profilers put them (hlo_protos.py), for XProf's memory_viewer.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from tpumem.analysis.summary import DeviceEventFigures
+from tpumem.hlo.schema import HloError, parse_hlo_proto
+from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.xplane import encode as pb
 from tpumem.xplane.dtypes import TF_DATA_TYPES
+from tpumem.xplane.hlo_protos import metadata_plane
 from tpumem.xplane.memory_events import ALLOCATION as ALLOCATION_EVENT
 from tpumem.xplane.memory_events import DEALLOCATION as DEALLOCATION_EVENT
 from tpumem.xplane.schema import messages
@@ -136,9 +141,31 @@ def _events(columns: dict, start: int, stop: int) -> bytes:
     return pb.field(4, body).tobytes()  # XLine.events
 
 
-def memory_space(trace: Trace, host: str, figures: list[DeviceEventFigures]) -> bytes:
+def trace_programs(trace: Trace) -> list[tuple[int, str, bytes]]:
+    """(program id, module name, HloProto bytes) of each compiled program the
+    trace recorded; the id is XLA's where the trace has it, else the module's."""
+    programs = []
+    for row in hlo_rows(trace):
+        if row is None:
+            continue
+        try:
+            module = parse_hlo_proto(row.data).hlo_module
+        except HloError:
+            continue
+        program_id = row.program_id if row.program_id is not None else module.id
+        programs.append((program_id, module.name, row.data))
+    return programs
+
+
+def memory_space(
+    trace: Trace,
+    host: str,
+    figures: list[DeviceEventFigures],
+    programs: list[tuple[int, str, bytes]] = (),
+) -> bytes:
     """The XSpace bytes of a trace's memory events, for `<host>.xplane.pb`;
-    `figures`: its devices' analysis (analysis/summary.py), made once."""
+    `figures`: its devices' analysis (analysis/summary.py), made once;
+    `programs`: compiled programs for XProf's memory_viewer (trace_programs)."""
     m = messages("full")
     strings = _Strings()
     start_ns = trace.metadata.start_time_ns or 0
@@ -165,4 +192,7 @@ def memory_space(trace: Trace, host: str, figures: list[DeviceEventFigures]) -> 
         pb.tag(3, pb.LENGTH) + pb.varint_bytes(len(line)) + line for line in lines
     )
     space = m["XSpace"](hostnames=[host]).SerializeToString()
+    if programs:
+        metadata = metadata_plane(list(programs), plane_id=2)
+        space = pb.tag(1, pb.LENGTH) + pb.varint_bytes(len(metadata)) + metadata + space
     return pb.tag(1, pb.LENGTH) + pb.varint_bytes(len(plane_bytes)) + plane_bytes + space

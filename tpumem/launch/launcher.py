@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -137,6 +139,24 @@ def _record_oom_logs(trace: Path, logs: list[AllocatorLog], start_ns: int) -> No
 
 def run_profiled(request: ProfileRequest) -> ProfileOutcome:
     framework, output, descriptor, environment = _prepare(request)
+    # XLA's program dumps go to a directory this process removes after the run,
+    # however the run ends.
+    dump_dir = tempfile.mkdtemp(prefix="tpumem-xla-") if request.capture.programs else None
+    try:
+        return _run(request, framework, output, descriptor, environment, dump_dir)
+    finally:
+        if dump_dir is not None:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+def _run(
+    request: ProfileRequest,
+    framework: str,
+    output: Path,
+    descriptor: int,
+    environment: dict[str, str],
+    dump_dir: str | None,
+) -> ProfileOutcome:
     # The runner says how the run ended on this pipe, once, as it exits; a runner
     # that was killed says nothing, and this process records the ending itself.
     status_read, status_write = os.pipe()
@@ -146,7 +166,7 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         target=request.target,
         module=request.module,
         args=list(request.args),
-        capture=asdict(request.capture),
+        capture=asdict(replace(request.capture, xla_dump_dir=dump_dir)),
         environment=environment,
         output_fd=descriptor,
         parent_pid=os.getpid(),

@@ -78,9 +78,14 @@ def _page(title: str, data: dict[str, Any]) -> str:
     )
 
 
-def render_html(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
-    """(Width and color are the terminal's: the page sets its own.)"""
+def render_html(
+    analysis: RunAnalysis, *, width: int = 100, color: bool = False, program: str | None = None
+) -> str:
+    """(Width and color are the terminal's: the page sets its own.) `program`: the
+    compiled program the page opens on."""
     data = {"kind": "report", "schema": SCHEMA, "runs": [run_data(analysis)]}
+    if program is not None:
+        data["focus_program"] = program
     return _page(f"tpumem report · {analysis.path or analysis.framework}", data)
 
 

@@ -2,8 +2,8 @@
 
 Schema "tpumem-report/1" (tpumem/report/schemas/tpumem-report-1.json; the rules in
 docs/figures.md, "JSON report"): the run (framework, backend, source, complete,
-duration_ns, total peak, warnings, metadata, programs, fit advice, out_of_memory,
-capacity) and `devices`, one
+duration_ns, total peak, warnings, metadata, programs (each with its memory plan
+from XLA's buffer assignment, `heap`), fit advice, out_of_memory, capacity) and `devices`, one
 object per device with `peak`, `preallocation`, `fragmentation`, `waste`, `padding`,
 `timeline` and `counters`, each carrying its `label` (measured / derived / modeled /
 not available). Bytes are integers, times are nanoseconds from the trace's start.
@@ -26,7 +26,8 @@ from tpumem.analysis.oom import OutOfMemory
 from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.preallocation import Preallocation
-from tpumem.analysis.programs import ProgramMemory
+from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
+from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.series import DeviceSeries
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.timeline import Timeline
@@ -49,7 +50,7 @@ def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
         "total_peak_bytes": analysis.total_peak_bytes,
         "total_peak_time_ns": analysis.total_peak_time_ns,
         "warnings": list(analysis.warnings),
-        "programs": [_program(program) for program in analysis.programs],
+        "programs": [program_json(program) for program in analysis.compiled],
         "fit": None if analysis.fit is None else _fit(analysis.fit),
         "steps": analysis.steps,
         "out_of_memory": [_out_of_memory(oom) for oom in analysis.out_of_memory],
@@ -74,6 +75,14 @@ def _device(device: DeviceAnalysis) -> dict[str, Any]:
         "timeline": _timeline(device.timeline),
         "counters": _counters(device.counters),
         "series": None if device.series is None else _series(device.series),
+        "programs_at_peak": [
+            {
+                "program": r.program.name,
+                "program_id": r.program.program_id,
+                "temp_bytes": r.temp_bytes,
+            }
+            for r in device.programs_at_peak
+        ],
     }
 
 
@@ -197,17 +206,60 @@ def _series(series: DeviceSeries) -> dict[str, Any]:
     }
 
 
-def _program(program: ProgramMemory) -> dict[str, Any]:
+def program_json(program: CompiledProgram) -> dict[str, Any]:
+    memory, heap = program.memory, program.heap
     return {
         "name": program.name,
-        "devices": list(program.devices),
-        "argument_bytes": program.argument_bytes,
-        "output_bytes": program.output_bytes,
-        "alias_bytes": program.alias_bytes,
-        "temp_bytes": program.temp_bytes,
-        "generated_code_bytes": program.generated_code_bytes,
-        "compiled_at_ns": program.compiled_at_ns,
-        "unavailable": program.unavailable,
+        "program_id": program.program_id,
+        "framework_name": None if memory is None else memory.name,
+        "devices": [] if memory is None else list(memory.devices),
+        "argument_bytes": None if memory is None else memory.argument_bytes,
+        "output_bytes": None if memory is None else memory.output_bytes,
+        "alias_bytes": None if memory is None else memory.alias_bytes,
+        "temp_bytes": None if memory is None else memory.temp_bytes,
+        "generated_code_bytes": None if memory is None else memory.generated_code_bytes,
+        "compiled_at_ns": None if memory is None else memory.compiled_at_ns,
+        "unavailable": None if memory is None else memory.unavailable,
+        "peak_bytes": program.peak_bytes,
+        "heap": None if heap is None else _heap(heap),
+        "hlo_problem": program.hlo_problem,
+    }
+
+
+def _heap(heap: ProgramHeap) -> dict[str, Any]:
+    return {
+        "module_id": heap.module_id,
+        "entry_computation": heap.entry_computation,
+        "memory_space": heap.memory_space,
+        "peak_bytes": heap.peak_bytes,
+        "peak_unpadded_bytes": heap.peak_unpadded_bytes,
+        "peak_position": heap.peak_position,
+        "peak_instruction": heap.peak_instruction,
+        "whole_program_bytes": heap.whole_program_bytes,
+        "parameter_bytes": heap.parameter_bytes,
+        "output_bytes": heap.output_bytes,
+        "total_allocation_bytes": heap.total_allocation_bytes,
+        "has_heap_trace": heap.has_heap_trace,
+        "heap_bytes": list(heap.heap_bytes),
+        "live_at_peak": [_heap_buffer(buffer) for buffer in heap.live_at_peak],
+    }
+
+
+def _heap_buffer(buffer: HeapBuffer) -> dict[str, Any]:
+    return {
+        "bytes": buffer.bytes,
+        "unpadded_bytes": buffer.unpadded_bytes,
+        "kind": buffer.group,
+        "instruction": buffer.instruction,
+        "opcode": buffer.opcode,
+        "shape": buffer.shape,
+        "dtype": buffer.dtype,
+        "dims": buffer.dims,
+        "op": buffer.op_name,
+        "source": buffer.source,
+        "stack": buffer.stack,
+        "logical_buffer_id": buffer.logical_buffer_id,
+        "allocation": buffer.allocation,
     }
 
 

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.summary import RunAnalysis
+from tpumem.report.program_rows import (
+    BUFFER_HEADERS,
+    PROGRAM_HEADERS,
+    TOP_BUFFERS,
+    buffer_rows,
+    heap_points,
+    peak_title,
+    program_rows,
+    programs_title,
+)
 from tpumem.report.rows import (
     BRIEF_HEADERS,
     device_rows,
@@ -45,8 +56,28 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     if brief:
         lines += ["", "## Other devices, largest peak first", ""]
         lines += _table(BRIEF_HEADERS, brief)
+    if analysis.compiled:
+        lines += _programs(analysis.compiled)
     if analysis.fit is not None:
         lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]
         lines += _table(*fit_table(analysis.fit))
         lines += [""] + [f"> {_cell(note)}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"
+
+
+def _programs(compiled: tuple[CompiledProgram, ...], limit: int | None = TOP_BUFFERS) -> list[str]:
+    lines = ["", f"## {_cell(programs_title(compiled))}", ""]
+    lines += _table(PROGRAM_HEADERS, program_rows(compiled))
+    top = next((p for p in compiled if p.heap is not None), None)
+    if top is not None and top.heap is not None:
+        lines += ["", f"{_cell(peak_title(top))}:", ""]
+        lines += _table(BUFFER_HEADERS, buffer_rows(top.heap, limit))
+        lines += ["", f"Heap over program order: `{sparkline(heap_points(top.heap))}`"]
+    return lines
+
+
+def render_program_markdown(
+    program: CompiledProgram, *, width: int = 100, color: bool = False
+) -> str:
+    """One program in full: `tpumem report --program NAME`."""
+    return "\n".join(_programs((program,), limit=None)).lstrip() + "\n"

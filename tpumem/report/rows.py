@@ -6,7 +6,7 @@ import re
 
 from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup
-from tpumem.analysis.programs import largest_temp
+from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
@@ -253,6 +253,8 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
                 device.peak_label,
             )
         )
+    for running in device.programs_at_peak:
+        rows.append(_running_row(running, peak.bytes))
     settings = ", ".join(f"{k}={v}" for k, v in pre.settings.items()) or "none recorded"
     rows.append(("Allocator settings", settings, ""))
     if frag.maximum is not None:
@@ -405,3 +407,16 @@ def fit_answer(row: FitRow) -> str:
     """One accelerator's answer: fits or not, and the share and bytes it needs."""
     verdict = "fits" if row.fits else "does not fit"
     return f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
+
+
+def _running_row(running: RunningAtPeak, peak_bytes: int) -> tuple[str, str, str]:
+    """The program running at the peak: the peak as live arrays + its working memory."""
+    program = running.program
+    value = (
+        f"{program.name}: {format_bytes(running.temp_bytes)} of its temporaries, "
+        f"{format_bytes(peak_bytes - running.temp_bytes)} in arrays (its arguments and "
+        "outputs among them)"
+    )
+    if program.heap is not None:
+        value += f"; its own peak {format_bytes(program.heap.peak_bytes)} (XLA's plan)"
+    return ("Program at peak", value, "derived; the plan: compile-time")

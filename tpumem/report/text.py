@@ -9,7 +9,18 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.report.program_rows import (
+    BUFFER_HEADERS,
+    PROGRAM_HEADERS,
+    TOP_BUFFERS,
+    buffer_rows,
+    heap_points,
+    peak_title,
+    program_rows,
+    programs_title,
+)
 from tpumem.report.rows import (
     BRIEF_HEADERS,
     device_rows,
@@ -96,8 +107,48 @@ def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False)
         for row in brief:
             table.add_row(*_cells(row))
         console.print(table)
+    if analysis.compiled:
+        _programs(console, analysis.compiled)
     if analysis.fit is not None:
         _fit(console, analysis)
+    return buffer.getvalue()
+
+
+def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -> None:
+    table = Table(title=Text(title), title_justify="left")
+    for header in headers:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*_cells(row))
+    console.print(table)
+
+
+def _programs(console: Console, compiled: tuple[CompiledProgram, ...]) -> None:
+    _table(console, programs_title(compiled), PROGRAM_HEADERS, program_rows(compiled))
+    top = next((p for p in compiled if p.heap is not None), None)
+    if top is not None:
+        _program_peak(console, top, limit=TOP_BUFFERS)
+
+
+def _program_peak(console: Console, program: CompiledProgram, limit: int | None) -> None:
+    heap = program.heap
+    assert heap is not None
+    _table(console, peak_title(program), BUFFER_HEADERS, buffer_rows(heap, limit))
+    points = heap_points(heap)
+    console.print(
+        f"Heap over program order {sparkline(points)}  max {format_bytes(heap.peak_bytes)}"
+    )
+
+
+def render_program_text(program: CompiledProgram, *, width: int = 100, color: bool = False) -> str:
+    """One program in full: `tpumem report --program NAME`."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width, color_system="standard" if color else None, highlight=False
+    )
+    _table(console, programs_title((program,)), PROGRAM_HEADERS, program_rows((program,)))
+    if program.heap is not None:
+        _program_peak(console, program, limit=None)
     return buffer.getvalue()
 
 

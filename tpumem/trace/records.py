@@ -134,6 +134,7 @@ class ProgramRecord:
     """A compiled program's memory, as XLA's own analysis gave it (a `program` row)."""
 
     name: str = "?"
+    module: str | None = None  # the HLO module's name, which its `hlo` row carries too
     devices: tuple[str, ...] = ()
     argument_bytes: int | None = None
     output_bytes: int | None = None
@@ -141,6 +142,7 @@ class ProgramRecord:
     temp_bytes: int | None = None
     generated_code_bytes: int | None = None
     unavailable: str | None = None  # why the backend gave no analysis
+    precision_bytes: int | None = None  # the sizes were printed rounded to this
 
 
 def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Columns and metadata of a tpumem trace file (format version 1).
 
 One Arrow IPC stream, one wide schema: every row is an event of some `kind`. The
-bulk rows are allocations and frees; samples, marks, compiled programs and metadata
-patches are rare. Strings are dictionary-encoded so a million events naming the
-same op cost a million small integers.
+bulk rows are allocations and frees; samples, marks, compiled programs (their
+memory analysis and their HLO) and metadata patches are rare. Strings are
+dictionary-encoded so a million events naming the same op cost a million small
+integers.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ FREE = "free"
 SAMPLE = "sample"  # a reading of the allocator's counters
 MARK = "mark"  # a step or phase boundary: `text` names it, `step` numbers it
 PROGRAM = "program"  # a compiled program's memory analysis, JSON in `text`
+HLO = "hlo"  # a compiled program as XLA dumped it (HloProto), JSON in `text` (hlo_rows.py)
 META = "meta"  # a metadata patch (exit status, warnings), JSON in `text`
-KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, META)
+KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META)
 
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"

@@ -132,8 +132,10 @@ class _PlaneReader:
         events, possibly millions of GPU kernels, read at all."""
         return bool(len(self.ids_of((ALLOCATION, DEALLOCATION)))) or STEP_STAT in self.stat_ids
 
-    def load_events(self) -> None:
-        """The plane's events as one byte buffer with each event's span."""
+    def load_events(self, base_ns: int) -> None:
+        """The plane's events as one byte buffer with each event's span; times from
+        `base_ns` (lines may carry nanoseconds since the epoch, which picoseconds in
+        an int64 cannot hold)."""
         plane = self.plane
         parts: list[bytes] = []
         sizes: list[np.ndarray] = []
@@ -143,7 +145,7 @@ class _PlaneReader:
             events = list(line.events)  # one Python object per event, made once
             parts.append(b"".join(events))
             sizes.append(np.fromiter(map(len, events), dtype=np.int64, count=len(events)))
-            line_time_ps.append(line.timestamp_ns * 1000)
+            line_time_ps.append((line.timestamp_ns - base_ns) * 1000)
             counts.append(len(events))
         self.data = b"".join(parts)
         self.buf = np.frombuffer(self.data, dtype=np.uint8)
@@ -269,17 +271,24 @@ def _session_times(space: Any) -> tuple[int | None, int | None]:
     return times.get("profile_start_time") or None, times.get("profile_stop_time") or None
 
 
+_PICOSECONDS_FIT_NS = (1 << 62) // 1000  # line times below this fit in int64 picoseconds
+
+
 def read_memory_events(space: Any) -> MemoryEvents:
     """All memory events and step marks in an XSpace, sorted by time."""
     times, allocs, numerics, strings = [], [], [], []
     step_times, step_numbers, step_names = [], [], []
     event_names: set[str] = set()
-    for plane in space.planes:
-        reader = _PlaneReader(plane)
+    readers = [_PlaneReader(plane) for plane in space.planes]
+    wanted = [reader for reader in readers if reader.wanted()]
+    # Profiles normalize their lines' times to the session's start; one that did
+    # not (epoch nanoseconds) is read from its earliest line, the same for all planes.
+    earliest = min((line.timestamp_ns for r in wanted for line in r.plane.lines), default=0)
+    base_ns = earliest if earliest > _PICOSECONDS_FIT_NS else 0
+    for reader in readers:
         event_names.update(reader.event_names.values())
-        if not reader.wanted():
-            continue
-        reader.load_events()
+    for reader in wanted:
+        reader.load_events(base_ns)
         has_steps = STEP_STAT in reader.stat_ids
         memory_ids = reader.ids_of((ALLOCATION, DEALLOCATION))
         metadata_id = reader.metadata_ids()

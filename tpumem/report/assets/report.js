@@ -316,6 +316,66 @@
     return part;
   }
 
+  function bufferTable(buffers) {
+    const columns = [{ title: "bytes", numeric: true }, { title: "kind" }, { title: "shape" }, { title: "source" },
+      { title: "op" }, { title: "instruction" }];
+    const rows = buffers.map((b) => [
+      { text: bytes(b.bytes) + (b.bytes > b.unpadded_bytes ? ` (+${bytes(b.bytes - b.unpadded_bytes)} padding)` : ""), sort: b.bytes },
+      ...["kind", "shape", "source", "op", "instruction"].map((k) => ({ text: b[k] || "-", sort: b[k] || "" })),
+    ]);
+    return el("div", { class: "scroll" }, sortableTable(columns, rows));
+  }
+
+  function programDetail(program) {
+    // One program as XProf's memory viewer shows it: the heap over program order
+    // (whole-program buffers included), and what is live at its peak.
+    const heap = program.heap;
+    const part = el("div", { class: "program", "data-program": program.name });
+    part.appendChild(el("h3", {}, `${program.name}: ${bytes(heap.peak_bytes)} at its peak` +
+      (heap.peak_instruction ? ` (at ${heap.peak_instruction})` : "")));
+    if (heap.heap_bytes.length > 1) {
+      const xs = heap.heap_bytes.map((_, k) => k);
+      part.appendChild(chart({ series: [{ name: "heap (arguments, outputs, constants and live temporaries)", xs, ys: heap.heap_bytes, color: "#0969da" }],
+        xFormat: (x) => "event " + Math.round(x), yFormat: bytes, yBytes: true, steps: true, height: 200 }));
+    } else {
+      part.appendChild(el("p", { class: "note" }, "XLA recorded no heap simulation for this program: only its whole-program buffers are shown."));
+    }
+    part.appendChild(el("p", { class: "note" }, `${bytes(heap.whole_program_bytes)} live the whole program ` +
+      `(arguments ${bytes(heap.parameter_bytes)}, outputs ${bytes(heap.output_bytes)}); x: the heap simulator's events in program order.`));
+    part.appendChild(bufferTable(heap.live_at_peak));
+    return part;
+  }
+
+  function programsSection(run) {
+    const part = el("div");
+    if (!run.programs.length) return part;
+    part.appendChild(el("h2", {}, `Compiled programs (${count(run.programs.length)}), largest peak first`));
+    part.appendChild(el("p", { class: "note" }, "From XLA's buffer assignment at compile time (XLA's totals where no HLO was recorded). Pick a program to see what fills it."));
+    const columns = [{ title: "program" }, { title: "peak", numeric: true }, { title: "arguments", numeric: true },
+      { title: "outputs", numeric: true }, { title: "peak at" }];
+    const rows = run.programs.map((p) => {
+      const h = p.heap;
+      const args = h ? h.parameter_bytes : p.argument_bytes, outs = h ? h.output_bytes : p.output_bytes;
+      return [{ text: p.name, sort: p.name }, { text: bytes(p.peak_bytes), sort: p.peak_bytes },
+        { text: bytes(args), sort: args || 0 }, { text: bytes(outs), sort: outs || 0 },
+        { text: h ? h.peak_instruction || "-" : p.hlo_problem || "-", sort: h ? h.peak_instruction : "" }];
+    });
+    part.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
+    const planned = run.programs.filter((p) => p.heap);
+    if (!planned.length) return part;
+    const select = el("select", { "aria-label": "program" });
+    planned.forEach((p, i) => select.appendChild(el("option", { value: String(i) }, `${p.name} · ${bytes(p.peak_bytes)}`)));
+    const focus = Math.max(0, planned.findIndex((p) => p.name === data.focus_program));
+    select.value = String(focus);
+    const detail = el("div");
+    const show = () => { detail.textContent = ""; detail.appendChild(programDetail(planned[Number(select.value)])); };
+    select.addEventListener("change", show);
+    part.appendChild(el("p", {}, "Program: ", select));
+    part.appendChild(detail);
+    show();
+    return part;
+  }
+
   function runSections(run) {
     const part = el("div");
     part.appendChild(banner(run));
@@ -327,6 +387,7 @@
       part.appendChild(deviceCharts(device));
       part.appendChild(peakTable(device));
     }
+    part.appendChild(programsSection(run));
     return part;
   }
 

@@ -1,0 +1,330 @@
+"""What fills a compiled program: its heap over program order, the peak, and the
+buffers live there, from XLA's own buffer assignment (an HloProto).
+
+XLA plans a program's memory when it compiles it: every value the program makes
+is a logical buffer, placed in a buffer allocation. Allocations for parameters,
+outputs, constants and thread-local values live for the whole program; the
+temporaries share one allocation whose use over program order XLA's heap
+simulator recorded as ALLOC, FREE and SHARE_WITH events. The figures follow
+XProf's memory_viewer (xprof/convert/hlo_proto_to_memory_visualization_utils.cc,
+as tensorboard-plugin-profile 2.24 ships it) so the two agree: the peak heap is
+the simulated heap's peak plus every whole-program allocation, and the buffers
+live at the peak are those allocations' largest logical buffer each, then the
+heap's buffers at the peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError, parse_hlo_proto
+from tpumem.hlo.shapes import dims_text, element_name, shape_text, subshape, unpadded_bytes
+
+HBM = 0  # memory space (color) of the device's main memory
+
+PARAMETER, OUTPUT, CONSTANT, TEMPORARY = "parameter", "output", "constant", "temporary"
+
+
+@dataclass(frozen=True, slots=True)
+class HeapBuffer:
+    """A logical buffer of a program: one value XLA gave memory."""
+
+    logical_buffer_id: int
+    bytes: int
+    unpadded_bytes: int  # the elements without layout padding
+    instruction: str  # the HLO instruction that defines it, {shape index} for a tuple's part
+    opcode: str
+    shape: str  # as XLA prints it, with its layout
+    dtype: str
+    dims: str
+    op_name: str  # the framework's op, from the HLO metadata
+    source: str | None  # file:line, from the HLO metadata
+    stack: str  # the source frames XLA kept, innermost first, one per line
+    group: str  # PARAMETER, OUTPUT, CONSTANT or TEMPORARY
+    allocation: int  # index of its buffer allocation
+
+    @property
+    def padding_bytes(self) -> int:
+        return max(0, self.bytes - self.unpadded_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramHeap:
+    """One compiled program's memory plan, in one memory space."""
+
+    module: str
+    module_id: int
+    entry_computation: str
+    memory_space: int
+    peak_bytes: int  # whole-program allocations + the heap at its peak
+    peak_unpadded_bytes: int
+    peak_position: int  # the heap-simulator event that reached the peak
+    peak_instruction: str  # the instruction whose buffer the heap took there
+    whole_program_bytes: int  # parameters, outputs and constants
+    parameter_bytes: int
+    output_bytes: int  # allocations that may be live out (outputs)
+    total_allocation_bytes: int  # every allocation's size
+    heap_bytes: tuple[int, ...]  # before each heap event, then after the last; with the above
+    heap_instructions: tuple[str, ...]  # the instruction of each event ("" at the end)
+    live_at_peak: tuple[HeapBuffer, ...]  # largest first
+    has_heap_trace: bool  # False: XLA recorded no heap simulation (temps not placed)
+
+    @property
+    def temp_peak_bytes(self) -> int:
+        return self.peak_bytes - self.whole_program_bytes
+
+
+def device_allocations(assignment: Any) -> list[Any]:
+    """The allocations that take device memory: not the thread-local ones, whose
+    values the CPU backend keeps on its threads' stacks (XLA's temp size and
+    XProf's memory_viewer leave them out too)."""
+    return [a for a in assignment.buffer_allocations if not a.is_thread_local]
+
+
+def _group(allocation: Any) -> str:
+    if allocation.is_entry_computation_parameter:
+        return PARAMETER
+    if allocation.maybe_live_out:
+        return OUTPUT
+    if allocation.is_constant:
+        return CONSTANT
+    return TEMPORARY
+
+
+def _whole_program(allocation: Any) -> bool:
+    return _group(allocation) != TEMPORARY
+
+
+def _source(instruction: Any, frames: Any) -> tuple[str | None, str]:
+    """(file:line, the stack as file:line:column lines), as XProf reads them: the
+    metadata's own file and line first, else the innermost stack frame."""
+    stack = []
+    frame_id = instruction.metadata.stack_frame_id
+    seen = set()
+    while 0 < frame_id <= len(frames.stack_frames) and frame_id not in seen:
+        seen.add(frame_id)
+        frame = frames.stack_frames[frame_id - 1]
+        frame_id = frame.parent_frame_id
+        location_id = frame.file_location_id
+        if not 0 < location_id <= len(frames.file_locations):
+            continue
+        location = frames.file_locations[location_id - 1]
+        name_id = location.file_name_id
+        name = frames.file_names[name_id - 1] if 0 < name_id <= len(frames.file_names) else ""
+        stack.append(f"{name}:{location.line}:{location.column}")
+    metadata = instruction.metadata
+    if metadata.source_file:
+        return f"{metadata.source_file}:{metadata.source_line}", "\n".join(stack)
+    if stack:
+        file, line, _ = stack[0].rsplit(":", 2)
+        return f"{file}:{line}", "\n".join(stack)
+    return None, ""
+
+
+class _Buffers:
+    """The logical buffers of a buffer assignment, by id, with their instructions."""
+
+    def __init__(self, proto: Any) -> None:
+        module, assignment = proto.hlo_module, proto.buffer_assignment
+        self.frames = module.stack_frame_index
+        self.instructions = {
+            instruction.id: instruction
+            for computation in module.computations
+            for instruction in computation.instructions
+        }
+        logical = {buffer.id: buffer for buffer in assignment.logical_buffers}
+        self.allocation_of: dict[int, Any] = {}
+        self.logical: dict[int, Any] = {}
+        for allocation in device_allocations(assignment):
+            for assigned in allocation.assigned:
+                buffer = logical.get(assigned.logical_buffer_id)
+                if buffer is None or buffer.defined_at.instruction_id not in self.instructions:
+                    continue
+                self.logical[buffer.id] = buffer
+                self.allocation_of[buffer.id] = allocation
+        self._made: dict[int, HeapBuffer] = {}
+
+    def heap_buffer(self, buffer_id: int) -> HeapBuffer:
+        made = self._made.get(buffer_id)
+        if made is not None:
+            return made
+        buffer = self.logical[buffer_id]
+        instruction = self.instructions[buffer.defined_at.instruction_id]
+        index = list(buffer.defined_at.shape_index)
+        shape = subshape(instruction.shape, index)
+        source, stack = _source(instruction, self.frames)
+        name = instruction.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
+        made = self._made[buffer_id] = HeapBuffer(
+            logical_buffer_id=buffer.id,
+            bytes=buffer.size,
+            unpadded_bytes=unpadded_bytes(shape),
+            instruction=name,
+            opcode=instruction.opcode,
+            shape=shape_text(shape),
+            dtype=element_name(shape.element_type),
+            dims=dims_text(shape),
+            op_name=instruction.metadata.op_name,
+            source=source,
+            stack=stack,
+            group=_group(self.allocation_of[buffer_id]),
+            allocation=self.allocation_of[buffer_id].index,
+        )
+        return made
+
+
+def _heap_trace(proto: Any, buffers: _Buffers, color: int) -> Any | None:
+    """The heap-simulator trace of the memory space's temporaries, chosen as XProf
+    chooses it: the one whose first event's buffer lies in a temporary allocation
+    of that space (the largest such allocation, when there are several), else the
+    trace with the most events in that space."""
+    traces = proto.buffer_assignment.heap_simulator_traces
+    best, best_size = None, -1
+    for trace in traces:
+        if not trace.events:
+            continue
+        allocation = buffers.allocation_of.get(trace.events[0].buffer_id)
+        if allocation is None or allocation.color != color or _whole_program(allocation):
+            continue
+        if allocation.size > best_size:
+            best, best_size = trace, allocation.size
+    if best is not None:
+        return best
+    counts = [
+        sum(
+            1
+            for event in trace.events
+            if event.buffer_id in buffers.logical
+            and buffers.logical[event.buffer_id].color == color
+        )
+        for trace in traces
+    ]
+    if counts and max(counts) > 0:
+        return traces[counts.index(max(counts))]
+    return None
+
+
+def program_heap(data: bytes, color: int = HBM) -> ProgramHeap:
+    """A program's memory plan from its HloProto bytes. Raises HloError."""
+    proto = parse_hlo_proto(data)
+    buffers = _Buffers(proto)
+    allocations = [a for a in device_allocations(proto.buffer_assignment) if a.color == color]
+    whole = [a for a in allocations if _whole_program(a)]
+    whole_bytes = sum(a.size for a in whole)
+
+    live: list[HeapBuffer] = []
+    for allocation in whole:
+        # An allocation holds several logical buffers (a parameter and its alias,
+        # an output tuple's parts); XProf shows the largest.
+        ids = [
+            a.logical_buffer_id
+            for a in allocation.assigned
+            if a.logical_buffer_id in buffers.logical
+        ]
+        if ids:
+            largest = max(ids, key=lambda i: buffers.logical[i].size)
+            live.append(buffers.heap_buffer(largest))
+
+    trace = _heap_trace(proto, buffers, color)
+    heap = _simulate(trace, buffers) if trace is not None else _Simulation()
+    # SHARE_WITH reuses the canonical buffer's memory: the buffer shown is the
+    # one that uses it at the peak.
+    live += [buffers.heap_buffer(heap.peak_display.get(i, i)) for i in heap.peak_buffers]
+    live.sort(key=lambda b: (-b.bytes, b.instruction))
+    module = proto.hlo_module
+    return ProgramHeap(
+        module=module.name,
+        module_id=module.id,
+        entry_computation=module.entry_computation_name,
+        memory_space=color,
+        peak_bytes=heap.peak + whole_bytes,
+        peak_unpadded_bytes=heap.peak_unpadded + whole_bytes,
+        peak_position=heap.peak_position,
+        peak_instruction=heap.instructions[heap.peak_position] if heap.instructions else "",
+        whole_program_bytes=whole_bytes,
+        parameter_bytes=sum(a.size for a in allocations if a.is_entry_computation_parameter),
+        output_bytes=sum(a.size for a in allocations if a.maybe_live_out),
+        total_allocation_bytes=sum(a.size for a in allocations),
+        heap_bytes=tuple(size + whole_bytes for size in heap.sizes),
+        heap_instructions=tuple(heap.instructions),
+        live_at_peak=tuple(live),
+        has_heap_trace=trace is not None,
+    )
+
+
+class _Simulation:
+    def __init__(self) -> None:
+        self.size = self.unpadded = 0
+        self.peak = self.peak_unpadded = self.peak_position = 0
+        self.sizes: list[int] = []
+        self.instructions: list[str] = []
+        self.live: dict[int, None] = {}  # canonical buffer ids, in the order they came
+        self.peak_buffers: list[int] = []
+        self.display: dict[int, int] = {}  # canonical id -> the buffer now using it
+        self.peak_display: dict[int, int] = {}
+
+    def take(self, buffer_id: int, buffers: _Buffers) -> None:
+        self.live[buffer_id] = None
+        self.size += buffers.logical[buffer_id].size
+        self.unpadded += buffers.heap_buffer(buffer_id).unpadded_bytes
+        if self.size > self.peak:
+            self.peak, self.peak_unpadded = self.size, self.unpadded
+            self.peak_position = len(self.sizes) - 1
+            self.peak_buffers = list(self.live)
+            self.peak_display = dict(self.display)
+
+    def give(self, buffer_id: int, buffers: _Buffers) -> None:
+        self.live.pop(buffer_id, None)
+        self.size -= buffers.logical[buffer_id].size
+        self.unpadded -= buffers.heap_buffer(buffer_id).unpadded_bytes
+        if self.size < 0:
+            raise HloError("the heap simulation frees more than it allocated")
+
+
+def _simulate(trace: Any, buffers: _Buffers) -> _Simulation:
+    """Walks the heap-simulator events with XProf's reference counting: a buffer
+    that SHARE_WITHs another holds the other's memory; memory comes back when the
+    last of them is freed."""
+    run = _Simulation()
+    counts: dict[int, int] = {}
+    canonical: dict[int, int] = {}
+
+    def root(buffer_id: int) -> int:
+        seen = set()
+        while buffer_id in canonical and buffer_id not in seen:
+            seen.add(buffer_id)
+            buffer_id = canonical[buffer_id]
+        return buffer_id
+
+    for event in trace.events:
+        run.sizes.append(run.size)
+        run.instructions.append(event.instruction_name)
+        buffer_id = event.buffer_id
+        if buffer_id not in buffers.logical:
+            continue
+        if event.kind == ALLOC:
+            top = root(buffer_id)
+            counts[top] = counts.get(top, 0) + 1
+            run.take(buffer_id, buffers)
+        elif event.kind == FREE:
+            top = root(buffer_id)
+            counts[top] = counts.get(top, 0) - 1
+            if counts[top] < 0:
+                raise HloError(f"buffer {buffer_id} is freed more than once")
+            if counts[top] == 0:
+                run.give(top, buffers)
+        elif event.kind == SHARE_WITH:
+            target = event.share_with_canonical_id
+            if target not in buffers.logical:
+                continue
+            canonical[buffer_id] = target
+            top = root(target)
+            counts[top] = counts.get(top, 0) + 1
+            if counts[top] == 1:  # the canonical buffer was freed: its memory is taken again
+                run.display[top] = buffer_id
+                run.take(top, buffers)
+        else:
+            raise HloError(f"a heap event of unknown kind {event.kind}")
+    run.sizes.append(run.size)
+    run.instructions.append("")
+    return run

@@ -1,0 +1,2 @@
+"""XLA's compiled programs as XLA describes them: an HloProto (the optimized HLO
+module and its buffer assignment), read without XLA's generated code."""

@@ -1,0 +1,119 @@
+"""Compiled programs in words: the largest programs and what fills each at its
+peak, as rows every format shows (text, md; the page draws the same data)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+
+from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
+from tpumem.analysis.programs import CompiledProgram
+from tpumem.units import format_bytes
+
+TOP_PROGRAMS = 5  # programs listed in a report
+TOP_BUFFERS = 8  # buffers listed for a program's peak in a report (--program: all)
+SPARK_POINTS = 60  # heap over program order, as characters
+
+PROGRAM_HEADERS = ("program", "peak", "arguments", "outputs", "temps at peak", "peak at")
+BUFFER_HEADERS = ("bytes", "kind", "shape", "source", "op", "instruction")
+SOURCE = "XLA's buffer assignment, at compile time"
+# JAX names every op inside a program after it (`jit(step)/...`): in that program's
+# table the prefix says nothing.
+_OUTER_JIT = re.compile(r"^jit\([^()]*\)/")
+
+
+def programs_title(compiled: tuple[CompiledProgram, ...]) -> str:
+    with_heap = sum(1 for p in compiled if p.heap is not None)
+    shown = min(len(compiled), TOP_PROGRAMS)
+    more = f", the {shown} largest shown" if len(compiled) > shown else ""
+    programs = f"{len(compiled):,} program" + ("s" if len(compiled) != 1 else "")
+    return f"Compiled programs: what fills each ({programs}, {with_heap:,} with {SOURCE}{more})"
+
+
+def program_rows(
+    compiled: tuple[CompiledProgram, ...], limit: int = TOP_PROGRAMS
+) -> list[tuple[str, ...]]:
+    rows = []
+    for program in compiled[:limit]:
+        heap, memory = program.heap, program.memory
+        if heap is not None:
+            rows.append(
+                (
+                    program.name,
+                    format_bytes(heap.peak_bytes),
+                    format_bytes(heap.parameter_bytes),
+                    format_bytes(heap.output_bytes),
+                    format_bytes(heap.temp_peak_bytes),
+                    heap.peak_instruction or "-",
+                )
+            )
+        elif memory is not None:
+            rows.append(
+                (
+                    program.name,
+                    format_bytes(program.peak_bytes),
+                    format_bytes(memory.argument_bytes),
+                    format_bytes(memory.output_bytes),
+                    format_bytes(memory.temp_bytes),
+                    "- (no HLO: XLA's totals only)",
+                )
+            )
+        else:
+            rows.append((program.name, "-", "-", "-", "-", program.hlo_problem or "-"))
+    return rows
+
+
+def peak_title(program: CompiledProgram) -> str:
+    heap = program.heap
+    assert heap is not None
+    where = f" at {heap.peak_instruction}" if heap.peak_instruction else ""
+    return (
+        f"{program.name}: {format_bytes(heap.peak_bytes)} at its peak{where}, "
+        f"{format_bytes(heap.whole_program_bytes)} of it live the whole program "
+        "(arguments, outputs, constants); largest first"
+    )
+
+
+def buffer_rows(heap: ProgramHeap, limit: int | None = TOP_BUFFERS) -> list[tuple[str, ...]]:
+    """The buffers live at the program's peak, largest first; past `limit`, one
+    row for the rest."""
+    shown = heap.live_at_peak if limit is None else heap.live_at_peak[:limit]
+    rows = [_buffer_row(buffer) for buffer in shown]
+    rest = heap.live_at_peak[len(shown) :]
+    if rest:
+        rows.append(
+            (
+                format_bytes(sum(b.bytes for b in rest)),
+                f"{len(rest):,} more",
+                "-",
+                "-",
+                "(--program NAME lists them all)",
+                "-",
+            )
+        )
+    return rows
+
+
+def _buffer_row(buffer: HeapBuffer) -> tuple[str, ...]:
+    padding = f" (+{format_bytes(buffer.padding_bytes)} padding)" if buffer.padding_bytes else ""
+    # The layout matters where it pads (TPU tiles); a plain row-major one is noise.
+    shape = buffer.shape if ":" in buffer.shape else buffer.dtype + buffer.dims
+    return (
+        format_bytes(buffer.bytes) + padding,
+        buffer.group,
+        shape,
+        # A file by its name (the JSON has the path).
+        os.path.basename(buffer.source) if buffer.source else "-",
+        _OUTER_JIT.sub("", buffer.op_name) or "-",
+        buffer.instruction,
+    )
+
+
+def heap_points(heap: ProgramHeap, points: int = SPARK_POINTS) -> tuple[int, ...]:
+    """The heap over program order in `points` steps, each the most in its stretch."""
+    sizes = heap.heap_bytes
+    if len(sizes) <= points:
+        return sizes
+    edges = [round(i * len(sizes) / points) for i in range(points + 1)]
+    return tuple(max(sizes[a:b]) for a, b in itertools.pairwise(edges))
