@@ -58,11 +58,28 @@ def main() -> None:
     WORK.mkdir(exist_ok=True)
     script = [str(EXAMPLES / args.example), "--steps", str(args.steps), *args.rest]
     trace = WORK / "overhead.tpumem"
-    profiled_command = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", str(trace)]
+    profiled_command = [
+        sys.executable,
+        "-m",
+        "tpumem",
+        "profile",
+        "-q",
+        "--force",
+        "-o",
+        str(trace),
+    ]
     plain_command = [sys.executable, *script]
     if args.anchor == "no-programs":
         anchor = WORK / "anchor.tpumem"
-        plain_command = [sys.executable, "-m", "tpumem", "profile", "-q", "--no-programs"]
+        plain_command = [
+            sys.executable,
+            "-m",
+            "tpumem",
+            "profile",
+            "-q",
+            "--force",
+            "--no-programs",
+        ]
         plain_command += ["-o", str(anchor), *script]
     profiled_command += script
     plain, profiled = [], []
