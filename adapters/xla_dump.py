@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import tempfile
 import time
@@ -72,7 +71,7 @@ class XlaDump:
         one made for it by `tpumem profile`, else a new temporary one. None when
         the user's own dump cannot be read (to stdout, or to a test's outputs)."""
         current = environ.get(FLAGS_VARIABLE, "")
-        flags = shlex.split(current)
+        flags = current.split()  # as XLA splits them: no quoting, never an error
         theirs = _flag(flags, DUMP_TO)
         added = []
         if theirs:

@@ -57,31 +57,11 @@ def main() -> None:
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
     script = [str(EXAMPLES / args.example), "--steps", str(args.steps), *args.rest]
-    trace = WORK / "overhead.tpumem"
-    profiled_command = [
-        sys.executable,
-        "-m",
-        "tpumem",
-        "profile",
-        "-q",
-        "--force",
-        "-o",
-        str(trace),
-    ]
+    profile = [sys.executable, "-m", "tpumem", "profile", "-q", "--force"]
+    profiled_command = [*profile, "-o", str(WORK / "overhead.tpumem"), *script]
     plain_command = [sys.executable, *script]
     if args.anchor == "no-programs":
-        anchor = WORK / "anchor.tpumem"
-        plain_command = [
-            sys.executable,
-            "-m",
-            "tpumem",
-            "profile",
-            "-q",
-            "--force",
-            "--no-programs",
-        ]
-        plain_command += ["-o", str(anchor), *script]
-    profiled_command += script
+        plain_command = [*profile, "--no-programs", "-o", str(WORK / "anchor.tpumem"), *script]
     plain, profiled = [], []
     for repeat in range(args.repeats):
         plain.append(run(plain_command))

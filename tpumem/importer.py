@@ -109,6 +109,7 @@ def _beside(path: Path) -> list[tuple[int, bytes]]:
         except OSError:
             continue
         if data:  # (XProf writes an empty NO_MODULE file for a profile without any)
+            # A file not named `module(id)` gets an id of its own, below any real one.
             found.append((int(match.group(1)) if match else -1 - len(found), data))
     return found
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import ALLOC, ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED, FREE, MARK
@@ -86,7 +85,7 @@ def capture_gaps(trace: Trace) -> np.ndarray:
     if not len(marks):
         return np.zeros((0, 2), np.int64)
     times = trace.numbers("time_ns")[marks]
-    text = trace.table.column("text").take(pa.array(marks)).to_pylist()
+    text = trace.texts_at(marks)
     starts = np.sort(times[[t == CAPTURE_GAP for t in text]])
     ends = np.sort(times[[t == CAPTURE_RESUMED for t in text]])
     count = min(len(starts), len(ends))

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pyarrow as pa
 
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap, program_heap
@@ -61,12 +60,9 @@ class CompiledProgram:
 def programs(trace: Trace) -> tuple[ProgramMemory, ...]:
     """Every compiled program's memory analysis, in the order they compiled."""
     rows = np.flatnonzero(trace.is_kind(PROGRAM))
-    if not len(rows):
-        return ()
+    times = trace.numbers("time_ns")[rows].tolist()
     result = []
-    for time_ns, text in zip(
-        trace.numbers("time_ns")[rows].tolist(), _texts(trace, rows), strict=True
-    ):
+    for time_ns, text in zip(times, trace.texts_at(rows), strict=True):
         record = parse_object(text)
         if record is None:
             continue  # a row cut short by a crash: nothing to show
@@ -123,10 +119,6 @@ def _same_sizes(memory: ProgramMemory, found: list[CompiledProgram]) -> int | No
         if all(abs(a - b) <= tolerance for a, b in zip(sizes, wanted, strict=True)):
             return index
     return None
-
-
-def _texts(trace: Trace, rows: np.ndarray) -> list[object]:
-    return trace.table.column("text").take(pa.array(rows)).to_pylist()
 
 
 def _heaps(trace: Trace) -> list[tuple[ProgramHeap | None, str | None, int | None]]:

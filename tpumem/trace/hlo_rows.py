@@ -12,7 +12,6 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from tpumem.trace.model import Trace
 from tpumem.trace.records import parse_object
@@ -52,8 +51,4 @@ def read_hlo_row(text: object) -> HloRow | None:
 
 def hlo_rows(trace: Trace) -> list[HloRow | None]:
     """Every `hlo` row of the trace, in the order written (None: one unreadable)."""
-    rows = np.flatnonzero(trace.is_kind(HLO))
-    if not len(rows):
-        return []
-    texts = trace.table.column("text").take(pa.array(rows)).to_pylist()
-    return [read_hlo_row(text) for text in texts]
+    return [read_hlo_row(text) for text in trace.texts_at(np.flatnonzero(trace.is_kind(HLO)))]

@@ -71,6 +71,12 @@ class Trace:
             column = pc.fill_null(column, fill)
         return column.to_numpy()
 
+    def texts_at(self, rows: np.ndarray) -> list[Any]:
+        """The `text` of the given rows (mark names, JSON records), as Python values."""
+        if not len(rows):
+            return []
+        return self.table.column("text").take(pa.array(rows, pa.int64())).to_pylist()
+
     def valid(self, name: str) -> np.ndarray:
         """Where a column is not null (read-only)."""
         return self._kept(
