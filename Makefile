@@ -13,6 +13,12 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --progress-bar off -e ".[$(EXTRAS)]"
+	# libtpu (700 MB) for --tpu, the release jax[tpu] names, kept beside the
+	# environment: tpumem finds it there, and the profiled JAX scripts of the tests
+	# do not load it (on a machine without a TPU it only warns at every start).
+	$(BIN)/pip install --quiet --progress-bar off --no-deps --target $(VENV)/libtpu \
+		"$$($(BIN)/python -c 'from importlib.metadata import requires; \
+		print(next(r.split(";")[0] for r in requires("jax") if r.startswith("libtpu")))')"
 	touch $@
 
 setup: $(BIN)/.installed

@@ -141,7 +141,8 @@ class XlaDump:
             except OSError:
                 continue
             self._taken.add(module)
-            writer.record(HLO, text=hlo_row_text(entry.name, data, module))
+            before = _before_optimizations(entries, module)
+            writer.record(HLO, text=hlo_row_text(entry.name, data, module, before))
         if self.owned:
             for entry in entries:
                 match = _MODULE.match(entry.name)
@@ -189,6 +190,24 @@ def _files(directory: str) -> dict[str, int]:
         return {entry.name: entry.stat().st_mtime_ns for entry in os.scandir(directory)}
     except OSError:
         return {}
+
+
+def _before_optimizations(entries: list[os.DirEntry], module: int) -> bytes | None:
+    """The program as the framework handed it to XLA, dumped beside the optimized
+    one: what `--tpu` compiles for a TPU. None where XLA wrote none."""
+    for entry in entries:
+        match = _MODULE.match(entry.name)
+        if (
+            match is not None
+            and int(match.group(1)) == module
+            and entry.name.endswith(".before_optimizations.hlo.pb")
+        ):
+            try:
+                with open(entry.path, "rb") as handle:
+                    return handle.read()
+            except OSError:
+                return None
+    return None
 
 
 def _is_program(name: str) -> bool:

@@ -7,6 +7,9 @@ tpumem profile examples/jax_transformer.py --steps 50
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax_common import Params, cross_entropy, dense, layer_norm, make_step, train
@@ -36,8 +39,9 @@ def block(x: jax.Array, p: list[jax.Array], heads: int) -> jax.Array:
     return x + dense(h, p[14], p[15])
 
 
-def main() -> None:
-    args = parse_args("transformer", __doc__)
+def build(args: argparse.Namespace) -> tuple[Any, list[jax.Array], jax.Array, jax.Array]:
+    """The jitted train step, the parameters and one batch: what main() trains, and
+    what a test compiles ahead of time for a TPU to check tpumem's --tpu."""
     draw = Params(args.seed)
     d = args.width
     params = [draw.weight(args.vocab, d), draw.weight(args.seq, d)]
@@ -49,7 +53,6 @@ def main() -> None:
     params += draw.norm(d) + draw.dense(d, args.vocab, bias=False)
     counted = sum(p.size for p in params)
     assert counted == parameter_count("transformer", args), counted
-    print(f"JAX transformer: {counted:,} parameters")
     tokens = jax.random.randint(
         jax.random.PRNGKey(args.seed + 1), [args.batch, args.seq + 1], 0, args.vocab
     )
@@ -64,7 +67,14 @@ def main() -> None:
         logits = dense(layer_norm(x, params[final], params[final + 1]), params[final + 2])
         return cross_entropy(logits, targets)
 
-    train("transformer", args, params, make_step(loss_fn), inputs, targets)
+    return make_step(loss_fn), params, inputs, targets
+
+
+def main() -> None:
+    args = parse_args("transformer", __doc__)
+    step, params, inputs, targets = build(args)
+    print(f"JAX transformer: {sum(p.size for p in params):,} parameters")
+    train("transformer", args, params, step, inputs, targets)
 
 
 if __name__ == "__main__":

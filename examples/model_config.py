@@ -40,12 +40,14 @@ EPSILON = 1e-8
 INIT_STDDEV = 0.02
 
 
-def parse_args(model: str, description: str | None) -> argparse.Namespace:
+def parse_args(
+    model: str, description: str | None, argv: list[str] | None = None
+) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     for name, value in DEFAULTS[model].items():
         parser.add_argument(f"--{name}", type=int, default=value)
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def mlp_parameters(width: int, layers: int, classes: int, **_: int) -> int:

@@ -63,6 +63,18 @@ Capacity = Annotated[
         "headroom left; and the smallest size that holds the run. Modeled.",
     ),
 ]
+Tpu = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--tpu",
+        metavar="TOPOLOGY",
+        help="Compile the run's programs for this TPU (v5e:2x2, v6e:1x1, v4:2x2x1, v5p:2x2x1) "
+        "with XLA:TPU, ahead of time, on this machine (needs libtpu: pip install "
+        "'tpumem[tpu]'): what each program needs per chip, and the fit table from it. "
+        "Repeat for several.",
+        show_default=False,
+    ),
+]
 Force = Annotated[
     bool,
     typer.Option("--force", help="Replace an existing trace at the output path."),
@@ -123,12 +135,13 @@ def report(
             "over program order (NAME: the module, e.g. jit_train_step, or part of it).",
         ),
     ] = None,
+    tpu: Tpu = None,
 ) -> None:
     """Report peak use, preallocation and fragmentation of a trace, and what fills
     each compiled program."""
     from tpumem.commands.report import run_report
 
-    run_report(trace, fmt, output, width, force, capacity, program)
+    run_report(trace, fmt, output, width, force, capacity, program, tpu)
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -161,6 +174,7 @@ def compare(
         bool, typer.Option("--force", help="Let --html replace a trace at its path.")
     ] = False,
     capacity: Capacity = None,
+    tpu: Tpu = None,
 ) -> None:
     """Compare runs side by side: the same model in JAX, TensorFlow and PyTorch/XLA.
 
@@ -169,7 +183,7 @@ def compare(
     """
     from tpumem.commands.compare import run_compare
 
-    run_compare(runs, html, fmt, output_dir, width, force, capacity)
+    run_compare(runs, html, fmt, output_dir, width, force, capacity, tpu)
 
 
 @app.command(short_help="Check a run against limits, for CI.")
@@ -292,6 +306,7 @@ def profile(
             metavar="DIR", help="Also export the trace to this TensorBoard log directory."
         ),
     ] = None,
+    tpu: Tpu = None,
 ) -> None:
     """Run a script under its framework's adapter, write a trace, print a report.
 
@@ -307,7 +322,7 @@ def profile(
         "cpu_allocator_events": cpu_allocator_events,
         "programs": programs,
     }
-    options = (output, framework, capture, quiet, fmt, width, force, tensorboard)
+    options = (output, framework, capture, quiet, fmt, width, force, tensorboard, tpu)
     raise typer.Exit(run_profile(target, list(args or []), module, *options))
 
 

@@ -16,7 +16,7 @@ holds the run (capacity.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
@@ -43,6 +43,9 @@ class FitRow:
     # The smallest capacity in which the BFC model holds the run (+ the padding on
     # TPUs), where a capacity was asked about (capacity.py); modeled.
     smallest_capacity_bytes: int | None = None
+    # Where needed_bytes comes from: the estimate above, or XLA:TPU's own compile
+    # of the run's programs for a topology (`--tpu`, analysis/tpu.py).
+    compiled_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,39 @@ def _large_padding_note(padding: LayoutPadding) -> str:
         f"bytes it was made from; the shapes that pad most: {shapes}. On a TPU, arrays whose "
         "dimensions are all far below 128, or that are many and small, waste most of their tiles"
     )
+
+
+def with_tpu_compiles(fit: FitAdvice | None, targets: tuple) -> FitAdvice | None:
+    """The fit table with each TPU generation the run was compiled for answered
+    from XLA:TPU's compile (a TpuTarget's fit), the estimate kept elsewhere."""
+    if fit is None:
+        return None
+    rows, notes = list(fit.rows), list(fit.notes)
+    for target in targets:
+        if target.fit is None:
+            continue
+        wanted = f"TPU {target.generation}"
+        for index, row in enumerate(rows):
+            if row.accelerator != wanted:
+                continue
+            needed = target.fit.need_bytes
+            rows[index] = replace(
+                row,
+                needed_bytes=needed,
+                fits=needed <= row.memory_bytes,
+                share=needed / row.memory_bytes,
+                smallest_capacity_bytes=None,  # the model's answer is not XLA:TPU's
+                compiled_for=target.topology,
+            )
+        tpu = target.fit
+        what = "running at the peak" if tpu.running_at_peak else "the largest; none ran at the peak"
+        notes.append(
+            f"TPU {target.generation}: compiled for {target.topology} by XLA:TPU: "
+            f"{tpu.program} ({what}) {format_bytes(tpu.program_bytes)} per chip with its "
+            f"code, + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
+            f"({tpu.arrays_label}, in TPU layouts)"
+        )
+    return replace(fit, rows=tuple(rows), notes=tuple(notes))
 
 
 def fit_advice(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom
+from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom, with_tpu_compiles
 from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
 from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.counters import Counters, counters
@@ -27,6 +27,7 @@ from tpumem.analysis.programs import (
 )
 from tpumem.analysis.series import DeviceSeries, device_series
 from tpumem.analysis.timeline import Timeline, timeline
+from tpumem.analysis.tpu import TpuTarget, tpu_fit, tpu_targets
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.metadata import RunMetadata
 from tpumem.trace.model import Trace
@@ -74,6 +75,7 @@ class RunAnalysis:
     steps: int = 0  # step marks in the trace
     out_of_memory: tuple[OutOfMemory, ...] = ()  # the allocations that failed
     capacity: tuple[CapacityCheck, ...] = ()  # per device, where a capacity was asked about
+    tpu: tuple[TpuTarget, ...] = ()  # the programs compiled for TPU topologies (--tpu)
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -173,6 +175,20 @@ def _device(
     return DeviceEventFigures(analysis, events, frag.values, pool)
 
 
+def _tpu(
+    trace: Trace, devices: tuple[DeviceAnalysis, ...], fit: FitAdvice | None
+) -> tuple[TpuTarget, ...]:
+    """The TPU compiles, each with a chip's need for the device the fit weighs."""
+    targets = tpu_targets(trace)
+    device = next((d for d in devices if fit is not None and d.device == fit.device), None)
+    if device is None:
+        return targets
+    return tuple(
+        replace(t, fit=tpu_fit(t, device.peak.bytes, device.peak.groups, device.programs_at_peak))
+        for t in targets
+    )
+
+
 def _duration(trace: Trace, times: np.ndarray) -> int:
     end = trace.metadata.end_time_ns
     if end is not None:  # a profiled run, whose clock starts with the process
@@ -207,6 +223,13 @@ def analyze_with_events(
     )
     failures = out_of_memory(trace, devices, {d.device: d.peak_label for d in analysed})
     checks = () if capacity is None else tuple(check_capacity(trace, d, capacity) for d in devices)
+    fit = fit_advice(
+        trace.framework,
+        [(d.device, d.peak.bytes, d.headroom_bytes, d.headroom_label, d.padding) for d in analysed],
+        failed={d.device: demand_floor(failures, d.device) for d in analysed},
+        smallest={c.device: c.smallest_bytes for c in checks},
+    )
+    targets = _tpu(trace, analysed, fit)
     run = RunAnalysis(
         path=trace.path,
         framework=trace.framework,
@@ -222,16 +245,9 @@ def analyze_with_events(
         programs=memory,
         compiled=compiled,
         steps=len(step_marks(trace)[0]),
-        fit=fit_advice(
-            trace.framework,
-            [
-                (d.device, d.peak.bytes, d.headroom_bytes, d.headroom_label, d.padding)
-                for d in analysed
-            ],
-            failed={d.device: demand_floor(failures, d.device) for d in analysed},
-            smallest={c.device: c.smallest_bytes for c in checks},
-        ),
+        fit=with_tpu_compiles(fit, targets),
         out_of_memory=failures,
         capacity=checks,
+        tpu=targets,
     )
     return run, figures

@@ -53,3 +53,36 @@ def parse_capacity(text: str | None) -> int | None:
 
         raise TpumemError("--capacity: give a size above 0")
     return size
+
+
+def parse_topologies(names: list[str] | None) -> list:
+    """--tpu's topologies, checked before any work starts."""
+    from tpumem.tpu.topology import parse_topology
+
+    return [parse_topology(name) for name in names or []]
+
+
+def compile_for_tpus(traces: list[Path], topologies: list, quiet: bool = False) -> None:
+    """`--tpu`: each trace's programs compiled for each topology, kept in the trace.
+    A trace whose programs cannot be compiled says so in one line and keeps its report."""
+    if not topologies:
+        return
+    from tpumem.errors import TpumemError
+    from tpumem.tpu.compile import compile_for_tpu
+    from tpumem.trace.reader import load
+
+    for trace in traces:
+        for topology in topologies:
+            try:
+                outcome = compile_for_tpu(trace, load(trace), topology, quiet)
+            except TpumemError as error:
+                print(f"tpumem: no TPU compile: {error}", file=sys.stderr)
+                continue
+            if quiet or outcome.already:
+                continue
+            failed = f", {outcome.failed:,} failed" if outcome.failed else ""
+            print(
+                f"tpumem: compiled {outcome.programs:,} program(s) of {trace.name} for "
+                f"{topology.name} with XLA:TPU in {outcome.seconds:.1f} s{failed}",
+                file=sys.stderr,
+            )

@@ -10,7 +10,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.commands.common import emit, parse_capacity, progress
+from tpumem.commands.common import (
+    compile_for_tpus,
+    emit,
+    parse_capacity,
+    parse_topologies,
+    progress,
+)
 from tpumem.errors import TpumemError
 from tpumem.outputs import free_name
 
@@ -25,6 +31,7 @@ def run_compare(
     width: int,
     force: bool,
     capacity: str | None = None,
+    tpu: list[str] | None = None,
 ) -> None:
     if fmt not in FORMATS:
         raise TpumemError(f"unknown compare format {fmt!r} (choose from {', '.join(FORMATS)})")
@@ -36,8 +43,10 @@ def run_compare(
     from tpumem.report import HTML_SERIES_POINTS
     from tpumem.trace.reader import load
 
+    topologies = parse_topologies(tpu)
     sources = resolve(runs, output_dir)
     profile_scripts(sources)
+    compile_for_tpus([s.trace for s in sources], topologies)
     points = HTML_SERIES_POINTS if html else 0  # only the page draws series
     analyses = []
     for source in sources:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpumem.commands.common import compile_for_tpus, parse_topologies
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ def run_profile(
     width: int,
     force: bool,
     tensorboard: Path | None,
+    tpu: list[str] | None = None,
 ) -> int:
     """The exit status: the script's (128 + N when signal N killed it), 2 when it
     never ran because the adapter failed (the runner said why)."""
@@ -36,6 +38,9 @@ def run_profile(
         raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
     if module is not None and target is not None:
         rest = [target, *rest]
+    topologies = parse_topologies(tpu)
+    if topologies and not capture.get("programs", True):
+        raise TpumemError("--tpu compiles the programs the run records: drop --no-programs")
     reporter = reporter_for(None, fmt)
     if not reporter.terminal:
         raise TpumemError(
@@ -53,6 +58,9 @@ def run_profile(
     outcome = run_profiled(request)
     if outcome.adapter_failed:
         return 2
+    if outcome.trace.exists():
+        # After the run, in a process of its own: the run's time is its own.
+        compile_for_tpus([outcome.trace], topologies, quiet)
     if not quiet or tensorboard is not None:
         _after_run(outcome.trace, None if quiet else reporter, width, tensorboard)
     return outcome.returncode

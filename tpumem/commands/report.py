@@ -6,7 +6,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpumem.commands.common import emit, parse_capacity, progress
+from tpumem.commands.common import (
+    compile_for_tpus,
+    emit,
+    parse_capacity,
+    parse_topologies,
+    progress,
+)
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
@@ -21,6 +27,7 @@ def run_report(
     force: bool,
     capacity: str | None = None,
     program: str | None = None,
+    tpu: list[str] | None = None,
 ) -> None:
     from tpumem.analysis import analyze
     from tpumem.report import reporter_for
@@ -28,6 +35,7 @@ def run_report(
 
     reporter = reporter_for(output, fmt)
     size = parse_capacity(capacity)
+    compile_for_tpus([trace], parse_topologies(tpu), quiet=output is not None)
     with progress(f"analysing {trace}"):
         analysis = analyze(load(trace), series_points=reporter.series_points, capacity=size)
     color = output is None and sys.stdout.isatty()

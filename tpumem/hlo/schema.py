@@ -23,7 +23,10 @@ _MESSAGES: dict[str, list[Field]] = {
         ("id", 5, I64, None, False),
         ("entry_computation_id", 6, I64, None, False),
         ("stack_frame_index", 17, MSG, "StackFrameIndexProto", False),
+        ("buffer_donor", 18, MSG, "BufferDonorProto", False),
     ],
+    "BufferDonorProto": [("entries", 1, MSG, "BufferDonorProto.Entry", True)],
+    "BufferDonorProto.Entry": [("parameter_number", 1, I64, None, False)],
     "HloComputationProto": [
         ("name", 1, STR, None, False),
         ("instructions", 2, MSG, "HloInstructionProto", True),
@@ -37,6 +40,14 @@ _MESSAGES: dict[str, list[Field]] = {
         ("metadata", 7, MSG, "OpMetadata", False),
         ("parameter_number", 9, I64, None, False),
         ("id", 35, I64, None, False),
+        ("sharding", 40, MSG, "OpSharding", False),
+    ],
+    "OpSharding": [
+        ("type", 1, I32, None, False),
+        ("tile_assignment_dimensions", 3, I64, None, True),
+        ("tile_assignment_devices", 4, I64, None, True),
+        ("tuple_shardings", 5, MSG, "OpSharding", True),
+        ("iota_reshape_dims", 9, I64, None, True),
     ],
     "ShapeProto": [
         ("element_type", 2, I32, None, False),

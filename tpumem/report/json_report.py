@@ -31,7 +31,9 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.series import DeviceSeries
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.timeline import Timeline
+from tpumem.analysis.tpu import TpuTarget
 from tpumem.analysis.waste import InternalWaste
+from tpumem.trace.tpu_rows import MEMORY_FIELDS
 
 SCHEMA = "tpumem-report/1"
 
@@ -55,6 +57,43 @@ def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
         "steps": analysis.steps,
         "out_of_memory": [_out_of_memory(oom) for oom in analysis.out_of_memory],
         "capacity": [_capacity(check) for check in analysis.capacity],
+        "tpu": [_tpu(target) for target in analysis.tpu],
+    }
+
+
+def _tpu(target: TpuTarget) -> dict[str, Any]:
+    fit = target.fit
+    return {
+        "topology": target.topology,
+        "device_kind": target.device_kind,
+        "compile_seconds": target.seconds,
+        "programs": [
+            {
+                "name": program.name,
+                "program_id": program.compile.program_id,
+                "chips": program.compile.partitions,
+                "need_bytes": program.need_bytes,
+                **{name: program.memory(name) for name in MEMORY_FIELDS},
+                "hbm_temp_bytes": program.temp_bytes,
+                "padding_at_peak_bytes": program.padding_bytes if program.heap else None,
+                "compile_seconds": program.compile.seconds,
+                "heap": None if program.heap is None else _heap(program.heap),
+            }
+            for program in target.programs
+        ],
+        "failed": [
+            {"name": f.module, "program_id": f.program_id, "error": f.error} for f in target.failed
+        ],
+        "fit": None
+        if fit is None
+        else {
+            "program": fit.program,
+            "running_at_peak": fit.running_at_peak,
+            "program_bytes": fit.program_bytes,
+            "arrays_bytes": fit.arrays_bytes,
+            "arrays_label": fit.arrays_label,
+            "need_bytes": fit.need_bytes,
+        },
     }
 
 
@@ -282,6 +321,7 @@ def _fit(fit: FitAdvice) -> dict[str, Any]:
                 "setting": row.setting,
                 "source": row.source,
                 "smallest_capacity_bytes": row.smallest_capacity_bytes,
+                "compiled_for": row.compiled_for,
             }
             for row in fit.rows
         ],

@@ -25,6 +25,13 @@ from tpumem.report.rows import (
     sparkline,
 )
 from tpumem.report.text import GROUP_HEADERS
+from tpumem.report.tpu_rows import (
+    TPU_HEADERS,
+    tpu_notes,
+    tpu_peak_rows,
+    tpu_program_rows,
+    tpu_title,
+)
 from tpumem.report.visible import markdown as _cell
 
 
@@ -58,6 +65,13 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
         lines += _table(BRIEF_HEADERS, brief)
     if analysis.compiled:
         lines += _programs(analysis.compiled)
+    for target in analysis.tpu:
+        lines += ["", f"## {_cell(tpu_title(target))}", ""]
+        lines += _table(TPU_HEADERS, tpu_program_rows(target))
+        peak = tpu_peak_rows(target)
+        if peak is not None:
+            lines += ["", f"{_cell(peak[0])}:", "", *_table(BUFFER_HEADERS, peak[1])]
+        lines += [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
     if analysis.fit is not None:
         lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]
         lines += _table(*fit_table(analysis.fit))

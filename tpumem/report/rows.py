@@ -406,7 +406,10 @@ def sparkline(values: tuple[float | int | None, ...], top: float | None = None) 
 def fit_answer(row: FitRow) -> str:
     """One accelerator's answer: fits or not, and the share and bytes it needs."""
     verdict = "fits" if row.fits else "does not fit"
-    return f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
+    answer = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
+    if row.compiled_for:
+        return f"{answer}: compiled for {row.compiled_for} by XLA:TPU, per chip"
+    return answer + (" (estimate)" if row.kind == "tpu" else "")
 
 
 def _running_row(running: RunningAtPeak, peak_bytes: int) -> tuple[str, str, str]:

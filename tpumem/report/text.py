@@ -11,6 +11,7 @@ from rich.text import Text
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.tpu import TpuTarget
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
     PROGRAM_HEADERS,
@@ -30,6 +31,13 @@ from tpumem.report.rows import (
     group_rows,
     run_rows,
     sparkline,
+)
+from tpumem.report.tpu_rows import (
+    TPU_HEADERS,
+    tpu_notes,
+    tpu_peak_rows,
+    tpu_program_rows,
+    tpu_title,
 )
 from tpumem.report.visible import markup, visible
 from tpumem.units import format_bytes, format_seconds
@@ -109,9 +117,20 @@ def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False)
         console.print(table)
     if analysis.compiled:
         _programs(console, analysis.compiled)
+    for target in analysis.tpu:
+        _tpu(console, target)
     if analysis.fit is not None:
         _fit(console, analysis)
     return buffer.getvalue()
+
+
+def _tpu(console: Console, target: TpuTarget) -> None:
+    _table(console, tpu_title(target), TPU_HEADERS, tpu_program_rows(target))
+    peak = tpu_peak_rows(target)
+    if peak is not None:
+        _table(console, peak[0], BUFFER_HEADERS, peak[1])
+    for note in tpu_notes(target):
+        console.print(Text(note), style="dim")
 
 
 def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -> None:

@@ -1,4 +1,5 @@
-"""Adds a metadata patch to a trace whose writer may have died.
+"""Adds rows to a finished trace: a metadata patch to one whose writer may have
+died, or what was learned after the run (`--tpu`'s compiles).
 
 When a profiled process is killed (SIGKILL, the OOM killer), its trace ends
 wherever the kernel stopped it, perhaps inside a record batch. `tpumem profile`
@@ -35,23 +36,26 @@ def _message_ends(data: pa.Buffer) -> list[int]:
         ends.append(source.tell())
 
 
-def metadata_tail(schema: pa.Schema, patch: dict[str, Any], time_ns: int) -> bytes:
-    """The messages that end a stream of `schema` with `patch` as a metadata row:
-    its dictionaries, its batch and the end-of-stream marker."""
+def rows_tail(schema: pa.Schema, rows: list[dict[str, Any]]) -> bytes:
+    """The messages that end a stream of `schema` with `rows`: their dictionaries,
+    their batch and the end-of-stream marker."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_batch(
-            rows_to_batch([{"kind": META, "time_ns": time_ns, "text": json.dumps(patch)}])
-        )
+        writer.write_batch(rows_to_batch(rows))
     tail = sink.getvalue()
     return tail.slice(_message_ends(tail)[0]).to_pybytes()
 
 
-def append_metadata(path: str | Path, time_ns: int = 0, **fields: Any) -> bool:
-    """Appends metadata `fields` (RunMetadata's, typed, as the writer's
-    patch_metadata takes them) as a row at `time_ns` on the trace clock; False
-    when the file does not even hold a whole schema (nothing a reader could load).
-    OSError when the file cannot be read or written."""
+def metadata_tail(schema: pa.Schema, patch: dict[str, Any], time_ns: int) -> bytes:
+    """The messages that end a stream of `schema` with `patch` as a metadata row."""
+    return rows_tail(schema, [{"kind": META, "time_ns": time_ns, "text": json.dumps(patch)}])
+
+
+def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> bool:
+    """Appends `rows` (kind, time_ns, text, ...) after the trace's last whole
+    message, and ends the stream again; False when the file does not even hold a
+    whole schema (nothing a reader could load). OSError when the file cannot be
+    read or written."""
     with open(path, "rb") as handle:
         data = pa.py_buffer(handle.read())
     ends = _message_ends(data)
@@ -61,5 +65,12 @@ def append_metadata(path: str | Path, time_ns: int = 0, **fields: Any) -> bool:
     with open(path, "r+b") as handle:
         handle.truncate(ends[-1])
         handle.seek(ends[-1])
-        handle.write(metadata_tail(schema, metadata_json(fields), time_ns))
+        handle.write(rows_tail(schema, rows))
     return True
+
+
+def append_metadata(path: str | Path, time_ns: int = 0, **fields: Any) -> bool:
+    """Appends metadata `fields` (RunMetadata's, typed, as the writer's
+    patch_metadata takes them) as a row at `time_ns` on the trace clock."""
+    row = {"kind": META, "time_ns": time_ns, "text": json.dumps(metadata_json(fields))}
+    return append_rows(path, [row])

@@ -26,7 +26,8 @@ MARK = "mark"  # a step or phase boundary: `text` names it, `step` numbers it
 PROGRAM = "program"  # a compiled program's memory analysis, JSON in `text`
 HLO = "hlo"  # a compiled program as XLA dumped it (HloProto), JSON in `text` (hlo_rows.py)
 META = "meta"  # a metadata patch (exit status, warnings), JSON in `text`
-KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META)
+TPU = "tpu"  # a program compiled ahead of time for a TPU by --tpu, JSON in `text` (tpu_rows.py)
+KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU)
 
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"

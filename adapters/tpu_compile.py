@@ -1,0 +1,185 @@
+"""Compiles a run's programs for a TPU topology with libtpu, on the CPU, ahead of
+time: the process `tpumem ... --tpu` starts after the run (tpu/compile.py).
+
+    python -m tpumem.adapters.tpu_compile REQUEST.json
+
+Each program is the HLO its framework handed to XLA (the dump's
+`before_optimizations` proto), turned into StableHLO and compiled by XLA:TPU for
+the topology's first `partitions` chips, as JAX's own ahead-of-time path compiles
+(a compile-only client: no TPU needed). XLA:TPU's memory analysis and the
+optimized HloProto it dumps (the TPU buffer assignment) are written, one JSON
+line per program, to the request's output file as soon as each is done, so a
+killed compile keeps what it finished. The parent sets JAX_PLATFORMS=cpu and the
+XLA dump before this process imports JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from tpumem.hlo.schema import HloError, parse_hlo_proto
+from tpumem.trace.tpu_rows import TpuCompile, TpuLayouts, compile_row_text, layouts_row_text
+
+
+def _topology(name: str, dims: list[int]) -> list[Any]:
+    from jax.experimental import topologies
+
+    # All chips on one host: libtpu's default host shape (2x2x1) does not divide
+    # every topology (v5e:1x1), and one host is all a compile needs.
+    return topologies.get_topology_desc(
+        platform="tpu", topology_name=name, chips_per_host_bounds=dims
+    ).devices
+
+
+def _options(devices: list[Any]) -> Any:
+    import numpy as np
+    from jax._src.lib import xla_client as xc
+
+    options = xc.CompileOptions()
+    options.num_replicas = 1
+    options.num_partitions = len(devices)
+    build = options.executable_build_options
+    build.use_spmd_partitioning = len(devices) > 1
+    # The HLO carries GSPMD shardings (JAX exports Shardy's as those too).
+    build.use_shardy_partitioner = True
+    options.device_assignment = xc.DeviceAssignment.create(
+        np.array([d.id for d in devices]).reshape(1, len(devices))
+    )
+    return options
+
+
+def _optimized(dump: str, seen: set[str]) -> bytes | None:
+    """The HloProto XLA:TPU dumped for the compile just done (its buffer assignment)."""
+    found = None
+    for name in sorted(os.listdir(dump)):
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.endswith(".after_optimizations.hlo.pb"):
+            found = os.path.join(dump, name)
+    if found is None:
+        return None
+    with open(found, "rb") as handle:
+        return handle.read()
+
+
+def _compile(program: dict, devices: list[Any], dump: str, seen: set[str]) -> TpuCompile:
+    from jax._src.interpreters import mlir
+    from jax._src.lib import _jax
+    from jax._src.lib import xla_client as xc
+    from jax._src.lib.mlir import ir
+
+    partitions = int(program["partitions"])
+    base = {"program_id": program["program_id"], "module": program["module"]}
+    compiled = TpuCompile(topology="", partitions=partitions, **base)
+    if partitions > len(devices):
+        return _with(
+            compiled, error=f"it ran on {partitions} devices; the topology has {len(devices)}"
+        )
+    chips = devices[:partitions]
+    start = time.perf_counter()
+    try:
+        with open(program["hlo_file"], "rb") as handle:
+            module = parse_hlo_proto(handle.read()).hlo_module
+        donors = sorted({entry.parameter_number for entry in module.buffer_donor.entries})
+        with mlir.make_ir_context():
+            stablehlo = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(module.SerializeToString()))
+            _donate(stablehlo, donors)
+            executable = chips[0].client.compile(
+                stablehlo,
+                executable_devices=xc.DeviceList(tuple(chips)),
+                compile_options=_options(chips),
+            )
+        stats = executable.get_compiled_memory_stats()
+    except (HloError, OSError, RuntimeError, ValueError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return _with(compiled, error=message[:500], seconds=time.perf_counter() - start)
+    memory = {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+    }
+    return _with(
+        compiled,
+        device_kind=chips[0].device_kind,
+        memory=memory,
+        seconds=time.perf_counter() - start,
+        hlo=_optimized(dump, seen),
+    )
+
+
+def _donate(module: Any, donors: list[int]) -> None:
+    """Marks the arguments the framework donated as JAX marks them: the HLO's
+    buffer donors (how JAX donates sharded arguments) do not survive the turn into
+    StableHLO, and without them XLA:TPU aliases no output to them."""
+    if not donors:
+        return
+    from jax._src.lib.mlir import ir
+
+    main = next(
+        op
+        for op in module.body.operations
+        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == "main"
+    )
+    count = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).inputs)
+    if "arg_attrs" in main.attributes:
+        attrs = [ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes["arg_attrs"])]
+    else:
+        attrs = [ir.DictAttr.get({}) for _ in range(count)]
+    for number in donors:
+        if number < len(attrs):
+            named = {a.name: a.attr for a in attrs[number]}
+            named["jax.buffer_donor"] = ir.BoolAttr.get(True)
+            attrs[number] = ir.DictAttr.get(named)
+    main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+
+
+def _with(compiled: TpuCompile, **changes: Any) -> TpuCompile:
+    from dataclasses import replace
+
+    return replace(compiled, **changes)
+
+
+def _layouts(name: str, arrays: list, device: Any) -> TpuLayouts:
+    """Each array shape's bytes on one chip: the argument size XLA:TPU gives an
+    identity program over it."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    start = time.perf_counter()
+    sizes = {}
+    where = SingleDeviceSharding(device)
+    for dims, dtype in arrays:
+        try:
+            spec = jax.ShapeDtypeStruct(tuple(dims), dtype, sharding=where)
+            compiled = jax.jit(lambda x: x).lower(spec).compile()
+        except (RuntimeError, TypeError, ValueError):
+            continue  # a dtype JAX does not know: left to the estimate
+        sizes[tuple(dims), dtype] = compiled.memory_analysis().argument_size_in_bytes
+    return TpuLayouts(name, sizes, time.perf_counter() - start)
+
+
+def main(request_path: str) -> int:
+    with open(request_path) as handle:
+        request = json.load(handle)
+    name = request["topology"]
+    devices = _topology(name, request["dims"])
+    seen: set[str] = set()
+    with open(request["out"], "a") as out:
+        for program in request["programs"]:
+            compiled = _with(_compile(program, devices, request["dump_dir"], seen), topology=name)
+            out.write(compile_row_text(compiled) + "\n")
+            out.flush()
+        if request["arrays"]:
+            out.write(layouts_row_text(_layouts(name, request["arrays"], devices[0])) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

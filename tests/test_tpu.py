@@ -1,0 +1,202 @@
+"""`--tpu`: the run's programs compiled by XLA:TPU for a TPU topology, ahead of time
+on this machine (libtpu, no TPU), against an independent ahead-of-time compile of
+the same functions with JAX's own API in the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from conftest import assert_one_line_error, run_python, run_tpumem
+from profiling import EXAMPLES, profile
+from tpumem.analysis import analyze
+from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
+from tpumem.trace.reader import load
+
+MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
+
+# XLA:TPU's own figures for the example's train step, compiled by JAX's AOT path.
+INDEPENDENT_STEP = """
+import json, sys
+sys.path.insert(0, {examples!r})
+import jax
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
+import jax_transformer
+from jax_common import adam_init
+from model_config import parse_args
+
+step, params, inputs, targets = jax_transformer.build(parse_args("transformer", None, {args!r}))
+chip = topologies.get_topology_desc(
+    platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
+).devices[0]
+def spec(tree):
+    return jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(chip)), tree
+    )
+stats = step.lower(spec(params), spec(adam_init(params)), spec(inputs), spec(targets)).compile()
+stats = stats.memory_analysis()
+print(json.dumps({{
+    "argument_bytes": stats.argument_size_in_bytes,
+    "output_bytes": stats.output_size_in_bytes,
+    "alias_bytes": stats.alias_size_in_bytes,
+    "temp_bytes": stats.temp_size_in_bytes,
+    "generated_code_bytes": stats.generated_code_size_in_bytes,
+}}))
+"""
+
+# A step sharded over a 2x2 mesh, run on four CPU devices (FOUR_CPUS); its weight's
+# shards of 2000 columns pad on a TPU (its lanes are 128 wide), and it is donated.
+SHARDED = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+def step(w, x):
+    return jnp.tanh(x @ w).sum(), w * 0.5
+
+def shardings(devices):
+    mesh = Mesh(np.array(devices).reshape(2, 2), ("a", "b"))
+    return NamedSharding(mesh, P(None, "a")), NamedSharding(mesh, P("b", None))
+
+jitted = jax.jit(step, donate_argnums=(0,))
+shapes = [((1000, 4000), jnp.bfloat16), ((128, 1000), jnp.bfloat16)]
+if sys.argv[1:] == ["aot"]:
+    from jax.experimental import topologies
+    chips = topologies.get_topology_desc(
+        platform="tpu", topology_name="v5e:2x2", chips_per_host_bounds=[2, 2, 1]
+    ).devices
+    specs = [jax.ShapeDtypeStruct(s, d, sharding=h) for (s, d), h in zip(shapes, shardings(chips))]
+    stats = jitted.lower(*specs).compile().memory_analysis()
+    print(json.dumps({
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+    }))
+else:
+    placed = zip(shapes, shardings(jax.devices()))
+    w, x = (jax.device_put(jnp.ones(s, d), h) for (s, d), h in placed)
+    loss, w = jitted(w, x)
+    print(float(loss))
+"""
+
+
+FOUR_CPUS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+
+
+def _aot_env() -> dict[str, str]:
+    """A JAX process that compiles for TPUs with the libtpu tpumem uses."""
+    found = libtpu_path()
+    assert found is not None, "libtpu is not installed: make setup puts it in .venv/libtpu"
+    path = os.pathsep.join(p for p in (found, os.environ.get("PYTHONPATH", "")) if p)
+    return {"JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
+
+
+def _tpu_program(analysis, topology: str, name: str):
+    (target,) = [t for t in analysis.tpu if t.topology == topology]
+    return target, next(p for p in target.programs if p.name == name)
+
+
+def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
+    """Every figure XLA:TPU gives the step compiled from the run's HLO is the one
+    JAX's own AOT compile of the same function gives; the fit table answers v5e
+    from it."""
+    args = [*TINY, "--steps", "2"]
+    result = profile(
+        tmp_path,
+        "--tpu",
+        "v5e:1x1",
+        "-o",
+        "run.tpumem",
+        str(EXAMPLES / "jax_transformer.py"),
+        *args,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "for v5e:1x1 with XLA:TPU in" in result.stderr
+    analysis = analyze(load(tmp_path / "run.tpumem"))
+    target, step = _tpu_program(analysis, "v5e:1x1", "jit_step")
+    assert target.device_kind == "TPU v5 lite" and not target.failed
+    script = INDEPENDENT_STEP.format(examples=str(EXAMPLES), args=args)
+    independent = run_python(script, tmp_path, env=_aot_env())
+    assert {k: step.memory(k) for k in MEMORY} == independent
+    # The donated parameters and optimizer state alias the outputs on the TPU too.
+    assert independent["alias_bytes"] > 0
+    # The TPU buffer assignment: its parameters are the arguments XLA:TPU counted.
+    assert step.heap is not None and step.heap.parameter_bytes == independent["argument_bytes"]
+    (row,) = [r for r in analysis.fit.rows if r.accelerator == "TPU v5e"]
+    assert row.compiled_for == "v5e:1x1"
+    assert row.needed_bytes == target.fit.need_bytes >= step.need_bytes
+    assert target.fit.running_at_peak and target.fit.program == "jit_step"
+    # A later report reads the compile from the trace, and says where the v5e answer is from.
+    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--width", "200")
+    assert report.returncode == 0, report.stderr
+    assert "compiled for v5e:1x1 by XLA:TPU, per chip" in report.stdout
+    assert "On v5e:1x1 (TPU v5 lite)" in report.stdout
+    as_json = run_tpumem("report", str(tmp_path / "run.tpumem"), "-f", "json")
+    (tpu,) = json.loads(as_json.stdout)["tpu"]
+    assert tpu["topology"] == "v5e:1x1" and tpu["fit"]["program"] == "jit_step"
+
+
+def test_a_sharded_step_on_v5e_2x2_equals_an_independent_aot_compile_and_shows_its_padding(
+    tmp_path,
+):
+    (tmp_path / "sharded.py").write_text(SHARDED)
+    result = profile(
+        tmp_path, "-q", "--tpu", "v5e:2x2", "-o", "run.tpumem", "sharded.py", env=FOUR_CPUS
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "run.tpumem"))
+    target, step = _tpu_program(analysis, "v5e:2x2", "jit_step")
+    assert step.compile.partitions == 4 and not target.failed
+    independent = json.loads(run_aot(tmp_path / "sharded.py", _aot_env()).strip().splitlines()[-1])
+    assert {k: step.memory(k) for k in MEMORY} == independent
+    assert independent["alias_bytes"] > 0  # the donated weight, sharded
+    # Per chip: half the 1000 x 4000 weight's columns (split over "a"), padded from
+    # 2000 to 2048 lanes.
+    assert independent["argument_bytes"] < 1000 * 4000 * 2
+    assert step.padding_bytes > 0
+    weight = max(step.heap.live_at_peak, key=lambda b: b.bytes)
+    assert weight.dims == "[1000,2000]" and weight.bytes == 1000 * 2048 * 2
+
+
+def run_aot(script: Path, env: dict[str, str]) -> str:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(script), "aot"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_without_libtpu_the_run_keeps_its_report_and_says_what_tpu_needs(tmp_path):
+    (tmp_path / "sharded.py").write_text(SHARDED)
+    result = profile(
+        tmp_path,
+        "--tpu",
+        "v5e:2x2",
+        "-o",
+        "run.tpumem",
+        "sharded.py",
+        env={**FOUR_CPUS, LIBTPU_VARIABLE: str(tmp_path / "nowhere")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tpumem: no TPU compile: --tpu needs libtpu" in result.stderr
+    assert "Would it fit?" in result.stderr  # the report, with the estimate
+    assert not analyze(load(tmp_path / "run.tpumem")).tpu
+
+
+def test_a_topology_tpumem_does_not_know_is_one_line_before_anything_runs(tmp_path):
+    (tmp_path / "never.py").write_text("raise SystemExit('ran')\n")
+    for name, words in (("v9x:2x2", "v5e:2x2"), ("v5e:2x2x2", "NxN"), ("v4", "generation")):
+        result = run_tpumem("profile", "--tpu", name, str(tmp_path / "never.py"), cwd=tmp_path)
+        assert_one_line_error(result, "--tpu", words)

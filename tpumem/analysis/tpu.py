@@ -1,0 +1,202 @@
+"""The run's programs as XLA:TPU compiled them for a topology (`--tpu`), and what
+a chip of it needs, from the `tpu` rows tpu/compile.py added to the trace.
+
+A program's need on one chip is its HBM plan (every HBM buffer allocation of the
+TPU buffer assignment but the thread-local ones: arguments, outputs, constants,
+temporaries) plus its generated code; where XLA:TPU's dump gave no plan, its
+memory analysis (arguments + outputs - aliased + temps + code). The run's need on
+a chip is the program running at the run's peak so measured, plus the arrays
+live at the peak outside it, at the sizes XLA:TPU gives their shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpumem.analysis import provenance
+from tpumem.analysis.padding import parse_shape
+from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.program_heap import ProgramHeap, program_heap
+from tpumem.analysis.programs import CompiledProgram, RunningAtPeak
+from tpumem.hlo.schema import HloError
+from tpumem.trace.model import Trace
+from tpumem.trace.tpu_rows import TpuCompile, TpuLayouts, tpu_rows
+
+
+@dataclass(frozen=True, slots=True)
+class TpuProgram:
+    """One program of the run, compiled for the topology."""
+
+    compile: TpuCompile
+    heap: ProgramHeap | None  # the TPU buffer assignment, where XLA:TPU dumped it
+
+    @property
+    def name(self) -> str:
+        return self.compile.module
+
+    def memory(self, name: str) -> int:
+        return self.compile.memory.get(name, 0)
+
+    @property
+    def code_bytes(self) -> int:
+        return self.memory("generated_code_bytes")
+
+    @property
+    def need_bytes(self) -> int:
+        """What one chip holds while it runs: its HBM plan and its code."""
+        if self.heap is not None:
+            return self.heap.total_allocation_bytes + self.code_bytes
+        arguments, outputs = self.memory("argument_bytes"), self.memory("output_bytes")
+        return (
+            arguments
+            + outputs
+            - self.memory("alias_bytes")
+            + self.memory("temp_bytes")
+            + self.code_bytes
+        )
+
+    @property
+    def temp_bytes(self) -> int:
+        """Temporaries in HBM (the plan's), else XLA's memory analysis'."""
+        if self.heap is not None:
+            return self.heap.total_allocation_bytes - self.heap.whole_program_bytes
+        return self.memory("temp_bytes")
+
+    @property
+    def padding_bytes(self) -> int:
+        """Bytes the TPU layouts add to the buffers live at the program's peak."""
+        return 0 if self.heap is None else sum(b.padding_bytes for b in self.heap.live_at_peak)
+
+
+@dataclass(frozen=True, slots=True)
+class TpuFit:
+    """What one chip of the topology needs for the run, from XLA:TPU."""
+
+    program: str | None  # the program counted: running at the peak, else the largest
+    running_at_peak: bool
+    program_bytes: int
+    arrays_bytes: int  # the arrays at the peak outside the program, in TPU layouts
+    arrays_label: str
+    need_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TpuTarget:
+    """The run's programs compiled for one topology."""
+
+    topology: str
+    device_kind: str
+    programs: tuple[TpuProgram, ...]  # largest need first
+    failed: tuple[TpuCompile, ...]
+    layouts: dict[tuple[tuple[int, ...], str], int]
+    seconds: float  # XLA:TPU's compile time, all programs and layouts
+    fit: TpuFit | None = None
+
+    @property
+    def generation(self) -> str:
+        return self.topology.split(":")[0]
+
+
+def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
+    """Each topology the trace's programs were compiled for."""
+    by_topology: dict[str, list[TpuCompile | TpuLayouts]] = {}
+    for row in tpu_rows(trace):
+        by_topology.setdefault(row.topology, []).append(row)
+    targets = []
+    for topology, rows in by_topology.items():
+        compiles = [r for r in rows if isinstance(r, TpuCompile)]
+        layouts = next((r for r in rows if isinstance(r, TpuLayouts)), None)
+        programs = [TpuProgram(c, _heap(c)) for c in compiles if c.error is None]
+        programs.sort(key=lambda p: (-p.need_bytes, p.name))
+        seconds = sum(c.seconds for c in compiles) + (layouts.seconds if layouts else 0.0)
+        targets.append(
+            TpuTarget(
+                topology=topology,
+                device_kind=next((c.device_kind for c in compiles if c.device_kind), ""),
+                programs=tuple(programs),
+                failed=tuple(c for c in compiles if c.error is not None),
+                layouts=layouts.sizes if layouts else {},
+                seconds=seconds,
+            )
+        )
+    return tuple(targets)
+
+
+def _heap(compiled: TpuCompile) -> ProgramHeap | None:
+    if compiled.hlo is None:
+        return None
+    try:
+        return program_heap(compiled.hlo)
+    except HloError:
+        return None
+
+
+def _resized(groups: tuple[LiveGroup, ...], layouts: dict) -> tuple[int, int]:
+    """(bytes of the groups, the same in TPU layouts): shapes XLA:TPU sized at
+    theirs, others as they were."""
+    before = after = 0
+    for group in groups:
+        dims = parse_shape(group.shape)
+        size = layouts.get((dims, group.dtype)) if dims is not None else None
+        before += group.bytes
+        after += group.count * size if size is not None else group.bytes
+    return before, after
+
+
+def tpu_fit(
+    target: TpuTarget,
+    peak_bytes: int,
+    groups: tuple[LiveGroup, ...],
+    running: tuple[RunningAtPeak, ...],
+) -> TpuFit | None:
+    """A chip's need for the run: the program at the peak (else the largest) as
+    XLA:TPU planned it, plus the arrays live at the peak outside that program."""
+    if not target.programs:
+        return None
+    program, outside = None, peak_bytes
+    at_peak = running[0].program if running else None
+    if at_peak is not None:
+        program = _same_program(target, at_peak)
+        if program is not None:
+            outside = max(0, peak_bytes - _plan_bytes(at_peak, running[0].temp_bytes))
+    counted = program or target.programs[0]
+    before, after = _resized(groups, target.layouts)
+    arrays = round(outside * (after / before)) if before else outside
+    label = provenance.DERIVED if target.layouts else provenance.ESTIMATED
+    if program is None:
+        # No program of the run was running at its peak: the arrays then, and the
+        # working memory (temps, code) of the program that needs the most.
+        need = arrays + counted.temp_bytes + counted.code_bytes
+    else:
+        need = arrays + counted.need_bytes
+    return TpuFit(
+        program=counted.name,
+        running_at_peak=program is not None,
+        program_bytes=counted.need_bytes,
+        arrays_bytes=arrays,
+        arrays_label=label,
+        need_bytes=need,
+    )
+
+
+def _same_program(target: TpuTarget, program: CompiledProgram) -> TpuProgram | None:
+    for candidate in target.programs:
+        if program.program_id is not None and candidate.compile.program_id == program.program_id:
+            return candidate
+    return next((c for c in target.programs if c.name == program.name), None)
+
+
+def _plan_bytes(program: CompiledProgram, temp_live: int) -> int:
+    """What of the run's peak the program held on the run's own backend: its
+    arguments and outputs (live arrays) and its temporaries live there."""
+    if program.heap is not None:
+        return program.heap.whole_program_bytes + temp_live
+    memory = program.memory
+    if memory is None:
+        return temp_live
+    return (
+        (memory.argument_bytes or 0)
+        + (memory.output_bytes or 0)
+        - (memory.alias_bytes or 0)
+        + temp_live
+    )

@@ -1,0 +1,84 @@
+"""The run's programs as XLA:TPU compiled them for a topology (`--tpu`), as rows
+every format shows."""
+
+from __future__ import annotations
+
+from tpumem.analysis.tpu import TpuTarget
+from tpumem.report.program_rows import TOP_PROGRAMS, buffer_rows
+from tpumem.units import format_bytes
+
+TPU_HEADERS = (
+    "program",
+    "chips",
+    "per chip",
+    "arguments",
+    "outputs",
+    "aliased",
+    "temps",
+    "code",
+    "padding at peak",
+)
+
+
+def tpu_title(target: TpuTarget) -> str:
+    count = len(target.programs) + len(target.failed)
+    shown = min(len(target.programs), TOP_PROGRAMS)
+    more = f", the {shown} largest shown" if len(target.programs) > shown else ""
+    kind = f" ({target.device_kind})" if target.device_kind else ""
+    return (
+        f"On {target.topology}{kind}: {count:,} program{'s' if count != 1 else ''} compiled "
+        f"by XLA:TPU ahead of time in {target.seconds:.1f} s, per chip{more}"
+    )
+
+
+def tpu_program_rows(target: TpuTarget, limit: int = TOP_PROGRAMS) -> list[tuple[str, ...]]:
+    rows = []
+    for program in target.programs[:limit]:
+        rows.append(
+            (
+                program.name,
+                str(program.compile.partitions),
+                format_bytes(program.need_bytes),
+                format_bytes(program.memory("argument_bytes")),
+                format_bytes(program.memory("output_bytes")),
+                format_bytes(program.memory("alias_bytes")),
+                format_bytes(program.temp_bytes),
+                format_bytes(program.code_bytes),
+                format_bytes(program.padding_bytes) if program.heap is not None else "-",
+            )
+        )
+    return rows
+
+
+def tpu_notes(target: TpuTarget) -> list[str]:
+    """What did not compile, and why; and what a chip needs for the run."""
+    notes = [
+        f"{failed.module}: not compiled for {target.topology}: {failed.error}"
+        for failed in target.failed
+    ]
+    if target.fit is not None:
+        fit = target.fit
+        notes.insert(
+            0,
+            f"compiled for {target.topology}: {format_bytes(fit.need_bytes)} per chip "
+            f"({fit.program} {format_bytes(fit.program_bytes)} with its code + arrays live at "
+            f"the run's peak outside it {format_bytes(fit.arrays_bytes)}, {fit.arrays_label})",
+        )
+    if any(p.heap is not None and not p.heap.has_heap_trace for p in target.programs):
+        notes.append(
+            "XLA:TPU's dump holds no HBM heap simulation for some programs: their "
+            "temporaries count as their whole allocation"
+        )
+    return notes
+
+
+def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None:
+    """The largest program's buffers at its peak in the TPU plan, with its title."""
+    top = next((p for p in target.programs if p.heap is not None), None)
+    if top is None or top.heap is None:
+        return None
+    title = (
+        f"{top.name} on {target.topology}: {format_bytes(top.heap.peak_bytes)} at its peak, "
+        f"{format_bytes(top.padding_bytes)} of it TPU layout padding; largest first"
+    )
+    return title, buffer_rows(top.heap)

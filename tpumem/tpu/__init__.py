@@ -1,0 +1,1 @@
+"""Compiling a run's programs ahead of time for a TPU (`--tpu`), with libtpu."""

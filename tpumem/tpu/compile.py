@@ -1,0 +1,222 @@
+"""`--tpu`: compile a run's programs for a TPU topology, after the run, in a JAX
+process of their own (adapters/tpu_compile.py), and keep what XLA:TPU said in the
+trace as `tpu` rows (trace/tpu_rows.py): a later report reads them, compiling
+nothing again.
+
+The programs are those the run's XLA dump recorded as their framework handed them
+to XLA; each distinct one compiles once. libtpu compiles for any TPU on any
+machine: it is found in tpumem's own environment, or in the directory
+TPUMEM_LIBTPU names, or in `libtpu/` beside the environment (where `make setup`
+puts it, so that the profiled scripts of the test environment do not load it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+
+from tpumem.errors import TpumemError
+from tpumem.hlo.schema import HloError
+from tpumem.hlo.shardings import partitions
+from tpumem.tpu.topology import Topology
+from tpumem.trace.hlo_rows import hlo_rows
+from tpumem.trace.model import Trace
+from tpumem.trace.schema import TPU
+from tpumem.trace.tpu_rows import TpuCompile, read_tpu_row, tpu_rows
+
+LIBTPU_VARIABLE = "TPUMEM_LIBTPU"
+NEEDS = (
+    "--tpu needs libtpu (Google's TPU compiler, about 700 MB; no TPU needed): "
+    "pip install 'tpumem[tpu]', or set TPUMEM_LIBTPU to a directory holding it"
+)
+MAX_SHAPES = 256  # array shapes sized by XLA:TPU, largest groups first
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOutcome:
+    topology: Topology
+    programs: int  # distinct programs compiled
+    failed: int
+    seconds: float  # the whole compile process, start to end
+    already: bool = False  # the trace held this topology's compiles
+
+
+def libtpu_path() -> str | None:
+    """The directory to put on the compile's PYTHONPATH ("" where tpumem's own
+    Python imports libtpu); None when there is none."""
+    named = os.environ.get(LIBTPU_VARIABLE)
+    if named:
+        return named if (Path(named) / "libtpu").is_dir() else None
+    if find_spec("libtpu") is not None:
+        return ""
+    beside = Path(sys.prefix) / "libtpu"
+    return str(beside) if (beside / "libtpu").is_dir() else None
+
+
+def compiled_topologies(trace: Trace) -> set[str]:
+    return {row.topology for row in tpu_rows(trace)}
+
+
+def _programs(trace: Trace, directory: Path) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The distinct programs to compile (their HLO written to `directory`), and
+    every program by the digest of its HLO (one compile answers them all)."""
+    distinct, every = [], {}
+    for row in hlo_rows(trace):
+        if row is None or row.input_data is None:
+            continue
+        digest = hashlib.sha256(row.input_data).hexdigest()[:16]
+        try:
+            count = partitions(row.input_data)
+        except HloError:
+            continue
+        module = row.origin.split(".")[1] if row.origin.count(".") >= 2 else row.origin
+        program = {"program_id": row.program_id, "module": module, "partitions": count}
+        if digest not in every:
+            path = directory / f"{digest}.hlo.pb"
+            path.write_bytes(row.input_data)
+            distinct.append({**program, "hlo_file": str(path), "digest": digest})
+            every[digest] = []
+        every[digest].append(program)
+    return distinct, every
+
+
+def _shapes(trace: Trace) -> list[tuple[list[int], str]]:
+    """The array shapes live at each device's peak, to be sized in TPU layouts."""
+    from tpumem.analysis.device_events import split_by_device
+    from tpumem.analysis.padding import parse_shape
+    from tpumem.analysis.peak import peak_breakdown
+
+    seen: dict[tuple[tuple[int, ...], str], None] = {}
+    for events in split_by_device(trace):
+        for group in sorted(peak_breakdown(trace, events).groups, key=lambda g: -g.bytes):
+            dims = parse_shape(group.shape)
+            if dims is not None and group.dtype:
+                seen.setdefault((dims, group.dtype), None)
+    return [(list(dims), dtype) for dims, dtype in list(seen)[:MAX_SHAPES]]
+
+
+def _environment(libtpu: str, dump: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"  # the TPU is a compile target here, never a device
+    env["XLA_FLAGS"] = f"--xla_dump_to={dump} --xla_dump_hlo_as_proto"
+    # libtpu asks the cloud metadata server where it runs unless told it runs alone.
+    env.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    paths = [p for p in (libtpu, env.get("PYTHONPATH", "")) if p]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def compile_for_tpu(
+    trace_path: Path, trace: Trace, topology: Topology, quiet: bool
+) -> CompileOutcome:
+    """Compiles the trace's programs for `topology` and appends what XLA:TPU said
+    to the trace. TpumemError where libtpu is missing or no program can be."""
+    from tpumem.trace.amend import append_rows
+
+    if topology.name in compiled_topologies(trace):
+        return CompileOutcome(topology, 0, 0, 0.0, already=True)
+    libtpu = libtpu_path()
+    if libtpu is None:
+        raise TpumemError(NEEDS)
+    with tempfile.TemporaryDirectory(prefix="tpumem-tpu-") as work:
+        directory = Path(work)
+        distinct, every = _programs(trace, directory)
+        if not distinct:
+            raise TpumemError(
+                f"{trace_path}: no program to compile for a TPU: the trace holds no "
+                "program's HLO as its framework handed it to XLA (recorded by tpumem "
+                "profile with programs on, JAX, PyTorch/XLA or TensorFlow with XLA)"
+            )
+        (directory / "dump").mkdir()
+        out = directory / "compiled.jsonl"
+        request = {
+            "topology": topology.name,
+            "dims": list(topology.dims),
+            "programs": distinct,
+            "arrays": _shapes(trace),
+            "dump_dir": str(directory / "dump"),
+            "out": str(out),
+        }
+        (directory / "request.json").write_text(json.dumps(request))
+        start = time.perf_counter()
+        returncode, error = _run(directory, libtpu, len(distinct), topology, quiet)
+        seconds = time.perf_counter() - start
+        lines = out.read_text().splitlines() if out.exists() else []
+    rows, failed, compiled = [], 0, 0
+    for line in lines:
+        record = read_tpu_row(line)
+        if record is None:
+            continue
+        texts = [line]
+        if isinstance(record, TpuCompile) and compiled < len(distinct):
+            # One line per distinct program, in the request's order: every program
+            # of the same HLO gets the answer, under its own id.
+            failed += record.error is not None
+            same = every[distinct[compiled]["digest"]]
+            texts = [_renamed(line, p["program_id"]) for p in same]
+            compiled += 1
+        rows += [{"kind": TPU, "time_ns": 0, "text": text} for text in texts]
+    if rows:
+        append_rows(trace_path, rows)
+    if returncode != 0 and not compiled:
+        raise TpumemError(f"compiling for {topology.name} failed: {error}")
+    failed += len(distinct) - compiled  # those a killed compile never reached
+    return CompileOutcome(topology, len(distinct), failed, seconds)
+
+
+def _renamed(line: str, program_id: int | None) -> str:
+    record = json.loads(line)
+    record["program_id"] = program_id
+    return json.dumps(record)
+
+
+def _run(
+    directory: Path, libtpu: str, count: int, topology: Topology, quiet: bool
+) -> tuple[int, str]:
+    """Runs the compile process, showing its progress on stderr; (exit status,
+    the last line it wrote to stderr)."""
+    command = [sys.executable, "-m", "tpumem.adapters.tpu_compile", str(directory / "request.json")]
+    env = _environment(libtpu, str(directory / "dump"))
+    out = directory / "compiled.jsonl"
+    with open(directory / "stderr.txt", "wb") as errors:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+        try:
+            if quiet or not sys.stderr.isatty():
+                process.wait()
+            else:
+                _show_progress(process, out, count, topology)
+        except KeyboardInterrupt:
+            process.kill()
+            process.wait()
+            raise
+    text = (directory / "stderr.txt").read_text(errors="replace").strip().splitlines()
+    tail = next((line for line in reversed(text) if "Error" in line), text[-1] if text else "")
+    return process.returncode, tail[:300] or f"exit status {process.returncode}"
+
+
+def _show_progress(process: subprocess.Popen, out: Path, count: int, topology: Topology) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"compiling for {topology.name} (XLA:TPU)", total=count)
+        while process.poll() is None:
+            done = out.read_text().count("\n") if out.exists() else 0
+            progress.update(task, completed=min(done, count))
+            time.sleep(0.2)

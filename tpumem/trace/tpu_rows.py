@@ -1,0 +1,118 @@
+"""What `--tpu` learned from XLA:TPU, as `tpu` rows: one per program compiled for a
+topology (XLA:TPU's memory analysis, its optimized HloProto with the TPU buffer
+assignment, the compile's seconds, or why it failed), and one per topology with
+the bytes each array shape of the run takes in its TPU layout."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpumem.trace.hlo_rows import pack, unpack
+from tpumem.trace.model import Trace
+from tpumem.trace.records import parse_object
+from tpumem.trace.schema import TPU
+
+MEMORY_FIELDS = (
+    "argument_bytes",
+    "output_bytes",
+    "alias_bytes",
+    "temp_bytes",
+    "generated_code_bytes",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TpuCompile:
+    """One program compiled for a TPU topology."""
+
+    topology: str
+    program_id: int | None  # the run's program (its dump's module number)
+    module: str
+    partitions: int
+    device_kind: str = ""
+    memory: dict[str, int] = field(default_factory=dict)  # MEMORY_FIELDS, per chip
+    seconds: float = 0.0
+    hlo: bytes | None = None  # XLA:TPU's optimized HloProto, buffer assignment included
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TpuLayouts:
+    """Bytes per array of each (dims, dtype) in the topology's TPU layout."""
+
+    topology: str
+    sizes: dict[tuple[tuple[int, ...], str], int]
+    seconds: float = 0.0
+
+
+def compile_row_text(compiled: TpuCompile) -> str:
+    return json.dumps(
+        {
+            "topology": compiled.topology,
+            "program_id": compiled.program_id,
+            "module": compiled.module,
+            "partitions": compiled.partitions,
+            "device_kind": compiled.device_kind,
+            "memory": compiled.memory,
+            "seconds": compiled.seconds,
+            "hlo_proto": None if compiled.hlo is None else pack(compiled.hlo),
+            "error": compiled.error,
+        }
+    )
+
+
+def layouts_row_text(layouts: TpuLayouts) -> str:
+    arrays = [
+        {"dims": list(dims), "dtype": dtype, "bytes": size}
+        for (dims, dtype), size in layouts.sizes.items()
+    ]
+    return json.dumps({"topology": layouts.topology, "arrays": arrays, "seconds": layouts.seconds})
+
+
+def _int(value: object, default: int | None = None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def read_tpu_row(text: object) -> TpuCompile | TpuLayouts | None:
+    """A row's record; None for one cut short or not of this form."""
+    record = parse_object(text)
+    if record is None or not isinstance(record.get("topology"), str):
+        return None
+    seconds = record.get("seconds")
+    seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
+    if isinstance(record.get("arrays"), list):
+        sizes = {}
+        for array in record["arrays"]:
+            if not isinstance(array, dict) or not isinstance(array.get("dims"), list):
+                continue
+            dims = tuple(d for d in array["dims"] if _int(d) is not None)
+            size = _int(array.get("bytes"))
+            if size is not None and len(dims) == len(array["dims"]):
+                sizes[dims, _str(array.get("dtype"))] = size
+        return TpuLayouts(record["topology"], sizes, seconds)
+    memory = record.get("memory") if isinstance(record.get("memory"), dict) else {}
+    error = record.get("error")
+    return TpuCompile(
+        topology=record["topology"],
+        program_id=_int(record.get("program_id")),
+        module=_str(record.get("module")) or "?",
+        partitions=_int(record.get("partitions"), 1) or 1,
+        device_kind=_str(record.get("device_kind")),
+        memory={k: v for k in MEMORY_FIELDS if (v := _int(memory.get(k))) is not None},
+        seconds=seconds,
+        hlo=unpack(record.get("hlo_proto")),
+        error=error if isinstance(error, str) else None,
+    )
+
+
+def tpu_rows(trace: Trace) -> list[TpuCompile | TpuLayouts]:
+    """Every readable `tpu` row, in the order written."""
+    rows = [read_tpu_row(t) for t in trace.texts_at(np.flatnonzero(trace.is_kind(TPU)))]
+    return [row for row in rows if row is not None]
