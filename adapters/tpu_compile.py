@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from tpumem.hlo.schema import HloError, parse_hlo_proto
@@ -67,7 +68,9 @@ def _optimized(dump: str, seen: set[str]) -> bytes | None:
         return handle.read()
 
 
-def _compile(program: dict, devices: list[Any], dump: str, seen: set[str]) -> TpuCompile:
+def _compile(
+    topology: str, program: dict, devices: list[Any], dump: str, seen: set[str]
+) -> TpuCompile:
     from jax._src.interpreters import mlir
     from jax._src.lib import _jax
     from jax._src.lib import xla_client as xc
@@ -75,9 +78,9 @@ def _compile(program: dict, devices: list[Any], dump: str, seen: set[str]) -> Tp
 
     partitions = int(program["partitions"])
     base = {"program_id": program["program_id"], "module": program["module"]}
-    compiled = TpuCompile(topology="", partitions=partitions, **base)
+    compiled = TpuCompile(topology=topology, partitions=partitions, **base)
     if partitions > len(devices):
-        return _with(
+        return replace(
             compiled, error=f"it ran on {partitions} devices; the topology has {len(devices)}"
         )
     chips = devices[:partitions]
@@ -97,7 +100,7 @@ def _compile(program: dict, devices: list[Any], dump: str, seen: set[str]) -> Tp
         stats = executable.get_compiled_memory_stats()
     except (HloError, OSError, RuntimeError, ValueError) as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return _with(compiled, error=message[:500], seconds=time.perf_counter() - start)
+        return replace(compiled, error=message[:500], seconds=time.perf_counter() - start)
     memory = {
         "argument_bytes": stats.argument_size_in_bytes,
         "output_bytes": stats.output_size_in_bytes,
@@ -105,7 +108,7 @@ def _compile(program: dict, devices: list[Any], dump: str, seen: set[str]) -> Tp
         "temp_bytes": stats.temp_size_in_bytes,
         "generated_code_bytes": stats.generated_code_size_in_bytes,
     }
-    return _with(
+    return replace(
         compiled,
         device_kind=chips[0].device_kind,
         memory=memory,
@@ -140,12 +143,6 @@ def _donate(module: Any, donors: list[int]) -> None:
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
 
-def _with(compiled: TpuCompile, **changes: Any) -> TpuCompile:
-    from dataclasses import replace
-
-    return replace(compiled, **changes)
-
-
 def _layouts(name: str, arrays: list, device: Any) -> TpuLayouts:
     """Each array shape's bytes on one chip: the argument size XLA:TPU gives an
     identity program over it."""
@@ -173,7 +170,7 @@ def main(request_path: str) -> int:
     seen: set[str] = set()
     with open(request["out"], "a") as out:
         for program in request["programs"]:
-            compiled = _with(_compile(program, devices, request["dump_dir"], seen), topology=name)
+            compiled = _compile(name, program, devices, request["dump_dir"], seen)
             out.write(compile_row_text(compiled) + "\n")
             out.flush()
         if request["arrays"]:

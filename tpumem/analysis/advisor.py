@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
@@ -24,6 +25,9 @@ from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
 from tpumem.units import format_bytes
+
+if TYPE_CHECKING:
+    from tpumem.analysis.tpu import TpuTarget
 
 # The share of a GPU each framework preallocates unless told otherwise.
 DEFAULT_FRACTION = {"jax": 0.75, "torch_xla": 0.75}
@@ -101,7 +105,7 @@ def _large_padding_note(padding: LayoutPadding) -> str:
     )
 
 
-def with_tpu_compiles(fit: FitAdvice | None, targets: tuple) -> FitAdvice | None:
+def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> FitAdvice | None:
     """The fit table with each TPU generation the run was compiled for answered
     from XLA:TPU's compile (a TpuTarget's fit), the estimate kept elsewhere."""
     if fit is None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tpumem.hlo.schema import parse_hlo_proto
-
 MAXIMAL, TUPLE = 1, 2  # OpSharding.Type, as on the wire
 
 
@@ -28,10 +26,8 @@ def _devices(sharding: Any) -> int:
     return max(tiles, listed, 1)
 
 
-def partitions(data: bytes) -> int:
-    """The devices the module in `data` (an HloProto) is partitioned over. Raises
-    HloError for bytes that are not one."""
-    module = parse_hlo_proto(data).hlo_module
+def partitions(module: Any) -> int:
+    """The devices `module` (an HloModuleProto) is partitioned over."""
     return max(
         (
             _devices(instruction.sharding)

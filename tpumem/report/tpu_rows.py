@@ -51,19 +51,12 @@ def tpu_program_rows(target: TpuTarget, limit: int = TOP_PROGRAMS) -> list[tuple
 
 
 def tpu_notes(target: TpuTarget) -> list[str]:
-    """What did not compile, and why; and what a chip needs for the run."""
+    """What did not compile, and why (what a chip needs for the run is the fit
+    table's, with its note)."""
     notes = [
         f"{failed.module}: not compiled for {target.topology}: {failed.error}"
         for failed in target.failed
     ]
-    if target.fit is not None:
-        fit = target.fit
-        notes.insert(
-            0,
-            f"compiled for {target.topology}: {format_bytes(fit.need_bytes)} per chip "
-            f"({fit.program} {format_bytes(fit.program_bytes)} with its code + arrays live at "
-            f"the run's peak outside it {format_bytes(fit.arrays_bytes)}, {fit.arrays_label})",
-        )
     if any(p.heap is not None and not p.heap.has_heap_trace for p in target.programs):
         notes.append(
             "XLA:TPU's dump holds no HBM heap simulation for some programs: their "

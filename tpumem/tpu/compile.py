@@ -19,18 +19,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.util import find_spec
 from pathlib import Path
 
 from tpumem.errors import TpumemError
-from tpumem.hlo.schema import HloError
+from tpumem.hlo.schema import HloError, parse_hlo_proto
 from tpumem.hlo.shardings import partitions
 from tpumem.tpu.topology import Topology
 from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import TPU
-from tpumem.trace.tpu_rows import TpuCompile, read_tpu_row, tpu_rows
+from tpumem.trace.tpu_rows import TpuCompile, compile_row_text, read_tpu_row, tpu_rows
 
 LIBTPU_VARIABLE = "TPUMEM_LIBTPU"
 NEEDS = (
@@ -42,7 +42,6 @@ MAX_SHAPES = 256  # array shapes sized by XLA:TPU, largest groups first
 
 @dataclass(frozen=True, slots=True)
 class CompileOutcome:
-    topology: Topology
     programs: int  # distinct programs compiled
     failed: int
     seconds: float  # the whole compile process, start to end
@@ -74,11 +73,14 @@ def _programs(trace: Trace, directory: Path) -> tuple[list[dict], dict[str, list
             continue
         digest = hashlib.sha256(row.input_data).hexdigest()[:16]
         try:
-            count = partitions(row.input_data)
+            module = parse_hlo_proto(row.input_data).hlo_module
         except HloError:
             continue
-        module = row.origin.split(".")[1] if row.origin.count(".") >= 2 else row.origin
-        program = {"program_id": row.program_id, "module": module, "partitions": count}
+        program = {
+            "program_id": row.program_id,
+            "module": module.name,
+            "partitions": partitions(module),
+        }
         if digest not in every:
             path = directory / f"{digest}.hlo.pb"
             path.write_bytes(row.input_data)
@@ -124,7 +126,7 @@ def compile_for_tpu(
     from tpumem.trace.amend import append_rows
 
     if topology.name in compiled_topologies(trace):
-        return CompileOutcome(topology, 0, 0, 0.0, already=True)
+        return CompileOutcome(0, 0, 0.0, already=True)
     libtpu = libtpu_path()
     if libtpu is None:
         raise TpumemError(NEEDS)
@@ -163,7 +165,7 @@ def compile_for_tpu(
             # of the same HLO gets the answer, under its own id.
             failed += record.error is not None
             same = every[distinct[compiled]["digest"]]
-            texts = [_renamed(line, p["program_id"]) for p in same]
+            texts = [compile_row_text(replace(record, program_id=p["program_id"])) for p in same]
             compiled += 1
         rows += [{"kind": TPU, "time_ns": 0, "text": text} for text in texts]
     if rows:
@@ -171,13 +173,7 @@ def compile_for_tpu(
     if returncode != 0 and not compiled:
         raise TpumemError(f"compiling for {topology.name} failed: {error}")
     failed += len(distinct) - compiled  # those a killed compile never reached
-    return CompileOutcome(topology, len(distinct), failed, seconds)
-
-
-def _renamed(line: str, program_id: int | None) -> str:
-    record = json.loads(line)
-    record["program_id"] = program_id
-    return json.dumps(record)
+    return CompileOutcome(len(distinct), failed, seconds)
 
 
 def _run(

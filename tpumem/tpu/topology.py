@@ -7,11 +7,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.errors import TpumemError
 
 # Generation -> the axes its topologies name (v4 and v5p are 3D tori, v5e and v6e
-# 2D meshes) and the fit table's row for it.
+# 2D meshes).
 GENERATIONS = {"v4": 3, "v5e": 2, "v5p": 3, "v6e": 2}
 _NAME = re.compile(r"^(v\d+[a-z]?):(\d+(?:x\d+){1,2})$")
 EXAMPLES = "v5e:1x1, v5e:2x2, v6e:2x4, v4:2x2x1, v5p:2x2x1"
@@ -26,12 +25,6 @@ class Topology:
     @property
     def chips(self) -> int:
         return math.prod(self.dims)
-
-    @property
-    def accelerator(self) -> Accelerator:
-        """The fit table's row for this generation."""
-        wanted = f"TPU {self.generation}"
-        return next(a for a in ACCELERATORS if a.name == wanted)
 
 
 def parse_topology(text: str) -> Topology:
