@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
-from hlo_builder import hlo_proto
 
+from hlo_builder import hlo_proto
 from tpumem.hlo.schema import ALLOC, FREE
 from tpumem.trace.columns import rows_to_batch
 from tpumem.trace.hlo_rows import hlo_row_text

@@ -6,43 +6,19 @@ installed)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 import urllib.parse
-from pathlib import Path
 
 import pytest
 
 from conftest import run_tpumem
-from profiling import EXAMPLES, QUIET, profile
+from profiling import EXAMPLES, profile
 from tensorboard_server import get, tensorboard_server
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
-
-XPROF = """
-import json, sys
-from xprof.convert.raw_to_tool_data import xspace_to_tool_data
-out = {}
-for path in sys.argv[1:]:
-    data, _ = xspace_to_tool_data([path], "memory_profile", {})
-    profile = json.loads(data)["memoryProfilePerAllocator"]
-    out[path] = {
-        name: {
-            "peak": int(p["profileSummary"]["peakStats"]["peakBytesInUse"]),
-            "peak_time_ps": int(p["profileSummary"]["peakStatsTimePs"]),
-            "active": len(p.get("activeAllocations", [])),
-            "at_peak": [
-                {key: p["memoryProfileSnapshots"][int(a["snapshotIndex"])]["activityMetadata"]
-                 .get(key, "") for key in ("tfOpName", "regionType", "dataType", "tensorShape")}
-                for a in p.get("activeAllocations", []) if int(a["snapshotIndex"]) >= 0
-            ],
-        }
-        for name, p in profile.items()
-    }
-print(json.dumps(out))
-"""
+from xprof_runner import run_python, xprof_memory_profile
 
 SCALARS = """
 import json, sys
@@ -52,22 +28,6 @@ accumulator.Reload()
 print(json.dumps({tag: [[e.step, e.value] for e in accumulator.Scalars(tag)]
                   for tag in accumulator.Tags()["scalars"]}))
 """
-
-
-def _python(code: str, *args: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **QUIET},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def xprof_memory_profile(*paths: Path) -> dict:
-    return _python(XPROF, *map(str, paths))
 
 
 def _loop_trace(make_trace, name="loop.tpumem", metadata=None):
@@ -130,7 +90,7 @@ def test_scalars_read_back_with_tensorboards_reader(make_trace, tmp_path):
     assert (
         run_tpumem("export", "tensorboard", str(trace), "--logdir", str(tmp_path)).returncode == 0
     )
-    scalars = _python(SCALARS, str(tmp_path / "loop"))
+    scalars = run_python(SCALARS, str(tmp_path / "loop"))
     # One point per training step: the step's largest bytes in use.
     assert scalars["tpumem/CPU:0/bytes_in_use"] == [[1, 4096.0], [2, 8192.0], [3, 12288.0]]
     assert set(scalars) >= {"tpumem/CPU:0/fragmentation", "tpumem/CPU:0/pool_bytes"}

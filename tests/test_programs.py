@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from hlo_builder import hlo_proto as _proto
 
 from conftest import run_python, run_tpumem
+from hlo_builder import hlo_proto as _proto
 from profiling import EXAMPLES, profile
 from tpumem.analysis import analyze
 from tpumem.analysis.program_heap import program_heap

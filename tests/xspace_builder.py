@@ -11,11 +11,14 @@ def build_space(
     events: list[dict[str, Any]],
     plane: str = "/host:CPU",
     session: tuple[int, int] | None = None,
+    signed: bool = False,
 ) -> bytes:
     """events: {"name", "offset_ps", "stats": {name: value}}; int, float and str
     values, strings interned as references when given as ("ref", text). `session`:
     the profiler session's (start, stop) in ns since the epoch, written as TSL
-    does on a "Task Environment" plane; event times are relative to its start."""
+    does on a "Task Environment" plane; event times are relative to its start.
+    `signed`: every int as int64_value, as TSL writes memory events' stats (XProf
+    reads those stats' int64 values only); else non-negative ints as uint64."""
     m = messages("full")
     space = m["XSpace"](hostnames=["testhost"])
     if session is not None:
@@ -52,7 +55,7 @@ def build_space(
                 stat.double_value = value
             elif isinstance(value, str):
                 stat.str_value = value
-            elif value < 0:
+            elif value < 0 or signed:
                 stat.int64_value = value
             else:
                 stat.uint64_value = value

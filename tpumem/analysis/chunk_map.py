@@ -104,7 +104,7 @@ class Chunks:
         change = np.zeros(count + 1, dtype=np.int64)
         np.add.at(change, self.first, self.size)
         np.add.at(change, np.minimum(self.end, count), -self.size)
-        return np.cumsum(change)[:count] == events.in_use
+        return np.cumsum(change)[:count] == events.heap
 
 
 def _neighbours_at_address(address: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -179,7 +179,7 @@ def fragmentation_at(
     for k, index in enumerate(points.tolist()):
         live = (chunks.first <= index) & (chunks.end > index)
         largest = _largest_gap(chunks.address[live], chunks.size[live], regions, index)
-        free = regions.pool_at(index) - int(events.in_use[index])
+        free = regions.pool_at(index) - int(events.heap[index])
         result[k] = fragmentation_ratio(free, largest)
     return result
 

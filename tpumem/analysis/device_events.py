@@ -1,6 +1,8 @@
 """A trace's allocation events split per device, in time order, with the bytes in
 use after each event: the allocator's own figure where the trace has it, else the
-running sum of allocations minus frees."""
+running sum of allocations minus frees; plus the bytes the allocator reserved
+outside its heap (a TPU program's stack), which XProf's memory_profile counts in
+the peak (its peak is bytes_reserved + bytes_allocated), and so does tpumem."""
 
 from __future__ import annotations
 
@@ -23,15 +25,23 @@ class DeviceEvents:
     requested: np.ndarray  # -1 where unknown
     buffer_id: np.ndarray  # -1 where unknown
     address: np.ndarray  # -1 where unknown
-    in_use: np.ndarray  # bytes in use after each event
+    in_use: np.ndarray  # bytes in use after each event: heap + reserved
     in_use_measured: bool  # True when in_use is the allocator's own figure
     reported_fragmentation: np.ndarray | None
     bytes_limit: int | None  # the allocator's memory limit, where reported
     # (start, end) of each stretch in which the capture saw nothing, in time order.
     gaps_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    # Bytes reserved outside the heap after each event (the allocator's
+    # bytes_reserved: the TPU program stack); None where the trace has none.
+    reserved: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.time_ns)
+
+    @property
+    def heap(self) -> np.ndarray:
+        """Bytes in use in the allocator's heap (buffers) after each event."""
+        return self.in_use if self.reserved is None else self.in_use - self.reserved
 
     @property
     def has_addresses(self) -> bool:
@@ -137,6 +147,11 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
         measured = reported is not None and bool((reported >= 0).all())
         name = device_names[code] if code >= 0 else "unknown"
         limit = columns.reported("bytes_limit", -1)
+        heap = reported if measured else np.cumsum(np.where(is_alloc, size, -size))
+        # XProf reads a missing bytes_reserved as 0, event by event: so does this.
+        reserved = columns.reported("bytes_reserved", 0)
+        if reserved is not None and not (reserved > 0).any():
+            reserved = None
         result.append(
             DeviceEvents(
                 device=name,
@@ -148,11 +163,12 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
                 requested=columns.numbers("requested_bytes", -1),
                 buffer_id=columns.numbers("buffer_id", -1),
                 address=columns.numbers("address", -1),
-                in_use=reported if measured else np.cumsum(np.where(is_alloc, size, -size)),
+                in_use=heap if reserved is None else heap + reserved,
                 in_use_measured=measured,
                 reported_fragmentation=columns.reported("fragmentation", np.nan),
                 bytes_limit=int(limit.max()) if limit is not None and limit.max() > 0 else None,
                 gaps_ns=gaps,
+                reserved=reserved,
             )
         )
     return sorted(result, key=lambda d: d.device)

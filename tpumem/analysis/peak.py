@@ -12,6 +12,9 @@ from tpumem.trace.model import Trace
 GROUP_KEYS = ("op", "region", "dtype", "shape", "source")
 NO_REGION = "(no region)"  # buffers the trace gave no region
 UNSEEN = "(allocated unseen)"  # bytes in use held by buffers the capture never saw made
+# Bytes the allocator reserved outside its heap (a TPU program's stack): XProf's
+# memory_profile names this region "stack" too.
+STACK = "stack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,7 @@ class PeakBreakdown:
     # Bytes in use at the peak held by buffers allocated unseen (before the capture
     # began, or in a gap between its profiler sessions): the trace cannot name them.
     unattributed_bytes: int
+    stack_bytes: int  # reserved outside the heap at the peak (device_events.py)
     groups: tuple[LiveGroup, ...]
     by_region: tuple[tuple[str, int], ...]
 
@@ -95,6 +99,9 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         key = group.region or NO_REGION
         by_region[key] = by_region.get(key, 0) + group.bytes
     peak = int(events.in_use[index])
+    stack = 0 if events.reserved is None else int(events.reserved[index])
+    if stack:
+        by_region[STACK] = stack
     attributed = int(events.bytes[live].sum())
     last = len(events) - 1 - int(np.argmax(events.in_use[::-1] == peak))
     return PeakBreakdown(
@@ -104,7 +111,8 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         step=step_at(trace, int(events.time_ns[index])),
         event_index=index,
         live_buffers=len(live),
-        unattributed_bytes=max(0, peak - attributed),
+        unattributed_bytes=max(0, peak - stack - attributed),
+        stack_bytes=stack,
         groups=groups,
         by_region=tuple(sorted(by_region.items(), key=lambda kv: -kv[1])),
     )

@@ -15,7 +15,7 @@ import numpy as np
 
 from tpumem.analysis.bins import bin_max, bin_of
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
-from tpumem.analysis.peak import NO_REGION, UNSEEN
+from tpumem.analysis.peak import NO_REGION, STACK, UNSEEN
 from tpumem.trace.model import Trace
 
 
@@ -71,7 +71,9 @@ def _region_stack(
         running = np.cumsum(delta)[chosen]
         stack.append((names[code] if code >= 0 else NO_REGION, np.maximum(running, 0)))
     seen = np.sum([s for _, s in stack], axis=0) if stack else np.zeros(len(chosen), np.int64)
-    unseen = events.in_use[chosen] - seen
+    unseen = events.heap[chosen] - seen
+    if events.reserved is not None:
+        stack.append((STACK, events.reserved[chosen]))
     if (unseen > 0).any():
         stack.append((UNSEEN, np.maximum(unseen, 0)))
     stack.sort(key=lambda item: -int(item[1].max(initial=0)))

@@ -4,8 +4,9 @@ XProf reads `MemoryAllocation` / `MemoryDeallocation` events on a plane named
 `/host:CPU`, keyed by the stat `allocator_name`, integers as int64 values and
 fragmentation as a double (docs/tensorboard.md). Its peak is
 bytes_reserved + bytes_allocated; its capacity adds bytes_available. So each
-event carries: bytes_allocated = tpumem's bytes in use after it, bytes_reserved
-= 0, bytes_available = the pool (or the limit) minus bytes in use where known,
+event carries: bytes_allocated = tpumem's heap bytes in use after it,
+bytes_reserved = the bytes reserved outside the heap (a TPU program's stack, 0
+for most traces), bytes_available = the pool (or the limit) minus bytes in use where known,
 fragmentation = tpumem's figure (0 where it has none), and the buffer's op,
 region, dtype (TF's DataType number) and shape. XProf pairs a free with its
 allocation by address: a trace without addresses gets a synthetic one per
@@ -79,7 +80,7 @@ def _dtype_numbers(trace: Trace, rows: np.ndarray) -> np.ndarray:
 
 def _columns(trace: Trace, device: DeviceEventFigures, strings: _Strings) -> dict:
     events = device.events
-    in_use = events.in_use.astype(np.int64)
+    in_use, heap = events.in_use.astype(np.int64), events.heap.astype(np.int64)
     pool, limit = device.pool, device.analysis.preallocation.limit_bytes
     if pool is not None and len(pool) == len(events):
         available = np.maximum(pool - in_use, 0)
@@ -96,11 +97,11 @@ def _columns(trace: Trace, device: DeviceEventFigures, strings: _Strings) -> dic
         "metadata": np.where(events.is_alloc, ALLOCATION, DEALLOCATION),
         "offset_ps": events.time_ns * 1000,
         "allocator_name": np.full(len(events), strings.id(events.device), np.int64),
-        "bytes_reserved": np.zeros(len(events), np.int64),
-        "bytes_allocated": in_use,
+        "bytes_reserved": in_use - heap,
+        "bytes_allocated": heap,
         "bytes_available": available,
         "fragmentation": np.nan_to_num(device.fragmentation, nan=0.0),
-        "peak_bytes_in_use": np.maximum.accumulate(in_use),
+        "peak_bytes_in_use": np.maximum.accumulate(heap),
         "requested_bytes": np.where(events.requested >= 0, events.requested, events.bytes),
         "allocation_bytes": events.bytes,
         "addr": np.where(events.address >= 0, events.address, synthetic),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tpumem.analysis.advisor import FitAdvice, FitRow
-from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
@@ -214,6 +214,16 @@ def devices_shown(
     return by_peak[:SHOWN_DEVICES], brief, note
 
 
+def _live_at_peak(peak: PeakBreakdown) -> str:
+    text = f"{peak.live_buffers:,} buffers"
+    if peak.unattributed_bytes:
+        text += f"; {format_bytes(peak.unattributed_bytes)} in buffers allocated unseen"
+    if peak.stack_bytes:
+        # XProf counts it in the peak too (bytes_reserved: the TPU program stack).
+        text += f"; {format_bytes(peak.stack_bytes)} reserved by the runtime as stack"
+    return text
+
+
 def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     """(figure, value, how it was obtained)."""
     peak, pre, frag, waste = device.peak, device.preallocation, device.fragmentation, device.waste
@@ -226,16 +236,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
             device.peak_label + _temp_note(device.fidelity, temp),
         ),
         *_counter_rows(device),
-        (
-            "Live at peak",
-            f"{peak.live_buffers:,} buffers"
-            + (
-                f"; {format_bytes(peak.unattributed_bytes)} in buffers allocated unseen"
-                if peak.unattributed_bytes
-                else ""
-            ),
-            device.peak_label,
-        ),
+        ("Live at peak", _live_at_peak(peak), device.peak_label),
         (
             "Pool held from device",
             format_bytes(pre.pool_peak_bytes),
