@@ -91,6 +91,7 @@ def _compile(
         donors = sorted({entry.parameter_number for entry in module.buffer_donor.entries})
         with mlir.make_ir_context():
             stablehlo = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(module.SerializeToString()))
+            _drop_copies(stablehlo)
             _donate(stablehlo, donors)
             executable = chips[0].client.compile(
                 stablehlo,
@@ -115,6 +116,27 @@ def _compile(
         seconds=time.perf_counter() - start,
         hlo=_optimized(dump, seen),
     )
+
+
+def _drop_copies(module: Any) -> None:
+    """Removes HLO copies: TensorFlow's bridge hands XLA `copy` instructions (of
+    the returned values), StableHLO has no such op, and XLA:TPU refuses the
+    `mhlo.copy` the conversion leaves ("failed to legalize operation 'mhlo.copy'").
+    Before layouts are assigned a copy is the identity, which XLA's own
+    simplifier removes too."""
+    from jax._src.lib.mlir import ir
+
+    copies = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "mhlo.copy":
+            copies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in copies:
+        op.result.replace_all_uses_with(op.operands[0])
+        op.erase()
 
 
 def _donate(module: Any, donors: list[int]) -> None:

@@ -41,12 +41,24 @@ INIT_STDDEV = 0.02
 
 
 def parse_args(
-    model: str, description: str | None, argv: list[str] | None = None
+    model: str,
+    description: str | None,
+    argv: list[str] | None = None,
+    jit_compile: bool = False,
 ) -> argparse.Namespace:
+    """The model's flags; `jit_compile`: also --jit-compile, for TensorFlow, whose
+    tf.function runs its graph op by op unless told to compile it with XLA (JAX
+    and PyTorch/XLA always compile their steps with XLA)."""
     parser = argparse.ArgumentParser(description=description)
     for name, value in DEFAULTS[model].items():
         parser.add_argument(f"--{name}", type=int, default=value)
     parser.add_argument("--seed", type=int, default=0)
+    if jit_compile:
+        parser.add_argument(
+            "--jit-compile",
+            action="store_true",
+            help="compile the training step with XLA: tf.function(jit_compile=True)",
+        )
     return parser.parse_args(argv)
 
 

@@ -12,7 +12,7 @@ from tf_common import Adam, dense, dense_params, train
 
 
 def main() -> None:
-    args = parse_args("mlp", __doc__)
+    args = parse_args("mlp", __doc__, jit_compile=True)
     tf.random.set_seed(args.seed)
     params = []
     for _ in range(args.layers):
@@ -25,7 +25,7 @@ def main() -> None:
     x = tf.random.normal([args.batch, args.width], stddev=1.0)
     y = tf.random.uniform([args.batch], maxval=args.classes, dtype=tf.int32)
 
-    @tf.function
+    @tf.function(jit_compile=args.jit_compile)
     def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             h = x

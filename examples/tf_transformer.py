@@ -35,7 +35,7 @@ def block(x: tf.Tensor, p: list[tf.Variable], heads: int) -> tf.Tensor:
 
 
 def main() -> None:
-    args = parse_args("transformer", __doc__)
+    args = parse_args("transformer", __doc__, jit_compile=True)
     tf.random.set_seed(args.seed)
     d = args.width
     embed, positions = weight(args.vocab, d), weight(args.seq, d)
@@ -58,7 +58,7 @@ def main() -> None:
     tokens = tf.random.uniform([args.batch, args.seq + 1], maxval=args.vocab, dtype=tf.int32)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
-    @tf.function
+    @tf.function(jit_compile=args.jit_compile)
     def train_step(inputs: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             x = tf.gather(embed, inputs) + positions

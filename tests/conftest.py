@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,12 +67,14 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
     return lines[0]
 
 
-def run_python(script: str, cwd: Path, env: dict[str, str] | None = None) -> dict:
+def run_python(
+    script: str, cwd: Path, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> Any:
     """Runs a framework script in a fresh interpreter; its last stdout line is JSON."""
     path = cwd / "script.py"
     path.write_text(script)
     result = subprocess.run(
-        [sys.executable, str(path)],
+        [sys.executable, str(path), *(args or [])],
         capture_output=True,
         text=True,
         cwd=cwd,

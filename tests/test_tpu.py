@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 from conftest import assert_one_line_error, run_python, run_tpumem
-from profiling import EXAMPLES, profile
+from profiling import EXAMPLES, QUIET, profile
 from tpumem.analysis import analyze
 from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
 from tpumem.trace.reader import load
@@ -165,8 +166,6 @@ def test_a_sharded_step_on_v5e_2x2_equals_an_independent_aot_compile_and_shows_i
 
 
 def run_aot(script: Path, env: dict[str, str]) -> str:
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, str(script), "aot"],
         capture_output=True,
@@ -200,3 +199,107 @@ def test_a_topology_tpumem_does_not_know_is_one_line_before_anything_runs(tmp_pa
     for name, words in (("v9x:2x2", "v5e:2x2"), ("v5e:2x2x2", "NxN"), ("v4", "generation")):
         result = run_tpumem("profile", "--tpu", name, str(tmp_path / "never.py"), cwd=tmp_path)
         assert_one_line_error(result, "--tpu", words)
+
+
+# XLA:TPU's size of each array shape on one v5e chip: an identity program over it,
+# compiled by JAX's own AOT path. Arguments: a JSON list of [dims, dtype].
+ARRAY_SIZES = """
+import json, sys
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
+chip = topologies.get_topology_desc(
+    platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
+).devices[0]
+sizes = []
+for dims, dtype in json.loads(sys.argv[1]):
+    spec = jax.ShapeDtypeStruct(tuple(dims), jnp.dtype(dtype), sharding=SingleDeviceSharding(chip))
+    analysis = jax.jit(lambda x: x).lower(spec).compile().memory_analysis()
+    sizes.append(analysis.argument_size_in_bytes)
+print(json.dumps(sizes))
+"""
+_DTYPES = {
+    "f32": "float32",
+    "f64": "float64",
+    "bf16": "bfloat16",
+    "s32": "int32",
+    "s64": "int64",
+    "pred": "bool",
+}
+
+
+def _entry_parameters(trace: Path, module: str) -> list[tuple[list[int], str]]:
+    """The shapes of the program's parameters, as its framework handed it to XLA."""
+    from tpumem.hlo.schema import parse_hlo_proto
+    from tpumem.hlo.shapes import element_name
+    from tpumem.trace.hlo_rows import hlo_rows
+
+    for row in hlo_rows(load(trace)):
+        hlo = parse_hlo_proto(row.input_data).hlo_module
+        if hlo.name != module:
+            continue
+        (entry,) = [c for c in hlo.computations if c.id == hlo.entry_computation_id]
+        parameters = sorted(
+            (i for i in entry.instructions if i.opcode == "parameter"),
+            key=lambda i: i.parameter_number,
+        )
+        return [
+            (list(i.shape.dimensions), _DTYPES[element_name(i.shape.element_type)])
+            for i in parameters
+        ]
+    raise AssertionError(f"no HLO of {module} in {trace}")
+
+
+def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
+    """`compare --tpu`: the training step of the same transformer in TensorFlow
+    (jit_compile), JAX and PyTorch/XLA, each compiled for v5e by XLA:TPU from the
+    HLO its framework handed to XLA. Per framework, the arguments XLA:TPU counts
+    are its parameters at the sizes independent identity compiles give their
+    shapes; each step aliases its updated state to its inputs on the TPU too."""
+    scripts = {
+        "tf_transformer": ["--jit-compile"],
+        "jax_transformer": [],
+        "torch_xla_transformer": [],
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpumem",
+            "compare",
+            *(
+                " ".join([str(EXAMPLES / f"{name}.py"), *TINY, "--steps", "2", *extra])
+                for name, extra in scripts.items()
+            ),
+            "--tpu",
+            "v5e:1x1",
+            "--format",
+            "json",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **QUIET},
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    comparison = json.loads(result.stdout)
+    rows = {row["figure"]: row for row in comparison["program_rows"]}
+    names = rows["Step program"]["values"]
+    assert names[0].startswith("a_inference_train_step_") and names[1] == "jit_step"
+    assert names[2].startswith("SyncTensorsGraph.")
+    assert rows["Step program"]["labels"] == ["running at the peak"] * 3
+    per_chip = rows["On v5e:1x1: per chip"]["values"]
+    for index, (name, run) in enumerate(zip(scripts, comparison["runs"], strict=True)):
+        (target,) = run["tpu"]
+        assert target["failed"] == [], name
+        (step,) = [p for p in target["programs"] if p["name"].startswith(names[index])]
+        assert per_chip[index] == step["need_bytes"] > 0
+        assert step["alias_bytes"] > 0, name  # variables, donated state
+        shapes = _entry_parameters(tmp_path / f"{name}.tpumem", step["name"])
+        # 64-bit shapes as 64-bit: JAX narrows them to 32 bits unless told.
+        env = {**_aot_env(), "JAX_ENABLE_X64": "1"}
+        sizes = run_python(ARRAY_SIZES, tmp_path, env=env, args=[json.dumps(shapes)])
+        assert step["argument_bytes"] == sum(sizes), name

@@ -24,6 +24,7 @@ from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
+from tpumem.analysis.programs import short_program_name
 from tpumem.units import format_bytes
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> 
         what = "running at the peak" if tpu.running_at_peak else "the largest; none ran at the peak"
         notes.append(
             f"TPU {target.generation}: compiled for {target.topology} by XLA:TPU: "
-            f"{tpu.program} ({what}) {format_bytes(tpu.program_bytes)} per chip with its "
+            f"{short_program_name(tpu.program or '')} ({what}) "
+            f"{format_bytes(tpu.program_bytes)} per chip with its "
             f"code, + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
             f"({tpu.arrays_label}, in TPU layouts)"
         )

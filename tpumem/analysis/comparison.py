@@ -9,6 +9,7 @@ from pathlib import Path
 from tpumem.analysis import provenance
 from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
+from tpumem.analysis.step_programs import no_program_reason, program_figures, step_program
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.units import format_bytes
 
@@ -39,6 +40,9 @@ class Comparison:
     runs: tuple[RunAnalysis, ...]
     devices: tuple[str | None, ...]  # the device each run is shown by
     rows: tuple[CompareRow, ...]
+    # Each run's training-step program side by side (step_programs.py); empty when
+    # no run compiled one.
+    program_rows: tuple[CompareRow, ...]
     regions: tuple[RegionDifference, ...]  # largest change first
     top_ops: tuple[tuple[tuple[str, int], ...], ...]  # per run: (op, bytes at peak)
     alignment: str  # "step" when every run has step marks, else "normalized time"
@@ -116,6 +120,42 @@ ROWS = (
     ("Allocation rate", RATE, "rate"),
     ("Largest program temp", BYTES, "program_temp"),
 )
+
+# Rows where less is better: what the step needs, not what it is handed.
+PROGRAM_NEEDS = ("peak", "temps")
+PROGRAM_ROWS = (
+    ("Step program", TEXT, "name"),
+    ("Its peak", BYTES, "peak"),
+    ("Arguments", BYTES, "arguments"),
+    ("Outputs", BYTES, "outputs"),
+    ("Aliased (donated)", BYTES, "aliased"),
+    ("Temporaries at its peak", BYTES, "temps"),
+    ("Generated code", BYTES, "code"),
+    ("Peak at instruction", TEXT, "peak_at"),
+    ("Largest buffer at its peak", TEXT, "largest"),
+)
+
+
+def _program_rows(runs: list[RunAnalysis]) -> tuple[CompareRow, ...]:
+    steps = [step_program(run) for run in runs]
+    if not any(steps):
+        return ()
+    figures = [program_figures(step) if step else {} for step in steps]
+    topologies = dict.fromkeys(t for step in steps if step for t in step.on_tpu)
+    specs = list(PROGRAM_ROWS)
+    for topology in topologies:
+        specs.append((f"On {topology}: per chip", BYTES, f"tpu:{topology}"))
+        specs.append((f"On {topology}: temporaries", BYTES, f"tpu-temps:{topology}"))
+    missing = (None, provenance.NOT_AVAILABLE)
+    rows = []
+    for title, unit, key in specs:
+        entries = [
+            f.get(key, missing) if step or key != "name" else (no_program_reason(run), "")
+            for f, step, run in zip(figures, steps, runs, strict=True)
+        ]
+        needs = key in PROGRAM_NEEDS or key.startswith("tpu")
+        rows.append(_row(title, unit, entries, lower_is_better=needs))
+    return tuple(rows)
 
 
 def _by_op(device: DeviceAnalysis | None) -> tuple[tuple[str, int], ...]:
@@ -229,6 +269,7 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
         runs=tuple(runs),
         devices=tuple(d.device if d else None for d in devices),
         rows=tuple(rows),
+        program_rows=_program_rows(runs),
         regions=_regions(devices),
         top_ops=tuple(_by_op(d) for d in devices),
         alignment="step" if all(run.steps >= 2 for run in runs) else "normalized time",

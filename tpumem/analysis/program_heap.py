@@ -15,6 +15,7 @@ heap's buffers at the peak.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError, parse_hlo_proto
 from tpumem.hlo.shapes import dims_text, element_name, shape_text, subshape, unpadded_bytes
 
 HBM = 0  # memory space (color) of the device's main memory
+_OUTER_JIT = re.compile(r"^jit\([^()]*\)/")
 
 PARAMETER, OUTPUT, CONSTANT, TEMPORARY = "parameter", "output", "constant", "temporary"
 
@@ -47,6 +49,17 @@ class HeapBuffer:
     @property
     def padding_bytes(self) -> int:
         return max(0, self.bytes - self.unpadded_bytes)
+
+    @property
+    def short_shape(self) -> str:
+        # The layout matters where it pads (TPU tiles); a plain row-major one is noise.
+        return self.shape if ":" in self.shape else self.dtype + self.dims
+
+    @property
+    def short_op(self) -> str:
+        # JAX names every op inside a program after it (`jit(step)/...`): within
+        # that program the prefix says nothing.
+        return _OUTER_JIT.sub("", self.op_name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ not a measurement of a run.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -21,6 +22,15 @@ from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.records import ProgramRecord, decode_record, parse_object
 from tpumem.trace.schema import PROGRAM
+
+# TensorFlow names a jit_compile function's module after the function and then
+# its attributes (a_inference_step_12__XlaMustCompile_true_config_proto_<n>_...).
+_TF_FUNCTION_ATTRIBUTES = re.compile(r"__XlaMustCompile_.*$")
+
+
+def short_program_name(module: str) -> str:
+    """A module's name as reports show it (the JSON keeps the whole name)."""
+    return _TF_FUNCTION_ATTRIBUTES.sub("", module) or module
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +50,10 @@ class CompiledProgram:
     heap: ProgramHeap | None
     hlo_problem: str | None = None  # why its HLO was not read
     program_id: int | None = None  # XLA's id for it, where its HLO came with one
+
+    @property
+    def short_name(self) -> str:
+        return short_program_name(self.name)
 
     @property
     def xprof_name(self) -> str | None:
@@ -169,16 +183,20 @@ def running_at_peak(
     groups: tuple[LiveGroup, ...], compiled: tuple[CompiledProgram, ...]
 ) -> tuple[RunningAtPeak, ...]:
     """The programs running at the peak: those whose temp buffers (region "temp",
-    named after the program as the framework calls it) were live there."""
+    named after the program as the framework calls it) were live there.
+    TensorFlow gives the buffers of a jit_compile function's launch no region and
+    the function's name (`__inference_step_12`), whose module XLA names
+    `a_inference_step_12...` (a name may not begin with "_")."""
     temps: dict[str, int] = {}
     for group in groups:
-        if group.region == "temp" and group.op:
+        if group.region in ("temp", None) and group.op:
             temps[group.op] = temps.get(group.op, 0) + group.bytes
     found = []
     for op, live in temps.items():
+        module = "a" + op[1:] if op.startswith("_") else op
         for program in compiled:
             names = {program.name, program.memory.name if program.memory else None}
-            if op in names or f"jit({op})" in names:
+            if op in names or f"jit({op})" in names or module == program.short_name:
                 found.append(RunningAtPeak(program, live))
                 break
     return tuple(sorted(found, key=lambda r: -r.temp_bytes))

@@ -156,7 +156,7 @@ def tpu_fit(
     program, outside = None, peak_bytes
     at_peak = running[0].program if running else None
     if at_peak is not None:
-        program = _same_program(target, at_peak)
+        program = same_program(target, at_peak)
         if program is not None:
             outside = max(0, peak_bytes - _plan_bytes(at_peak, running[0].temp_bytes))
     counted = program or target.programs[0]
@@ -179,7 +179,7 @@ def tpu_fit(
     )
 
 
-def _same_program(target: TpuTarget, program: CompiledProgram) -> TpuProgram | None:
+def same_program(target: TpuTarget, program: CompiledProgram) -> TpuProgram | None:
     for candidate in target.programs:
         if program.program_id is not None and candidate.compile.program_id == program.program_id:
             return candidate

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpumem.analysis.comparison import Comparison
+from tpumem.analysis.comparison import CompareRow, Comparison
 from tpumem.report.json_report import dump, report_dict
 
 COMPARE_SCHEMA = "tpumem-compare/1"
@@ -19,22 +19,24 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
         "names": list(comparison.names),
         "devices": list(comparison.devices),
         "alignment": comparison.alignment,
-        "rows": [
-            {
-                "figure": row.figure,
-                "unit": row.unit,
-                "values": list(row.values),
-                "labels": list(row.labels),
-                "best": row.best,
-                "ratios": list(row.ratios),
-            }
-            for row in comparison.rows
-        ],
+        "rows": [_row(row) for row in comparison.rows],
+        "program_rows": [_row(row) for row in comparison.program_rows],
         "regions": [
             {"region": region.region, "bytes": list(region.bytes), "change": list(region.change)}
             for region in comparison.regions
         ],
         "top_ops": [[list(op) for op in top] for top in comparison.top_ops],
+    }
+
+
+def _row(row: CompareRow) -> dict[str, Any]:
+    return {
+        "figure": row.figure,
+        "unit": row.unit,
+        "values": list(row.values),
+        "labels": list(row.labels),
+        "best": row.best,
+        "ratios": list(row.ratios),
     }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tpumem.analysis import provenance
+from tpumem.analysis import provenance, step_programs
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.rows import fit_answer
@@ -25,6 +25,9 @@ _TAGS = {
     "not available": "",
     provenance.COMPILE_TIME: "compile-time",
     provenance.INCLUDED: "included (TPU run)",
+    step_programs.RUNNING_AT_PEAK: "running at the peak",
+    step_programs.LARGEST_PLAN: "the largest plan",
+    step_programs.XLA_TPU: "XLA:TPU",
 }
 
 
@@ -69,23 +72,37 @@ def render_compare_text(comparison: Comparison, width: int = 100, color: bool = 
     )
     names = comparison.names
     console.print(f"[bold]tpumem compare[/] · {len(names)} runs")
-    table = Table(show_lines=False)
-    table.add_column("figure", style="bold")
-    for name, run, device in zip(names, comparison.runs, comparison.devices, strict=True):
-        file = Path(run.path).name if run.path else ""
-        table.add_column(
-            f"{markup(name)}\n[dim]{markup(device or '-')} · {markup(file)}[/]", overflow="fold"
-        )
-    for row in comparison.rows:
-        table.add_row(row.figure, *(_cell(row, i) for i in range(len(names))))
-    console.print(table)
+    console.print(_rows_table(comparison, comparison.rows))
     console.print(
         "[dim]* lowest in its row · xN: against the first run · under each value: how it "
         "was obtained[/]"
     )
     _differences(console, comparison)
+    if comparison.program_rows:
+        console.print(
+            _rows_table(comparison, comparison.program_rows, title=PROGRAMS_TITLE, devices=False)
+        )
     _fit(console, comparison)
     return buffer.getvalue()
+
+
+PROGRAMS_TITLE = "The training step's compiled program, side by side"
+
+
+def _rows_table(
+    comparison: Comparison, rows: tuple[CompareRow, ...], title: str | None = None, devices=True
+) -> Table:
+    table = Table(show_lines=False, title=title, title_justify="left")
+    table.add_column("figure", style="bold")
+    for name, run, device in zip(
+        comparison.names, comparison.runs, comparison.devices, strict=True
+    ):
+        file = Path(run.path).name if run.path else ""
+        where = f"{markup(device or '-')} · {markup(file)}" if devices else markup(file)
+        table.add_column(f"{markup(name)}\n[dim]{where}[/]", overflow="fold")
+    for row in rows:
+        table.add_row(row.figure, *(_cell(row, i) for i in range(len(comparison.names))))
+    return table
 
 
 def _differences(console: Console, comparison: Comparison) -> None:

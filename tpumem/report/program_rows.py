@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram
@@ -18,9 +17,6 @@ SPARK_POINTS = 60  # heap over program order, as characters
 PROGRAM_HEADERS = ("program", "peak", "arguments", "outputs", "temps at peak", "peak at")
 BUFFER_HEADERS = ("bytes", "kind", "shape", "source", "op", "instruction")
 SOURCE = "XLA's buffer assignment, at compile time"
-# JAX names every op inside a program after it (`jit(step)/...`): in that program's
-# table the prefix says nothing.
-_OUTER_JIT = re.compile(r"^jit\([^()]*\)/")
 
 
 def programs_title(compiled: tuple[CompiledProgram, ...]) -> str:
@@ -40,7 +36,7 @@ def program_rows(
         if heap is not None:
             rows.append(
                 (
-                    program.name,
+                    program.short_name,
                     format_bytes(heap.peak_bytes),
                     format_bytes(heap.parameter_bytes),
                     format_bytes(heap.output_bytes),
@@ -51,7 +47,7 @@ def program_rows(
         elif memory is not None:
             rows.append(
                 (
-                    program.name,
+                    program.short_name,
                     format_bytes(program.peak_bytes),
                     format_bytes(memory.argument_bytes),
                     format_bytes(memory.output_bytes),
@@ -60,7 +56,7 @@ def program_rows(
                 )
             )
         else:
-            rows.append((program.name, "-", "-", "-", "-", program.hlo_problem or "-"))
+            rows.append((program.short_name, "-", "-", "-", "-", program.hlo_problem or "-"))
     return rows
 
 
@@ -69,7 +65,7 @@ def peak_title(program: CompiledProgram) -> str:
     assert heap is not None
     where = f" at {heap.peak_instruction}" if heap.peak_instruction else ""
     return (
-        f"{program.name}: {format_bytes(heap.peak_bytes)} at its peak{where}, "
+        f"{program.short_name}: {format_bytes(heap.peak_bytes)} at its peak{where}, "
         f"{format_bytes(heap.whole_program_bytes)} of it live the whole program "
         "(arguments, outputs, constants); largest first"
     )
@@ -97,15 +93,13 @@ def buffer_rows(heap: ProgramHeap, limit: int | None = TOP_BUFFERS) -> list[tupl
 
 def _buffer_row(buffer: HeapBuffer) -> tuple[str, ...]:
     padding = f" (+{format_bytes(buffer.padding_bytes)} padding)" if buffer.padding_bytes else ""
-    # The layout matters where it pads (TPU tiles); a plain row-major one is noise.
-    shape = buffer.shape if ":" in buffer.shape else buffer.dtype + buffer.dims
     return (
         format_bytes(buffer.bytes) + padding,
         buffer.group,
-        shape,
+        buffer.short_shape,
         # A file by its name (the JSON has the path).
         os.path.basename(buffer.source) if buffer.source else "-",
-        _OUTER_JIT.sub("", buffer.op_name) or "-",
+        buffer.short_op or "-",
         buffer.instruction,
     )
 

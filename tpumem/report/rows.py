@@ -417,7 +417,7 @@ def _running_row(running: RunningAtPeak, peak_bytes: int) -> tuple[str, str, str
     """The program running at the peak: the peak as live arrays + its working memory."""
     program = running.program
     value = (
-        f"{program.name}: {format_bytes(running.temp_bytes)} of its temporaries, "
+        f"{program.short_name}: {format_bytes(running.temp_bytes)} of its temporaries, "
         f"{format_bytes(peak_bytes - running.temp_bytes)} in arrays (its arguments and "
         "outputs among them)"
     )

@@ -3,6 +3,7 @@ every format shows."""
 
 from __future__ import annotations
 
+from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report.program_rows import TOP_PROGRAMS, buffer_rows
 from tpumem.units import format_bytes
@@ -36,7 +37,7 @@ def tpu_program_rows(target: TpuTarget, limit: int = TOP_PROGRAMS) -> list[tuple
     for program in target.programs[:limit]:
         rows.append(
             (
-                program.name,
+                short_program_name(program.name),
                 str(program.compile.partitions),
                 format_bytes(program.need_bytes),
                 format_bytes(program.memory("argument_bytes")),
@@ -54,7 +55,7 @@ def tpu_notes(target: TpuTarget) -> list[str]:
     """What did not compile, and why (what a chip needs for the run is the fit
     table's, with its note)."""
     notes = [
-        f"{failed.module}: not compiled for {target.topology}: {failed.error}"
+        f"{short_program_name(failed.module)}: not compiled for {target.topology}: {failed.error}"
         for failed in target.failed
     ]
     if any(p.heap is not None and not p.heap.has_heap_trace for p in target.programs):
@@ -71,7 +72,8 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
     if top is None or top.heap is None:
         return None
     title = (
-        f"{top.name} on {target.topology}: {format_bytes(top.heap.peak_bytes)} at its peak, "
+        f"{short_program_name(top.name)} on {target.topology}: "
+        f"{format_bytes(top.heap.peak_bytes)} at its peak, "
         f"{format_bytes(top.padding_bytes)} of it TPU layout padding; largest first"
     )
     return title, buffer_rows(top.heap)

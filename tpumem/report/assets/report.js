@@ -399,13 +399,13 @@
   }
 
   // ---- several runs -------------------------------------------------------
-  function renderCompare() {
-    const cmp = data.comparison, names = cmp.names;
-    app.appendChild(el("h1", {}, "tpumem compare · " + names.join(" / ")));
-    const head = el("tr", {}, el("th", {}, "figure"), ...names.map((n, i) =>
+  // One column per run: each value, the lowest marked, how it was obtained and
+  // its ratio against the first run (compare_json.py's rows).
+  function compareTable(cmp, rows) {
+    const head = el("tr", {}, el("th", {}, "figure"), ...cmp.names.map((n, i) =>
       el("th", {}, n, el("span", { class: "label" }, `${cmp.devices[i] || "-"} · ${data.runs[i].path || ""}`))));
     const table = el("table", {}, el("thead", {}, head));
-    for (const row of cmp.rows) {
+    for (const row of rows) {
       const format = FORMATS[row.unit] || FORMATS.text;
       const cells = row.values.map((value, i) => {
         const notes = [];
@@ -416,7 +416,13 @@
       });
       table.appendChild(el("tr", {}, el("th", {}, row.figure), ...cells));
     }
-    app.appendChild(table);
+    return table;
+  }
+
+  function renderCompare() {
+    const cmp = data.comparison, names = cmp.names;
+    app.appendChild(el("h1", {}, "tpumem compare · " + names.join(" / ")));
+    app.appendChild(compareTable(cmp, cmp.rows));
     app.appendChild(el("p", { class: "note" }, "Green: the lowest in its row. ×N: against the first run. Under each value: how it was obtained."));
 
     const aligned = cmp.alignment === "step";
@@ -452,6 +458,10 @@
     }
     app.appendChild(el("h3", {}, "Largest ops at each peak"));
     app.appendChild(ops);
+    if (cmp.program_rows.length) {
+      app.appendChild(el("h2", {}, "The training step's compiled program, side by side"));
+      app.appendChild(compareTable(cmp, cmp.program_rows));
+    }
     app.appendChild(fitTable(data.runs, names));
     data.runs.forEach((run, i) => {
       const details = el("details", {}, el("summary", {}, `${names[i]}: every figure and plot`));
