@@ -28,6 +28,19 @@ def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
     return result
 
 
+def run_compare(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """`tpumem compare ARGS` in its own process; scripts among them are profiled
+    first, each in its own process, which takes a while."""
+    return subprocess.run(
+        [sys.executable, "-m", "tpumem", "compare", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **QUIET},
+        timeout=900,
+    )
+
+
 def run_plain(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python ARGS`, without tpumem: what the profiled run must look like."""
     return subprocess.run(

@@ -4,15 +4,12 @@ on real runs of the three frameworks, each profiled in its own process."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import run_tpumem
-from profiling import EXAMPLES, QUIET
+from profiling import EXAMPLES, run_compare
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.comparison import compare
@@ -93,25 +90,8 @@ def test_the_three_frameworks_compared_from_their_scripts(tmp_path):
         f"{EXAMPLES / name} --steps 3" for name in ("tf_mlp.py", "jax_mlp.py", "torch_xla_mlp.py")
     ]
     page = tmp_path / "compare.html"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tpumem",
-            "compare",
-            *scripts,
-            "--format",
-            "json",
-            "--output-dir",
-            str(tmp_path),
-            "--html",
-            str(page),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, **QUIET},
-        timeout=600,
+    result = run_compare(
+        tmp_path, *scripts, "--format", "json", "--output-dir", str(tmp_path), "--html", str(page)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     comparison = json.loads(result.stdout)

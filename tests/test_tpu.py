@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from conftest import assert_one_line_error, run_python, run_tpumem
-from profiling import EXAMPLES, QUIET, profile
+from profiling import EXAMPLES, profile, run_compare
 from tpumem.analysis import analyze
 from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
 from tpumem.trace.reader import load
@@ -261,28 +261,13 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         "jax_transformer": [],
         "torch_xla_transformer": [],
     }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tpumem",
-            "compare",
-            *(
-                " ".join([str(EXAMPLES / f"{name}.py"), *TINY, "--steps", "2", *extra])
-                for name, extra in scripts.items()
-            ),
-            "--tpu",
-            "v5e:1x1",
-            "--format",
-            "json",
-            "--output-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, **QUIET},
-        timeout=900,
+    result = run_compare(
+        tmp_path,
+        *(
+            " ".join([str(EXAMPLES / f"{name}.py"), *TINY, "--steps", "2", *extra])
+            for name, extra in scripts.items()
+        ),
+        *("--tpu", "v5e:1x1", "--format", "json", "--output-dir", str(tmp_path)),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     comparison = json.loads(result.stdout)
