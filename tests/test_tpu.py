@@ -15,6 +15,10 @@ from profiling import EXAMPLES, profile, run_compare
 from tpumem.analysis import analyze
 from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
 from tpumem.trace.reader import load
+from tpumem.units import format_bytes
+
+sys.path.insert(0, str(Path(__file__).parent / "browser"))
+from chromium_check import rendered
 
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
@@ -141,6 +145,12 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     as_json = run_tpumem("report", str(tmp_path / "run.tpumem"), "-f", "json")
     (tpu,) = json.loads(as_json.stdout)["tpu"]
     assert tpu["topology"] == "v5e:1x1" and tpu["fit"]["program"] == "jit_step"
+    # The page, in a real browser: the TPU section with the step's need per chip.
+    page = tmp_path / "run.html"
+    assert run_tpumem("report", str(tmp_path / "run.tpumem"), "-o", str(page)).returncode == 0
+    problems, dom = rendered(page)
+    assert problems == []
+    assert "On v5e:1x1 (TPU v5 lite)" in dom and format_bytes(step.need_bytes) in dom
 
 
 def test_a_sharded_step_on_v5e_2x2_equals_an_independent_aot_compile_and_shows_its_padding(
@@ -268,6 +278,7 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
             for name, extra in scripts.items()
         ),
         *("--tpu", "v5e:1x1", "--format", "json", "--output-dir", str(tmp_path)),
+        *("--html", str(tmp_path / "compare.html")),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     comparison = json.loads(result.stdout)
@@ -288,3 +299,6 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         env = {**_aot_env(), "JAX_ENABLE_X64": "1"}
         sizes = run_python(ARRAY_SIZES, tmp_path, env=env, args=[json.dumps(shapes)])
         assert step["argument_bytes"] == sum(sizes), name
+    problems, dom = rendered(tmp_path / "compare.html")
+    assert problems == []
+    assert "compiled program, side by side" in dom and names[1] in dom

@@ -22,6 +22,7 @@ from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
 from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
+from tpumem.report.tpu_rows import tpu_notes, tpu_title
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
 DATA_ID = "tpumem-data"
@@ -58,6 +59,9 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     ]
     for device, analysed in zip(body["devices"], analysis.devices, strict=True):
         device["figures"] = [list(row) for row in device_rows(analysed)]
+    for target, compiled in zip(body["tpu"], analysis.tpu, strict=True):
+        target["title"] = tpu_title(compiled, limit=None)  # the page lists every program
+        target["notes"] = tpu_notes(compiled)
     for device in body["devices"]:
         groups = device["peak"]["groups"]
         device["peak"]["groups_total"] = len(groups)

@@ -21,9 +21,10 @@ TPU_HEADERS = (
 )
 
 
-def tpu_title(target: TpuTarget) -> str:
+def tpu_title(target: TpuTarget, limit: int | None = TOP_PROGRAMS) -> str:
+    """The section's title; `limit`: the programs listed (None: all)."""
     count = len(target.programs) + len(target.failed)
-    shown = min(len(target.programs), TOP_PROGRAMS)
+    shown = len(target.programs) if limit is None else min(len(target.programs), limit)
     more = f", the {shown} largest shown" if len(target.programs) > shown else ""
     kind = f" ({target.device_kind})" if target.device_kind else ""
     return (

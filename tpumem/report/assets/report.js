@@ -376,6 +376,27 @@
     return part;
   }
 
+  function tpuSection(run) {
+    // What XLA:TPU compiled for each topology (--tpu), per chip; titles and notes
+    // worded in Python. A program's TPU buffer assignment as the memory viewer shows it.
+    const part = el("div");
+    for (const target of run.tpu) {
+      part.appendChild(el("h2", {}, target.title));
+      const columns = [{ title: "program" }, { title: "chips", numeric: true }, { title: "per chip", numeric: true },
+        { title: "arguments", numeric: true }, { title: "outputs", numeric: true }, { title: "aliased", numeric: true },
+        { title: "temps", numeric: true }, { title: "code", numeric: true }, { title: "padding at peak", numeric: true }];
+      const sized = (n) => ({ text: bytes(n), sort: n || 0 });
+      const rows = target.programs.map((p) => [{ text: p.name, sort: p.name }, { text: count(p.chips), sort: p.chips },
+        sized(p.need_bytes), sized(p.argument_bytes), sized(p.output_bytes), sized(p.alias_bytes), sized(p.hbm_temp_bytes),
+        sized(p.generated_code_bytes), p.heap ? sized(p.padding_at_peak_bytes) : { text: "-", sort: -1 }]);
+      part.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
+      for (const note of target.notes) part.appendChild(el("p", { class: "note" }, note));
+      const planned = target.programs.filter((p) => p.heap);
+      if (planned.length) part.appendChild(programDetail(planned[0]));
+    }
+    return part;
+  }
+
   function runSections(run) {
     const part = el("div");
     part.appendChild(banner(run));
@@ -388,6 +409,7 @@
       part.appendChild(peakTable(device));
     }
     part.appendChild(programsSection(run));
+    part.appendChild(tpuSection(run));
     return part;
   }
 
