@@ -99,7 +99,7 @@ def _aot_env() -> dict[str, str]:
     found = libtpu_path()
     assert found is not None, "libtpu is not installed: make setup puts it in .venv/libtpu"
     path = os.pathsep.join(p for p in (found, os.environ.get("PYTHONPATH", "")) if p)
-    return {"JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
+    return {"JAX_PLATFORMS": "cpu", "PYTHONPATH": path, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 def _tpu_program(analysis, topology: str, name: str):
@@ -289,6 +289,7 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
     assert rows["Step program"]["labels"] == ["running at the peak"] * 3
     per_chip = rows["On v5e:1x1: per chip"]["values"]
     for index, (name, run) in enumerate(zip(scripts, comparison["runs"], strict=True)):
+        assert run["tpu"], (name, result.stderr[-3000:])
         (target,) = run["tpu"]
         assert target["failed"] == [], name
         (step,) = [p for p in target["programs"] if p["name"].startswith(names[index])]
@@ -302,3 +303,26 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
     problems, dom = rendered(tmp_path / "compare.html")
     assert problems == []
     assert "compiled program, side by side" in dom and names[1] in dom
+
+
+def test_two_compiles_at_once_both_finish(tmp_path):
+    """libtpu locks the machine's TPU for one process (/tmp/libtpu_lockfile): a
+    compile, which uses no TPU, must not need it (two reports at once, or one
+    beside a training job on a TPU VM)."""
+    (tmp_path / "sharded.py").write_text(SHARDED)
+    result = profile(tmp_path, "-q", "-o", "a.tpumem", "sharded.py", env=FOUR_CPUS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "b.tpumem").write_bytes((tmp_path / "a.tpumem").read_bytes())
+    reports = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tpumem", "report", name, "--tpu", "v5e:2x2"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a.tpumem", "b.tpumem")
+    ]
+    for report in reports:
+        _, errors = report.communicate(timeout=600)
+        assert report.returncode == 0 and "with XLA:TPU in" in errors, errors[-2000:]

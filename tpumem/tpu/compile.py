@@ -111,6 +111,9 @@ def _environment(libtpu: str, dump: str) -> dict[str, str]:
     env["XLA_FLAGS"] = f"--xla_dump_to={dump} --xla_dump_hlo_as_proto"
     # libtpu asks the cloud metadata server where it runs unless told it runs alone.
     env.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) for the TPU; a compile
+    # touches no TPU, and must work beside another compile or a training job.
+    env.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     paths = [p for p in (libtpu, env.get("PYTHONPATH", "")) if p]
     if paths:
