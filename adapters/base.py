@@ -58,6 +58,28 @@ class Adapter(ABC):
     def stop(self) -> None: ...
 
 
+class Patches:
+    """What an adapter replaced in the framework, put back by `undo` (last first):
+    `tpumem.track` stops inside a process that goes on using the framework."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def replace(self, owner: Any, name: str, value: Any) -> Any:
+        """Sets `owner.name` to `value`; returns what it was."""
+        original = getattr(owner, name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, original))
+        return original
+
+    def on_undo(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
 class Sampler:
     """The thread every adapter reads its framework's counters on: `tick` runs every
     sample interval until `stop`, which waits for the tick under way to end."""

@@ -114,11 +114,7 @@ class JaxAdapter(Adapter):
         # script made one before tpumem started).
         self._dump = install_dump(self.options, self._warnings)
         hooks = self._hooks = JaxHooks(writer, None, False)
-        if not hooks.install_before_import():
-            self._warnings.append(
-                "jax was imported before tpumem started: arrays from functions jitted "
-                "before then are found by polling, late"
-            )
+        already_imported = not hooks.install_before_import()
         import jax
         from jaxlib import _jax
 
@@ -132,6 +128,13 @@ class JaxAdapter(Adapter):
         hooks.book = self._book
         hooks.temp_windows = backend == "cpu" and not async_cpu
         hooks.install_after_import()
+        if already_imported and self._book is not None:
+            # Functions jitted before now run in C++, past the hooks.
+            hooks.install_every_call()
+            self._warnings.append(
+                "jax was in use before tpumem started: while it recorded, every jitted "
+                "call took JAX's Python path (slower calls, the same arrays)"
+            )
         fidelity = ALLOCATOR if backend == "gpu" else BUFFER
         writer.patch_metadata(
             framework_version=jax.__version__,
@@ -144,13 +147,16 @@ class JaxAdapter(Adapter):
         if backend == "cpu" and async_cpu:
             self._warnings.append(
                 f"{ASYNC_DISPATCH_VARIABLE} is on: programs run after their calls return, "
-                "so their temp buffers are not shown (their sizes are in the programs list)"
+                "so their temp buffers are not shown (their sizes are in the programs list); "
+                f"{ASYNC_DISPATCH_VARIABLE}=false in the environment before JAX starts shows them"
             )
         if backend != "cpu":
             self._chunks = ProfilerChunks(writer, _JaxSessions(), self.options.chunk_s)
             self._take_over_profiler_api(jax)
             self._chunks.start()
-        on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
+        hooks.patches.on_undo(
+            on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
+        )
         self._ticks = 0
         self._polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
         self._sampler = Sampler("tpumem-jax", self.options.sample_interval_s, self._tick)
@@ -168,6 +174,7 @@ class JaxAdapter(Adapter):
             self._write_book()
             self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata()))
         self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
+        self._hooks.uninstall()
 
     def _book_metadata(self) -> JaxBook:
         counts, hooks = self._book.counts, self._hooks
@@ -234,8 +241,10 @@ class JaxAdapter(Adapter):
                 chunks.resume(newest_xspace(logdir) if logdir else None)
 
         start_trace.__doc__, stop_trace.__doc__ = original_start.__doc__, original_stop.__doc__
-        profiler.start_trace, profiler.stop_trace = start_trace, stop_trace
-        jax.profiler.start_trace, jax.profiler.stop_trace = start_trace, stop_trace
+        patches = self._hooks.patches
+        for owner in (profiler, jax.profiler):
+            patches.replace(owner, "start_trace", start_trace)
+            patches.replace(owner, "stop_trace", stop_trace)
 
     def _settings(self) -> dict[str, Any]:
         """Each device's limit as JAX reports it; the variables that set it are in

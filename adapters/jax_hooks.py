@@ -16,6 +16,12 @@ poll of `jax.live_arrays()`.
 The Python path that runs a jitted function on a cache miss goes through
 `ExecuteReplicated.__call__`: hooked to record each compiled program's memory
 analysis once, and the exact run window of that call.
+
+Started in a process where JAX is already in use (`tpumem.track`), the functions
+jitted before then run in C++ without a hook. There every call is sent down the
+Python path instead (`install_every_call`: no call gets JAX's C++ fast path while
+tpumem records), and the hook on `ExecuteReplicated.__call__` enters the arrays
+each program returns. Every patch is undone by `uninstall`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -33,6 +40,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, OUTPUT
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.source_lines import SourceLines
@@ -40,6 +48,7 @@ from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
 PJIT_MODULE = "jax._src.pjit"
+_JIT_NAME = re.compile(r"^jit\((.*)\)$")  # JAX names a program after its function
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,9 @@ class JaxHooks:
         self.programs: dict[int, Program] = {}
         self.wrapped = 0
         self.calls_running = 0  # hooked calls under way, on any thread
+        self.every_call = False  # every program's outputs entered where it runs
+        self.active = True  # False once uninstalled: wrappers still held pass through
+        self.patches = Patches()
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -83,8 +95,27 @@ class JaxHooks:
         if module is not None:
             self._wrap_pjit(module)
             return False
-        sys.meta_path.insert(0, _AfterImport(PJIT_MODULE, self._wrap_pjit))
+        finder = _AfterImport(PJIT_MODULE, self._wrap_pjit)
+        sys.meta_path.insert(0, finder)
+        self.patches.on_undo(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
         return True
+
+    def install_every_call(self) -> None:
+        """Sends every jitted call down the Python path while tpumem records: JAX
+        gives no call its C++ fast path, and the ones it gave are dropped (its
+        compiled programs are kept: nothing compiles again)."""
+        from jax._src import pjit
+
+        self.patches.on_undo(_drop_fast_paths)  # after the line below is undone
+        self.patches.replace(pjit, "_get_fastpath_data", lambda *args, **kwargs: None)
+        _drop_fast_paths()
+        self.every_call = True
+
+    def uninstall(self) -> None:
+        """Puts back everything the hooks replaced. Functions jitted meanwhile keep
+        their wrapper, which from now on only calls JAX's own."""
+        self.active = False
+        self.patches.undo()
 
     def install_after_import(self) -> None:
         from jax import tree_util
@@ -98,12 +129,14 @@ class JaxHooks:
             source_info_util.register_exclusion(path + os.sep)
 
         self._tree_leaves = tree_util.tree_leaves
+        patches = self.patches
         if self.book is not None:
             # Both jax.device_put and the device_put primitive end here.
-            dispatch._batched_device_put_impl = self._entering(
-                dispatch._batched_device_put_impl, "device_put"
+            impl = dispatch._batched_device_put_impl
+            patches.replace(
+                dispatch, "_batched_device_put_impl", self._entering(impl, "device_put")
             )
-            pjit.jit_p.impl = self._entering(pjit.jit_p.impl, None)
+            patches.replace(pjit.jit_p, "impl", self._entering(pjit.jit_p.impl, None))
         original_call, hooks = pxla.ExecuteReplicated.__call__, self
 
         @functools.wraps(original_call)
@@ -111,10 +144,13 @@ class JaxHooks:
             start = time.time_ns()
             out = original_call(self, *args)
             end = time.time_ns()
-            hooks._local.run = _Run(hooks._program(self), start - hooks.origin, end - hooks.origin)
+            run = _Run(hooks._program(self), start - hooks.origin, end - hooks.origin)
+            hooks._local.run = run
+            if hooks.every_call and not getattr(hooks._local, "wrapped", 0):
+                hooks._ran(run, args, out)
             return out
 
-        pxla.ExecuteReplicated.__call__ = __call__
+        patches.replace(pxla.ExecuteReplicated, "__call__", __call__)
 
     def _wrap_pjit(self, pjit: types.ModuleType) -> None:
         original, hooks = pjit._cpp_pjit, self
@@ -126,7 +162,7 @@ class JaxHooks:
             donates = bool(jit_info.donate_argnums or jit_info.donate_argnames)
             return JittedFunction(jitted, hooks, donates)
 
-        pjit._cpp_pjit = _cpp_pjit
+        self.patches.replace(pjit, "_cpp_pjit", _cpp_pjit)
 
     def _entering(self, impl: Any, op: str | None) -> Any:
         """A primitive's implementation that enters the arrays it returns."""
@@ -135,7 +171,12 @@ class JaxHooks:
         @functools.wraps(impl)
         def entering(*args: Any, **params: Any) -> Any:
             start = time.time_ns()
-            out = impl(*args, **params)
+            local = hooks._local
+            local.wrapped = getattr(local, "wrapped", 0) + 1  # its outputs are entered here
+            try:
+                out = impl(*args, **params)
+            finally:
+                local.wrapped -= 1
             name = op or params.get("name")
             outs = out if isinstance(out, (list, tuple)) else [out]
             hooks._enter(outs, start - hooks.origin, name, INPUT if op else OUTPUT, 2)
@@ -216,6 +257,21 @@ class JaxHooks:
         if program is not None and self.temp_windows:
             self._temp(program, start, end, function.__name__, source)
 
+    def _ran(self, run: _Run, args: Any, out: Any) -> None:
+        """A program that ran outside any wrapper (install_every_call): its
+        outputs, the arguments it consumed (donated) and its temporaries."""
+        book = self.book
+        if book is None:
+            return
+        if any(type(a) is book.array_type and a.is_deleted() for a in args):
+            book.release_deleted(list(args), run.start_ns)
+        match = _JIT_NAME.match(run.program.name)
+        op = match[1] if match else run.program.name
+        source = self.sources(sys._getframe(2))
+        book.enter(list(out), run.start_ns, op, OUTPUT, source)
+        if self.temp_windows:
+            self._temp(run.program, run.start_ns, run.end_ns, op, source)
+
     def _temp(self, program: Program, start: int, end: int, op: str, source: str | None) -> None:
         """A program's temp buffer, live while it ran (single-device programs:
         the CPU client runs them inline, so the call is the run)."""
@@ -241,7 +297,11 @@ class JittedFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self._hooks
-        hooks._local.run = None  # set again if this call runs the Python path
+        if not hooks.active:
+            return self._jitted(*args, **kwargs)
+        local = hooks._local
+        local.run = None  # set again if this call runs the Python path
+        local.wrapped = getattr(local, "wrapped", 0) + 1  # its outputs are entered here
         hooks.calls_running += 1
         try:
             start = time.time_ns()
@@ -249,6 +309,7 @@ class JittedFunction:
             hooks.after_call(self, start, out, args, kwargs)
         finally:
             hooks.calls_running -= 1
+            local.wrapped -= 1
         return out
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
@@ -262,6 +323,17 @@ class JittedFunction:
 
     def __repr__(self) -> str:
         return repr(self._jitted)
+
+
+def _drop_fast_paths() -> None:
+    """Empties JAX's C++ caches of jitted calls (as jax.clear_caches does first),
+    so each next call takes the Python path once and gets (or not) a fast path."""
+    from jax._src import pjit
+    from jaxlib import _jax
+
+    pjit._cpp_pjit_cache_fun_only.clear()
+    pjit._cpp_pjit_cache_explicit_attributes.clear()
+    _jax.PjitFunctionCache.clear_all()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

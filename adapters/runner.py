@@ -79,26 +79,43 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _metadata(config: RunConfig) -> dict[str, Any]:
+def run_metadata(
+    framework: str,
+    source: str,
+    command: list[str],
+    capture: dict[str, Any],
+    environment: dict[str, str],
+) -> dict[str, Any]:
+    """The trace's header for a run recorded in this process."""
     from tpumem import __version__
     from tpumem.trace.metadata import SETTINGS_VARIABLES
 
-    command = ["-m", config.target] if config.module else [config.target]
     return {
-        "framework": config.framework,
-        "source": "tpumem profile",
-        "command": (*command, *config.args),
+        "framework": framework,
+        "source": source,
+        "command": tuple(command),
         "cwd": os.getcwd(),
         "host": platform.node(),
         "pid": os.getpid(),
         "python": platform.python_version(),
         "tpumem_version": __version__,
         # (Where XLA dumped programs is a temporary directory, gone after the run.)
-        "capture_options": {k: v for k, v in config.capture.items() if k != "xla_dump_dir"},
-        "set_by_tpumem": config.environment,
+        "capture_options": {k: v for k, v in capture.items() if k != "xla_dump_dir"},
+        "set_by_tpumem": environment,
         "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
         "warnings": (),
     }
+
+
+def _metadata(config: RunConfig) -> dict[str, Any]:
+    command = ["-m", config.target] if config.module else [config.target]
+    return run_metadata(
+        config.framework,
+        "tpumem profile",
+        [*command, *config.args],
+        config.capture,
+        config.environment,
+    )
 
 
 def _tell_ending(config: RunConfig, ending: dict[str, Any]) -> None:

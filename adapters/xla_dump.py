@@ -64,6 +64,10 @@ class XlaDump:
     _taken: set[int] = field(default_factory=set)  # module ids read
     _before: dict[str, int] = field(default_factory=dict)  # the user's files from before
     _last_read: float = 0.0
+    # XLA_FLAGS as the user had it (None: unset), put back on close: XLA reads it
+    # once, and a process that goes on (tpumem.track) keeps the user's own.
+    _environ: MutableMapping[str, str] | None = None
+    _flags: str | None = None
 
     @classmethod
     def install(cls, environ: MutableMapping[str, str], directory: str | None) -> XlaDump | None:
@@ -95,6 +99,7 @@ class XlaDump:
                 "the programs list holds only those"
             )
         if added:
+            dump._environ, dump._flags = environ, environ.get(FLAGS_VARIABLE)
             environ[FLAGS_VARIABLE] = " ".join([current, *added]).strip()
         return dump
 
@@ -157,6 +162,11 @@ class XlaDump:
         self.collect(writer, final=True)
         if self.owned:
             shutil.rmtree(self.directory, ignore_errors=True)
+        if self._environ is not None:
+            if self._flags is None:
+                self._environ.pop(FLAGS_VARIABLE, None)
+            else:
+                self._environ[FLAGS_VARIABLE] = self._flags
 
 
 def install_dump(options: CaptureOptions, warnings: list[str]) -> XlaDump | None:
@@ -180,8 +190,9 @@ def close_dump(
     dump.close(writer)
     if compiled and not dump.taken:
         warnings.append(
-            "XLA dumped no compiled programs: XLA_FLAGS was read before tpumem added "
-            "its dump (the framework started before tpumem?)"
+            "XLA dumped no compiled programs: XLA read XLA_FLAGS before tpumem added its "
+            "dump (the framework had started), so what fills each program is not shown; "
+            "start tpumem before the framework's first computation"
         )
 
 

@@ -1,7 +1,8 @@
 """Overhead of `tpumem profile` on an example against the plain run, in one run.
 
     .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
-        [--steps 100] [--repeats 5] [--anchor plain|no-programs] [-- EXAMPLE ARGS]
+        [--steps 100] [--repeats 5] [--anchor plain|no-programs]
+        [--through profile|track] [-- EXAMPLE ARGS]
 
 Runs the anchor (the plain script; or, for what recording the compiled programs
 costs, `tpumem profile --no-programs`) and the profiled one in turn, `repeats`
@@ -9,6 +10,9 @@ times each, and prints the medians and the ratios profiled / anchor of
 - the training loop's own time (the example's `steps_seconds`: every step after the
   first, which traces and compiles) - the figure the goal is about (<= 1.05);
 - the whole command's wall time, start-up, capture, last chunk and report included.
+`--through track` records through the Python API instead: the example run inside
+`tpumem.track` with JAX in use before the block, as in a notebook
+(track_example.py; JAX examples only).
 """
 
 from __future__ import annotations
@@ -53,12 +57,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--anchor", choices=("plain", "no-programs"), default="plain")
+    parser.add_argument("--through", choices=("profile", "track"), default="profile")
     parser.add_argument("rest", nargs="*", help="more arguments for the example")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
     script = [str(EXAMPLES / args.example), "--steps", str(args.steps), *args.rest]
     profile = [sys.executable, "-m", "tpumem", "profile", "-q", "--force"]
     profiled_command = [*profile, "-o", str(WORK / "overhead.tpumem"), *script]
+    if args.through == "track":
+        api = Path(__file__).resolve().parent / "track_example.py"
+        profiled_command = [sys.executable, str(api), str(WORK / "track.tpumem"), *script]
     plain_command = [sys.executable, *script]
     if args.anchor == "no-programs":
         plain_command = [*profile, "--no-programs", "-o", str(WORK / "anchor.tpumem"), *script]

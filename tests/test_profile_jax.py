@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from jax_scripts import COUNTS_ITSELF, KNOWN_LINES
 from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending, run_plain
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
@@ -19,39 +20,7 @@ KiB, MiB = 1 << 10, 1 << 20
 # count of its own arrays does not see at the same moment: what tpumem may differ by.
 SMALL_ARRAYS = 16 * KiB
 
-# The script counts its own live bytes after every line that changes them.
-COUNTS_ITSELF = """
-import json
-import jax, jax.numpy as jnp, numpy as np
-
-peak = {}
-def note():
-    # Each buffer once: a shard's array can be a second view of its buffer.
-    buffers = {}
-    for array in jax.live_arrays():
-        for shard in array.addressable_shards:
-            key = (shard.device.id, shard.data.unsafe_buffer_pointer())
-            buffers[key] = shard.data.nbytes
-    for device in jax.devices():
-        live = sum(size for (where, _), size in buffers.items() if where == device.id)
-        name = f"CPU:{device.id}"
-        peak[name] = max(peak.get(name, 0), live)
-"""
-
-KNOWN_SIZES = (
-    COUNTS_ITSELF
-    + """
-held = []
-for i in range(4):
-    held.append(jnp.ones((256 * 1024 * (i + 1),), jnp.float32)); note()  # 1..4 MiB
-del held[0]; note()
-extra = jax.device_put(np.ones((1024, 2048), np.float32)); note()  # 8 MiB: 17 in all
-doubled = extra * 2; note()  # 8 MiB more: 25
-del extra, doubled; note()
-small = jnp.arange(1000); note()
-print(json.dumps({"peak": peak}))
-"""
-)
+KNOWN_SIZES = COUNTS_ITSELF + KNOWN_LINES + 'print(json.dumps({"peak": peak}))\n'
 
 
 def line_of(script: str, text: str) -> int:

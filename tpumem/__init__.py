@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from tpumem.trace.model import Trace
+    from tpumem.tracking import Tracker
 
 
 def load(path: str) -> Trace:
@@ -17,4 +18,18 @@ def load(path: str) -> Trace:
     return _load(path)
 
 
-__all__ = ["__version__", "load"]
+def track(
+    output: str | None = None,
+    *,
+    framework: str | None = None,
+    force: bool = False,
+    programs: bool = True,
+) -> Tracker:
+    """Records device memory while a block runs (tpumem/tracking.py):
+    `with tpumem.track("step.tpumem") as run: ...`, then `run.report()`."""
+    from tpumem.tracking import track as _track
+
+    return _track(output, framework=framework, force=force, programs=programs)
+
+
+__all__ = ["__version__", "load", "track"]

@@ -132,7 +132,8 @@ PROGRAM_ROWS = (
     ("Temporaries at its peak", BYTES, "temps"),
     ("Generated code", BYTES, "code"),
     ("Peak at instruction", TEXT, "peak_at"),
-    ("Largest buffer at its peak", TEXT, "largest"),
+    ("Largest buffer at its peak", BYTES, "largest"),
+    ("  its shape and op", TEXT, "largest_what"),
 )
 
 

@@ -14,7 +14,6 @@ from tpumem.analysis.program_heap import HeapBuffer
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.analysis.tpu import TpuProgram, same_program
-from tpumem.units import format_bytes
 
 RUNNING_AT_PEAK = "running at the peak"
 LARGEST_PLAN = "the largest plan"
@@ -81,11 +80,11 @@ def program_figures(step: StepProgram) -> dict[str, Entry]:
         figures["code"] = (memory.generated_code_bytes, compiled)
     largest = step.largest_buffer
     if largest is not None:
-        text = f"{format_bytes(largest.bytes)} {largest.short_shape} "
-        text += largest.short_op or largest.instruction
+        what = f"{largest.short_shape} {largest.short_op or largest.instruction}"
         if largest.source:
-            text += f" ({os.path.basename(largest.source)})"
-        figures["largest"] = (text, compiled)
+            what += f" ({os.path.basename(largest.source)})"
+        figures["largest"] = (largest.bytes, compiled)
+        figures["largest_what"] = (what, compiled)
     for topology, on_tpu in step.on_tpu.items():
         if on_tpu is not None:
             figures[f"tpu:{topology}"] = (on_tpu.need_bytes, XLA_TPU)

@@ -11,6 +11,7 @@ from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
 from tpumem.trace.schema import ALLOCATOR, BUFFER
+from tpumem.tracking import SOURCE as TRACK_SOURCE
 from tpumem.units import format_bytes, format_seconds
 
 TOP_GROUPS = 10
@@ -165,6 +166,10 @@ def _ending(meta: RunMetadata, complete: bool) -> str:
     if exit_info is None:
         return "not recorded" if meta.source != "import" else "(imported profile)"
     code = "?" if exit_info.code is None else exit_info.code
+    if meta.source == TRACK_SOURCE:  # a block of a process that went on
+        if exit_info.exception:
+            return f"the tracked block raised {one_line(exit_info.exception)}"
+        return "the tracked block ended"
     if exit_info.exception:
         return f"uncaught exception: {one_line(exit_info.exception)} (exit status {code})"
     return f"exit status {code}"

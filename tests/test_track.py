@@ -1,0 +1,146 @@
+"""`tpumem.track`: the capture of `tpumem profile` inside the user's own process,
+on real JAX in a process of its own (a notebook's case: JAX imported and used
+before, and used after)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import run_python
+from jax_scripts import COUNTS_ITSELF, KNOWN_LINES
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+pytestmark = pytest.mark.framework
+KiB, MiB = 1 << 10, 1 << 20
+SMALL_ARRAYS = 16 * KiB  # as in test_profile_jax.py: JAX's own small arrays
+
+# What tpumem replaces in JAX while it records, read before and after the block.
+PATCHED = """
+import os
+from jax._src import dispatch, pjit
+from jax._src.interpreters import pxla
+def patched():
+    return [id(x) for x in (pjit._cpp_pjit, pjit._get_fastpath_data, pjit.jit_p.impl,
+            dispatch._batched_device_put_impl, pxla.ExecuteReplicated.__call__,
+            jax.profiler.StepTraceAnnotation.__init__)] + [os.environ.get("XLA_FLAGS")]
+"""
+
+# JAX in use before the block, as in a notebook: a function jitted, arrays made.
+KNOWN_IN_A_BLOCK = (
+    COUNTS_ITSELF
+    + PATCHED
+    + """
+import tpumem
+scale = jax.jit(lambda a: a * 3)
+warm = scale(jnp.ones((8,))); del warm; note()
+before = patched()
+with tpumem.track("known.tpumem") as run:
+"""
+    + textwrap.indent(KNOWN_LINES, "    ")
+    + """
+    tripled = scale(held[-1]); note()  # jitted before the block: 4 MiB more
+    del tripled; note()
+after = patched()
+inside = jax.jit(lambda a: a + 1)
+print(json.dumps({
+    "peak": peak,
+    "restored": before == after,
+    "jit_after": type(inside).__name__,
+    "works_after": float(scale(jnp.ones((2,))).sum()),
+    "text": run.report("text"),
+}))
+"""
+)
+
+
+def _line(text: str) -> int:
+    return next(n for n, line in enumerate(KNOWN_IN_A_BLOCK.splitlines(), 1) if text in line)
+
+
+def test_a_block_records_what_the_cli_records_and_jax_is_as_before_after_it(tmp_path):
+    result = run_python(KNOWN_IN_A_BLOCK, tmp_path)
+    counted = result["peak"]["CPU:0"]
+    assert counted == 25 * MiB
+    analysis = analyze(load(tmp_path / "known.tpumem"))
+    (device,) = analysis.devices
+    assert device.fidelity == "buffer"
+    # The same bounds as `tpumem profile` of the same lines (test_profile_jax.py).
+    assert counted <= device.peak.bytes <= counted + SMALL_ARRAYS
+    groups = {(g.op, g.shape, g.source) for g in device.peak.groups}
+    put, doubled = (_line(text) for text in ("jax.device_put", "extra * 2"))
+    assert ("device_put", "[1024,2048]", f"script.py:{put}") in groups
+    assert ("multiply", "[1024,2048]", f"script.py:{doubled}") in groups
+    book = analysis.metadata.extra.buffer_book
+    # Every array the block made came through a hook, though JAX made its jitted
+    # functions (jnp's, and `scale`) before tpumem started.
+    assert book.arrays_entered >= 8
+    # Afterwards: every patch put back, XLA_FLAGS as it was, jit is JAX's own.
+    assert result["restored"] is True
+    assert result["jit_after"] == "PjitFunction"
+    assert result["works_after"] == 6.0
+    assert analysis.metadata.source == "tpumem.track"
+    assert "Ended              the tracked block ended" in result["text"]
+    # What cannot be set once JAX runs is said, with the line that sets it.
+    assert any(
+        "JAX_CPU_ENABLE_ASYNC_DISPATCH=false in the environment" in w for w in analysis.warnings
+    )
+
+
+ONE_AT_A_TIME = """
+import json
+import jax, jax.numpy as jnp
+import tpumem
+from tpumem.errors import TpumemError
+errors = []
+with tpumem.track("outer.tpumem"):
+    try:
+        with tpumem.track("inner.tpumem"):
+            pass
+    except TpumemError as error:
+        errors.append(str(error))
+try:
+    with tpumem.track("raised.tpumem"):
+        kept = jnp.ones((1024, 1024))
+        raise ValueError("the model diverged")
+except ValueError as error:
+    errors.append(f"passed on: {error}")
+
+@tpumem.track("each.tpumem")
+def step(n):
+    return jnp.ones((n,)).sum()
+
+step(10); step(20)
+try:
+    tpumem.track("x.tpumem", framework="tensorflow").start()
+except TpumemError as error:
+    errors.append(str(error))
+print(json.dumps(errors))
+"""
+
+
+def test_one_at_a_time_a_block_that_raises_keeps_its_trace_and_each_call_its_own(tmp_path):
+    errors = run_python(ONE_AT_A_TIME, tmp_path)
+    assert errors[0] == "tpumem.track is already recording (to outer.tpumem): one at a time"
+    assert errors[1] == "passed on: the model diverged"
+    assert "tpumem.track records jax so far" in errors[2]
+    assert not (tmp_path / "inner.tpumem").exists()
+    raised = analyze(load(tmp_path / "raised.tpumem"))
+    assert raised.complete and raised.metadata.exit.exception == "ValueError: the model diverged"
+    assert raised.devices[0].peak.bytes >= 4 * MiB
+    # The decorated function: a trace per call, the second numbered.
+    assert (tmp_path / "each.tpumem").exists() and (tmp_path / "each-2.tpumem").exists()
+
+
+def test_without_a_framework_imported_track_says_what_to_do(tmp_path):
+    script = (
+        "import json, tpumem\nfrom tpumem.errors import TpumemError\n"
+        "try:\n    tpumem.track().start()\n"
+        "except TpumemError as error:\n    print(json.dumps(str(error)))\n"
+    )
+    message = run_python(script, tmp_path)
+    assert message.startswith("tpumem.track found no framework in this process")
+    assert json.dumps(message)  # one line, no traceback

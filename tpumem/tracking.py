@@ -1,0 +1,197 @@
+"""`tpumem.track`: the capture `tpumem profile` makes, started and stopped inside
+the user's own process (a notebook, a test, one part of a script).
+
+    with tpumem.track("step.tpumem") as run:
+        train(steps=10)
+    print(run.report("text"))
+
+The framework is the one the process has imported (or `framework=`). One track
+at a time. When the block ends the adapter puts back what it replaced, so the
+framework goes on as before. What `tpumem profile` sets before the framework
+starts cannot be set in a process where it has started: the adapter's warnings
+in the report say which setting, and the environment line that gives it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tpumem.errors import TpumemError
+
+if TYPE_CHECKING:
+    from tpumem.adapters.base import Adapter
+    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.trace.writer import TraceWriter
+
+SOURCE = "tpumem.track"
+DEFAULT_OUTPUT = Path("track.tpumem")
+# Frameworks whose adapter can start and stop inside a running process.
+IN_PROCESS = ("jax",)
+
+F = TypeVar("F", bound=Callable[..., Any])
+_lock = threading.Lock()
+_running: Tracker | None = None
+
+
+def loaded_framework() -> str:
+    """The framework this process has imported: the one track records."""
+    from tpumem.adapters import adapter_names
+
+    found = sorted({name for module, name in adapter_names().items() if module in sys.modules})
+    if not found:
+        raise TpumemError(
+            "tpumem.track found no framework in this process: import jax first, or "
+            "name it: tpumem.track(..., framework='jax')"
+        )
+    if len(found) > 1:
+        raise TpumemError(
+            f"tpumem.track found {' and '.join(found)} in this process: name the one to "
+            f"record: tpumem.track(..., framework={found[0]!r})"
+        )
+    return found[0]
+
+
+class Tracker:
+    """One recording: a context manager, or a decorator whose every call records."""
+
+    def __init__(
+        self,
+        output: str | Path | None = None,
+        *,
+        framework: str | None = None,
+        force: bool = False,
+        programs: bool = True,
+    ) -> None:
+        self.output = Path(output) if output is not None else None
+        self.framework = framework
+        self.force = force
+        self.programs = programs
+        self.path: Path | None = None  # the trace, once started
+        self._writer: TraceWriter | None = None
+        self._adapter: Adapter | None = None
+
+    # -- recording -------------------------------------------------------------
+
+    def __enter__(self) -> Tracker:
+        self.start()
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        self.stop(error)
+
+    def __call__(self, function: F) -> F:
+        @functools.wraps(function)
+        def tracked(*args: Any, **kwargs: Any) -> Any:
+            # Each call its own trace: the name given, then numbered.
+            with Tracker(
+                self._next_output(),
+                framework=self.framework,
+                force=self.force,
+                programs=self.programs,
+            ):
+                return function(*args, **kwargs)
+
+        return tracked  # type: ignore[return-value]
+
+    def _next_output(self) -> Path:
+        from tpumem.outputs import free_name
+
+        wanted = self.output or DEFAULT_OUTPUT
+        return wanted if self.force else free_name(wanted)
+
+    def start(self) -> None:
+        global _running
+        from tpumem.adapters import CaptureOptions, get_adapter
+        from tpumem.adapters.runner import run_metadata
+        from tpumem.outputs import create_trace, default_trace
+        from tpumem.trace.writer import TraceWriter
+
+        with _lock:
+            if _running is not None:
+                raise TpumemError(
+                    f"tpumem.track is already recording (to {_running.path}): one at a time"
+                )
+            framework = self.framework or loaded_framework()
+            adapter_class = get_adapter(framework)
+            if framework not in IN_PROCESS:
+                raise TpumemError(
+                    f"tpumem.track records {', '.join(IN_PROCESS)} so far; for {framework}, "
+                    "run the script under `tpumem profile script.py`"
+                )
+            options = CaptureOptions(programs=self.programs)
+            if self.output is None:
+                self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
+            else:
+                if self.output.exists() and not self.force:
+                    raise TpumemError(
+                        f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
+                    )
+                self.path, descriptor = self.output, create_trace(self.output, (), self.force)
+            command = [SOURCE, "in", sys.argv[0] if sys.argv and sys.argv[0] else "python"]
+            capture = {"programs": options.programs}
+            writer = TraceWriter(descriptor, run_metadata(framework, SOURCE, command, capture, {}))
+            adapter = adapter_class(options)
+            try:
+                adapter.start(writer)
+            except (ImportError, TpumemError) as failure:
+                writer.close()
+                raise TpumemError(f"the {framework} adapter failed: {failure}") from None
+            self._writer, self._adapter = writer, adapter
+            _running = self
+
+    def stop(self, error: BaseException | None = None) -> None:
+        global _running
+        from tpumem.trace.metadata import ExitStatus
+
+        writer, adapter = self._writer, self._adapter
+        if writer is None or adapter is None:
+            return
+        try:
+            adapter.stop()
+        finally:
+            ending = ExitStatus(code=0)
+            if error is not None:
+                ending = ExitStatus(code=1, exception=f"{type(error).__name__}: {error}")
+            writer.patch_metadata(exit=ending, end_time_ns=writer.now_ns())
+            writer.close()
+            self._writer = self._adapter = None
+            with _lock:
+                _running = None
+
+    # -- what it recorded ------------------------------------------------------
+
+    def report(self, format: str | None = None, *, width: int = 100) -> RunAnalysis | str:
+        """The recording's analysis; with `format` ("text", "json", "md", "html"),
+        the report in that format, as `tpumem report` writes it."""
+        if self.path is None:
+            raise TpumemError("tpumem.track has recorded nothing yet")
+        if self._writer is not None:
+            raise TpumemError("tpumem.track is still recording: report after the block")
+        from tpumem.analysis import analyze
+        from tpumem.report import reporter_for
+        from tpumem.trace.reader import load
+
+        if format is None:
+            return analyze(load(self.path))
+        chosen = reporter_for(None, format)
+        analysis = analyze(load(self.path), series_points=chosen.series_points)
+        return chosen.render(analysis, width=width)
+
+
+def track(
+    output: str | Path | None = None,
+    *,
+    framework: str | None = None,
+    force: bool = False,
+    programs: bool = True,
+) -> Tracker:
+    """Records the framework's device memory while a block (or each call of a
+    decorated function) runs, into `output` (default: track.tpumem, numbered
+    when taken); `force` replaces an existing file; `programs=False` leaves out
+    the compiled programs' HLO, as `tpumem profile --no-programs`."""
+    return Tracker(output, framework=framework, force=force, programs=programs)
