@@ -42,6 +42,7 @@ from tpumem.adapters.torch_xla_debug import (
     DebugLog,
     Graph,
 )
+from tpumem.adapters.torch_xla_ends import GraphEnds
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo, TorchXlaBook, TorchXlaExtra
 from tpumem.trace.schema import BUFFER, PROGRAM
@@ -110,6 +111,7 @@ class TorchXlaAdapter(Adapter):
             backend=self.backend.lower(),
             not_exposed=_not_exposed(self.backend),
         )
+        self._ends = GraphEnds(self.xlac, self.book.end, self._now)
         self._hook_step_marker()
         self.steps = TrainingSteps(writer)
         self.steps.install(torch, torch_xla)
@@ -157,10 +159,7 @@ class TorchXlaAdapter(Adapter):
 
     def _wait_for_runs(self, timeout_s: float = 10.0) -> None:
         """Graphs still running when the script ended: their ends are waited for."""
-        deadline = time.monotonic() + timeout_s
-        while self.book.running() and time.monotonic() < deadline:
-            self._write_book()
-            time.sleep(0.01)
+        self._ends.stop(timeout_s)
         left = self.book.close_running(self._now())
         if left:
             self._warnings.append(
@@ -219,7 +218,7 @@ class TorchXlaAdapter(Adapter):
         if waits or output is None:
             self.book.end(run, self._now())
         else:
-            self.xlac._on_ready_callback(output, lambda: self.book.end(run, self._now()))
+            self._ends.launched(run)
         return out
 
     def _read_debug(self) -> Graph | None:

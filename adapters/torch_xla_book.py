@@ -16,8 +16,8 @@ or use them (`seen`), and looks at what is materialized around each execution
   inputs with outputs), is freed at the same instant;
 - a tensor's buffer is freed when the tensor dies, unless a pending graph still
   reads it: then at that graph's end;
-- a graph's temp (XLA's intermediate buffers) is live from its launch until its
-  outputs are ready (`_on_ready_callback`).
+- a graph's temp (XLA's intermediate buffers) is live from its launch until it
+  ends (torch_xla_ends.py).
 
 Buffers are told apart by their data handle (PyTorch/XLA's `_get_tensors_handle`):
 tensors that share one (`.data`, `detach()`) count it once. Parameters and
@@ -233,11 +233,8 @@ class TensorBook:
         return run, output
 
     def end(self, run: Run, end_ns: int) -> None:
-        """A run's outputs are ready (called on a runtime thread)."""
+        """A run's outputs are ready (called on GraphEnds' thread)."""
         self._ended.append((run, end_ns))
-
-    def running(self) -> int:
-        return len(self._running)
 
     def close_running(self, end_ns: int) -> int:
         """Ends the runs whose end was never reported; how many there were."""
