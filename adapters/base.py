@@ -51,6 +51,13 @@ class Adapter(ABC):
         """Variables to set in the profiled process before the framework loads."""
         return {}
 
+    @classmethod
+    def runtime_started(cls) -> bool:
+        """Whether this process has started the framework's runtime (made a device
+        array, a tensor, a variable), not merely imported it: TensorFlow imports
+        JAX where JAX is installed, and does not use it."""
+        return False
+
     @abstractmethod
     def start(self, writer: TraceWriter) -> None: ...
 

@@ -16,6 +16,7 @@ of every compiled program.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -107,6 +108,11 @@ class JaxAdapter(Adapter):
         if ASYNC_DISPATCH_VARIABLE not in current:
             return {ASYNC_DISPATCH_VARIABLE: "false"}
         return {}
+
+    @classmethod
+    def runtime_started(cls) -> bool:
+        bridge = sys.modules.get("jax._src.xla_bridge")
+        return bool(getattr(bridge, "_backends", None))
 
     def start(self, writer: TraceWriter) -> None:
         self.writer = writer

@@ -23,6 +23,7 @@ from typing import Any
 from tpumem.adapters.base import (
     Adapter,
     CaptureOptions,
+    Patches,
     Sampler,
     mark_numbered_steps,
     on_step_annotation,
@@ -101,14 +102,15 @@ def _without_bfc(events: int) -> str:
     """What a CPU run without TF_CPU_ALLOCATOR_USE_BFC has, said as it was found."""
     if not events:
         return (
-            f"{CPU_BFC_VARIABLE} is not set: TensorFlow's default CPU allocator reported "
+            f"{CPU_BFC_VARIABLE} is not true: TensorFlow's default CPU allocator reported "
             "no allocations and has no counters, so this trace holds no CPU memory figures"
         )
     return (
-        f"{CPU_BFC_VARIABLE} is not set: TensorFlow's default CPU allocator (oneDNN's "
+        f"{CPU_BFC_VARIABLE} is not true: TensorFlow's default CPU allocator (oneDNN's "
         '"mklcpu") reported its allocations to the profiler, but get_memory_info gives no '
-        "counters for it, so nothing between profiler sessions is sampled "
-        f"(set {CPU_BFC_VARIABLE}=true, as tpumem does unless told not to)"
+        "counters for it, so nothing between profiler sessions is sampled; "
+        f"{CPU_BFC_VARIABLE}=true in the environment before TensorFlow starts gives them "
+        "(tpumem profile sets it unless told not to)"
     )
 
 
@@ -125,17 +127,25 @@ class TensorFlowAdapter(Adapter):
         self._spool: Path | None = None
         self._chunks: ProfilerChunks | None = None
         self._keras_step = 0
+        self._keras_hooked = False
         self._dump: XlaDump | None = None
         self._devices_found = False
         self._cpu_without_bfc = False
         self.devices: list[str] = []
         self.counted: list[str] = []
+        self._patches = Patches()
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
         if options.cpu_allocator_events and CPU_BFC_VARIABLE not in current:
             return {CPU_BFC_VARIABLE: "true"}
         return {}
+
+    @classmethod
+    def runtime_started(cls) -> bool:
+        context = sys.modules.get("tensorflow.python.eager.context")
+        handle = context.context_safe() if context is not None else None
+        return bool(getattr(handle, "_initialized", False))
 
     def start(self, writer: TraceWriter) -> None:
         # Functions compiled with XLA (jit_compile=True): XLA reads XLA_FLAGS when
@@ -150,7 +160,7 @@ class TensorFlowAdapter(Adapter):
         writer.patch_metadata(framework_version=tf.__version__)
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
         self._transfers = HostTransfers(writer.start_time_ns)
-        self._transfers.install()
+        self._transfers.install(self._patches)
         self._chunks = ProfilerChunks(
             writer, _TfSessions(self._spool), self.options.chunk_s, self._transfers.label
         )
@@ -199,6 +209,7 @@ class TensorFlowAdapter(Adapter):
             shutil.rmtree(self._spool, ignore_errors=True)
         close_dump(self._dump, self.writer, False, self._warnings)
         self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
+        self._patches.undo()
 
     def _memory_info(self, device: str) -> dict[str, int] | None:
         try:
@@ -224,8 +235,9 @@ class TensorFlowAdapter(Adapter):
     def _watch_keras(self) -> None:
         """Keras' fit() marks no steps in the profile: count its training batches."""
         callbacks = sys.modules.get(KERAS_CALLBACKS)
-        if callbacks is None or getattr(callbacks.CallbackList, "_tpumem", False):
+        if callbacks is None or self._keras_hooked:
             return
+        self._keras_hooked = True
         original = callbacks.CallbackList.on_train_batch_begin
         adapter = self
 
@@ -234,8 +246,7 @@ class TensorFlowAdapter(Adapter):
             adapter._keras_step += 1
             return original(self, batch, logs)
 
-        callbacks.CallbackList.on_train_batch_begin = on_train_batch_begin
-        callbacks.CallbackList._tpumem = True
+        self._patches.replace(callbacks.CallbackList, "on_train_batch_begin", on_train_batch_begin)
 
     def _mark_traced_steps(self) -> None:
         """Marks each `Trace(..., step_num=N)` as it opens. The profiler records the
@@ -244,7 +255,7 @@ class TensorFlowAdapter(Adapter):
         otherwise have no mark."""
         from tensorflow.python.profiler import trace
 
-        on_step_annotation(trace.Trace, mark_numbered_steps(self.writer))
+        self._patches.on_undo(on_step_annotation(trace.Trace, mark_numbered_steps(self.writer)))
 
     def _take_over_profiler_api(self) -> None:
         """tf.profiler.experimental.start/stop would fail while tpumem's session
@@ -271,9 +282,9 @@ class TensorFlowAdapter(Adapter):
                 chunks.resume(newest_xspace(logdir) if save and logdir else None)
 
         start.__doc__, stop.__doc__ = original_start.__doc__, original_stop.__doc__
-        profiler_v2.start, profiler_v2.stop = start, stop
-        api = self.tf.profiler.experimental
-        api.start, api.stop = start, stop
+        for owner in (profiler_v2, self.tf.profiler.experimental):
+            self._patches.replace(owner, "start", start)
+            self._patches.replace(owner, "stop", stop)
 
     def _settings(self) -> dict[str, Any]:
         """What the script set about how much TensorFlow reserves, read at the end

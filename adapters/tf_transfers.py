@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, shape_text
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.trace.schema import ALLOC
@@ -48,7 +49,7 @@ class HostTransfers:
         self._copies: collections.deque[_Copy] = collections.deque(maxlen=_KEPT)
         self._lock = threading.Lock()
 
-    def install(self) -> None:
+    def install(self, patches: Patches) -> None:
         from tensorflow.python.framework import constant_op
 
         original, transfers = constant_op.convert_to_eager_tensor, self
@@ -60,7 +61,7 @@ class HostTransfers:
             return tensor
 
         convert_to_eager_tensor.__doc__ = original.__doc__
-        constant_op.convert_to_eager_tensor = convert_to_eager_tensor
+        patches.replace(constant_op, "convert_to_eager_tensor", convert_to_eager_tensor)
 
     def _note(self, tensor: Any, start: int, frame: Any) -> None:
         dtype = tensor.dtype

@@ -89,6 +89,11 @@ class TorchXlaAdapter(Adapter):
             return {DEVICE_VARIABLE: "CPU"}
         return {}
 
+    @classmethod
+    def runtime_started(cls) -> bool:
+        xlac = sys.modules.get("_XLAC") or getattr(sys.modules.get("torch_xla"), "_XLAC", None)
+        return bool(xlac is not None and xlac._xla_runtime_is_initialized())
+
     # -- start and stop ----------------------------------------------------------
 
     def start(self, writer: TraceWriter) -> None:

@@ -115,7 +115,7 @@ def step(n):
 
 step(10); step(20)
 try:
-    tpumem.track("x.tpumem", framework="tensorflow").start()
+    tpumem.track("x.tpumem", framework="torch_xla").start()
 except TpumemError as error:
     errors.append(str(error))
 print(json.dumps(errors))
@@ -126,7 +126,7 @@ def test_one_at_a_time_a_block_that_raises_keeps_its_trace_and_each_call_its_own
     errors = run_python(ONE_AT_A_TIME, tmp_path)
     assert errors[0] == "tpumem.track is already recording (to outer.tpumem): one at a time"
     assert errors[1] == "passed on: the model diverged"
-    assert "tpumem.track records jax so far" in errors[2]
+    assert "tpumem.track records jax, tensorflow so far" in errors[2]
     assert not (tmp_path / "inner.tpumem").exists()
     raised = analyze(load(tmp_path / "raised.tpumem"))
     assert raised.complete and raised.metadata.exit.exception == "ValueError: the model diverged"
@@ -144,3 +144,63 @@ def test_without_a_framework_imported_track_says_what_to_do(tmp_path):
     message = run_python(script, tmp_path)
     assert message.startswith("tpumem.track found no framework in this process")
     assert json.dumps(message)  # one line, no traceback
+
+
+# TensorFlow in use before the block (which imports JAX too), the same tensors as
+# test_profile_tensorflow.py's KNOWN_ALLOCATIONS inside it, twice: a second
+# recording in the same process starts its own profiler session.
+TENSORFLOW_TWICE = """
+import json, sys
+import tensorflow as tf
+from tensorflow.python.framework import constant_op
+from tensorflow.python.profiler import profiler_v2, trace
+import tpumem
+
+def patched():
+    return [id(x) for x in (constant_op.convert_to_eager_tensor, profiler_v2.start,
+            tf.profiler.experimental.stop, trace.Trace.__init__)]
+
+double = tf.function(lambda a: a * 2)
+warm = double(tf.ones([8]))
+before = patched()
+peaks = []
+for name in ("first.tpumem", "second.tpumem"):
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    with tpumem.track(name):
+        held = [tf.ones([1024, 256 * (i + 1)]) for i in range(4)]  # 1, 2, 3, 4 MiB
+        del held[0]
+        extra = tf.ones([2048, 1024])  # 8 MiB on top of 9 MiB
+        del extra
+        peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"])
+        del held
+print(json.dumps({
+    "jax_imported": "jax" in sys.modules,
+    "peaks": peaks,
+    "restored": before == patched(),
+    "works_after": float(tf.reduce_sum(double(tf.ones([2])))),
+}))
+"""
+
+
+@pytest.mark.parametrize("bfc", [True, False], ids=["bfc", "default-cpu-allocator"])
+def test_a_tensorflow_block_records_tensorflows_own_peak_and_twice(tmp_path, bfc):
+    env = {"TF_CPU_ALLOCATOR_USE_BFC": "true" if bfc else "false"}
+    result = run_python(TENSORFLOW_TWICE, tmp_path, env=env)
+    # TensorFlow imported JAX, but it is TensorFlow's runtime that ran.
+    assert result["jax_imported"] is True
+    assert result["restored"] is True and result["works_after"] == 4.0
+    for name, peak in zip(("first", "second"), result["peaks"], strict=True):
+        analysis = analyze(load(tmp_path / f"{name}.tpumem"))
+        assert analysis.metadata.framework == "tensorflow" and analysis.complete
+        (device,) = analysis.devices
+        shapes = {group.shape for group in device.peak.groups}
+        assert {"[1024,512]", "[1024,768]", "[1024,1024]", "[2048,1024]"} <= shapes
+        if bfc:  # the allocator tpumem would have chosen: TensorFlow's own counters
+            assert device.fidelity == "allocator"
+            assert device.peak.bytes == peak >= 17 * MiB
+        else:  # it cannot be chosen once TensorFlow runs: said, with the line that sets it
+            assert device.peak.bytes >= 17 * MiB
+            assert any(
+                "TF_CPU_ALLOCATOR_USE_BFC=true in the environment before TensorFlow starts" in w
+                for w in analysis.warnings
+            )

@@ -5,7 +5,7 @@ the user's own process (a notebook, a test, one part of a script).
         train(steps=10)
     print(run.report("text"))
 
-The framework is the one the process has imported (or `framework=`). One track
+The framework is the one the process uses (or `framework=`). One track
 at a time. When the block ends the adapter puts back what it replaced, so the
 framework goes on as before. What `tpumem profile` sets before the framework
 starts cannot be set in a process where it has started: the adapter's warnings
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 SOURCE = "tpumem.track"
 DEFAULT_OUTPUT = Path("track.tpumem")
 # Frameworks whose adapter can start and stop inside a running process.
-IN_PROCESS = ("jax",)
+IN_PROCESS = ("jax", "tensorflow")
 
 F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.Lock()
@@ -39,21 +39,23 @@ _running: Tracker | None = None
 
 
 def loaded_framework() -> str:
-    """The framework this process has imported: the one track records."""
-    from tpumem.adapters import adapter_names
+    """The framework this process uses: the one it imported, or, of several
+    imported, the one whose runtime it started (TensorFlow imports JAX)."""
+    from tpumem.adapters import adapter_names, get_adapter
 
     found = sorted({name for module, name in adapter_names().items() if module in sys.modules})
     if not found:
         raise TpumemError(
-            "tpumem.track found no framework in this process: import jax first, or "
+            "tpumem.track found no framework in this process: import jax or tensorflow first, or "
             "name it: tpumem.track(..., framework='jax')"
         )
-    if len(found) > 1:
+    started = [name for name in found if get_adapter(name).runtime_started()]
+    if len(found) > 1 and len(started) != 1:
         raise TpumemError(
             f"tpumem.track found {' and '.join(found)} in this process: name the one to "
-            f"record: tpumem.track(..., framework={found[0]!r})"
+            f"record: tpumem.track(..., framework={(started or found)[0]!r})"
         )
-    return found[0]
+    return started[0] if len(found) > 1 else found[0]
 
 
 class Tracker:
