@@ -20,6 +20,7 @@ them (TPU, GPU).
 
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpumem.adapters.base import Adapter, CaptureOptions, Sampler, register
+from tpumem.adapters.base import Adapter, CaptureOptions, Patches, Sampler, register
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.torch_xla_book import TensorBook
@@ -49,6 +50,8 @@ from tpumem.trace.schema import BUFFER, PROGRAM
 from tpumem.trace.writer import TraceWriter
 
 DEVICE_VARIABLE = "PJRT_DEVICE"
+# The debug file each PyTorch/XLA process writes, by path, read on by each recording.
+_PROCESS_LOGS: dict[str, DebugLog] = {}
 ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
 # Device files of accelerators PyTorch/XLA runs on: TPU chips, NVIDIA GPUs, Neuron.
 _ACCELERATOR_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/neuron*")
@@ -70,12 +73,13 @@ class TorchXlaAdapter(Adapter):
         super().__init__(options)
         self._sampler: Sampler | None = None
         self._warnings: list[str] = []
-        self._spool: Path | None = None
         self._debug: DebugLog | None = None
         self._syncs = 0
         self._unseen_executions = 0
         self._names: dict[Any, str] = {}
         self._dump: XlaDump | None = None
+        self._recorded: set[str] = set()  # graphs recorded as programs in this trace
+        self._patches = Patches()
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
@@ -99,7 +103,8 @@ class TorchXlaAdapter(Adapter):
     def start(self, writer: TraceWriter) -> None:
         self.writer = writer
         self.origin = writer.start_time_ns
-        self._configure_debug_output()  # read by torch_xla's C++ on first use
+        started = self.runtime_started()  # by the user's process, before tpumem.track
+        self._configure_debug_output(started)  # read by torch_xla's C++ when it starts
         self._dump = install_dump(self.options, self._warnings)  # XLA_FLAGS, likewise
         import torch
         import torch_xla
@@ -123,6 +128,11 @@ class TorchXlaAdapter(Adapter):
         self._watch_child_processes()
         self._mode = _watch_mode(torch, self)
         self._mode.__enter__()
+        if started:
+            self._warnings.append(
+                "PyTorch/XLA was in use before tpumem started: the tensors made before "
+                "count from when the recording first saw an op use them"
+            )
         self._sampler = Sampler("tpumem-torch-xla", self.options.sample_interval_s, self._tick)
         self._sampler.start()
 
@@ -131,6 +141,7 @@ class TorchXlaAdapter(Adapter):
             self._sampler.stop()
         self._mode.__exit__(None, None, None)
         self.steps.remove()
+        self._patches.undo()
         self._wait_for_runs()
         self.book.finish(self._now())
         self._read_debug()
@@ -144,23 +155,37 @@ class TorchXlaAdapter(Adapter):
             extra=TorchXlaExtra(self.torch.__version__, self._book_metadata()),
             warnings=self._warnings,
         )
-        if self._spool is not None:
-            shutil.rmtree(self._spool, ignore_errors=True)
 
-    def _configure_debug_output(self) -> None:
+    def _configure_debug_output(self, started: bool) -> None:
+        """PyTorch/XLA reads its debug settings once, when its runtime starts, and
+        writes to that file for the rest of the process: a spool tpumem makes lives
+        as long as the process, and a later recording reads on from where the last
+        one stopped."""
         level, path = os.environ.get(LEVEL_VARIABLE), os.environ.get(FILE_VARIABLE)
+        if level is None and started:
+            self._warnings.append(
+                "PyTorch/XLA had started before tpumem: it reads its debug settings once, "
+                "so graphs' sizes and temps are missing; "
+                f"{LEVEL_VARIABLE}=2 {FILE_VARIABLE}=<a file> in the environment before "
+                "PyTorch/XLA starts gives them"
+            )
+            return
         if level is None:
             os.environ[LEVEL_VARIABLE] = "2"
             if path is None:
-                self._spool = Path(tempfile.mkdtemp(prefix="tpumem-torch-xla-"))
-                path = os.environ[FILE_VARIABLE] = str(self._spool / "pt_xla_debug.txt")
+                spool = tempfile.mkdtemp(prefix="tpumem-torch-xla-")
+                atexit.register(shutil.rmtree, spool, ignore_errors=True)
+                path = os.environ[FILE_VARIABLE] = os.path.join(spool, "pt_xla_debug.txt")
         if path is None or (level is not None and level.strip() in ("", "0")):
             self._warnings.append(
                 f"{LEVEL_VARIABLE} is set without {FILE_VARIABLE}, or to 0: PyTorch/XLA's "
                 "graph analysis is not read, so graphs' sizes and temps are missing"
             )
             return
-        self._debug = DebugLog(Path(path))
+        self._debug = _PROCESS_LOGS.get(path)
+        if self._debug is None:
+            self._debug = _PROCESS_LOGS[path] = DebugLog(Path(path))
+        self._debug.read()  # what ran before this recording: its graphs stay known
 
     def _wait_for_runs(self, timeout_s: float = 10.0) -> None:
         """Graphs still running when the script ended: their ends are waited for."""
@@ -192,7 +217,7 @@ class TorchXlaAdapter(Adapter):
             return original(fn, args, nprocs, *rest, **kwargs)
 
         spawn.__doc__ = original.__doc__
-        xmp.spawn = spawn
+        self._patches.replace(xmp, "spawn", spawn)
 
     # -- executions --------------------------------------------------------------
 
@@ -206,7 +231,7 @@ class TorchXlaAdapter(Adapter):
             return adapter._execute(original, args, kwargs, waits=False)
 
         _xla_step_marker.__doc__ = original.__doc__
-        xlac._xla_step_marker = _xla_step_marker
+        self._patches.replace(xlac, "_xla_step_marker", _xla_step_marker)
 
     def _execute(self, call: Any, args: Any, kwargs: Any, waits: bool) -> Any:
         """Runs a call that executes the pending graph, with the book's look
@@ -233,11 +258,16 @@ class TorchXlaAdapter(Adapter):
         compiled, executed = self._debug.read()
         for graph in compiled:
             self._record_program(graph)
+        graphs = self._debug.graphs
+        for graph_hash in executed:  # compiled before this recording began
+            if graph_hash not in self._recorded and graph_hash in graphs:
+                self._record_program(graphs[graph_hash])
         if len(executed) > 1:
             self._unseen_executions += len(executed) - 1
-        return self._debug.graphs.get(executed[-1]) if executed else None
+        return graphs.get(executed[-1]) if executed else None
 
     def _record_program(self, graph: Graph) -> None:
+        self._recorded.add(graph.hash)
         analysis = {
             "name": _graph_name(graph),
             "graph_hash": graph.hash,

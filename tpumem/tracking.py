@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 SOURCE = "tpumem.track"
 DEFAULT_OUTPUT = Path("track.tpumem")
-# Frameworks whose adapter can start and stop inside a running process.
-IN_PROCESS = ("jax", "tensorflow")
 
 F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.Lock()
@@ -120,11 +118,6 @@ class Tracker:
                 )
             framework = self.framework or loaded_framework()
             adapter_class = get_adapter(framework)
-            if framework not in IN_PROCESS:
-                raise TpumemError(
-                    f"tpumem.track records {', '.join(IN_PROCESS)} so far; for {framework}, "
-                    "run the script under `tpumem profile script.py`"
-                )
             options = CaptureOptions(programs=self.programs)
             if self.output is None:
                 self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
