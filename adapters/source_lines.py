@@ -5,6 +5,7 @@ and put on PYTHONPATH), the standard library's nor tpumem's."""
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 import types
 
@@ -65,6 +66,9 @@ class SourceLines:
         return f"{name}:{line}" if name is not None else None
 
     def _name(self, filename: str) -> str | None:
+        cell = _notebook_cell(filename)
+        if cell is not None:
+            return cell
         if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
             return None
         if _in_library(os.path.abspath(filename)):
@@ -74,3 +78,14 @@ class SourceLines:
         relative = os.path.relpath(os.path.abspath(filename), self._cwd)
         far = os.path.join(os.pardir, os.pardir, os.pardir)
         return filename if relative.startswith(far) else relative
+
+
+def _notebook_cell(filename: str) -> str | None:
+    """A notebook cell's code, as the notebook numbers it ("In [3]"): IPython
+    compiles each cell under a temporary file name that says nothing."""
+    if "IPython" not in sys.modules:
+        return None
+    shell = sys.modules["IPython"].get_ipython()
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    number = cells.get(filename) if isinstance(cells, dict) else None
+    return f"In [{number}]" if number is not None else None

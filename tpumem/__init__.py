@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from tpumem.analysis.comparison import Comparison
+    from tpumem.analysis.summary import RunAnalysis
     from tpumem.trace.model import Trace
     from tpumem.tracking import Tracker
 
@@ -32,4 +34,19 @@ def track(
     return _track(output, framework=framework, force=force, programs=programs)
 
 
-__all__ = ["__version__", "load", "track"]
+def compare(*runs: str | Tracker | RunAnalysis) -> Comparison:
+    """Runs side by side, as `tpumem compare` shows them: trace files, tracks
+    (`tpumem.track`), or analyses. In a notebook the value shows the comparison."""
+    from tpumem.tracking import compare_runs
+
+    return compare_runs(runs)
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """`%load_ext tpumem`: the `%%tpumem` and `%tpumem_report` magics."""
+    from tpumem.notebook import load as _load
+
+    _load(ipython)
+
+
+__all__ = ["__version__", "compare", "load", "load_ipython_extension", "track"]

@@ -25,6 +25,7 @@ from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
     from tpumem.adapters.base import Adapter
+    from tpumem.analysis.comparison import Comparison
     from tpumem.analysis.summary import RunAnalysis
     from tpumem.trace.writer import TraceWriter
 
@@ -54,6 +55,14 @@ def loaded_framework() -> str:
             f"record: tpumem.track(..., framework={(started or found)[0]!r})"
         )
     return started[0] if len(found) > 1 else found[0]
+
+
+def _process_name() -> str:
+    """What the report's Source row names: the script, or the kind of kernel."""
+    program = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    if Path(program).name == "ipykernel_launcher.py":
+        return "a Jupyter kernel"
+    return program
 
 
 class Tracker:
@@ -127,7 +136,7 @@ class Tracker:
                         f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
                     )
                 self.path, descriptor = self.output, create_trace(self.output, (), self.force)
-            command = [SOURCE, "in", sys.argv[0] if sys.argv and sys.argv[0] else "python"]
+            command = [SOURCE, "in", _process_name()]
             capture = {"programs": options.programs}
             writer = TraceWriter(descriptor, run_metadata(framework, SOURCE, command, capture, {}))
             adapter = adapter_class(options)
@@ -160,22 +169,62 @@ class Tracker:
 
     # -- what it recorded ------------------------------------------------------
 
-    def report(self, format: str | None = None, *, width: int = 100) -> RunAnalysis | str:
-        """The recording's analysis; with `format` ("text", "json", "md", "html"),
-        the report in that format, as `tpumem report` writes it."""
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
+        """In a notebook, a recorded track shows its report (HTML, and text)."""
+        if self.path is None or self._writer is not None:
+            state = "recording" if self._writer is not None else "not started"
+            return {"text/plain": f"<tpumem.track {self.output or DEFAULT_OUTPUT}: {state}>"}
+        return self.analysis()._repr_mimebundle_()
+
+    def analysis(self) -> RunAnalysis:
+        """The recording's analysis, with the series the HTML report draws."""
+        from tpumem.analysis import analyze
+        from tpumem.report import HTML_SERIES_POINTS
+        from tpumem.trace.reader import load
+
+        return analyze(load(self._recorded()), series_points=HTML_SERIES_POINTS)
+
+    def _recorded(self) -> Path:
         if self.path is None:
             raise TpumemError("tpumem.track has recorded nothing yet")
         if self._writer is not None:
             raise TpumemError("tpumem.track is still recording: report after the block")
+        return self.path
+
+    def report(self, format: str | None = None, *, width: int = 100) -> RunAnalysis | str:
+        """The recording's analysis; with `format` ("text", "json", "md", "html"),
+        the report in that format, as `tpumem report` writes it."""
         from tpumem.analysis import analyze
         from tpumem.report import reporter_for
         from tpumem.trace.reader import load
 
+        path = self._recorded()
         if format is None:
-            return analyze(load(self.path))
+            return analyze(load(path))
         chosen = reporter_for(None, format)
-        analysis = analyze(load(self.path), series_points=chosen.series_points)
+        analysis = analyze(load(path), series_points=chosen.series_points)
         return chosen.render(analysis, width=width)
+
+
+def compare_runs(runs: tuple[str | Path | Tracker | RunAnalysis, ...]) -> Comparison:
+    """`tpumem.compare`: each run as a trace file, a track, or an analysis."""
+    from tpumem.analysis import analyze
+    from tpumem.analysis.comparison import compare
+    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.report import HTML_SERIES_POINTS
+    from tpumem.trace.reader import load
+
+    if len(runs) < 2:
+        raise TpumemError("tpumem.compare needs two runs or more")
+    analyses = []
+    for run in runs:
+        if isinstance(run, RunAnalysis):
+            analyses.append(run)
+        elif isinstance(run, Tracker):
+            analyses.append(run.analysis())
+        else:
+            analyses.append(analyze(load(Path(run)), series_points=HTML_SERIES_POINTS))
+    return compare(analyses)
 
 
 def track(

@@ -3,7 +3,6 @@ marked, ratios against the first run, then where the peaks differ and the fit.""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from rich.console import Console
@@ -13,6 +12,7 @@ from tpumem.analysis import provenance, step_programs
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.rows import fit_answer
+from tpumem.report.text import string_console
 from tpumem.report.visible import markup
 from tpumem.units import format_bytes, format_seconds
 
@@ -66,10 +66,7 @@ def _signed(value: int) -> str:
 
 
 def render_compare_text(comparison: Comparison, width: int = 100, color: bool = False) -> str:
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer, width=width, color_system="standard" if color else None, highlight=False
-    )
+    console, buffer = string_console(width, color)
     names = comparison.names
     console.print(f"[bold]tpumem compare[/] · {len(names)} runs")
     console.print(_rows_table(comparison, comparison.rows))

@@ -85,11 +85,22 @@ def _cells(row: tuple[str, ...]) -> list[Text]:
     return [Text(visible(cell)) for cell in row]
 
 
-def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
+    """A console that renders into a string. Never the notebook's own: in a Jupyter
+    kernel rich would otherwise show each print as an output of the cell."""
     buffer = io.StringIO()
     console = Console(
-        file=buffer, width=width, color_system="standard" if color else None, highlight=False
+        file=buffer,
+        width=width,
+        color_system="standard" if color else None,
+        highlight=False,
+        force_jupyter=False,
     )
+    return console, buffer
+
+
+def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+    console, buffer = string_console(width, color)
     console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}")
     header = Table(show_header=False, box=None, pad_edge=False)
     header.add_column(style="bold")
@@ -161,10 +172,7 @@ def _program_peak(console: Console, program: CompiledProgram, limit: int | None)
 
 def render_program_text(program: CompiledProgram, *, width: int = 100, color: bool = False) -> str:
     """One program in full: `tpumem report --program NAME`."""
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer, width=width, color_system="standard" if color else None, highlight=False
-    )
+    console, buffer = string_console(width, color)
     _table(console, programs_title((program,)), PROGRAM_HEADERS, program_rows((program,)))
     if program.heap is not None:
         _program_peak(console, program, limit=None)

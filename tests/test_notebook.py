@@ -1,0 +1,113 @@
+"""`%load_ext tpumem` in a real Jupyter kernel (ipykernel, run by nbclient), one
+kernel per framework: a `%%tpumem` cell shows its HTML report under it, with the
+text report beside it; each cell is its own trace; two cells compare; the kernel
+goes on working; bad input is one line."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from test_html import embedded
+
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+pytestmark = pytest.mark.framework
+MiB = 1 << 20
+
+# Per framework: in use before the first recorded cell (a notebook's case), a
+# cell that keeps two 4 MiB buffers live at its end (three with `more`), and a
+# value after.
+FRAMEWORKS = {
+    "jax": (
+        "import jax, jax.numpy as jnp\nwarm = jnp.ones((8,)) * 2",
+        "a = jnp.ones((1024, 1024))\nb = a * 2\n{more}b.block_until_ready()",
+        "float(jnp.ones((3,)).sum())",
+    ),
+    "tensorflow": (
+        "import tensorflow as tf\nwarm = tf.ones([8]) * 2",
+        "a = tf.ones([1024, 1024])\nb = a * 2\n{more}",
+        "float(tf.reduce_sum(tf.ones([3])))",
+    ),
+    "torch_xla": (
+        "import torch, torch_xla\nwarm = torch.ones(8, device='xla') * 2",
+        "a = torch.ones(1024, 1024, device='xla')\nb = a * 2\n{more}torch_xla.sync()",
+        "float(torch.ones(3, device='xla').sum().item())",
+    ),
+}
+
+
+def _frame(output: dict) -> str:
+    """The report page inside a cell's HTML output."""
+    page = output["data"]["text/html"]
+    found = re.search(r'<iframe class="tpumem-report" srcdoc="(.*?)"', page, re.DOTALL)
+    assert found, page[:300]
+    return html.unescape(found.group(1))
+
+
+def _run_notebook(cells: list[str], tmp_path) -> list[dict]:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+    ).execute()
+    return [cell.outputs for cell in notebook.cells]
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    before, known, after = FRAMEWORKS[framework]
+    outputs = _run_notebook(
+        [
+            "%load_ext tpumem",
+            before,
+            "%%tpumem\n" + known.format(more=""),
+            "%%tpumem\n" + known.format(more="c = b * 2\n"),
+            "import tpumem\ntpumem.compare('cell.tpumem', 'cell-2.tpumem')",
+            after,
+            "%tpumem_report --format text",
+            f"%%tpumem -o cell.tpumem\n{after}",
+            "%tpumem_report missing.tpumem",
+        ],
+        tmp_path,
+    )
+    first, second = (analyze(load(tmp_path / f"{n}.tpumem")) for n in ("cell", "cell-2"))
+    for analysis, buffers in ((first, 2), (second, 3)):
+        assert analysis.metadata.framework == framework and analysis.complete
+        assert analysis.devices[0].peak.bytes >= buffers * 4 * MiB
+    # The lines that made them, as the notebook numbers its cells (TensorFlow's
+    # allocator events carry no Python line).
+    sources = {group.source for group in first.devices[0].peak.groups}
+    if framework != "tensorflow":
+        assert sources & {"In [3]:1", "In [3]:2"}, sources
+    # Under each recorded cell: the HTML report of its own trace, and the text one.
+    for cell_outputs, analysis in ((outputs[2], first), (outputs[3], second)):
+        (shown,) = [o for o in cell_outputs if o["output_type"] == "display_data"]
+        (run,) = embedded(_frame(shown))["runs"]
+        assert run["devices"][0]["peak"]["bytes"] == analysis.devices[0].peak.bytes
+        assert run["path"] == Path(analysis.path).name  # the kernel names it as it was made
+        assert "Peak in use" in shown["data"]["text/plain"]
+    # The comparison of the two cells, as the value of the cell.
+    (compared,) = [o for o in outputs[4] if o["output_type"] == "execute_result"]
+    names = [f"{framework} (cell)", f"{framework} (cell-2)"]
+    assert embedded(_frame(compared))["comparison"]["names"] == names
+    # The kernel goes on: the framework computes, the last cell's report prints.
+    (value,) = [o for o in outputs[5] if o["output_type"] == "execute_result"]
+    assert value["data"]["text/plain"] == "3.0"
+    printed = "".join(o.get("text", "") for o in outputs[6] if o["output_type"] == "stream")
+    assert "cell-2.tpumem" in printed and "Peak in use" in printed
+    # Bad input: one line each, no traceback, nothing run or replaced.
+    for index, expected in (
+        (7, "tpumem: cell.tpumem: exists"),
+        (8, "tpumem: missing.tpumem"),
+    ):
+        (said,) = outputs[index]
+        assert said["name"] == "stderr" and said["text"].startswith(expected)
+        assert said["text"].count("\n") == 1
