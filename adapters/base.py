@@ -38,6 +38,9 @@ class Adapter(ABC):
     module: str  # the top-level module whose presence means the framework is installed
     # Import names in a script that mean it uses this framework.
     import_names: tuple[str, ...] = ()
+    # Frameworks that import this one whether or not it is used (TensorFlow imports
+    # JAX where JAX is installed): with one of them, imported is not used.
+    imported_by: tuple[str, ...] = ()
 
     def __init__(self, options: CaptureOptions) -> None:
         self.options = options

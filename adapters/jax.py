@@ -92,6 +92,7 @@ class JaxAdapter(Adapter):
     name = "jax"
     module = "jax"
     import_names = ("jax", "jaxlib", "flax", "optax", "equinox", "haiku", "orbax")
+    imported_by = ("tensorflow",)
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)

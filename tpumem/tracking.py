@@ -38,23 +38,28 @@ _running: Tracker | None = None
 
 
 def loaded_framework() -> str:
-    """The framework this process uses: the one it imported, or, of several
-    imported, the one whose runtime it started (TensorFlow imports JAX)."""
+    """The framework this process uses: the one it imported; of several, the one
+    whose runtime it started, else the one not imported by another (TensorFlow
+    imports JAX, and does not use it)."""
     from tpumem.adapters import adapter_names, get_adapter
 
-    found = sorted({name for module, name in adapter_names().items() if module in sys.modules})
+    names = adapter_names()
+    found = sorted({names[module] for module in names if module in sys.modules})
     if not found:
         raise TpumemError(
-            "tpumem.track found no framework in this process: import jax or tensorflow first, or "
-            "name it: tpumem.track(..., framework='jax')"
+            "tpumem.track found no framework in this process: import jax, tensorflow or "
+            "torch_xla first, or name it: tpumem.track(..., framework='jax')"
         )
     started = [name for name in found if get_adapter(name).runtime_started()]
-    if len(found) > 1 and len(started) != 1:
+    used = started or [
+        name for name in found if not set(get_adapter(name).imported_by) & set(found)
+    ]
+    if len(used) != 1:
         raise TpumemError(
-            f"tpumem.track found {' and '.join(found)} in this process: name the one to "
-            f"record: tpumem.track(..., framework={(started or found)[0]!r})"
+            f"tpumem.track found {' and '.join(used or found)} in this process: name the "
+            f"one to record: tpumem.track(..., framework={(used or found)[0]!r})"
         )
-    return started[0] if len(found) > 1 else found[0]
+    return used[0]
 
 
 def _process_name() -> str:

@@ -1,0 +1,121 @@
+"""The pytest plugin, through pytest's own `pytester`, each inner run a pytest
+process of its own with one framework: a test over its device-memory limit fails
+with the buffers live at the peak, one under passes, unmarked tests are not
+recorded; `--tpumem` lists the largest peaks and `--tpumem-dir` keeps traces."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpumem.trace.reader import load
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.framework
+
+# Per framework: its import, and a function that keeps two 4 MiB buffers live.
+FRAMEWORKS = {
+    "jax": """
+import jax.numpy as jnp
+def make():
+    a = jnp.ones((1024, 1024))
+    b = a * 2
+    b.block_until_ready()
+    return a, b
+""",
+    "tensorflow": """
+import tensorflow as tf
+def make():
+    a = tf.ones([1024, 1024])
+    return a, a * 2
+""",
+    "torch_xla": """
+import torch, torch_xla
+def make():
+    a = torch.ones(1024, 1024, device="xla")
+    b = a * 2
+    torch_xla.sync()
+    return a, b
+""",
+}
+TESTS = """
+import pytest
+
+@pytest.mark.limit_device_memory("6 MiB")
+def test_over():
+    kept = make()
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_under():
+    kept = make()
+
+@pytest.mark.limit_device_fragmentation(1.0)
+def test_fragmentation_within():
+    kept = make()
+
+def test_not_recorded():
+    kept = make()
+"""
+
+
+@pytest.fixture
+def framework_env(monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+def test_a_test_over_its_limit_fails_with_what_was_live(pytester, framework_env, framework):
+    pytester.makepyfile(test_model=FRAMEWORKS[framework] + TESTS)
+    kept = pytester.path / "traces"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--tpumem-dir={kept}")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_over*",
+            "*device memory peak * on CPU:0 is over the limit of 6.0 MiB; live at the peak*",
+            "*4.0 MiB*[[]1024,1024[]]*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    # Marked tests were recorded, for this framework; the unmarked one was not.
+    traces = sorted(p.name for p in kept.iterdir())
+    assert traces == [
+        f"test_model.py_test_{n}.tpumem" for n in ("fragmentation_within", "over", "under")
+    ]
+    assert load(kept / traces[0]).metadata.framework == framework
+
+
+def test_every_test_recorded_with_the_largest_peaks_listed(pytester, framework_env):
+    pytester.makepyfile(
+        test_sizes=FRAMEWORKS["jax"]
+        + """
+def test_small():
+    kept = jnp.ones((256, 1024)).block_until_ready()  # 1 MiB
+
+def test_large():
+    kept = make()  # 8 MiB
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tpumem")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*tpumem: largest device peaks*",
+            "*8.0 MiB (CPU:0)  test_sizes.py::test_large",
+            "*1.0 MiB (CPU:0)  test_sizes.py::test_small",
+        ]
+    )
+
+
+def test_a_bad_limit_is_a_usage_error(pytester):
+    pytester.makepyfile(
+        test_bad="""
+import pytest
+@pytest.mark.limit_device_memory("lots")
+def test_it():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*limit_device_memory('lots'): not a size*"])
