@@ -14,7 +14,10 @@ import pytest
 from nbclient import NotebookClient
 from test_html import embedded
 
+import tpumem
+from sample_traces import buffer_rows
 from tpumem.analysis import analyze
+from tpumem.errors import TpumemError
 from tpumem.trace.reader import load
 
 pytestmark = pytest.mark.framework
@@ -111,3 +114,22 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
         (said,) = outputs[index]
         assert said["name"] == "stderr" and said["text"].startswith(expected)
         assert said["text"].count("\n") == 1
+
+
+def test_runs_and_comparisons_show_their_reports_as_values(make_trace):
+    # What a notebook shows for `analysis` or `tpumem.compare(...)` alone in a cell:
+    # no kernel needed, IPython asks the object.
+    first = make_trace(buffer_rows(), {"framework": "jax"}, name="a.tpumem")
+    second = make_trace(buffer_rows(), {"framework": "tensorflow"}, name="b.tpumem")
+    analysis = analyze(load(first))
+    bundle = analysis._repr_mimebundle_()
+    (run,) = embedded(_frame({"data": bundle}))["runs"]
+    assert run["devices"][0]["peak"]["bytes"] == analysis.devices[0].peak.bytes
+    assert bundle["text/plain"].startswith("tpumem report")
+    assert analysis._repr_html_() == bundle["text/html"]
+    comparison = tpumem.compare(first, analysis, str(second))
+    shown = embedded(_frame({"data": comparison._repr_mimebundle_()}))
+    assert len(shown["comparison"]["names"]) == 3
+    assert comparison._repr_mimebundle_()["text/plain"].startswith("tpumem compare")
+    with pytest.raises(TpumemError, match="two runs or more"):
+        tpumem.compare(first)

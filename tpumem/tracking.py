@@ -181,6 +181,9 @@ class Tracker:
             return {"text/plain": f"<tpumem.track {self.output or DEFAULT_OUTPUT}: {state}>"}
         return self.analysis()._repr_mimebundle_()
 
+    def _repr_html_(self) -> str | None:
+        return self._repr_mimebundle_().get("text/html")
+
     def analysis(self) -> RunAnalysis:
         """The recording's analysis, with the series the HTML report draws."""
         from tpumem.analysis import analyze

@@ -53,6 +53,10 @@ class Comparison:
 
         return comparison_bundle(self)
 
+    def _repr_html_(self) -> str:
+        """For displays that ask for HTML alone."""
+        return self._repr_mimebundle_()["text/html"]
+
 
 def busiest(run: RunAnalysis) -> DeviceAnalysis | None:
     return max(run.devices, key=lambda d: d.peak.bytes, default=None)

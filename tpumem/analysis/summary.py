@@ -83,6 +83,10 @@ class RunAnalysis:
 
         return run_bundle(self)
 
+    def _repr_html_(self) -> str:
+        """For displays that ask for HTML alone."""
+        return self._repr_mimebundle_()["text/html"]
+
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     """The BFC model runs where the allocator reported nothing of its own."""
