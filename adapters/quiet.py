@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import threading
 
+from tpumem.threads import leave_signals_to_the_script
+
 QUIET_VARIABLE = "TPUMEM_QUIET_THREADS"
 # A line that no program prints: NUL, the word, the thread id.
 ANNOUNCEMENT = b"\x00tpumem-thread "
@@ -22,6 +24,8 @@ _enabled = os.environ.pop(QUIET_VARIABLE, None) == "1"
 
 
 def announce_thread() -> None:
-    """Names the calling thread as tpumem's to the launcher's stderr filter."""
+    """Names the calling thread as tpumem's to the launcher's stderr filter, and
+    leaves the script's signals to the script's threads."""
+    leave_signals_to_the_script()
     if _enabled:
         os.write(2, ANNOUNCEMENT + str(threading.get_native_id()).encode() + b"\n")

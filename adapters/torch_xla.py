@@ -50,13 +50,13 @@ from tpumem.trace.schema import BUFFER, PROGRAM
 from tpumem.trace.writer import TraceWriter
 
 DEVICE_VARIABLE = "PJRT_DEVICE"
-# The debug file each PyTorch/XLA process writes, by path, read on by each recording.
-_PROCESS_LOGS: dict[str, DebugLog] = {}
 ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
 # Device files of accelerators PyTorch/XLA runs on: TPU chips, NVIDIA GPUs, Neuron.
 _ACCELERATOR_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/neuron*")
 # Tensor methods that read a value, running the pending graph at once.
 _READS = ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__bool__", "__float__")
+# The debug file each PyTorch/XLA process writes, by path, read on by each recording.
+_PROCESS_LOGS: dict[str, DebugLog] = {}
 
 
 def accelerator_present() -> bool:

@@ -72,7 +72,8 @@ def test_a_test_over_its_limit_fails_with_what_was_live(pytester, framework_env,
     result.stdout.fnmatch_lines(
         [
             "*test_over*",
-            "*device memory peak * on CPU:0 is over the limit of 6.0 MiB; live at the peak*",
+            "*CPU:0: peak 8.0 MiB * is over the limit 6.0 MiB*",
+            "*live at the peak on CPU:0, largest first:*",
             "*4.0 MiB*[[]1024,1024[]]*",
         ]
     )

@@ -20,7 +20,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
 from tpumem.errors import TpumemError
-from tpumem.tracking import Tracker
+from tpumem.report import FORMATS
+from tpumem.tracking import Tracker, analysis_of
 
 CELL_TRACE = Path("cell.tpumem")
 
@@ -76,16 +77,12 @@ class TpumemMagics(Magics):
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("trace", nargs="?", help="a trace file (default: the last cell's)")
-    @magic_arguments.argument(
-        "--format", choices=("text", "md", "json", "html"), help="one format, as text"
-    )
+    @magic_arguments.argument("--format", choices=FORMATS, help="one format, as text")
     @line_magic
     def tpumem_report(self, line: str) -> None:
         """Shows the report of the last recorded cell, or of a trace file."""
-        from tpumem.analysis import analyze
-        from tpumem.report import HTML_SERIES_POINTS, reporter_for
+        from tpumem.report import reporter_for
         from tpumem.report.inline import run_bundle
-        from tpumem.trace.reader import load
 
         args = magic_arguments.parse_argstring(self.tpumem_report, line)
         path = Path(args.trace) if args.trace else (self.last.path if self.last else None)
@@ -93,7 +90,7 @@ class TpumemMagics(Magics):
             _say(TpumemError("no cell recorded yet: run one under %%tpumem, or name a trace"))
             return
         try:
-            analysis = analyze(load(path), series_points=HTML_SERIES_POINTS)
+            analysis = analysis_of(path)
         except (TpumemError, OSError) as error:
             _say(error)
             return

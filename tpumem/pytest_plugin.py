@@ -2,8 +2,8 @@
 
 - `@pytest.mark.limit_device_memory("64 MiB")`: the test fails when its device
   peak goes over, with the buffers live at the peak in the message.
-- `@pytest.mark.limit_device_fragmentation(0.3)`: likewise for the largest
-  fragmentation any device reached.
+- `@pytest.mark.limit_device_fragmentation(0.3)`: likewise for fragmentation at
+  the peak. The limits are `tpumem check`'s (tpumem/check.py), on every device.
 - `--tpumem`: every test recorded; the largest peaks are listed at the end.
 - `--tpumem-dir DIR`: keeps each recorded test's trace there.
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.analysis.summary import DeviceAnalysis
 
 MEMORY_MARK = "limit_device_memory"
 FRAGMENTATION_MARK = "limit_device_fragmentation"
@@ -76,6 +76,8 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     config = item.config
     if memory is None and fragmentation is None and not config.getoption("tpumem"):
         return (yield)
+    from tpumem.analysis.comparison import busiest
+    from tpumem.check import Limits, breaches
     from tpumem.errors import TpumemError
     from tpumem.tracking import Tracker
 
@@ -92,19 +94,26 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         outcome = yield
     finally:
         run.stop()
-    analysis = run.report()
-    assert not isinstance(analysis, str)
-    peak, device = _peak(analysis)
-    config.stash[_RECORDED].append(_Recorded(item.nodeid, peak, device, path if kept else None))
+    analysis = run.analysis(series_points=0)
+    device = busiest(analysis)
+    config.stash[_RECORDED].append(
+        _Recorded(
+            item.nodeid,
+            device.peak.bytes if device else 0,
+            device.device if device else None,
+            path if kept else None,
+        )
+    )
     if not kept:
         path.unlink(missing_ok=True)
         directory.rmdir()
-    if memory is not None:
-        limit = _limit_bytes(memory)
-        if peak > limit:
-            pytest.fail(_over_memory(analysis, limit), pytrace=False)
-    if fragmentation is not None:
-        _check_fragmentation(analysis, _limit_ratio(fragmentation))
+    limits = Limits(
+        max_peak_bytes=_limit_bytes(memory) if memory else None,
+        max_fragmentation=_limit_ratio(fragmentation) if fragmentation else None,
+    )
+    broken = breaches(analysis, limits)
+    if broken:
+        pytest.fail("\n".join(broken + _live_at_peak(device)), pytrace=False)
     return outcome
 
 
@@ -142,45 +151,23 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         )
 
 
-def _peak(analysis: RunAnalysis) -> tuple[int, str | None]:
-    devices = sorted(analysis.devices, key=lambda d: -d.peak.bytes)
-    return (devices[0].peak.bytes, devices[0].device) if devices else (0, None)
-
-
-def _over_memory(analysis: RunAnalysis, limit: int) -> str:
+def _live_at_peak(device: DeviceAnalysis | None) -> list[str]:
+    """What to change: the buffers live at the busiest device's peak."""
     from tpumem.units import format_bytes
 
-    device = max(analysis.devices, key=lambda d: d.peak.bytes)
-    lines = [
-        f"device memory peak {format_bytes(device.peak.bytes)} on {device.device} is over "
-        f"the limit of {format_bytes(limit)}; live at the peak, largest first:"
-    ]
-    for group in device.peak.groups[:GROUPS_SHOWN]:
+    if device is None:
+        return []
+    groups = device.peak.groups
+    lines = [f"live at the peak on {device.device}, largest first:"]
+    for group in groups[:GROUPS_SHOWN]:
         what = " ".join(filter(None, (group.op, group.dtype, group.shape)))
         lines.append(
             f"  {format_bytes(group.bytes):>10}  {group.count} x {what or '-'}"
             f"  {group.source or '-'}"
         )
-    hidden = len(device.peak.groups) - GROUPS_SHOWN
-    if hidden > 0:
-        lines.append(f"  ... and {hidden} more")
-    return "\n".join(lines)
-
-
-def _check_fragmentation(analysis: RunAnalysis, ratio: float) -> None:
-    for device in analysis.devices:
-        figure = device.fragmentation
-        if figure.maximum is None:
-            pytest.fail(
-                f"device fragmentation on {device.device} cannot be checked: {figure.source}",
-                pytrace=False,
-            )
-        if figure.maximum > ratio:
-            pytest.fail(
-                f"device fragmentation on {device.device} reached {figure.maximum:.3f} "
-                f"({figure.label}: {figure.source}), over the limit of {ratio:g}",
-                pytrace=False,
-            )
+    if len(groups) > GROUPS_SHOWN:
+        lines.append(f"  ... and {len(groups) - GROUPS_SHOWN} more")
+    return lines
 
 
 def _limit_bytes(mark: pytest.Mark) -> int:

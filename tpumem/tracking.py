@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpumem.errors import TpumemError
+from tpumem.report import HTML_SERIES_POINTS
 
 if TYPE_CHECKING:
     from tpumem.adapters.base import Adapter
@@ -184,13 +185,9 @@ class Tracker:
     def _repr_html_(self) -> str | None:
         return self._repr_mimebundle_().get("text/html")
 
-    def analysis(self) -> RunAnalysis:
-        """The recording's analysis, with the series the HTML report draws."""
-        from tpumem.analysis import analyze
-        from tpumem.report import HTML_SERIES_POINTS
-        from tpumem.trace.reader import load
-
-        return analyze(load(self._recorded()), series_points=HTML_SERIES_POINTS)
+    def analysis(self, series_points: int = HTML_SERIES_POINTS) -> RunAnalysis:
+        """The recording's analysis; by default with the series the HTML report draws."""
+        return analysis_of(self._recorded(), series_points)
 
     def _recorded(self) -> Path:
         if self.path is None:
@@ -202,25 +199,26 @@ class Tracker:
     def report(self, format: str | None = None, *, width: int = 100) -> RunAnalysis | str:
         """The recording's analysis; with `format` ("text", "json", "md", "html"),
         the report in that format, as `tpumem report` writes it."""
-        from tpumem.analysis import analyze
         from tpumem.report import reporter_for
-        from tpumem.trace.reader import load
 
-        path = self._recorded()
         if format is None:
-            return analyze(load(path))
+            return self.analysis(series_points=0)
         chosen = reporter_for(None, format)
-        analysis = analyze(load(path), series_points=chosen.series_points)
-        return chosen.render(analysis, width=width)
+        return chosen.render(self.analysis(chosen.series_points), width=width)
+
+
+def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> RunAnalysis:
+    """A trace's analysis, as a track, a notebook or `tpumem.compare` shows it."""
+    from tpumem.analysis import analyze
+    from tpumem.trace.reader import load
+
+    return analyze(load(Path(path)), series_points=series_points)
 
 
 def compare_runs(runs: tuple[str | Path | Tracker | RunAnalysis, ...]) -> Comparison:
     """`tpumem.compare`: each run as a trace file, a track, or an analysis."""
-    from tpumem.analysis import analyze
     from tpumem.analysis.comparison import compare
     from tpumem.analysis.summary import RunAnalysis
-    from tpumem.report import HTML_SERIES_POINTS
-    from tpumem.trace.reader import load
 
     if len(runs) < 2:
         raise TpumemError("tpumem.compare needs two runs or more")
@@ -231,7 +229,7 @@ def compare_runs(runs: tuple[str | Path | Tracker | RunAnalysis, ...]) -> Compar
         elif isinstance(run, Tracker):
             analyses.append(run.analysis())
         else:
-            analyses.append(analyze(load(Path(run)), series_points=HTML_SERIES_POINTS))
+            analyses.append(analysis_of(run))
     return compare(analyses)
 
 

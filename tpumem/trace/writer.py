@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
+from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.amend import metadata_tail
 from tpumem.trace.columns import record_batch, rows_to_batch
 from tpumem.trace.metadata import metadata_json
@@ -203,5 +204,6 @@ class TraceWriter:
                 os.ftruncate(descriptor, self._whole)
 
     def _flush_periodically(self, interval_s: float) -> None:
+        leave_signals_to_the_script()
         while not self._stop.wait(interval_s):
             self.flush()
