@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from typing import Any
 
 # A book's row: these trace columns, in this order. A free row carries only the
-# first six; NO_LABELS fills the rest.
+# first six; NO_LABELS fills the rest. The last two are where the buffer was made
+# (call_stacks.Where).
 ROW_FIELDS = (
     "kind",
     "time_ns",
@@ -22,8 +23,9 @@ ROW_FIELDS = (
     "dtype",
     "shape",
     "source",
+    "stack",
 )
-NO_LABELS = (None,) * 6
+NO_LABELS = (None,) * 7
 
 # Regions: what a buffer is for.
 OUTPUT = "output"  # a program's result

@@ -3,10 +3,11 @@
 JAX's CPU client has no allocator that reports anything, so the JAX adapter keeps
 its own book of buffers: every array a hooked call returns is entered here, one
 buffer per shard, with its device, address (`unsafe_buffer_pointer`), size on the
-device, shape, dtype, op and source line. A buffer is released when the last
-array holding it dies (a weakref callback), is donated to a program, or is
-deleted. Several arrays can share one buffer (`addressable_data`, `device_put`
-to the device it is already on): buffers are counted by (device, address).
+device, shape, dtype, op and where it was made (source line, call stack). A
+buffer is released when the last array holding it dies (a weakref callback), is
+donated to a program, or is deleted. Several arrays can share one buffer
+(`addressable_data`, `device_put` to the device it is already on): buffers are
+counted by (device, address).
 
 Weakref callbacks can fire anywhere, even inside the trace writer while it holds
 its lock (a garbage collection that frees an array), so they only append to a
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpumem.adapters.book_rows import FOUND, NO_LABELS, TEMP, rows_to_columns, shape_text
+from tpumem.adapters.call_stacks import NOWHERE, Where
 from tpumem.trace.schema import ALLOC, FREE
 
 
@@ -102,7 +104,7 @@ class BufferBook:
         time_ns: int,
         op: str | None,
         region: str,
-        source: str | None,
+        where: Where,
     ) -> None:
         """Enters the jax.Arrays among `arrays` (anything else is skipped)."""
         array_type = self.array_type
@@ -115,12 +117,10 @@ class BufferBook:
                     array = getattr(array, "_base_array", None)  # typed PRNG keys
                     if type(array) is not array_type:
                         continue
-                entered += self._enter(array, time_ns, op, region, source)
+                entered += self._enter(array, time_ns, op, region, where)
             self.counts.entered += entered
 
-    def _enter(
-        self, array: Any, time_ns: int, op: str | None, region: str, source: str | None
-    ) -> bool:
+    def _enter(self, array: Any, time_ns: int, op: str | None, region: str, where: Where) -> bool:
         # The hot path of the adapter: locals, no helper calls for the usual case.
         key = id(array)
         by_object = self._by_object
@@ -152,7 +152,7 @@ class BufferBook:
                 )
                 self._next_id += 1
                 row = (ALLOC, time_ns, device, buffer.buffer_id, address, size, nbytes)
-                self._rows.append((*row, op, region, dtype, shape, source))
+                self._rows.append((*row, op, region, dtype, shape, *where))
             held.append(buffer)
         ref = weakref.ref(array, self._on_death)
         self._entries[id(ref)] = _Entry(ref, held, key, self._sequence)
@@ -222,7 +222,7 @@ class BufferBook:
                 key = id(array)
                 if key in self._by_object:
                     continue
-                if key in self._unseen and self._enter(array, now, None, FOUND, None):
+                if key in self._unseen and self._enter(array, now, None, FOUND, NOWHERE):
                     self.counts.found_by_poll += 1
                 else:
                     unseen.add(key)
@@ -231,7 +231,7 @@ class BufferBook:
     # -- rows ------------------------------------------------------------------
 
     def add_temp(
-        self, device: str, size: int, start_ns: int, end_ns: int, op: str, source: str | None
+        self, device: str, size: int, start_ns: int, end_ns: int, op: str, where: Where
     ) -> None:
         """A buffer made outside any array: a program's temp, live while it ran.
         `requested_bytes` is the size: what XLA's buffer assignment asks for."""
@@ -239,7 +239,7 @@ class BufferBook:
             buffer_id = self._next_id
             self._next_id += 1
             self._rows.append(
-                (ALLOC, start_ns, device, buffer_id, None, size, size, op, TEMP, None, None, source)
+                (ALLOC, start_ns, device, buffer_id, None, size, size, op, TEMP, None, None, *where)
             )
             self._rows.append((FREE, end_ns, device, buffer_id, None, size, *NO_LABELS))
 

@@ -42,8 +42,8 @@ from typing import Any
 
 from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, OUTPUT
+from tpumem.adapters.call_stacks import CallStacks, Where
 from tpumem.adapters.jax_buffers import BufferBook, device_name
-from tpumem.adapters.source_lines import SourceLines
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
@@ -71,12 +71,18 @@ class _Run:
 class JaxHooks:
     """Installs the hooks and turns what they see into the book's entries."""
 
-    def __init__(self, writer: TraceWriter, book: BufferBook | None, temp_windows: bool) -> None:
+    def __init__(
+        self,
+        writer: TraceWriter,
+        book: BufferBook | None,
+        temp_windows: bool,
+        native_frames: bool = False,
+    ) -> None:
         self.writer = writer
         self.book = book  # None: programs only (the allocator's events hold the buffers)
         self.temp_windows = temp_windows  # run windows observed: place programs' temp
         self.origin = writer.start_time_ns
-        self.sources = SourceLines()
+        self.stacks = CallStacks(writer, native_frames)
         self.programs: dict[int, Program] = {}
         self.wrapped = 0
         self.calls_running = 0  # hooked calls under way, on any thread
@@ -252,10 +258,10 @@ class JaxHooks:
             program = function.programs.get(getattr(leaves[0], "shape", None))
         if function.donates:
             book.release_deleted(self._tree_leaves((args, kwargs)), start)
-        source = self.sources(sys._getframe(2))
-        book.enter(leaves, start, function.__name__, OUTPUT, source)
+        where = self.stacks(sys._getframe(2))
+        book.enter(leaves, start, function.__name__, OUTPUT, where)
         if program is not None and self.temp_windows:
-            self._temp(program, start, end, function.__name__, source)
+            self._temp(program, start, end, function.__name__, where)
 
     def _ran(self, run: _Run, args: Any, out: Any) -> None:
         """A program that ran outside any wrapper (install_every_call): its
@@ -267,20 +273,20 @@ class JaxHooks:
             book.release_deleted(list(args), run.start_ns)
         match = _JIT_NAME.match(run.program.name)
         op = match[1] if match else run.program.name
-        source = self.sources(sys._getframe(2))
-        book.enter(list(out), run.start_ns, op, OUTPUT, source)
+        where = self.stacks(sys._getframe(2))
+        book.enter(list(out), run.start_ns, op, OUTPUT, where)
         if self.temp_windows:
-            self._temp(run.program, run.start_ns, run.end_ns, op, source)
+            self._temp(run.program, run.start_ns, run.end_ns, op, where)
 
-    def _temp(self, program: Program, start: int, end: int, op: str, source: str | None) -> None:
+    def _temp(self, program: Program, start: int, end: int, op: str, where: Where) -> None:
         """A program's temp buffer, live while it ran (single-device programs:
         the CPU client runs them inline, so the call is the run)."""
         if program.temp_bytes > 0 and len(program.devices) == 1:
-            self.book.add_temp(program.devices[0], program.temp_bytes, start, end, op, source)
+            self.book.add_temp(program.devices[0], program.temp_bytes, start, end, op, where)
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
-        source = self.sources(sys._getframe(depth))
-        self.book.enter(list(arrays), start, op, region, source)
+        where = self.stacks(sys._getframe(depth))
+        self.book.enter(list(arrays), start, op, region, where)
 
 
 class JittedFunction:

@@ -11,12 +11,16 @@ import types
 
 import tpumem
 
+# tpumem's own code: the profiler's frames, never the program's.
+PROFILER_PLACES = (
+    os.path.dirname(os.path.abspath(tpumem.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
+)
 # Frames from these places are a framework's or tpumem's, not the user's.
 _NOT_USER = (
     os.sep + "site-packages" + os.sep,
     os.sep + "dist-packages" + os.sep,
-    os.path.dirname(os.path.abspath(tpumem.__file__)) + os.sep,
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
+    *PROFILER_PLACES,
     sysconfig.get_paths()["stdlib"] + os.sep,
     "<frozen ",
 )
@@ -53,7 +57,7 @@ class SourceLines:
             code = frame.f_code
             name = names.get(code, "")
             if name == "":
-                name = names[code] = self._name(code.co_filename)
+                name = names[code] = self.name(code.co_filename)
             if name is not None:
                 return f"{name}:{frame.f_lineno}"
             frame = frame.f_back
@@ -62,10 +66,11 @@ class SourceLines:
     def file_line(self, text: str) -> str | None:
         """'path:line' as the user's file:line, or None when it is not the user's."""
         filename, _, line = text.rpartition(":")
-        name = self._name(filename)
+        name = self.name(filename)
         return f"{name}:{line}" if name is not None else None
 
-    def _name(self, filename: str) -> str | None:
+    def name(self, filename: str) -> str | None:
+        """The user's name for a file of theirs; None for anyone else's."""
         cell = _notebook_cell(filename)
         if cell is not None:
             return cell

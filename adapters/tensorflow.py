@@ -29,7 +29,9 @@ from tpumem.adapters.base import (
     on_step_annotation,
     register,
 )
+from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
+from tpumem.adapters.tf_stacks import TfStacks
 from tpumem.adapters.tf_transfers import HostTransfers
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo
@@ -159,16 +161,23 @@ class TensorFlowAdapter(Adapter):
         self._context = context
         writer.patch_metadata(framework_version=tf.__version__)
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
-        self._transfers = HostTransfers(writer.start_time_ns)
+        stacks = CallStacks(writer, self.options.native_frames)
+        self._transfers = HostTransfers(writer.start_time_ns, stacks)
         self._transfers.install(self._patches)
+        self._stacks = TfStacks(stacks, writer.start_time_ns)
+        self._stacks.install(self._patches)
         self._chunks = ProfilerChunks(
-            writer, _TfSessions(self._spool), self.options.chunk_s, self._transfers.label
+            writer, _TfSessions(self._spool), self.options.chunk_s, self._label
         )
         self._take_over_profiler_api()
         self._mark_traced_steps()
         self._chunks.start()
         self._sampler = Sampler("tpumem-tf-samples", self.options.sample_interval_s, self._tick)
         self._sampler.start()
+
+    def _label(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """What the profiler's events lack: host copies' labels, call stacks."""
+        return self._stacks.label(self._transfers.label(columns))
 
     def _devices_ready(self) -> bool:
         """Whether the script has started TensorFlow's runtime, and then its devices

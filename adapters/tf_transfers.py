@@ -5,7 +5,7 @@ An allocation made outside any op (`tf.constant` of a NumPy array, the arrays
 Keras' `fit()` is given, `convert_to_tensor`) reaches the profiler with no op,
 dtype or shape: often the largest buffer of a run. Every copy of host data into
 an eager tensor goes through `constant_op.convert_to_eager_tensor`, which the
-adapter wraps to note each call's window, tensor and source line; an unlabeled
+adapter wraps to note each call's window, tensor and call stack; an unlabeled
 allocation inside such a window, of exactly the tensor's size, gets them.
 """
 
@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, shape_text
-from tpumem.adapters.source_lines import SourceLines
+from tpumem.adapters.call_stacks import CallStacks, Where
 from tpumem.trace.schema import ALLOC
 
 OP = "convert_to_tensor"
@@ -38,14 +38,14 @@ class _Copy:
     nbytes: int
     dtype: str
     shape: str
-    source: str | None
+    where: Where
 
 
 class HostTransfers:
-    def __init__(self, origin_ns: int) -> None:
+    def __init__(self, origin_ns: int, stacks: CallStacks) -> None:
         self.origin_ns = origin_ns
         self.labelled = 0
-        self._sources = SourceLines()
+        self._stacks = stacks
         self._copies: collections.deque[_Copy] = collections.deque(maxlen=_KEPT)
         self._lock = threading.Lock()
 
@@ -74,7 +74,7 @@ class HostTransfers:
             dtype.size * elements,
             dtype.name,
             shape_text(tensor.shape.as_list()),
-            self._sources(frame),
+            self._stacks(frame),
         )
         with self._lock:
             self._copies.append(copy)
@@ -108,11 +108,12 @@ class HostTransfers:
             ("region", lambda c: INPUT),
             ("dtype", lambda c: c.dtype),
             ("shape", lambda c: c.shape),
-            ("source", lambda c: c.source),
+            ("source", lambda c: c.where[0]),
+            ("stack", lambda c: c.where[1]),
         ):
             current = columns.get(name)
             values = current.to_pylist() if current is not None else [None] * len(times)
             for row, copy in found.items():
                 values[row] = value(copy)
-            labelled[name] = pa.array(values, pa.string())
+            labelled[name] = pa.array(values, pa.int64() if name == "stack" else pa.string())
         return labelled

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tpumem.adapters.base import Adapter, CaptureOptions, Patches, Sampler, register
+from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.torch_xla_book import TensorBook
@@ -114,6 +115,7 @@ class TorchXlaAdapter(Adapter):
         self.backend = (xr.device_type() or "CPU").upper()
         aliasing = os.environ.get(ALIASING_VARIABLE, "1").lower() not in ("0", "false")
         self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing)
+        self.stacks = CallStacks(writer, self.options.native_frames)
         self.sources = SourceLines()
         writer.patch_metadata(
             framework_version=torch_xla.__version__,
@@ -244,7 +246,8 @@ class TorchXlaAdapter(Adapter):
             graph = self._read_debug()
             temp = graph.sizes.get("temp_bytes", 0) if graph else 0
             name = _graph_name(graph) if graph else None
-            run, output = self.book.settle(pending, launched, name, temp)
+            where = self.stacks(sys._getframe())
+            run, output = self.book.settle(pending, launched, name, temp, where)
         if waits or output is None:
             self.book.end(run, self._now())
         else:
@@ -307,13 +310,13 @@ class TorchXlaAdapter(Adapter):
                 found = [a for a in arg if isinstance(a, tensor_type) and a.is_xla]
                 used = [*used, *found] if used else found
         if name == "backward":
-            book.backward_called(self.sources(sys._getframe()))
+            book.backward_called(self.stacks(sys._getframe()))
         if made or used:
-            now, source = self._now(), self.sources(sys._getframe())
+            now, where = self._now(), self.stacks(sys._getframe())
             for tensor in made or ():
-                book.seen(tensor, now, op, source)
+                book.seen(tensor, now, op, where)
             for tensor in used or ():  # made where no op hook runs
-                book.seen(tensor, now, None, source)
+                book.seen(tensor, now, None, where)
         return out
 
     # -- the sampler ---------------------------------------------------------------

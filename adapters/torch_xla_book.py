@@ -43,6 +43,7 @@ from tpumem.adapters.book_rows import (
     rows_to_columns,
     shape_text,
 )
+from tpumem.adapters.call_stacks import NOWHERE, Where
 from tpumem.trace.schema import ALLOC, FREE
 
 
@@ -63,7 +64,7 @@ class _Tensor:
     buffer: _Buffer
     op: str | None
     region: str
-    source: str | None
+    where: Where
     dtype: str
     shape: str
     nbytes: int
@@ -78,7 +79,7 @@ class _Seen:
     ref: weakref.ref
     time_ns: int
     op: str | None
-    source: str | None
+    where: Where
 
 
 @dataclass(slots=True)
@@ -131,18 +132,18 @@ class TensorBook:
         self._running: dict[int, Run] = {}  # id(run) -> run, until it ends
         self._rows: list[tuple[Any, ...]] = []
         self._next_id = 0
-        self._grad_source: str | None = None
+        self._grad_where: Where = NOWHERE
 
     # -- what the ops show -----------------------------------------------------
 
-    def seen(self, tensor: Any, time_ns: int, op: str | None, source: str | None) -> None:
+    def seen(self, tensor: Any, time_ns: int, op: str | None, where: Where) -> None:
         """A tensor an op made or used (the hot path: no framework calls)."""
         key = id(tensor)
         ref = self._seen_refs.get(key)
         if ref is not None and ref() is tensor:
             return
         ref = self._seen_refs[key] = weakref.ref(tensor)
-        self._seen.append(_Seen(ref, time_ns, op, source))
+        self._seen.append(_Seen(ref, time_ns, op, where))
 
     def knows(self, tensor: Any) -> bool:
         """Whether the tensor is in the book or seen since the last look."""
@@ -152,8 +153,8 @@ class TensorBook:
             return True
         return self._tracked(tensor)
 
-    def backward_called(self, source: str | None) -> None:
-        self._grad_source = source
+    def backward_called(self, where: Where) -> None:
+        self._grad_where = where
 
     # -- around an execution ---------------------------------------------------
 
@@ -192,12 +193,13 @@ class TensorBook:
             return _Pending(pending, [entry for _, entry in updated], frees)
 
     def settle(
-        self, pending: _Pending, start_ns: int, graph: str | None, temp_bytes: int
+        self, pending: _Pending, start_ns: int, graph: str | None, temp_bytes: int, where: Where
     ) -> tuple[Run, Any]:
         """After a graph was launched: new buffers for the tensors it
         materialized and for those it updated in place (the tensors that were
-        pending before it). Returns the run, which `end` closes, and one tensor
-        the graph gave a buffer (None if it gave none)."""
+        pending before it), and its temporaries, made where it was run
+        (`where`). Returns the run, which `end` closes, and one tensor the graph
+        gave a buffer (None if it gave none)."""
         run = Run(start_ns, frees=pending.frees)
         with self._lock:
             self._drain_deaths()
@@ -227,7 +229,7 @@ class TensorBook:
                 output = new[0][0]
             if temp_bytes > 0 and output is not None:
                 device = self._device(output)
-                run.temp = self._alloc(device, temp_bytes, start_ns, graph, TEMP, None, None, None)
+                run.temp = self._alloc(device, temp_bytes, start_ns, graph, TEMP, None, None, where)
             self.counts.executions += 1
             self._running[id(run)] = run
         return run, output
@@ -270,7 +272,7 @@ class TensorBook:
                 tensor = entry.ref()
                 grad = tensor.grad if tensor is not None else None
                 if grad is not None and not self._tracked(grad):
-                    seen = _Seen(weakref.ref(grad), now_ns, "backward", self._grad_source)
+                    seen = _Seen(weakref.ref(grad), now_ns, "backward", self._grad_where)
                     found.append((grad, seen))
         return found
 
@@ -349,7 +351,7 @@ class TensorBook:
             born = item.time_ns if time_ns is None else time_ns
             buffer = by_handle.get(handle) if by_handle is not None else None
             if buffer is None:
-                labels = (item.op, region, dtype, shape, item.source)
+                labels = (item.op, region, dtype, shape, item.where)
                 buffer = self._alloc(device, nbytes, born, *labels)
                 buffer.handle = handle
                 if by_handle is not None:
@@ -362,7 +364,7 @@ class TensorBook:
                 buffer,
                 item.op,
                 region,
-                item.source,
+                item.where,
                 dtype,
                 shape,
                 nbytes,
@@ -405,7 +407,7 @@ class TensorBook:
             entry.region,
             entry.dtype,
             entry.shape,
-            entry.source,
+            entry.where,
         )
         self.counts.replaced += 1
         return entry.buffer
@@ -419,12 +421,12 @@ class TensorBook:
         region: str,
         dtype: str | None,
         shape: str | None,
-        source: str | None,
+        where: Where,
     ) -> _Buffer:
         buffer = _Buffer(self._next_id, size, 1, device, -1)
         self._next_id += 1
         row = (ALLOC, time_ns, device, buffer.buffer_id, None, size, size)
-        self._rows.append((*row, op, region, dtype, shape, source))
+        self._rows.append((*row, op, region, dtype, shape, *where))
         return buffer
 
     def _free(self, buffer: _Buffer, time_ns: int) -> None:

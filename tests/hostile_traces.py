@@ -93,6 +93,15 @@ def _hostile_program() -> bytes:
     )
 
 
+def _with_stack(stack_id: int, stack_text: str | None) -> list[dict]:
+    """Allocations made by stack `stack_id`, after a stack row of that id whose
+    text is `stack_text` (None: no such row)."""
+    rows = [{**row, "stack": stack_id} if row["kind"] == "alloc" else row for row in _rows()]
+    if stack_text is None:
+        return rows
+    return [{"kind": "stack", "time_ns": 0, "stack": stack_id, "text": stack_text}, *rows]
+
+
 def cases() -> dict[str, Callable[[Path], Path]]:
     """name -> writes the trace at the path given."""
     n = len(_rows())
@@ -104,6 +113,13 @@ def cases() -> dict[str, Callable[[Path], Path]]:
         "meta nested deep": lambda p: write(p, [*_rows(), _meta_row("[" * 100000)]),
         "meta warnings not a list": lambda p: write(p, [*_rows(), _meta_row('{"warnings": "x"}')]),
         "header a list": lambda p: write(p, header=[1, 2]),
+        "stack names html": lambda p: write(
+            p, _with_stack(0, json.dumps([[HTML, 1, HTML], [ESCAPES + MARKUP, 2, MARKUP]]))
+        ),
+        "stack not json": lambda p: write(p, _with_stack(0, "[[not json")),
+        "stack frames wrong": lambda p: write(p, _with_stack(0, '[["a", "x", 3], 5]')),
+        "stack id unknown": lambda p: write(p, _with_stack(12345, None)),
+        "stack id negative": lambda p: write(p, _with_stack(-7, '[["a.py", 1, "f"]]')),
         "hlo names html": lambda p: write(
             p, [*_rows(), _hlo_row(hlo_row_text(HTML, _hostile_program(), 3))]
         ),

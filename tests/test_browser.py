@@ -52,15 +52,17 @@ def test_a_capacity_too_small_opens_the_page_with_the_modeled_failure(tmp_path):
     assert "Live at the modeled failure" in dom
 
 
-@pytest.mark.parametrize("name", ["html in names", "escapes everywhere"])
+@pytest.mark.parametrize("name", ["html in names", "escapes everywhere", "stack names html"])
 def test_a_hostile_trace_shows_its_names_as_text(tmp_path, name):
     trace = cases()[name](tmp_path / "hostile.tpumem")
     problems, dom = _page(["report", str(trace), "-o", str(tmp_path / "hostile.html")])
     assert problems == []
     for injected in INJECTED:
         assert injected not in dom
-    if name == "html in names":
+    if name != "escapes everywhere":
         assert HTML.replace("<", "&lt;").replace(">", "&gt;") in dom
+    if name == "stack names html":  # the flame graph drew the hostile frames as text
+        assert "flame graph of the bytes live at the peak" in dom
 
 
 def test_a_program_with_markup_for_names_shows_them_as_text(tmp_path):

@@ -293,6 +293,14 @@ def profile(
             show_default=False,
         ),
     ] = True,
+    native_frames: Annotated[
+        bool,
+        typer.Option(
+            "--native-frames",
+            help="Keep the frameworks' and libraries' frames in each buffer's call stack "
+            "(default: your code's frames only).",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report, no messages.")] = False,
     fmt: Annotated[
         str,
@@ -321,6 +329,7 @@ def profile(
         "chunk_s": chunk,
         "cpu_allocator_events": cpu_allocator_events,
         "programs": programs,
+        "native_frames": native_frames,
     }
     options = (output, framework, capture, quiet, fmt, width, force, tensorboard, tpu)
     raise typer.Exit(run_profile(target, list(args or []), module, *options))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis.device_events import DeviceEvents, step_marks
+from tpumem.analysis.stacks import StackBytes, stack_bytes
 from tpumem.trace.model import Trace
 
 GROUP_KEYS = ("op", "region", "dtype", "shape", "source")
@@ -44,6 +45,7 @@ class PeakBreakdown:
     stack_bytes: int  # reserved outside the heap at the peak (device_events.py)
     groups: tuple[LiveGroup, ...]
     by_region: tuple[tuple[str, int], ...]
+    stacks: tuple[StackBytes, ...] = ()  # live bytes by the call stack that made them
 
 
 def step_at(trace: Trace, time_ns: int) -> int | None:
@@ -115,6 +117,7 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         stack_bytes=stack,
         groups=groups,
         by_region=tuple(sorted(by_region.items(), key=lambda kv: -kv[1])),
+        stacks=stack_bytes(trace, events, live),
     )
 
 

@@ -26,6 +26,7 @@ from tpumem.analysis.programs import (
     running_at_peak,
 )
 from tpumem.analysis.series import DeviceSeries, device_series
+from tpumem.analysis.stacks import stack_warnings
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.tpu import TpuTarget, tpu_fit, tpu_targets
 from tpumem.analysis.waste import InternalWaste, internal_waste
@@ -251,7 +252,7 @@ def analyze_with_events(
         devices=analysed,
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,
-        warnings=tuple(trace.warnings),
+        warnings=(*trace.warnings, *stack_warnings(trace)),
         programs=memory,
         compiled=compiled,
         steps=len(step_marks(trace)[0]),

@@ -25,6 +25,7 @@ from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_
 from tpumem.report.tpu_rows import tpu_notes, tpu_title
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
+MAX_STACKS = 2000  # call stacks drawn in the flame graph per device; the rest as one
 DATA_ID = "tpumem-data"
 _ESCAPES = {
     "<": "\\u003c",
@@ -66,7 +67,24 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
         groups = device["peak"]["groups"]
         device["peak"]["groups_total"] = len(groups)
         device["peak"]["groups"] = groups[:MAX_GROUPS]
+        device["peak"]["stacks"] = _fewer_stacks(device["peak"]["stacks"])
     return body
+
+
+def _fewer_stacks(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The largest stacks, and the rest as one block: the graph keeps its total."""
+    if len(stacks) <= MAX_STACKS:
+        return stacks
+    rest = stacks[MAX_STACKS - 1 :]
+    frame = {"file": f"({len(rest):,} smaller stacks)", "line": 0, "function": ""}
+    return [
+        *stacks[: MAX_STACKS - 1],
+        {
+            "bytes": sum(s["bytes"] for s in rest),
+            "buffers": sum(s["buffers"] for s in rest),
+            "frames": [frame],
+        },
+    ]
 
 
 def _page(title: str, data: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.series import DeviceSeries
+from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.timeline import Timeline
 from tpumem.analysis.tpu import TpuTarget
@@ -151,8 +152,22 @@ def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
         "stack_bytes": peak.stack_bytes,
         "groups": live_groups_json(peak.groups),
         "by_region": [{"region": region, "bytes": size} for region, size in peak.by_region],
+        "stacks": stacks_json(peak.stacks),
         "label": label,
     }
+
+
+def stacks_json(stacks: tuple[StackBytes, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "bytes": stack.bytes,
+            "buffers": stack.buffers,
+            "frames": [
+                {"file": f.file, "line": f.line, "function": f.function} for f in stack.frames
+            ],
+        }
+        for stack in stacks
+    ]
 
 
 def _preallocation(pre: Preallocation) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from tpumem.report.program_rows import (
 )
 from tpumem.report.rows import (
     BRIEF_HEADERS,
+    STACK_HEADERS,
+    STACKS_TITLE,
     device_rows,
     devices_shown,
     failure_tables,
@@ -23,6 +25,7 @@ from tpumem.report.rows import (
     group_rows,
     run_rows,
     sparkline,
+    stack_rows,
 )
 from tpumem.report.text import GROUP_HEADERS
 from tpumem.report.tpu_rows import (
@@ -59,6 +62,10 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
         if groups:
             lines += ["", "Live at peak, largest first:", ""]
             lines += _table(GROUP_HEADERS, groups)
+        stacks = [(*row[:2], " ← ".join(row[2])) for row in stack_rows(device.peak.stacks)]
+        if stacks:
+            lines += ["", f"{STACKS_TITLE}:", ""]
+            lines += _table(STACK_HEADERS, stacks)
         lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
     if brief:
         lines += ["", "## Other devices, largest peak first", ""]

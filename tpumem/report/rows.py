@@ -7,6 +7,7 @@ import re
 from tpumem.analysis.advisor import FitAdvice, FitRow
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
+from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
@@ -15,6 +16,11 @@ from tpumem.tracking import SOURCE as TRACK_SOURCE
 from tpumem.units import format_bytes, format_seconds
 
 TOP_GROUPS = 10
+TOP_STACKS = 5
+STACK_FRAMES = 8  # a stack's innermost frames shown; the rest counted
+STACK_HEADERS = ("bytes", "buffers", "call stack, innermost first")
+STACKS_TITLE = "Call stacks at peak, largest first"
+NO_STACK = "(no call stack recorded)"
 # A run on many devices (a pod slice, a multi-host job) is read by its largest
 # peaks: these are shown in full, the next ones a line each, the rest counted.
 SHOWN_DEVICES = 8
@@ -391,6 +397,21 @@ def group_rows(groups: tuple[LiveGroup, ...]) -> list[tuple[str, ...]]:
                 group.source or "-",
             )
         )
+    return rows
+
+
+def stack_rows(stacks: tuple[StackBytes, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The largest stacks: bytes, buffers and the innermost frames (each shown
+    as the trace named it: renderers make it visible); none when the trace
+    recorded no stacks."""
+    if not any(stack.frames for stack in stacks):
+        return []
+    rows = []
+    for stack in stacks[:TOP_STACKS]:
+        frames = [f"{f.location} in {f.function}" for f in reversed(stack.frames)]
+        if len(frames) > STACK_FRAMES:
+            frames = [*frames[:STACK_FRAMES], f"… {len(frames) - STACK_FRAMES} more"]
+        rows.append((format_bytes(stack.bytes), f"{stack.buffers:,}", tuple(frames or [NO_STACK])))
     return rows
 
 

@@ -24,6 +24,8 @@ from tpumem.report.program_rows import (
 )
 from tpumem.report.rows import (
     BRIEF_HEADERS,
+    STACK_HEADERS,
+    STACKS_TITLE,
     device_rows,
     devices_shown,
     failure_tables,
@@ -31,6 +33,7 @@ from tpumem.report.rows import (
     group_rows,
     run_rows,
     sparkline,
+    stack_rows,
 )
 from tpumem.report.tpu_rows import (
     TPU_HEADERS,
@@ -59,6 +62,14 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     console.print(figures)
     if device.peak.groups:
         _groups(console, "Live at peak, largest first", device.peak.groups)
+    stacks = stack_rows(device.peak.stacks)
+    if stacks:
+        table = Table(title=Text(STACKS_TITLE), title_justify="left")
+        for header in STACK_HEADERS:
+            table.add_column(header, justify="left" if header == STACK_HEADERS[-1] else "right")
+        for size, buffers, frames in stacks:
+            table.add_row(size, buffers, Text("\n".join(visible(f) for f in frames)))
+        console.print(table)
     line = device.timeline
     if line.in_use_max:
         top = format_bytes(max(line.in_use_max))

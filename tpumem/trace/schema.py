@@ -27,7 +27,8 @@ PROGRAM = "program"  # a compiled program's memory analysis, JSON in `text`
 HLO = "hlo"  # a compiled program as XLA dumped it (HloProto), JSON in `text` (hlo_rows.py)
 META = "meta"  # a metadata patch (exit status, warnings), JSON in `text`
 TPU = "tpu"  # a program compiled ahead of time for a TPU by --tpu, JSON in `text` (tpu_rows.py)
-KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU)
+STACK = "stack"  # a Python call stack, `stack` its id, its frames JSON in `text` (stack_rows.py)
+KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK)
 
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"
@@ -50,6 +51,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("dtype", _DICT, "element type, e.g. float32"),
     ("shape", _DICT, "shape, e.g. [1000,1000]"),
     ("source", _DICT, "Python file:line that created the buffer"),
+    ("stack", pa.int64(), "the call stack that created the buffer: a stack row's id"),
     ("step", pa.int64(), "training step (marks)"),
     ("bytes_in_use", pa.int64(), "allocator-reported bytes in use after the event"),
     ("bytes_reserved", pa.int64(), "allocator-reported reserved bytes"),

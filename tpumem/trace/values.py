@@ -28,6 +28,7 @@ BYTE_COLUMNS = (
 )
 # Device addresses: positive, with room to add a size.
 MAX_ADDRESS = 1 << 62
+MAX_STACK_ID = 1 << 62
 
 
 def _outside(column: pa.ChunkedArray, low: float, high: float) -> pa.ChunkedArray:
@@ -59,6 +60,7 @@ def sane(table: pa.Table, release: Callable[[], None] = lambda: None) -> tuple[p
     nulled = np.zeros(table.num_rows, bool)
     bounds = {name: (0, MAX_BYTES) for name in BYTE_COLUMNS}
     bounds |= {"address": (0, MAX_ADDRESS), "step": (-MAX_TIME_NS, MAX_TIME_NS)}
+    bounds["stack"] = (0, MAX_STACK_ID)
     bounds["fragmentation"] = (0.0, 1.0)
     for name, (low, high) in bounds.items():
         column = table.column(name)
@@ -72,7 +74,7 @@ def sane(table: pa.Table, release: Callable[[], None] = lambda: None) -> tuple[p
         release()
     if nulled.any():
         notes.append(
-            f"read {int(nulled.sum()):,} rows' sizes, addresses, steps or fragmentation "
+            f"read {int(nulled.sum()):,} rows' sizes, addresses, steps, stacks or fragmentation "
             "as not recorded: their values were out of any device's range"
         )
     return table, notes

@@ -268,6 +268,106 @@
     return part;
   }
 
+  // ---- flame graph --------------------------------------------------------
+  // Bytes live at the peak by call stack: the outermost frame on top, each
+  // frame as wide as the bytes made below it. A click zooms into a frame (its
+  // callers stay on top, full width; a click on one of them zooms out); the
+  // search box marks the frames whose file, line or function holds the text.
+  function stackTree(stacks) {
+    const root = { name: "all", bytes: 0, buffers: 0, children: new Map(), parent: null, depth: 0 };
+    for (const stack of stacks) {
+      const frames = stack.frames.length ? stack.frames : [{ file: "(no call stack recorded)", line: null, function: "" }];
+      let node = root;
+      root.bytes += stack.bytes;
+      root.buffers += stack.buffers;
+      for (const f of frames) {
+        const key = f.file + "\u0000" + f.line + "\u0000" + f.function;
+        let child = node.children.get(key);
+        if (!child) {
+          const where = f.line === null ? f.file : f.file + ":" + f.line;
+          child = { name: f.function ? f.function + "  " + where : where, bytes: 0, buffers: 0,
+            children: new Map(), parent: node, depth: node.depth + 1 };
+          node.children.set(key, child);
+        }
+        child.bytes += stack.bytes;
+        child.buffers += stack.buffers;
+        node = child;
+      }
+    }
+    return root;
+  }
+
+  function flameGraph(device) {
+    const stacks = device.peak.stacks || [];
+    if (!stacks.some((s) => s.frames.length)) return null;
+    const root = stackTree(stacks);
+    const width = 1100, row = 18, part = el("div", { class: "flame" });
+    const search = el("input", { type: "search", placeholder: "search frames", "aria-label": "search frames" });
+    const status = el("span", { class: "note" });
+    part.appendChild(el("h3", {}, "Call stacks at the peak (click a frame to zoom, the top bar to zoom out)"));
+    part.appendChild(el("div", { class: "flame-bar" }, search, " ", status));
+    const box = el("div", { class: "chart" });
+    part.appendChild(box);
+    let focus = root, graph = null;
+    function matches(node, text) {
+      return text !== "" && node !== root && node.name.toLowerCase().includes(text);
+    }
+    function draw() {
+      if (graph) graph.remove();
+      const text = search.value.trim().toLowerCase();
+      const rows = [];
+      for (let n = focus; n; n = n.parent) rows.unshift(n);
+      const base = rows.length - 1;
+      let deepest = base;
+      const drawn = [];
+      (function place(node, x, depth) {
+        drawn.push([node, x, depth]);
+        deepest = Math.max(deepest, depth);
+        let offset = x;
+        const children = [...node.children.values()].sort((a, b) => b.bytes - a.bytes);
+        for (const child of children) {
+          const w = (child.bytes / focus.bytes) * width;
+          if (w >= 0.5) place(child, offset, depth + 1);
+          offset += w;
+        }
+      })(focus, 0, base);
+      graph = svg("svg", { width, height: (deepest + 1) * row, role: "img", "aria-label": "flame graph of the bytes live at the peak" });
+      let matched = 0;
+      const counted = new Set();
+      const above = rows.slice(0, base).map((n, depth) => [n, 0, depth]);
+      for (const [node, x, depth] of [...above, ...drawn]) {
+        const w = node === focus || depth < base ? width : (node.bytes / focus.bytes) * width;
+        const hit = matches(node, text);
+        if (hit && depth >= base) {
+          let inside = false;
+          for (let n = node.parent; n; n = n.parent) if (counted.has(n)) inside = true;
+          if (!inside) matched += node.bytes;
+          counted.add(node);
+        }
+        const g = svg("g", { class: "frame" + (hit ? " hit" : "") + (depth < base ? " caller" : "") });
+        g.appendChild(svg("rect", { x: x, y: depth * row, width: Math.max(w - 0.5, 0.5), height: row - 1,
+          fill: hit ? "#e3b341" : COLORS[depth % COLORS.length] }));
+        const label = node === root ? `all live at the peak · ${bytes(node.bytes)}` : node.name;
+        const title = svg("title");
+        title.textContent = `${label}\n${bytes(node.bytes)} (${(100 * node.bytes / root.bytes).toFixed(1)}% of the peak's live bytes) · ${count(node.buffers)} buffers`;
+        g.appendChild(title);
+        const chars = Math.floor((w - 6) / 6.5);
+        if (chars >= 3) {
+          const t = svg("text", { x: x + 3, y: depth * row + 13 });
+          t.textContent = label.length > chars ? label.slice(0, chars - 1) + "…" : label;
+          g.appendChild(t);
+        }
+        g.addEventListener("click", () => { focus = node === focus ? (node.parent || root) : node; draw(); });
+        graph.appendChild(g);
+      }
+      status.textContent = text ? `matched: ${bytes(matched)} (${(100 * matched / root.bytes).toFixed(1)}% of the peak's live bytes)` : "";
+      box.appendChild(graph);
+    }
+    search.addEventListener("input", draw);
+    draw();
+    return part;
+  }
+
   function fitTable(runs, names) {
     const part = el("div");
     if (!runs.some((r) => r.fit)) return part;
@@ -407,6 +507,8 @@
       part.appendChild(deviceFigures(device));
       part.appendChild(deviceCharts(device));
       part.appendChild(peakTable(device));
+      const flame = flameGraph(device);
+      if (flame) part.appendChild(flame);
     }
     part.appendChild(programsSection(run));
     part.appendChild(tpuSection(run));

@@ -1,0 +1,146 @@
+"""The Python call stack behind each buffer, interned as memray interns them: a
+distinct stack is written once, as a `stack` row, and a buffer's row names it by
+its id, so a loop that makes a million buffers from one line adds one stack.
+
+By default a stack holds the user's frames only (SourceLines' rule: frameworks,
+libraries, the standard library and tpumem left out); `native_frames` keeps the
+libraries' and the standard library's too. tpumem's own frames and the runner's
+(runpy) are never kept: they are the profiler, not the program.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import threading
+import types
+from collections.abc import Iterable
+
+from tpumem.adapters.source_lines import PROFILER_PLACES, SourceLines
+from tpumem.trace.schema import STACK
+from tpumem.trace.stack_rows import stack_text
+from tpumem.trace.writer import TraceWriter
+
+# Where a user's buffer was made: (file:line of the innermost user frame, stack id).
+Where = tuple[str | None, int | None]
+NOWHERE: Where = (None, None)
+# A kept frame, named: (file as reports show it, line, function).
+NamedFrame = tuple[str, int, str]
+
+# Frames beyond this many (deep recursion) are left out, outermost first.
+MAX_FRAMES = 128
+_LIBRARY_ROOTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_RUNPY = ("runpy.py", "<frozen runpy>")
+
+
+class CallStacks:
+    """`stacks(frame)` -> Where: the user's line and the interned stack, walking
+    out from `frame`. Frames are named once per code object, stacks interned by
+    their (code, line) pairs: a walk costs a dict lookup per frame."""
+
+    def __init__(self, writer: TraceWriter, native_frames: bool = False) -> None:
+        self._writer = writer
+        self._native = native_frames
+        self._lines = SourceLines()
+        self._codes: dict[types.CodeType, str | None] = {}  # None: not kept
+        self._files: dict[str, str | None] = {}
+        self._user_files: set[str] = set()  # the names of the user's files
+        self._by_codes: dict[tuple, Where] = {}
+        self._by_frames: dict[tuple[NamedFrame, ...], Where] = {}
+        self._frames: list[tuple[NamedFrame, ...]] = []  # by stack id
+        self._lock = threading.Lock()
+
+    def __call__(self, frame: types.FrameType | None) -> Where:
+        codes = self._codes
+        key: list = []
+        while frame is not None and len(key) < 2 * MAX_FRAMES:
+            code = frame.f_code
+            name = codes.get(code, "")
+            if name == "":
+                name = codes[code] = self._file_name(code.co_filename)
+            if name is not None:
+                key.append(code)
+                key.append(frame.f_lineno)
+            frame = frame.f_back
+        if not key:
+            return NOWHERE
+        found = self._by_codes.get(tuple(key))
+        if found is None:
+            pairs = zip(key[-2::-2], key[-1::-2], strict=True)  # outermost first
+            frames = tuple((codes[code], line, code.co_qualname) for code, line in pairs)
+            found = self._by_codes[tuple(key)] = self.intern(frames)
+        return found
+
+    def frames_at(self, frame: types.FrameType | None) -> tuple[NamedFrame, ...]:
+        """The kept frames from `frame` out, outermost first, not interned."""
+        kept = []
+        while frame is not None and len(kept) < MAX_FRAMES:
+            code = frame.f_code
+            name = self._codes.get(code, "")
+            if name == "":
+                name = self._codes[code] = self._file_name(code.co_filename)
+            if name is not None:
+                kept.append((name, frame.f_lineno, code.co_qualname))
+            frame = frame.f_back
+        return tuple(reversed(kept))
+
+    def named(self, frames: Iterable[tuple[str, int, str]]) -> tuple[NamedFrame, ...]:
+        """(filename, line, function) frames, outermost first, as kept and named
+        here (stacks a framework recorded itself, such as TensorFlow's ops')."""
+        kept = []
+        for filename, line, function in frames:
+            name = self._files.get(filename, "")
+            if name == "":
+                name = self._file_name(filename)
+            if name is not None:
+                kept.append((name, line, function))
+        return tuple(kept[-MAX_FRAMES:])
+
+    def intern(self, frames: tuple[NamedFrame, ...]) -> Where:
+        """The Where of a stack of named frames (outermost first), written the
+        first time it is seen."""
+        if not frames:
+            return NOWHERE
+        found = self._by_frames.get(frames)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._by_frames.get(frames)
+            if found is not None:
+                return found
+            user = [f for f in frames if f[0] in self._user_files]
+            source = f"{user[-1][0]}:{user[-1][1]}" if user else None
+            stack_id = len(self._frames)
+            self._frames.append(frames)
+            self._writer.record(STACK, stack=stack_id, text=stack_text(frames))
+            found = self._by_frames[frames] = (source, stack_id)
+            return found
+
+    def frames(self, stack_id: int | None) -> tuple[NamedFrame, ...]:
+        return self._frames[stack_id] if stack_id is not None else ()
+
+    def _file_name(self, filename: str) -> str | None:
+        name = self._lines.name(filename)
+        if name is not None:
+            self._user_files.add(name)
+        elif self._native and not _profiler(filename):
+            name = _library_name(filename)
+        self._files[filename] = name
+        return name
+
+
+def _profiler(filename: str) -> bool:
+    """tpumem's own frames and the runner's: never the program's."""
+    return filename.startswith(PROFILER_PLACES) or filename.endswith(_RUNPY)
+
+
+def _library_name(filename: str) -> str:
+    """A library's file as its package path (jax/_src/dispatch.py), a standard
+    library module's as its path in the standard library."""
+    for root in _LIBRARY_ROOTS:
+        if root in filename:
+            return filename.rsplit(root, 1)[1]
+    if filename.startswith(_STDLIB):
+        return filename[len(_STDLIB) :]
+    return filename

@@ -1,0 +1,214 @@
+"""Call stacks for TensorFlow's buffers, whose allocator events (from the
+profiler) carry an op name and a time but no Python frame.
+
+The cheapest joins TensorFlow allows, with no op callback (an op callback sends
+every eager op off its C++ fast path):
+- Every op and function run from Python goes through `pywrap_tfe`'s
+  `TFE_Py_FastPathExecute` (eager ops) or `TFE_Py_Execute` (functions, and eager
+  ops off the fast path), looked up on the module at each call. The adapter wraps
+  them to note each call's window and the stack that made it: an allocation
+  inside a window was made by that call (the way tf_transfers.py labels copies).
+- A `tf.function`'s graph keeps, for each op, the Python stack that built it
+  (`Operation.traceback`, recorded by TensorFlow anyway). When a function is made
+  (`atomic_function.from_func_graph`), the adapter keeps each op's frames inside
+  the function's body: what lies past the stack that was tracing it. An
+  allocation in a function's window whose op (the node's name) is one of its ops,
+  or of a function it calls, gets the call's stack followed by the op's frames
+  in the body: the line of `tf.matmul` inside `train_step`, called from the loop.
+  Ops that Grappler made or renamed keep the call's stack.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tpumem.adapters.base import Patches
+from tpumem.adapters.call_stacks import CallStacks, NamedFrame, Where
+from tpumem.trace.schema import ALLOC
+
+# An op Grappler rewrote is named "<Optimizer>/<Rewrite>_<the op's name>".
+_GRAPPLER_NAME = re.compile(r"[A-Za-z]+Optimizer/[A-Za-z0-9]+_(.+)")
+# A call's window on the trace clock: (start, end, where it was called, the
+# function it ran: None for an eager op).
+_Window = tuple[int, int, Where, str | None]
+
+
+class _Function:
+    __slots__ = ("frames_by_op", "tracing")
+
+    def __init__(self, tracing: tuple[NamedFrame, ...]) -> None:
+        self.tracing = tracing  # the stack that traced it
+        self.frames_by_op: dict[str, tuple[NamedFrame, ...]] = {}  # the body's frames
+
+
+class TfStacks:
+    def __init__(self, stacks: CallStacks, origin_ns: int) -> None:
+        self.stacks = stacks
+        self.origin_ns = origin_ns
+        self.labelled = 0
+        self.unread_functions = 0  # functions whose ops' stacks could not be read
+        self._windows: collections.deque[_Window] = collections.deque()
+        self._pending: list[_Window] = []  # drained, kept for the next chunk
+        self._functions: dict[str, _Function] = {}
+        self._op_owner: dict[str, str] = {}  # an op's name -> a function that has it
+        self._lock = threading.Lock()
+
+    def install(self, patches: Patches) -> None:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager.polymorphic_function import atomic_function
+
+        for name, function_at in (
+            ("TFE_Py_FastPathExecute", None),
+            ("TFE_Py_Execute", 2),
+            ("TFE_Py_ExecuteCancelable", 2),
+        ):
+            original = getattr(pywrap_tfe, name, None)
+            if original is not None:
+                patches.replace(pywrap_tfe, name, self._timed(original, function_at))
+        original_from_graph = atomic_function.from_func_graph
+
+        def from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
+            made = original_from_graph(name, graph, *args, **kwargs)
+            try:
+                self._traced(name, graph, sys._getframe(1))
+            except Exception:  # (a graph TensorFlow changed) its buffers keep the call's stack
+                self.unread_functions += 1
+            return made
+
+        from_func_graph.__doc__ = original_from_graph.__doc__
+        patches.replace(atomic_function, "from_func_graph", from_func_graph)
+
+    def _timed(self, original: Callable[..., Any], function_at: int | None) -> Callable[..., Any]:
+        windows, stacks, clock, origin = self._windows, self.stacks, time.time_ns, self.origin_ns
+
+        if function_at is None:
+
+            def eager(*args: Any) -> Any:  # the hot path: an eager op
+                start = clock()
+                out = original(*args)
+                windows.append((start - origin, clock() - origin, stacks(sys._getframe(1)), None))
+                return out
+
+            return eager
+
+        def execute(*args: Any) -> Any:
+            start = clock()
+            out = original(*args)
+            name = args[function_at]
+            name = name.decode() if isinstance(name, bytes) else name
+            windows.append((start - origin, clock() - origin, stacks(sys._getframe(1)), name))
+            return out
+
+        return execute
+
+    def _traced(self, name: Any, graph: Any, frame: Any) -> None:
+        """Keeps each op's frames inside the body of the function just made."""
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        stacks = self.stacks
+        tracing = stacks.frames_at(frame)
+        function = _Function(tracing)
+        for op in graph.get_operations():
+            frames = stacks.named((f.filename, f.lineno, f.name) for f in op.traceback)
+            shared = 0
+            for ours, theirs in zip(frames, tracing, strict=False):
+                if ours != theirs:
+                    break
+                shared += 1
+            if shared < len(frames):
+                function.frames_by_op[op.name] = frames[shared:]
+        with self._lock:
+            self._functions[name] = function
+            for op_name in function.frames_by_op:
+                self._op_owner.setdefault(op_name, name)
+
+    def _op_frames(self, function: str, op: str) -> tuple[NamedFrame, ...]:
+        """The frames of `op` below a call of `function`: its own op's body
+        frames, or those of a function it calls (with the calling frames)."""
+        called = self._functions.get(function)
+        if called is None:
+            return ()
+        rewritten = _GRAPPLER_NAME.fullmatch(op)
+        if rewritten is not None:
+            op = rewritten[1]
+        frames = called.frames_by_op.get(op)
+        if frames is not None:
+            return frames
+        owner = self._functions.get(self._op_owner.get(op, ""))
+        if owner is None or owner is called:
+            return ()
+        inner = owner.frames_by_op[op]
+        tracing = owner.tracing
+        shared = 0
+        for ours, theirs in zip(tracing, called.tracing, strict=False):
+            if ours != theirs:
+                break
+            shared += 1
+        return tracing[shared:] + inner
+
+    def label(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """A chunk's columns, with each allocation made inside a call given the
+        call's stack (and, in a function, its op's frames)."""
+        while self._windows:
+            self._pending.append(self._windows.popleft())
+        windows = self._pending
+        if not windows or not columns:
+            return columns
+        windows.sort(key=lambda w: w[0])
+        kind = columns["kind"]
+        allocs = np.asarray(kind.indices) == kind.dictionary.index(ALLOC).as_py()
+        times = np.asarray(columns["time_ns"])
+        starts = np.fromiter((w[0] for w in windows), np.int64, len(windows))
+        ends = np.fromiter((w[1] for w in windows), np.int64, len(windows))
+        # Calls made from several threads may overlap: an event is given the
+        # latest call that began before it, if it has not ended.
+        index = np.searchsorted(starts, times, side="right") - 1
+        inside = allocs & (index >= 0)
+        inside[inside] &= times[inside] <= ends[index[inside]]
+        rows = np.flatnonzero(inside)
+        if len(rows):
+            columns = self._labelled(columns, rows, index[rows], windows)
+        if len(times):  # later chunks start after this one's events
+            last = int(times.max())
+            self._pending = [w for w in windows if w[1] >= last]
+        return columns
+
+    def _labelled(
+        self, columns: dict[str, Any], rows: np.ndarray, calls: np.ndarray, windows: list[_Window]
+    ) -> dict[str, Any]:
+        count = len(np.asarray(columns["time_ns"]))
+        ops = columns["op"].to_pylist() if columns.get("op") is not None else [None] * count
+        sources = _values(columns, "source", count)
+        stack_ids = _values(columns, "stack", count)
+        with self._lock:
+            for row, call in zip(rows.tolist(), calls.tolist(), strict=True):
+                _, _, where, function = windows[call]
+                op = ops[row]
+                if function is not None and op is not None:
+                    inner = self._op_frames(function, op)
+                    if inner:
+                        where = self.stacks.intern(self.stacks.frames(where[1]) + inner)
+                if stack_ids[row] is None:  # (a host copy's, labelled before)
+                    stack_ids[row] = where[1]
+                if sources[row] is None:
+                    sources[row] = where[0]
+        self.labelled += len(rows)
+        labelled = dict(columns)
+        labelled["stack"] = pa.array(stack_ids, pa.int64())
+        labelled["source"] = pa.array(sources, pa.string())
+        return labelled
+
+
+def _values(columns: dict[str, Any], name: str, count: int) -> list[Any]:
+    column = columns.get(name)
+    if column is None:
+        return [None] * count
+    return column.to_pylist() if hasattr(column, "to_pylist") else list(column)

@@ -1,0 +1,202 @@
+"""Call stacks, for real, in each framework: a script whose buffers come from known
+lines through a helper called from two places gives exact bytes per stack in the
+JSON report and in the flame graph's data; a stack is written once however many
+buffers it makes."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+
+from conftest import run_tpumem
+from profiling import profile
+from tpumem.trace.reader import load
+from tpumem.trace.schema import STACK
+
+MIB = 1 << 20
+
+# The helper `make(mib)` makes one buffer of that many MiB; `sync()` runs what
+# is pending (PyTorch/XLA is lazy).
+FRAMEWORKS = {
+    "jax": (
+        "import jax\nimport numpy as np\n",
+        "jax.device_put(np.ones((mib, 256, 1024), np.float32))",
+        "pass",
+    ),
+    "tensorflow": ("import tensorflow as tf\n", "tf.ones([mib * 262144])", "pass"),
+    "torch_xla": (
+        "import torch\nimport torch_xla\n",
+        "torch.ones(mib * 262144, device=torch_xla.device())",
+        "torch_xla.sync()",
+    ),
+}
+BODY = """
+def make(mib):
+    return {make}
+
+
+def first():
+    return [make(1), make(1)]
+
+
+def second():
+    return [make(3)]
+
+
+def spike():
+    return make(8)
+
+
+def sync():
+    {sync}
+
+
+kept = first() + second()
+sync()
+big = spike()
+sync()
+del big
+sync()
+"""
+
+
+def _script(framework: str) -> str:
+    imports, make, sync = FRAMEWORKS[framework]
+    return imports + BODY.format(make=make, sync=sync)
+
+
+def _line(script: str, text: str) -> int:
+    return script.splitlines().index(text) + 1
+
+
+def _frames(stack: dict) -> list[tuple[str, int, str]]:
+    return [(f["file"], f["line"], f["function"]) for f in stack["frames"]]
+
+
+def _made_by(path, frames: tuple, peak_ns: int) -> list[dict]:
+    """The allocation rows of the trace made by the stack `frames` and live at
+    `peak_ns`, read straight from the file."""
+    rows = load(path).table.to_pylist()
+    ids = [r["stack"] for r in rows if r["kind"] == STACK and _row_frames(r) == frames]
+    assert len(ids) == 1, f"{frames}: {len(ids)} stack rows"
+    freed = {r["buffer_id"]: r["time_ns"] for r in rows if r["kind"] == "free"}
+    return [
+        r
+        for r in rows
+        if r["kind"] == "alloc"
+        and r["stack"] == ids[0]
+        and r["time_ns"] <= peak_ns < freed.get(r["buffer_id"], 1 << 62)
+    ]
+
+
+def _row_frames(row: dict) -> tuple:
+    return tuple(tuple(frame) for frame in json.loads(row["text"]))
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_bytes_per_call_stack_are_exact(tmp_path, framework):
+    script = _script(framework)
+    (tmp_path / "stacks.py").write_text(script)
+    result = profile(tmp_path, "-q", "-o", "stacks.tpumem", "stacks.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = run_tpumem("report", "stacks.tpumem", "--format", "json", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    device = json.loads(report.stdout)["devices"][0]
+    stacks = {tuple(_frames(s)): s for s in device["peak"]["stacks"]}
+    make = ("stacks.py", _line(script, "    return " + FRAMEWORKS[framework][1]), "make")
+    expected = {
+        "first": (_line(script, "kept = first() + second()"), "    return [make(1), make(1)]", 2),
+        "second": (_line(script, "kept = first() + second()"), "    return [make(3)]", 3),
+        "spike": (_line(script, "big = spike()"), "    return make(8)", 8),
+    }
+    for function, (outer, inner, mib) in expected.items():
+        frames = (
+            ("stacks.py", outer, "<module>"),
+            ("stacks.py", _line(script, inner), function),
+            make,
+        )
+        assert frames in stacks, f"{frames} not among {list(stacks)}"
+        # Each buffer the script asked for, and nothing else; the bytes are what
+        # the allocator handed out for them (TensorFlow's BFC may hand out a whole
+        # free chunk of up to twice the size asked for).
+        made = _made_by(tmp_path / "stacks.tpumem", frames, device["peak"]["time_ns"])
+        assert sum(r["requested_bytes"] for r in made) == mib * MIB
+        assert stacks[frames]["bytes"] == sum(r["bytes"] for r in made)
+        assert stacks[frames]["buffers"] == len(made) == (2 if function == "first" else 1)
+    # The source line of each of those buffers is the helper's.
+    live = [g for g in device["peak"]["groups"] if g["bytes"] >= MIB]
+    assert live and all(g["source"] == f"stacks.py:{make[1]}" for g in live)
+    # The flame graph draws the same bytes per stack.
+    page = run_tpumem("report", "stacks.tpumem", "-o", "stacks.html", cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    html = (tmp_path / "stacks.html").read_text()
+    embedded = re.search(r'id="tpumem-data">(.*?)</script>', html, re.S)[1]
+    drawn = json.loads(embedded)["runs"][0]["devices"][0]["peak"]["stacks"]
+    assert drawn == device["peak"]["stacks"]
+
+
+def test_a_stack_is_written_once_however_many_buffers_it_makes(tmp_path):
+    (tmp_path / "loop.py").write_text(
+        textwrap.dedent(
+            """
+            import jax
+            import numpy as np
+
+            kept = [jax.device_put(np.ones(256, np.float32)) for _ in range(2000)]
+            """
+        )
+    )
+    result = profile(tmp_path, "-q", "-o", "loop.tpumem", "loop.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "loop.tpumem")
+    rows = trace.table.to_pylist()
+    made = [r for r in rows if r["kind"] == "alloc" and r["bytes"] == 1024]
+    assert len(made) == 2000
+    assert len({r["stack"] for r in made}) == 1
+    assert sum(r["kind"] == STACK for r in rows) <= 3  # the loop's, and the few around it
+
+
+def test_tensorflow_function_buffers_get_the_line_in_the_function_body(tmp_path):
+    """A tf.function's op gets the stack that called the function, then the
+    frames that built the op inside its body (TensorFlow's own op tracebacks)."""
+    script = textwrap.dedent(
+        """
+        import tensorflow as tf
+
+
+        @tf.function
+        def doubled(x):
+            return x * 2.0
+
+
+        def run(x):
+            return doubled(x)
+
+
+        x = tf.ones([262144])
+        kept = [run(x), run(x)]
+        """
+    )
+    (tmp_path / "body.py").write_text(script)
+    result = profile(tmp_path, "-q", "-o", "body.tpumem", "body.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = run_tpumem("report", "body.tpumem", "--format", "json", cwd=tmp_path)
+    peak = json.loads(report.stdout)["devices"][0]["peak"]
+    frames = (
+        ("body.py", _line(script, "kept = [run(x), run(x)]"), "<module>"),
+        ("body.py", _line(script, "    return doubled(x)"), "run"),
+        ("body.py", _line(script, "    return x * 2.0"), "doubled"),
+    )
+    found = {tuple(_frames(s)): s["bytes"] for s in peak["stacks"]}
+    assert frames in found, found
+    made = _made_by(tmp_path / "body.tpumem", frames, peak["time_ns"])
+    # The two results, and the constant 2.0 that the function's kernel keeps.
+    assert sorted((r["op"], r["requested_bytes"]) for r in made) == [
+        ("mul", MIB),
+        ("mul", MIB),
+        ("mul/y", 4),
+    ]
+    assert found[frames] == sum(r["bytes"] for r in made)

@@ -1,0 +1,77 @@
+"""The call stacks a trace holds: each `stack` row interns one (its id in the
+`stack` column, its frames in `text` as JSON, outermost first, each
+[file, line, function]); a buffer's row names its stack by that id."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.trace.model import Trace
+from tpumem.trace.schema import STACK
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+Stack = tuple[Frame, ...]  # outermost first
+
+
+def stack_text(frames: list[tuple[str, int, str]]) -> str:
+    """A stack row's text."""
+    return json.dumps([list(frame) for frame in frames])
+
+
+def read_stack(text: object) -> Stack | None:
+    """The frames of a stack row's text; None for text not of that form."""
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not value:
+        return None
+    frames = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 3):
+            return None
+        file, line, function = item
+        if not (
+            isinstance(file, str)
+            and isinstance(function, str)
+            and isinstance(line, int)
+            and not isinstance(line, bool)
+        ):
+            return None
+        frames.append(Frame(file, line, function))
+    return tuple(frames)
+
+
+def call_stacks(trace: Trace) -> tuple[dict[int, Stack], int]:
+    """The trace's stacks by id, and how many rows were not readable stacks (a
+    damaged file): their buffers read as having no stack."""
+
+    def read() -> tuple[dict[int, Stack], int]:
+        rows = np.flatnonzero(trace.is_kind(STACK))
+        ids = trace.numbers_at("stack", rows, -1) if len(rows) else np.zeros(0, np.int64)
+        stacks, unreadable = {}, 0
+        for stack_id, text in zip(ids.tolist(), trace.texts_at(rows), strict=True):
+            stack = read_stack(text)
+            if stack is None or stack_id < 0:
+                unreadable += 1
+            else:
+                stacks[stack_id] = stack
+        return stacks, unreadable
+
+    return trace.derived("call stacks", read)
