@@ -10,6 +10,7 @@ libraries' and the standard library's too. tpumem's own frames and the runner's
 
 from __future__ import annotations
 
+import linecache
 import os
 import sysconfig
 import threading
@@ -45,7 +46,7 @@ class CallStacks:
         self._lines = SourceLines()
         self._codes: dict[types.CodeType, str | None] = {}  # None: not kept
         self._files: dict[str, str | None] = {}
-        self._user_files: set[str] = set()  # the names of the user's files
+        self._user_files: dict[str, str] = {}  # the names of the user's files -> their paths
         self._by_codes: dict[tuple, Where] = {}
         self._by_frames: dict[tuple[NamedFrame, ...], Where] = {}
         self._frames: list[tuple[NamedFrame, ...]] = []  # by stack id
@@ -113,9 +114,16 @@ class CallStacks:
             source = f"{user[-1][0]}:{user[-1][1]}" if user else None
             stack_id = len(self._frames)
             self._frames.append(frames)
-            self._writer.record(STACK, stack=stack_id, text=stack_text(frames))
+            # The user's lines of code go with their frames: a later version of the
+            # script, with lines moved, is still matched line for line (tpumem diff).
+            code = [self._code(name, line) for name, line, _ in frames]
+            self._writer.record(STACK, stack=stack_id, text=stack_text(frames, code))
             found = self._by_frames[frames] = (source, stack_id)
             return found
+
+    def _code(self, name: str, line: int) -> str:
+        path = self._user_files.get(name)
+        return linecache.getline(path, line).strip() if path is not None else ""
 
     def frames(self, stack_id: int | None) -> tuple[NamedFrame, ...]:
         return self._frames[stack_id] if stack_id is not None else ()
@@ -123,7 +131,7 @@ class CallStacks:
     def _file_name(self, filename: str) -> str | None:
         name = self._lines.name(filename)
         if name is not None:
-            self._user_files.add(name)
+            self._user_files[name] = filename
         elif self._native and not _profiler(filename):
             name = _library_name(filename)
         self._files[filename] = name

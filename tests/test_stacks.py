@@ -93,7 +93,7 @@ def _made_by(path, frames: tuple, peak_ns: int) -> list[dict]:
 
 
 def _row_frames(row: dict) -> tuple:
-    return tuple(tuple(frame) for frame in json.loads(row["text"]))
+    return tuple(tuple(frame[:3]) for frame in json.loads(row["text"]))
 
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
@@ -200,3 +200,83 @@ def test_tensorflow_function_buffers_get_the_line_in_the_function_body(tmp_path)
         ("mul/y", 4),
     ]
     assert found[frames] == sum(r["bytes"] for r in made)
+
+
+# A training loop per framework: each step makes a 1 MiB batch and a result from
+# it, with `step_mark(i)` the framework's own step annotation. `keep(out)` is
+# where a leak keeps every step's result.
+LOOPS = {
+    "jax": (
+        "import jax\nimport numpy as np\n",
+        "jax.profiler.StepTraceAnnotation('train', step_num=i)",
+        "jax.device_put(np.ones((256, 1024), np.float32))",
+        "batch * 2.0",
+    ),
+    "tensorflow": (
+        "import tensorflow as tf\n",
+        "tf.profiler.experimental.Trace('train', step_num=i, _r=1)",
+        "tf.ones([256, 1024])",
+        "batch * 2.0",
+    ),
+    "torch_xla": (
+        "import torch\nimport torch_xla\nimport torch_xla.debug.profiler as xp\n",
+        "xp.StepTrace('train', step_num=i)",
+        "torch.ones(256, 1024, device=torch_xla.device())",
+        "batch * 2.0",
+    ),
+}
+LOOP = """
+{imports}
+history = []
+
+
+def keep(out):
+    {keep}
+
+
+for i in range(14):
+    with {step_mark}:
+        batch = {batch}
+        out = {result}
+        keep(out)
+"""
+
+
+def _loop(framework: str, leaks: bool) -> str:
+    imports, step_mark, batch, result = LOOPS[framework]
+    keep = "history.append(out)" if leaks else "history[:] = [out]"
+    return LOOP.format(imports=imports, step_mark=step_mark, batch=batch, result=result, keep=keep)
+
+
+@pytest.mark.parametrize("framework", sorted(LOOPS))
+def test_a_leak_grows_by_its_size_a_step_at_its_line_and_a_flat_loop_does_not(tmp_path, framework):
+    growth = {}
+    for name, leaks in (("leak", True), ("flat", False)):
+        script = _loop(framework, leaks)
+        (tmp_path / f"{name}.py").write_text(script)
+        result = profile(tmp_path, "-q", "-o", f"{name}.tpumem", f"{name}.py")
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = run_tpumem("report", f"{name}.tpumem", "--format", "json", cwd=tmp_path)
+        growth[name] = json.loads(report.stdout)["devices"][0]["growth"]
+        growth[name]["script"] = script
+    leak, flat = growth["leak"], growth["flat"]
+    assert leak["growing"], leak
+    # 1 MiB a step: TensorFlow's BFC may round a step's chunk up, never down.
+    assert MIB <= leak["per_step_bytes"] < MIB + 64 * 1024, leak
+    # The growing bytes are named by the line that made them (as memray's leaks
+    # are), not the one that keeps them.
+    line = _line(leak["script"], "        out = " + LOOPS[framework][3])
+    innermost = leak["stacks"][0]["frames"][-1]
+    assert (innermost["file"], innermost["line"], innermost["function"]) == (
+        "leak.py",
+        line,
+        "<module>",
+    )
+    assert leak["stacks"][0]["per_step_bytes"] == leak["per_step_bytes"]
+    assert not flat["growing"] and flat["stacks"] == [], flat
+    assert abs(flat["per_step_bytes"]) < 64 * 1024
+    # check fails the leak and passes the flat loop.
+    failed = run_tpumem("check", "leak.tpumem", "--max-growth", "512KiB", cwd=tmp_path)
+    assert failed.returncode == 1 and f"leak.py:{line} in <module>" in failed.stderr
+    passed = run_tpumem("check", "flat.tpumem", "--max-growth", "512KiB", cwd=tmp_path)
+    assert passed.returncode == 0, passed.stderr

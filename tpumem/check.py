@@ -6,9 +6,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpumem.analysis.summary import RunAnalysis
+from tpumem.analysis.growth import MIN_STEPS, Growth
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import what, why
 from tpumem.units import format_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Increase:
+    """How much a peak may rise over the baseline's: a share of it, or bytes."""
+
+    share: float | None = None
+    bytes: int | None = None
+
+    def allowed(self, baseline_bytes: int) -> float:
+        return baseline_bytes * self.share if self.share is not None else float(self.bytes or 0)
+
+    def __str__(self) -> str:
+        return f"{self.share:.1%}" if self.share is not None else format_bytes(self.bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,16 +31,27 @@ class Limits:
     max_peak_bytes: int | None = None
     max_fragmentation: float | None = None  # at the peak
     capacity_bytes: int | None = None  # the allocator model must hold the run in this
+    max_growth_bytes: int | None = None  # a step, after warm-up
+    baseline: RunAnalysis | None = None  # the run this one may not rise above by more than
+    max_increase: Increase = Increase(share=0.0)
+
+    def any(self) -> bool:
+        return any(
+            value is not None
+            for value in (
+                self.max_peak_bytes,
+                self.max_fragmentation,
+                self.capacity_bytes,
+                self.max_growth_bytes,
+                self.baseline,
+            )
+        )
 
 
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep)."""
     lines = []
-    if not analysis.devices and (
-        limits.max_peak_bytes is not None
-        or limits.max_fragmentation is not None
-        or limits.capacity_bytes is not None
-    ):
+    if not analysis.devices and limits.any():
         return ["no allocation events in the trace: nothing shows the limits were kept"]
     for check in analysis.capacity:
         if check.failure is not None:
@@ -40,6 +66,7 @@ def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
                 f"{device.device}: peak {format_bytes(peak)} ({peak:,} bytes) is over the "
                 f"limit {format_bytes(limits.max_peak_bytes)} ({limits.max_peak_bytes:,} bytes)"
             )
+        lines += _growth_breaches(device, limits.max_growth_bytes)
         if limits.max_fragmentation is None:
             continue
         frag = device.fragmentation
@@ -52,5 +79,56 @@ def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
             lines.append(
                 f"{device.device}: fragmentation at the peak {frag.at_peak:.3f} ({frag.label}) "
                 f"is over the limit {limits.max_fragmentation:g}"
+            )
+    if limits.baseline is not None:
+        lines += _baseline_breaches(analysis, limits.baseline, limits.max_increase)
+    return lines
+
+
+def _growth_breaches(device: DeviceAnalysis, limit: int | None) -> list[str]:
+    if limit is None:
+        return []
+    growth = device.growth
+    if growth is None:
+        return [
+            f"{device.device}: fewer than {MIN_STEPS} steps with step marks, so growth across "
+            f"steps cannot be checked against {format_bytes(limit)}"
+        ]
+    if growth.growing and growth.per_step_bytes > limit:
+        return [
+            f"{device.device}: the bytes that stay from step to step grow by "
+            f"{format_bytes(round(growth.per_step_bytes))} a step, over the limit "
+            f"{format_bytes(limit)} a step{_largest_growing(growth)}"
+        ]
+    return []
+
+
+def _largest_growing(growth: Growth) -> str:
+    if not growth.stacks or not growth.stacks[0].frames:
+        return ""
+    frame = growth.stacks[0].frames[-1]
+    return f" (most from {frame.location} in {frame.function})"
+
+
+def _baseline_breaches(
+    analysis: RunAnalysis, baseline: RunAnalysis, increase: Increase
+) -> list[str]:
+    """Each device's peak against the same device's in the baseline."""
+    before = {d.device: d.peak.bytes for d in baseline.devices}
+    shared = [d for d in analysis.devices if d.device in before]
+    if not shared:
+        return [
+            "no device of the run is in the baseline ("
+            + ", ".join(sorted(before) or ["none"])
+            + "): nothing to compare"
+        ]
+    lines = []
+    for device in shared:
+        old, new = before[device.device], device.peak.bytes
+        if new - old > increase.allowed(old):
+            rise = f" ({(new - old) / old:+.1%})" if old else ""
+            lines.append(
+                f"{device.device}: peak {format_bytes(new)} is {format_bytes(new - old)}{rise} "
+                f"over the baseline's {format_bytes(old)}, more than the {increase} allowed"
             )
     return lines

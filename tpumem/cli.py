@@ -213,11 +213,31 @@ def check(
             "(16GiB, 800MB, bytes): the run would not fit it.",
         ),
     ] = None,
+    max_growth: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            metavar="SIZE",
+            help="Largest growth a step allowed in the bytes that stay from step to step, "
+            "after warm-up (needs step marks).",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(metavar="OLD", help="A trace of an earlier run: fail if a peak rose over it."),
+    ] = None,
+    max_increase: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            metavar="SHARE|SIZE",
+            help="How much a peak may rise over --baseline's: 5%, 64MiB (default: 0).",
+        ),
+    ] = None,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
     from tpumem.commands.check import run_check
 
-    raise typer.Exit(run_check(trace, max_peak, max_fragmentation, capacity))
+    limits = (max_peak, max_fragmentation, capacity, max_growth, baseline, max_increase)
+    raise typer.Exit(run_check(trace, *limits))
 
 
 @app.command(

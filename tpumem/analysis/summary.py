@@ -13,6 +13,7 @@ from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
+from tpumem.analysis.growth import Growth, step_growth
 from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
@@ -55,6 +56,7 @@ class DeviceAnalysis:
     series: DeviceSeries | None = None  # for drawing; only when asked for
     # Compiled programs whose temporaries were live at the peak (programs.py).
     programs_at_peak: tuple[RunningAtPeak, ...] = ()
+    growth: Growth | None = None  # bytes live at each step's end (growth.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,7 @@ def _device(
         headroom_label=room_label,
         timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
         counters=reported,
+        growth=step_growth(trace, events),
         series=device_series(trace, events, frag.values, pool, series_points)
         if series_points
         else None,

@@ -22,6 +22,7 @@ from tpumem.analysis.advisor import FitAdvice
 from tpumem.analysis.capacity import CapacityCheck
 from tpumem.analysis.counters import Counters
 from tpumem.analysis.fragmentation import Fragmentation
+from tpumem.analysis.growth import Growth
 from tpumem.analysis.oom import OutOfMemory
 from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
@@ -123,7 +124,33 @@ def _device(device: DeviceAnalysis) -> dict[str, Any]:
             }
             for r in device.programs_at_peak
         ],
+        "growth": None if device.growth is None else _growth(device.growth),
     }
+
+
+def _growth(growth: Growth) -> dict[str, Any]:
+    return {
+        "steps": list(growth.steps),
+        "end_bytes": list(growth.end_bytes),
+        "warmup_steps": growth.warmup_steps,
+        "per_step_bytes": growth.per_step_bytes,
+        "growing": growth.growing,
+        "stacks": [
+            {
+                "per_step_bytes": g.per_step_bytes,
+                "start_bytes": g.start_bytes,
+                "end_bytes": g.end_bytes,
+                "frames": _frames_json(g.frames),
+            }
+            for g in growth.stacks
+        ],
+    }
+
+
+def _frames_json(frames: tuple) -> list[dict[str, Any]]:
+    return [
+        {"file": f.file, "line": f.line, "function": f.function, "code": f.code} for f in frames
+    ]
 
 
 def live_groups_json(groups: tuple[LiveGroup, ...]) -> list[dict[str, Any]]:
@@ -162,9 +189,7 @@ def stacks_json(stacks: tuple[StackBytes, ...]) -> list[dict[str, Any]]:
         {
             "bytes": stack.bytes,
             "buffers": stack.buffers,
-            "frames": [
-                {"file": f.file, "line": f.line, "function": f.function} for f in stack.frames
-            ],
+            "frames": _frames_json(stack.frames),
         }
         for stack in stacks
     ]

@@ -16,6 +16,8 @@ from tpumem.report.program_rows import (
 )
 from tpumem.report.rows import (
     BRIEF_HEADERS,
+    GROWTH_HEADERS,
+    GROWTH_TITLE,
     STACK_HEADERS,
     STACKS_TITLE,
     device_rows,
@@ -23,6 +25,7 @@ from tpumem.report.rows import (
     failure_tables,
     fit_table,
     group_rows,
+    growth_rows,
     run_rows,
     sparkline,
     stack_rows,
@@ -62,10 +65,13 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
         if groups:
             lines += ["", "Live at peak, largest first:", ""]
             lines += _table(GROUP_HEADERS, groups)
-        stacks = [(*row[:2], " ← ".join(row[2])) for row in stack_rows(device.peak.stacks)]
-        if stacks:
-            lines += ["", f"{STACKS_TITLE}:", ""]
-            lines += _table(STACK_HEADERS, stacks)
+        for title, headers, rows in (
+            (STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks)),
+            (GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth)),
+        ):
+            if rows:
+                lines += ["", f"{title}:", ""]
+                lines += _table(headers, [(*row[:-1], " ← ".join(row[-1])) for row in rows])
         lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
     if brief:
         lines += ["", "## Other devices, largest peak first", ""]

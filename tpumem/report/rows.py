@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from tpumem.analysis.advisor import FitAdvice, FitRow
+from tpumem.analysis.growth import Growth
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.stacks import StackBytes
@@ -325,7 +326,47 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     rows.append(_padding_row(device))
     if device.allocations_per_s is not None:
         rows.append(("Allocation rate", f"{device.allocations_per_s:,.0f} per second", "measured"))
+    if device.growth is not None:
+        rows.append(("Growth across steps", growth_text(device.growth), GROWTH_HOW))
     return rows
+
+
+GROWTH_HOW = "measured (bytes live at each step's lowest point: what stays)"
+GROWTH_TITLE = "Growing across steps, largest first"
+GROWTH_HEADERS = ("a step", "at the last step", "call stack, innermost first")
+
+
+def growth_text(growth: Growth) -> str:
+    """Whether the bytes that stay from step to step grow once warm-up is over."""
+    first = growth.steps[growth.warmup_steps]
+    last = growth.steps[-1]
+    warmup = (
+        f" after {growth.warmup_steps} warm-up step{'s' if growth.warmup_steps > 1 else ''}"
+        if growth.warmup_steps
+        else ""
+    )
+    if growth.growing:
+        return (
+            f"+{format_bytes(round(growth.per_step_bytes))} a step from step {first} to "
+            f"step {last}" + (f" ({warmup.strip()})" if warmup else "")
+        )
+    settled = growth.end_bytes[growth.warmup_steps :]
+    spread = max(settled) - min(settled)
+    level = f"{format_bytes(min(settled))}" + (
+        f" to {format_bytes(max(settled))}" if spread else ""
+    )
+    return f"none{warmup}: {level} stays through steps {first} to {last}"
+
+
+def growth_rows(growth: Growth | None) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The stacks holding the bytes that grow: a step's growth, what they held at
+    the last step, the innermost frames."""
+    if growth is None or not growth.growing:
+        return []
+    return [
+        (f"+{format_bytes(round(g.per_step_bytes))}", format_bytes(g.end_bytes), _frames(g.frames))
+        for g in growth.stacks[:TOP_STACKS]
+    ]
 
 
 def _temp_note(fidelity: str, temp: int | None) -> str:
@@ -406,13 +447,18 @@ def stack_rows(stacks: tuple[StackBytes, ...]) -> list[tuple[str, str, tuple[str
     recorded no stacks."""
     if not any(stack.frames for stack in stacks):
         return []
-    rows = []
-    for stack in stacks[:TOP_STACKS]:
-        frames = [f"{f.location} in {f.function}" for f in reversed(stack.frames)]
-        if len(frames) > STACK_FRAMES:
-            frames = [*frames[:STACK_FRAMES], f"… {len(frames) - STACK_FRAMES} more"]
-        rows.append((format_bytes(stack.bytes), f"{stack.buffers:,}", tuple(frames or [NO_STACK])))
-    return rows
+    return [
+        (format_bytes(stack.bytes), f"{stack.buffers:,}", _frames(stack.frames))
+        for stack in stacks[:TOP_STACKS]
+    ]
+
+
+def _frames(stack: tuple) -> tuple[str, ...]:
+    """A stack's innermost frames as lines, the rest counted."""
+    frames = [f"{f.location} in {f.function}" for f in reversed(stack)]
+    if len(frames) > STACK_FRAMES:
+        frames = [*frames[:STACK_FRAMES], f"… {len(frames) - STACK_FRAMES} more"]
+    return tuple(frames or [NO_STACK])
 
 
 def sparkline(values: tuple[float | int | None, ...], top: float | None = None) -> str:

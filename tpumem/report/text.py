@@ -24,6 +24,8 @@ from tpumem.report.program_rows import (
 )
 from tpumem.report.rows import (
     BRIEF_HEADERS,
+    GROWTH_HEADERS,
+    GROWTH_TITLE,
     STACK_HEADERS,
     STACKS_TITLE,
     device_rows,
@@ -31,6 +33,7 @@ from tpumem.report.rows import (
     failure_tables,
     fit_table,
     group_rows,
+    growth_rows,
     run_rows,
     sparkline,
     stack_rows,
@@ -62,14 +65,8 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     console.print(figures)
     if device.peak.groups:
         _groups(console, "Live at peak, largest first", device.peak.groups)
-    stacks = stack_rows(device.peak.stacks)
-    if stacks:
-        table = Table(title=Text(STACKS_TITLE), title_justify="left")
-        for header in STACK_HEADERS:
-            table.add_column(header, justify="left" if header == STACK_HEADERS[-1] else "right")
-        for size, buffers, frames in stacks:
-            table.add_row(size, buffers, Text("\n".join(visible(f) for f in frames)))
-        console.print(table)
+    _stack_table(console, STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks))
+    _stack_table(console, GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth))
     line = device.timeline
     if line.in_use_max:
         top = format_bytes(max(line.in_use_max))
@@ -80,6 +77,18 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
             f"                {format_seconds(line.start_ns)} … {format_seconds(line.end_ns)}",
             style="dim",
         )
+
+
+def _stack_table(console: Console, title: str, headers: tuple[str, ...], rows: list) -> None:
+    """Figures and a call stack per row, its frames one per line."""
+    if not rows:
+        return
+    table = Table(title=Text(title), title_justify="left")
+    for header in headers:
+        table.add_column(header, justify="left" if header == headers[-1] else "right")
+    for *figures, frames in rows:
+        table.add_row(*figures, Text("\n".join(visible(f) for f in frames)))
+    console.print(table)
 
 
 def _groups(console: Console, title: str, groups: tuple[LiveGroup, ...]) -> None:

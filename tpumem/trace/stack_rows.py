@@ -1,10 +1,12 @@
 """The call stacks a trace holds: each `stack` row interns one (its id in the
 `stack` column, its frames in `text` as JSON, outermost first, each
-[file, line, function]); a buffer's row names its stack by that id."""
+[file, line, function] or [file, line, function, code], code being the line's
+text where the capture could read it); a buffer's row names its stack by that id."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +20,7 @@ class Frame:
     file: str
     line: int
     function: str
+    code: str = ""  # the line's text, stripped; "" where not read
 
     @property
     def location(self) -> str:
@@ -27,8 +30,10 @@ class Frame:
 Stack = tuple[Frame, ...]  # outermost first
 
 
-def stack_text(frames: list[tuple[str, int, str]]) -> str:
-    """A stack row's text."""
+def stack_text(frames: Sequence[tuple[str, int, str]], code: Sequence[str] = ()) -> str:
+    """A stack row's text; `code`: each frame's line of code, where read."""
+    if any(code):
+        return json.dumps([[*frame, text] for frame, text in zip(frames, code, strict=True)])
     return json.dumps([list(frame) for frame in frames])
 
 
@@ -44,17 +49,18 @@ def read_stack(text: object) -> Stack | None:
         return None
     frames = []
     for item in value:
-        if not (isinstance(item, list) and len(item) == 3):
+        if not (isinstance(item, list) and len(item) in (3, 4)):
             return None
-        file, line, function = item
+        file, line, function, *code = item
         if not (
             isinstance(file, str)
             and isinstance(function, str)
             and isinstance(line, int)
             and not isinstance(line, bool)
+            and all(isinstance(text, str) for text in code)
         ):
             return None
-        frames.append(Frame(file, line, function))
+        frames.append(Frame(file, line, function, *code))
     return tuple(frames)
 
 

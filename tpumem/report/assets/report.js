@@ -285,7 +285,7 @@
         let child = node.children.get(key);
         if (!child) {
           const where = f.line === null ? f.file : f.file + ":" + f.line;
-          child = { name: f.function ? f.function + "  " + where : where, bytes: 0, buffers: 0,
+          child = { name: f.function ? f.function + "  " + where : where, code: f.code || "", bytes: 0, buffers: 0,
             children: new Map(), parent: node, depth: node.depth + 1 };
           node.children.set(key, child);
         }
@@ -349,7 +349,7 @@
           fill: hit ? "#e3b341" : COLORS[depth % COLORS.length] }));
         const label = node === root ? `all live at the peak · ${bytes(node.bytes)}` : node.name;
         const title = svg("title");
-        title.textContent = `${label}\n${bytes(node.bytes)} (${(100 * node.bytes / root.bytes).toFixed(1)}% of the peak's live bytes) · ${count(node.buffers)} buffers`;
+        title.textContent = `${label}${node.code ? "\n    " + node.code : ""}\n${bytes(node.bytes)} (${(100 * node.bytes / root.bytes).toFixed(1)}% of the peak's live bytes) · ${count(node.buffers)} buffers`;
         g.appendChild(title);
         const chars = Math.floor((w - 6) / 6.5);
         if (chars >= 3) {
