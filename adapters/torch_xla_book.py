@@ -229,6 +229,7 @@ class TensorBook:
                 output = new[0][0]
             if temp_bytes > 0 and output is not None:
                 device = self._device(output)
+                self._end_before(device, start_ns)
                 run.temp = self._alloc(device, temp_bytes, start_ns, graph, TEMP, None, None, where)
             self.counts.executions += 1
             self._running[id(run)] = run
@@ -448,6 +449,17 @@ class TensorBook:
                 self._orphans.append((entry.buffer, time_ns))
             if self._by_object.get(entry.key) == ref_id:
                 del self._by_object[entry.key]
+
+    def _end_before(self, device: str, start_ns: int) -> None:
+        """A device runs one graph at a time, each after the one before it (it reads
+        that one's outputs): runs on `device` whose end GraphEnds has not told yet
+        had ended by the time this one starts. (Its word can come late: it waits
+        for all the device's work, and for the GIL.) Without this, two graphs'
+        temporaries would overlap in the book that never did on the device."""
+        for run in list(self._running.values()):
+            if run.temp is not None and run.temp.device == device:
+                self._ended.append((run, start_ns))
+        self._drain_ended()
 
     def _drain_ended(self) -> None:
         ended = self._ended

@@ -23,7 +23,7 @@ def run_tpumem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
         cwd=cwd,
         timeout=300,
     )
-    if result.returncode == 0 and args[:1] in (("report",), ("compare",)):
+    if result.returncode == 0 and args[:1] in (("report",), ("compare",), ("diff",)):
         written = _json_written(list(args), cwd, result.stdout)
         if written is not None:
             assert_valid_json(args[0], written)
@@ -50,7 +50,7 @@ def _json_written(args: list[str], cwd: Path | None, stdout: str) -> str | None:
 def assert_valid_json(command: str, text: str) -> None:
     import jsonschema
 
-    name = "report" if command == "report" else "compare"
+    name = command if command in ("report", "diff") else "compare"
     schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
     jsonschema.validate(json.loads(text), schema, cls=jsonschema.Draft202012Validator)
 

@@ -91,3 +91,17 @@ def test_the_compare_page_with_a_hostile_run(tmp_path):
     for injected in INJECTED:
         assert injected not in dom
     assert "mlp" in dom and "known" in dom
+
+
+def test_the_diff_page_of_hostile_runs(tmp_path):
+    """Both runs' timelines, the change tables and the flame graph of the
+    difference, with every frame a hostile trace names shown as text."""
+    before = cases()["html in names"](tmp_path / "before.tpumem")
+    after = cases()["stack names html"](tmp_path / "after.tpumem")
+    page = tmp_path / "diff.html"
+    problems, dom = _page(["diff", str(before), str(after), "-o", str(page)])
+    assert problems == []
+    assert "flame graph of the bytes live at the peak" in dom
+    assert "Bytes in use over time, both runs" in dom
+    for injected in INJECTED:
+        assert injected not in dom

@@ -280,3 +280,63 @@ def test_a_leak_grows_by_its_size_a_step_at_its_line_and_a_flat_loop_does_not(tm
     assert failed.returncode == 1 and f"leak.py:{line} in <module>" in failed.stderr
     passed = run_tpumem("check", "flat.tpumem", "--max-growth", "512KiB", cwd=tmp_path)
     assert passed.returncode == 0, passed.stderr
+
+
+VERSION = """{comment}{imports}
+
+def make(mib):
+    return {make}
+
+
+weights = make(4)
+cache = [make(2)]
+{more}{sync}
+"""
+
+
+def _version(framework: str, second: bool) -> str:
+    imports, make, sync = FRAMEWORKS[framework]
+    return VERSION.format(
+        comment="# version 2: one more line above everything, and 8 MiB more kept\n"
+        if second
+        else "",
+        imports=imports,
+        make=make,
+        more=f"mib = 8\ncache.append({make})\n" if second else "",
+        sync=sync,
+    )
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_diff_finds_the_line_that_keeps_more_and_nothing_else(tmp_path, framework):
+    for name, second in (("one", False), ("again", False), ("two", True)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.py").write_text(_version(framework, second))
+        result = profile(tmp_path / name, "-q", "-o", "run.tpumem", "train.py")
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    def diff(a: str, b: str) -> dict:
+        result = run_tpumem(
+            "diff", f"{a}/run.tpumem", f"{b}/run.tpumem", "-f", "json", cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["devices"][0]
+
+    same = diff("one", "again")  # one program twice: nothing beyond the noise
+    assert [same[k] for k in ("by_line", "by_stack", "by_op", "by_region")] == [[]] * 4
+    assert abs(same["peak_bytes"]["after"] - same["peak_bytes"]["before"]) <= 64 * 1024
+
+    changed = diff("one", "two")
+    (line,) = changed["by_line"]  # every other line matched by its code, though moved
+    new_line = _line(_version(framework, True), f"cache.append({FRAMEWORKS[framework][1]})")
+    assert (line["frames"][0]["line"], line["before"]) == (new_line, 0)
+    # 8 MiB asked for; TensorFlow's BFC may hand out a larger free chunk.
+    assert 8 * MIB <= line["change"] < 16 * MIB
+    (stack,) = changed["by_stack"]
+    assert stack["change"] == line["change"]
+    grew = changed["peak_bytes"]["after"] - changed["peak_bytes"]["before"]
+    assert abs(grew - line["change"]) <= 64 * 1024
+    # The page: both runs' timelines and the flame graph of the difference.
+    page = run_tpumem("diff", "one/run.tpumem", "two/run.tpumem", "-o", "d.html", cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    assert '"kind":"diff"' in (tmp_path / "d.html").read_text()

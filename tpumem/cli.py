@@ -186,6 +186,43 @@ def compare(
     run_compare(runs, html, fmt, output_dir, width, force, capacity, tpu)
 
 
+@app.command(short_help="What changed between two runs of one program.")
+def diff(
+    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="A trace file (.tpumem).")],
+    after: Annotated[Path, typer.Argument(metavar="AFTER", help="A trace file of a later run.")],
+    fmt: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help="text, json, md or html (default: from -o's extension, else text).",
+        ),
+    ] = None,
+    output: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--output", "-o", metavar="FILE", help="Write the diff here."),
+    ] = None,
+    noise: Annotated[
+        str,
+        typer.Option(
+            metavar="SIZE",
+            help="Changes of live bytes at the peak up to this are noise, not listed.",
+        ),
+    ] = "64KiB",
+    width: Width = 100,
+    force: Force = False,
+) -> None:
+    """Two runs of one program (two versions, two settings): the change of each
+    device's peak, pool and fragmentation, and of the bytes live at the peak by
+    line, call stack, op and region. Lines are matched by their code, so lines
+    that moved are still the same line.
+    """
+    from tpumem.commands.diff import run_diff
+
+    run_diff(before, after, fmt, output, width, force, noise)
+
+
 @app.command(short_help="Check a run against limits, for CI.")
 def check(
     trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],

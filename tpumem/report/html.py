@@ -17,6 +17,7 @@ from typing import Any
 
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
+from tpumem.analysis.difference import RunDiff
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
@@ -119,3 +120,19 @@ def render_compare_html(comparison: Comparison) -> str:
         "runs": [run_data(run) for run in comparison.runs],
     }
     return _page(f"tpumem compare · {' / '.join(comparison.names)}", data)
+
+
+def render_diff_html(diff: RunDiff) -> str:
+    from tpumem.report.diff_report import device_title, diff_dict, figure_rows
+
+    body = diff_dict(diff)
+    for device, analysed in zip(body["devices"], diff.devices, strict=True):
+        device["title"] = device_title(analysed)
+        device["figures"] = [list(row) for row in figure_rows(analysed)]
+    data = {
+        "kind": "diff",
+        "schema": SCHEMA,
+        "diff": body,
+        "runs": [run_data(diff.before), run_data(diff.after)],
+    }
+    return _page(f"tpumem diff · {diff.before.path} → {diff.after.path}", data)

@@ -273,44 +273,74 @@
   // frame as wide as the bytes made below it. A click zooms into a frame (its
   // callers stay on top, full width; a click on one of them zooms out); the
   // search box marks the frames whose file, line or function holds the text.
-  function stackTree(stacks) {
-    const root = { name: "all", bytes: 0, buffers: 0, children: new Map(), parent: null, depth: 0 };
-    for (const stack of stacks) {
-      const frames = stack.frames.length ? stack.frames : [{ file: "(no call stack recorded)", line: null, function: "" }];
-      let node = root;
-      root.bytes += stack.bytes;
-      root.buffers += stack.buffers;
-      for (const f of frames) {
-        const key = f.file + "\u0000" + f.line + "\u0000" + f.function;
-        let child = node.children.get(key);
-        if (!child) {
+  // With two runs (tpumem diff) a frame is as wide as the larger of its two
+  // sizes and colored by its change: red grew, blue shrank. Frames of the two
+  // runs are one frame when their file, function and line of code agree (the
+  // line's number may have moved).
+  function stackTree(runs) {
+    const root = { name: "all", code: "", sizes: runs.map(() => 0), buffers: 0, children: new Map(), parent: null };
+    runs.forEach((stacks, slot) => {
+      for (const stack of stacks) {
+        const frames = stack.frames.length ? stack.frames : [{ file: "(no call stack recorded)", line: null, function: "", code: "" }];
+        let node = root;
+        root.sizes[slot] += stack.bytes;
+        root.buffers += stack.buffers;
+        for (const f of frames) {
+          const key = [f.file, f.function, f.code || f.line].join("\u0000");
+          let child = node.children.get(key);
+          if (!child) {
+            child = { name: "", code: f.code || "", sizes: runs.map(() => 0), buffers: 0, children: new Map(), parent: node };
+            node.children.set(key, child);
+          }
           const where = f.line === null ? f.file : f.file + ":" + f.line;
-          child = { name: f.function ? f.function + "  " + where : where, code: f.code || "", bytes: 0, buffers: 0,
-            children: new Map(), parent: node, depth: node.depth + 1 };
-          node.children.set(key, child);
+          if (!child.name || slot === runs.length - 1) child.name = f.function ? f.function + "  " + where : where;
+          child.sizes[slot] += stack.bytes;
+          child.buffers += stack.buffers;
+          node = child;
         }
-        child.bytes += stack.bytes;
-        child.buffers += stack.buffers;
-        node = child;
       }
-    }
+    });
     return root;
   }
 
-  function flameGraph(device) {
-    const stacks = device.peak.stacks || [];
-    if (!stacks.some((s) => s.frames.length)) return null;
-    const root = stackTree(stacks);
+  function flameGraph(runs, title) {
+    if (!runs.some((stacks) => stacks.some((s) => s.frames.length))) return null;
+    const root = stackTree(runs);
+    const two = runs.length === 2;
+    // A frame's width: the larger of its sizes, and never less than its
+    // children's together (with two runs, a child's larger size may be the other run's).
+    (function widen(node) {
+      let inner = 0;
+      for (const child of node.children.values()) inner += widen(child);
+      node.width = Math.max(...node.sizes, inner);
+      return node.width;
+    })(root);
+    const size = (n) => n.width;
     const width = 1100, row = 18, part = el("div", { class: "flame" });
     const search = el("input", { type: "search", placeholder: "search frames", "aria-label": "search frames" });
     const status = el("span", { class: "note" });
-    part.appendChild(el("h3", {}, "Call stacks at the peak (click a frame to zoom, the top bar to zoom out)"));
+    part.appendChild(el("h3", {}, title + " (click a frame to zoom, the top bar to zoom out)"));
     part.appendChild(el("div", { class: "flame-bar" }, search, " ", status));
     const box = el("div", { class: "chart" });
     part.appendChild(box);
     let focus = root, graph = null;
-    function matches(node, text) {
-      return text !== "" && node !== root && node.name.toLowerCase().includes(text);
+    function fill(node, depth, hit) {
+      if (hit) return "#e3b341";
+      if (!two) return COLORS[depth % COLORS.length];
+      const [before, after] = node.sizes;
+      if (after === before) return "#8c959f";
+      const strength = Math.min(1, Math.abs(after - before) / Math.max(before, after, 1));
+      const light = Math.round(70 - 30 * strength);
+      return after > before ? `hsl(355, 75%, ${light}%)` : `hsl(212, 75%, ${light}%)`;
+    }
+    function describe(node, label) {
+      const total = size(root) || 1;
+      if (!two) {
+        return `${label}\n${bytes(node.sizes[0])} (${(100 * node.sizes[0] / total).toFixed(1)}% of the peak's live bytes) · ${count(node.buffers)} buffers`;
+      }
+      const [before, after] = node.sizes;
+      const change = after - before;
+      return `${label}\nbefore ${bytes(before)} → after ${bytes(after)} (${change > 0 ? "+" : change < 0 ? "-" : "±"}${bytes(Math.abs(change))})`;
     }
     function draw() {
       if (graph) graph.remove();
@@ -320,13 +350,14 @@
       const base = rows.length - 1;
       let deepest = base;
       const drawn = [];
+      const span = size(focus) || 1;
       (function place(node, x, depth) {
         drawn.push([node, x, depth]);
         deepest = Math.max(deepest, depth);
         let offset = x;
-        const children = [...node.children.values()].sort((a, b) => b.bytes - a.bytes);
+        const children = [...node.children.values()].sort((a, b) => size(b) - size(a));
         for (const child of children) {
-          const w = (child.bytes / focus.bytes) * width;
+          const w = (size(child) / span) * width;
           if (w >= 0.5) place(child, offset, depth + 1);
           offset += w;
         }
@@ -336,21 +367,20 @@
       const counted = new Set();
       const above = rows.slice(0, base).map((n, depth) => [n, 0, depth]);
       for (const [node, x, depth] of [...above, ...drawn]) {
-        const w = node === focus || depth < base ? width : (node.bytes / focus.bytes) * width;
-        const hit = matches(node, text);
+        const w = node === focus || depth < base ? width : (size(node) / span) * width;
+        const hit = text !== "" && node !== root && (node.name + " " + node.code).toLowerCase().includes(text);
         if (hit && depth >= base) {
           let inside = false;
           for (let n = node.parent; n; n = n.parent) if (counted.has(n)) inside = true;
-          if (!inside) matched += node.bytes;
+          if (!inside) matched += node.sizes[node.sizes.length - 1];
           counted.add(node);
         }
         const g = svg("g", { class: "frame" + (hit ? " hit" : "") + (depth < base ? " caller" : "") });
-        g.appendChild(svg("rect", { x: x, y: depth * row, width: Math.max(w - 0.5, 0.5), height: row - 1,
-          fill: hit ? "#e3b341" : COLORS[depth % COLORS.length] }));
-        const label = node === root ? `all live at the peak · ${bytes(node.bytes)}` : node.name;
-        const title = svg("title");
-        title.textContent = `${label}${node.code ? "\n    " + node.code : ""}\n${bytes(node.bytes)} (${(100 * node.bytes / root.bytes).toFixed(1)}% of the peak's live bytes) · ${count(node.buffers)} buffers`;
-        g.appendChild(title);
+        g.appendChild(svg("rect", { x: x, y: depth * row, width: Math.max(w - 0.5, 0.5), height: row - 1, fill: fill(node, depth, hit) }));
+        const label = node === root ? (two ? "all live at the peaks" : `all live at the peak · ${bytes(node.sizes[0])}`) : node.name;
+        const tip = svg("title");
+        tip.textContent = describe(node, label + (node.code ? "\n    " + node.code : ""));
+        g.appendChild(tip);
         const chars = Math.floor((w - 6) / 6.5);
         if (chars >= 3) {
           const t = svg("text", { x: x + 3, y: depth * row + 13 });
@@ -360,7 +390,7 @@
         g.addEventListener("click", () => { focus = node === focus ? (node.parent || root) : node; draw(); });
         graph.appendChild(g);
       }
-      status.textContent = text ? `matched: ${bytes(matched)} (${(100 * matched / root.bytes).toFixed(1)}% of the peak's live bytes)` : "";
+      status.textContent = text ? `matched: ${bytes(matched)} (${(100 * matched / (size(root) || 1)).toFixed(1)}% of the ${two ? "second run's " : ""}live bytes at the peak)` : "";
       box.appendChild(graph);
     }
     search.addEventListener("input", draw);
@@ -507,7 +537,7 @@
       part.appendChild(deviceFigures(device));
       part.appendChild(deviceCharts(device));
       part.appendChild(peakTable(device));
-      const flame = flameGraph(device);
+      const flame = flameGraph([device.peak.stacks || []], "Call stacks at the peak");
       if (flame) part.appendChild(flame);
     }
     part.appendChild(programsSection(run));
@@ -594,7 +624,55 @@
     });
   }
 
+  // ---- two runs of one program (tpumem diff) -------------------------------
+  function renderDiff() {
+    const diff = data.diff;
+    app.appendChild(el("h1", {}, `tpumem diff · ${diff.before || "?"} → ${diff.after || "?"}`));
+    app.appendChild(el("p", { class: "note" }, `Changes of live bytes at the peak within ${bytes(diff.noise_bytes)} are left out as noise.`));
+    for (const device of diff.devices) {
+      app.appendChild(el("h2", {}, device.title));
+      const table = el("table", {}, el("tr", {}, ...["", "before", "after", "change"].map((h) => el("th", {}, h))));
+      for (const row of device.figures) {
+        table.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
+      }
+      app.appendChild(table);
+      const [before, after] = data.runs.map((run) => run.devices.find((d) => d.device === device.device));
+      const series = [];
+      [before, after].forEach((d, i) => {
+        const s = d && d.series;
+        if (!s || !s.time_ns.length) return;
+        const total = s.time_ns.map((_, k) => s.regions.reduce((sum, [, values]) => sum + (values[k] || 0), 0));
+        series.push({ name: i ? "after" : "before", xs: s.time_ns.map((t) => t / 1e9), ys: total, color: i ? "#cf222e" : "#0969da" });
+      });
+      if (series.length) {
+        app.appendChild(el("h3", {}, "Bytes in use over time, both runs from their start"));
+        app.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true }));
+      }
+      if (device.steps.length) {
+        const xs = device.steps.map((s) => s.step);
+        app.appendChild(el("h3", {}, "Peak of each step, aligned by step number"));
+        app.appendChild(chart({ series: [
+          { name: "before", xs, ys: device.steps.map((s) => s.before), color: "#0969da" },
+          { name: "after", xs, ys: device.steps.map((s) => s.after), color: "#cf222e" },
+        ], xFormat: (x) => "step " + Math.round(x), yFormat: bytes, yBytes: true }));
+      }
+      for (const [field, title] of [["by_line", "line"], ["by_stack", "call stack, innermost first"], ["by_op", "op"], ["by_region", "region"]]) {
+        const changes = device[field];
+        if (!changes.length) continue;
+        app.appendChild(el("h3", {}, `Live at the peak, change by ${title.split(",")[0]}`));
+        const columns = [{ title: "change", numeric: true }, { title: "before", numeric: true }, { title: "after", numeric: true }, { title }];
+        const rows = changes.map((c) => [
+          { text: (c.change > 0 ? "+" : "-") + bytes(Math.abs(c.change)), sort: c.change },
+          { text: bytes(c.before), sort: c.before }, { text: bytes(c.after), sort: c.after }, { text: c.name, sort: c.name }]);
+        app.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
+      }
+      const flame = flameGraph([before ? before.peak.stacks : [], after ? after.peak.stacks : []],
+        "The difference by call stack: red grew, blue shrank, width the larger of the two");
+      if (flame) app.appendChild(flame);
+    }
+  }
+
   app.textContent = "";
-  if (data.kind === "compare") renderCompare(); else renderReport();
+  if (data.kind === "compare") renderCompare(); else if (data.kind === "diff") renderDiff(); else renderReport();
   document.body.setAttribute("data-rendered", "ok");
 })();

@@ -1,0 +1,195 @@
+"""Two runs of one program (two versions, two settings), side by side: the change
+of each device's peak, pool and fragmentation, and of the bytes live at the peak
+by call stack, by line, by op and by region; with step marks in both, the peak
+of each step, aligned by step number.
+
+Lines are matched by their code, not their number, where the trace kept the code
+(call stacks keep each frame's line of code): a line that moved because lines
+were added above it is the same line. Frames without code are matched by number.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tpumem.analysis.device_events import step_marks
+from tpumem.analysis.per_step import per_step_max
+from tpumem.analysis.summary import DeviceAnalysis, DeviceEventFigures, RunAnalysis
+from tpumem.trace.model import Trace
+from tpumem.trace.stack_rows import Frame
+
+# Changes of live bytes at the peak within this are noise, not listed as changes:
+# runs of one program differ by what the allocator rounds and by which small
+# buffer is live at the very moment of the peak (docs/figures.md, "tpumem diff").
+NOISE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Bytes of one thing (a stack, a line, an op, a region) before and after."""
+
+    name: str  # as reports show it
+    before: int
+    after: int
+    frames: tuple[Frame, ...] = ()  # for stacks and lines: the frames, outermost first
+
+    @property
+    def delta(self) -> int:
+        return self.after - self.before
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDiff:
+    device: str
+    before: DeviceAnalysis | None  # None: the device is in one run only
+    after: DeviceAnalysis | None
+    by_stack: tuple[Change, ...]  # largest change first, noise left out
+    by_line: tuple[Change, ...]
+    by_op: tuple[Change, ...]
+    by_region: tuple[Change, ...]
+    steps: tuple[tuple[int, int | None, int | None], ...]  # (step, peak before, after)
+    hidden: int  # changes within the noise, left out of the lists
+
+    @property
+    def peak_delta(self) -> int:
+        return _peak(self.after) - _peak(self.before)
+
+
+@dataclass(frozen=True, slots=True)
+class RunDiff:
+    before: RunAnalysis
+    after: RunAnalysis
+    devices: tuple[DeviceDiff, ...]
+    noise_bytes: int
+
+
+def _peak(device: DeviceAnalysis | None) -> int:
+    return device.peak.bytes if device is not None else 0
+
+
+def diff_runs(
+    before: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
+    after: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
+    noise_bytes: int = NOISE_BYTES,
+) -> RunDiff:
+    """Each (trace, its analysis, its figures with events), as analyze_with_events
+    gives them."""
+    old = {d.device: d for d in before[1].devices}
+    new = {d.device: d for d in after[1].devices}
+    names = [*new, *(name for name in old if name not in new)]
+    devices = []
+    for name in names:
+        pair = (old.get(name), new.get(name))
+        lists = (
+            _changes(pair, _stack_bytes, noise_bytes),
+            _changes(pair, _line_bytes, noise_bytes),
+            _changes(pair, _op_bytes, noise_bytes),
+            _changes(pair, _region_bytes, noise_bytes),
+        )
+        steps = _aligned_steps(name, before, after)
+        hidden = sum(count for _, count in lists)
+        devices.append(DeviceDiff(name, *pair, *(c for c, _ in lists), steps, hidden))
+    devices.sort(key=lambda d: -abs(d.peak_delta))
+    return RunDiff(before[1], after[1], tuple(devices), noise_bytes)
+
+
+# Each breakdown: the device's live bytes at the peak as {key: (name, bytes, frames)}.
+Breakdown = dict[object, tuple[str, int, tuple[Frame, ...]]]
+
+
+def _changes(
+    pair: tuple[DeviceAnalysis | None, DeviceAnalysis | None],
+    breakdown: Callable[[DeviceAnalysis], Breakdown],
+    noise_bytes: int,
+) -> tuple[tuple[Change, ...], int]:
+    """The changes beyond the noise, largest first, and how many were within it."""
+    old = breakdown(pair[0]) if pair[0] is not None else {}
+    new = breakdown(pair[1]) if pair[1] is not None else {}
+    changes, hidden = [], 0
+    for key in [*new, *(k for k in old if k not in new)]:
+        name, after, frames = new.get(key, (None, 0, ()))
+        old_name, before, old_frames = old.get(key, (None, 0, ()))
+        change = Change(name or old_name or "", before, after, frames or old_frames)
+        if abs(change.delta) > noise_bytes:
+            changes.append(change)
+        elif change.delta:
+            hidden += 1
+    changes.sort(key=lambda c: (-abs(c.delta), c.name))
+    return tuple(changes), hidden
+
+
+def _frame_key(frame: Frame) -> tuple:
+    """A frame as the same line in two versions: its file's name (two checkouts
+    of a script lie in two directories), its function and its code where kept."""
+    return (os.path.basename(frame.file), frame.function, frame.code or frame.line)
+
+
+def frame_text(frame: Frame) -> str:
+    return f"{frame.location} in {frame.function}"
+
+
+def _add(found: Breakdown, key: object, name: str, size: int, frames: tuple) -> None:
+    _, bytes_before, kept = found.get(key, (name, 0, frames))
+    found[key] = (name, bytes_before + size, kept)
+
+
+def _stack_bytes(device: DeviceAnalysis) -> Breakdown:
+    found: Breakdown = {}
+    for stack in device.peak.stacks:
+        key = tuple(_frame_key(f) for f in stack.frames)
+        name = " ← ".join(frame_text(f) for f in reversed(stack.frames)) or "(no call stack)"
+        _add(found, key, name, stack.bytes, stack.frames)
+    return found
+
+
+def _line_bytes(device: DeviceAnalysis) -> Breakdown:
+    """By the innermost frame of each stack; without stacks, by source line."""
+    found: Breakdown = {}
+    if any(stack.frames for stack in device.peak.stacks):
+        for stack in device.peak.stacks:
+            if stack.frames:
+                frame = stack.frames[-1]
+                _add(found, _frame_key(frame), frame_text(frame), stack.bytes, (frame,))
+            else:
+                _add(found, None, "(no call stack)", stack.bytes, ())
+        return found
+    for group in device.peak.groups:
+        _add(found, group.source, group.source or "(no source line)", group.bytes, ())
+    return found
+
+
+def _op_bytes(device: DeviceAnalysis) -> Breakdown:
+    found: Breakdown = {}
+    for group in device.peak.groups:
+        _add(found, group.op, group.op or "(no op)", group.bytes, ())
+    return found
+
+
+def _region_bytes(device: DeviceAnalysis) -> Breakdown:
+    return {region: (region, size, ()) for region, size in device.peak.by_region}
+
+
+def _aligned_steps(
+    device: str,
+    before: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
+    after: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
+) -> tuple[tuple[int, int | None, int | None], ...]:
+    """Each step's peak in both runs, by step number; none unless both have steps."""
+    peaks = [dict(_step_peaks(device, *run)) for run in (before, after)]
+    if not peaks[0] or not peaks[1]:
+        return ()
+    numbers = sorted(set(peaks[0]) | set(peaks[1]))
+    return tuple((n, peaks[0].get(n), peaks[1].get(n)) for n in numbers)
+
+
+def _step_peaks(
+    device: str, trace: Trace, _: RunAnalysis, figures: Iterable[DeviceEventFigures]
+) -> list[tuple[int, int]]:
+    times, numbers = step_marks(trace)
+    for figure in figures:
+        if figure.events.device == device:
+            found = per_step_max(figure.events.time_ns, figure.events.in_use, times, numbers)
+            return [(step, int(value)) for step, value in found]
+    return []

@@ -1,0 +1,53 @@
+"""`tpumem diff`: what changed between two runs of one program."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tpumem.commands.common import emit, parse_size, progress
+from tpumem.errors import TpumemError
+
+RENDERERS = {
+    "text": "render_diff_text",
+    "json": "render_diff_json",
+    "md": "render_diff_markdown",
+}
+
+
+def run_diff(
+    before: Path,
+    after: Path,
+    fmt: str | None,
+    output: Path | None,
+    width: int,
+    force: bool,
+    noise: str = "64KiB",
+) -> None:
+    from tpumem.analysis.difference import diff_runs
+    from tpumem.analysis.summary import analyze_with_events
+    from tpumem.report import HTML_SERIES_POINTS, reporter_for
+    from tpumem.trace.reader import load
+
+    name = reporter_for(output, fmt).name
+    noise_bytes = parse_size("--noise", noise)
+    if name not in (*RENDERERS, "html"):
+        raise TpumemError(f"unknown diff format {name!r} (choose from text, json, md, html)")
+    points = HTML_SERIES_POINTS if name == "html" else 0
+    runs = []
+    for path in (before, after):
+        trace = load(path)
+        with progress(f"analysing {path}"):
+            analysis, figures = analyze_with_events(trace, series_points=points)
+        runs.append((trace, analysis, figures))
+    diff = diff_runs(runs[0], runs[1], noise_bytes)
+    if name == "html":
+        from tpumem.report.html import render_diff_html
+
+        text = render_diff_html(diff)
+    else:
+        from tpumem.report import diff_report
+
+        color = output is None and sys.stdout.isatty()
+        text = getattr(diff_report, RENDERERS[name])(diff, width=width, color=color)
+    emit(text, output, [before, after], force)
