@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from tpumem.analysis.bfc_model import replay
 from tpumem.trace.schema import ALLOCATOR, BUFFER
+from tpumem.trace.stack_rows import stack_text
 from tpumem.trace.writer import TraceWriter
 
 PARAMETERS = 20
@@ -46,8 +47,17 @@ def _replay(is_alloc, ids, requested) -> dict[str, np.ndarray]:
     }
 
 
-def write_synthetic(path: Path, events: int, fidelity: str, marks: bool = True) -> None:
-    rng = np.random.default_rng(0)
+def write_synthetic(
+    path: Path,
+    events: int,
+    fidelity: str,
+    marks: bool = True,
+    stacks: bool = False,
+    seed: int = 0,
+) -> None:
+    """`stacks`: each buffer made by one of ten call stacks, one per op (row
+    `stack` rows first); `seed`: another seed draws other activation sizes."""
+    rng = np.random.default_rng(seed)
     step = _one_step(rng)
     params = rng.integers(1 << 20, 8 << 20, PARAMETERS)
     # The head: parameters, then a first step during which the pool grows; two
@@ -77,6 +87,10 @@ def write_synthetic(path: Path, events: int, fidelity: str, marks: bool = True) 
         "devices": [{"name": "GPU:0", "capacity_bytes": LIMIT}],
     }
     with TraceWriter(path, metadata, flush_interval_s=0) as writer:
+        if stacks:
+            for index, op in enumerate(OPS):
+                frames = [("train.py", 90, "<module>"), ("model.py", 10 + index, op.split("/")[0])]
+                writer.record("stack", time_ns=0, stack=index, text=stack_text(frames))
         writer.write_columns(
             _columns(head, head_alloc, head_ids, head_sizes, np.arange(len(head_ids)), fidelity),
             len(head_ids),
@@ -98,6 +112,9 @@ def write_synthetic(path: Path, events: int, fidelity: str, marks: bool = True) 
                 time_index,
                 fidelity,
             )
+            if stacks:  # the stack of the op that made each buffer
+                made = step["is_alloc"][within]
+                columns["stack"] = np.ma.MaskedArray((ids % ACTIVATIONS) % len(OPS), mask=~made)
             writer.write_columns(columns, len(index))
             if not marks:
                 continue

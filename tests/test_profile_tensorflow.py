@@ -166,8 +166,15 @@ def test_ctrl_c_reaches_the_script(tmp_path):
         "import time\nimport tensorflow as tf\nx = tf.ones([256, 256])\n"
         "print('ready', flush=True)\ntime.sleep(60)\n"
     )
+    # As a terminal's shell starts a foreground job: SIGINT at its default. (A
+    # test process may have it ignored: a job started with `&` by a script does,
+    # and an ignored SIGINT is inherited, by tpumem and the script alike.)
+    as_a_job = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    )
     child = subprocess.Popen(
-        [sys.executable, "-m", "tpumem", "profile", "waits.py"],
+        [sys.executable, "-c", as_a_job, "-m", "tpumem", "profile", "waits.py"],
         cwd=tmp_path,
         env={**os.environ, **QUIET},
         stdout=subprocess.PIPE,
