@@ -31,6 +31,7 @@ class CaptureOptions:
     cpu_allocator_events: bool = True  # TensorFlow: a BFC allocator on the CPU
     programs: bool = True  # each compiled program's HLO and buffer assignment (XLA's dump)
     xla_dump_dir: str | None = None  # where XLA dumps them: made and removed by the caller
+    stacks: bool = True  # each buffer's Python call stack (else its source line alone)
     native_frames: bool = False  # call stacks keep the libraries' frames, not the user's alone
 
 

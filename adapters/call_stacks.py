@@ -40,8 +40,12 @@ class CallStacks:
     out from `frame`. Frames are named once per code object, stacks interned by
     their (code, line) pairs: a walk costs a dict lookup per frame."""
 
-    def __init__(self, writer: TraceWriter, native_frames: bool = False) -> None:
+    def __init__(
+        self, writer: TraceWriter, native_frames: bool = False, enabled: bool = True
+    ) -> None:
+        """`enabled=False`: the user's source line only, no stack (--no-stacks)."""
         self._writer = writer
+        self.enabled = enabled
         self._native = native_frames
         self._lines = SourceLines()
         self._codes: dict[types.CodeType, str | None] = {}  # None: not kept
@@ -53,6 +57,8 @@ class CallStacks:
         self._lock = threading.Lock()
 
     def __call__(self, frame: types.FrameType | None) -> Where:
+        if not self.enabled:
+            return (self._lines(frame), None)
         codes = self._codes
         key: list = []
         while frame is not None and len(key) < 2 * MAX_FRAMES:

@@ -120,7 +120,9 @@ class JaxAdapter(Adapter):
         # XLA reads XLA_FLAGS when JAX first makes a backend (below, unless the
         # script made one before tpumem started).
         self._dump = install_dump(self.options, self._warnings)
-        hooks = self._hooks = JaxHooks(writer, None, False, self.options.native_frames)
+        hooks = self._hooks = JaxHooks(
+            writer, None, False, self.options.native_frames, self.options.stacks
+        )
         already_imported = not hooks.install_before_import()
         import jax
         from jaxlib import _jax

@@ -161,11 +161,12 @@ class TensorFlowAdapter(Adapter):
         self._context = context
         writer.patch_metadata(framework_version=tf.__version__)
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
-        stacks = CallStacks(writer, self.options.native_frames)
+        stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
         self._transfers = HostTransfers(writer.start_time_ns, stacks)
         self._transfers.install(self._patches)
         self._stacks = TfStacks(stacks, writer.start_time_ns)
-        self._stacks.install(self._patches)
+        if stacks.enabled:
+            self._stacks.install(self._patches)
         self._chunks = ProfilerChunks(
             writer, _TfSessions(self._spool), self.options.chunk_s, self._label
         )
@@ -177,7 +178,8 @@ class TensorFlowAdapter(Adapter):
 
     def _label(self, columns: dict[str, Any]) -> dict[str, Any]:
         """What the profiler's events lack: host copies' labels, call stacks."""
-        return self._stacks.label(self._transfers.label(columns))
+        columns = self._transfers.label(columns)
+        return self._stacks.label(columns) if self._stacks.stacks.enabled else columns
 
     def _devices_ready(self) -> bool:
         """Whether the script has started TensorFlow's runtime, and then its devices

@@ -60,6 +60,7 @@ class TfStacks:
         self._pending: list[_Window] = []  # drained, kept for the next chunk
         self._functions: dict[str, _Function] = {}
         self._op_owner: dict[str, str] = {}  # an op's name -> a function that has it
+        self._joins: dict[tuple, Where] = {}  # (call's stack id, function, op) -> Where
         self._lock = threading.Lock()
 
     def install(self, patches: Patches) -> None:
@@ -184,27 +185,64 @@ class TfStacks:
     def _labelled(
         self, columns: dict[str, Any], rows: np.ndarray, calls: np.ndarray, windows: list[_Window]
     ) -> dict[str, Any]:
+        """Labels `rows`, made inside `calls` (indices into `windows`): one lookup per
+        distinct (call, op), not per row (a chunk holds tens of thousands of events,
+        labelled on a thread that shares the GIL with the training loop)."""
         count = len(np.asarray(columns["time_ns"]))
-        ops = columns["op"].to_pylist() if columns.get("op") is not None else [None] * count
-        sources = _values(columns, "source", count)
-        stack_ids = _values(columns, "stack", count)
+        op_codes, op_names = _codes(columns.get("op"), count)
+        width = len(op_names) + 1
+        pairs, inverse = np.unique(
+            calls.astype(np.int64) * width + op_codes[rows] + 1, return_inverse=True
+        )
+        stacks_of = np.empty(len(pairs), np.int64)
+        sources_of = np.empty(len(pairs), object)
         with self._lock:
-            for row, call in zip(rows.tolist(), calls.tolist(), strict=True):
+            for i, pair in enumerate(pairs.tolist()):
+                call, code = divmod(pair, width)
                 _, _, where, function = windows[call]
-                op = ops[row]
-                if function is not None and op is not None:
-                    inner = self._op_frames(function, op)
-                    if inner:
-                        where = self.stacks.intern(self.stacks.frames(where[1]) + inner)
-                if stack_ids[row] is None:  # (a host copy's, labelled before)
-                    stack_ids[row] = where[1]
-                if sources[row] is None:
-                    sources[row] = where[0]
+                if function is not None and code:
+                    where = self._joined(where, function, op_names[code - 1])
+                stacks_of[i] = -1 if where[1] is None else where[1]
+                sources_of[i] = where[0]
         self.labelled += len(rows)
+        stack_ids = _values(columns, "stack", count)
+        sources = _values(columns, "source", count)
+        # A host copy's labels (tf_transfers.py) came first and stay.
+        free = np.array([stack_ids[r] is None for r in rows.tolist()], bool)
+        for row, stack_id, source in zip(
+            rows[free].tolist(),
+            stacks_of[inverse][free].tolist(),
+            sources_of[inverse][free].tolist(),
+            strict=True,
+        ):
+            stack_ids[row] = None if stack_id < 0 else stack_id
+            if sources[row] is None:
+                sources[row] = source
         labelled = dict(columns)
         labelled["stack"] = pa.array(stack_ids, pa.int64())
         labelled["source"] = pa.array(sources, pa.string())
         return labelled
+
+    def _joined(self, where: Where, function: str, op: str) -> Where:
+        """The call's stack followed by the op's frames in the function's body."""
+        key = (where[1], function, op)
+        found = self._joins.get(key)
+        if found is None:
+            inner = self._op_frames(function, op)
+            found = self.stacks.intern(self.stacks.frames(where[1]) + inner) if inner else where
+            self._joins[key] = found
+        return found
+
+
+def _codes(column: Any, count: int) -> tuple[np.ndarray, list[Any]]:
+    """A string column's codes (-1: null) and values."""
+    if column is None:
+        return np.full(count, -1, np.int64), []
+    if not isinstance(column, pa.DictionaryArray):
+        column = pa.array(column, pa.string()).dictionary_encode()
+    codes = column.indices.to_numpy(zero_copy_only=False)
+    codes = np.where(column.is_null().to_numpy(zero_copy_only=False), -1, codes).astype(np.int64)
+    return codes, column.dictionary.to_pylist()
 
 
 def _values(columns: dict[str, Any], name: str, count: int) -> list[Any]:

@@ -115,7 +115,7 @@ class TorchXlaAdapter(Adapter):
         self.backend = (xr.device_type() or "CPU").upper()
         aliasing = os.environ.get(ALIASING_VARIABLE, "1").lower() not in ("0", "false")
         self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing)
-        self.stacks = CallStacks(writer, self.options.native_frames)
+        self.stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
         self.sources = SourceLines()
         writer.patch_metadata(
             framework_version=torch_xla.__version__,

@@ -350,6 +350,14 @@ def profile(
             show_default=False,
         ),
     ] = True,
+    stacks: Annotated[
+        bool,
+        typer.Option(
+            help="Record each buffer's Python call stack (off: its source line only). "
+            "On by default.",
+            show_default=False,
+        ),
+    ] = True,
     native_frames: Annotated[
         bool,
         typer.Option(
@@ -386,6 +394,7 @@ def profile(
         "chunk_s": chunk,
         "cpu_allocator_events": cpu_allocator_events,
         "programs": programs,
+        "stacks": stacks,
         "native_frames": native_frames,
     }
     options = (output, framework, capture, quiet, fmt, width, force, tensorboard, tpu)
