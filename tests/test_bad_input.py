@@ -49,6 +49,24 @@ def test_report_refuses(tmp_path, case):
     assert_one_line_error(run_tpumem("report", str(path)), words)
 
 
+@pytest.mark.parametrize("case", ["random bytes", "missing", "future version"])
+def test_diff_refuses(tmp_path, make_trace, case):
+    path, words = trace_inputs(tmp_path)[case]
+    good = make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}])
+    assert_one_line_error(run_tpumem("diff", str(good), str(path)), words)
+    assert_one_line_error(run_tpumem("diff", str(path), str(good)), words)
+
+
+def test_diff_and_check_refuse_bad_limits(make_trace):
+    good = str(make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}]))
+    assert_one_line_error(run_tpumem("diff", good, good, "--noise", "lots"), "--noise")
+    assert_one_line_error(run_tpumem("diff", good, good, "-f", "pdf"), "pdf")
+    assert_one_line_error(run_tpumem("check", good, "--max-growth", "1 parsec"), "--max-growth")
+    assert_one_line_error(run_tpumem("check", good, "--max-increase", "5%"), "--baseline")
+    result = run_tpumem("check", good, "--baseline", good, "--max-increase", "a lot%")
+    assert_one_line_error(result, "--max-increase")
+
+
 def test_import_of_an_xplane_without_memory_events_says_why(tmp_path):
     xplane = tmp_path / "host.xplane.pb"
     xplane.write_bytes(build_space([{"name": "PjitFunction", "offset_ps": 1}]))

@@ -79,6 +79,20 @@ Force = Annotated[
     bool,
     typer.Option("--force", help="Replace an existing trace at the output path."),
 ]
+# report's and diff's: the format, else the one -o's extension names.
+PageFormat = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        help="text, json, md or html (default: from -o's extension, else text).",
+    ),
+]
+Output = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("-o", "--output", metavar="FILE", help="Write it to this file."),
+]
 
 
 @app.command("import", short_help="Import XSpace profiles (.xplane.pb) as traces.")
@@ -109,19 +123,8 @@ def import_command(
 @app.command(short_help="Report peak use, preallocation and fragmentation.")
 def report(
     trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
-    fmt: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            help="text, json, md or html (default: from -o, else text).",
-        ),
-    ] = None,
-    output: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("-o", "--output", metavar="FILE", help="Write the report to this file."),
-    ] = None,
+    fmt: PageFormat = None,
+    output: Output = None,
     width: Width = 100,
     force: Annotated[
         bool, typer.Option("--force", help="Replace a trace at the output path.")
@@ -190,19 +193,8 @@ def compare(
 def diff(
     before: Annotated[Path, typer.Argument(metavar="BEFORE", help="A trace file (.tpumem).")],
     after: Annotated[Path, typer.Argument(metavar="AFTER", help="A trace file of a later run.")],
-    fmt: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--format",
-            "-f",
-            metavar="FORMAT",
-            help="text, json, md or html (default: from -o's extension, else text).",
-        ),
-    ] = None,
-    output: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--output", "-o", metavar="FILE", help="Write the diff here."),
-    ] = None,
+    fmt: PageFormat = None,
+    output: Output = None,
     noise: Annotated[
         str,
         typer.Option(
