@@ -59,6 +59,21 @@ class CallStacks:
     def __call__(self, frame: types.FrameType | None) -> Where:
         if not self.enabled:
             return (self._lines(frame), None)
+        key = self._walk(frame)
+        if not key:
+            return NOWHERE
+        found = self._by_codes.get(key)
+        if found is None:
+            found = self._by_codes[key] = self.intern(self._named(key))
+        return found
+
+    def frames_at(self, frame: types.FrameType | None) -> tuple[NamedFrame, ...]:
+        """The kept frames from `frame` out, outermost first, not interned."""
+        return self._named(self._walk(frame))
+
+    def _walk(self, frame: types.FrameType | None) -> tuple:
+        """(code, line, code, line, ...) of the kept frames, innermost first: the
+        hot path, a dict lookup per frame."""
         codes = self._codes
         key: list = []
         while frame is not None and len(key) < 2 * MAX_FRAMES:
@@ -70,27 +85,11 @@ class CallStacks:
                 key.append(code)
                 key.append(frame.f_lineno)
             frame = frame.f_back
-        if not key:
-            return NOWHERE
-        found = self._by_codes.get(tuple(key))
-        if found is None:
-            pairs = zip(key[-2::-2], key[-1::-2], strict=True)  # outermost first
-            frames = tuple((codes[code], line, code.co_qualname) for code, line in pairs)
-            found = self._by_codes[tuple(key)] = self.intern(frames)
-        return found
+        return tuple(key)
 
-    def frames_at(self, frame: types.FrameType | None) -> tuple[NamedFrame, ...]:
-        """The kept frames from `frame` out, outermost first, not interned."""
-        kept = []
-        while frame is not None and len(kept) < MAX_FRAMES:
-            code = frame.f_code
-            name = self._codes.get(code, "")
-            if name == "":
-                name = self._codes[code] = self._file_name(code.co_filename)
-            if name is not None:
-                kept.append((name, frame.f_lineno, code.co_qualname))
-            frame = frame.f_back
-        return tuple(reversed(kept))
+    def _named(self, key: tuple) -> tuple[NamedFrame, ...]:
+        pairs = zip(key[-2::-2], key[-1::-2], strict=True)  # outermost first
+        return tuple((self._codes[code], line, code.co_qualname) for code, line in pairs)
 
     def named(self, frames: Iterable[tuple[str, int, str]]) -> tuple[NamedFrame, ...]:
         """(filename, line, function) frames, outermost first, as kept and named

@@ -29,6 +29,7 @@ from tpumem.adapters.base import (
     on_step_annotation,
     register,
 )
+from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
@@ -120,9 +121,8 @@ class JaxAdapter(Adapter):
         # XLA reads XLA_FLAGS when JAX first makes a backend (below, unless the
         # script made one before tpumem started).
         self._dump = install_dump(self.options, self._warnings)
-        hooks = self._hooks = JaxHooks(
-            writer, None, False, self.options.native_frames, self.options.stacks
-        )
+        stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
+        hooks = self._hooks = JaxHooks(writer, None, False, stacks)
         already_imported = not hooks.install_before_import()
         import jax
         from jaxlib import _jax

@@ -76,14 +76,13 @@ class JaxHooks:
         writer: TraceWriter,
         book: BufferBook | None,
         temp_windows: bool,
-        native_frames: bool = False,
-        stacks: bool = True,
+        stacks: CallStacks,
     ) -> None:
         self.writer = writer
         self.book = book  # None: programs only (the allocator's events hold the buffers)
         self.temp_windows = temp_windows  # run windows observed: place programs' temp
         self.origin = writer.start_time_ns
-        self.stacks = CallStacks(writer, native_frames, stacks)
+        self.stacks = stacks
         self.programs: dict[int, Program] = {}
         self.wrapped = 0
         self.calls_running = 0  # hooked calls under way, on any thread

@@ -119,13 +119,9 @@ class TfStacks:
         function = _Function(tracing)
         for op in graph.get_operations():
             frames = stacks.named((f.filename, f.lineno, f.name) for f in op.traceback)
-            shared = 0
-            for ours, theirs in zip(frames, tracing, strict=False):
-                if ours != theirs:
-                    break
-                shared += 1
-            if shared < len(frames):
-                function.frames_by_op[op.name] = frames[shared:]
+            body = _past(frames, tracing)
+            if body:
+                function.frames_by_op[op.name] = body
         with self._lock:
             self._functions[name] = function
             for op_name in function.frames_by_op:
@@ -146,14 +142,8 @@ class TfStacks:
         owner = self._functions.get(self._op_owner.get(op, ""))
         if owner is None or owner is called:
             return ()
-        inner = owner.frames_by_op[op]
-        tracing = owner.tracing
-        shared = 0
-        for ours, theirs in zip(tracing, called.tracing, strict=False):
-            if ours != theirs:
-                break
-            shared += 1
-        return tracing[shared:] + inner
+        # The frames between the two functions' calls, then the op's own.
+        return _past(owner.tracing, called.tracing) + owner.frames_by_op[op]
 
     def label(self, columns: dict[str, Any]) -> dict[str, Any]:
         """A chunk's columns, with each allocation made inside a call given the
@@ -232,6 +222,16 @@ class TfStacks:
             found = self.stacks.intern(self.stacks.frames(where[1]) + inner) if inner else where
             self._joins[key] = found
         return found
+
+
+def _past(frames: tuple[NamedFrame, ...], prefix: tuple[NamedFrame, ...]) -> tuple:
+    """`frames` after what they share with `prefix` from the outermost frame on."""
+    shared = 0
+    for ours, theirs in zip(frames, prefix, strict=False):
+        if ours != theirs:
+            break
+        shared += 1
+    return frames[shared:]
 
 
 def _codes(column: Any, count: int) -> tuple[np.ndarray, list[Any]]:

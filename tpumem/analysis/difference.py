@@ -30,7 +30,7 @@ NOISE_BYTES = 64 * 1024
 class Change:
     """Bytes of one thing (a stack, a line, an op, a region) before and after."""
 
-    name: str  # as reports show it
+    label: str | None  # the op, region or source line; None where the trace has none
     before: int
     after: int
     frames: tuple[Frame, ...] = ()  # for stacks and lines: the frames, outermost first
@@ -38,6 +38,24 @@ class Change:
     @property
     def delta(self) -> int:
         return self.after - self.before
+
+
+@dataclass(frozen=True, slots=True)
+class FigureChange:
+    """One of a device's figures in both runs (None: not available there)."""
+
+    name: str
+    before: float | None
+    after: float | None
+
+
+# The figures diff puts side by side, and how each is read from a device.
+FIGURES: tuple[tuple[str, Callable[[DeviceAnalysis], float | None]], ...] = (
+    ("Peak in use", lambda d: d.peak.bytes),
+    ("Pool held from device", lambda d: d.preallocation.pool_peak_bytes),
+    ("Fragmentation headroom", lambda d: d.headroom_bytes),
+    ("Fragmentation at peak", lambda d: d.fragmentation.at_peak),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +69,17 @@ class DeviceDiff:
     by_region: tuple[Change, ...]
     steps: tuple[tuple[int, int | None, int | None], ...]  # (step, peak before, after)
     hidden: int  # changes within the noise, left out of the lists
+    figures: tuple[FigureChange, ...] = ()  # FIGURES, in both runs
 
     @property
     def peak_delta(self) -> int:
         return _peak(self.after) - _peak(self.before)
+
+    @property
+    def changed_steps(self) -> tuple[tuple[int, int, int], ...]:
+        """The steps in both runs whose peaks differ, the largest change first."""
+        both = [(s, a, b) for s, a, b in self.steps if a is not None and b is not None]
+        return tuple(sorted((s for s in both if s[1] != s[2]), key=lambda s: -abs(s[2] - s[1])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +115,21 @@ def diff_runs(
         )
         steps = _aligned_steps(name, before, after)
         hidden = sum(count for _, count in lists)
-        devices.append(DeviceDiff(name, *pair, *(c for c, _ in lists), steps, hidden))
+        figures = tuple(
+            FigureChange(
+                figure,
+                read(pair[0]) if pair[0] is not None else None,
+                read(pair[1]) if pair[1] is not None else None,
+            )
+            for figure, read in FIGURES
+        )
+        devices.append(DeviceDiff(name, *pair, *(c for c, _ in lists), steps, hidden, figures))
     devices.sort(key=lambda d: -abs(d.peak_delta))
     return RunDiff(before[1], after[1], tuple(devices), noise_bytes)
 
 
-# Each breakdown: the device's live bytes at the peak as {key: (name, bytes, frames)}.
-Breakdown = dict[object, tuple[str, int, tuple[Frame, ...]]]
+# Each breakdown: the device's live bytes at the peak as {key: (label, bytes, frames)}.
+Breakdown = dict[object, tuple[str | None, int, tuple[Frame, ...]]]
 
 
 def _changes(
@@ -109,14 +142,14 @@ def _changes(
     new = breakdown(pair[1]) if pair[1] is not None else {}
     changes, hidden = [], 0
     for key in [*new, *(k for k in old if k not in new)]:
-        name, after, frames = new.get(key, (None, 0, ()))
-        old_name, before, old_frames = old.get(key, (None, 0, ()))
-        change = Change(name or old_name or "", before, after, frames or old_frames)
+        label, after, frames = new.get(key, (None, 0, ()))
+        old_label, before, old_frames = old.get(key, (None, 0, ()))
+        change = Change(label or old_label, before, after, frames or old_frames)
         if abs(change.delta) > noise_bytes:
             changes.append(change)
         elif change.delta:
             hidden += 1
-    changes.sort(key=lambda c: (-abs(c.delta), c.name))
+    changes.sort(key=lambda c: (-abs(c.delta), c.label or ""))
     return tuple(changes), hidden
 
 
@@ -126,21 +159,15 @@ def _frame_key(frame: Frame) -> tuple:
     return (os.path.basename(frame.file), frame.function, frame.code or frame.line)
 
 
-def frame_text(frame: Frame) -> str:
-    return f"{frame.location} in {frame.function}"
-
-
-def _add(found: Breakdown, key: object, name: str, size: int, frames: tuple) -> None:
-    _, bytes_before, kept = found.get(key, (name, 0, frames))
-    found[key] = (name, bytes_before + size, kept)
+def _add(found: Breakdown, key: object, label: str | None, size: int, frames: tuple) -> None:
+    _, bytes_before, kept = found.get(key, (label, 0, frames))
+    found[key] = (label, bytes_before + size, kept)
 
 
 def _stack_bytes(device: DeviceAnalysis) -> Breakdown:
     found: Breakdown = {}
     for stack in device.peak.stacks:
-        key = tuple(_frame_key(f) for f in stack.frames)
-        name = " ← ".join(frame_text(f) for f in reversed(stack.frames)) or "(no call stack)"
-        _add(found, key, name, stack.bytes, stack.frames)
+        _add(found, tuple(_frame_key(f) for f in stack.frames), None, stack.bytes, stack.frames)
     return found
 
 
@@ -149,21 +176,18 @@ def _line_bytes(device: DeviceAnalysis) -> Breakdown:
     found: Breakdown = {}
     if any(stack.frames for stack in device.peak.stacks):
         for stack in device.peak.stacks:
-            if stack.frames:
-                frame = stack.frames[-1]
-                _add(found, _frame_key(frame), frame_text(frame), stack.bytes, (frame,))
-            else:
-                _add(found, None, "(no call stack)", stack.bytes, ())
+            frames = stack.frames[-1:]
+            _add(found, tuple(_frame_key(f) for f in frames), None, stack.bytes, frames)
         return found
     for group in device.peak.groups:
-        _add(found, group.source, group.source or "(no source line)", group.bytes, ())
+        _add(found, group.source, group.source, group.bytes, ())
     return found
 
 
 def _op_bytes(device: DeviceAnalysis) -> Breakdown:
     found: Breakdown = {}
     for group in device.peak.groups:
-        _add(found, group.op, group.op or "(no op)", group.bytes, ())
+        _add(found, group.op, group.op, group.bytes, ())
     return found
 
 

@@ -53,8 +53,10 @@ class Growth:
     stacks: tuple[StackGrowth, ...]  # what grows, largest first (only when growing)
 
     @property
-    def settled_steps(self) -> int:
-        return len(self.steps) - self.warmup_steps
+    def settled_range(self) -> tuple[int, int]:
+        """The fewest and the most bytes that stayed through a step after warm-up."""
+        settled = self.end_bytes[self.warmup_steps :]
+        return min(settled), max(settled)
 
 
 def step_growth(trace: Trace, events: DeviceEvents) -> Growth | None:

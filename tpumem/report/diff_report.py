@@ -9,8 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.difference import Change, DeviceDiff, RunDiff
-from tpumem.analysis.summary import DeviceAnalysis
 from tpumem.report.json_report import dump, finite
+from tpumem.report.rows import frame_text
 from tpumem.report.text import string_console
 from tpumem.report.visible import markdown, visible
 from tpumem.units import format_bytes
@@ -36,38 +36,44 @@ def _share(before: int, after: int) -> str:
 
 
 def figure_rows(diff: DeviceDiff) -> list[tuple[str, str, str, str]]:
-    """Peak, pool and fragmentation at the peak: before, after, the change."""
-    old, new = diff.before, diff.after
-
-    def size(device: DeviceAnalysis | None, read) -> int | None:
-        return read(device) if device is not None else None
-
+    """Peak, pool, headroom and fragmentation at the peak: before, after, the change."""
     rows = []
-    for name, read in (
-        ("Peak in use", lambda d: d.peak.bytes),
-        ("Pool held from device", lambda d: d.preallocation.pool_peak_bytes),
-        ("Fragmentation headroom", lambda d: d.headroom_bytes),
-    ):
-        a, b = size(old, read), size(new, read)
-        change = "-" if a is None or b is None else signed_bytes(b - a) + _share(a, b)
-        rows.append((name, format_bytes(a), format_bytes(b), change))
-    a = old.fragmentation.at_peak if old is not None else None
-    b = new.fragmentation.at_peak if new is not None else None
-    change = "-" if a is None or b is None else f"{b - a:+.3f}"
-    rows.append(
-        (
-            "Fragmentation at peak",
-            "-" if a is None else f"{a:.3f}",
-            "-" if b is None else f"{b:.3f}",
-            change,
-        )
-    )
+    for figure in diff.figures:
+        a, b = figure.before, figure.after
+        if figure.name == "Fragmentation at peak":  # a share, not bytes
+            shown = ["-" if v is None else f"{v:.3f}" for v in (a, b)]
+            change = "-" if a is None or b is None else f"{b - a:+.3f}"
+        else:
+            shown = [format_bytes(a), format_bytes(b)]
+            change = "-" if a is None or b is None else signed_bytes(b - a) + _share(a, b)
+        rows.append((figure.name, *shown, change))
     return rows
 
 
-def change_rows(changes: tuple[Change, ...]) -> list[tuple[str, str, str, str]]:
+# What a change without a label is, per breakdown.
+UNNAMED = {
+    "by_line": "(no call stack or source line)",
+    "by_stack": "(no call stack)",
+    "by_op": "(no op)",
+    "by_region": "(no region)",
+}
+
+
+def change_name(change: Change, field: str) -> str:
+    """A change's line, stack (innermost first), op or region, in words."""
+    if change.frames:
+        return " ← ".join(frame_text(f) for f in reversed(change.frames))
+    return change.label or UNNAMED[field]
+
+
+def change_rows(changes: tuple[Change, ...], field: str) -> list[tuple[str, str, str, str]]:
     return [
-        (signed_bytes(c.delta), format_bytes(c.before), format_bytes(c.after), c.name)
+        (
+            signed_bytes(c.delta),
+            format_bytes(c.before),
+            format_bytes(c.after),
+            change_name(c, field),
+        )
         for c in changes[:TOP_CHANGES]
     ]
 
@@ -113,26 +119,24 @@ def render_diff_text(diff: RunDiff, *, width: int = 100, color: bool = False) ->
             )
             for header in (*CHANGE_HEADERS, title):
                 table.add_column(header, justify="right" if header in CHANGE_HEADERS else "left")
-            for row in change_rows(changes):
+            for row in change_rows(changes, field):
                 table.add_row(*(Text(visible(cell)) for cell in row))
             console.print(table)
         if not any(getattr(device, field) for field, _ in BREAKDOWNS):
             console.print("No change of live bytes at the peak beyond the noise.")
         console.print(_noise_note(diff, device), style="dim")
         if device.steps:
-            changed = [s for s in device.steps if None not in s[1:] and s[1] != s[2]]
+            changed = device.changed_steps
+            most = ""
+            if changed:
+                step, before, after = changed[0]
+                most = f"; most: step {step} ({format_bytes(before)} → {format_bytes(after)})"
             console.print(
                 f"Peak of each step, aligned by step number: {len(device.steps):,} steps, "
-                f"{len(changed):,} with a different peak"
-                + (f"; most: step {_most(changed)}" if changed else ""),
+                f"{len(changed):,} with a different peak{most}",
                 style="dim",
             )
     return buffer.getvalue()
-
-
-def _most(steps: list[tuple[int, int | None, int | None]]) -> str:
-    step, before, after = max(steps, key=lambda s: abs((s[2] or 0) - (s[1] or 0)))
-    return f"{step} ({format_bytes(before)} → {format_bytes(after)})"
 
 
 def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False) -> str:
@@ -146,7 +150,7 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
             changes = getattr(device, field)
             if changes:
                 lines += ["", f"Live at the peak, change by {title.split(',')[0]}:", ""]
-                lines += _md_table((*CHANGE_HEADERS, title), change_rows(changes))
+                lines += _md_table((*CHANGE_HEADERS, title), change_rows(changes, field))
         lines += ["", _noise_note(diff, device)]
     return "\n".join(lines) + "\n"
 
@@ -166,28 +170,28 @@ def diff_dict(diff: RunDiff) -> dict[str, Any]:
     }
 
 
-def _device(device: DeviceDiff) -> dict[str, Any]:
-    def figure(read) -> dict[str, Any]:
-        return {
-            "before": read(device.before) if device.before is not None else None,
-            "after": read(device.after) if device.after is not None else None,
-        }
+# The JSON name of each of the analysis' FIGURES.
+FIGURE_KEYS = {
+    "Peak in use": "peak_bytes",
+    "Pool held from device": "pool_bytes",
+    "Fragmentation headroom": "headroom_bytes",
+    "Fragmentation at peak": "fragmentation_at_peak",
+}
 
+
+def _device(device: DeviceDiff) -> dict[str, Any]:
     return {
         "device": device.device,
-        "peak_bytes": figure(lambda d: d.peak.bytes),
-        "pool_bytes": figure(lambda d: d.preallocation.pool_peak_bytes),
-        "headroom_bytes": figure(lambda d: d.headroom_bytes),
-        "fragmentation_at_peak": figure(lambda d: d.fragmentation.at_peak),
-        **{field: [_change(c) for c in getattr(device, field)] for field, _ in BREAKDOWNS},
+        **{FIGURE_KEYS[f.name]: {"before": f.before, "after": f.after} for f in device.figures},
+        **{field: [_change(c, field) for c in getattr(device, field)] for field, _ in BREAKDOWNS},
         "hidden_changes": device.hidden,
         "steps": [{"step": s, "before": a, "after": b} for s, a, b in device.steps],
     }
 
 
-def _change(change: Change) -> dict[str, Any]:
+def _change(change: Change, field: str) -> dict[str, Any]:
     return {
-        "name": change.name,
+        "name": change_name(change, field),
         "before": change.before,
         "after": change.after,
         "change": change.delta,

@@ -13,6 +13,7 @@ from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
 from tpumem.trace.schema import ALLOCATOR, BUFFER
+from tpumem.trace.stack_rows import Frame
 from tpumem.tracking import SOURCE as TRACK_SOURCE
 from tpumem.units import format_bytes, format_seconds
 
@@ -350,11 +351,8 @@ def growth_text(growth: Growth) -> str:
             f"+{format_bytes(round(growth.per_step_bytes))} a step from step {first} to "
             f"step {last}" + (f" ({warmup.strip()})" if warmup else "")
         )
-    settled = growth.end_bytes[growth.warmup_steps :]
-    spread = max(settled) - min(settled)
-    level = f"{format_bytes(min(settled))}" + (
-        f" to {format_bytes(max(settled))}" if spread else ""
-    )
+    low, high = growth.settled_range
+    level = format_bytes(low) + (f" to {format_bytes(high)}" if high != low else "")
     return f"none{warmup}: {level} stays through steps {first} to {last}"
 
 
@@ -453,9 +451,13 @@ def stack_rows(stacks: tuple[StackBytes, ...]) -> list[tuple[str, str, tuple[str
     ]
 
 
+def frame_text(frame: Frame) -> str:
+    return f"{frame.location} in {frame.function}"
+
+
 def _frames(stack: tuple) -> tuple[str, ...]:
     """A stack's innermost frames as lines, the rest counted."""
-    frames = [f"{f.location} in {f.function}" for f in reversed(stack)]
+    frames = [frame_text(f) for f in reversed(stack)]
     if len(frames) > STACK_FRAMES:
         frames = [*frames[:STACK_FRAMES], f"… {len(frames) - STACK_FRAMES} more"]
     return tuple(frames or [NO_STACK])
