@@ -19,6 +19,7 @@ from tpumem.adapters.quiet import announce_thread
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.trace.metadata import ProcessInfo
     from tpumem.trace.writer import TraceWriter
 
 
@@ -46,6 +47,8 @@ class Adapter(ABC):
 
     def __init__(self, options: CaptureOptions) -> None:
         self.options = options
+        # The runner's: told which process this is, it names the trace by it.
+        self.identified: Callable[[ProcessInfo], str | None] | None = None
 
     @classmethod
     def is_available(cls) -> bool:
@@ -62,6 +65,26 @@ class Adapter(ABC):
         array, a tensor, a variable), not merely imported it: TensorFlow imports
         JAX where JAX is installed, and does not use it."""
         return False
+
+    def identify(self, writer: TraceWriter, process: ProcessInfo, run: str | None = None) -> None:
+        """The framework has said which process of its run this is (its word stands
+        over the launcher's environment, read at the start): in the metadata, and
+        the trace renamed where its name waited for the rank. A framework that
+        knows of one process only (no distributed runtime) leaves a launcher's rank."""
+        import os
+
+        from tpumem.adapters.process_identity import from_environment
+
+        launcher = from_environment(os.environ)
+        if process.count == 1 and launcher is not None and launcher.index is not None:
+            process = launcher
+        fields: dict[str, Any] = {"process": process}
+        if run is not None:
+            fields["run"] = run
+        problem = self.identified(process) if self.identified is not None else None
+        if problem is not None:
+            fields["warnings"] = [problem]
+        writer.patch_metadata(**fields)
 
     @abstractmethod
     def start(self, writer: TraceWriter) -> None: ...

@@ -15,9 +15,12 @@ of every compiled program.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,9 +35,10 @@ from tpumem.adapters.base import (
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
+from tpumem.adapters.process_identity import run_id_from_environment
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
-from tpumem.trace.metadata import DeviceInfo, JaxBook, JaxExtra
+from tpumem.trace.metadata import DeviceInfo, JaxBook, JaxExtra, ProcessInfo
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.trace.writer import TraceWriter
 
@@ -103,6 +107,9 @@ class JaxAdapter(Adapter):
         self._book: BufferBook | None = None
         self._hooks: JaxHooks | None = None
         self._dump: XlaDump | None = None
+        self._ready = False  # the script has made JAX's backend
+        self.devices: list[Any] = []
+        self.counted: list[Any] = []
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
@@ -123,12 +130,58 @@ class JaxAdapter(Adapter):
         self._dump = install_dump(self.options, self._warnings)
         stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
         hooks = self._hooks = JaxHooks(writer, None, False, stacks)
-        already_imported = not hooks.install_before_import()
+        self._already_imported = not hooks.install_before_import()
+        import jax
+
+        writer.patch_metadata(framework_version=jax.__version__)
+        hooks.patches.on_undo(
+            on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
+        )
+        if self.runtime_started():
+            self._backend_ready()
+        else:
+            self._await_backend()
+        self._ticks = 0
+        self._polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
+        self._sampler = Sampler("tpumem-jax", self.options.sample_interval_s, self._tick)
+        self._sampler.start()
+
+    def _await_backend(self) -> None:
+        """The device work waits for the script to make JAX's backend: a backend
+        made by tpumem would come before the script's jax.distributed.initialize()
+        (which must come first) and before its platform and memory settings. JAX
+        makes its backends in `xla_bridge.backends()`, which every device query,
+        transfer and compile calls first: the work starts there, once, before that
+        first call returns (other threads wait for it)."""
+        from jax._src import xla_bridge
+
+        original, adapter = xla_bridge.backends, self
+        lock = threading.RLock()  # the work itself asks JAX for its devices
+
+        @functools.wraps(original)
+        def backends() -> Any:
+            found = original()
+            if adapter._ready or not found:
+                return found
+            with lock:
+                if not adapter._ready:
+                    adapter._ready = True
+                    xla_bridge.backends = original
+                    adapter._backend_ready()
+            return found
+
+        self._hooks.patches.replace(xla_bridge, "backends", backends)
+
+    def _backend_ready(self) -> None:
+        """What needs the backend: which devices, the buffer book and its hooks, the
+        profiler sessions on a GPU, which process of a distributed run this is."""
         import jax
         from jaxlib import _jax
 
+        self._ready = True
+        hooks, writer = self._hooks, self.writer
         backend = jax.default_backend()
-        devices = jax.devices()
+        devices = jax.local_devices()  # (jax.devices() holds every process's)
         self.devices = devices
         self.counted = [d for d in devices if _memory_stats(d) is not None]
         async_cpu = os.environ.get(ASYNC_DISPATCH_VARIABLE, "true").lower() not in ("0", "false")
@@ -137,7 +190,7 @@ class JaxAdapter(Adapter):
         hooks.book = self._book
         hooks.temp_windows = backend == "cpu" and not async_cpu
         hooks.install_after_import()
-        if already_imported and self._book is not None:
+        if self._already_imported and self._book is not None:
             # Functions jitted before now run in C++, past the hooks.
             hooks.install_every_call()
             self._warnings.append(
@@ -146,12 +199,16 @@ class JaxAdapter(Adapter):
             )
         fidelity = ALLOCATOR if backend == "gpu" else BUFFER
         writer.patch_metadata(
-            framework_version=jax.__version__,
             backend=backend,
             devices=[
                 DeviceInfo(device_name(d), d.device_kind, platform=d.platform) for d in devices
             ],
             fidelity={device_name(d): fidelity for d in devices},
+        )
+        self.identify(
+            writer,
+            ProcessInfo(jax.process_index(), jax.process_count(), "jax.process_index()"),
+            _run_id(jax.process_count()),
         )
         if backend == "cpu" and async_cpu:
             self._warnings.append(
@@ -163,13 +220,6 @@ class JaxAdapter(Adapter):
             self._chunks = ProfilerChunks(writer, _JaxSessions(), self.options.chunk_s)
             self._take_over_profiler_api(jax)
             self._chunks.start()
-        hooks.patches.on_undo(
-            on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
-        )
-        self._ticks = 0
-        self._polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
-        self._sampler = Sampler("tpumem-jax", self.options.sample_interval_s, self._tick)
-        self._sampler.start()
 
     def stop(self) -> None:
         if self._sampler is not None:
@@ -178,6 +228,11 @@ class JaxAdapter(Adapter):
         if self._chunks is not None:
             self._chunks.stop()
             self._warnings.extend(self._chunks.warnings)
+        if not self._ready:
+            self._warnings.append(
+                "the script never started JAX's backend (no device, no array): "
+                "there was nothing on a device to record"
+            )
         close_dump(self._dump, self.writer, bool(self._hooks.programs), self._warnings)
         if self._book is not None:
             self._write_book()
@@ -264,6 +319,27 @@ class JaxAdapter(Adapter):
             if "bytes_limit" in stats:
                 settings[f"{device_name(device)} bytes_limit"] = stats["bytes_limit"]
         return settings
+
+
+def _run_id(process_count: int) -> str | None:
+    """The launcher's run id; else, for a jax.distributed run, one the processes
+    agree on through JAX's coordination service (the first to set it wins, the
+    others read it: nobody waits for a process that is not profiled)."""
+    found = run_id_from_environment(os.environ)
+    if found is not None or process_count < 2:
+        return found
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None:
+        return None
+    key = "tpumem/run_id"
+    with contextlib.suppress(Exception):  # another process set it first
+        client.key_value_set(key, uuid.uuid4().hex)
+    try:
+        return str(client.blocking_key_value_get(key, 10_000))
+    except Exception:  # the service is gone: the run goes on without an id
+        return None
 
 
 def _memory_stats(device: Any) -> dict[str, int] | None:

@@ -48,6 +48,11 @@ from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
 PJIT_MODULE = "jax._src.pjit"
+GLOBAL_ARRAY_MAKERS = (
+    "make_array_from_callback",
+    "make_array_from_process_local_data",
+    "make_array_from_single_device_arrays",
+)
 _JIT_NAME = re.compile(r"^jit\((.*)\)$")  # JAX names a program after its function
 
 
@@ -143,6 +148,7 @@ class JaxHooks:
                 dispatch, "_batched_device_put_impl", self._entering(impl, "device_put")
             )
             patches.replace(pjit.jit_p, "impl", self._entering(pjit.jit_p.impl, None))
+            self._hook_global_arrays()
         original_call, hooks = pxla.ExecuteReplicated.__call__, self
 
         @functools.wraps(original_call)
@@ -157,6 +163,21 @@ class JaxHooks:
             return out
 
         patches.replace(pxla.ExecuteReplicated, "__call__", __call__)
+
+    def _hook_global_arrays(self) -> None:
+        """What multi-host input pipelines make their global arrays with: each
+        process's shards, put on its devices (by a path past device_put)."""
+        import jax
+        from jax._src import array
+
+        for name in GLOBAL_ARRAY_MAKERS:
+            original = getattr(array, name, None)
+            if original is None:
+                continue
+            entering = self._entering(original, name)
+            self.patches.replace(array, name, entering)
+            if getattr(jax, name, None) is original:
+                self.patches.replace(jax, name, entering)
 
     def _wrap_pjit(self, pjit: types.ModuleType) -> None:
         original, hooks = pjit._cpp_pjit, self

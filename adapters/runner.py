@@ -16,7 +16,11 @@ import signal
 import sys
 import types
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpumem.trace.metadata import ProcessInfo
 
 CONFIG_VARIABLE = "TPUMEM_RUNNER_CONFIG"
 ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
@@ -24,7 +28,7 @@ ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    output: str
+    output: str  # the trace's name; with placeholders ({host}, {rank}, {pid}) when `named_here`
     framework: str
     target: str  # a script's path, or a module's name when `module` is true
     module: bool
@@ -34,6 +38,8 @@ class RunConfig:
     output_fd: int | None = None  # the trace, created by `tpumem profile` and passed open
     parent_pid: int | None = None  # `tpumem profile`, which this process must not outlive
     status_fd: int | None = None  # where to tell `tpumem profile` how the run ended
+    named_here: bool = False  # this process creates the trace, its name filled in here
+    force: bool = False  # a trace named here replaces an existing file
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -88,6 +94,7 @@ def run_metadata(
 ) -> dict[str, Any]:
     """The trace's header for a run recorded in this process."""
     from tpumem import __version__
+    from tpumem.adapters.process_identity import from_environment, run_id_from_environment
     from tpumem.trace.metadata import SETTINGS_VARIABLES
 
     return {
@@ -97,6 +104,8 @@ def run_metadata(
         "cwd": os.getcwd(),
         "host": platform.node(),
         "pid": os.getpid(),
+        "process": from_environment(os.environ),
+        "run": run_id_from_environment(os.environ),
         "python": platform.python_version(),
         "tpumem_version": __version__,
         # (Where XLA dumped programs is a temporary directory, gone after the run.)
@@ -118,20 +127,24 @@ def _metadata(config: RunConfig) -> dict[str, Any]:
     )
 
 
-def _tell_ending(config: RunConfig, ending: dict[str, Any]) -> None:
-    """How the run ended, for `tpumem profile`: one JSON line on the status pipe."""
+def _tell(config: RunConfig, news: dict[str, Any], last: bool = False) -> None:
+    """For `tpumem profile`, one JSON line on the status pipe: where the trace is
+    (as it is named), and at the end how the run ended."""
     if config.status_fd is None:
         return
     try:
-        os.write(config.status_fd, json.dumps(ending).encode() + b"\n")
-        os.close(config.status_fd)
+        os.write(config.status_fd, json.dumps(news).encode() + b"\n")
+        if last:
+            os.close(config.status_fd)
     except OSError:
         pass  # tpumem is gone: nobody to tell
 
 
-def read_ending(descriptor: int) -> dict[str, Any] | None:
-    """What the runner said on the status pipe (None: it said nothing, it was killed).
-    Read without waiting: a process the script forked may hold the pipe open."""
+def read_ending(descriptor: int) -> dict[str, Any]:
+    """What the runner said on the status pipe, its lines merged (later ones win):
+    `output`, where the trace is; `exit` or `adapter_failed`, how it ended (neither:
+    it was killed). Read without waiting: a process the script forked may hold
+    the pipe open."""
     os.set_blocking(descriptor, False)
     data = b""
     try:
@@ -141,11 +154,54 @@ def read_ending(descriptor: int) -> dict[str, Any] | None:
         pass
     finally:
         os.close(descriptor)
-    try:
-        ending = json.loads(data.splitlines()[0]) if data else None
-    except ValueError:
+    said: dict[str, Any] = {}
+    for line in data.splitlines():
+        try:
+            news = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(news, dict):
+            said.update(news)
+    return said
+
+
+class _TraceName:
+    """A trace this process names from placeholders: created at the start, renamed
+    once the framework says which process this is (when the rank was not known)."""
+
+    def __init__(self, config: RunConfig, process: ProcessInfo | None) -> None:
+        from tpumem.outputs import create_trace_at, fill_placeholders, placeholders
+
+        self._config = config
+        self._fill = fill_placeholders
+        self._waits_for_rank = "rank" in placeholders(config.output) and (
+            process is None or process.index is None
+        )
+        self.path = self._name(process)
+        self.descriptor = create_trace_at(self.path, config.force)
+        _tell(config, {"output": str(self.path)})
+
+    def _name(self, process: ProcessInfo | None) -> Path:
+        rank = process.index if process is not None else None
+        return self._fill(self._config.output, platform.node(), rank, os.getpid())
+
+    def settle(self, process: ProcessInfo) -> str | None:
+        """The final name, now that the rank is known; what went wrong, if anything."""
+        from tpumem.errors import TpumemError
+        from tpumem.outputs import rename_trace
+
+        if not self._waits_for_rank or process.index is None:
+            return None
+        self._waits_for_rank = False
+        final = self._name(process)
+        try:
+            rename_trace(self.path, final, self._config.force)
+        except TpumemError as error:
+            print(f"tpumem: {error}", file=sys.stderr)
+            return str(error)
+        self.path = final
+        _tell(self._config, {"output": str(final)})
         return None
-    return ending if isinstance(ending, dict) else None
 
 
 def _die_with_parent(parent_pid: int | None) -> None:
@@ -176,16 +232,28 @@ def main() -> None:
     for descriptor in (config.output_fd, config.status_fd):
         if descriptor is not None:  # the script's own programs get neither
             os.set_inheritable(descriptor, False)
-    target = config.output if config.output_fd is None else config.output_fd
-    writer = TraceWriter(target, _metadata(config))
+    metadata = _metadata(config)
+    name: _TraceName | None = None
+    target: str | int = config.output if config.output_fd is None else config.output_fd
+    if config.named_here:
+        try:
+            name = _TraceName(config, metadata["process"])
+        except TpumemError as failure:
+            print(f"tpumem: error: {failure}", file=sys.stderr)
+            _tell(config, {"adapter_failed": True}, last=True)
+            sys.exit(ADAPTER_FAILED)
+        target = name.descriptor
+    writer = TraceWriter(target, metadata)
     adapter = get_adapter(config.framework)(CaptureOptions(**config.capture))
+    if name is not None:
+        adapter.identified = name.settle
     try:
         adapter.start(writer)
     except (ImportError, TpumemError) as failure:
         writer.patch_metadata(warnings=[f"the {config.framework} adapter failed: {failure}"])
         writer.close()
         print(f"tpumem: error: the {config.framework} adapter failed: {failure}", file=sys.stderr)
-        _tell_ending(config, {"adapter_failed": True})
+        _tell(config, {"adapter_failed": True}, last=True)
         sys.exit(ADAPTER_FAILED)
     code, exit_info, error = 0, ExitStatus(code=0), None
     try:
@@ -211,12 +279,12 @@ def main() -> None:
     # (A process the script forked ends here too, as it would have without tpumem:
     # the trace and the adapter are the runner's, and it leaves them alone.)
     if os.getpid() == runner_pid:
-        _tell_ending(config, {"exit": encode(exit_info)})
+        _tell(config, {"exit": encode(exit_info)}, last=True)
     if os.getpid() == runner_pid and writer.failed is not None:
         why = writer.failed.strerror or str(writer.failed)
+        where = name.path if name is not None else config.output
         print(
-            f"tpumem: the trace stopped early: {why}; {config.output} keeps what was "
-            "written before",
+            f"tpumem: the trace stopped early: {why}; {where} keeps what was written before",
             file=sys.stderr,
         )
     if error is not None:

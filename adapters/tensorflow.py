@@ -30,6 +30,7 @@ from tpumem.adapters.base import (
     register,
 )
 from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.process_identity import from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.tf_stacks import TfStacks
 from tpumem.adapters.tf_transfers import HostTransfers
@@ -203,6 +204,11 @@ class TensorFlowAdapter(Adapter):
             devices=[DeviceInfo(d, d.split(":")[0]) for d in self.devices],
             fidelity={d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted},
         )
+        # Which task of a multi-worker cluster: TF_CONFIG, as TensorFlow read it when
+        # its runtime started (a script may set it itself, after tpumem started).
+        task = from_tf_config(os.environ.get("TF_CONFIG"))
+        if task is not None:
+            self.identify(self.writer, task)
         self._devices_found = True
         return True
 

@@ -46,7 +46,7 @@ from tpumem.adapters.torch_xla_debug import (
 )
 from tpumem.adapters.torch_xla_ends import GraphEnds
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
-from tpumem.trace.metadata import DeviceInfo, TorchXlaBook, TorchXlaExtra
+from tpumem.trace.metadata import DeviceInfo, ProcessInfo, TorchXlaBook, TorchXlaExtra
 from tpumem.trace.schema import BUFFER, PROGRAM
 from tpumem.trace.writer import TraceWriter
 
@@ -104,6 +104,7 @@ class TorchXlaAdapter(Adapter):
     def start(self, writer: TraceWriter) -> None:
         self.writer = writer
         self.origin = writer.start_time_ns
+        self._identified = False
         started = self.runtime_started()  # by the user's process, before tpumem.track
         self._configure_debug_output(started)  # read by torch_xla's C++ when it starts
         self._dump = install_dump(self.options, self._warnings)  # XLA_FLAGS, likewise
@@ -322,10 +323,24 @@ class TorchXlaAdapter(Adapter):
     # -- the sampler ---------------------------------------------------------------
 
     def _tick(self) -> None:
+        if not self._identified:
+            self._identify()
         self._sample_once()
         self._write_book()
         if self._dump is not None:
             self._dump.tick(self.writer)
+
+    def _identify(self) -> None:
+        """Which process of a multi-process run, once the runtime has started (a TPU
+        pod's hosts; torchrun's processes each have a world of their own on the CPU,
+        and their launcher's RANK stands)."""
+        if not self.xlac._xla_runtime_is_initialized():
+            return
+        self._identified = True
+        import torch_xla.runtime as xr
+
+        source = "torch_xla.runtime.process_index()"
+        self.identify(self.writer, ProcessInfo(xr.process_index(), xr.process_count(), source))
 
     def _sample_once(self) -> None:
         if self.backend == "CPU" or not self.xlac._xla_runtime_is_initialized():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpumem.analysis.growth import MIN_STEPS, Growth
+from tpumem.analysis.processes import ProcessRun
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import what, why
 from tpumem.units import format_bytes
@@ -46,6 +47,22 @@ class Limits:
                 self.baseline,
             )
         )
+
+
+def imbalance_breaches(run: ProcessRun, allowed: Increase) -> list[str]:
+    """The peaks' spread across a run's processes against `allowed` (a share of
+    the highest peak, or bytes)."""
+    peak = run.peak
+    if len(run.processes) < 2:
+        return ["one process only: nothing shows how the processes' peaks spread"]
+    if peak.difference <= allowed.allowed(int(peak.highest)):
+        return []
+    high, low = run.processes[peak.highest_at], run.processes[peak.lowest_at]
+    return [
+        f"{high.name} peaks at {format_bytes(peak.highest)}, {format_bytes(peak.difference)} "
+        f"({peak.imbalance:.1%}) over {low.name}'s {format_bytes(peak.lowest)}, more than "
+        f"the {allowed} allowed"
+    ]
 
 
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:

@@ -122,7 +122,14 @@ def import_command(
 
 @app.command(short_help="Report peak use, preallocation and fragmentation.")
 def report(
-    trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
+    traces: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="TRACE",
+            help="A trace file (.tpumem); or a run: its directory, or its processes' traces.",
+            show_default=False,
+        ),
+    ],
     fmt: PageFormat = None,
     output: Output = None,
     width: Width = 100,
@@ -141,10 +148,11 @@ def report(
     tpu: Tpu = None,
 ) -> None:
     """Report peak use, preallocation and fragmentation of a trace, and what fills
-    each compiled program."""
+    each compiled program. For a distributed run (a directory of traces, or several
+    traces): each process's figures, their spread, and the busiest process in full."""
     from tpumem.commands.report import run_report
 
-    run_report(trace, fmt, output, width, force, capacity, program, tpu)
+    run_report(traces, fmt, output, width, force, capacity, program, tpu)
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -217,7 +225,15 @@ def diff(
 
 @app.command(short_help="Check a run against limits, for CI.")
 def check(
-    trace: Annotated[Path, typer.Argument(help="A trace file (.tpumem).")],
+    traces: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="TRACE",
+            help="A trace file (.tpumem); or a run: its directory, or its processes' traces "
+            "(every process is checked).",
+            show_default=False,
+        ),
+    ],
     max_peak: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
@@ -261,12 +277,20 @@ def check(
             help="How much a peak may rise over --baseline's: 5%, 64MiB (default: 0).",
         ),
     ] = None,
+    max_imbalance: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            metavar="SHARE|SIZE",
+            help="A run's processes: how far the lowest peak may fall below the highest, "
+            "as a share of it (5%) or a size (64MiB).",
+        ),
+    ] = None,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
     from tpumem.commands.check import run_check
 
     limits = (max_peak, max_fragmentation, capacity, max_growth, baseline, max_increase)
-    raise typer.Exit(run_check(trace, *limits))
+    raise typer.Exit(run_check(traces, *limits, max_imbalance))
 
 
 @app.command(

@@ -12,12 +12,18 @@
   same name, but never a trace without --force; exported profiles (`export
   tensorboard`) replace nothing without --force. Both are written beside the
   target and renamed onto it, so a full disk leaves the earlier file whole.
+- A trace name may hold placeholders (`-o 'run/{host}-{rank}.tpumem'`), filled in
+  by the profiled process itself: each process of a distributed run names its own
+  trace, and makes the directories the name needs. A rank not known yet is
+  written `pid<PID>` until the framework says it; the trace is then renamed.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
+import string
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +32,8 @@ from tpumem.errors import TpumemError
 from tpumem.trace.schema import FORMAT_NAME
 
 _TRACE_MAGIC = b"\xff\xff\xff\xff"
+PLACEHOLDERS = ("host", "rank", "pid")
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def _why(error: OSError) -> str:
@@ -80,6 +88,62 @@ def free_name(path: Path, taken: set[Path] | None = None) -> Path:
     if taken is not None:
         taken.add(candidate)
     return candidate
+
+
+def placeholders(pattern: str) -> set[str]:
+    """The placeholders a trace name holds; one clear line for anything else in braces."""
+    try:
+        fields = list(string.Formatter().parse(pattern))
+    except ValueError as error:
+        raise TpumemError(f"{pattern}: {error} (a literal brace is written twice)") from None
+    found = set()
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        if name not in PLACEHOLDERS or spec or conversion:
+            known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+            raise TpumemError(f"{pattern}: unknown placeholder {{{name}}} (known: {known})")
+        found.add(name)
+    return found
+
+
+def fill_placeholders(pattern: str, host: str, rank: int | None, pid: int) -> Path:
+    """A trace name with its placeholders filled; a rank not known yet is `pid<PID>`."""
+    return Path(
+        pattern.format(
+            host=_UNSAFE_IN_NAME.sub("_", host).strip("._") or "host",
+            rank=f"pid{pid}" if rank is None else str(rank),
+            pid=str(pid),
+        )
+    )
+
+
+def create_trace_at(path: Path, force: bool) -> int:
+    """A profiled process's own trace (a name with placeholders, filled in): the
+    directories it needs are made first."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TpumemError(f"{path.parent}: cannot make the directory: {_why(error)}") from None
+    return create_trace(path, (), force)
+
+
+def rename_trace(old: Path, new: Path, force: bool) -> None:
+    """Gives a trace being written its final name. An existing file is replaced
+    only with `force`; the trace then keeps its name, and this says why."""
+    if force:
+        try:
+            os.replace(old, new)
+        except OSError as error:
+            raise TpumemError(f"{new}: cannot rename {old} to it: {_why(error)}") from None
+        return
+    try:
+        os.link(old, new)  # fails where `new` exists: nothing is replaced silently
+    except FileExistsError:
+        raise TpumemError(f"{new}: exists; the trace stays {old} (--force replaces)") from None
+    except OSError as error:
+        raise TpumemError(f"{new}: cannot rename {old} to it: {_why(error)}") from None
+    old.unlink(missing_ok=True)
 
 
 def create_trace(path: Path, inputs: Iterable[Path | str], force: bool) -> int:

@@ -6,18 +6,19 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tpumem.commands.common import parse_capacity, parse_size
+from tpumem.commands.common import parse_capacity, parse_size, progress, traces_of
 from tpumem.errors import TpumemError
 
 
 def run_check(
-    trace: Path,
+    paths: list[Path],
     max_peak: str | None,
     max_fragmentation: float | None,
     capacity: str | None = None,
     max_growth: str | None = None,
     baseline: Path | None = None,
     max_increase: str | None = None,
+    max_imbalance: str | None = None,
 ) -> int:
     """The exit status: 0 within the limits, 1 with a line per breach on stderr."""
     from tpumem.analysis import analyze
@@ -32,27 +33,55 @@ def run_check(
         max_fragmentation=max_fragmentation,
         capacity_bytes=size,
         max_growth_bytes=parse_size("--max-growth", max_growth),
-        max_increase=_increase(max_increase),
+        max_increase=_share_or_size("--max-increase", max_increase),
     )
-    if not limits.any() and baseline is None:
+    imbalance = _share_or_size("--max-imbalance", max_imbalance) if max_imbalance else None
+    if not limits.any() and baseline is None and imbalance is None:
         raise TpumemError(
             "nothing to check: give --max-peak, --max-fragmentation, --capacity, "
-            "--max-growth and/or --baseline"
+            "--max-growth, --max-imbalance and/or --baseline"
         )
-    run = analyze(load(trace), capacity=size)
-    if baseline is not None:
-        limits = replace(limits, baseline=analyze(load(baseline)))
-    found = breaches(run, limits)
+    traces, where = traces_of(paths)
+    if len(traces) > 1 or paths[0].is_dir():
+        if baseline is not None:
+            raise TpumemError("--baseline compares one trace with another: give one process's")
+        found = _run_breaches(traces, where, limits, imbalance)
+    else:
+        if imbalance is not None:
+            raise TpumemError(
+                "--max-imbalance compares the processes of a run: give its directory or traces"
+            )
+        run = analyze(load(traces[0]), capacity=size)
+        if baseline is not None:
+            limits = replace(limits, baseline=analyze(load(baseline)))
+        found = breaches(run, limits)
     for line in found:
         print(f"tpumem: breach: {line}", file=sys.stderr)
     if found:
         return 1
-    print(f"{trace}: within the limits")
+    print(f"{where}: within the limits")
     return 0
 
 
-def _increase(text: str | None):
-    """--max-increase: a share ("5%") or a size ("64MiB"); 0 when not given."""
+def _run_breaches(traces: list[Path], where: str, limits, imbalance) -> list[str]:
+    """Every process against the limits, and the spread of their peaks."""
+    from functools import partial
+
+    from tpumem.analysis.processes import analyze_processes
+    from tpumem.check import breaches, imbalance_breaches
+
+    per_process = partial(breaches, limits=limits) if limits.any() else None
+    with progress(f"analysing {len(traces):,} traces of {where}"):
+        run = analyze_processes(traces, capacity=limits.capacity_bytes, per_process=per_process)
+    found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]
+    found += [f"left out {path}: {why}" for path, why in run.unreadable]
+    if imbalance is not None:
+        found += imbalance_breaches(run, imbalance)
+    return found
+
+
+def _share_or_size(option: str, text: str | None):
+    """A share ("5%") or a size ("64MiB"); 0 when not given."""
     from tpumem.check import Increase
 
     if text is None:
@@ -63,6 +92,6 @@ def _increase(text: str | None):
         except ValueError:
             share = -1.0
         if not 0 <= share < float("inf"):
-            raise TpumemError(f"--max-increase: {text!r} is not a share such as 5%")
+            raise TpumemError(f"{option}: {text!r} is not a share such as 5%")
         return Increase(share=share)
-    return Increase(bytes=parse_size("--max-increase", text))
+    return Increase(bytes=parse_size(option, text))

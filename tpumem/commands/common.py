@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
 @contextmanager
-def progress(message: str) -> Iterator[None]:
-    """A spinner on stderr while long work runs, only when a person is watching."""
+def progress(message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr while long work runs, only when a person is watching;
+    what it yields changes the spinner's words."""
     if sys.stderr.isatty():
         from rich.console import Console
 
-        with Console(stderr=True).status(message):
-            yield
+        with Console(stderr=True).status(message) as status:
+            yield lambda words: status.update(f"{message}: {words}")
     else:
-        yield
+        yield lambda words: None
+
+
+def traces_of(paths: list[Path]) -> tuple[list[Path], str]:
+    """The traces a command was given, and what to call them: a trace file, several
+    (a run's processes), or a run's directory (every .tpumem file in it, by name)."""
+    from tpumem.errors import TpumemError
+
+    traces: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.tpumem"))
+            if not found:
+                raise TpumemError(f"{path}: no traces (.tpumem files) in this directory")
+            traces += found
+        else:  # (what is not a readable trace, the reader says so in one line)
+            traces.append(path)
+    if len(paths) == 1:
+        return traces, str(paths[0])
+    return traces, f"{len(traces):,} traces"
 
 
 def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:

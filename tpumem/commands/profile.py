@@ -58,6 +58,9 @@ def run_profile(
     outcome = run_profiled(request)
     if outcome.adapter_failed:
         return 2
+    if outcome.trace is None:
+        print("tpumem: the profiled process ended before it made its trace", file=sys.stderr)
+        return outcome.returncode
     if outcome.trace.exists():
         # After the run, in a process of its own: the run's time is its own.
         compile_for_tpus([outcome.trace], topologies, quiet)

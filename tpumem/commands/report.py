@@ -12,6 +12,7 @@ from tpumem.commands.common import (
     parse_capacity,
     parse_topologies,
     progress,
+    traces_of,
 )
 from tpumem.errors import TpumemError
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def run_report(
-    trace: Path,
+    paths: list[Path],
     fmt: str | None,
     output: Path | None,
     width: int,
@@ -34,6 +35,14 @@ def run_report(
     from tpumem.trace.reader import load
 
     reporter = reporter_for(output, fmt)
+    traces, where = traces_of(paths)
+    if len(traces) > 1 or paths[0].is_dir():
+        for option, given in (("--capacity", capacity), ("--program", program), ("--tpu", tpu)):
+            if given:
+                raise TpumemError(f"{option} reports on one trace: give one of the run's traces")
+        report_processes(traces, where, reporter.name, output, width, force, reporter.series_points)
+        return
+    trace = traces[0]
     size = parse_capacity(capacity)
     compile_for_tpus([trace], parse_topologies(tpu), quiet=output is not None)
     with progress(f"analysing {trace}"):
@@ -44,6 +53,29 @@ def run_report(
     else:
         text = render_program(analysis, program, reporter.name, width=width, color=color)
     emit(text, output, [trace], force)
+
+
+def report_processes(
+    traces: list[Path],
+    where: str,
+    fmt: str,
+    output: Path | None,
+    width: int,
+    force: bool,
+    series_points: int,
+) -> None:
+    """A distributed run: each process's figures, their spread, the busiest in full."""
+    from tpumem.analysis.processes import SERIES_POINTS, analyze_processes
+    from tpumem.report.run_report import RENDERERS
+
+    with progress(f"analysing {len(traces):,} traces of {where}") as tell:
+        run = analyze_processes(
+            traces,
+            done=lambda finished, total: tell(f"analysed {finished:,} of {total:,} traces"),
+            busiest_points=series_points or SERIES_POINTS,
+        )
+    color = output is None and sys.stdout.isatty()
+    emit(RENDERERS[fmt](run, where, width=width, color=color), output, traces, force)
 
 
 def render_program(analysis: RunAnalysis, name: str, fmt: str, *, width: int, color: bool) -> str:

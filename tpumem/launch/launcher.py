@@ -27,7 +27,7 @@ from tpumem.errors import TpumemError
 from tpumem.launch.detect import detect_framework, module_file
 from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
 from tpumem.launch.stderr_filter import StderrFilter, filter_available
-from tpumem.outputs import create_trace, default_trace
+from tpumem.outputs import create_trace, default_trace, placeholders
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
 from tpumem.trace.metadata import AllocatorLog, ExitStatus
@@ -51,7 +51,7 @@ class ProfileRequest:
 
 @dataclass(frozen=True, slots=True)
 class ProfileOutcome:
-    trace: Path
+    trace: Path | None  # None: a trace named by the profiled process, which made none
     returncode: int  # as a shell reports it: 128 + signal for a signal
     adapter_failed: bool
 
@@ -78,14 +78,18 @@ def default_output(request: ProfileRequest) -> Path:
     return Path(f"{stem}.tpumem")
 
 
-def _prepare(request: ProfileRequest) -> tuple[str, Path, int, dict[str, str]]:
-    """(framework, trace path, the trace's open descriptor, environment to set)."""
+def _prepare(request: ProfileRequest) -> tuple[str, Path, int | None, dict[str, str]]:
+    """(framework, trace path, the trace's open descriptor, environment to set). A
+    name with placeholders is the profiled process's to fill in and create: no
+    descriptor then."""
     script = _script_path(request)
     framework = request.framework or detect_framework(script, adapter_names())
     adapter = get_adapter(framework)
     environment = adapter.environment(request.capture, os.environ)
     if request.output is None:
         output, descriptor = default_trace(default_output(request), [script])
+    elif placeholders(str(request.output)):
+        output, descriptor = request.output, None
     else:
         output = request.output
         descriptor = create_trace(output, [script], request.force)
@@ -153,7 +157,7 @@ def _run(
     request: ProfileRequest,
     framework: str,
     output: Path,
-    descriptor: int,
+    descriptor: int | None,
     environment: dict[str, str],
     dump_dir: str | None,
 ) -> ProfileOutcome:
@@ -171,6 +175,8 @@ def _run(
         output_fd=descriptor,
         parent_pid=os.getpid(),
         status_fd=status_write,
+        named_here=descriptor is None,
+        force=request.force,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
     stderr = StderrFilter() if filter_available() else None
@@ -185,10 +191,11 @@ def _run(
             env=env,
             stdout=sys.stderr.fileno() if request.stdout_to_stderr else None,
             stderr=stderr.child_fd if stderr is not None else None,
-            pass_fds=(descriptor, status_write),
+            pass_fds=tuple(fd for fd in (descriptor, status_write) if fd is not None),
         )
     finally:
-        os.close(descriptor)
+        if descriptor is not None:
+            os.close(descriptor)
         os.close(status_write)
         if stderr is not None:
             stderr.start()
@@ -215,8 +222,14 @@ def _run(
             stderr.finish()
     killed = -returncode if returncode < 0 else None
     ending = read_ending(status_read)
-    recorded = ending.get("exit", {}).get("signal") if ending else None
-    if ending is None or (killed is not None and recorded != killed):
+    status = 128 + killed if killed is not None else returncode  # as a shell says it
+    adapter_failed = bool(ending.get("adapter_failed"))
+    if descriptor is None:  # named by the profiled process: where it said
+        if "output" not in ending:
+            return ProfileOutcome(None, status, adapter_failed)
+        output = Path(ending["output"])
+    recorded = ending.get("exit", {}).get("signal") if "exit" in ending else None
+    if ("exit" not in ending and not adapter_failed) or (killed is not None and recorded != killed):
         kills_after = oom_kills()
         memory = ExitStatus(
             max_rss_bytes=usage.ru_maxrss * 1024,  # KiB on Linux
@@ -228,8 +241,4 @@ def _run(
         _record_oom_logs(output, stderr.oom_logs.finish(), start_ns)
     with contextlib.suppress(OSError):  # (unreadable) the trace stays as the run wrote it
         compact(output)
-    return ProfileOutcome(
-        trace=output,
-        returncode=128 + killed if killed is not None else returncode,
-        adapter_failed=bool(ending and ending.get("adapter_failed")),
-    )
+    return ProfileOutcome(trace=output, returncode=status, adapter_failed=adapter_failed)

@@ -88,7 +88,7 @@ def _fewer_stacks(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _page(title: str, data: dict[str, Any]) -> str:
+def page(title: str, data: dict[str, Any]) -> str:
     data["accelerators"] = [dataclasses.asdict(a) for a in ACCELERATORS]
     data["limits"] = {"series_points": HTML_SERIES_POINTS, "max_groups": MAX_GROUPS}
     return (
@@ -109,7 +109,7 @@ def render_html(
     data = {"kind": "report", "schema": SCHEMA, "runs": [run_data(analysis)]}
     if program is not None:
         data["focus_program"] = program
-    return _page(f"tpumem report · {analysis.path or analysis.framework}", data)
+    return page(f"tpumem report · {analysis.path or analysis.framework}", data)
 
 
 def render_compare_html(comparison: Comparison) -> str:
@@ -119,7 +119,7 @@ def render_compare_html(comparison: Comparison) -> str:
         "comparison": comparison_data(comparison),
         "runs": [run_data(run) for run in comparison.runs],
     }
-    return _page(f"tpumem compare · {' / '.join(comparison.names)}", data)
+    return page(f"tpumem compare · {' / '.join(comparison.names)}", data)
 
 
 def render_diff_html(diff: RunDiff) -> str:
@@ -135,4 +135,4 @@ def render_diff_html(diff: RunDiff) -> str:
         "diff": body,
         "runs": [run_data(diff.before), run_data(diff.after)],
     }
-    return _page(f"tpumem diff · {diff.before.path} → {diff.after.path}", data)
+    return page(f"tpumem diff · {diff.before.path} → {diff.after.path}", data)

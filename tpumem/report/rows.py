@@ -11,7 +11,13 @@ from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
-from tpumem.trace.metadata import CaptureSummary, JaxBook, RunMetadata, TorchXlaBook
+from tpumem.trace.metadata import (
+    CaptureSummary,
+    ExitStatus,
+    JaxBook,
+    RunMetadata,
+    TorchXlaBook,
+)
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.trace.stack_rows import Frame
 from tpumem.tracking import SOURCE as TRACK_SOURCE
@@ -65,6 +71,10 @@ def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     rows = [
         ("Framework", f"{analysis.framework} (backend: {analysis.backend})"),
         ("Source", _source(meta)),
+    ]
+    if meta.process is not None:
+        rows.append(("Process", process_text(meta)))
+    rows += [
         ("Duration", format_seconds(analysis.duration_ns)),
         ("Ended", _ending(meta, analysis.complete)),
     ]
@@ -94,6 +104,18 @@ def _source(meta: RunMetadata) -> str:
     if meta.source == "import":
         return f"imported from {meta.imported_from or '?'} (host {meta.host or '?'})"
     return " ".join(meta.command) if meta.command is not None else meta.source
+
+
+def process_text(meta: RunMetadata) -> str:
+    """'1 of 2 on vm-3 (jax.process_index()), run 5f26eafa'."""
+    process = meta.process
+    assert process is not None
+    index = "?" if process.index is None else f"{process.index:,}"
+    count = f" of {process.count:,}" if process.count is not None else ""
+    host = f" on {meta.host}" if meta.host else ""
+    said = f" ({process.source})" if process.source else ""
+    run = f", run {meta.run}" if meta.run else ""
+    return f"{index}{count}{host}{said}{run}"
 
 
 def plural(count: int, word: str) -> str:
@@ -163,7 +185,11 @@ def _programs(analysis: RunAnalysis, book: JaxBook | TorchXlaBook | None) -> str
 
 
 def _ending(meta: RunMetadata, complete: bool) -> str:
-    exit_info = meta.exit
+    return ending_text(meta.exit, complete, meta.source)
+
+
+def ending_text(exit_info: ExitStatus | None, complete: bool, source: str) -> str:
+    """How a run ended, in words."""
     if exit_info is not None and exit_info.signal:
         name = exit_info.signal_name or f"signal {exit_info.signal}"
         if exit_info.exception == "KeyboardInterrupt":
@@ -172,9 +198,9 @@ def _ending(meta: RunMetadata, complete: bool) -> str:
     if not complete:
         return "the trace was not closed: the process crashed or was killed"
     if exit_info is None:
-        return "not recorded" if meta.source != "import" else "(imported profile)"
+        return "not recorded" if source != "import" else "(imported profile)"
     code = "?" if exit_info.code is None else exit_info.code
-    if meta.source == TRACK_SOURCE:  # a block of a process that went on
+    if source == TRACK_SOURCE:  # a block of a process that went on
         if exit_info.exception:
             return f"the tracked block raised {one_line(exit_info.exception)}"
         return "the tracked block ended"

@@ -66,6 +66,17 @@ class ExitStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """Which process of a distributed run this one was: its index among the run's
+    processes (JAX's process_index, TensorFlow's task, a launcher's RANK), how many
+    there were, and who said so."""
+
+    index: int | None = None
+    count: int | None = None
+    source: str | None = None  # "jax.process_index()", "TF_CONFIG", "RANK", ...
+
+
+@dataclass(frozen=True, slots=True)
 class CaptureSummary:
     """The back-to-back profiler sessions that captured allocator events (TensorFlow;
     JAX on a GPU): how many, and what fell between them."""
@@ -168,9 +179,11 @@ class RunMetadata:
     capture_options: Mapping[str, float | bool] | None = None  # CaptureOptions
     set_by_tpumem: Mapping[str, str] | None = None
     env: Mapping[str, str] | None = None  # SETTINGS_VARIABLES as the run had them
-    # An imported profile: where from, and the id its hosts' traces share.
+    # An imported profile: where from. `run`: the id all traces of one run share
+    # (a multi-host profile's run; a distributed run's, from tpumem or its launcher).
     imported_from: str | None = None
     run: str | None = None
+    process: ProcessInfo | None = None  # which process of a distributed run
     xspace_planes: tuple[str, ...] | None = None
     # The clock: a profiled run's trace times count from start_time_ns (wall clock).
     start_time_ns: int | None = None

@@ -672,7 +672,44 @@
     }
   }
 
+  // ---- the processes of one distributed run ---------------------------------
+  // Tables worded in Python (run_report.py); each process's bytes in use on its
+  // busiest device, on one axis: by step where every process marked its steps,
+  // else by the hosts' wall clocks from the earliest start.
+  function renderProcesses() {
+    const run = data.processes;
+    const ids = run.run_ids.length === 1 ? `, run ${run.run_ids[0]}` : "";
+    app.appendChild(el("h1", {}, `tpumem report · ${run.path} (${run.processes.length} processes${ids})`));
+    for (const note of run.notes) app.appendChild(el("p", { class: "note" }, "warning: " + note));
+    const headers = ["process", "host", "peak", "device", "at step", "pool", "fragmentation", "ended"];
+    const columns = headers.map((title, k) => ({ title, numeric: k >= 2 && k <= 6 }));
+    const sorts = run.processes.map((p) => [p.index, p.host, p.peak_bytes, p.peak_device, p.peak_step, p.pool_bytes, p.fragmentation_at_peak, p.ended]);
+    const rows = run.rows.map((row, i) => row.map((text, k) => ({ text, sort: sorts[i][k] === null ? -1 : sorts[i][k] })));
+    app.appendChild(el("h2", {}, "Each process (peak: its busiest device)"));
+    app.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
+    app.appendChild(el("h2", {}, "Spread across processes"));
+    const spread = el("table", {}, el("tr", {}, ...["", "highest", "lowest", "mean", "difference"].map((h) => el("th", {}, h))));
+    for (const row of run.spread_rows) spread.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
+    app.appendChild(spread);
+    app.appendChild(el("p", {}, run.summary));
+    const stepped = run.axis === "step";
+    const start = Math.min(...run.lines.map((l) => l.time_ns[0]));
+    const series = run.lines.map((line, i) => ({ name: line.name, color: COLORS[i % COLORS.length], ys: line.in_use,
+      xs: stepped ? line.step_position : line.time_ns.map((t) => (t - start) / 1e9) }));
+    if (series.length) {
+      app.appendChild(el("h2", {}, "Bytes in use on each process's busiest device"));
+      app.appendChild(el("p", { class: "note" }, stepped ? "Aligned by training step: every process marked its steps, so the hosts' clocks do not matter."
+        : "By each host's wall clock, from the earliest start: clocks of different hosts may differ (no step marks to align by)."));
+      app.appendChild(chart({ series, xFormat: stepped ? (x) => "step " + x.toFixed(1) : (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true }));
+    }
+    app.appendChild(el("h2", {}, run.busiest_title));
+    app.appendChild(runSections(data.runs[0]));
+  }
+
   app.textContent = "";
-  if (data.kind === "compare") renderCompare(); else if (data.kind === "diff") renderDiff(); else renderReport();
+  if (data.kind === "compare") renderCompare();
+  else if (data.kind === "diff") renderDiff();
+  else if (data.kind === "processes") renderProcesses();
+  else renderReport();
   document.body.setAttribute("data-rendered", "ok");
 })();

@@ -1,0 +1,251 @@
+"""Distributed runs, each process under `tpumem profile` as its launcher starts it:
+real jax.distributed, MultiWorkerMirroredStrategy and torchrun processes on
+127.0.0.1, each process's trace named by its rank, and the run read as one."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import run_tpumem
+from tpumem.trace.reader import load
+
+MiB = 1024 * 1024
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+WAIT_S = 240  # every process of a run is waited for this long, then killed
+
+
+def _free_ports(count: int) -> list[int]:
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def _launch(commands: list[list[str]], cwd: Path, envs: list[dict]) -> list[tuple[int, str]]:
+    """Starts every process at once (as a launcher does), waits for all of them,
+    kills what is left at the end; (exit status, output) of each."""
+    processes = [
+        subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**os.environ, **QUIET, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for command, env in zip(commands, envs, strict=True)
+    ]
+    results = []
+    try:
+        for process in processes:
+            output, _ = process.communicate(timeout=WAIT_S)
+            results.append((process.returncode, output))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return results
+
+
+# Each process holds its shard of a sharded array and of the jitted function's
+# output (4 MiB each), and keeps KEEP_MiB * (rank + 1) of its own; it writes what
+# its own arrays hold on its device at the end, for the test to compare.
+JAX_DISTRIBUTED = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    port, rank, keep_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=rank)
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    sharding = NamedSharding(mesh, PartitionSpec("x"))
+    shard = 1024 * 1024  # float32: 4 MiB a process
+    x = jax.make_array_from_callback(
+        (2 * shard,), sharding, lambda index: np.ones((shard,), np.float32)
+    )
+    y = jax.jit(lambda a: a * 2)(x)
+    keep = jnp.zeros(keep_mib * (rank + 1) * 1024 * 1024 // 4, jnp.float32)
+    keep.block_until_ready()
+    # Every buffer this process's arrays hold, once (an array and its shards share one).
+    buffers = {}
+    for array in jax.live_arrays():
+        for part in array.addressable_shards:
+            buffers[part.data.unsafe_buffer_pointer()] = part.data.nbytes
+    json.dump({"bytes": sum(buffers.values()), "devices": [d.id for d in jax.local_devices()]},
+              open(f"held-{rank}.json", "w"))
+    """
+)
+
+
+def _jax_run(tmp_path: Path, keep_mib: int) -> Path:
+    (tmp_path / "shards.py").write_text(JAX_DISTRIBUTED)
+    (port,) = _free_ports(1)
+    pattern = "run/{host}-{rank}.tpumem"
+    tpumem = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", pattern]
+    commands = [[*tpumem, "shards.py", str(port), str(rank), str(keep_mib)] for rank in (0, 1)]
+    for code, output in _launch(commands, tmp_path, [{}, {}]):
+        assert code == 0, output[-3000:]
+    return tmp_path / "run"
+
+
+def test_jax_distributed_processes_each_trace_their_shard_and_read_as_one_run(tmp_path):
+    """The adapter waits for the script's jax.distributed.initialize(): each
+    process's trace is named by its rank, holds its own shard's bytes and what it
+    kept, and the run's report lists both ranks, naming the one that keeps more."""
+    run = _jax_run(tmp_path, keep_mib=8)
+    traces = sorted(run.glob("*.tpumem"))
+    assert [t.name.rsplit("-", 1)[-1] for t in traces] == ["0.tpumem", "1.tpumem"]
+    run_ids = set()
+    for rank, trace in enumerate(traces):
+        loaded = load(trace)
+        meta = loaded.metadata
+        assert (meta.process.index, meta.process.count) == (rank, 2)
+        assert meta.process.source == "jax.process_index()"
+        run_ids.add(meta.run)
+        held = json.loads((tmp_path / f"held-{rank}.json").read_text())
+        assert [d.name for d in meta.devices] == [f"CPU:{i}" for i in held["devices"]]
+        report = json.loads(run_tpumem("report", str(trace), "-f", "json").stdout)
+        (device,) = report["devices"]
+        # The shards (4 + 4 MiB) and what the process kept, 8 MiB x (rank + 1).
+        assert held["bytes"] == 8 * MiB + 8 * MiB * (rank + 1)
+        # At the peak also jnp.zeros' scalar (4 B), live while it was broadcast.
+        assert device["peak"]["bytes"] == held["bytes"] + 4
+    assert len(run_ids) == 1 and None not in run_ids  # agreed through JAX's coordinator
+
+    result = run_tpumem("report", str(run), "-f", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [p["index"] for p in report["processes"]] == [0, 1]
+    assert report["run_ids"] == list(run_ids)
+    peak = next(s for s in report["spread"] if s["figure"] == "peak")
+    assert peak["difference"] == 8 * MiB
+    assert peak["highest_process"] == str(traces[1])
+    assert report["busiest"] == str(traces[1])
+    text = run_tpumem("report", str(run)).stdout
+    assert "rank 1 peaks highest: 8.0 MiB more than rank 0" in text
+
+    assert run_tpumem("check", str(run), "--max-imbalance", "8MiB").returncode == 0
+    failed = run_tpumem("check", str(run), "--max-imbalance", "7MiB")
+    assert failed.returncode == 1
+    assert "rank 1 peaks at 24.0 MiB, 8.0 MiB (33.3%) over rank 0's 16.0 MiB" in failed.stderr
+
+
+# A replicated variable (4 MiB on each worker) and a step that reduces across the
+# workers; each worker keeps KEEP_MiB * (task + 1) of its own.
+TF_WORKERS = textwrap.dedent(
+    """
+    import json, os, sys
+    import tensorflow as tf
+
+    keep_mib = int(sys.argv[1])
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    with strategy.scope():
+        weights = tf.Variable(tf.ones([1024 * 1024]))
+    keep = tf.zeros([keep_mib * (task + 1) * 256 * 1024])
+
+    @tf.function
+    def step():
+        def replica():
+            return tf.reduce_sum(weights * 2.0)
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica), axis=None)
+
+    print(json.dumps({"task": task, "sum": float(step())}))
+    """
+)
+
+
+def _spread(report: dict, figure: str) -> dict:
+    return next(s for s in report["spread"] if s["figure"] == figure)
+
+
+def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
+    """Two MultiWorkerMirroredStrategy workers, TF_CONFIG on loopback ports as a
+    launcher sets it: each names its trace by its task, and the run's report finds
+    the worker that keeps 8 MiB more."""
+    (tmp_path / "workers.py").write_text(TF_WORKERS)
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    envs = [
+        {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+        for i in (0, 1)
+    ]
+    tpumem = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", "run/{host}-{rank}.tpumem"]
+    results = _launch([[*tpumem, "workers.py", "8"]] * 2, tmp_path, envs)
+    for code, output in results:
+        assert code == 0, output[-3000:]
+        assert '"sum": 4194304.0' in output  # the cross-worker reduce ran
+    traces = sorted((tmp_path / "run").glob("*.tpumem"))
+    for task, trace in enumerate(traces):
+        process = load(trace).metadata.process
+        assert (process.index, process.count, process.source) == (task, 2, "TF_CONFIG")
+    result = run_tpumem("report", str(tmp_path / "run"), "-f", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [p["index"] for p in report["processes"]] == [0, 1]
+    peak = _spread(report, "peak")
+    # The replicated variable and the step's product are alike on both: the
+    # difference is what worker 1 keeps over worker 0.
+    assert peak["difference"] == 8 * MiB
+    assert peak["highest_process"] == str(traces[1])
+    for process in report["processes"]:
+        assert process["peak_bytes"] >= 4 * MiB + 8 * MiB * (process["index"] + 1)
+
+
+# Each torchrun process has a CPU device of its own (PJRT_DEVICE=CPU): 4 MiB of
+# weights, and KEEP_MiB * (rank + 1) kept.
+XLA_RANKS = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import torch_xla
+
+    keep_mib = int(sys.argv[1])
+    rank = int(os.environ["RANK"])
+    device = torch_xla.device()
+    weights = torch.ones(1024 * 1024, device=device)
+    keep = torch.zeros(keep_mib * (rank + 1) * 256 * 1024, device=device)
+    torch_xla.sync()
+    print(json.dumps({"rank": rank, "sum": float(weights.sum().cpu())}))
+    """
+)
+
+
+def test_torchrun_processes_of_pytorch_xla_read_as_one_run(tmp_path):
+    """torch.distributed.run starting `tpumem profile` in each of two processes:
+    traces named by torchrun's RANK, the run id torchrun's, the rank that keeps
+    8 MiB more named. (torch_xla.launch on the CPU runs one process with a thread
+    per device: docs/distributed.md.)"""
+    (tmp_path / "ranks.py").write_text(XLA_RANKS)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    tpumem = ["-m", "tpumem", "profile", "-q", "-o", "run/{host}-{rank}.tpumem"]
+    command = [*torchrun, "--nproc_per_node", "2", *tpumem, "ranks.py", "8"]
+    ((code, output),) = _launch([command], tmp_path, [{"PJRT_DEVICE": "CPU"}])
+    assert code == 0, output[-3000:]
+    traces = sorted((tmp_path / "run").glob("*.tpumem"))
+    assert len(traces) == 2
+    metadata = [load(trace).metadata for trace in traces]
+    assert [(m.process.index, m.process.count) for m in metadata] == [(0, 2), (1, 2)]
+    assert {m.process.source for m in metadata} == {"RANK"}
+    assert len({m.run for m in metadata}) == 1 and metadata[0].run.startswith("torchrun:")
+    report = json.loads(run_tpumem("report", str(tmp_path / "run"), "-f", "json").stdout)
+    peak = _spread(report, "peak")
+    assert peak["difference"] == 8 * MiB
+    assert peak["highest_process"] == str(traces[1])
+    for process in report["processes"]:
+        assert process["peak_bytes"] >= 4 * MiB + 8 * MiB * (process["index"] + 1)

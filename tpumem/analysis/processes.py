@@ -1,0 +1,314 @@
+"""A distributed run as one: each process's figures, their spread, the busiest.
+
+Each trace is analysed on its own (in worker processes when there are many, one
+trace at a time in each: a run of 64 hosts is never held in memory at once) and
+reduced to a `ProcessSummary`, small and picklable; the spread across processes
+reads only those. The busiest process (the highest peak on one device, which is
+what runs out of memory) is then analysed in full for its breakdown.
+
+The processes' lines share one axis: by step when every process marked its steps
+(the hosts' clocks then do not matter), else by each host's wall clock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis, analyze
+from tpumem.errors import TpumemError
+from tpumem.trace.metadata import ExitStatus
+
+SERIES_POINTS = 200  # per process, for the page's lines
+STEP_AXIS, CLOCK_AXIS = "step", "wall clock"
+# Below this many bytes of traces in all, worker processes cost more than they save.
+_PARALLEL_FROM_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLine:
+    """A process's bytes in use on its busiest device, for drawing."""
+
+    time_ns: tuple[int, ...]  # wall clock (the trace's start + its own time)
+    step_position: tuple[float, ...] | None  # where each point sits in the loop
+    in_use: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSummary:
+    """One process of a run, as the comparison of processes reads it."""
+
+    path: str
+    host: str | None
+    index: int | None  # its rank; None where nothing said
+    count: int | None
+    pid: int | None
+    run: str | None
+    framework: str
+    backend: str
+    source: str  # "tpumem profile", "import", ...
+    complete: bool
+    exit: ExitStatus | None
+    devices: int
+    peak_bytes: int  # on its busiest device
+    peak_device: str | None
+    peak_label: str
+    peak_step: int | None
+    peak_time_ns: int  # the trace's own clock
+    pool_bytes: int | None
+    fragmentation_at_peak: float | None
+    steps: int
+    warnings: int
+    line: ProcessLine | None
+    findings: tuple[str, ...] = ()  # what a caller's `per_process` said of its analysis
+
+    @property
+    def name(self) -> str:
+        """How a person tells it apart: its rank, else its host and pid."""
+        if self.index is not None:
+            return f"rank {self.index}"
+        return f"{self.host or '?'} pid {self.pid}" if self.pid else Path(self.path).stem
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One figure across the processes: the largest, the smallest, the mean."""
+
+    figure: str
+    highest: float
+    highest_at: int  # position in ProcessRun.processes
+    lowest: float
+    lowest_at: int
+    mean: float
+
+    @property
+    def difference(self) -> float:
+        return self.highest - self.lowest
+
+    @property
+    def imbalance(self) -> float:
+        """How far the smallest falls short of the largest, as a share of it."""
+        return self.difference / self.highest if self.highest else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRun:
+    processes: tuple[ProcessSummary, ...]  # by rank, then host and pid
+    spreads: tuple[Spread, ...]  # peak first; then pool and fragmentation where known
+    busiest_at: int  # position of the process with the highest peak
+    busiest: RunAnalysis  # that process, analysed in full
+    axis: str  # STEP_AXIS or CLOCK_AXIS
+    run_ids: tuple[str, ...]  # the distinct run ids the traces carry
+    missing_ranks: tuple[int, ...]  # ranks below the run's count with no trace
+    repeated_ranks: tuple[int, ...]  # ranks more than one trace claims
+    unreadable: tuple[tuple[str, str], ...] = ()  # (trace, why): left out of the run
+
+    @property
+    def peak(self) -> Spread:
+        return self.spreads[0]
+
+
+def _busiest(analysis: RunAnalysis) -> DeviceAnalysis | None:
+    return max(analysis.devices, key=lambda d: d.peak.bytes, default=None)
+
+
+def _line(device: DeviceAnalysis | None, start_ns: int) -> ProcessLine | None:
+    series = device.series if device is not None else None
+    if series is None or not series.time_ns:
+        return None
+    return ProcessLine(
+        tuple(start_ns + t for t in series.time_ns), series.step_position, series.in_use
+    )
+
+
+def summarize(analysis: RunAnalysis) -> ProcessSummary:
+    """A process's figures, from its full analysis (made with series points)."""
+    meta = analysis.metadata
+    device = _busiest(analysis)
+    process = meta.process
+    return ProcessSummary(
+        path=analysis.path or "?",
+        host=meta.host,
+        index=process.index if process is not None else None,
+        count=process.count if process is not None else None,
+        pid=meta.pid,
+        run=meta.run,
+        framework=analysis.framework,
+        backend=analysis.backend,
+        source=meta.source,
+        complete=analysis.complete,
+        exit=meta.exit,
+        devices=len(analysis.devices),
+        peak_bytes=device.peak.bytes if device is not None else 0,
+        peak_device=device.device if device is not None else None,
+        peak_label=device.peak_label if device is not None else "",
+        peak_step=device.peak.step if device is not None else None,
+        peak_time_ns=device.peak.time_ns if device is not None else 0,
+        pool_bytes=device.preallocation.pool_peak_bytes if device is not None else None,
+        fragmentation_at_peak=device.fragmentation.at_peak if device is not None else None,
+        steps=analysis.steps,
+        warnings=len(analysis.warnings),
+        line=_line(device, meta.start_time_ns or 0),
+    )
+
+
+# What a caller asks of each process's full analysis, where it is made (a worker):
+# a module-level function (or a partial of one), so that it can be sent there.
+PerProcess = Callable[[RunAnalysis], tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    points: int = SERIES_POINTS
+    capacity: int | None = None
+    per_process: PerProcess | None = None
+
+    def analyse(self, path: str, points: int | None = None) -> RunAnalysis:
+        from tpumem.trace.reader import load
+
+        return analyze(load(path), series_points=points or self.points, capacity=self.capacity)
+
+    def summarize(self, analysis: RunAnalysis) -> ProcessSummary:
+        summary = summarize(analysis)
+        if self.per_process is None:
+            return summary
+        return replace(summary, findings=self.per_process(analysis))
+
+    def __call__(self, path: str) -> ProcessSummary | str:
+        """In a worker: one trace in, its summary out (the trace and its analysis
+        stay there); why it could not be read, for a trace that cannot."""
+        try:
+            return self.summarize(self.analyse(path))
+        except TpumemError as error:
+            return str(error)
+
+
+def _spread(figure: str, values: list[float | None]) -> Spread | None:
+    known = [(v, i) for i, v in enumerate(values) if v is not None]
+    if not known:
+        return None
+    highest = max(known, key=lambda item: item[0])
+    lowest = min(known, key=lambda item: item[0])
+    mean = sum(v for v, _ in known) / len(known)
+    return Spread(figure, highest[0], highest[1], lowest[0], lowest[1], mean)
+
+
+def _order(summary: ProcessSummary) -> tuple:
+    return (summary.index is None, summary.index or 0, summary.host or "", summary.pid or 0)
+
+
+def _ranks(processes: Sequence[ProcessSummary]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    ranks = [p.index for p in processes if p.index is not None]
+    counts = [p.count for p in processes if p.count is not None]
+    repeated = sorted({r for r in ranks if ranks.count(r) > 1})
+    missing = sorted(set(range(max(counts))) - set(ranks)) if counts else []
+    return tuple(missing), tuple(repeated)
+
+
+def workers_for(paths: Sequence[Path]) -> int:
+    """How many worker processes analyse the traces: one per core, none for a small run."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    total = sum(p.stat().st_size for p in paths if p.exists())
+    if len(paths) < 2 or total < _PARALLEL_FROM_BYTES:
+        return 0
+    return max(1, min(cores or 1, len(paths)))
+
+
+def analyze_processes(
+    paths: Sequence[Path],
+    workers: int | None = None,
+    done: Callable[[int, int], None] | None = None,
+    busiest_points: int = SERIES_POINTS,
+    capacity: int | None = None,
+    per_process: PerProcess | None = None,
+) -> ProcessRun:
+    """The run the traces make together. `workers`: worker processes (0: this one,
+    None: workers_for); `done(finished, total)` is told as each trace is summarised;
+    `busiest_points`: drawing points of the busiest process' full analysis;
+    `capacity`: asked of each process (analyze's); `per_process`: findings of
+    each process's analysis, kept in its summary."""
+    task = _Task(capacity=capacity, per_process=per_process)
+    if not paths:
+        raise TpumemError("no traces to report")
+    workers = workers_for(paths) if workers is None else workers
+    results, kept = _summaries(paths, workers, done, task)
+    summaries = [r for r in results if isinstance(r, ProcessSummary)]
+    unreadable = tuple(
+        (str(path), r) for path, r in zip(paths, results, strict=True) if isinstance(r, str)
+    )
+    if not summaries:
+        raise TpumemError(
+            unreadable[0][1]
+            if len(unreadable) == 1
+            else (f"none of the {len(paths)} traces could be read ({unreadable[0][1]})")
+        )
+    order = sorted(range(len(summaries)), key=lambda i: _order(summaries[i]))
+    processes = tuple(summaries[i] for i in order)
+    spreads = [
+        _spread("peak", [p.peak_bytes for p in processes]),
+        _spread("pool", [p.pool_bytes for p in processes]),
+        _spread("fragmentation at peak", [p.fragmentation_at_peak for p in processes]),
+    ]
+    peak = spreads[0]
+    assert peak is not None
+    busiest = processes[peak.highest_at]
+    reuse = kept is not None and kept.path == busiest.path and busiest_points == SERIES_POINTS
+    analysis = kept if reuse and kept is not None else task.analyse(busiest.path, busiest_points)
+    lines = [p.line for p in processes if p.line is not None]
+    stepped = bool(lines) and all(line.step_position for line in lines)
+    missing, repeated = _ranks(processes)
+    return ProcessRun(
+        processes=processes,
+        spreads=tuple(s for s in spreads if s is not None),
+        busiest_at=peak.highest_at,
+        busiest=analysis,
+        axis=STEP_AXIS if stepped else CLOCK_AXIS,
+        run_ids=tuple(sorted({p.run for p in processes if p.run})),
+        missing_ranks=missing,
+        repeated_ranks=repeated,
+        unreadable=unreadable,
+    )
+
+
+def _summaries(
+    paths: Sequence[Path], workers: int, done: Callable[[int, int], None] | None, task: _Task
+) -> tuple[list[ProcessSummary | str], RunAnalysis | None]:
+    """Each trace's summary (or why it could not be read), in the order given; in
+    this process (workers == 0), the busiest analysis seen is kept, so that it is
+    not analysed twice."""
+    names = [str(p) for p in paths]
+    tell = done or (lambda finished, total: None)
+    if workers == 0:
+        results: list[ProcessSummary | str] = []
+        kept: RunAnalysis | None = None
+        for number, name in enumerate(names, 1):
+            try:
+                analysis = task.analyse(name)
+            except TpumemError as error:
+                results.append(str(error))
+                continue
+            summary = task.summarize(analysis)
+            if kept is None or summary.peak_bytes > _peak(kept):
+                kept = analysis
+            results.append(summary)
+            tell(number, len(names))
+        return results, kept
+    import multiprocessing
+
+    # forkserver: a worker starts from a clean process, not a copy of this one
+    # (whose spinner thread a fork would copy mid-stride).
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        results = []
+        for number, summary in enumerate(pool.map(task, names), 1):
+            results.append(summary)
+            tell(number, len(names))
+    return results, None
+
+
+def _peak(analysis: RunAnalysis) -> int:
+    device = _busiest(analysis)
+    return device.peak.bytes if device is not None else 0

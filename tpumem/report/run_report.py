@@ -1,0 +1,254 @@
+"""A distributed run in words, JSON and HTML: each process's figures, their spread
+across processes, and the busiest process's whole report. The figures come from
+analysis/processes.py; this module words them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from tpumem.analysis.processes import ProcessRun, ProcessSummary, Spread
+from tpumem.report.rows import ending_text
+from tpumem.report.text import render_text, string_console
+from tpumem.report.visible import markdown, visible
+from tpumem.units import format_bytes
+
+RUN_SCHEMA = "tpumem-run/1"
+PROCESS_HEADERS = ("process", "host", "peak", "device", "at step", "pool", "fragmentation", "ended")
+SPREAD_HEADERS = ("", "highest", "lowest", "mean", "difference")
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _value(spread: Spread, value: float) -> str:
+    return _share(value) if spread.figure.startswith("fragmentation") else format_bytes(value)
+
+
+def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:
+    rows = []
+    for process in run.processes:
+        busiest = " (busiest)" if process is run.processes[run.busiest_at] else ""
+        rows.append(
+            (
+                process.name + busiest,
+                process.host or "?",
+                format_bytes(process.peak_bytes),
+                process.peak_device or "-",
+                "-" if process.peak_step is None else f"{process.peak_step:,}",
+                format_bytes(process.pool_bytes),
+                _share(process.fragmentation_at_peak),
+                ending_text(process.exit, process.complete, process.source),
+            )
+        )
+    return rows
+
+
+def spread_rows(run: ProcessRun) -> list[tuple[str, ...]]:
+    processes = run.processes
+
+    def who(at: int, spread: Spread) -> str:
+        return "all" if spread.difference == 0 else processes[at].name
+
+    return [
+        (
+            spread.figure.capitalize(),
+            f"{_value(spread, spread.highest)} ({who(spread.highest_at, spread)})",
+            f"{_value(spread, spread.lowest)} ({who(spread.lowest_at, spread)})",
+            _value(spread, spread.mean),
+            _value(spread, spread.difference),
+        )
+        for spread in run.spreads
+    ]
+
+
+def imbalance_text(run: ProcessRun) -> str:
+    """The peak's spread in one sentence: who holds more, and how much."""
+    peak, processes = run.peak, run.processes
+    if len(processes) < 2:
+        return "One process: no spread to show."
+    if peak.difference == 0:
+        return f"Every process peaks at {format_bytes(peak.highest)}."
+    high, low = processes[peak.highest_at], processes[peak.lowest_at]
+    step = f" (step {high.peak_step:,})" if high.peak_step is not None else ""
+    return (
+        f"{high.name} peaks highest{step}: {format_bytes(peak.difference)} more than "
+        f"{low.name} ({peak.imbalance:.1%} of its peak)."
+    )
+
+
+def notes(run: ProcessRun) -> list[str]:
+    """What the reader must know about the run as a whole."""
+    said = []
+    if len(run.run_ids) > 1:
+        said.append(
+            f"these traces come from {len(run.run_ids)} different runs "
+            f"({', '.join(run.run_ids)}): their spread mixes runs"
+        )
+    if run.missing_ranks:
+        said.append(f"no trace of {_ranks(run.missing_ranks)}: the spread is of the others")
+    if run.repeated_ranks:
+        said.append(f"more than one trace says it is {_ranks(run.repeated_ranks)}")
+    for path, why in run.unreadable:
+        said.append(f"left out {path}: {why}")
+    return said
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:12]) + (", ..." if len(ranks) > 12 else "")
+    return ("rank " if len(ranks) == 1 else "ranks ") + shown
+
+
+def _title(run: ProcessRun, where: str) -> str:
+    ids = f", run {run.run_ids[0]}" if len(run.run_ids) == 1 else ""
+    return f"{where} ({len(run.processes):,} processes{ids})"
+
+
+def busiest_title(run: ProcessRun) -> str:
+    busiest = run.processes[run.busiest_at]
+    return f"The busiest process: {busiest.name} ({busiest.path})"
+
+
+def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: bool = False) -> str:
+    console, buffer = string_console(width, color)
+    console.print(Text("tpumem report · " + visible(_title(run, where))), style="bold")
+    for note in notes(run):
+        console.print(Text("warning: ", style="yellow") + Text(visible(note)))
+    table = Table(title=Text("Each process (peak: its busiest device)"), title_justify="left")
+    for header in PROCESS_HEADERS:
+        justify = "left" if header in ("process", "host") else "right"
+        table.add_column(header, justify=justify, no_wrap=header == "process")
+    for row in process_rows(run):
+        table.add_row(*(Text(visible(cell)) for cell in row))
+    console.print(table)
+    spread = Table(title=Text("Spread across processes"), title_justify="left")
+    for header in SPREAD_HEADERS:
+        spread.add_column(header, justify="left" if not header else "right")
+    for row in spread_rows(run):
+        spread.add_row(*(Text(visible(cell)) for cell in row))
+    console.print(spread)
+    console.print(Text(imbalance_text(run)))
+    console.rule(Text(visible(busiest_title(run))))
+    return buffer.getvalue() + render_text(run.busiest, width=width, color=color)
+
+
+def render_run_markdown(
+    run: ProcessRun, where: str, *, width: int = 100, color: bool = False
+) -> str:
+    from tpumem.report.markdown import render_markdown
+
+    lines = [f"# tpumem report: {markdown(_title(run, where))}", ""]
+    lines += [f"> warning: {markdown(note)}" for note in notes(run)]
+    lines += ["", "Each process (peak: its busiest device):", ""]
+    lines += _md_table(PROCESS_HEADERS, process_rows(run))
+    lines += ["", "Spread across processes:", ""]
+    lines += _md_table(SPREAD_HEADERS, spread_rows(run))
+    lines += ["", markdown(imbalance_text(run)), "", f"## {markdown(busiest_title(run))}", ""]
+    busiest = render_markdown(run.busiest, width=width, color=color)
+    # The busiest process's report sits one heading level down.
+    return "\n".join(lines) + "\n" + busiest.replace("\n# ", "\n## ").removeprefix("# ")
+
+
+def _md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(markdown(c) for c in row) + " |" for row in rows]
+
+
+def _process(process: ProcessSummary) -> dict[str, Any]:
+    return {
+        "path": process.path,
+        "host": process.host,
+        "index": process.index,
+        "count": process.count,
+        "pid": process.pid,
+        "run": process.run,
+        "framework": process.framework,
+        "backend": process.backend,
+        "complete": process.complete,
+        "ended": ending_text(process.exit, process.complete, process.source),
+        "devices": process.devices,
+        "peak_bytes": process.peak_bytes,
+        "peak_device": process.peak_device,
+        "peak_label": process.peak_label,
+        "peak_step": process.peak_step,
+        "peak_time_ns": process.peak_time_ns,
+        "pool_bytes": process.pool_bytes,
+        "fragmentation_at_peak": process.fragmentation_at_peak,
+        "steps": process.steps,
+    }
+
+
+def _spread(spread: Spread, processes: tuple[ProcessSummary, ...]) -> dict[str, Any]:
+    return {
+        "figure": spread.figure,
+        "highest": spread.highest,
+        "highest_process": processes[spread.highest_at].path,
+        "lowest": spread.lowest,
+        "lowest_process": processes[spread.lowest_at].path,
+        "mean": spread.mean,
+        "difference": spread.difference,
+        "imbalance": spread.imbalance,
+    }
+
+
+def run_dict(run: ProcessRun, where: str) -> dict[str, Any]:
+    from tpumem.report.json_report import report_dict
+
+    return {
+        "schema": RUN_SCHEMA,
+        "path": where,
+        "run_ids": list(run.run_ids),
+        "processes": [_process(p) for p in run.processes],
+        "spread": [_spread(s, run.processes) for s in run.spreads],
+        "busiest": run.processes[run.busiest_at].path,
+        "axis": run.axis,
+        "missing_ranks": list(run.missing_ranks),
+        "repeated_ranks": list(run.repeated_ranks),
+        "notes": notes(run),
+        "busiest_report": report_dict(run.busiest),
+    }
+
+
+def render_run_json(run: ProcessRun, where: str, *, width: int = 100, color: bool = False) -> str:
+    from tpumem.report.json_report import dump, finite
+
+    return dump(finite(run_dict(run, where)), indent=2) + "\n"
+
+
+def render_run_html(run: ProcessRun, where: str, *, width: int = 100, color: bool = False) -> str:
+    from tpumem.report.html import SCHEMA, page, run_data
+
+    body = run_dict(run, where)
+    del body["busiest_report"]  # the page draws the busiest process from its run data
+    body["rows"] = [list(row) for row in process_rows(run)]
+    body["spread_rows"] = [list(row) for row in spread_rows(run)]
+    body["summary"] = imbalance_text(run)
+    body["busiest_title"] = busiest_title(run)
+    body["lines"] = [
+        {
+            "name": p.name,
+            "time_ns": list(p.line.time_ns),
+            "step_position": list(p.line.step_position) if p.line.step_position else None,
+            "in_use": list(p.line.in_use),
+        }
+        for p in run.processes
+        if p.line is not None
+    ]
+    data = {
+        "kind": "processes",
+        "schema": SCHEMA,
+        "processes": body,
+        "runs": [run_data(run.busiest)],
+    }
+    return page(f"tpumem report · {_title(run, where)}", data)
+
+
+RENDERERS = {
+    "text": render_run_text,
+    "md": render_run_markdown,
+    "json": render_run_json,
+    "html": render_run_html,
+}
