@@ -70,14 +70,10 @@ class Adapter(ABC):
         """The framework has said which process of its run this is (its word stands
         over the launcher's environment, read at the start): in the metadata, and
         the trace renamed where its name waited for the rank. A framework that
-        knows of one process only (no distributed runtime) leaves a launcher's rank."""
-        import os
-
-        from tpumem.adapters.process_identity import from_environment
-
-        launcher = from_environment(os.environ)
-        if process.count == 1 and launcher is not None and launcher.index is not None:
-            process = launcher
+        knows of one process only (no distributed runtime) says nothing: a
+        launcher's rank stands, and a lone process has none."""
+        if process.count == 1:
+            return
         fields: dict[str, Any] = {"process": process}
         if run is not None:
             fields["run"] = run
@@ -86,8 +82,22 @@ class Adapter(ABC):
             fields["warnings"] = [problem]
         writer.patch_metadata(**fields)
 
+    def prepare(self, writer: TraceWriter) -> None:
+        """What must be in place before the framework's module runs. `--follow`
+        calls it from the import of the framework, then `start` once the import is
+        done; the runner calls `start` alone, before the script imports anything."""
+        return None  # (most adapters need nothing before the import)
+
     @abstractmethod
     def start(self, writer: TraceWriter) -> None: ...
+
+    def forget(self) -> None:
+        """In a process forked from this one's: let go of the capture, writing
+        nothing (its trace is the parent's), and put back what it replaced, so that
+        the child's own capture can start."""
+        raise TpumemError(
+            f"the {self.name} adapter cannot follow a process forked after it started"
+        )
 
     @abstractmethod
     def stop(self) -> None: ...

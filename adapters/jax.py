@@ -108,6 +108,7 @@ class JaxAdapter(Adapter):
         self._hooks: JaxHooks | None = None
         self._dump: XlaDump | None = None
         self._ready = False  # the script has made JAX's backend
+        self._prepared = False
         self.devices: list[Any] = []
         self.counted: list[Any] = []
 
@@ -123,20 +124,27 @@ class JaxAdapter(Adapter):
         bridge = sys.modules.get("jax._src.xla_bridge")
         return bool(getattr(bridge, "_backends", None))
 
-    def start(self, writer: TraceWriter) -> None:
+    def prepare(self, writer: TraceWriter) -> None:
         self.writer = writer
         # XLA reads XLA_FLAGS when JAX first makes a backend (below, unless the
         # script made one before tpumem started).
         self._dump = install_dump(self.options, self._warnings)
         stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
-        hooks = self._hooks = JaxHooks(writer, None, False, stacks)
-        self._already_imported = not hooks.install_before_import()
+        self._hooks = JaxHooks(writer, None, False, stacks)
+        self._already_imported = not self._hooks.install_before_import()
+        self._prepared = True
+
+    def start(self, writer: TraceWriter) -> None:
+        if not self._prepared:
+            self.prepare(writer)
+        hooks = self._hooks
         import jax
 
         writer.patch_metadata(framework_version=jax.__version__)
         hooks.patches.on_undo(
             on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
         )
+        hooks.install_after_import()
         if self.runtime_started():
             self._backend_ready()
         else:
@@ -189,7 +197,6 @@ class JaxAdapter(Adapter):
             self._book = BufferBook(writer.start_time_ns, _jax.ArrayImpl)
         hooks.book = self._book
         hooks.temp_windows = backend == "cpu" and not async_cpu
-        hooks.install_after_import()
         if self._already_imported and self._book is not None:
             # Functions jitted before now run in C++, past the hooks.
             hooks.install_every_call()
@@ -238,6 +245,9 @@ class JaxAdapter(Adapter):
             self._write_book()
             self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata()))
         self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
+        self._hooks.uninstall()
+
+    def forget(self) -> None:
         self._hooks.uninstall()
 
     def _book_metadata(self) -> JaxBook:

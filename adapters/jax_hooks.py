@@ -141,14 +141,14 @@ class JaxHooks:
 
         self._tree_leaves = tree_util.tree_leaves
         patches = self.patches
-        if self.book is not None:
-            # Both jax.device_put and the device_put primitive end here.
-            impl = dispatch._batched_device_put_impl
-            patches.replace(
-                dispatch, "_batched_device_put_impl", self._entering(impl, "device_put")
-            )
-            patches.replace(pjit.jit_p, "impl", self._entering(pjit.jit_p.impl, None))
-            self._hook_global_arrays()
+        # Hooked before JAX's backend exists (the adapter waits for the script to
+        # make it), so that the very call that makes it is seen; on a GPU, where the
+        # allocator's events hold the buffers, there is no book and they pass through.
+        # Both jax.device_put and the device_put primitive end here.
+        impl = dispatch._batched_device_put_impl
+        patches.replace(dispatch, "_batched_device_put_impl", self._entering(impl, "device_put"))
+        patches.replace(pjit.jit_p, "impl", self._entering(pjit.jit_p.impl, None))
+        self._hook_global_arrays()
         original_call, hooks = pxla.ExecuteReplicated.__call__, self
 
         @functools.wraps(original_call)
@@ -306,8 +306,11 @@ class JaxHooks:
             self.book.add_temp(program.devices[0], program.temp_bytes, start, end, op, where)
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
+        book = self.book
+        if book is None:
+            return
         where = self.stacks(sys._getframe(depth))
-        self.book.enter(list(arrays), start, op, region, where)
+        book.enter(list(arrays), start, op, region, where)
 
 
 class JittedFunction:

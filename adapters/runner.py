@@ -16,11 +16,7 @@ import signal
 import sys
 import types
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tpumem.trace.metadata import ProcessInfo
+from typing import Any
 
 CONFIG_VARIABLE = "TPUMEM_RUNNER_CONFIG"
 ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
@@ -40,6 +36,7 @@ class RunConfig:
     status_fd: int | None = None  # where to tell `tpumem profile` how the run ended
     named_here: bool = False  # this process creates the trace, its name filled in here
     force: bool = False  # a trace named here replaces an existing file
+    follow: bool = False  # --follow: every process that imports a framework records itself
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -165,45 +162,6 @@ def read_ending(descriptor: int) -> dict[str, Any]:
     return said
 
 
-class _TraceName:
-    """A trace this process names from placeholders: created at the start, renamed
-    once the framework says which process this is (when the rank was not known)."""
-
-    def __init__(self, config: RunConfig, process: ProcessInfo | None) -> None:
-        from tpumem.outputs import create_trace_at, fill_placeholders, placeholders
-
-        self._config = config
-        self._fill = fill_placeholders
-        self._waits_for_rank = "rank" in placeholders(config.output) and (
-            process is None or process.index is None
-        )
-        self.path = self._name(process)
-        self.descriptor = create_trace_at(self.path, config.force)
-        _tell(config, {"output": str(self.path)})
-
-    def _name(self, process: ProcessInfo | None) -> Path:
-        rank = process.index if process is not None else None
-        return self._fill(self._config.output, platform.node(), rank, os.getpid())
-
-    def settle(self, process: ProcessInfo) -> str | None:
-        """The final name, now that the rank is known; what went wrong, if anything."""
-        from tpumem.errors import TpumemError
-        from tpumem.outputs import rename_trace
-
-        if not self._waits_for_rank or process.index is None:
-            return None
-        self._waits_for_rank = False
-        final = self._name(process)
-        try:
-            rename_trace(self.path, final, self._config.force)
-        except TpumemError as error:
-            print(f"tpumem: {error}", file=sys.stderr)
-            return str(error)
-        self.path = final
-        _tell(self._config, {"output": str(final)})
-        return None
-
-
 def _die_with_parent(parent_pid: int | None) -> None:
     """SIGTERM when `tpumem profile` dies, however it dies (Linux's parent-death
     signal): a run nobody waits for must not go on holding the device. A script
@@ -219,25 +177,52 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(128 + signal.SIGTERM)
 
 
-def main() -> None:
-    config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
-    _die_with_parent(config.parent_pid)
+@dataclass
+class _Recording:
+    """The runner's own trace and adapter (without --follow)."""
+
+    writer: Any
+    adapter: Any
+    name: Any  # a TraceName, where the trace's name has placeholders
+    output: str
+
+    def stop(self, exit_info: Any) -> None:
+        try:
+            self.adapter.stop()
+        finally:
+            self.writer.patch_metadata(exit=exit_info, end_time_ns=self.writer.now_ns())
+            self.writer.close()
+
+    def say_failure(self) -> None:
+        failed = self.writer.failed
+        if failed is not None:
+            where = self.name.path if self.name is not None else self.output
+            print(
+                f"tpumem: the trace stopped early: {failed.strerror or failed}; {where} "
+                "keeps what was written before",
+                file=sys.stderr,
+            )
+
+
+def _start_recording(config: RunConfig) -> _Recording:
+    """The trace opened and the adapter started, before the script runs; on failure
+    one line and the exit status ADAPTER_FAILED."""
     from tpumem.adapters import CaptureOptions, get_adapter
+    from tpumem.adapters.trace_name import TraceName
     from tpumem.errors import TpumemError
-    from tpumem.trace.metadata import ExitStatus
-    from tpumem.trace.records import encode
     from tpumem.trace.writer import TraceWriter
 
-    runner_pid = os.getpid()
-    for descriptor in (config.output_fd, config.status_fd):
-        if descriptor is not None:  # the script's own programs get neither
-            os.set_inheritable(descriptor, False)
     metadata = _metadata(config)
-    name: _TraceName | None = None
+    name: TraceName | None = None
     target: str | int = config.output if config.output_fd is None else config.output_fd
     if config.named_here:
         try:
-            name = _TraceName(config, metadata["process"])
+            name = TraceName(
+                config.output,
+                config.force,
+                metadata["process"],
+                lambda path: _tell(config, {"output": path}),
+            )
         except TpumemError as failure:
             print(f"tpumem: error: {failure}", file=sys.stderr)
             _tell(config, {"adapter_failed": True}, last=True)
@@ -255,6 +240,23 @@ def main() -> None:
         print(f"tpumem: error: the {config.framework} adapter failed: {failure}", file=sys.stderr)
         _tell(config, {"adapter_failed": True}, last=True)
         sys.exit(ADAPTER_FAILED)
+    return _Recording(writer, adapter, name, config.output)
+
+
+def main() -> None:
+    config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
+    _die_with_parent(config.parent_pid)
+    from tpumem.adapters import follow
+    from tpumem.trace.metadata import ExitStatus
+    from tpumem.trace.records import encode
+
+    runner_pid = os.getpid()
+    for descriptor in (config.output_fd, config.status_fd):
+        if descriptor is not None:  # the script's own programs get neither
+            os.set_inheritable(descriptor, False)
+    # With --follow, this process records itself as the script's other processes
+    # do: if it imports a framework (follow.py).
+    recording = None if config.follow else _start_recording(config)
     code, exit_info, error = 0, ExitStatus(code=0), None
     try:
         _run_target(config)
@@ -271,22 +273,16 @@ def main() -> None:
             )
     finally:
         if os.getpid() == runner_pid:
-            try:
-                adapter.stop()
-            finally:
-                writer.patch_metadata(exit=exit_info, end_time_ns=writer.now_ns())
-                writer.close()
+            if recording is not None:
+                recording.stop(exit_info)
+            else:
+                follow.finish(exit_info)
     # (A process the script forked ends here too, as it would have without tpumem:
     # the trace and the adapter are the runner's, and it leaves them alone.)
     if os.getpid() == runner_pid:
         _tell(config, {"exit": encode(exit_info)}, last=True)
-    if os.getpid() == runner_pid and writer.failed is not None:
-        why = writer.failed.strerror or str(writer.failed)
-        where = name.path if name is not None else config.output
-        print(
-            f"tpumem: the trace stopped early: {why}; {where} keeps what was written before",
-            file=sys.stderr,
-        )
+        if recording is not None:
+            recording.say_failure()
     if error is not None:
         trimmed = _user_traceback(error)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)

@@ -27,6 +27,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 
 from tpumem.adapters.base import Adapter, CaptureOptions, Patches, Sampler, register
 from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.follow import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.torch_xla_book import TensorBook
@@ -131,6 +133,7 @@ class TorchXlaAdapter(Adapter):
         self._watch_child_processes()
         self._mode = _watch_mode(torch, self)
         self._mode.__enter__()
+        self._watch_new_threads()
         if started:
             self._warnings.append(
                 "PyTorch/XLA was in use before tpumem started: the tensors made before "
@@ -138,6 +141,11 @@ class TorchXlaAdapter(Adapter):
             )
         self._sampler = Sampler("tpumem-torch-xla", self.options.sample_interval_s, self._tick)
         self._sampler.start()
+
+    def forget(self) -> None:
+        self._mode.__exit__(None, None, None)
+        self.steps.remove()
+        self._patches.undo()
 
     def stop(self) -> None:
         if self._sampler is not None:
@@ -200,6 +208,20 @@ class TorchXlaAdapter(Adapter):
                 "their temps end at the script's end"
             )
 
+    def _watch_new_threads(self) -> None:
+        """A torch function mode holds for the thread that entered it only: threads
+        started from now on (torch_xla.launch runs a thread per device on the CPU)
+        run inside it too. tpumem's own threads stay outside."""
+        mode, original = self._mode, threading.Thread._bootstrap_inner
+
+        def _bootstrap_inner(thread: threading.Thread) -> None:
+            if thread.name.startswith("tpumem"):
+                return original(thread)
+            with mode:
+                return original(thread)
+
+        self._patches.replace(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+
     def _watch_child_processes(self) -> None:
         """`torch_xla.launch` and `xmp.spawn` run the work in one child process per
         device, which this trace does not follow: say so in the report."""
@@ -208,15 +230,13 @@ class TorchXlaAdapter(Adapter):
         original, adapter = xmp.spawn, self
 
         def spawn(fn: Any, args: Any = (), nprocs: Any = None, *rest: Any, **kwargs: Any) -> Any:
-            if nprocs != 1:  # nprocs=1 runs fn in this process
+            if nprocs != 1 and FOLLOW_VARIABLE not in os.environ:  # nprocs=1: in this process
                 adapter._warnings.append(
-                    "the script ran its work in child processes (torch_xla.launch / "
-                    "xmp.spawn, one per device), which tpumem does not follow yet: this "
-                    "trace holds only the parent process. To profile the work, run it in "
-                    "one process: torch_xla.launch(fn, debug_single_process=True) or "
-                    "xmp.spawn(fn, nprocs=1)"
+                    "the script ran its work in a child process (torch_xla.launch / "
+                    "xmp.spawn), which this trace does not hold: tpumem profile --follow "
+                    "records it, or torch_xla.launch(fn, debug_single_process=True) runs "
+                    "it in this process"
                 )
-                adapter.writer.patch_metadata(warnings=adapter._warnings)
             return original(fn, args, nprocs, *rest, **kwargs)
 
         spawn.__doc__ = original.__doc__

@@ -322,9 +322,20 @@ def profile(
             "-o",
             "--output",
             metavar="FILE",
-            help="Trace file (default: <script>.tpumem here, numbered if taken).",
+            help="Trace file (default: <script>.tpumem here, numbered if taken); "
+            "{host}, {rank} and {pid} in it are filled in by each process. With "
+            "--follow, the run's directory (default: <script>-run).",
         ),
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Record every process the script starts that imports a framework "
+            "(multiprocessing, subprocess, torchrun, torch_xla.launch), a trace each in "
+            "the run's directory; then report the run.",
+        ),
+    ] = False,
     framework: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
@@ -413,7 +424,7 @@ def profile(
         "stacks": stacks,
         "native_frames": native_frames,
     }
-    options = (output, framework, capture, quiet, fmt, width, force, tensorboard, tpu)
+    options = (output, framework, capture, quiet, fmt, width, force, tensorboard, tpu, follow)
     raise typer.Exit(run_profile(target, list(args or []), module, *options))
 
 

@@ -26,6 +26,7 @@ def run_profile(
     force: bool,
     tensorboard: Path | None,
     tpu: list[str] | None = None,
+    follow: bool = False,
 ) -> int:
     """The exit status: the script's (128 + N when signal N killed it), 2 when it
     never ran because the adapter failed (the runner said why)."""
@@ -38,6 +39,8 @@ def run_profile(
         raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
     if module is not None and target is not None:
         rest = [target, *rest]
+    if follow:
+        _check_follow_options(framework, tensorboard, tpu)
     topologies = parse_topologies(tpu)
     if topologies and not capture.get("programs", True):
         raise TpumemError("--tpu compiles the programs the run records: drop --no-programs")
@@ -54,10 +57,15 @@ def run_profile(
         framework=framework,
         force=force,
         capture=CaptureOptions(**capture),
+        follow=follow,
     )
     outcome = run_profiled(request)
     if outcome.adapter_failed:
         return 2
+    if follow:
+        assert outcome.trace is not None
+        _after_followed_run(outcome.trace, quiet, fmt, width)
+        return outcome.returncode
     if outcome.trace is None:
         print("tpumem: the profiled process ended before it made its trace", file=sys.stderr)
         return outcome.returncode
@@ -67,6 +75,41 @@ def run_profile(
     if not quiet or tensorboard is not None:
         _after_run(outcome.trace, None if quiet else reporter, width, tensorboard)
     return outcome.returncode
+
+
+def _check_follow_options(
+    framework: str | None, tensorboard: Path | None, tpu: list[str] | None
+) -> None:
+    if framework is not None:
+        raise TpumemError("--follow finds each process's framework from what it imports")
+    for option, given in (("--tensorboard", tensorboard), ("--tpu", tpu)):
+        if given:
+            raise TpumemError(
+                f"{option} takes one trace: after the run, tpumem export tensorboard or "
+                "tpumem report --tpu on the trace of the process you want"
+            )
+
+
+def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> None:
+    """The run's report, from every process's trace in its directory."""
+    from tpumem.commands.report import render_processes
+
+    traces = sorted(directory.glob("*.tpumem"))
+    if not traces:
+        print(
+            f"tpumem: no process of the run imported a framework: nothing recorded in {directory}",
+            file=sys.stderr,
+        )
+        return
+    if quiet:
+        return
+    try:
+        text = render_processes(traces, str(directory), fmt, width, sys.stderr.isatty())
+    except TpumemError as error:
+        print(f"tpumem: no report: {error}", file=sys.stderr)
+        return
+    sys.stderr.write(text)
+    print(f"tpumem: {len(traces):,} traces written to {directory}", file=sys.stderr)
 
 
 def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:

@@ -65,6 +65,14 @@ def report_processes(
     series_points: int,
 ) -> None:
     """A distributed run: each process's figures, their spread, the busiest in full."""
+    color = output is None and sys.stdout.isatty()
+    text = render_processes(traces, where, fmt, width, color, series_points)
+    emit(text, output, traces, force)
+
+
+def render_processes(
+    traces: list[Path], where: str, fmt: str, width: int, color: bool, series_points: int = 0
+) -> str:
     from tpumem.analysis.processes import SERIES_POINTS, analyze_processes
     from tpumem.report.run_report import RENDERERS
 
@@ -74,8 +82,7 @@ def report_processes(
             done=lambda finished, total: tell(f"analysed {finished:,} of {total:,} traces"),
             busiest_points=series_points or SERIES_POINTS,
         )
-    color = output is None and sys.stdout.isatty()
-    emit(RENDERERS[fmt](run, where, width=width, color=color), output, traces, force)
+    return RENDERERS[fmt](run, where, width=width, color=color)
 
 
 def render_program(analysis: RunAnalysis, name: str, fmt: str, *, width: int, color: bool) -> str:

@@ -17,17 +17,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from tpumem.adapters import CaptureOptions, adapter_names, get_adapter
+from tpumem.adapters import CaptureOptions, adapter_names, available_adapters, get_adapter
 from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
 from tpumem.errors import TpumemError
 from tpumem.launch.detect import detect_framework, module_file
 from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
 from tpumem.launch.stderr_filter import StderrFilter, filter_available
-from tpumem.outputs import create_trace, default_trace, placeholders
+from tpumem.outputs import create_trace, default_trace, free_name, placeholders
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
 from tpumem.trace.metadata import AllocatorLog, ExitStatus
@@ -47,6 +48,7 @@ class ProfileRequest:
     capture: CaptureOptions
     force: bool = False  # replace an existing trace at `output`
     stdout_to_stderr: bool = False  # the script's stdout (compare keeps its own for the table)
+    follow: bool = False  # every process that imports a framework, a trace each in `output`/
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +144,69 @@ def _record_oom_logs(trace: Path, logs: list[AllocatorLog], start_ns: int) -> No
 
 
 def run_profiled(request: ProfileRequest) -> ProfileOutcome:
-    framework, output, descriptor, environment = _prepare(request)
+    if request.follow:
+        framework, output, descriptor = "", _run_directory(request), None
+    else:
+        framework, output, descriptor, environment = _prepare(request)
     # XLA's program dumps go to a directory this process removes after the run,
     # however the run ends.
     dump_dir = tempfile.mkdtemp(prefix="tpumem-xla-") if request.capture.programs else None
     try:
+        if request.follow:
+            environment = _follow_environment(request, output, dump_dir)
         return _run(request, framework, output, descriptor, environment, dump_dir)
     finally:
         if dump_dir is not None:
             shutil.rmtree(dump_dir, ignore_errors=True)
+
+
+def _run_directory(request: ProfileRequest) -> Path:
+    """--follow's run directory: -o, else <script>-run here (numbered when taken).
+    One that holds traces already is written into only with --force."""
+    _script_path(request)
+    if request.output is None:
+        stem = default_output(request).stem
+        directory = free_name(Path(f"{stem}-run"))
+    else:
+        directory = request.output
+        if directory.exists() and not directory.is_dir():
+            raise TpumemError(f"{directory}: not a directory; --follow writes a run directory")
+        if not request.force and any(directory.glob("*.tpumem")):
+            raise TpumemError(
+                f"{directory}: holds traces already; use --force to write over them, "
+                "or -o another directory"
+            )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TpumemError(f"{directory}: cannot make it: {error.strerror or error}") from None
+    return directory
+
+
+def _follow_environment(
+    request: ProfileRequest, directory: Path, dump_dir: str | None
+) -> dict[str, str]:
+    """What every process of the run starts with: the boot hook first on PYTHONPATH,
+    the settings, the run's id, and what each framework's adapter sets before it loads."""
+    from tpumem.adapters.follow import BOOT_DIRECTORY, FOLLOW_VARIABLE, OWN_VARIABLES, FollowConfig
+    from tpumem.adapters.process_identity import RUN_ID_VARIABLE
+
+    environment: dict[str, str] = {}
+    for name in available_adapters():
+        environment.update(get_adapter(name).environment(request.capture, os.environ))
+    folder = str(directory).replace("{", "{{").replace("}", "}}")
+    config = FollowConfig(
+        pattern=os.path.join(folder, "{host}-{rank}.tpumem"),
+        capture=asdict(replace(request.capture, xla_dump_dir=None)),
+        force=request.force,
+        environment={name: os.environ.get(name) for name in OWN_VARIABLES},
+        dump_root=dump_dir,
+    )
+    path = os.environ.get("PYTHONPATH")
+    environment[FOLLOW_VARIABLE] = config.to_json()
+    environment["PYTHONPATH"] = BOOT_DIRECTORY + (os.pathsep + path if path else "")
+    environment[RUN_ID_VARIABLE] = os.environ.get(RUN_ID_VARIABLE) or uuid.uuid4().hex
+    return environment
 
 
 def _run(
@@ -175,8 +231,9 @@ def _run(
         output_fd=descriptor,
         parent_pid=os.getpid(),
         status_fd=status_write,
-        named_here=descriptor is None,
+        named_here=descriptor is None and not request.follow,
         force=request.force,
+        follow=request.follow,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
     stderr = StderrFilter() if filter_available() else None
@@ -224,6 +281,11 @@ def _run(
     ending = read_ending(status_read)
     status = 128 + killed if killed is not None else returncode  # as a shell says it
     adapter_failed = bool(ending.get("adapter_failed"))
+    if request.follow:  # each process has closed its trace, or was killed writing it
+        for trace in sorted(output.glob("*.tpumem")):
+            with contextlib.suppress(OSError):
+                compact(trace)
+        return ProfileOutcome(output, status, adapter_failed)
     if descriptor is None:  # named by the profiled process: where it said
         if "output" not in ending:
             return ProfileOutcome(None, status, adapter_failed)

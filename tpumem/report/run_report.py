@@ -41,10 +41,20 @@ def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:
                 "-" if process.peak_step is None else f"{process.peak_step:,}",
                 format_bytes(process.pool_bytes),
                 _share(process.fragmentation_at_peak),
-                ending_text(process.exit, process.complete, process.source),
+                _ended(process),
             )
         )
     return rows
+
+
+def _ended(process: ProcessSummary) -> str:
+    """How a process ended, short enough for the table."""
+    ended = process.exit
+    if not process.complete and (ended is None or not ended.signal):
+        return "unclosed (killed?)"
+    if ended is not None and ended.code is not None and not (ended.signal or ended.exception):
+        return f"exit {ended.code}"
+    return ending_text(ended, process.complete, process.source)
 
 
 def spread_rows(run: ProcessRun) -> list[tuple[str, ...]]:

@@ -1,0 +1,215 @@
+"""`tpumem profile --follow`: every process of the script's tree that imports a
+framework records its own trace in the run's directory.
+
+How a process is found: `tpumem profile` puts follow_boot/ (a `sitecustomize`
+module) first on PYTHONPATH and the settings in TPUMEM_FOLLOW, so every Python
+process the script starts (multiprocessing's spawn, subprocess, torchrun,
+torch_xla.launch's workers) runs it before its own code: an import hook, and
+nothing more unless the process imports a framework. Then the recording starts
+within that import: the adapter's `prepare` before the framework's module runs,
+`start` once it has. A process forked from one that records lets the inherited
+recording go (it is the parent's) and starts its own.
+
+It ends with the process: in os._exit (how a forked multiprocessing worker ends,
+past atexit), at exit otherwise (sys.exit's code, or the uncaught exception). A
+process killed keeps what its trace had written, readable as any cut-short trace.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpumem.errors import TpumemError
+from tpumem.trace.metadata import ExitStatus
+
+FOLLOW_VARIABLE = "TPUMEM_FOLLOW"
+BOOT_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "follow_boot")
+SOURCE = "tpumem profile --follow"
+# What an adapter sets in its own process's environment (its XLA dump, PyTorch/XLA's
+# debug file), which a child must not inherit: each records its own.
+OWN_VARIABLES = ("XLA_FLAGS", "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE")
+
+
+@dataclass(frozen=True, slots=True)
+class FollowConfig:
+    pattern: str  # the run's directory / "{host}-{rank}.tpumem"
+    capture: dict[str, Any]  # CaptureOptions' fields
+    force: bool = False
+    environment: dict[str, str | None] = field(default_factory=dict)  # OWN_VARIABLES at start
+    dump_root: str | None = None  # each process's XLA dump goes in a directory of its own here
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_environment(cls) -> FollowConfig:
+        return cls(**json.loads(os.environ[FOLLOW_VARIABLE]))
+
+
+_lock = threading.Lock()
+_capture: _Capture | None = None  # this process's recording
+_fork_hook = False  # registered in this process (a forked child inherits it)
+
+
+def framework_spec(name: str, path: Any) -> importlib.machinery.ModuleSpec | None:
+    """The framework's module spec, whose loading starts this process's recording
+    (follow_boot's finder hands the import over here)."""
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
+    if spec is None or spec.loader is None or _capture is not None:
+        return spec
+    loader = spec.loader
+    original = loader.exec_module
+
+    def exec_module(module: Any) -> None:
+        capture = _begin(name)
+        original(module)
+        if capture is not None:
+            capture.start()
+
+    loader.exec_module = exec_module  # type: ignore[method-assign]
+    return spec
+
+
+def finish(ending: ExitStatus) -> None:
+    """Ends this process's recording, if it has one (the runner's, with its ending)."""
+    capture = _capture
+    if capture is not None:
+        capture.finish(ending)
+
+
+def _say(message: str) -> None:
+    print(f"tpumem: {message}", file=sys.stderr)
+
+
+def _begin(framework: str, started: bool = False) -> _Capture | None:
+    """The recording of this process; None (and one line) where it cannot start:
+    the process runs on unrecorded either way."""
+    global _capture
+    with _lock:
+        if _capture is not None:
+            return None
+        try:
+            _capture = _Capture(framework, FollowConfig.from_environment())
+        except Exception as error:  # never the user's import's failure
+            _say(f"not recording process {os.getpid()}: {error}")
+            return None
+    if started:
+        _capture.start()
+    return _capture
+
+
+class _Capture:
+    def __init__(self, framework: str, config: FollowConfig) -> None:
+        from tpumem.adapters import CaptureOptions, get_adapter
+        from tpumem.adapters.runner import run_metadata
+        from tpumem.adapters.trace_name import TraceName
+        from tpumem.trace.writer import TraceWriter
+
+        for name, value in config.environment.items():  # the run's, not the parent's
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        capture = dict(config.capture)
+        if config.dump_root is not None:
+            capture["xla_dump_dir"] = os.path.join(config.dump_root, str(os.getpid()))
+            os.makedirs(capture["xla_dump_dir"], exist_ok=True)
+        self.framework = framework
+        metadata = run_metadata(framework, SOURCE, _command(), capture, {})
+        self.name = TraceName(config.pattern, config.force, metadata["process"])
+        self.writer = TraceWriter(self.name.descriptor, metadata)
+        self.adapter = get_adapter(framework)(CaptureOptions(**capture))
+        self.adapter.identified = self.name.settle
+        self.adapter.prepare(self.writer)
+        self._ended = False
+        self._exit: ExitStatus | None = None  # what sys.exit or an uncaught error said
+
+    def start(self) -> None:
+        try:
+            self.adapter.start(self.writer)
+        except (ImportError, TpumemError) as failure:
+            said = f"the {self.framework} adapter failed: {failure}"
+            _say(f"not recording process {os.getpid()}: {said}")
+            self.writer.patch_metadata(warnings=[said])
+            self._ended = True
+            self.writer.close()
+            return
+        self._note_endings()
+        global _fork_hook
+        if not _fork_hook:
+            _fork_hook = True
+            os.register_at_fork(after_in_child=_forked)
+
+    def finish(self, ending: ExitStatus) -> None:
+        with _lock:
+            if self._ended:
+                return
+            self._ended = True
+        try:
+            self.adapter.stop()
+        finally:
+            self.writer.patch_metadata(exit=ending, end_time_ns=self.writer.now_ns())
+            self.writer.close()
+
+    def _note_endings(self) -> None:
+        """Where this process's end can be seen, and how it ended: os._exit (how a
+        forked multiprocessing worker ends, past atexit), sys.exit, an uncaught
+        error, and atexit for the rest."""
+        capture = self
+        exit_, hard_exit, excepthook = sys.exit, os._exit, sys.excepthook
+
+        def noting_exit(code: object = None) -> None:
+            capture._exit = ExitStatus(code=_code(code))
+            exit_(code)
+
+        def ending_exit(code: int) -> None:
+            if _capture is not None:  # (this process's own, in a child forked meanwhile)
+                _capture.finish(ExitStatus(code=_code(code)))
+            hard_exit(code)
+
+        def noting_hook(kind: Any, error: Any, trace: Any) -> None:
+            capture._exit = ExitStatus(code=1, exception=f"{kind.__name__}: {error}")
+            excepthook(kind, error, trace)
+
+        sys.exit, os._exit, sys.excepthook = noting_exit, ending_exit, noting_hook
+        atexit.register(lambda: capture.finish(capture._exit or ExitStatus(code=0)))
+
+
+def _code(code: object) -> int:
+    if code is None:
+        return 0
+    return code & 0xFF if isinstance(code, int) else 1
+
+
+def _command() -> list[str]:
+    """What the process runs: its argv, and a multiprocessing worker's name."""
+    command = list(sys.argv) or ["python"]
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        name = process.current_process().name
+        if name != "MainProcess":
+            command.append(f"({name})")
+    return command
+
+
+def _forked() -> None:
+    """In a child forked from a recording process: the inherited recording is let
+    go (the parent's trace, written by the parent), and the child records itself."""
+    global _capture, _lock
+    _lock = threading.Lock()  # another thread may have held it when the parent forked
+    inherited, _capture = _capture, None
+    if inherited is None:
+        return
+    inherited._ended = True  # the parent ends it
+    try:
+        inherited.adapter.forget()
+        _begin(inherited.framework, started=True)
+    except Exception as error:  # the child runs on unrecorded
+        _say(f"not recording process {os.getpid()}: {error}")
