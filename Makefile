@@ -74,6 +74,7 @@ bench: setup
 	$(BIN)/python benchmarks/export_tensorboard.py
 	$(BIN)/python benchmarks/trace_shapes.py
 	$(BIN)/python benchmarks/diff_scale.py
+	$(BIN)/python benchmarks/run_scale.py
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py --steps 60 --anchor no-stacks
 
 clean:

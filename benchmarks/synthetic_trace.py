@@ -54,9 +54,11 @@ def write_synthetic(
     marks: bool = True,
     stacks: bool = False,
     seed: int = 0,
+    process: tuple[int, int] | None = None,
 ) -> None:
     """`stacks`: each buffer made by one of ten call stacks, one per op (row
-    `stack` rows first); `seed`: another seed draws other activation sizes."""
+    `stack` rows first); `seed`: another seed draws other activation sizes;
+    `process`: (rank, count) of a distributed run it is one process of."""
     rng = np.random.default_rng(seed)
     step = _one_step(rng)
     params = rng.integers(1 << 20, 8 << 20, PARAMETERS)
@@ -86,6 +88,9 @@ def write_synthetic(
         "fidelity": {"GPU:0": ALLOCATOR if fidelity == "allocator" else BUFFER},
         "devices": [{"name": "GPU:0", "capacity_bytes": LIMIT}],
     }
+    if process is not None:
+        metadata["process"] = {"index": process[0], "count": process[1], "source": "synthetic"}
+        metadata.update(host="synthetic", pid=10_000 + process[0], run="synthetic-run")
     with TraceWriter(path, metadata, flush_interval_s=0) as writer:
         if stacks:
             for index, op in enumerate(OPS):

@@ -117,6 +117,13 @@ def cases() -> dict[str, Callable[[Path], Path]]:
             p, _with_stack(0, json.dumps([[HTML, 1, HTML], [ESCAPES + MARKUP, 2, MARKUP]]))
         ),
         "stack not json": lambda p: write(p, _with_stack(0, "[[not json")),
+        "process html": lambda p: write(
+            p, header=_header(host=HTML, run=HTML, process={"index": 3, "count": 4, "source": HTML})
+        ),
+        "process wrong types": lambda p: write(
+            p, header=_header(process={"index": "zero", "count": [1], "source": 7}, pid="x")
+        ),
+        "process not an object": lambda p: write(p, header=_header(process=[0, 2])),
         "stack frames wrong": lambda p: write(p, _with_stack(0, '[["a", "x", 3], 5]')),
         "stack id unknown": lambda p: write(p, _with_stack(12345, None)),
         "stack id negative": lambda p: write(p, _with_stack(-7, '[["a.py", 1, "f"]]')),

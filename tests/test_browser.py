@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_tpumem
-from hostile_traces import HTML, cases
+from hostile_traces import HTML, _header, _rows, cases, write
 
 sys.path.insert(0, str(Path(__file__).parent / "browser"))
 from chromium_check import rendered
@@ -103,5 +103,23 @@ def test_the_diff_page_of_hostile_runs(tmp_path):
     assert problems == []
     assert "flame graph of the bytes live at the peak" in dom
     assert "Bytes in use over time, both runs" in dom
+    for injected in INJECTED:
+        assert injected not in dom
+
+
+def test_the_run_page_of_hostile_processes(tmp_path):
+    """A distributed run's page: the processes' table, the spread, their lines on
+    one axis and the busiest process in full, every name its traces hold shown as
+    text."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        process = {"index": rank, "count": 2, "source": HTML}
+        header = _header(host=HTML, pid=100 + rank, run=HTML, process=process)
+        write(run / f"h-{rank}.tpumem", _rows(op=HTML, count=4 + rank), header=header)
+    problems, dom = _page(["report", str(run), "-o", str(tmp_path / "run.html")])
+    assert problems == []
+    assert "Bytes in use on each process" in dom and "Spread across processes" in dom
+    assert "rank 1 (busiest)" in dom
     for injected in INJECTED:
         assert injected not in dom

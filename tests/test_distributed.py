@@ -14,6 +14,7 @@ from pathlib import Path
 
 from conftest import run_tpumem
 from tpumem.trace.reader import load
+from xprof_runner import xprof_memory_profile
 
 MiB = 1024 * 1024
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -92,15 +93,15 @@ JAX_DISTRIBUTED = textwrap.dedent(
 )
 
 
-def _jax_run(tmp_path: Path, keep_mib: int) -> Path:
+def _jax_run(tmp_path: Path, keep_mib: int, name: str = "run") -> Path:
     (tmp_path / "shards.py").write_text(JAX_DISTRIBUTED)
     (port,) = _free_ports(1)
-    pattern = "run/{host}-{rank}.tpumem"
+    pattern = name + "/{host}-{rank}.tpumem"
     tpumem = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", pattern]
     commands = [[*tpumem, "shards.py", str(port), str(rank), str(keep_mib)] for rank in (0, 1)]
     for code, output in _launch(commands, tmp_path, [{}, {}]):
         assert code == 0, output[-3000:]
-    return tmp_path / "run"
+    return tmp_path / name
 
 
 def test_jax_distributed_processes_each_trace_their_shard_and_read_as_one_run(tmp_path):
@@ -143,6 +144,24 @@ def test_jax_distributed_processes_each_trace_their_shard_and_read_as_one_run(tm
     failed = run_tpumem("check", str(run), "--max-imbalance", "7MiB")
     assert failed.returncode == 1
     assert "rank 1 peaks at 24.0 MiB, 8.0 MiB (33.3%) over rank 0's 16.0 MiB" in failed.stderr
+
+    # A second run keeps 1 MiB more a rank: diff pairs the processes by rank, and
+    # compares in full the pair of the later run's busiest process.
+    later = _jax_run(tmp_path, keep_mib=9, name="later")
+    result = run_tpumem("diff", str(run), str(later), "-f", "json")
+    assert result.returncode == 0, result.stderr
+    diff = json.loads(result.stdout)
+    assert [(p["process"], p["after"] - p["before"]) for p in diff["processes"]] == [
+        ("rank 0", 1 * MiB),
+        ("rank 1", 2 * MiB),
+    ]
+    assert Path(diff["before"]).parent.name == "run" and diff["before"].endswith("-1.tpumem")
+    assert Path(diff["after"]).parent.name == "later" and diff["after"].endswith("-1.tpumem")
+    (device,) = diff["devices"]
+    assert device["peak_bytes"]["after"] - device["peak_bytes"]["before"] == 2 * MiB
+    compared = run_tpumem("compare", str(run), str(later), "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    assert "run (2 processes) stands for its busiest, rank 1" in compared.stderr
 
 
 # A replicated variable (4 MiB on each worker) and a step that reduces across the
@@ -205,6 +224,18 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
     assert peak["highest_process"] == str(traces[1])
     for process in report["processes"]:
         assert process["peak_bytes"] >= 4 * MiB + 8 * MiB * (process["index"] + 1)
+
+    # The run's directory exports as one run, a host file per process (both on this
+    # host: named by rank), each read by XProf's own converter at its process's peak.
+    logdir = tmp_path / "tb"
+    exported = run_tpumem("export", "tensorboard", str(tmp_path / "run"), "--logdir", str(logdir))
+    assert exported.returncode == 0, exported.stderr
+    profiles = sorted((logdir / "plugins" / "profile" / "run").glob("*.xplane.pb"))
+    host = load(traces[0]).metadata.host
+    assert [p.name for p in profiles] == [f"{host}-0.xplane.pb", f"{host}-1.xplane.pb"]
+    converted = xprof_memory_profile(*profiles)
+    peaks = [converted[str(p)]["CPU:0"]["peak"] for p in profiles]
+    assert peaks == [p["peak_bytes"] for p in report["processes"]]
 
 
 # Each torchrun process has a CPU device of its own (PJRT_DEVICE=CPU): 4 MiB of

@@ -437,7 +437,12 @@ app.add_typer(export_app, name="export")
 @export_app.command("tensorboard", short_help="Write traces where TensorBoard (XProf) shows them.")
 def export_tensorboard_command(
     traces: Annotated[
-        list[Path], typer.Argument(metavar="RUN", help="Trace files (.tpumem).", show_default=False)
+        list[Path],
+        typer.Argument(
+            metavar="RUN",
+            help="Trace files (.tpumem), or a distributed run's directory.",
+            show_default=False,
+        ),
     ],
     logdir: Annotated[Path, typer.Option(metavar="DIR", help="TensorBoard's log directory.")],
     run: Annotated[

@@ -88,6 +88,10 @@ class RunDiff:
     after: RunAnalysis
     devices: tuple[DeviceDiff, ...]
     noise_bytes: int
+    # Two distributed runs: each process's peak before and after (its name, and
+    # None where the process is in one run only); the devices above are then
+    # those of the pair the AFTER run's busiest process makes.
+    processes: tuple[tuple[str, int | None, int | None], ...] = ()
 
 
 def _peak(device: DeviceAnalysis | None) -> int:

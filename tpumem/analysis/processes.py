@@ -309,6 +309,43 @@ def _summaries(
     return results, None
 
 
+def summaries_of(paths: Sequence[Path]) -> list[ProcessSummary]:
+    """Each readable trace's summary, in the order of processes (rank, host, pid);
+    one line for a run none of whose traces can be read."""
+    if not paths:
+        raise TpumemError("no traces in this run")
+    results, _ = _summaries(paths, workers_for(paths), None, _Task())
+    found = sorted((r for r in results if isinstance(r, ProcessSummary)), key=_order)
+    if not found:
+        raise TpumemError(next(r for r in results if isinstance(r, str)))
+    return found
+
+
+# A process of one run and its counterpart in another (None where there is none).
+Pair = tuple["ProcessSummary | None", "ProcessSummary | None"]
+
+
+def pair_processes(before: list[ProcessSummary], after: list[ProcessSummary]) -> list[Pair]:
+    """The processes of two runs side by side: by rank where every process has one,
+    else in order (rank, host, pid)."""
+    if all(p.index is not None for p in (*before, *after)):
+        first = {p.index: p for p in before}
+        second = {p.index: p for p in after}
+        return [(first.get(r), second.get(r)) for r in sorted(first.keys() | second.keys())]
+    count = max(len(before), len(after))
+    padded = [*before, *[None] * count][:count], [*after, *[None] * count][:count]
+    return list(zip(*padded, strict=True))
+
+
+def busiest_pair(pairs: list[Pair]) -> Pair:
+    """The pair whose later process peaks highest (it runs out of memory first)."""
+    return max(
+        (pair for pair in pairs if pair[0] is not None and pair[1] is not None),
+        key=lambda pair: pair[1].peak_bytes,  # type: ignore[union-attr]
+        default=(None, None),
+    )
+
+
 def _peak(analysis: RunAnalysis) -> int:
     device = _busiest(analysis)
     return device.peak.bytes if device is not None else 0

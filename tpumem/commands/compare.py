@@ -89,8 +89,10 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
         words = _script_words(argument)
         if words is None:
             path = Path(argument)
-            if not path.is_file():
-                raise TpumemError(f"{argument}: no such trace file or script")
+            if path.is_dir():
+                path = _busiest_trace(path)
+            elif not path.is_file():
+                raise TpumemError(f"{argument}: no such trace file, run directory or script")
             sources.append(RunSource(argument, path, None))
             continue
         if not Path(words[0]).is_file():
@@ -99,6 +101,22 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
         trace = free_name(output_dir / f"{Path(words[0]).stem}.tpumem", taken)
         sources.append(RunSource(argument, trace, words))
     return sources
+
+
+def _busiest_trace(directory: Path) -> Path:
+    """A distributed run stands for its busiest process: the one that runs out first."""
+    from tpumem.analysis.processes import summaries_of
+    from tpumem.commands.common import traces_of
+
+    traces, _ = traces_of([directory])
+    with progress(f"analysing {len(traces):,} traces of {directory}"):
+        busiest = max(summaries_of(traces), key=lambda p: p.peak_bytes)
+    print(
+        f"tpumem: {directory} ({len(traces):,} processes) stands for its busiest, "
+        f"{busiest.name} ({busiest.path})",
+        file=sys.stderr,
+    )
+    return Path(busiest.path)
 
 
 def profile_scripts(sources: list[RunSource]) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from tpumem.commands.common import emit, parse_size, progress
+from tpumem.commands.common import emit, parse_size, progress, traces_of
 from tpumem.errors import TpumemError
 
 RENDERERS = {
@@ -34,13 +35,17 @@ def run_diff(
     if name not in (*RENDERERS, "html"):
         raise TpumemError(f"unknown diff format {name!r} (choose from text, json, md, html)")
     points = HTML_SERIES_POINTS if name == "html" else 0
+    processes: tuple = ()
+    inputs = [before, after]
+    if before.is_dir() or after.is_dir():
+        before, after, processes = _busiest_pair(before, after)
     runs = []
     for path in (before, after):
         trace = load(path)
         with progress(f"analysing {path}"):
             analysis, figures = analyze_with_events(trace, series_points=points)
         runs.append((trace, analysis, figures))
-    diff = diff_runs(runs[0], runs[1], noise_bytes)
+    diff = replace(diff_runs(runs[0], runs[1], noise_bytes), processes=processes)
     if name == "html":
         from tpumem.report.html import render_diff_html
 
@@ -50,4 +55,31 @@ def run_diff(
 
         color = output is None and sys.stdout.isatty()
         text = getattr(diff_report, RENDERERS[name])(diff, width=width, color=color)
-    emit(text, output, [before, after], force)
+    emit(text, output, inputs, force)
+
+
+def _busiest_pair(before: Path, after: Path) -> tuple[Path, Path, tuple]:
+    """Two distributed runs: each process's peak, side by side, and the traces of
+    the pair AFTER's busiest process makes, for the diff in full."""
+    from tpumem.analysis.processes import busiest_pair, pair_processes, summaries_of
+
+    if not (before.is_dir() and after.is_dir()):
+        raise TpumemError("diff two runs' directories, or two traces: not one of each")
+    runs = []
+    for path in (before, after):
+        traces, _ = traces_of([path])
+        with progress(f"analysing {len(traces):,} traces of {path}"):
+            runs.append(summaries_of(traces))
+    pairs = pair_processes(*runs)
+    first, second = busiest_pair(pairs)
+    if first is None or second is None:
+        raise TpumemError(f"no process of {after} has a counterpart in {before}")
+    rows = tuple(
+        (
+            (b or a).name,  # type: ignore[union-attr]
+            a.peak_bytes if a is not None else None,
+            b.peak_bytes if b is not None else None,
+        )
+        for a, b in pairs
+    )
+    return Path(first.path), Path(second.path), rows

@@ -5,12 +5,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tpumem.commands.common import progress
+from tpumem.commands.common import progress, traces_of
+from tpumem.errors import TpumemError
 
 
-def run_export(traces: list[Path], logdir: Path, run: str | None, force: bool) -> None:
-    from tpumem.export.tensorboard import export_tensorboard
+def run_export(paths: list[Path], logdir: Path, run: str | None, force: bool) -> None:
+    """A run's directory exports as one run, named after it (unless --run)."""
+    from tpumem.export.tensorboard import export_tensorboard, safe_name
 
+    directories = [p for p in paths if p.is_dir()]
+    if directories and len(paths) > 1:
+        raise TpumemError("export one run's directory at a time, or give trace files")
+    traces, _ = traces_of(paths)
+    if directories and run is None:
+        run = safe_name(directories[0].resolve().name)
     with progress(f"exporting to {logdir}"):
         said(export_tensorboard(traces, logdir, run, force))
 

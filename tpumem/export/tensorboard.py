@@ -59,6 +59,22 @@ def _host(trace: Trace) -> str:
     return safe_name(trace.metadata.host or "localhost")
 
 
+def _hosts(traces: list[Trace]) -> list[str]:
+    """The name XProf shows each trace of a run by: its host; where processes of
+    a distributed run share a host, its rank (or pid) too."""
+    hosts = [_host(trace) for trace in traces]
+    named = []
+    for host, trace in zip(hosts, traces, strict=True):
+        if hosts.count(host) > 1:
+            process, pid = trace.metadata.process, trace.metadata.pid
+            if process is not None and process.index is not None:
+                host = f"{host}-{process.index}"
+            elif pid is not None:
+                host = f"{host}-pid{pid}"
+        named.append(host)
+    return named
+
+
 def _run_name(path: Path, trace: Trace, forced: str | None) -> str:
     if forced:
         return safe_name(forced)
@@ -126,11 +142,12 @@ def export_loaded(
         groups.setdefault(_run_name(item[0], item[1], run), []).append(item)
     exported = []
     for name, members in groups.items():
-        hosts = [_host(trace) for _, trace, _ in members]
+        hosts = _hosts([trace for _, trace, _ in members])
         if len(set(hosts)) < len(hosts):
             raise TpumemError(
                 f"run {name!r}: {len(hosts)} traces but hosts {sorted(set(hosts))}: traces "
-                "of one run must come from different hosts (or give --run per export)"
+                "of one run must come from different hosts or processes (or give --run "
+                "per export)"
             )
         profile_dir = logdir / "plugins" / "profile" / name
         try:

@@ -78,6 +78,27 @@ def change_rows(changes: tuple[Change, ...], field: str) -> list[tuple[str, str,
     ]
 
 
+PROCESS_HEADERS = ("process", "before", "after", "change")
+
+
+def process_rows(diff: RunDiff) -> list[tuple[str, str, str, str]]:
+    """Two distributed runs: each process's peak, before and after."""
+    rows = []
+    for name, before, after in diff.processes:
+        change = "-" if before is None or after is None else signed_bytes(after - before)
+        if before is not None and after is not None:
+            change += _share(before, after)
+        rows.append((name, format_bytes(before), format_bytes(after), change))
+    return rows
+
+
+def pair_note(diff: RunDiff) -> str:
+    return (
+        f"Below, in full: AFTER's busiest process ({diff.after.path}) against its "
+        f"counterpart in BEFORE ({diff.before.path})."
+    )
+
+
 def device_title(diff: DeviceDiff) -> str:
     if diff.before is None:
         return f"{diff.device} (in the second run only)"
@@ -99,6 +120,14 @@ def render_diff_text(diff: RunDiff, *, width: int = 100, color: bool = False) ->
         Text(f"tpumem diff · {visible(diff.before.path)} → {visible(diff.after.path)}"),
         style="bold",
     )
+    if diff.processes:
+        table = Table(title=Text("Each process's peak (its busiest device)"), title_justify="left")
+        for header in PROCESS_HEADERS:
+            table.add_column(header, justify="left" if header == "process" else "right")
+        for row in process_rows(diff):
+            table.add_row(*(Text(visible(cell)) for cell in row))
+        console.print(table)
+        console.print(Text(visible(pair_note(diff))))
     if not diff.devices:
         console.print("Neither run has allocation events.")
     for device in diff.devices:
@@ -143,6 +172,10 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
     lines = [
         f"# tpumem diff: {markdown(diff.before.path or '')} → {markdown(diff.after.path or '')}",
     ]
+    if diff.processes:
+        lines += ["", "Each process's peak (its busiest device):", ""]
+        lines += _md_table(PROCESS_HEADERS, process_rows(diff))
+        lines += ["", markdown(pair_note(diff))]
     for device in diff.devices:
         lines += ["", f"## {markdown(device_title(device))}", ""]
         lines += _md_table(FIGURE_HEADERS, figure_rows(device))
@@ -167,6 +200,16 @@ def diff_dict(diff: RunDiff) -> dict[str, Any]:
         "after": diff.after.path,
         "noise_bytes": diff.noise_bytes,
         "devices": [_device(device) for device in diff.devices],
+        **(
+            {
+                "processes": [
+                    {"process": name, "before": before, "after": after}
+                    for name, before, after in diff.processes
+                ]
+            }
+            if diff.processes
+            else {}
+        ),
     }
 
 

@@ -123,9 +123,18 @@ def render_compare_html(comparison: Comparison) -> str:
 
 
 def render_diff_html(diff: RunDiff) -> str:
-    from tpumem.report.diff_report import device_title, diff_dict, figure_rows
+    from tpumem.report.diff_report import (
+        device_title,
+        diff_dict,
+        figure_rows,
+        pair_note,
+        process_rows,
+    )
 
     body = diff_dict(diff)
+    if diff.processes:
+        body["process_rows"] = [list(row) for row in process_rows(diff)]
+        body["pair_note"] = pair_note(diff)
     for device, analysed in zip(body["devices"], diff.devices, strict=True):
         device["title"] = device_title(analysed)
         device["figures"] = [list(row) for row in figure_rows(analysed)]

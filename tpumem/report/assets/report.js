@@ -629,6 +629,13 @@
     const diff = data.diff;
     app.appendChild(el("h1", {}, `tpumem diff · ${diff.before || "?"} → ${diff.after || "?"}`));
     app.appendChild(el("p", { class: "note" }, `Changes of live bytes at the peak within ${bytes(diff.noise_bytes)} are left out as noise.`));
+    if (diff.process_rows) {
+      app.appendChild(el("h2", {}, "Each process's peak (its busiest device)"));
+      const table = el("table", {}, el("tr", {}, ...["process", "before", "after", "change"].map((h) => el("th", {}, h))));
+      for (const row of diff.process_rows) table.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
+      app.appendChild(table);
+      app.appendChild(el("p", {}, diff.pair_note));
+    }
     for (const device of diff.devices) {
       app.appendChild(el("h2", {}, device.title));
       const table = el("table", {}, el("tr", {}, ...["", "before", "after", "change"].map((h) => el("th", {}, h))));
