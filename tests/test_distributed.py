@@ -210,9 +210,13 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
         assert code == 0, output[-3000:]
         assert '"sum": 4194304.0' in output  # the cross-worker reduce ran
     traces = sorted((tmp_path / "run").glob("*.tpumem"))
+    run_ids = set()
     for task, trace in enumerate(traces):
-        process = load(trace).metadata.process
+        meta = load(trace).metadata
+        process = meta.process
         assert (process.index, process.count, process.source) == (task, 2, "TF_CONFIG")
+        run_ids.add(meta.run)
+    assert len(run_ids) == 1 and None not in run_ids  # agreed through the coordination service
     result = run_tpumem("report", str(tmp_path / "run"), "-f", "json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
