@@ -103,6 +103,16 @@ class Adapter(ABC):
     def stop(self) -> None: ...
 
 
+def end_recording(adapter: Adapter, writer: TraceWriter, ending: Any) -> None:
+    """Stops the adapter, then records how the run ended (an ExitStatus) and closes
+    the trace, whatever the adapter's stop raised."""
+    try:
+        adapter.stop()
+    finally:
+        writer.patch_metadata(exit=ending, end_time_ns=writer.now_ns())
+        writer.close()
+
+
 class Patches:
     """What an adapter replaced in the framework, put back by `undo` (last first):
     `tpumem.track` stops inside a process that goes on using the framework."""

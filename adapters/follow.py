@@ -26,6 +26,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tpumem.adapters.base import end_recording
 from tpumem.errors import TpumemError
 from tpumem.trace.metadata import ExitStatus
 
@@ -152,11 +153,7 @@ class _Capture:
             if self._ended:
                 return
             self._ended = True
-        try:
-            self.adapter.stop()
-        finally:
-            self.writer.patch_metadata(exit=ending, end_time_ns=self.writer.now_ns())
-            self.writer.close()
+        end_recording(self.adapter, self.writer, ending)
 
     def _note_endings(self) -> None:
         """Where this process's end can be seen, and how it ended: os._exit (how a

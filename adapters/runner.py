@@ -187,11 +187,9 @@ class _Recording:
     output: str
 
     def stop(self, exit_info: Any) -> None:
-        try:
-            self.adapter.stop()
-        finally:
-            self.writer.patch_metadata(exit=exit_info, end_time_ns=self.writer.now_ns())
-            self.writer.close()
+        from tpumem.adapters.base import end_recording
+
+        end_recording(self.adapter, self.writer, exit_info)
 
     def say_failure(self) -> None:
         failed = self.writer.failed

@@ -156,19 +156,18 @@ class Tracker:
 
     def stop(self, error: BaseException | None = None) -> None:
         global _running
+        from tpumem.adapters.base import end_recording
         from tpumem.trace.metadata import ExitStatus
 
         writer, adapter = self._writer, self._adapter
         if writer is None or adapter is None:
             return
+        ending = ExitStatus(code=0)
+        if error is not None:
+            ending = ExitStatus(code=1, exception=f"{type(error).__name__}: {error}")
         try:
-            adapter.stop()
+            end_recording(adapter, writer, ending)
         finally:
-            ending = ExitStatus(code=0)
-            if error is not None:
-                ending = ExitStatus(code=1, exception=f"{type(error).__name__}: {error}")
-            writer.patch_metadata(exit=ending, end_time_ns=writer.now_ns())
-            writer.close()
             self._writer = self._adapter = None
             with _lock:
                 _running = None
