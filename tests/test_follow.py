@@ -150,7 +150,7 @@ LAUNCHED = textwrap.dedent(
         device = torch_xla.device()
         kept = torch.zeros((xr.global_ordinal() + 1) * 256 * 1024, device=device)
         torch_xla.sync()
-        print("device", xr.global_ordinal(), os.getpid(), flush=True)
+        print("launched-worker", xr.global_ordinal(), os.getpid(), flush=True)
 
     if __name__ == "__main__":
         torch_xla.launch(work, args=())
@@ -171,7 +171,11 @@ def test_torch_xla_launch_followed_from_the_parent(tmp_path):
         env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    worker_pids = {int(line.split()[2]) for line in result.stdout.splitlines() if "device" in line}
+    worker_pids = {
+        int(line.split()[2])
+        for line in result.stdout.splitlines()
+        if line.startswith("launched-worker ")
+    }
     (worker,) = worker_pids
     traces = {load(t).metadata.pid: t for t in (tmp_path / "run").glob("*.tpumem")}
     assert worker in traces
