@@ -146,7 +146,9 @@ class JaxAdapter(Adapter):
         )
         hooks.install_after_import()
         if self.runtime_started():
-            self._backend_ready()
+            from jax._src import xla_bridge
+
+            self._backend_ready(xla_bridge.get_backend())
         else:
             self._await_backend()
         self._ticks = 0
@@ -175,21 +177,25 @@ class JaxAdapter(Adapter):
                 if not adapter._ready:
                     adapter._ready = True
                     xla_bridge.backends = original
-                    adapter._backend_ready()
+                    default = getattr(xla_bridge, "_default_backend", None)
+                    adapter._backend_ready(default or next(iter(found.values())))
             return found
 
         self._hooks.patches.replace(xla_bridge, "backends", backends)
 
-    def _backend_ready(self) -> None:
+    def _backend_ready(self, client: Any) -> None:
         """What needs the backend: which devices, the buffer book and its hooks, the
-        profiler sessions on a GPU, which process of a distributed run this is."""
+        profiler sessions on a GPU, which process of a distributed run this is.
+        Read from the default backend's client itself: this runs inside JAX's own
+        first look up of its backend, where jax.devices() and its kin would look
+        it up again (a recursion newer JAX refuses)."""
         import jax
         from jaxlib import _jax
 
         self._ready = True
         hooks, writer = self._hooks, self.writer
-        backend = jax.default_backend()
-        devices = jax.local_devices()  # (jax.devices() holds every process's)
+        backend = client.platform
+        devices = client.local_devices()  # (client.devices() holds every process's)
         self.devices = devices
         self.counted = [d for d in devices if _memory_stats(d) is not None]
         async_cpu = os.environ.get(ASYNC_DISPATCH_VARIABLE, "true").lower() not in ("0", "false")
@@ -212,10 +218,11 @@ class JaxAdapter(Adapter):
             ],
             fidelity={device_name(d): fidelity for d in devices},
         )
+        count = len({d.process_index for d in client.devices()})
         self.identify(
             writer,
-            ProcessInfo(jax.process_index(), jax.process_count(), "jax.process_index()"),
-            _run_id(jax.process_count()),
+            ProcessInfo(client.process_index(), count, "jax.process_index()"),
+            _run_id(count),
         )
         if backend == "cpu" and async_cpu:
             self._warnings.append(

@@ -31,8 +31,11 @@ from tpumem.trace.schema import ALLOC, FREE
 
 
 def device_name(device: Any) -> str:
-    """CpuDevice(id=3) -> 'CPU:3'; the same form TensorFlow's devices take."""
-    return f"{device.platform.upper()}:{device.id}"
+    """CpuDevice(id=3) -> 'CPU:3'; the same form TensorFlow's devices take. By the
+    device's number on its host: in a distributed run, a process's GPU 0 is GPU:0,
+    as the profiler names it in the allocator's events, whatever its global id."""
+    local = getattr(device, "local_hardware_id", None)
+    return f"{device.platform.upper()}:{device.id if local is None else local}"
 
 
 @dataclass(slots=True)

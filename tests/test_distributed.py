@@ -87,8 +87,8 @@ JAX_DISTRIBUTED = textwrap.dedent(
     for array in jax.live_arrays():
         for part in array.addressable_shards:
             buffers[part.data.unsafe_buffer_pointer()] = part.data.nbytes
-    json.dump({"bytes": sum(buffers.values()), "devices": [d.id for d in jax.local_devices()]},
-              open(f"held-{rank}.json", "w"))
+    devices = [d.local_hardware_id for d in jax.local_devices()]  # this host's numbers
+    json.dump({"bytes": sum(buffers.values()), "devices": devices}, open(f"held-{rank}.json", "w"))
     """
 )
 

@@ -78,3 +78,29 @@ def test_the_gpu_traces_report_and_export_as_any_other(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "tb").rglob("*.xplane.pb"))
+
+
+def test_a_distributed_run_on_the_gpu_reads_as_one():
+    """Two jax.distributed processes on one H100 (tests/tools/record_gpu_run.sh),
+    each under `tpumem profile -o 'run/{host}-{rank}.tpumem'`: the adapter waited
+    for the script's jax.distributed.initialize(); each trace holds its process's
+    allocator events under the GPU's own name (GPU:0 on its host, though its global
+    id is the rank's), its peak the allocator's own byte for byte, and the run's
+    report the 8 MiB more that rank 1 keeps."""
+    run = GPU / "run"
+    result = run_tpumem("report", str(run), "-f", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(p["index"], p["count"]) for p in report["processes"]] == [(0, 2), (1, 2)]
+    assert len(report["run_ids"]) == 1
+    for process in report["processes"]:
+        stats = json.loads((run / f"rank-{process['index']}.json").read_text())
+        assert stats["process_count"] == 2
+        assert process["peak_device"] == "GPU:0" and process["backend"] == "gpu"
+        assert process["peak_bytes"] == stats["peak_bytes_in_use"]
+        assert process["peak_label"] == "measured"
+        # The pool is the allocator's own (its samples joined the events' device).
+        assert process["pool_bytes"] == stats["bytes_limit"]
+    peak = next(s for s in report["spread"] if s["figure"] == "peak")
+    assert peak["difference"] == 8 * 1024 * 1024
+    assert peak["highest_process"].endswith("-1.tpumem")

@@ -62,3 +62,19 @@ def test_the_capture_side_is_tpumem_adapters_by_the_file_system_alone():
     assert result.returncode == 0, result.stderr
     found = Path(result.stdout.strip()) / "adapters" / "runner.py"
     assert found.is_file() and found.resolve() == PACKAGE.parent / "adapters" / "runner.py"
+
+
+def test_every_package_is_installed():
+    """A package left out of pyproject's list is missing from an install that is
+    not editable (tpumem.hlo was, until a GPU machine's install said so)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / "tpumem").rglob("__init__.py")
+    }
+    assert found <= listed, sorted(found - listed)
