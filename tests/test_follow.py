@@ -5,6 +5,7 @@ torch_xla.launch, every process waited for and ended by the test)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -62,11 +63,8 @@ def test_multiprocessing_workers_each_record_and_a_killed_one_stays_readable(tmp
     result = profile(tmp_path, "--follow", "-o", "run", "workers.py", *how)
     assert result.returncode == 0, result.stderr[-3000:]  # the launcher's status
     assert "exit codes [0, 0, -9]" in result.stdout
-    pids = {
-        int(line.split()[2]): int(line.split()[1])
-        for line in result.stdout.splitlines()
-        if line.startswith("worker ")
-    }
+    # (Read wherever it stands: the workers' lines may run into one another.)
+    pids = {int(pid): int(index) for index, pid in re.findall(r"worker (\d+) (\d+)", result.stdout)}
     traces = {load(t).metadata.pid: t for t in sorted((tmp_path / "run").glob("*.tpumem"))}
     killed = [pid for pid in traces if pid not in pids and pid != _launcher_pid(traces)]
     assert len(killed) == 1
@@ -141,7 +139,7 @@ def test_torchrun_followed_from_the_parent(tmp_path):
 
 LAUNCHED = textwrap.dedent(
     """
-    import os
+    import os, sys
     import torch
     import torch_xla
     import torch_xla.runtime as xr
@@ -150,7 +148,9 @@ LAUNCHED = textwrap.dedent(
         device = torch_xla.device()
         kept = torch.zeros((xr.global_ordinal() + 1) * 256 * 1024, device=device)
         torch_xla.sync()
-        print("launched-worker", xr.global_ordinal(), os.getpid(), flush=True)
+        # One write a line: the device threads print at once.
+        sys.stdout.write(f"launched-worker {xr.global_ordinal()} {os.getpid()}\\n")
+        sys.stdout.flush()
 
     if __name__ == "__main__":
         torch_xla.launch(work, args=())
@@ -171,11 +171,8 @@ def test_torch_xla_launch_followed_from_the_parent(tmp_path):
         env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    worker_pids = {
-        int(line.split()[2])
-        for line in result.stdout.splitlines()
-        if line.startswith("launched-worker ")
-    }
+    found = re.findall(r"launched-worker (\d+) (\d+)", result.stdout)
+    worker_pids = {int(pid) for _, pid in found}
     (worker,) = worker_pids
     traces = {load(t).metadata.pid: t for t in (tmp_path / "run").glob("*.tpumem")}
     assert worker in traces
