@@ -20,7 +20,6 @@ import functools
 import os
 import sys
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +34,7 @@ from tpumem.adapters.base import (
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
-from tpumem.adapters.process_identity import run_id_from_environment
+from tpumem.adapters.process_identity import agreed_run_id
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo, JaxBook, JaxExtra, ProcessInfo
@@ -222,7 +221,7 @@ class JaxAdapter(Adapter):
         self.identify(
             writer,
             ProcessInfo(client.process_index(), count, "jax.process_index()"),
-            _run_id(count),
+            agreed_run_id(count, _agree),
         )
         if backend == "cpu" and async_cpu:
             self._warnings.append(
@@ -338,21 +337,15 @@ class JaxAdapter(Adapter):
         return settings
 
 
-def _run_id(process_count: int) -> str | None:
-    """The launcher's run id; else, for a jax.distributed run, one the processes
-    agree on through JAX's coordination service (the first to set it wins, the
-    others read it: nobody waits for a process that is not profiled)."""
-    found = run_id_from_environment(os.environ)
-    if found is not None or process_count < 2:
-        return found
+def _agree(key: str, mine: str) -> str | None:
+    """The run id through JAX's coordination service (process_identity.agreed_run_id)."""
     from jax._src import distributed
 
     client = distributed.global_state.client
     if client is None:
         return None
-    key = "tpumem/run_id"
     with contextlib.suppress(Exception):  # another process set it first
-        client.key_value_set(key, uuid.uuid4().hex)
+        client.key_value_set(key, mine)
     try:
         return str(client.blocking_key_value_get(key, 10_000))
     except Exception:  # the service is gone: the run goes on without an id

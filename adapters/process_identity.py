@@ -10,11 +10,14 @@ for the processes `tpumem profile --follow` captures), else the launcher's job i
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+import uuid
+from collections.abc import Callable, Mapping
 
 from tpumem.trace.metadata import ProcessInfo
 
 RUN_ID_VARIABLE = "TPUMEM_RUN_ID"
+RUN_ID_KEY = "tpumem/run_id"  # in a framework's coordination service
 
 # (rank variable, count variable) of launchers that number their processes, first match wins.
 _RANKS = (
@@ -80,3 +83,15 @@ def run_id_from_environment(environ: Mapping[str, str]) -> str | None:
         step = environ.get("SLURM_STEP_ID")
         return f"slurm:{environ['SLURM_JOB_ID']}" + (f".{step}" if step else "")
     return None
+
+
+def agreed_run_id(count: int | None, agree: Callable[[str, str], str | None]) -> str | None:
+    """The launcher's run id; else, for a run of several processes, the one they
+    agree on through their framework's coordination service: `agree(key, mine)`
+    sets the key where no process has yet and returns what it holds (the first
+    process to set it wins, the others read it: nobody waits for a process that
+    is not profiled), or None where there is no service."""
+    found = run_id_from_environment(os.environ)
+    if found is not None or count is None or count < 2:
+        return found
+    return agree(RUN_ID_KEY, uuid.uuid4().hex)

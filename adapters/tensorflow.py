@@ -16,7 +16,6 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from tpumem.adapters.base import (
     register,
 )
 from tpumem.adapters.call_stacks import CallStacks
-from tpumem.adapters.process_identity import from_tf_config, run_id_from_environment
+from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.tf_stacks import TfStacks
 from tpumem.adapters.tf_transfers import HostTransfers
@@ -102,18 +101,15 @@ def _profiler_lock_probe() -> Any | None:
     return probe
 
 
-def _run_id(context: Any, workers: int | None) -> str | None:
-    """The launcher's run id; else, for a multi-worker cluster, one its tasks agree
-    on through TensorFlow's coordination service (the first to set it wins, the
-    others read it: nobody waits for a task that is not profiled)."""
-    found = run_id_from_environment(os.environ)
-    if found is not None or workers is None or workers < 2:
-        return found
+def _agree(key: str, mine: str) -> str | None:
+    """The run id through TensorFlow's coordination service
+    (process_identity.agreed_run_id)."""
+    from tensorflow.python.eager import context
     from tensorflow.python.framework import errors
 
-    handle, key = context.context(), "tpumem/run_id"
+    handle = context.context()
     try:
-        handle.set_config_key_value(key, uuid.uuid4().hex)
+        handle.set_config_key_value(key, mine)
     except errors.AlreadyExistsError:
         pass  # another task set it first
     except Exception:  # no coordination service (a cluster without one)
@@ -231,7 +227,7 @@ class TensorFlowAdapter(Adapter):
         # its runtime started (a script may set it itself, after tpumem started).
         task = from_tf_config(os.environ.get("TF_CONFIG"))
         if task is not None:
-            self.identify(self.writer, task, _run_id(self._context, task.count))
+            self.identify(self.writer, task, agreed_run_id(task.count, _agree))
         self._devices_found = True
         return True
 

@@ -1,8 +1,13 @@
-"""Shared by the benchmarks: a work directory and a median timer."""
+"""Shared by the benchmarks: a work directory, a median timer, and `tpumem`
+commands timed whole process to whole process, as a user runs them."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,3 +22,57 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
         run()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def tpumem_seconds(*args: str) -> float:
+    """The wall time of `tpumem ARGS`, start-up included."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tpumem", *args], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def _tree_rss(root: int) -> int:
+    """The resident bytes of `root` and every process under it."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(rss.get(pid, 0) for pid in tree)
+
+
+def tpumem_seconds_and_memory(*args: str) -> tuple[float, int]:
+    """(wall seconds, the process tree's peak RSS) of `tpumem ARGS`."""
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tpumem", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    peak, done = 0, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.02):
+            peak = max(peak, _tree_rss(child.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, errors = child.communicate()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if child.returncode != 0:
+        raise SystemExit(f"tpumem {' '.join(args)} failed: {errors.decode()[-2000:]}")
+    return seconds, peak

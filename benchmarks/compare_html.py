@@ -17,10 +17,9 @@ import argparse
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from common import WORK
+from common import WORK, tpumem_seconds
 from synthetic_trace import write_synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,12 +38,6 @@ def _trace(events: int, kind: str) -> Path:
     return path
 
 
-def _timed(*args: str) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tpumem", *args], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
 def _median(runs: list[float]) -> float:
     return sorted(runs)[len(runs) // 2]
 
@@ -60,8 +53,8 @@ def main() -> None:
     page = WORK / "compare.html"
     compare_times, anchor_times = [], []
     for _ in range(args.repeats):
-        compare_times.append(_timed("compare", *traces, "--html", str(page)))
-        anchor_times.append(sum(_timed("report", t, "--format", "json") for t in traces))
+        compare_times.append(tpumem_seconds("compare", *traces, "--html", str(page)))
+        anchor_times.append(sum(tpumem_seconds("report", t, "--format", "json") for t in traces))
     ours, anchor = _median(compare_times), _median(anchor_times)
     print(
         f"compare of 3 x {args.events:,} events to HTML: {ours:.2f} s "
@@ -75,7 +68,7 @@ def main() -> None:
     if args.big:
         big = _trace(args.big, "allocator")
         big_page = WORK / "big.html"
-        seconds = _timed("report", str(big), "-o", str(big_page))
+        seconds = tpumem_seconds("report", str(big), "-o", str(big_page))
         print(
             f"report of {args.big:,} events to HTML: {seconds:.1f} s; page "
             f"{big_page.stat().st_size / 1e6:.2f} MB (goal < 20 MB)"

@@ -12,20 +12,10 @@ Goal (issue 20): the diff within 1.5x the time of the two reports.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from common import WORK
-
-
-def _tpumem(*args: str) -> float:
-    start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "tpumem", *args], capture_output=True, text=True, check=True
-    )
-    return time.perf_counter() - start
+from common import WORK, tpumem_seconds
 
 
 def main() -> None:
@@ -46,8 +36,8 @@ def main() -> None:
         paths.append(str(path))
     diffs, reports = [], []
     for repeat in range(args.repeats):
-        reports.append(_tpumem("report", paths[0]) + _tpumem("report", paths[1]))
-        diffs.append(_tpumem("diff", *paths))
+        reports.append(tpumem_seconds("report", paths[0]) + tpumem_seconds("report", paths[1]))
+        diffs.append(tpumem_seconds("diff", *paths))
         print(
             f"run {repeat + 1}/{args.repeats}: diff {diffs[-1]:.2f} s, "
             f"two reports {reports[-1]:.2f} s",

@@ -14,60 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-from common import WORK
-
-
-def _tree_rss(root: int) -> int:
-    """The resident bytes of `root` and every process under it."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, parent in parents.items() if parent in tree} - tree
-        tree |= more
-        grew = bool(more)
-    return sum(rss.get(pid, 0) for pid in tree)
-
-
-def _timed(*args: str) -> tuple[float, int]:
-    """(wall seconds, the process tree's peak RSS) of `tpumem ARGS`."""
-    start = time.perf_counter()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tpumem", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    peak, done = 0, threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.02):
-            peak = max(peak, _tree_rss(child.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, errors = child.communicate()
-    seconds = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if child.returncode != 0:
-        raise SystemExit(f"tpumem {' '.join(args)} failed: {errors.decode()[-2000:]}")
-    return seconds, peak
+from common import WORK, tpumem_seconds_and_memory
 
 
 def main() -> None:
@@ -87,9 +37,12 @@ def main() -> None:
             print(f"writing {path.name} ...", flush=True)
             write_synthetic(path, args.events, "buffer", seed=rank, process=(rank, args.processes))
     cores = len(os.sched_getaffinity(0))
-    one = [_timed("report", str(run / "synthetic-0.tpumem")) for _ in range(args.repeats)]
+    one = [
+        tpumem_seconds_and_memory("report", str(run / "synthetic-0.tpumem"))
+        for _ in range(args.repeats)
+    ]
     one_s = statistics.median(s for s, _ in one)
-    whole_s, whole_rss = _timed("report", str(run))
+    whole_s, whole_rss = tpumem_seconds_and_memory("report", str(run))
     anchor = one_s * args.processes / cores
     gib = 1 << 30
     print(

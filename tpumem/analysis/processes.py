@@ -231,39 +231,22 @@ def analyze_processes(
     `capacity`: asked of each process (analyze's); `per_process`: findings of
     each process's analysis, kept in its summary."""
     task = _Task(capacity=capacity, per_process=per_process)
-    if not paths:
-        raise TpumemError("no traces to report")
-    workers = workers_for(paths) if workers is None else workers
-    results, kept = _summaries(paths, workers, done, task)
-    summaries = [r for r in results if isinstance(r, ProcessSummary)]
-    unreadable = tuple(
-        (str(path), r) for path, r in zip(paths, results, strict=True) if isinstance(r, str)
-    )
-    if not summaries:
-        raise TpumemError(
-            unreadable[0][1]
-            if len(unreadable) == 1
-            else (f"none of the {len(paths)} traces could be read ({unreadable[0][1]})")
-        )
-    order = sorted(range(len(summaries)), key=lambda i: _order(summaries[i]))
-    processes = tuple(summaries[i] for i in order)
+    processes, unreadable, kept = _read(paths, workers, done, task)
     spreads = [
         _spread("peak", [p.peak_bytes for p in processes]),
         _spread("pool", [p.pool_bytes for p in processes]),
         _spread("fragmentation at peak", [p.fragmentation_at_peak for p in processes]),
     ]
-    peak = spreads[0]
-    assert peak is not None
-    busiest = processes[peak.highest_at]
-    reuse = kept is not None and kept.path == busiest.path and busiest_points == SERIES_POINTS
-    analysis = kept if reuse and kept is not None else task.analyse(busiest.path, busiest_points)
+    most = busiest(processes)
+    reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
+    analysis = kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
     lines = [p.line for p in processes if p.line is not None]
     stepped = bool(lines) and all(line.step_position for line in lines)
     missing, repeated = _ranks(processes)
     return ProcessRun(
         processes=processes,
         spreads=tuple(s for s in spreads if s is not None),
-        busiest_at=peak.highest_at,
+        busiest_at=processes.index(most),
         busiest=analysis,
         axis=STEP_AXIS if stepped else CLOCK_AXIS,
         run_ids=tuple(sorted({p.run for p in processes if p.run})),
@@ -289,11 +272,11 @@ def _summaries(
                 analysis = task.analyse(name)
             except TpumemError as error:
                 results.append(str(error))
-                continue
-            summary = task.summarize(analysis)
-            if kept is None or summary.peak_bytes > _peak(kept):
-                kept = analysis
-            results.append(summary)
+            else:
+                summary = task.summarize(analysis)
+                if kept is None or summary.peak_bytes > _peak(kept):
+                    kept = analysis
+                results.append(summary)
             tell(number, len(names))
         return results, kept
     import multiprocessing
@@ -309,23 +292,49 @@ def _summaries(
     return results, None
 
 
-def summaries_of(paths: Sequence[Path]) -> list[ProcessSummary]:
-    """Each readable trace's summary, in the order of processes (rank, host, pid);
-    one line for a run none of whose traces can be read."""
+def busiest(processes: Sequence[ProcessSummary]) -> ProcessSummary:
+    """The process with the highest peak on one device: the one that runs out first
+    (of equal peaks, the first in order)."""
+    return max(processes, key=lambda p: p.peak_bytes)
+
+
+def _read(
+    paths: Sequence[Path],
+    workers: int | None,
+    done: Callable[[int, int], None] | None,
+    task: _Task,
+) -> tuple[tuple[ProcessSummary, ...], tuple[tuple[str, str], ...], RunAnalysis | None]:
+    """The readable traces' summaries in the order of processes (rank, host, pid),
+    the unreadable ones with why, and the busiest analysis kept where one was; one
+    line for a run none of whose traces can be read."""
     if not paths:
         raise TpumemError("no traces in this run")
-    results, _ = _summaries(paths, workers_for(paths), None, _Task())
-    found = sorted((r for r in results if isinstance(r, ProcessSummary)), key=_order)
+    workers = workers_for(paths) if workers is None else workers
+    results, kept = _summaries(paths, workers, done, task)
+    found = tuple(sorted((r for r in results if isinstance(r, ProcessSummary)), key=_order))
+    unreadable = tuple(
+        (str(path), r) for path, r in zip(paths, results, strict=True) if isinstance(r, str)
+    )
     if not found:
-        raise TpumemError(next(r for r in results if isinstance(r, str)))
-    return found
+        why = unreadable[0][1]
+        raise TpumemError(
+            why
+            if len(unreadable) == 1
+            else f"none of the {len(paths)} traces could be read ({why})"
+        )
+    return found, unreadable, kept
+
+
+def summaries_of(paths: Sequence[Path]) -> tuple[ProcessSummary, ...]:
+    """Each readable trace's summary, in the order of processes (rank, host, pid)."""
+    return _read(paths, None, None, _Task())[0]
 
 
 # A process of one run and its counterpart in another (None where there is none).
-Pair = tuple["ProcessSummary | None", "ProcessSummary | None"]
+Pair = tuple[ProcessSummary | None, ProcessSummary | None]
 
 
-def pair_processes(before: list[ProcessSummary], after: list[ProcessSummary]) -> list[Pair]:
+def pair_processes(before: Sequence[ProcessSummary], after: Sequence[ProcessSummary]) -> list[Pair]:
     """The processes of two runs side by side: by rank where every process has one,
     else in order (rank, host, pid)."""
     if all(p.index is not None for p in (*before, *after)):
@@ -335,6 +344,18 @@ def pair_processes(before: list[ProcessSummary], after: list[ProcessSummary]) ->
     count = max(len(before), len(after))
     padded = [*before, *[None] * count][:count], [*after, *[None] * count][:count]
     return list(zip(*padded, strict=True))
+
+
+def peak_pairs(pairs: list[Pair]) -> tuple[tuple[str, int | None, int | None], ...]:
+    """Each pair's name and its two peaks (None where the process is in one run only)."""
+    return tuple(
+        (
+            (b or a).name,  # type: ignore[union-attr]
+            a.peak_bytes if a is not None else None,
+            b.peak_bytes if b is not None else None,
+        )
+        for a, b in pairs
+    )
 
 
 def busiest_pair(pairs: list[Pair]) -> Pair:

@@ -41,8 +41,8 @@ def run_check(
             "nothing to check: give --max-peak, --max-fragmentation, --capacity, "
             "--max-growth, --max-imbalance and/or --baseline"
         )
-    traces, where = traces_of(paths)
-    if len(traces) > 1 or paths[0].is_dir():
+    traces, where, is_run = traces_of(paths)
+    if is_run:
         if baseline is not None:
             raise TpumemError("--baseline compares one trace with another: give one process's")
         found = _run_breaches(traces, where, limits, imbalance)

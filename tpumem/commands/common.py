@@ -21,9 +21,10 @@ def progress(message: str) -> Iterator[Callable[[str], None]]:
         yield lambda words: None
 
 
-def traces_of(paths: list[Path]) -> tuple[list[Path], str]:
-    """The traces a command was given, and what to call them: a trace file, several
-    (a run's processes), or a run's directory (every .tpumem file in it, by name)."""
+def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
+    """The traces a command was given, what to call them, and whether they are a
+    distributed run's: a trace file, several (a run's processes), or a run's
+    directory (every .tpumem file in it, by name)."""
     from tpumem.errors import TpumemError
 
     traces: list[Path] = []
@@ -35,9 +36,8 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str]:
             traces += found
         else:  # (what is not a readable trace, the reader says so in one line)
             traces.append(path)
-    if len(paths) == 1:
-        return traces, str(paths[0])
-    return traces, f"{len(traces):,} traces"
+    where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
+    return traces, where, len(traces) > 1 or any(path.is_dir() for path in paths)
 
 
 def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:

@@ -105,18 +105,18 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
 
 def _busiest_trace(directory: Path) -> Path:
     """A distributed run stands for its busiest process: the one that runs out first."""
-    from tpumem.analysis.processes import summaries_of
+    from tpumem.analysis.processes import busiest, summaries_of
     from tpumem.commands.common import traces_of
 
-    traces, _ = traces_of([directory])
+    traces, _, _ = traces_of([directory])
     with progress(f"analysing {len(traces):,} traces of {directory}"):
-        busiest = max(summaries_of(traces), key=lambda p: p.peak_bytes)
+        most = busiest(summaries_of(traces))
     print(
         f"tpumem: {directory} ({len(traces):,} processes) stands for its busiest, "
-        f"{busiest.name} ({busiest.path})",
+        f"{most.name} ({most.path})",
         file=sys.stderr,
     )
-    return Path(busiest.path)
+    return Path(most.path)
 
 
 def profile_scripts(sources: list[RunSource]) -> None:

@@ -61,25 +61,17 @@ def run_diff(
 def _busiest_pair(before: Path, after: Path) -> tuple[Path, Path, tuple]:
     """Two distributed runs: each process's peak, side by side, and the traces of
     the pair AFTER's busiest process makes, for the diff in full."""
-    from tpumem.analysis.processes import busiest_pair, pair_processes, summaries_of
+    from tpumem.analysis.processes import busiest_pair, pair_processes, peak_pairs, summaries_of
 
     if not (before.is_dir() and after.is_dir()):
         raise TpumemError("diff two runs' directories, or two traces: not one of each")
     runs = []
     for path in (before, after):
-        traces, _ = traces_of([path])
+        traces, _, _ = traces_of([path])
         with progress(f"analysing {len(traces):,} traces of {path}"):
             runs.append(summaries_of(traces))
     pairs = pair_processes(*runs)
     first, second = busiest_pair(pairs)
     if first is None or second is None:
         raise TpumemError(f"no process of {after} has a counterpart in {before}")
-    rows = tuple(
-        (
-            (b or a).name,  # type: ignore[union-attr]
-            a.peak_bytes if a is not None else None,
-            b.peak_bytes if b is not None else None,
-        )
-        for a, b in pairs
-    )
-    return Path(first.path), Path(second.path), rows
+    return Path(first.path), Path(second.path), peak_pairs(pairs)

@@ -16,7 +16,7 @@ def run_export(paths: list[Path], logdir: Path, run: str | None, force: bool) ->
     directories = [p for p in paths if p.is_dir()]
     if directories and len(paths) > 1:
         raise TpumemError("export one run's directory at a time, or give trace files")
-    traces, _ = traces_of(paths)
+    traces, _, _ = traces_of(paths)
     if directories and run is None:
         run = safe_name(directories[0].resolve().name)
     with progress(f"exporting to {logdir}"):

@@ -35,8 +35,8 @@ def run_report(
     from tpumem.trace.reader import load
 
     reporter = reporter_for(output, fmt)
-    traces, where = traces_of(paths)
-    if len(traces) > 1 or paths[0].is_dir():
+    traces, where, is_run = traces_of(paths)
+    if is_run:
         for option, given in (("--capacity", capacity), ("--program", program), ("--tpu", tpu)):
             if given:
                 raise TpumemError(f"{option} reports on one trace: give one of the run's traces")

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from tpumem.analysis.difference import Change, DeviceDiff, RunDiff
 from tpumem.report.json_report import dump, finite
+from tpumem.report.markdown import md_table
 from tpumem.report.rows import frame_text
 from tpumem.report.text import string_console
 from tpumem.report.visible import markdown, visible
@@ -174,23 +175,18 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
     ]
     if diff.processes:
         lines += ["", "Each process's peak (its busiest device):", ""]
-        lines += _md_table(PROCESS_HEADERS, process_rows(diff))
+        lines += md_table(PROCESS_HEADERS, process_rows(diff))
         lines += ["", markdown(pair_note(diff))]
     for device in diff.devices:
         lines += ["", f"## {markdown(device_title(device))}", ""]
-        lines += _md_table(FIGURE_HEADERS, figure_rows(device))
+        lines += md_table(FIGURE_HEADERS, figure_rows(device))
         for field, title in BREAKDOWNS:
             changes = getattr(device, field)
             if changes:
                 lines += ["", f"Live at the peak, change by {title.split(',')[0]}:", ""]
-                lines += _md_table((*CHANGE_HEADERS, title), change_rows(changes, field))
+                lines += md_table((*CHANGE_HEADERS, title), change_rows(changes, field))
         lines += ["", _noise_note(diff, device)]
     return "\n".join(lines) + "\n"
-
-
-def _md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return lines + ["| " + " | ".join(markdown(c) for c in row) + " |" for row in rows]
 
 
 def diff_dict(diff: RunDiff) -> dict[str, Any]:

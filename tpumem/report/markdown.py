@@ -41,7 +41,7 @@ from tpumem.report.tpu_rows import (
 from tpumem.report.visible import markdown as _cell
 
 
-def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
@@ -50,55 +50,55 @@ def _table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     """(Width and color are the terminal's: markdown has neither.)"""
     lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
-    lines += _table(("", ""), run_rows(analysis))
+    lines += md_table(("", ""), run_rows(analysis))
     for title, groups in failure_tables(analysis):
         lines += ["", f"{_cell(title)}:", ""]
-        lines += _table(GROUP_HEADERS, group_rows(groups))
+        lines += md_table(GROUP_HEADERS, group_rows(groups))
     lines += [""] + [f"> warning: {_cell(w)}" for w in analysis.warnings]
     full, brief, note = devices_shown(analysis)
     if note:
         lines += ["", note]
     for device in full:
         lines += ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
-        lines += _table(("figure", "value", "how"), device_rows(device))
+        lines += md_table(("figure", "value", "how"), device_rows(device))
         groups = group_rows(device.peak.groups)
         if groups:
             lines += ["", "Live at peak, largest first:", ""]
-            lines += _table(GROUP_HEADERS, groups)
+            lines += md_table(GROUP_HEADERS, groups)
         for title, headers, rows in (
             (STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks)),
             (GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth)),
         ):
             if rows:
                 lines += ["", f"{title}:", ""]
-                lines += _table(headers, [(*row[:-1], " ← ".join(row[-1])) for row in rows])
+                lines += md_table(headers, [(*row[:-1], " ← ".join(row[-1])) for row in rows])
         lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
     if brief:
         lines += ["", "## Other devices, largest peak first", ""]
-        lines += _table(BRIEF_HEADERS, brief)
+        lines += md_table(BRIEF_HEADERS, brief)
     if analysis.compiled:
         lines += _programs(analysis.compiled)
     for target in analysis.tpu:
         lines += ["", f"## {_cell(tpu_title(target))}", ""]
-        lines += _table(TPU_HEADERS, tpu_program_rows(target))
+        lines += md_table(TPU_HEADERS, tpu_program_rows(target))
         peak = tpu_peak_rows(target)
         if peak is not None:
-            lines += ["", f"{_cell(peak[0])}:", "", *_table(BUFFER_HEADERS, peak[1])]
+            lines += ["", f"{_cell(peak[0])}:", "", *md_table(BUFFER_HEADERS, peak[1])]
         lines += [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
     if analysis.fit is not None:
         lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]
-        lines += _table(*fit_table(analysis.fit))
+        lines += md_table(*fit_table(analysis.fit))
         lines += [""] + [f"> {_cell(note)}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"
 
 
 def _programs(compiled: tuple[CompiledProgram, ...], limit: int | None = TOP_BUFFERS) -> list[str]:
     lines = ["", f"## {_cell(programs_title(compiled))}", ""]
-    lines += _table(PROGRAM_HEADERS, program_rows(compiled))
+    lines += md_table(PROGRAM_HEADERS, program_rows(compiled))
     top = next((p for p in compiled if p.heap is not None), None)
     if top is not None and top.heap is not None:
         lines += ["", f"{_cell(peak_title(top))}:", ""]
-        lines += _table(BUFFER_HEADERS, buffer_rows(top.heap, limit))
+        lines += md_table(BUFFER_HEADERS, buffer_rows(top.heap, limit))
         lines += ["", f"Heap over program order: `{sparkline(heap_points(top.heap))}`"]
     return lines
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.processes import ProcessRun, ProcessSummary, Spread
+from tpumem.report.markdown import md_table, render_markdown
 from tpumem.report.rows import ending_text
 from tpumem.report.text import render_text, string_console
 from tpumem.report.visible import markdown, visible
@@ -148,23 +149,17 @@ def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: boo
 def render_run_markdown(
     run: ProcessRun, where: str, *, width: int = 100, color: bool = False
 ) -> str:
-    from tpumem.report.markdown import render_markdown
-
     lines = [f"# tpumem report: {markdown(_title(run, where))}", ""]
     lines += [f"> warning: {markdown(note)}" for note in notes(run)]
     lines += ["", "Each process (peak: its busiest device):", ""]
-    lines += _md_table(PROCESS_HEADERS, process_rows(run))
+    lines += md_table(PROCESS_HEADERS, process_rows(run))
     lines += ["", "Spread across processes:", ""]
-    lines += _md_table(SPREAD_HEADERS, spread_rows(run))
+    lines += md_table(SPREAD_HEADERS, spread_rows(run))
     lines += ["", markdown(imbalance_text(run)), "", f"## {markdown(busiest_title(run))}", ""]
-    busiest = render_markdown(run.busiest, width=width, color=color)
+    busiest = render_markdown(run.busiest, width=width, color=color).splitlines()
     # The busiest process's report sits one heading level down.
-    return "\n".join(lines) + "\n" + busiest.replace("\n# ", "\n## ").removeprefix("# ")
-
-
-def _md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return lines + ["| " + " | ".join(markdown(c) for c in row) + " |" for row in rows]
+    lines += ["#" + line if line.startswith("#") else line for line in busiest]
+    return "\n".join(lines) + "\n"
 
 
 def _process(process: ProcessSummary) -> dict[str, Any]:
