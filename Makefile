@@ -64,7 +64,7 @@ tensorboard-check: demo
 	done
 
 bench: setup
-	$(BIN)/python benchmarks/import_vs_xprof.py
+	$(BIN)/python benchmarks/report_vs_xprof.py
 	$(BIN)/python benchmarks/analysis_scale.py
 	$(BIN)/python benchmarks/profile_overhead.py
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py

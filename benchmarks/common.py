@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -56,23 +57,31 @@ def _tree_rss(root: int) -> int:
 
 def tpumem_seconds_and_memory(*args: str) -> tuple[float, int]:
     """(wall seconds, the process tree's peak RSS) of `tpumem ARGS`."""
+    return seconds_and_memory([sys.executable, "-m", "tpumem", *args])
+
+
+def seconds_and_memory(command: list[str]) -> tuple[float, int]:
+    """(wall seconds, peak RSS) of a command: the process tree's, sampled from
+    /proc, or the process's own high-water mark where that is higher."""
     start = time.perf_counter()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tpumem", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    peak, done = 0, threading.Event()
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
+        peak, done = 0, threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.02):
-            peak = max(peak, _tree_rss(child.pid))
+        def sample() -> None:
+            nonlocal peak
+            while not done.wait(0.02):
+                peak = max(peak, _tree_rss(child.pid))
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, errors = child.communicate()
-    seconds = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if child.returncode != 0:
-        raise SystemExit(f"tpumem {' '.join(args)} failed: {errors.decode()[-2000:]}")
-    return seconds, peak
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - start
+        done.set()
+        sampler.join()
+        if child.returncode != 0:
+            errors.seek(0)
+            said = errors.read().decode(errors="replace")[-2000:]
+            raise SystemExit(f"{' '.join(command)} failed: {said}")
+    return seconds, max(peak, usage.ru_maxrss * 1024)

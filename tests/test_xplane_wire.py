@@ -95,3 +95,50 @@ def test_irregular_events_and_stats_take_the_generic_path():
     assert stats.value[1:2].view(np.float64)[0] == 0.5
     assert stats.value[2] == 9
     assert message.tolist() == [0, 0, 0]
+
+
+def _general_only(monkeypatch) -> None:
+    """Every stat through the general decoder: no table from stat ids to codes."""
+    from tpumem.xplane import memory_events
+
+    def without_codes(self, plane):  # type: ignore[no-untyped-def]
+        original(self, plane)
+        self.id_codes = None
+
+    original = memory_events._PlaneReader.__init__
+    monkeypatch.setattr(memory_events._PlaneReader, "__init__", without_codes)
+
+
+def _columns(data: bytes) -> tuple:
+    events = read_memory_events(parse_space(data))
+    return (
+        events.time_ps.tolist(),
+        events.is_alloc.tolist(),
+        {n: (c.values.tolist(), c.present.tolist()) for n, c in events.numeric.items()},
+        {n: c.to_pylist() for n, c in events.strings.items()},
+    )
+
+
+def test_regular_and_general_decoders_agree(monkeypatch):
+    """Events of the usual shape and irregular ones mixed in one chunk: a string
+    too long for a one-byte stat length, a stat id past 127, a bytes value."""
+    events = [memory_event(i, alloc=i % 3 != 2) for i in range(40)]
+    events[5]["stats"]["tf_op"] = "x" * 300
+    events[7]["stats"].update({f"extra{k}": k for k in range(140)})
+    events[9]["stats"]["shape"] = ("ref", "[1,2]")
+    data = build_space(events)
+    regular = _columns(data)
+    _general_only(monkeypatch)
+    assert _columns(data) == regular
+    assert regular[3]["tf_op"][5] == "x" * 300
+    assert regular[2]["id"][0][7] == memory_event(7, True)["stats"]["id"]
+
+
+def test_regular_and_general_decoders_agree_on_a_real_profile(monkeypatch):
+    from pathlib import Path
+
+    data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    regular = _columns(data)
+    assert len(regular[0]) > 100
+    _general_only(monkeypatch)
+    assert _columns(data) == regular

@@ -31,6 +31,13 @@ app = typer.Typer(
 )
 
 
+def _finite(value: float | None) -> float | None:
+    """click's ranges let NaN through (it compares false with both ends)."""
+    if value is not None and value != value:
+        raise typer.BadParameter("NaN is not a number it can take")
+    return value
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"tpumem {__version__}")
@@ -245,6 +252,7 @@ def check(
         typer.Option(
             help="Largest fragmentation allowed at the peak, 0..1.",
             metavar="F",
+            callback=_finite,
             min=0.0,
             max=1.0,
         ),
@@ -348,6 +356,7 @@ def profile(
         typer.Option(
             help="Seconds between readings of the allocator's counters.",
             metavar="SECONDS",
+            callback=_finite,
             min=0.001,
             max=60.0,
         ),
@@ -357,6 +366,7 @@ def profile(
         typer.Option(
             help="Seconds per profiler session: the most a killed run loses.",
             metavar="SECONDS",
+            callback=_finite,
             min=0.05,
             max=3600.0,
         ),

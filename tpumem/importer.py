@@ -13,6 +13,7 @@ from tpumem.errors import TpumemError
 from tpumem.trace.hlo_rows import hlo_row_text
 from tpumem.trace.schema import ALLOCATOR, HLO
 from tpumem.trace.writer import TraceWriter
+from tpumem.xplane import XPLANE_SUFFIX
 from tpumem.xplane.hlo_protos import read_hlo_protos
 from tpumem.xplane.memory_events import MemoryEvents, parse_space, read_memory_events
 from tpumem.xplane.trace_columns import (
@@ -23,7 +24,6 @@ from tpumem.xplane.trace_columns import (
 )
 from tpumem.xplane.wire import WireError
 
-XPLANE_SUFFIX = ".xplane.pb"
 HLO_PROTO_SUFFIX = ".hlo_proto.pb"
 _PROGRAM_FILE = re.compile(r".*\((\d+)\)" + re.escape(HLO_PROTO_SUFFIX))
 NO_EVENTS_HELP = (

@@ -6,7 +6,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tpumem.commands.common import parse_capacity, parse_size, progress, traces_of
+from tpumem.commands.common import opened_traces, parse_capacity, parse_size, progress
 from tpumem.errors import TpumemError
 
 
@@ -41,20 +41,20 @@ def run_check(
             "nothing to check: give --max-peak, --max-fragmentation, --capacity, "
             "--max-growth, --max-imbalance and/or --baseline"
         )
-    traces, where, is_run = traces_of(paths)
-    if is_run:
-        if baseline is not None:
-            raise TpumemError("--baseline compares one trace with another: give one process's")
-        found = _run_breaches(traces, where, limits, imbalance)
-    else:
-        if imbalance is not None:
-            raise TpumemError(
-                "--max-imbalance compares the processes of a run: give its directory or traces"
-            )
-        run = analyze(load(traces[0]), capacity=size)
-        if baseline is not None:
-            limits = replace(limits, baseline=analyze(load(baseline)))
-        found = breaches(run, limits)
+    with opened_traces(paths) as (traces, where, is_run, shown_as):
+        if is_run:
+            if baseline is not None:
+                raise TpumemError("--baseline compares one trace with another: give one process's")
+            found = _run_breaches(traces, where, limits, imbalance)
+        else:
+            if imbalance is not None:
+                raise TpumemError(
+                    "--max-imbalance compares the processes of a run: give its directory or traces"
+                )
+            run = analyze(load(traces[0], shown_as), capacity=size)
+            if baseline is not None:
+                limits = replace(limits, baseline=analyze(load(baseline)))
+            found = breaches(run, limits)
     for line in found:
         print(f"tpumem: breach: {line}", file=sys.stderr)
     if found:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,41 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
             traces.append(path)
     where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
     return traces, where, len(traces) > 1 or any(path.is_dir() for path in paths)
+
+
+def is_profile(path: Path) -> bool:
+    """An XSpace profile as `tpumem import` takes it: an `.xplane.pb` file, or a
+    directory holding some and no traces (a TensorBoard logdir, one profile run)."""
+    from tpumem.xplane import XPLANE_SUFFIX
+
+    if path.is_dir():
+        if next(path.glob("*.tpumem"), None) is not None:
+            return False
+        return next(path.rglob(f"*{XPLANE_SUFFIX}"), None) is not None
+    return path.name.endswith(XPLANE_SUFFIX)
+
+
+@contextmanager
+def opened_traces(paths: list[Path]) -> Iterator[tuple[list[Path], str, bool, str | None]]:
+    """`traces_of`, where XSpace profiles among the paths are first imported into
+    traces in a scratch directory that lasts as long as the block: a profile is
+    reported in one process, and no file is left behind. The fourth value is the
+    name to show for a single trace made so (the profile's), else None."""
+    if not any(is_profile(path) for path in paths):
+        yield (*traces_of(paths), None)
+        return
+    from tpumem.commands.import_ import import_into
+
+    with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
+        given: list[Path] = []
+        for index, path in enumerate(paths):
+            if is_profile(path):
+                given += import_into(path, Path(scratch) / str(index))
+            else:
+                given.append(path)
+        traces, _, is_run = traces_of(given)
+        where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
+        yield traces, where, is_run, None if is_run else where
 
 
 def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:

@@ -14,6 +14,25 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
     return Path(f"{stem}.{host}.tpumem" if hosts > 1 else f"{stem}.tpumem")
 
 
+def import_into(path: Path, directory: Path) -> list[Path]:
+    """Every host's trace of the profile at `path`, written in `directory`."""
+    from tpumem.importer import find_profiles, import_profile
+    from tpumem.outputs import create_trace
+
+    run_name, hosts = find_profiles(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for host in hosts:
+        target = directory / f"{host.host}.tpumem"
+
+        def create(target: Path = target) -> tuple[Path, int]:
+            return target, create_trace(target, (), force=True)
+
+        with progress(f"reading {host.path}"):
+            written.append(import_profile(host, run_name, create)[0])
+    return written
+
+
 def run_import(path: Path, output: Path | None, run: str | None, force: bool) -> None:
     from tpumem.importer import find_profiles, import_profile
     from tpumem.outputs import check_target, create_trace, default_trace

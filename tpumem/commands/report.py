@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from tpumem.commands.common import (
     compile_for_tpus,
     emit,
+    opened_traces,
     parse_capacity,
     parse_topologies,
     progress,
-    traces_of,
 )
 from tpumem.errors import TpumemError
 
@@ -35,39 +35,32 @@ def run_report(
     from tpumem.trace.reader import load
 
     reporter = reporter_for(output, fmt)
-    traces, where, is_run = traces_of(paths)
-    if is_run:
-        for option, given in (("--capacity", capacity), ("--program", program), ("--tpu", tpu)):
-            if given:
-                raise TpumemError(f"{option} reports on one trace: give one of the run's traces")
-        report_processes(traces, where, reporter.name, output, width, force, reporter.series_points)
-        return
-    trace = traces[0]
-    size = parse_capacity(capacity)
-    compile_for_tpus([trace], parse_topologies(tpu), quiet=output is not None)
-    with progress(f"analysing {trace}"):
-        analysis = analyze(load(trace), series_points=reporter.series_points, capacity=size)
-    color = output is None and sys.stdout.isatty()
+    with opened_traces(paths) as (traces, where, is_run, shown_as):
+        if is_run:
+            for option, given in (("--capacity", capacity), ("--program", program), ("--tpu", tpu)):
+                if given:
+                    raise TpumemError(f"{option} reports on one trace: give one of the run's")
+            text = render_processes(
+                traces, where, reporter.name, width, _color(output), reporter.series_points
+            )
+            emit(text, output, [*paths, *traces], force)
+            return
+        trace = traces[0]
+        size = parse_capacity(capacity)
+        compile_for_tpus([trace], parse_topologies(tpu), quiet=output is not None)
+        with progress(f"analysing {where}"):
+            loaded = load(trace, shown_as)
+            analysis = analyze(loaded, series_points=reporter.series_points, capacity=size)
+    color = _color(output)
     if program is None:
         text = reporter.render(analysis, width=width, color=color)
     else:
         text = render_program(analysis, program, reporter.name, width=width, color=color)
-    emit(text, output, [trace], force)
+    emit(text, output, [*paths, *traces], force)
 
 
-def report_processes(
-    traces: list[Path],
-    where: str,
-    fmt: str,
-    output: Path | None,
-    width: int,
-    force: bool,
-    series_points: int,
-) -> None:
-    """A distributed run: each process's figures, their spread, the busiest in full."""
-    color = output is None and sys.stdout.isatty()
-    text = render_processes(traces, where, fmt, width, color, series_points)
-    emit(text, output, traces, force)
+def _color(output: Path | None) -> bool:
+    return output is None and sys.stdout.isatty()
 
 
 def render_processes(

@@ -178,9 +178,10 @@ def _open(name: str) -> mmap.mmap:
         raise TpumemError(f"{name}: cannot read: {error.strerror or error}") from None
 
 
-def load(path: str | Path) -> Trace:
+def load(path: str | Path, shown_as: str | None = None) -> Trace:
     """Reads a trace. A file cut short (its writer was killed) or damaged loads up to
-    its last whole, valid record batch and says so in its warnings."""
+    its last whole, valid record batch and says so in its warnings. `shown_as`: the
+    path the trace goes by (a profile's, when the trace is imported from it)."""
     name = str(path)
     mapping = _open(name)
     source = pa.BufferReader(pa.py_buffer(mapping))
@@ -210,7 +211,9 @@ def load(path: str | Path) -> Trace:
         )
     release()
     pa.default_memory_pool().release_unused()  # what checking the values used
-    return Trace(path=name, metadata=metadata, table=table, complete=complete, mapping=mapping)
+    return Trace(
+        path=shown_as or name, metadata=metadata, table=table, complete=complete, mapping=mapping
+    )
 
 
 def _releaser(mapping: mmap.mmap) -> Callable[[], None]:

@@ -1,1 +1,3 @@
 """Reading XSpace profiles (`*.xplane.pb`) without TensorFlow or JAX."""
+
+XPLANE_SUFFIX = ".xplane.pb"

@@ -11,13 +11,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpumem.xplane.regular_stats import DOUBLE, REF, STRING, RegularStats, decode_regular
 from tpumem.xplane.schema import messages
 from tpumem.xplane.wire import (
     FIXED64,
     LENGTH,
     Stats,
+    WireError,
     as_double,
     as_int64,
+    read_varints,
     scan_embedded,
     scan_leading,
     scan_stats,
@@ -160,8 +163,18 @@ class _PlaneReader:
     def metadata_ids(self) -> np.ndarray:
         """Every event's metadata id: its first field, as protobuf writes fields
         in number order. Enough to tell memory events from the rest."""
-        leading, _ = scan_leading(self.buf, self.starts, self.ends, (1,))
-        return as_int64(leading[1])
+        ids = np.zeros(len(self.starts), dtype=np.uint64)
+        if not len(self.buf):
+            return ids.view(np.int64)
+        # A field 1 (tag 0x08) comes first where there is one; an id of 0 is left out.
+        first = self.buf[np.minimum(self.starts, len(self.buf) - 1)]
+        has = np.flatnonzero((self.starts < self.ends) & (first == 0x08))
+        for chunk in range(0, len(has), CHUNK_EVENTS * 8):
+            rows = has[chunk : chunk + CHUNK_EVENTS * 8]
+            ids[rows], after = read_varints(self.buf, self.starts[rows] + 1)
+            if (after > self.ends[rows]).any():
+                raise WireError("an event's metadata id runs past the end of the event")
+        return as_int64(ids)
 
     def headers(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For some events: absolute time (ps) and where their stats begin."""
@@ -178,36 +191,123 @@ class _PlaneReader:
         code = self.name_codes[name]
         return np.flatnonzero(table.named == code)
 
-    def numeric(self, table: StatTable, name: str) -> StatColumn:
-        """One numeric stat per event (int or double, as the profiler wrote it)."""
+    def numeric(
+        self,
+        table: StatTable,
+        name: str,
+        into: StatColumn | None = None,
+        rows: np.ndarray | None = None,
+    ) -> StatColumn:
+        """One numeric stat per event (int or double, as the profiler wrote it),
+        written into `into` (the table's events at `rows` of it) where given."""
         stats = table.stats
-        values = np.zeros(table.count, dtype=np.float64 if name == "fragmentation" else np.int64)
-        present = np.zeros(table.count, dtype=bool)
-        rows = self.rows_of(table, name)
+        if into is None:
+            dtype = np.float64 if name == "fragmentation" else np.int64
+            into = StatColumn(np.zeros(table.count, dtype), np.zeros(table.count, bool))
+        found = self.rows_of(table, name)
+        owner = table.owner if rows is None else rows[table.owner]
         # int64 and double values stay apart: mixing them would round ids.
-        doubles = rows[stats.wire_type[rows] == FIXED64]
-        integers = rows[stats.wire_type[rows] != FIXED64]
-        values[table.owner[doubles]] = as_double(stats.value[doubles].copy())
-        values[table.owner[integers]] = as_int64(stats.value[integers].copy())
-        present[table.owner[rows]] = True
-        return StatColumn(values, present)
+        doubles = found[stats.wire_type[found] == FIXED64]
+        integers = found[stats.wire_type[found] != FIXED64]
+        into.values[owner[doubles]] = as_double(stats.value[doubles].copy())
+        into.values[owner[integers]] = as_int64(stats.value[integers].copy())
+        into.present[owner[found]] = True
+        return into
 
-    def string(self, table: StatTable, name: str) -> pa.DictionaryArray:
-        """One string stat per event; a string is either inline (str_value) or a
-        reference to a stat metadata entry whose name is the string (ref_value)."""
+    def read_events(
+        self, events: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, StatColumn], dict[str, pa.DictionaryArray]]:
+        """Some events' times and their NUMERIC_STATS and STRING_STATS, decoded a
+        chunk of events at a time: the decoder's arrays stay small (in the CPU's
+        caches, and a 1 GB profile needs no more memory than its columns)."""
+        count = len(events)
+        time_ps = np.empty(count, dtype=np.int64)
+        numeric = {
+            name: StatColumn(
+                np.zeros(count, np.float64 if name == "fragmentation" else np.int64),
+                np.zeros(count, bool),
+            )
+            for name in NUMERIC_STATS
+        }
+        spans = {name: _StringSpans(count) for name in STRING_STATS}
+        for first in range(0, count, CHUNK_EVENTS):
+            chunk = events[first : first + CHUNK_EVENTS]
+            rows = np.arange(first, first + len(chunk))
+            time_ps[rows], rest = self.headers(chunk)
+            if self.id_codes is not None:
+                regular = decode_regular(
+                    self.buf, rest, self.ends[chunk], self.id_codes, len(self.name_codes) + 1
+                )
+                for name, column in numeric.items():
+                    _numeric_from(regular, self.name_codes[name], column, rows)
+                for name, found in spans.items():
+                    found.add_regular(regular, self.name_codes[name], rows)
+                odd = np.flatnonzero(regular.irregular)
+                chunk, rows, rest = chunk[odd], rows[odd], rest[odd]
+            if len(chunk):  # what the regular decoder did not read, read in general
+                table = _stat_table(self, chunk, rest)
+                for name, column in numeric.items():
+                    self.numeric(table, name, column, rows)
+                for name, found in spans.items():
+                    found.add(self, table, name, rows[table.owner])
+        strings = {name: found.strings(self.data, self.stat_names) for name, found in spans.items()}
+        return time_ps, numeric, strings
+
+
+def _numeric_from(regular: RegularStats, code: int, into: StatColumn, rows: np.ndarray) -> None:
+    tag = regular.tag[code]
+    present = np.flatnonzero(tag)
+    raw = np.where(tag[present] == STRING, 0, regular.value[code, present])  # (as in general)
+    doubles = tag[present] == DOUBLE
+    # int64 and double values stay apart: mixing them would round ids.
+    into.values[rows[present[doubles]]] = as_double(raw[doubles])
+    into.values[rows[present[~doubles]]] = as_int64(raw[~doubles])
+    into.present[rows[present]] = True
+
+
+CHUNK_EVENTS = 1 << 15
+
+
+class _StringSpans:
+    """One string stat per event, gathered a chunk at a time: a string is either
+    inline (str_value: where its bytes are) or a reference to a stat metadata entry
+    whose name is the string (ref_value)."""
+
+    def __init__(self, count: int) -> None:
+        self.ref = np.full(count, -1, dtype=np.int64)
+        self.start = np.zeros(count, dtype=np.int64)
+        self.length = np.full(count, -1, dtype=np.int64)
+
+    def add(self, reader: _PlaneReader, table: StatTable, name: str, owner: np.ndarray) -> None:
+        """The table's stats `name`, each for its event's row `owner` (per stat)."""
         stats = table.stats
-        rows = self.rows_of(table, name)
-        codes = np.full(table.count, -1, dtype=np.int32)
+        found = reader.rows_of(table, name)
+        ref = found[stats.number[found] == 7]
+        self.ref[owner[ref]] = stats.value[ref].astype(np.int64)
+        inline = found[stats.wire_type[found] == LENGTH]
+        self.start[owner[inline]] = stats.start[inline]
+        self.length[owner[inline]] = stats.length[inline]
+
+    def add_regular(self, regular: RegularStats, code: int, rows: np.ndarray) -> None:
+        tag = regular.tag[code]
+        ref = np.flatnonzero(tag == REF)
+        self.ref[rows[ref]] = regular.value[code, ref].astype(np.int64)
+        inline = np.flatnonzero(tag == STRING)
+        self.start[rows[inline]] = regular.value[code, inline].astype(np.int64)
+        self.length[rows[inline]] = regular.length[code, inline]
+
+    def strings(self, data: bytes, stat_names: dict[int, str]) -> pa.DictionaryArray:
+        codes = np.full(len(self.ref), -1, dtype=np.int32)
         words: list[str] = []
-        ref = rows[stats.number[rows] == 7]
+        ref = np.flatnonzero(self.ref >= 0)
         if len(ref):
-            unique, inverse = np.unique(stats.value[ref].astype(np.int64), return_inverse=True)
-            words = [self.stat_names.get(int(r), "") for r in unique]
-            codes[table.owner[ref]] = inverse
-        inline = rows[stats.wire_type[rows] == LENGTH]
+            unique, inverse = np.unique(self.ref[ref], return_inverse=True)
+            words = [stat_names.get(int(r), "") for r in unique]
+            codes[ref] = inverse
+        inline = np.flatnonzero(self.length >= 0)
         if len(inline):
-            decoded = _span_strings(self.data, stats.start[inline], stats.length[inline])
-            codes[table.owner[inline]] = decoded.indices.to_numpy() + len(words)
+            decoded = _span_strings(data, self.start[inline], self.length[inline])
+            codes[inline] = decoded.indices.to_numpy() + len(words)
             words += decoded.dictionary.to_pylist()
         indices = pa.array(codes, mask=codes < 0)
         return pa.DictionaryArray.from_arrays(indices, pa.array(words, pa.string()))
@@ -294,12 +394,11 @@ def read_memory_events(space: Any) -> MemoryEvents:
         metadata_id = reader.metadata_ids()
         memory = np.flatnonzero(np.isin(metadata_id, memory_ids))
         if len(memory):
-            time_ps, rest = reader.headers(memory)
-            table = _stat_table(reader, memory, rest)
+            time_ps, numeric, string = reader.read_events(memory)
             times.append(time_ps)
             allocs.append(np.isin(metadata_id[memory], reader.ids_of((ALLOCATION,))))
-            numerics.append({n: reader.numeric(table, n) for n in NUMERIC_STATS})
-            strings.append({n: reader.string(table, n) for n in STRING_STATS})
+            numerics.append(numeric)
+            strings.append(string)
         if has_steps:
             candidates = events_with_stat(reader, reader.stat_ids[STEP_STAT])
             time_ps, rest = reader.headers(candidates)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 
@@ -56,14 +55,34 @@ def _read_varint_at(buf: np.ndarray, position: int) -> tuple[int, int]:
 
 _HIGH_BITS = np.uint64(0x8080808080808080)
 _LOW_BITS = np.uint64(0x7F7F7F7F7F7F7F7F)
+# Packing 7-bit groups: pairs of bytes, then of 14-bit halves, then of 28-bit words.
+_PACK_STEPS = tuple(
+    (np.uint64(shift), np.uint64(keep), np.uint64(moved))
+    for shift, keep, moved in (
+        (1, 0x007F007F007F007F, 0x3F803F803F803F80),
+        (2, 0x00003FFF00003FFF, 0x0FFFC0000FFFC000),
+        (4, 0x000000000FFFFFFF, 0x00FFFFFFF0000000),
+    )
+)
 
 
 def _compact(words: np.ndarray) -> np.ndarray:
-    """Packs the low 7 bits of each of 8 little-endian bytes into 56 bits."""
-    out = words & np.uint64(0x7F)
-    for byte in range(1, 8):
-        out |= (words >> np.uint64(byte)) & np.uint64(0x7F << (7 * byte))
-    return out
+    """Packs the low 7 bits of each of 8 little-endian bytes into 56 bits, in place
+    (`words` holds only those bits)."""
+    moved = np.empty_like(words)
+    for shift, keep, high in _PACK_STEPS:
+        np.right_shift(words, shift, out=moved)
+        moved &= high
+        words &= keep
+        words |= moved
+    return words
+
+
+def words_at(buf: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The 8 bytes at each position as one little-endian word: a gather from a
+    view of the buffer with a word at every byte (unaligned, no copy)."""
+    every = np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    return every[start]
 
 
 def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,18 +100,23 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
         return values, after
     start = after[longer]
     near_end = start > len(buf) - 9
-    for row in np.flatnonzero(near_end).tolist():
-        # Rare: a varint in the buffer's last bytes, where a whole word does not fit.
-        values[longer[row]], after[longer[row]] = _read_varint_at(buf, int(pos[longer[row]]))
-    longer, start = longer[~near_end], start[~near_end]
-    words = sliding_window_view(buf, 8)[start].view("<u8").ravel()
-    ends = ~words & _HIGH_BITS  # high bit clear: the varint's last byte
-    lowest = ends & (~ends + np.uint64(1))
-    # Bytes up to and including the last byte; all 8 where it lies further on.
-    every_byte = np.uint64(0xFFFFFFFFFFFFFFFF)
-    kept = np.where(ends == 0, every_byte, (lowest << np.uint64(1)) - np.uint64(1))
+    if near_end.any():
+        for row in np.flatnonzero(near_end).tolist():
+            # Rare: a varint in the buffer's last bytes, where a whole word does not fit.
+            at = int(pos[longer[row]])
+            values[longer[row]], after[longer[row]] = _read_varint_at(buf, at)
+        longer, start = longer[~near_end], start[~near_end]
+    words = words_at(buf, start)
+    # The lowest clear high bit ends the varint; kept: the bytes up to it (all 8
+    # where it lies further on, as (0 << 1) - 1 wraps to every bit).
+    ends = ~words & _HIGH_BITS
+    kept = ends & (~ends + np.uint64(1))
+    kept <<= np.uint64(1)
+    kept -= np.uint64(1)
     size = np.bitwise_count(kept).astype(np.int64) // 8
-    rest = _compact(words & kept & _LOW_BITS)
+    words &= kept
+    words &= _LOW_BITS
+    rest = _compact(words)
     long = np.flatnonzero(ends == 0)
     if len(long):
         # 10-byte varints (negative int64): one more byte holds bit 63.
@@ -101,7 +125,8 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
             raise WireError("a varint is longer than 10 bytes")
         rest[long] |= (tenth & 1).astype(np.uint64) << np.uint64(56)
         size[long] = 9
-    values[longer] |= rest << np.uint64(7)
+    rest <<= np.uint64(7)
+    values[longer] |= rest
     after[longer] = start + size
     return values, after
 

@@ -1,0 +1,66 @@
+"""`tpumem report PROFILE` and `tpumem check PROFILE`: an XSpace profile (a file or
+a logdir) reported in one process, with the figures `import` then `report` give."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import assert_one_line_error, run_tpumem
+
+TF_PROFILE = Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb"
+
+
+def _figures(text: str) -> dict:
+    document = json.loads(text)
+    document.pop("path")  # (the profile's, or the imported trace's)
+    return document
+
+
+def test_a_profile_reports_as_its_imported_trace(tmp_path):
+    trace = tmp_path / "imported.tpumem"
+    assert run_tpumem("import", str(TF_PROFILE), "-o", str(trace)).returncode == 0
+    imported = run_tpumem("report", str(trace), "--format", "json")
+    direct = run_tpumem("report", str(TF_PROFILE), "--format", "json")
+    assert direct.returncode == 0, direct.stderr
+    assert json.loads(direct.stdout)["path"] == str(TF_PROFILE)
+    assert _figures(direct.stdout) == _figures(imported.stdout)
+    text = run_tpumem("report", str(TF_PROFILE))
+    assert text.returncode == 0 and f"tpumem report · {TF_PROFILE}" in text.stdout
+
+
+def test_a_logdir_reports_and_leaves_no_file_behind(tmp_path):
+    logdir = tmp_path / "logs"
+    run = logdir / "plugins" / "profile" / "2026_11_24_10_00_00"
+    run.mkdir(parents=True)
+    shutil.copy(TF_PROFILE, run / "vm.xplane.pb")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "tpumem", "report", str(logdir), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["path"] == str(logdir)
+    assert list(scratch.iterdir()) == []  # the imported trace went with the process
+    assert sorted(p.name for p in run.iterdir()) == ["vm.xplane.pb"]
+
+
+def test_check_takes_a_profile():
+    result = run_tpumem("check", str(TF_PROFILE), "--max-peak", "1B")
+    assert result.returncode == 1
+    assert "tpumem: breach: CPU:0: peak" in result.stderr
+    assert run_tpumem("check", str(TF_PROFILE), "--max-peak", "64GiB").returncode == 0
+
+
+def test_a_truncated_profile_is_one_line(tmp_path):
+    cut = tmp_path / "cut.xplane.pb"
+    cut.write_bytes(TF_PROFILE.read_bytes()[: TF_PROFILE.stat().st_size // 2])
+    assert_one_line_error(run_tpumem("report", str(cut)), str(cut), "corrupt or truncated")
