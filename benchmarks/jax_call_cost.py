@@ -66,7 +66,7 @@ def main() -> None:
     script.write_text(TIMING)
     plain = [sys.executable, str(script), str(args.calls)]
     trace = str(WORK / "jax_call_cost.tpumem")
-    profiled = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", trace, *plain[1:]]
+    profiled = [sys.executable, "-m", "tpumem", "profile", "-q", "--force", "-o", trace, *plain[1:]]
     sync = {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
     runs: dict[str, list[dict[str, float]]] = {"plain": [], "plain, sync": [], "profiled": []}
     for repeat in range(args.repeats):

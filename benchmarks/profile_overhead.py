@@ -1,13 +1,15 @@
 """Overhead of `tpumem profile` on an example against the plain run, in one run.
 
     .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
-        [--steps 100] [--repeats 5] [--anchor plain|no-programs|no-stacks]
-        [--through profile|track] [-- EXAMPLE ARGS]
+        [--steps 100] [--repeats 5]
+        [--anchor plain|no-programs|no-stacks|tf-profiler] [--through profile|track]
+        [-- EXAMPLE ARGS]
 
 Runs the anchor (the plain script; or, for what recording the compiled programs
 or the call stacks costs, `tpumem profile --no-programs` / `--no-stacks`, and
-then the trace's size too) and the profiled one in turn, `repeats`
-times each, and prints the medians and the ratios profiled / anchor of
+then the trace's size too; or TensorFlow's own profiler alone, the floor for
+TensorFlow: tf_profiler_alone.py) and the profiled one in turn, `repeats`
+times each, and prints the medians, their spreads and the ratios profiled / anchor of
 - the training loop's own time (the example's `steps_seconds`: every step after the
   first, which traces and compiles) - the figure the goal is about (<= 1.05);
 - the whole command's wall time, start-up, capture, last chunk and report included.
@@ -57,7 +59,9 @@ def main() -> None:
     parser.add_argument("--example", default="tf_transformer.py")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--anchor", choices=("plain", "no-programs", "no-stacks"), default="plain")
+    parser.add_argument(
+        "--anchor", choices=("plain", "no-programs", "no-stacks", "tf-profiler"), default="plain"
+    )
     parser.add_argument("--through", choices=("profile", "track"), default="profile")
     parser.add_argument("rest", nargs="*", help="more arguments for the example")
     args = parser.parse_args()
@@ -69,6 +73,9 @@ def main() -> None:
         api = Path(__file__).resolve().parent / "track_example.py"
         profiled_command = [sys.executable, str(api), str(WORK / "track.tpumem"), *script]
     plain_command = [sys.executable, *script]
+    if args.anchor == "tf-profiler":
+        alone = Path(__file__).resolve().parent / "tf_profiler_alone.py"
+        plain_command = [sys.executable, str(alone), *script]
     anchor_trace = WORK / "anchor.tpumem"
     if args.anchor in ("no-programs", "no-stacks"):
         plain_command = [*profile, f"--{args.anchor}", "-o", str(anchor_trace), *script]
@@ -84,8 +91,12 @@ def main() -> None:
     for index, what in enumerate(("training loop", "whole command")):
         a = statistics.median(p[index] for p in plain)
         b = statistics.median(p[index] for p in profiled)
-        print(f"{what:14}: {args.anchor} {a:.2f} s, profiled {b:.2f} s, ratio {b / a:.3f}")
-    if args.anchor != "plain" and args.through == "profile":
+        pairs = sorted(q[index] / p[index] for p, q in zip(plain, profiled, strict=True))
+        print(
+            f"{what:14}: {args.anchor} {a:.2f} s, profiled {b:.2f} s, ratio {b / a:.3f} "
+            f"(pairs {pairs[0]:.3f}-{pairs[-1]:.3f})"
+        )
+    if args.anchor in ("no-programs", "no-stacks") and args.through == "profile":
         a, b = anchor_trace.stat().st_size, (WORK / "overhead.tpumem").stat().st_size
         print(f"trace size    : {args.anchor} {a:,} B, profiled {b:,} B, ratio {b / a:.3f}")
     print(f"(example {args.example}, {args.steps} steps, median of {args.repeats} runs each)")
