@@ -50,6 +50,13 @@ class StatColumn:
     values: np.ndarray  # float64 or int64
     present: np.ndarray  # bool
 
+    @staticmethod
+    def empty(name: str, count: int) -> StatColumn:
+        """A column for `count` events, nothing present: fragmentation is a double,
+        every other stat an int64 (ids and addresses a double would round)."""
+        dtype = np.float64 if name == "fragmentation" else np.int64
+        return StatColumn(np.zeros(count, dtype), np.zeros(count, bool))
+
 
 @dataclass(frozen=True, slots=True)
 class StatTable:
@@ -202,8 +209,7 @@ class _PlaneReader:
         written into `into` (the table's events at `rows` of it) where given."""
         stats = table.stats
         if into is None:
-            dtype = np.float64 if name == "fragmentation" else np.int64
-            into = StatColumn(np.zeros(table.count, dtype), np.zeros(table.count, bool))
+            into = StatColumn.empty(name, table.count)
         found = self.rows_of(table, name)
         owner = table.owner if rows is None else rows[table.owner]
         # int64 and double values stay apart: mixing them would round ids.
@@ -222,13 +228,7 @@ class _PlaneReader:
         caches, and a 1 GB profile needs no more memory than its columns)."""
         count = len(events)
         time_ps = np.empty(count, dtype=np.int64)
-        numeric = {
-            name: StatColumn(
-                np.zeros(count, np.float64 if name == "fragmentation" else np.int64),
-                np.zeros(count, bool),
-            )
-            for name in NUMERIC_STATS
-        }
+        numeric = {name: StatColumn.empty(name, count) for name in NUMERIC_STATS}
         spans = {name: _StringSpans(count) for name in STRING_STATS}
         for first in range(0, count, CHUNK_EVENTS):
             chunk = events[first : first + CHUNK_EVENTS]
@@ -259,7 +259,6 @@ def _numeric_from(regular: RegularStats, code: int, into: StatColumn, rows: np.n
     present = np.flatnonzero(tag)
     raw = np.where(tag[present] == STRING, 0, regular.value[code, present])  # (as in general)
     doubles = tag[present] == DOUBLE
-    # int64 and double values stay apart: mixing them would round ids.
     into.values[rows[present[doubles]]] = as_double(raw[doubles])
     into.values[rows[present[~doubles]]] = as_int64(raw[~doubles])
     into.present[rows[present]] = True
