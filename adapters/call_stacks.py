@@ -48,7 +48,11 @@ class CallStacks:
         self.enabled = enabled
         self._native = native_frames
         self._lines = SourceLines()
-        self._codes: dict[types.CodeType, str | None] = {}  # None: not kept
+        # Code objects by id, not by themselves: a code object's hash is computed
+        # from its constants on every lookup (8 us for a module's), and the walk
+        # looks up every frame. The codes are held here, so an id is never reused.
+        self._names: dict[int, str | None] = {}  # None: not kept
+        self._codes: dict[int, types.CodeType] = {}
         self._files: dict[str, str | None] = {}
         self._user_files: dict[str, str] = {}  # the names of the user's files -> their paths
         self._by_codes: dict[tuple, Where] = {}
@@ -72,33 +76,37 @@ class CallStacks:
         return self._named(self._walk(frame))
 
     def _walk(self, frame: types.FrameType | None) -> tuple:
-        """(code, line, code, line, ...) of the kept frames, innermost first: the
-        hot path, a dict lookup per frame."""
-        codes = self._codes
+        """(code id, line, code id, line, ...) of the kept frames, innermost first:
+        the hot path, a dict lookup per frame."""
+        names = self._names
         key: list = []
         while frame is not None and len(key) < 2 * MAX_FRAMES:
             code = frame.f_code
-            name = codes.get(code, "")
+            name = names.get(id(code), "")
             if name == "":
-                name = codes[code] = self._file_name(code.co_filename)
+                name = self._code_name(code)
             if name is not None:
-                key.append(code)
+                key.append(id(code))
                 key.append(frame.f_lineno)
             frame = frame.f_back
         return tuple(key)
 
+    def _code_name(self, code: types.CodeType) -> str | None:
+        self._codes[id(code)] = code
+        name = self._names[id(code)] = self._file_name(code.co_filename)
+        return name
+
     def _named(self, key: tuple) -> tuple[NamedFrame, ...]:
         pairs = zip(key[-2::-2], key[-1::-2], strict=True)  # outermost first
-        return tuple((self._codes[code], line, code.co_qualname) for code, line in pairs)
+        names, codes = self._names, self._codes
+        return tuple((names[code], line, codes[code].co_qualname) for code, line in pairs)
 
     def named(self, frames: Iterable[tuple[str, int, str]]) -> tuple[NamedFrame, ...]:
         """(filename, line, function) frames, outermost first, as kept and named
         here (stacks a framework recorded itself, such as TensorFlow's ops')."""
         kept = []
         for filename, line, function in frames:
-            name = self._files.get(filename, "")
-            if name == "":
-                name = self._file_name(filename)
+            name = self._file_name(filename)
             if name is not None:
                 kept.append((name, line, function))
         return tuple(kept[-MAX_FRAMES:])
@@ -134,6 +142,9 @@ class CallStacks:
         return self._frames[stack_id] if stack_id is not None else ()
 
     def _file_name(self, filename: str) -> str | None:
+        name = self._files.get(filename, "")
+        if name != "":
+            return name
         name = self._lines.name(filename)
         if name is not None:
             self._user_files[name] = filename

@@ -48,16 +48,20 @@ class SourceLines:
     frame; answers are cached by code object, so a walk costs a few dict lookups."""
 
     def __init__(self) -> None:
-        self._names: dict[types.CodeType, str | None] = {}  # None: not user code
+        # By the code's id (a code object hashes its constants at every lookup),
+        # the codes held so that an id is not reused.
+        self._names: dict[int, str | None] = {}  # None: not user code
+        self._codes: list[types.CodeType] = []
         self._cwd = os.getcwd()
 
     def __call__(self, frame: types.FrameType | None) -> str | None:
         names = self._names
         while frame is not None:
             code = frame.f_code
-            name = names.get(code, "")
+            name = names.get(id(code), "")
             if name == "":
-                name = names[code] = self.name(code.co_filename)
+                self._codes.append(code)
+                name = names[id(code)] = self.name(code.co_filename)
             if name is not None:
                 return f"{name}:{frame.f_lineno}"
             frame = frame.f_back

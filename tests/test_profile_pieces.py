@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tpumem.adapters import xla_dump
+from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.profiler_chunks import ProfilerChunks
 from tpumem.adapters.quiet import ANNOUNCEMENT
 from tpumem.adapters.source_lines import SourceLines
@@ -213,6 +215,39 @@ def test_source_lines_skip_a_library_checked_out_on_the_path(tmp_path, monkeypat
     import train
 
     assert train.step(SourceLines()) == "train.py:3"
+
+
+def test_stacks_name_code_that_was_made_and_dropped_while_the_run_went_on(tmp_path, monkeypatch):
+    """Stacks know a frame's code by its id: a code object walked once and then
+    dropped must not lend its name and file to a later one at the same address."""
+    monkeypatch.chdir(tmp_path)
+    with TraceWriter(tmp_path / "t.tpumem", {"framework": "test"}) as writer:
+        stacks = CallStacks(writer)
+        for number in range(200):
+            # A function of its own each time (a notebook cell run again, a
+            # generated step): a new code object, the last one freed.
+            source = f"import sys\ndef step_{number}(stacks):\n    return stacks(sys._getframe())\n"
+            (tmp_path / f"cell_{number % 2}.py").write_text(source)
+            namespace: dict = {}
+            exec(compile(source, str(tmp_path / f"cell_{number % 2}.py"), "exec"), namespace)
+            source_line, stack_id = namespace[f"step_{number}"](stacks)
+            del namespace
+            assert source_line == f"cell_{number % 2}.py:3"
+            assert stacks.frames(stack_id)[-1] == (f"cell_{number % 2}.py", 3, f"step_{number}")
+
+
+def test_tpumems_own_xla_dump_is_written_to_memory_where_the_machine_has_it(monkeypatch, tmp_path):
+    """XLA:CPU writes hundreds of files a compilation into a dump: on a disk that
+    slowed a compilation by half a second."""
+    made = xla_dump.dump_directory()
+    os.rmdir(made)
+    in_memory = os.access(xla_dump.MEMORY_FILESYSTEM, os.W_OK | os.X_OK)
+    assert (Path(made).parent == Path(xla_dump.MEMORY_FILESYSTEM)) == in_memory
+    monkeypatch.setattr(xla_dump, "MEMORY_FILESYSTEM", str(tmp_path / "none"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(xla_dump.tempfile, "tempdir", None)
+    made = xla_dump.dump_directory()
+    assert Path(made).parent == tmp_path and Path(made).name.startswith("tpumem-xla-")
 
 
 def test_stderr_loses_only_what_tpumem_threads_logged():

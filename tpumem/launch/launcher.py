@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -24,6 +23,7 @@ from pathlib import Path
 from tpumem.adapters import CaptureOptions, adapter_names, available_adapters, get_adapter
 from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
+from tpumem.adapters.xla_dump import dump_directory
 from tpumem.errors import TpumemError
 from tpumem.launch.detect import detect_framework, module_file
 from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
@@ -150,7 +150,7 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
         framework, output, descriptor, environment = _prepare(request)
     # XLA's program dumps go to a directory this process removes after the run,
     # however the run ends.
-    dump_dir = tempfile.mkdtemp(prefix="tpumem-xla-") if request.capture.programs else None
+    dump_dir = dump_directory() if request.capture.programs else None
     try:
         if request.follow:
             environment = _follow_environment(request, output, dump_dir)
