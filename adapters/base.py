@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -156,6 +157,20 @@ class Sampler:
         announce_thread()  # what the framework logs on this thread is tpumem's doing
         while not self._stop.wait(self._interval_s):
             self._tick()
+
+
+class Every:
+    """`due()`: true at most once every `seconds`, for a sampler's slower chores."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds, self._last = seconds, -float("inf")
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < self._seconds:
+            return False
+        self._last = now
+        return True
 
 
 def on_step_annotation(cls: Any, mark: Callable[[str, int | None], None]) -> Callable[[], None]:

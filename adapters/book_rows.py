@@ -7,6 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tpumem.trace.writer import FLUSH_INTERVAL_S
+
+# A book's rows go to the trace as often as the writer flushes its own (what a
+# SIGKILL can lose): a batch costs about a millisecond of the GIL whatever its
+# size, which at every 10 ms tick of the sampler was a tenth of a step.
+WRITE_EVERY_S = FLUSH_INTERVAL_S
+
 # A book's row: these trace columns, in this order. A free row carries only the
 # first six; NO_LABELS fills the rest. The last two are where the buffer was made
 # (call_stacks.Where).

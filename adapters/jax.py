@@ -26,11 +26,13 @@ from typing import Any
 from tpumem.adapters.base import (
     Adapter,
     CaptureOptions,
+    Every,
     Sampler,
     mark_numbered_steps,
     on_step_annotation,
     register,
 )
+from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
@@ -150,8 +152,7 @@ class JaxAdapter(Adapter):
             self._backend_ready(xla_bridge.get_backend())
         else:
             self._await_backend()
-        self._ticks = 0
-        self._polls_every = max(1, round(POLL_INTERVAL_S / self.options.sample_interval_s))
+        self._polls, self._book_writes = Every(POLL_INTERVAL_S), Every(WRITE_EVERY_S)
         self._sampler = Sampler("tpumem-jax", self.options.sample_interval_s, self._tick)
         self._sampler.start()
 
@@ -275,9 +276,11 @@ class JaxAdapter(Adapter):
         import jax
 
         self._sample_once()
-        self._ticks += 1
-        if self._book is not None and self._ticks % self._polls_every == 0:
-            self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
+        if self._book is not None:
+            if self._polls.due():
+                self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
+            if self._book_writes.due():
+                self._write_book()
         if self._dump is not None:
             self._dump.tick(self.writer)
 
@@ -287,8 +290,6 @@ class JaxAdapter(Adapter):
             if stats:
                 fields = {column: stats[key] for key, column in _STATS.items() if key in stats}
                 self.writer.sample(device=device_name(device), **fields)
-        if self._book is not None:
-            self._write_book()
 
     def _write_book(self) -> None:
         columns, count = self._book.take_columns()

@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpumem.adapters.base import Adapter, CaptureOptions, Patches, Sampler, register
+from tpumem.adapters.base import Adapter, CaptureOptions, Every, Patches, Sampler, register
+from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.follow import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
@@ -57,7 +58,9 @@ ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
 # Device files of accelerators PyTorch/XLA runs on: TPU chips, NVIDIA GPUs, Neuron.
 _ACCELERATOR_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/neuron*")
 # Tensor methods that read a value, running the pending graph at once.
-_READS = ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__bool__", "__float__")
+_READS = frozenset(
+    ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__bool__", "__float__")
+)
 # The debug file each PyTorch/XLA process writes, by path, read on by each recording.
 _PROCESS_LOGS: dict[str, DebugLog] = {}
 
@@ -83,6 +86,7 @@ class TorchXlaAdapter(Adapter):
         self._dump: XlaDump | None = None
         self._recorded: set[str] = set()  # graphs recorded as programs in this trace
         self._patches = Patches()
+        self._book_writes = Every(WRITE_EVERY_S)
 
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
@@ -301,52 +305,14 @@ class TorchXlaAdapter(Adapter):
         }
         self.writer.record(PROGRAM, op=analysis["name"], text=json.dumps(analysis))
 
-    # -- ops ---------------------------------------------------------------------
-
-    def on_op(self, func: Any, args: tuple, kwargs: dict | None) -> Any:
-        """The torch function mode's work for one op (the hot path)."""
-        name = getattr(func, "__name__", None)
-        if (
-            name in _READS
-            and args
-            and getattr(args[0], "is_xla", False)
-            and self.xlac._check_tensor_need_materialization([args[0]])[0]
-        ):
-            return self._execute(func, args, kwargs or {}, waits=True)
-        out = func(*args, **kwargs) if kwargs else func(*args)
-        tensor_type, book = self.torch.Tensor, self.book
-        made = used = None
-        # Property reads (`.grad`, `.data`) make no tensor: what they give is used.
-        op = None if name == "__get__" else name
-        if isinstance(out, tensor_type):
-            if out.is_xla and not book.knows(out):
-                made = [out]
-        elif isinstance(out, (tuple, list)):
-            made = [o for o in out if isinstance(o, tensor_type) and o.is_xla]
-        for arg in args:
-            if isinstance(arg, tensor_type):
-                if arg.is_xla and not book.knows(arg):
-                    used = [*used, arg] if used else [arg]
-            elif isinstance(arg, (tuple, list)) and arg and isinstance(arg[0], tensor_type):
-                found = [a for a in arg if isinstance(a, tensor_type) and a.is_xla]
-                used = [*used, *found] if used else found
-        if name == "backward":
-            book.backward_called(self.stacks(sys._getframe()))
-        if made or used:
-            now, where = self._now(), self.stacks(sys._getframe())
-            for tensor in made or ():
-                book.seen(tensor, now, op, where)
-            for tensor in used or ():  # made where no op hook runs
-                book.seen(tensor, now, None, where)
-        return out
-
     # -- the sampler ---------------------------------------------------------------
 
     def _tick(self) -> None:
         if not self._identified:
             self._identify()
         self._sample_once()
-        self._write_book()
+        if self._book_writes.due():
+            self._write_book()
         if self._dump is not None:
             self._dump.tick(self.writer)
 
@@ -409,13 +375,48 @@ class TorchXlaAdapter(Adapter):
 
 
 def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
+    """The torch function mode that sees every op the script calls from Python:
+    about 750 a step of the transformer example, so what it needs is bound here
+    once and an op costs one Python call and no framework call for a tensor the
+    book knows already."""
     from torch.overrides import TorchFunctionMode
+
+    tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
+    knows, seen, execute, origin = book.knows, book.seen, adapter._execute, adapter.origin
 
     class _Watch(TorchFunctionMode):
         def __torch_function__(
             self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
         ) -> Any:
-            return adapter.on_op(func, args, kwargs)
+            name = getattr(func, "__name__", None)
+            if (
+                name in _READS
+                and args
+                and getattr(args[0], "is_xla", False)
+                and xlac._check_tensor_need_materialization([args[0]])[0]
+            ):
+                return execute(func, args, kwargs or {}, waits=True)
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            made = used = None
+            if isinstance(out, tensor_type):
+                if out.is_xla and not knows(out):
+                    made = [out]
+            elif isinstance(out, (tuple, list)):
+                made = [o for o in out if isinstance(o, tensor_type) and o.is_xla]
+            for arg in args:
+                if isinstance(arg, tensor_type):
+                    if arg.is_xla and not knows(arg):
+                        used = [*used, arg] if used else [arg]
+                elif isinstance(arg, (tuple, list)) and arg and isinstance(arg[0], tensor_type):
+                    found = [a for a in arg if isinstance(a, tensor_type) and a.is_xla]
+                    used = [*used, *found] if used else found
+            if name == "backward":
+                book.backward_called(stacks(sys._getframe()))
+            if made or used:
+                # Property reads (`.grad`, `.data`) make no tensor: what they give is used.
+                op = None if name == "__get__" else name
+                seen(made, used, time.time_ns() - origin, op, stacks(sys._getframe()))
+            return out
 
     return _Watch()
 

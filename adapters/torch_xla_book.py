@@ -136,14 +136,20 @@ class TensorBook:
 
     # -- what the ops show -----------------------------------------------------
 
-    def seen(self, tensor: Any, time_ns: int, op: str | None, where: Where) -> None:
-        """A tensor an op made or used (the hot path: no framework calls)."""
-        key = id(tensor)
-        ref = self._seen_refs.get(key)
-        if ref is not None and ref() is tensor:
-            return
-        ref = self._seen_refs[key] = weakref.ref(tensor)
-        self._seen.append(_Seen(ref, time_ns, op, where))
+    def seen(
+        self, made: list | None, used: list | None, time_ns: int, op: str | None, where: Where
+    ) -> None:
+        """The tensors an op made and those it used that were made where no op
+        hook runs (the hot path: no framework calls)."""
+        refs, seen = self._seen_refs, self._seen
+        for tensors, label in ((made, op), (used, None)):
+            for tensor in tensors or ():
+                key = id(tensor)
+                ref = refs.get(key)
+                if ref is not None and ref() is tensor:
+                    continue
+                ref = refs[key] = weakref.ref(tensor)
+                seen.append(_Seen(ref, time_ns, label, where))
 
     def knows(self, tensor: Any) -> bool:
         """Whether the tensor is in the book or seen since the last look."""

@@ -23,7 +23,7 @@ import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 
-from tpumem.adapters.base import CaptureOptions
+from tpumem.adapters.base import CaptureOptions, Every
 from tpumem.trace.hlo_rows import hlo_row_text
 from tpumem.trace.schema import HLO
 from tpumem.trace.writer import TraceWriter
@@ -68,7 +68,7 @@ class XlaDump:
     notes: list[str] = field(default_factory=list)
     _taken: set[int] = field(default_factory=set)  # module ids read
     _before: dict[str, int] = field(default_factory=dict)  # the user's files from before
-    _last_read: float = 0.0
+    _reads: Every = field(default_factory=lambda: Every(READ_EVERY_S))
     # XLA_FLAGS as the user had it (None: unset), put back on close: XLA reads it
     # once, and a process that goes on (tpumem.track) keeps the user's own.
     _environ: MutableMapping[str, str] | None = None
@@ -110,9 +110,7 @@ class XlaDump:
 
     def tick(self, writer: TraceWriter) -> None:
         """From an adapter's sampler: reads the dump at most once a READ_EVERY_S."""
-        now = time.monotonic()
-        if now - self._last_read >= READ_EVERY_S:
-            self._last_read = now
+        if self._reads.due():
             self.collect(writer)
 
     def collect(self, writer: TraceWriter, final: bool = False) -> None:

@@ -42,6 +42,8 @@ from tpumem.trace.schema import (
     SCHEMA,
 )
 
+FLUSH_INTERVAL_S = 0.1  # rows go to the file this often: what a SIGKILL can lose
+
 
 class TraceWriter:
     """Writes one trace file. Thread-safe; use as a context manager."""
@@ -51,7 +53,7 @@ class TraceWriter:
         path: str | Path | int,
         metadata: Mapping[str, Any],
         *,
-        flush_interval_s: float = 0.1,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
     ) -> None:
         """`path`: a file name, or the descriptor of a file opened for writing;
         `metadata`: the header's fields, as RunMetadata names and types them."""
