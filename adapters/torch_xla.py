@@ -377,8 +377,8 @@ class TorchXlaAdapter(Adapter):
 def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     """The torch function mode that sees every op the script calls from Python:
     about 750 a step of the transformer example, so what it needs is bound here
-    once and an op costs one Python call and no framework call for a tensor the
-    book knows already."""
+    once, and an op costs one Python call and, for a tensor the book knows
+    already, no framework call beyond `is_xla`."""
     from torch.overrides import TorchFunctionMode
 
     tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
