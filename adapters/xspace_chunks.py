@@ -49,7 +49,7 @@ class ChunkConverter:
         return len(self._open)
 
     def convert(self, data: bytes) -> Chunk:
-        return self.convert_events(read_memory_events(parse_space(data)))
+        return self.convert_events(read_memory_events(parse_space(data), data))
 
     def convert_events(self, events: MemoryEvents) -> Chunk:
         start_ns = events.profile_start_ns

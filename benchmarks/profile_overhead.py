@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import WORK
+from common import WORK, compiled_like_an_install
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PJRT_DEVICE = os.environ.get("PJRT_DEVICE", "CPU")
@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("rest", nargs="*", help="more arguments for the example")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
+    compiled_like_an_install()
     script = [str(EXAMPLES / args.example), "--steps", str(args.steps), *args.rest]
     profile = [sys.executable, "-m", "tpumem", "profile", "-q", "--force"]
     profiled_command = [*profile, "-o", str(WORK / "overhead.tpumem"), *script]

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import WORK, seconds_and_memory
+from common import WORK, compiled_like_an_install, seconds_and_memory
 
 XPROF = (
     "import sys\n"
@@ -106,6 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
+    compiled_like_an_install()
     start_up(args.repeats)
     for steps in args.steps:
         compare(steps, args.repeats)

@@ -32,7 +32,7 @@ def test_decoded_columns_equal_protobufs_own_parse():
     events = [memory_event(i, alloc=i % 3 != 2) for i in range(50)]
     events.insert(10, {"name": "SomethingElse", "offset_ps": 5, "stats": {"x": 1}})
     data = build_space(events)
-    decoded = read_memory_events(parse_space(data))
+    decoded = read_memory_events(parse_space(data), data)
     full = messages("full")["XSpace"]()
     full.ParseFromString(data)
     plane = full.planes[0]
@@ -51,6 +51,86 @@ def test_decoded_columns_equal_protobufs_own_parse():
         want = op.str_value if op.WhichOneof("value") == "str_value" else stat_names[op.ref_value]
         assert decoded.strings["tf_op"][i].as_py() == want
         assert decoded.strings["allocator_name"][i].as_py() == "GPU_0_bfc"
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    size, header = len(payload), bytearray([number << 3 | 2])
+    while size >= 0x80:
+        header.append(size & 0x7F | 0x80)
+        size >>= 7
+    return bytes(header) + bytes([size]) + payload
+
+
+def _with_a_field_among_the_events(data: bytes, at: int) -> bytes:
+    """The same space, its plane's line written with its display name between
+    events `at - 1` and `at` (valid protobuf, which no profiler writes)."""
+    lazy = messages("lazy")
+    space = parse_space(data)
+    plane = space.planes[-1]
+    line = plane.lines[0]
+    head = lazy["XLine"]()
+    head.CopyFrom(line)
+    del head.events[at:]
+    tail = lazy["XLine"](events=line.events[at:])
+    line_bytes = b"".join(
+        (
+            head.SerializeToString(),
+            lazy["XLine"](display_name="between").SerializeToString(),
+            tail.SerializeToString(),
+        )
+    )
+    rest = lazy["XPlane"]()
+    rest.CopyFrom(plane)
+    del rest.lines[:]
+    plane_bytes = _length_delimited(3, line_bytes) + rest.SerializeToString()
+    others = lazy["XSpace"]()
+    others.CopyFrom(space)
+    del others.planes[:]
+    return _length_delimited(1, plane_bytes) + others.SerializeToString()
+
+
+def test_events_are_read_in_place_and_the_same_where_they_cannot_be():
+    """A line's events are found in the profile's own bytes from their lengths;
+    a line with another field among its events is read the slow way, to the same
+    columns, and never misread."""
+    from tpumem.xplane.event_spans import first_events, place_events
+
+    events = [memory_event(i, alloc=i % 3 != 2) for i in range(60)]
+    events[4]["stats"]["tf_op"] = "y" * 200  # an event longer than 127 bytes
+    data = build_space(events)
+    buf = np.frombuffer(data, np.uint8)
+    lengths = np.array([len(e) for e in parse_space(data).planes[0].lines[0].events])
+    where = first_events(data, parse_space(data))[0][0]
+    starts, ends = place_events(buf, where, lengths)
+    full = messages("full")["XEvent"]
+    for i, event in enumerate(parse_space(data).planes[0].lines[0].events):
+        assert data[starts[i] : ends[i]] == event
+        assert full.FromString(data[starts[i] : ends[i]]).offset_ps == 1_000_000 * i
+    assert place_events(buf, (where[0] + 1, where[1]), lengths) is None
+
+    odd = _with_a_field_among_the_events(data, at=30)
+    assert parse_space(odd).planes[0].lines[0].display_name == "between"
+    where = first_events(odd, parse_space(odd))[0][0]
+    assert place_events(np.frombuffer(odd, np.uint8), where, lengths) is None
+    assert _columns(odd) == _columns(data)
+    assert len(_columns(odd)[0]) == 60
+
+
+def test_step_marks_are_found_among_the_events():
+    """Events carrying TensorFlow's step_num stat mark steps: found by their stat
+    header in the plane's bytes, each read exactly, those without it left out."""
+    events = [memory_event(i, alloc=True) for i in range(20)]
+    for step in range(3):
+        events.insert(
+            5 * step, {"name": "train", "offset_ps": 7 + step, "stats": {"step_num": step}}
+        )
+    events.append({"name": "train", "offset_ps": 99, "stats": {"other": 1}})  # not a step
+    data = build_space(events)
+    decoded = read_memory_events(parse_space(data), data)
+    assert decoded.step_number.tolist() == [0, 1, 2]
+    assert decoded.step_time_ps.tolist() == [1000 * 1000 + 7 + step for step in range(3)]
+    assert decoded.step_name == ["train"] * 3
+    assert len(decoded) == 20
 
 
 def test_varints_of_every_length():
@@ -110,7 +190,7 @@ def _general_only(monkeypatch) -> None:
 
 
 def _columns(data: bytes) -> tuple:
-    events = read_memory_events(parse_space(data))
+    events = read_memory_events(parse_space(data), data)
     return (
         events.time_ps.tolist(),
         events.is_alloc.tolist(),

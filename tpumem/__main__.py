@@ -1,4 +1,4 @@
-from tpumem.cli import main
+from tpumem.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

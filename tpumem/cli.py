@@ -507,6 +507,32 @@ def main() -> None:
     sys.exit(code or 0)
 
 
+def run() -> NoReturn:
+    """The `tpumem` command: main(), then an exit that skips the interpreter's
+    teardown, which unloads numpy, pyarrow and the analysis modules one object at
+    a time (30-40 ms, a tenth of reporting a small profile) for a process that is
+    ending anyway. Exit handlers still run and the output is flushed first; where
+    a thread is still running, the exit is Python's own."""
+    import atexit
+    import os
+    import threading
+
+    try:
+        main()
+        code: object = 0
+    except SystemExit as stop:
+        code = stop.code
+    if not isinstance(code, int | None) or threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        os._exit(120)  # the status Python's own exit gives when its flush fails
+    os._exit(code or 0)
+
+
 def _output_failed(error: OSError) -> NoReturn:
     """Standard output closed or full (a pipe to `head`, /dev/full): say so once, and
     let nothing else try to write to it at exit."""

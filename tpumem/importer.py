@@ -91,7 +91,7 @@ def read_profile(profile: HostProfile) -> tuple[MemoryEvents, list[tuple[int, by
         raise TpumemError(f"{profile.path}: empty file, not an XSpace profile")
     try:
         space = parse_space(data)
-        return read_memory_events(space), read_hlo_protos(space) or _beside(profile.path)
+        return read_memory_events(space, data), read_hlo_protos(space) or _beside(profile.path)
     except (DecodeError, WireError) as error:
         raise TpumemError(
             f"{profile.path}: not a readable XSpace profile (corrupt or truncated: {error})"

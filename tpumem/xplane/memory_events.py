@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpumem.xplane.event_spans import first_events, place_events
 from tpumem.xplane.regular_stats import DOUBLE, REF, STRING, RegularStats, decode_regular
 from tpumem.xplane.schema import messages
 from tpumem.xplane.wire import (
@@ -142,27 +143,42 @@ class _PlaneReader:
         events, possibly millions of GPU kernels, read at all."""
         return bool(len(self.ids_of((ALLOCATION, DEALLOCATION)))) or STEP_STAT in self.stat_ids
 
-    def load_events(self, base_ns: int) -> None:
-        """The plane's events as one byte buffer with each event's span; times from
-        `base_ns` (lines may carry nanoseconds since the epoch, which picoseconds in
-        an int64 cannot hold)."""
+    def load_events(self, base_ns: int, data: bytes, first: list[tuple[int, int] | None]) -> None:
+        """Each event's span: in `data`, the profile's bytes, where every line's
+        events were found in place (event_spans.py), else in a buffer of the
+        plane's events copied out and joined. Times from `base_ns` (lines may carry
+        nanoseconds since the epoch, which picoseconds in an int64 cannot hold)."""
         plane = self.plane
-        parts: list[bytes] = []
-        sizes: list[np.ndarray] = []
-        line_time_ps: list[int] = []
-        counts: list[int] = []
-        for line in plane.lines:
-            events = list(line.events)  # one Python object per event, made once
-            parts.append(b"".join(events))
-            sizes.append(np.fromiter(map(len, events), dtype=np.int64, count=len(events)))
-            line_time_ps.append((line.timestamp_ns - base_ns) * 1000)
-            counts.append(len(events))
-        self.data = b"".join(parts)
+        lengths = [
+            np.fromiter(map(len, line.events), dtype=np.int64, count=len(line.events))
+            for line in plane.lines
+        ]
+        counts = [len(part) for part in lengths]
+        self.line_time_ps = np.array(
+            [(line.timestamp_ns - base_ns) * 1000 for line in plane.lines], dtype=np.int64
+        )
+        self.line_ends = np.cumsum(counts, dtype=np.int64)
+        self.data, self.buf = data, np.frombuffer(data, dtype=np.uint8)
+        placed = [
+            place_events(self.buf, where, part) if where is not None and len(part) else None
+            for where, part in zip(first, lengths, strict=False)
+        ]
+        if len(first) == len(lengths) and all(
+            p is not None for p, part in zip(placed, lengths, strict=True) if len(part)
+        ):
+            spans = [p for p in placed if p is not None]
+            self.starts = np.concatenate([s for s, _ in spans]) if spans else np.zeros(0, np.int64)
+            self.ends = np.concatenate([e for _, e in spans]) if spans else np.zeros(0, np.int64)
+            return
+        self.data = b"".join(b"".join(line.events) for line in plane.lines)
         self.buf = np.frombuffer(self.data, dtype=np.uint8)
-        lengths = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
-        self.ends = np.cumsum(lengths)
-        self.starts = self.ends - lengths
-        self.line_time_ps = np.repeat(np.array(line_time_ps, dtype=np.int64), counts)
+        every = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+        self.ends = np.cumsum(every)
+        self.starts = self.ends - every
+
+    def line_times(self, events: np.ndarray) -> np.ndarray:
+        """The start time (ps) of each event's line."""
+        return self.line_time_ps[np.searchsorted(self.line_ends, events, side="right")]
 
     def ids_of(self, names: tuple[str, ...]) -> np.ndarray:
         return np.array([k for k, v in self.event_names.items() if v in names], dtype=np.int64)
@@ -186,7 +202,7 @@ class _PlaneReader:
     def headers(self, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For some events: absolute time (ps) and where their stats begin."""
         leading, rest = scan_leading(self.buf, self.starts[events], self.ends[events], (1, 2, 3))
-        return self.line_time_ps[events] + as_int64(leading[2]), rest
+        return self.line_times(events) + as_int64(leading[2]), rest
 
     def rows_of(self, table: StatTable, name: str) -> np.ndarray:
         """The stats named `name`, through a table from stat id to a small code."""
@@ -339,7 +355,11 @@ def events_with_stat(reader: _PlaneReader, stat_ids: list[int]) -> np.ndarray:
     header (field 4, a one-byte length, then field 1 = the id). Rare stats such as
     step_num are found without decoding every event; callers decode these exactly."""
     found = []
-    buf = reader.buf
+    if not len(reader.starts):
+        return np.zeros(0, np.int64)
+    # The plane's events, and between its lines their headers (matches there are dropped).
+    first, last = int(reader.starts.min()), int(reader.ends.max())
+    buf = reader.buf[first:last]
     for stat_id in stat_ids:
         pattern = np.frombuffer(b"\x08" + _encode_varint(stat_id), np.uint8)
         if len(buf) < len(pattern) + 2:
@@ -348,7 +368,11 @@ def events_with_stat(reader: _PlaneReader, stat_ids: list[int]) -> np.ndarray:
         match = buf[: width - 1] == 0x22
         for offset, byte in enumerate(pattern):
             match &= buf[2 + offset : 2 + offset + width - 1] == byte
-        found.append(np.searchsorted(reader.ends, np.flatnonzero(match) + 2, side="right"))
+        at = np.flatnonzero(match) + first + 2
+        event = np.searchsorted(reader.ends, at, side="right")
+        inside = event < len(reader.ends)
+        inside[inside] &= reader.starts[event[inside]] < at[inside]
+        found.append(event[inside])
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
@@ -373,21 +397,24 @@ def _session_times(space: Any) -> tuple[int | None, int | None]:
 _PICOSECONDS_FIT_NS = (1 << 62) // 1000  # line times below this fit in int64 picoseconds
 
 
-def read_memory_events(space: Any) -> MemoryEvents:
-    """All memory events and step marks in an XSpace, sorted by time."""
+def read_memory_events(space: Any, data: bytes) -> MemoryEvents:
+    """All memory events and step marks in an XSpace (`space`, parsed from
+    `data`), sorted by time."""
     times, allocs, numerics, strings = [], [], [], []
     step_times, step_numbers, step_names = [], [], []
     event_names: set[str] = set()
     readers = [_PlaneReader(plane) for plane in space.planes]
-    wanted = [reader for reader in readers if reader.wanted()]
+    located = first_events(data, space)
+    located += [[]] * (len(readers) - len(located))  # (planes not found: read the slow way)
+    wanted = [(r, where) for r, where in zip(readers, located, strict=True) if r.wanted()]
     # Profiles normalize their lines' times to the session's start; one that did
     # not (epoch nanoseconds) is read from its earliest line, the same for all planes.
-    earliest = min((line.timestamp_ns for r in wanted for line in r.plane.lines), default=0)
+    earliest = min((line.timestamp_ns for r, _ in wanted for line in r.plane.lines), default=0)
     base_ns = earliest if earliest > _PICOSECONDS_FIT_NS else 0
     for reader in readers:
         event_names.update(reader.event_names.values())
-    for reader in wanted:
-        reader.load_events(base_ns)
+    for reader, where in wanted:
+        reader.load_events(base_ns, data, where)
         has_steps = STEP_STAT in reader.stat_ids
         memory_ids = reader.ids_of((ALLOCATION, DEALLOCATION))
         metadata_id = reader.metadata_ids()

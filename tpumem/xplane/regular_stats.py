@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.xplane.wire import read_varints, words_at
+from tpumem.xplane.wire import read_varints, read_wide_varints, words_at
 
 STATS_TAG = 0x22  # XEvent.stats (field 4, length-delimited)
 ID_TAG = 0x08  # XStat.metadata_id (field 1, varint)
 DOUBLE, UINT64, INT64, STRING, REF = 0x11, 0x18, 0x20, 0x2A, 0x38  # XStat's value tags
-_VARINT_TAGS = np.array([UINT64, INT64, REF], dtype=np.uint64)
 _BYTE = np.uint64(0xFF)
 
 
@@ -35,6 +34,18 @@ class RegularStats:
     irregular: np.ndarray
 
 
+# What each value tag holds, looked up by the tag byte: 0 is not a value tag.
+_VARINT_KIND, _DOUBLE_KIND, _STRING_KIND = 1, 2, 3
+_KIND = np.zeros(256, dtype=np.uint8)
+_KIND[[UINT64, INT64, REF]] = _VARINT_KIND
+_KIND[DOUBLE] = _DOUBLE_KIND
+_KIND[STRING] = _STRING_KIND
+# A stat header's bytes in one little-endian word: tag 0x22, a length below 0x80,
+# tag 0x08, an id below 0x80 (the high bits must be clear).
+_HEADER_MASK = np.uint64(0x80FF80FF)
+_HEADER = np.uint64(ID_TAG << 16 | STATS_TAG)
+
+
 def decode_regular(
     buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, id_codes: np.ndarray, codes: int
 ) -> RegularStats:
@@ -45,50 +56,46 @@ def decode_regular(
     value = np.zeros((codes, count), dtype=np.uint64)
     length = np.zeros((codes, count), dtype=np.int64)
     irregular = np.zeros(count, dtype=bool)
+    code_of = np.zeros(0x80, dtype=np.intp)  # one-byte ids; others are irregular
+    code_of[: min(0x80, len(id_codes))] = id_codes[:0x80]
     pos = starts.astype(np.int64, copy=True)
     todo = np.flatnonzero(pos < ends)
     last_word = len(buf) - 8  # a header's 8-byte gather must fit in the buffer
     while len(todo):
         at = pos[todo]
-        fits = at <= last_word
-        if not fits.all():
+        if at.max() > last_word:
+            fits = at <= last_word
             irregular[todo[~fits]] = True
             todo, at = todo[fits], at[fits]
         word = words_at(buf, at)
-        size = (word >> np.uint64(8)) & _BYTE
-        stat_id = ((word >> np.uint64(24)) & _BYTE).astype(np.int64)
-        value_tag = ((word >> np.uint64(32)) & _BYTE).astype(np.uint8)
-        stat_end = at + 2 + size.astype(np.int64)
-        regular = (
-            ((word & _BYTE) == STATS_TAG)
-            & (size >= 3)
-            & (size < 0x80)
-            & (((word >> np.uint64(16)) & _BYTE) == ID_TAG)
-            & (stat_id < min(0x80, len(id_codes)))
-            & (stat_end <= ends[todo])
-        )
+        size = ((word >> np.uint64(8)) & _BYTE).astype(np.int64)
+        stat_id = ((word >> np.uint64(24)) & _BYTE).astype(np.intp)
+        kind = _KIND[(word >> np.uint64(32)) & _BYTE]
+        stat_end = at + 2 + size
+        regular = ((word & _HEADER_MASK) == _HEADER) & (size >= 3) & (kind != 0)
+        regular &= stat_end <= ends[todo]
         found = np.zeros(len(todo), dtype=np.uint64)
         spans = np.zeros(len(todo), dtype=np.int64)
         payload = at + 5
-        varints = np.flatnonzero(regular & np.isin(value_tag, _VARINT_TAGS))
-        found[varints], after = read_varints(buf, payload[varints])
+        varints = np.flatnonzero(regular & (kind == _VARINT_KIND))
+        found[varints], after = read_wide_varints(buf, payload[varints])
         regular[varints] &= after == stat_end[varints]
-        is_double = value_tag == DOUBLE
-        regular &= ~is_double | (payload + 8 == stat_end)
-        doubles = np.flatnonzero(regular & is_double)
+        doubles = kind == _DOUBLE_KIND
+        regular &= ~doubles | (payload + 8 == stat_end)
+        doubles = np.flatnonzero(regular & doubles)
         found[doubles] = words_at(buf, payload[doubles])
-        strings = np.flatnonzero(regular & (value_tag == STRING))
+        strings = np.flatnonzero(regular & (kind == _STRING_KIND))
         string_length, string_start = read_varints(buf, payload[strings])
         found[strings] = string_start.astype(np.uint64)
         spans[strings] = string_length.astype(np.int64)
         regular[strings] &= string_start + spans[strings] == stat_end[strings]
-        regular &= np.isin(value_tag, (DOUBLE, UINT64, INT64, STRING, REF))
         irregular[todo[~regular]] = True
         keep = np.flatnonzero(regular)
-        events, code = todo[keep], id_codes[stat_id[keep]]
-        tag[code, events] = value_tag[keep]
-        value[code, events] = found[keep]
-        length[code, events] = spans[keep]
+        events = todo[keep]
+        cell = code_of[stat_id[keep]] * count + events  # (code, event) in the flat tables
+        tag.ravel()[cell] = ((word[keep] >> np.uint64(32)) & _BYTE).astype(np.uint8)
+        value.ravel()[cell] = found[keep]
+        length.ravel()[cell[spans[keep] > 0]] = spans[keep][spans[keep] > 0]
         pos[events] = stat_end[keep]
         todo = events[stat_end[keep] < ends[events]]
     tag[:, irregular] = 0

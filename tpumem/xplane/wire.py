@@ -131,6 +131,27 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return values, after
 
 
+def read_wide_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """read_varints for values that are mostly several bytes long (addresses,
+    sizes, ids): one 8-byte gather a value, where read_varints takes a byte and
+    then a word. Values longer than 8 bytes, or in the buffer's last 8 bytes, are
+    left to read_varints."""
+    fits = pos <= len(buf) - 8
+    words = words_at(buf, np.where(fits, pos, 0))
+    ends = ~words & _HIGH_BITS  # the lowest clear high bit ends the varint
+    kept = ends & (~ends + np.uint64(1))
+    kept <<= np.uint64(1)
+    kept -= np.uint64(1)
+    after = pos + np.bitwise_count(kept).astype(np.int64) // 8
+    words &= kept
+    words &= _LOW_BITS
+    values = _compact(words)
+    slow = np.flatnonzero(~fits | (ends == 0))
+    if len(slow):
+        values[slow], after[slow] = read_varints(buf, pos[slow])
+    return values, after
+
+
 def _read_fixed(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     if len(pos) and pos.max() + width > len(buf):
         raise WireError("a fixed-width field runs past the end of its buffer")
