@@ -61,6 +61,8 @@ _ACCELERATOR_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/
 _READS = frozenset(
     ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__bool__", "__float__")
 )
+# Calls that run autograd, which builds its graph in C++ where no op hook runs.
+_AUTOGRAD = frozenset(("backward", "grad"))
 # The debug file each PyTorch/XLA process writes, by path, read on by each recording.
 _PROCESS_LOGS: dict[str, DebugLog] = {}
 
@@ -382,7 +384,9 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     from torch.overrides import TorchFunctionMode
 
     tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
-    knows, seen, execute, origin = book.knows, book.seen, adapter._execute, adapter.origin
+    knows, reads, seen, execute = book.knows, book.reads, book.seen, adapter._execute
+    origin, grad_enabled = adapter.origin, torch.is_grad_enabled
+    seen_ids, book_ids = book.known_ids()
 
     class _Watch(TorchFunctionMode):
         def __torch_function__(
@@ -396,29 +400,50 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
                 and xlac._check_tensor_need_materialization([args[0]])[0]
             ):
                 return execute(func, args, kwargs or {}, waits=True)
+            if name in _AUTOGRAD:  # (before: it runs in C++, where no hook does)
+                book.autograd_runs(stacks(sys._getframe()), _keeps_graph(name, args, kwargs))
             out = func(*args, **kwargs) if kwargs else func(*args)
             made = used = None
+            recorded = False  # autograd recorded the op: it may keep what it made or read
             if isinstance(out, tensor_type):
-                if out.is_xla and not knows(out):
-                    made = [out]
+                recorded = out.requires_grad and grad_enabled()
+                if out.is_xla:
+                    key = id(out)
+                    if (key not in seen_ids and key not in book_ids) or not knows(out):
+                        made = [out]
             elif isinstance(out, (tuple, list)):
                 made = [o for o in out if isinstance(o, tensor_type) and o.is_xla]
-            for arg in args:
+                recorded = any(o.requires_grad for o in made) and grad_enabled()
+            for arg in (*args, *kwargs.values()) if kwargs else args:
                 if isinstance(arg, tensor_type):
-                    if arg.is_xla and not knows(arg):
+                    if not arg.is_xla:
+                        continue
+                    key = id(arg)
+                    if (key not in seen_ids and key not in book_ids) or not reads(arg, recorded):
                         used = [*used, arg] if used else [arg]
                 elif isinstance(arg, (tuple, list)) and arg and isinstance(arg[0], tensor_type):
-                    found = [a for a in arg if isinstance(a, tensor_type) and a.is_xla]
+                    found = [
+                        a
+                        for a in arg
+                        if isinstance(a, tensor_type) and a.is_xla and not reads(a, recorded)
+                    ]
                     used = [*used, *found] if used else found
-            if name == "backward":
-                book.backward_called(stacks(sys._getframe()))
             if made or used:
                 # Property reads (`.grad`, `.data`) make no tensor: what they give is used.
                 op = None if name == "__get__" else name
-                seen(made, used, time.time_ns() - origin, op, stacks(sys._getframe()))
+                seen(made, used, time.time_ns() - origin, op, stacks(sys._getframe()), recorded)
             return out
 
     return _Watch()
+
+
+def _keeps_graph(name: str, args: tuple, kwargs: dict | None) -> bool:
+    """Whether a backward or autograd.grad call may keep its graph for another
+    (retain_graph, create_graph, or arguments past the first it takes, which
+    could say so)."""
+    if kwargs and (kwargs.get("retain_graph") or kwargs.get("create_graph")):
+        return True
+    return len(args) > (1 if name == "backward" else 2)
 
 
 def _graph_name(graph: Graph) -> str:

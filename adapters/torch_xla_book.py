@@ -70,6 +70,8 @@ class _Tensor:
     nbytes: int
     device: str
     key: int  # id(tensor), which a new tensor may take once it died
+    saved: int  # see _Seen
+    read: int = -1  # the look during which an op last read it
 
 
 @dataclass(slots=True)
@@ -80,6 +82,9 @@ class _Seen:
     time_ns: int
     op: str | None
     where: Where
+    # How many autograd runs had begun when an op autograd recorded made or
+    # read it (autograd may keep its buffer for the next run); -1: none did.
+    saved: int = -1
 
 
 @dataclass(slots=True)
@@ -120,14 +125,20 @@ class TensorBook:
         self._donation = donation  # in-place updated inputs are aliased (donated)
         self._lock = threading.Lock()
         self._seen: list[_Seen] = []
-        # id(tensor) -> its weakref, for tensors seen since the last look. Ids of
-        # dead tensors are reused at once, so a hit counts only if the weakref
-        # still gives the same tensor.
-        self._seen_refs: dict[int, weakref.ref] = {}
+        # id(tensor) -> what was seen of it, for tensors seen since the last look.
+        # Ids of dead tensors are reused at once, so a hit counts only if the
+        # weakref still gives the same tensor.
+        self._seen_refs: dict[int, _Seen] = {}
         self._tensors: dict[int, _Tensor] = {}  # id(weakref) -> tensor
         self._by_object: dict[int, int] = {}  # id(tensor) -> id(weakref)
         self._deaths: collections.deque[tuple[int, int]] = collections.deque()
-        self._orphans: list[tuple[_Buffer, int]] = []  # buffers of dead tensors, death time
+        # Buffers of dead tensors: the buffer, when it died, whether an op read
+        # the tensor since the last look, and its _Seen.saved.
+        self._orphans: list[tuple[_Buffer, int, bool, int]] = []
+        self._looks = 0
+        self._autograd_runs = 0
+        self._first_run_since_look: int | None = None  # (its number)
+        self._graphs_kept = False  # a run kept its graph for another
         self._ended: collections.deque[tuple[Run, int]] = collections.deque()
         self._running: dict[int, Run] = {}  # id(run) -> run, until it ends
         self._rows: list[tuple[Any, ...]] = []
@@ -137,30 +148,65 @@ class TensorBook:
     # -- what the ops show -----------------------------------------------------
 
     def seen(
-        self, made: list | None, used: list | None, time_ns: int, op: str | None, where: Where
+        self,
+        made: list | None,
+        used: list | None,
+        time_ns: int,
+        op: str | None,
+        where: Where,
+        recorded: bool,
     ) -> None:
-        """The tensors an op made and those it used that were made where no op
-        hook runs (the hot path: no framework calls)."""
+        """The tensors an op made and those it used that are not in the book or
+        seen yet (the hot path: no framework calls). `recorded`: autograd
+        recorded the op."""
         refs, seen = self._seen_refs, self._seen
+        saved = self._autograd_runs if recorded else -1
         for tensors, label in ((made, op), (used, None)):
             for tensor in tensors or ():
                 key = id(tensor)
-                ref = refs.get(key)
-                if ref is not None and ref() is tensor:
+                item = refs.get(key)
+                if item is not None and item.ref() is tensor:
+                    if recorded:
+                        item.saved = saved
                     continue
-                ref = refs[key] = weakref.ref(tensor)
-                seen.append(_Seen(ref, time_ns, label, where))
+                item = refs[key] = _Seen(weakref.ref(tensor), time_ns, label, where, saved)
+                seen.append(item)
+
+    def known_ids(self) -> tuple[dict[int, Any], dict[int, Any]]:
+        """The maps by id(tensor) that `knows` looks in, for the op hook to test
+        first: a tensor whose id is in neither is not known (their objects are
+        never replaced, only emptied). Most tensors an op sees are new ones."""
+        return self._seen_refs, self._by_object
 
     def knows(self, tensor: Any) -> bool:
         """Whether the tensor is in the book or seen since the last look."""
-        key = id(tensor)
-        ref = self._seen_refs.get(key)
-        if ref is not None and ref() is tensor:
-            return True
-        return self._tracked(tensor)
+        item = self._seen_refs.get(id(tensor))
+        return (item is not None and item.ref() is tensor) or self._entry(tensor) is not None
 
-    def backward_called(self, where: Where) -> None:
+    def reads(self, tensor: Any, recorded: bool) -> bool:
+        """`knows`, for a tensor an op reads (`recorded`: an op autograd
+        recorded), which is marked so."""
+        item = self._seen_refs.get(id(tensor))
+        if item is not None and item.ref() is tensor:
+            if recorded:
+                item.saved = self._autograd_runs
+            return True
+        entry = self._entry(tensor)
+        if entry is None:
+            return False
+        entry.read = self._looks
+        if recorded:
+            entry.saved = self._autograd_runs
+        return True
+
+    def autograd_runs(self, where: Where, keeps_graph: bool) -> None:
+        """Backward (or autograd.grad) is about to run, called from `where`;
+        `keeps_graph`: it may keep its graph (and what it saved) for another."""
         self._grad_where = where
+        self._autograd_runs += 1
+        if self._first_run_since_look is None:
+            self._first_run_since_look = self._autograd_runs
+        self._graphs_kept |= keeps_graph
 
     # -- around an execution ---------------------------------------------------
 
@@ -171,11 +217,14 @@ class TensorBook:
         with self._lock:
             self._drain_deaths()
             updated, by_handle = self._look_at_tracked(now_ns)
-            seen, self._seen, self._seen_refs = self._seen, [], {}
+            seen, self._seen = self._seen, []
+            self._seen_refs.clear()  # (emptied, not replaced: see known_ids)
             candidates = []
             for item in seen:
                 tensor = item.ref()
-                if tensor is not None and not self._tracked(tensor) and tensor.device.type == "xla":
+                if tensor is None or self._entry(tensor) is not None:
+                    continue
+                if tensor.device.type == "xla":
                     candidates.append((tensor, item))
             grads = self._grads(now_ns)
             grad_ids = {id(grad) for grad, _ in grads}
@@ -258,7 +307,7 @@ class TensorBook:
         """At the end: buffers of dead tensors that no graph read are freed."""
         with self._lock:
             self._drain_deaths()
-            for buffer, time_ns in self._orphans:
+            for buffer, time_ns, _, _ in self._orphans:
                 self._free(buffer, time_ns)
             self._orphans = []
 
@@ -278,7 +327,7 @@ class TensorBook:
             if entry.region == PARAMETER:  # its .grad is looked for
                 tensor = entry.ref()
                 grad = tensor.grad if tensor is not None else None
-                if grad is not None and not self._tracked(grad):
+                if grad is not None and self._entry(grad) is None:
                     seen = _Seen(weakref.ref(grad), now_ns, "backward", self._grad_where)
                     found.append((grad, seen))
         return found
@@ -310,30 +359,54 @@ class TensorBook:
 
     def _settle_orphans(self, roots: list[Any]) -> list[_Buffer]:
         """Buffers of tensors that died since the last look: freed at their death,
-        or, when the graph about to run reads them, when it ends."""
+        or, when the graph about to run reads them, when it ends.
+
+        Every graph ran at the last look, so the pending graph reads a dead
+        tensor's buffer only if it was built since: by an op that read the
+        tensor (the op hook saw it), or by autograd, which builds its graph in
+        C++ where no hook runs, from what it kept of the ops it recorded (a
+        tensor dies when the script drops it; autograd's copy keeps the buffer
+        until the run that uses it). Only then is the graph walked for its
+        inputs: about 1 ms a step of the transformer example, whose dead tensors
+        are last step's gradients (read since by no op) and outputs (kept by
+        autograd for last step's backward, which has run)."""
         orphans, self._orphans = self._orphans, []
+        first, self._first_run_since_look = self._first_run_since_look, None
+        self._looks += 1
         if not orphans:
             return []
-        # A handle is the buffer's address, which a freed buffer's successor can
-        # take at once: an input counts as the orphan only with the same size.
-        read: set[tuple[int, int]] = set()
-        if roots:
-            try:
-                _, inputs = self._xlac._get_tensors_xla_device_data_node(roots)
-                inputs = list(inputs)
-                handles = self._xlac._get_tensors_handle(inputs) if inputs else []
-                sizes = [t.numel() * t.element_size() for t in inputs]
-                read = set(zip(handles, sizes, strict=True))
-            except RuntimeError:  # the graph's inputs unknown: free at death
-                read = set()
+
+        def may_be_read(read: bool, saved: int) -> bool:
+            if read:
+                return True
+            if saved < 0 or first is None:
+                return False
+            return self._graphs_kept or saved + 1 >= first  # its run came since
+
+        inputs: set[tuple[int, int]] = set()
+        if roots and any(may_be_read(read, saved) for _, _, read, saved in orphans):
+            inputs = self._graph_inputs(roots)
         kept = []
-        for buffer, time_ns in orphans:
-            if (buffer.handle, buffer.bytes) in read:
+        for buffer, time_ns, _, _ in orphans:
+            # A handle is the buffer's address, which a freed buffer's successor can
+            # take at once: an input counts as the orphan only with the same size.
+            if (buffer.handle, buffer.bytes) in inputs:
                 kept.append(buffer)
             else:
                 self._free(buffer, time_ns)
         self.counts.freed_after_graph += len(kept)
         return kept
+
+    def _graph_inputs(self, roots: list[Any]) -> set[tuple[int, int]]:
+        """(handle, bytes) of each buffer the pending graph of `roots` reads."""
+        try:
+            _, inputs = self._xlac._get_tensors_xla_device_data_node(roots)
+        except RuntimeError:  # the graph's inputs unknown: free at death
+            return set()
+        inputs = list(inputs)
+        handles = self._xlac._get_tensors_handle(inputs) if inputs else []
+        sizes = [t.numel() * t.element_size() for t in inputs]
+        return set(zip(handles, sizes, strict=True))
 
     def _enter(
         self,
@@ -377,6 +450,7 @@ class TensorBook:
                 nbytes,
                 device,
                 id(tensor),
+                item.saved,
             )
             self._tensors[id(ref)] = entry
             self._by_object[id(tensor)] = id(ref)
@@ -452,7 +526,8 @@ class TensorBook:
             if entry is None:
                 continue
             if self._release(entry.buffer, None):
-                self._orphans.append((entry.buffer, time_ns))
+                read = entry.read == self._looks
+                self._orphans.append((entry.buffer, time_ns, read, entry.saved))
             if self._by_object.get(entry.key) == ref_id:
                 del self._by_object[entry.key]
 
@@ -478,10 +553,11 @@ class TensorBook:
             if run.temp is not None:
                 self._free(run.temp, end_ns)
 
-    def _tracked(self, tensor: Any) -> bool:
+    def _entry(self, tensor: Any) -> _Tensor | None:
+        """The tensor's entry in the book, if it is in it."""
         ref_id = self._by_object.get(id(tensor))
         entry = self._tensors.get(ref_id) if ref_id is not None else None
-        return entry is not None and entry.ref() is tensor
+        return entry if entry is not None and entry.ref() is tensor else None
 
     def _device(self, tensor: Any) -> str:
         return self._device_names(tensor.device)

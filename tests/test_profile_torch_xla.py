@@ -106,6 +106,57 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert "Not exposed" in result.stderr and "UNIMPLEMENTED" in result.stderr
 
 
+# A tensor that died while a pending graph still reads its buffer: the buffer
+# lives until that graph has run. Read by an op the script called (a and b live
+# together: 8 MiB), or by backward, which builds its graph in C++ where no op
+# hook runs: w dies before it, autograd's copy keeps its buffer, and the
+# gradient's graph reads it (p, w, q and p's gradient together: 20 MiB, above
+# the first graph's p, w, y and the product it sums).
+READ_AFTER_DEATH = {
+    "by an op": (
+        8,
+        """
+import torch, torch_xla
+dev = torch_xla.device()
+a = torch.ones(1024, 1024).to(dev)  # 4 MiB
+torch_xla.sync()
+b = a * 2  # pending: reads a's buffer
+del a
+torch_xla.sync()
+""",
+    ),
+    "by backward": (
+        20,
+        """
+import torch, torch_xla
+dev = torch_xla.device()
+p = torch.nn.Parameter(torch.ones(1024, 1024).to(dev))  # 4 MiB
+w = torch.full((1024, 1024), 3.0).to(dev)  # 4 MiB
+y = (p * w).sum()  # autograd keeps w: p's gradient is w
+torch_xla.sync()
+q = torch.ones(2048, 1024).to(dev)  # 8 MiB
+del w
+y.backward()
+torch_xla.sync()
+""",
+    ),
+}
+
+
+@pytest.mark.parametrize("reader", list(READ_AFTER_DEATH))
+def test_a_dead_tensors_buffer_lives_until_the_graph_that_reads_it_has_run(tmp_path, reader):
+    mib, script = READ_AFTER_DEATH[reader]
+    (tmp_path / "dead.py").write_text(script)
+    result = profile(tmp_path, "-q", "dead.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "dead.tpumem"))
+    (device,) = analysis.devices
+    regions = dict(device.peak.by_region)
+    regions.pop("temp", None)
+    assert mib * MiB <= sum(regions.values()) <= mib * MiB + 8
+    assert analysis.metadata.extra.buffer_book.freed_after_their_graph >= 1
+
+
 BEFORE_THE_END = """
 import time
 import torch, torch_xla
