@@ -54,6 +54,10 @@ class _Buffer:
     holders: int
     device: str
     handle: int  # its data handle at the last look (-1: not read yet)
+    # Of the tensors that hold it (aliases share one): the look during which an
+    # op last read one, and _Seen.saved.
+    read: int = -1
+    saved: int = -1
 
 
 @dataclass(slots=True)
@@ -70,8 +74,6 @@ class _Tensor:
     nbytes: int
     device: str
     key: int  # id(tensor), which a new tensor may take once it died
-    saved: int  # see _Seen
-    read: int = -1  # the look during which an op last read it
 
 
 @dataclass(slots=True)
@@ -133,7 +135,7 @@ class TensorBook:
         self._by_object: dict[int, int] = {}  # id(tensor) -> id(weakref)
         self._deaths: collections.deque[tuple[int, int]] = collections.deque()
         # Buffers of dead tensors: the buffer, when it died, whether an op read
-        # the tensor since the last look, and its _Seen.saved.
+        # it since the last look, and its `saved`.
         self._orphans: list[tuple[_Buffer, int, bool, int]] = []
         self._looks = 0
         self._autograd_runs = 0
@@ -194,9 +196,9 @@ class TensorBook:
         entry = self._entry(tensor)
         if entry is None:
             return False
-        entry.read = self._looks
+        entry.buffer.read = self._looks
         if recorded:
-            entry.saved = self._autograd_runs
+            entry.buffer.saved = self._autograd_runs
         return True
 
     def autograd_runs(self, where: Where, keeps_graph: bool) -> None:
@@ -354,6 +356,8 @@ class TensorBook:
             if held is not entry.buffer:
                 self._release(entry.buffer, now_ns)
                 held.holders += 1
+                held.read = max(held.read, entry.buffer.read)
+                held.saved = max(held.saved, entry.buffer.saved)
                 entry.buffer = held
         return updated, by_handle
 
@@ -438,6 +442,7 @@ class TensorBook:
                     by_handle[handle] = buffer
             else:
                 buffer.holders += 1
+            buffer.saved = max(buffer.saved, item.saved)
             ref = weakref.ref(tensor, self._on_death)
             entry = _Tensor(
                 ref,
@@ -450,7 +455,6 @@ class TensorBook:
                 nbytes,
                 device,
                 id(tensor),
-                item.saved,
             )
             self._tensors[id(ref)] = entry
             self._by_object[id(tensor)] = id(ref)
@@ -526,8 +530,8 @@ class TensorBook:
             if entry is None:
                 continue
             if self._release(entry.buffer, None):
-                read = entry.read == self._looks
-                self._orphans.append((entry.buffer, time_ns, read, entry.saved))
+                buffer = entry.buffer
+                self._orphans.append((buffer, time_ns, buffer.read == self._looks, buffer.saved))
             if self._by_object.get(entry.key) == ref_id:
                 del self._by_object[entry.key]
 

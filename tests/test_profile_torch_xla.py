@@ -107,14 +107,15 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
 
 
 # A tensor that died while a pending graph still reads its buffer: the buffer
-# lives until that graph has run. Read by an op the script called (a and b live
-# together: 8 MiB), or by backward, which builds its graph in C++ where no op
-# hook runs: w dies before it, autograd's copy keeps its buffer, and the
-# gradient's graph reads it (p, w, q and p's gradient together: 20 MiB, above
-# the first graph's p, w, y and the product it sums).
+# lives until that graph has run, so it is freed after the graph's output was
+# made. Read by an op the script called, also through another tensor that holds
+# the same buffer, or by backward, which builds its graph in C++ where no op
+# hook runs: w dies before it, and autograd's copy keeps its buffer for p's
+# gradient. Each time the dead buffer is the 4 MiB `to`, and the reader's output
+# is named by its (op, region).
 READ_AFTER_DEATH = {
     "by an op": (
-        8,
+        ("mul", "output"),
         """
 import torch, torch_xla
 dev = torch_xla.device()
@@ -125,16 +126,29 @@ del a
 torch_xla.sync()
 """,
     ),
-    "by backward": (
-        20,
+    "by an op, through an alias": (
+        ("mul", "output"),
         """
 import torch, torch_xla
 dev = torch_xla.device()
-p = torch.nn.Parameter(torch.ones(1024, 1024).to(dev))  # 4 MiB
+a = torch.ones(1024, 1024).to(dev)  # 4 MiB
+torch_xla.sync()
+d = a.detach()  # the same buffer
+torch_xla.sync()
+b = d * 2  # pending: reads the buffer through d
+del d, a
+torch_xla.sync()
+""",
+    ),
+    "by backward": (
+        ("backward", "gradient"),
+        """
+import torch, torch_xla
+dev = torch_xla.device()
+p = torch.nn.Parameter(torch.ones(1024, 1024).to(dev))
 w = torch.full((1024, 1024), 3.0).to(dev)  # 4 MiB
 y = (p * w).sum()  # autograd keeps w: p's gradient is w
 torch_xla.sync()
-q = torch.ones(2048, 1024).to(dev)  # 8 MiB
 del w
 y.backward()
 torch_xla.sync()
@@ -145,16 +159,20 @@ torch_xla.sync()
 
 @pytest.mark.parametrize("reader", list(READ_AFTER_DEATH))
 def test_a_dead_tensors_buffer_lives_until_the_graph_that_reads_it_has_run(tmp_path, reader):
-    mib, script = READ_AFTER_DEATH[reader]
+    (op, region), script = READ_AFTER_DEATH[reader]
     (tmp_path / "dead.py").write_text(script)
     result = profile(tmp_path, "-q", "dead.py")
     assert result.returncode == 0, result.stderr[-3000:]
-    analysis = analyze(load(tmp_path / "dead.tpumem"))
-    (device,) = analysis.devices
-    regions = dict(device.peak.by_region)
-    regions.pop("temp", None)
-    assert mib * MiB <= sum(regions.values()) <= mib * MiB + 8
-    assert analysis.metadata.extra.buffer_book.freed_after_their_graph >= 1
+    trace = load(tmp_path / "dead.tpumem")
+    columns = ["kind", "time_ns", "buffer_id", "bytes", "op", "region"]
+    rows = trace.table.select(columns).to_pylist()
+    allocs = [r for r in rows if r["kind"] == "alloc"]
+    (dead,) = [r for r in allocs if (r["op"], r["region"]) == ("to", "input")]
+    (output,) = [r for r in allocs if (r["op"], r["region"]) == (op, region)]
+    (freed,) = [r for r in rows if r["kind"] == "free" and r["buffer_id"] == dead["buffer_id"]]
+    assert dead["bytes"] == output["bytes"] == 4 * MiB
+    assert freed["time_ns"] >= output["time_ns"]
+    assert analyze(trace).metadata.extra.buffer_book.freed_after_their_graph == 1
 
 
 BEFORE_THE_END = """
