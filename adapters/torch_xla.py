@@ -379,8 +379,9 @@ class TorchXlaAdapter(Adapter):
 def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     """The torch function mode that sees every op the script calls from Python:
     about 750 a step of the transformer example, so what it needs is bound here
-    once, and an op costs one Python call and, for a tensor the book knows
-    already, no framework call beyond `is_xla`."""
+    once, and an op costs one Python call and no framework calls beyond
+    `is_xla`, `requires_grad` and whether grad mode is on (an op autograd
+    records may keep what it made or read for backward)."""
     from torch.overrides import TorchFunctionMode
 
     tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
