@@ -200,7 +200,7 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
     the worker that keeps 8 MiB more."""
     (tmp_path / "workers.py").write_text(TF_WORKERS)
     tpumem = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", "run/{host}-{rank}.tpumem"]
-    for _ in range(2):
+    for attempt in range(3):
         ports = _free_ports(2)
         cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
         envs = [
@@ -208,11 +208,16 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
             for i in (0, 1)
         ]
         results = _launch([[*tpumem, "workers.py", "8"]] * 2, tmp_path, envs)
-        # A port free when picked can be taken before TensorFlow binds it (tests
-        # run in parallel): the workers then cannot reach each other. Once more,
-        # on new ports.
-        if not any(code and "failed to connect to all addresses" in out for code, out in results):
+        if all(code == 0 for code, _ in results):
             break
+        # Two TensorFlow workers over gRPC on a loaded 2-core machine fail now and
+        # then on their own side: a port free when picked taken before TensorFlow
+        # binds it, a peer's socket closed mid-collective, or a crash inside
+        # TensorFlow's profiler export during a collective (seen with
+        # PYTHONFAULTHANDLER in ProfilerSession.export_to_tb, about one run in ten
+        # with the JAX two-process test beside it). Up to three times, on new
+        # ports each; the failures stay in the test's output.
+        print(f"attempt {attempt + 1}: workers exited {[code for code, _ in results]}")
         shutil.rmtree(tmp_path / "run", ignore_errors=True)
     for code, output in results:
         assert code == 0, "\n---\n".join(out[-3000:] for _, out in results)
