@@ -106,18 +106,8 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
             at = int(pos[longer[row]])
             values[longer[row]], after[longer[row]] = _read_varint_at(buf, at)
         longer, start = longer[~near_end], start[~near_end]
-    words = words_at(buf, start)
-    # The lowest clear high bit ends the varint; kept: the bytes up to it (all 8
-    # where it lies further on, as (0 << 1) - 1 wraps to every bit).
-    ends = ~words & _HIGH_BITS
-    kept = ends & (~ends + np.uint64(1))
-    kept <<= np.uint64(1)
-    kept -= np.uint64(1)
-    size = np.bitwise_count(kept).astype(np.int64) // 8
-    words &= kept
-    words &= _LOW_BITS
-    rest = _compact(words)
-    long = np.flatnonzero(ends == 0)
+    rest, size, ended = _word_varints(words_at(buf, start))
+    long = np.flatnonzero(~ended)
     if len(long):
         # 10-byte varints (negative int64): one more byte holds bit 63.
         tenth = buf[start[long] + 8]
@@ -131,22 +121,31 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return values, after
 
 
+def _word_varints(words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The varint at the start of each 8-byte little-endian word (`words`, used up):
+    (values, sizes in bytes, whether it ended within the word; where it did not,
+    the value holds the word's 8 groups of 7 bits and the size is 8)."""
+    # The lowest clear high bit ends the varint; kept: the bytes up to it (all 8
+    # where it lies further on, as (0 << 1) - 1 wraps to every bit).
+    ends = ~words & _HIGH_BITS
+    kept = ends & (~ends + np.uint64(1))
+    kept <<= np.uint64(1)
+    kept -= np.uint64(1)
+    size = np.bitwise_count(kept).astype(np.int64) // 8
+    words &= kept
+    words &= _LOW_BITS
+    return _compact(words), size, ends != 0
+
+
 def read_wide_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """read_varints for values that are mostly several bytes long (addresses,
     sizes, ids): one 8-byte gather a value, where read_varints takes a byte and
     then a word. Values longer than 8 bytes, or in the buffer's last 8 bytes, are
     left to read_varints."""
     fits = pos <= len(buf) - 8
-    words = words_at(buf, np.where(fits, pos, 0))
-    ends = ~words & _HIGH_BITS  # the lowest clear high bit ends the varint
-    kept = ends & (~ends + np.uint64(1))
-    kept <<= np.uint64(1)
-    kept -= np.uint64(1)
-    after = pos + np.bitwise_count(kept).astype(np.int64) // 8
-    words &= kept
-    words &= _LOW_BITS
-    values = _compact(words)
-    slow = np.flatnonzero(~fits | (ends == 0))
+    values, size, ended = _word_varints(words_at(buf, np.where(fits, pos, 0)))
+    after = pos + size
+    slow = np.flatnonzero(~fits | ~ended)
     if len(slow):
         values[slow], after[slow] = read_varints(buf, pos[slow])
     return values, after
