@@ -387,7 +387,6 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
     knows, reads, seen, execute = book.knows, book.reads, book.seen, adapter._execute
     origin, grad_enabled = adapter.origin, torch.is_grad_enabled
-    seen_ids, book_ids = book.known_ids()
 
     class _Watch(TorchFunctionMode):
         def __torch_function__(
@@ -408,19 +407,14 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
             recorded = False  # autograd recorded the op: it may keep what it made or read
             if isinstance(out, tensor_type):
                 recorded = out.requires_grad and grad_enabled()
-                if out.is_xla:
-                    key = id(out)
-                    if (key not in seen_ids and key not in book_ids) or not knows(out):
-                        made = [out]
+                if out.is_xla and not knows(out):
+                    made = [out]
             elif isinstance(out, (tuple, list)):
                 made = [o for o in out if isinstance(o, tensor_type) and o.is_xla]
                 recorded = any(o.requires_grad for o in made) and grad_enabled()
             for arg in (*args, *kwargs.values()) if kwargs else args:
                 if isinstance(arg, tensor_type):
-                    if not arg.is_xla:
-                        continue
-                    key = id(arg)
-                    if (key not in seen_ids and key not in book_ids) or not reads(arg, recorded):
+                    if arg.is_xla and not reads(arg, recorded):
                         used = [*used, arg] if used else [arg]
                 elif isinstance(arg, (tuple, list)) and arg and isinstance(arg[0], tensor_type):
                     found = [

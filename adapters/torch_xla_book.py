@@ -174,12 +174,6 @@ class TensorBook:
                 item = refs[key] = _Seen(weakref.ref(tensor), time_ns, label, where, saved)
                 seen.append(item)
 
-    def known_ids(self) -> tuple[dict[int, Any], dict[int, Any]]:
-        """The maps by id(tensor) that `knows` looks in, for the op hook to test
-        first: a tensor whose id is in neither is not known (their objects are
-        never replaced, only emptied). Most tensors an op sees are new ones."""
-        return self._seen_refs, self._by_object
-
     def knows(self, tensor: Any) -> bool:
         """Whether the tensor is in the book or seen since the last look."""
         item = self._seen_refs.get(id(tensor))
@@ -220,7 +214,7 @@ class TensorBook:
             self._drain_deaths()
             updated, by_handle = self._look_at_tracked(now_ns)
             seen, self._seen = self._seen, []
-            self._seen_refs.clear()  # (emptied, not replaced: see known_ids)
+            self._seen_refs = {}
             candidates = []
             for item in seen:
                 tensor = item.ref()
