@@ -76,18 +76,23 @@ class CallStacks:
         return self._named(self._walk(frame))
 
     def _walk(self, frame: types.FrameType | None) -> tuple:
-        """(code id, line, code id, line, ...) of the kept frames, innermost first:
-        the hot path, a dict lookup per frame."""
+        """(code id, offset, code id, offset, ...) of the kept frames, innermost
+        first: the hot path, a dict lookup per frame. A frame's place is its last
+        instruction's offset, not its line: Python finds a line by scanning the
+        code's line table from the start (4 us in a 300-line function, 0.1 us for
+        the offset), so lines are found once, when a stack is first seen."""
         names = self._names
         key: list = []
-        while frame is not None and len(key) < 2 * MAX_FRAMES:
+        while frame is not None:
             code = frame.f_code
             name = names.get(id(code), "")
             if name == "":
                 name = self._code_name(code)
             if name is not None:
                 key.append(id(code))
-                key.append(frame.f_lineno)
+                key.append(frame.f_lasti)
+                if len(key) == 2 * MAX_FRAMES:
+                    break
             frame = frame.f_back
         return tuple(key)
 
@@ -99,7 +104,10 @@ class CallStacks:
     def _named(self, key: tuple) -> tuple[NamedFrame, ...]:
         pairs = zip(key[-2::-2], key[-1::-2], strict=True)  # outermost first
         names, codes = self._names, self._codes
-        return tuple((names[code], line, codes[code].co_qualname) for code, line in pairs)
+        return tuple(
+            (names[code], _line(codes[code], offset), codes[code].co_qualname)
+            for code, offset in pairs
+        )
 
     def named(self, frames: Iterable[tuple[str, int, str]]) -> tuple[NamedFrame, ...]:
         """(filename, line, function) frames, outermost first, as kept and named
@@ -168,3 +176,12 @@ def _library_name(filename: str) -> str:
     if filename.startswith(_STDLIB):
         return filename[len(_STDLIB) :]
     return filename
+
+
+def _line(code: types.CodeType, offset: int) -> int:
+    """The line of the instruction at `offset` in `code`, as a frame's f_lineno
+    gives it (the function's first line where the instruction has none)."""
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return line if line is not None else code.co_firstlineno
+    return code.co_firstlineno

@@ -236,6 +236,37 @@ def test_stacks_name_code_that_was_made_and_dropped_while_the_run_went_on(tmp_pa
             assert stacks.frames(stack_id)[-1] == (f"cell_{number % 2}.py", 3, f"step_{number}")
 
 
+def test_a_stacks_lines_are_the_frames_own_lines_in_a_long_function(monkeypatch, tmp_path):
+    """Frames are keyed by their instruction's offset and their lines found when a
+    stack is first seen: each call site of a 300-line function keeps its own line,
+    the same line reached twice is one stack, and an outer frame's line is where
+    it called in."""
+    monkeypatch.chdir(tmp_path)
+    body = "".join(f"    x{i} = {i}\n" for i in range(300))
+    source = (
+        "import sys\n"
+        "def inner(stacks):\n    return stacks(sys._getframe()), sys._getframe().f_back.f_lineno\n"
+        f"def long(stacks):\n    found = [inner(stacks)]\n{body}"
+        "    found.append(inner(stacks))\n"
+        "    for _ in range(2):\n        found.append(inner(stacks))\n"
+        "    return found\n"
+    )
+    (tmp_path / "script.py").write_text(source)
+    namespace: dict = {}
+    exec(compile(source, str(tmp_path / "script.py"), "exec"), namespace)
+    with TraceWriter(tmp_path / "t.tpumem", {"framework": "test"}) as writer:
+        stacks = CallStacks(writer)
+        found = namespace["long"](stacks)
+    lines = [line for _, line in found]
+    assert lines == [5, 306, 308, 308]
+    for (where, line), _ in zip(found, lines, strict=True):
+        source_line, stack_id = where
+        assert source_line == "script.py:3"
+        outer, innermost = stacks.frames(stack_id)[-2:]
+        assert (outer, innermost) == (("script.py", line, "long"), ("script.py", 3, "inner"))
+    assert found[2][0] == found[3][0] and found[0][0] != found[1][0] != found[2][0]
+
+
 def test_tpumems_own_xla_dump_is_written_to_memory_where_the_machine_has_it(monkeypatch, tmp_path):
     """XLA:CPU writes hundreds of files a compilation into a dump: on a disk that
     slowed a compilation by half a second."""
