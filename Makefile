@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py
 	$(BIN)/python benchmarks/jax_call_cost.py
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
+	$(BIN)/python benchmarks/torch_xla_op_cost.py
 	$(BIN)/python benchmarks/compare_html.py
 	$(BIN)/python benchmarks/export_tensorboard.py
 	$(BIN)/python benchmarks/trace_shapes.py
