@@ -3,6 +3,7 @@ commands timed whole process to whole process, as a user runs them."""
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -14,6 +15,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 WORK = Path(__file__).parent / "_work"
+
+
+def run_json(command: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Runs a timing script in the work directory, `env` added to this process's,
+    and returns the JSON object its last line of output prints; a failure ends the
+    benchmark with the script's error output."""
+    result = subprocess.run(
+        command, capture_output=True, text=True, cwd=WORK, env={**os.environ, **env}, check=False
+    )
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def compiled_like_an_install() -> None:

@@ -14,13 +14,10 @@ turns, and prints the median microseconds per call and the ratio, for
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 
-from common import WORK
+from common import WORK, run_json
 
 TIMING = """
 import json, sys, time
@@ -47,15 +44,6 @@ print(json.dumps({"eager": eager, "jitted": jitted}))
 """
 
 
-def run(command: list[str], env: dict[str, str]) -> dict[str, float]:
-    result = subprocess.run(
-        command, capture_output=True, text=True, cwd=WORK, env={**os.environ, **env}, check=False
-    )
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=3000)
@@ -70,9 +58,9 @@ def main() -> None:
     sync = {"JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
     runs: dict[str, list[dict[str, float]]] = {"plain": [], "plain, sync": [], "profiled": []}
     for repeat in range(args.repeats):
-        runs["plain"].append(run(plain, {}))
-        runs["plain, sync"].append(run(plain, sync))
-        runs["profiled"].append(run(profiled, {}))
+        runs["plain"].append(run_json(plain, {}))
+        runs["plain, sync"].append(run_json(plain, sync))
+        runs["profiled"].append(run_json(profiled, {}))
         print(f"run {repeat + 1}/{args.repeats}", flush=True)
     for what in ("eager", "jitted"):
         median = {

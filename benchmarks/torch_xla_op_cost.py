@@ -16,13 +16,10 @@ Each figure is the fastest of 9 timings of `--calls` ops, in one process.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 
-from common import WORK
+from common import WORK, run_json
 
 TIMING = """
 import json, os, sys, timeit
@@ -55,15 +52,6 @@ print(json.dumps(took))
 """
 
 
-def run(command: list[str], env: dict[str, str]) -> dict[str, float]:
-    result = subprocess.run(
-        command, capture_output=True, text=True, cwd=WORK, env={**os.environ, **env}, check=False
-    )
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=400)
@@ -84,7 +72,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         print(f"run {repeat + 1}/{args.repeats}", file=sys.stderr)
         for kind, (command, extra) in kinds.items():
-            results[kind].append(run(command, extra))
+            results[kind].append(run_json(command, extra))
     for op in ("makes", "in_place", "property"):
         median = {kind: statistics.median(r[op] for r in runs) for kind, runs in results.items()}
         plain, nothing, profiled = median["plain"], median["nothing mode"], median["profiled"]
