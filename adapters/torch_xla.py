@@ -61,13 +61,6 @@ _ACCELERATOR_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/
 _READS = frozenset(
     ("item", "tolist", "cpu", "numpy", "__repr__", "__format__", "__bool__", "__float__")
 )
-# Calls that only describe a tensor (its kind, its shape): they make none and read
-# no value, so the op hook hands them on untouched. A third of the calls a step of
-# the transformer example makes are these and property reads (.device, .is_sparse).
-_DESCRIBES = frozenset(
-    ("is_complex", "is_floating_point", "dim", "size", "numel", "nelement", "stride",
-     "element_size", "ndimension", "is_contiguous", "get_device", "__len__")
-)  # fmt: skip
 # Calls that run autograd, which builds its graph in C++ where no op hook runs.
 _AUTOGRAD = frozenset(("backward", "grad"))
 # The debug file each PyTorch/XLA process writes, by path, read on by each recording.
@@ -400,8 +393,6 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
             self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
         ) -> Any:
             name = getattr(func, "__name__", None)
-            if name in _DESCRIBES:
-                return func(*args, **kwargs) if kwargs else func(*args)
             if (
                 name in _READS
                 and args
@@ -412,10 +403,6 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
             if name in _AUTOGRAD:  # (before: it runs in C++, where no hook does)
                 book.autograd_runs(stacks(sys._getframe()), _keeps_graph(name, args, kwargs))
             out = func(*args, **kwargs) if kwargs else func(*args)
-            if name == "__get__" and not isinstance(out, (tensor_type, tuple, list)):
-                return out  # a property that is no tensor (.device, .shape)
-            if name == "__set__" and args[-1] is None:
-                return out  # (.grad = None: the old gradient's death is seen as any other)
             made = used = None
             recorded = False  # autograd recorded the op: it may keep what it made or read
             if isinstance(out, tensor_type):
