@@ -61,6 +61,13 @@ class Adapter(ABC):
         return {}
 
     @classmethod
+    def environment_read(cls) -> bool:
+        """Whether this process's framework has already read what `environment()`
+        sets, so that setting it now would change nothing. TensorFlow and
+        PyTorch/XLA read theirs when their runtime starts."""
+        return cls.runtime_started()
+
+    @classmethod
     def runtime_started(cls) -> bool:
         """Whether this process has started the framework's runtime (made a device
         array, a tensor, a variable), not merely imported it: TensorFlow imports

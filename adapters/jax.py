@@ -121,6 +121,11 @@ class JaxAdapter(Adapter):
         return {}
 
     @classmethod
+    def environment_read(cls) -> bool:
+        # JAX reads its configuration variables when it is imported.
+        return cls.module in sys.modules
+
+    @classmethod
     def runtime_started(cls) -> bool:
         bridge = sys.modules.get("jax._src.xla_bridge")
         return bool(getattr(bridge, "_backends", None))

@@ -1,7 +1,7 @@
 """The TensorFlow adapter: allocator events from profiler sessions, counters from
 `tf.config.experimental.get_memory_info`, for every device.
 
-On the CPU, TensorFlow's default allocator reports nothing. With
+On the CPU, TensorFlow's default allocator reports little or nothing. With
 TF_CPU_ALLOCATOR_USE_BFC=true, set before TensorFlow loads, the CPU allocator is a
 BFC allocator like the GPU's, with the same events and counters; the adapter sets
 it unless told not to (or the user set it). A script that starts TensorFlow's
@@ -133,18 +133,25 @@ def _agree(key: str, mine: str) -> str | None:
 
 
 def _without_bfc(events: int) -> str:
-    """What a CPU run without TF_CPU_ALLOCATOR_USE_BFC has, said as it was found."""
+    """What a CPU run without TF_CPU_ALLOCATOR_USE_BFC has, said as it was found.
+    TensorFlow's default CPU allocator is oneDNN's ("mklcpu", which reports its
+    allocations) where oneDNN is on, by default only on some x86 CPUs; elsewhere
+    it is the plain one, which reports nothing."""
+    remedy = (
+        f"{CPU_BFC_VARIABLE}=true in the environment before TensorFlow starts gives them "
+        "(tpumem profile, %load_ext tpumem and the pytest plugin set it unless told not to)"
+    )
     if not events:
         return (
             f"{CPU_BFC_VARIABLE} is not true: TensorFlow's default CPU allocator reported "
-            "no allocations and has no counters, so this trace holds no CPU memory figures"
+            "no allocations and has no counters (oneDNN's, which reports them, is the "
+            "default only where oneDNN is on: TF_ENABLE_ONEDNN_OPTS), so this trace holds "
+            f"no CPU memory figures; {remedy}"
         )
     return (
         f"{CPU_BFC_VARIABLE} is not true: TensorFlow's default CPU allocator (oneDNN's "
         '"mklcpu") reported its allocations to the profiler, but get_memory_info gives no '
-        "counters for it, so nothing between profiler sessions is sampled; "
-        f"{CPU_BFC_VARIABLE}=true in the environment before TensorFlow starts gives them "
-        "(tpumem profile sets it unless told not to)"
+        f"counters for it, so nothing between profiler sessions is sampled; {remedy}"
     )
 
 

@@ -90,6 +90,9 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
     sources = {group.source for group in first.devices[0].peak.groups}
     if framework != "tensorflow":
         assert sources & {"In [3]:1", "In [3]:2"}, sources
+    else:  # set when the extension loaded, before TensorFlow started
+        assert first.metadata.set_by_tpumem == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+        assert first.devices[0].fidelity == "allocator"
     # Under each recorded cell: the HTML report of its own trace, and the text one.
     for cell_outputs, analysis in ((outputs[2], first), (outputs[3], second)):
         (shown,) = [o for o in cell_outputs if o["output_type"] == "display_data"]

@@ -83,7 +83,12 @@ def test_a_test_over_its_limit_fails_with_what_was_live(pytester, framework_env,
     assert traces == [
         f"test_model.py_test_{n}.tpumem" for n in ("fragmentation_within", "over", "under")
     ]
-    assert load(kept / traces[0]).metadata.framework == framework
+    metadata = load(kept / traces[0]).metadata
+    assert metadata.framework == framework
+    # Set before the tests started the framework, as `tpumem profile` would have:
+    # TensorFlow's CPU allocator then reports on any CPU.
+    if framework == "tensorflow":
+        assert metadata.set_by_tpumem == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 
 def test_every_test_recorded_with_the_largest_peaks_listed(pytester, framework_env):

@@ -7,6 +7,9 @@
 - `%tpumem_report [FILE] [--format text|md|json|html]`: the report of the last
   recorded cell, or of a trace file.
 
+Loading the extension sets what `tpumem profile` sets before a framework starts
+(`tracking.prepare_frameworks`).
+
 Imported only by IPython (`load_ipython_extension` in tpumem/__init__.py).
 """
 
@@ -21,7 +24,7 @@ from IPython.display import display
 
 from tpumem.errors import TpumemError
 from tpumem.report import FORMATS
-from tpumem.tracking import Tracker, analysis_of
+from tpumem.tracking import Tracker, analysis_of, prepare_frameworks
 
 CELL_TRACE = Path("cell.tpumem")
 
@@ -101,4 +104,7 @@ class TpumemMagics(Magics):
 
 
 def load(ipython: object) -> None:
+    # A notebook loads the extension before it imports its framework: the moment
+    # to set what `tpumem profile` would have set.
+    prepare_frameworks()
     ipython.register_magics(TpumemMagics)  # type: ignore[attr-defined]

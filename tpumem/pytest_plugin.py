@@ -10,6 +10,8 @@
 A test is recorded with `tpumem.track` around its call (not its fixtures), for
 the framework its process uses. Tests without the markers, in a run without
 `--tpumem`, pass through untouched: no framework is imported and nothing starts.
+A run with recorded tests sets first what `tpumem profile` sets before a
+framework starts (TensorFlow's CPU allocator then reports its allocations).
 """
 
 from __future__ import annotations
@@ -60,13 +62,22 @@ def pytest_configure(config: pytest.Config) -> None:
 _RECORDED = pytest.StashKey[list[_Recorded]]()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A limit that is not one stops the run before any test, as a usage error."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A limit that is not one stops the run before any test, as a usage error.
+    A run that records sets, before the tests start the framework, what `tpumem
+    profile` would have set (tracking.prepare_frameworks)."""
+    recorded = config.getoption("tpumem")
     for item in items:
         for mark in item.iter_markers(MEMORY_MARK):
             _limit_bytes(mark)
+            recorded = True
         for mark in item.iter_markers(FRAGMENTATION_MARK):
             _limit_ratio(mark)
+            recorded = True
+    if recorded:
+        from tpumem.tracking import prepare_frameworks
+
+        prepare_frameworks()
 
 
 @pytest.hookimpl(wrapper=True)

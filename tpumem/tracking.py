@@ -8,8 +8,10 @@ the user's own process (a notebook, a test, one part of a script).
 The framework is the one the process uses (or `framework=`). One track
 at a time. When the block ends the adapter puts back what it replaced, so the
 framework goes on as before. What `tpumem profile` sets before the framework
-starts cannot be set in a process where it has started: the adapter's warnings
-in the report say which setting, and the environment line that gives it.
+starts (`Adapter.environment`), `prepare_frameworks` sets in this process for
+the entry points that come first (`%load_ext tpumem`, the pytest plugin); where
+the framework had already read it, the adapter's warnings in the report say
+which setting, and the environment line that gives it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,24 @@ DEFAULT_OUTPUT = Path("track.tpumem")
 F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.Lock()
 _running: Tracker | None = None
+_set_here: dict[str, dict[str, str]] = {}  # by prepare_frameworks, per framework
+
+
+def prepare_frameworks() -> None:
+    """Sets in this process's environment what `tpumem profile` sets in a
+    profiled script's, for each installed framework that has not read it yet and
+    where the user has not set it (TensorFlow's CPU allocator then reports to
+    its profiler). Each trace says what was set (`set_by_tpumem`)."""
+    import os
+
+    from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
+
+    for name in available_adapters():
+        adapter = get_adapter(name)
+        if name in _set_here or adapter.environment_read():
+            continue
+        _set_here[name] = adapter.environment(CaptureOptions(), os.environ)
+        os.environ.update(_set_here[name])
 
 
 def loaded_framework() -> str:
@@ -144,7 +164,9 @@ class Tracker:
                 self.path, descriptor = self.output, create_trace(self.output, (), self.force)
             command = [SOURCE, "in", _process_name()]
             capture = {"programs": options.programs}
-            writer = TraceWriter(descriptor, run_metadata(framework, SOURCE, command, capture, {}))
+            set_here = _set_here.get(framework, {})
+            metadata = run_metadata(framework, SOURCE, command, capture, set_here)
+            writer = TraceWriter(descriptor, metadata)
             adapter = adapter_class(options)
             try:
                 adapter.start(writer)
