@@ -15,7 +15,8 @@ import os
 import sysconfig
 import threading
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tpumem.adapters.source_lines import PROFILER_PLACES, SourceLines
 from tpumem.trace.schema import STACK
@@ -57,6 +58,9 @@ class CallStacks:
         self._user_files: dict[str, str] = {}  # the names of the user's files -> their paths
         self._by_codes: dict[tuple, Where] = {}
         self._by_frames: dict[tuple[NamedFrame, ...], Where] = {}
+        self._by_captured: dict[tuple, Where] = {}
+        self._file_codes: dict[str, list[types.CodeType]] = {}
+        self._qualnames: dict[tuple[str, int, str], str] = {}
         self._frames: list[tuple[NamedFrame, ...]] = []  # by stack id
         self._lock = threading.Lock()
 
@@ -111,13 +115,36 @@ class CallStacks:
 
     def named(self, frames: Iterable[tuple[str, int, str]]) -> tuple[NamedFrame, ...]:
         """(filename, line, function) frames, outermost first, as kept and named
-        here (stacks a framework recorded itself, such as TensorFlow's ops')."""
+        here (stacks a framework recorded itself, such as TensorFlow's ops'). A
+        framework names a function as its code does (`forward`); it is named
+        here as the interpreter does (`Block.forward`), as a walk names it."""
         kept = []
         for filename, line, function in frames:
             name = self._file_name(filename)
             if name is not None:
-                kept.append((name, line, function))
+                kept.append((name, line, self._qualname(filename, line, function)))
         return tuple(kept[-MAX_FRAMES:])
+
+    def captured(self, frames: Sequence[Mapping[str, Any]]) -> Where:
+        """The Where of a stack PyTorch captured and named itself
+        (`symbolize_tracebacks`: name, filename and line, innermost first)."""
+        key = tuple((f["filename"], f["line"], f["name"]) for f in frames)
+        found = self._by_captured.get(key)
+        if found is None:
+            named = self.named(reversed(key))
+            where = self.intern(named) if self.enabled else (self._source(named), None)
+            found = self._by_captured[key] = where
+        return found
+
+    def _qualname(self, filename: str, line: int, function: str) -> str:
+        key = (filename, line, function)
+        found = self._qualnames.get(key)
+        if found is None:
+            codes = self._file_codes.get(filename)
+            if codes is None:
+                codes = self._file_codes[filename] = _codes_in(filename)
+            found = self._qualnames[key] = _qualname(codes, line, function)
+        return found
 
     def intern(self, frames: tuple[NamedFrame, ...]) -> Where:
         """The Where of a stack of named frames (outermost first), written the
@@ -131,8 +158,7 @@ class CallStacks:
             found = self._by_frames.get(frames)
             if found is not None:
                 return found
-            user = [f for f in frames if f[0] in self._user_files]
-            source = f"{user[-1][0]}:{user[-1][1]}" if user else None
+            source = self._source(frames)
             stack_id = len(self._frames)
             self._frames.append(frames)
             # The user's lines of code go with their frames: a later version of the
@@ -141,6 +167,11 @@ class CallStacks:
             self._writer.record(STACK, stack=stack_id, text=stack_text(frames, code))
             found = self._by_frames[frames] = (source, stack_id)
             return found
+
+    def _source(self, frames: tuple[NamedFrame, ...]) -> str | None:
+        """The innermost user frame's file:line."""
+        user = [f for f in frames if f[0] in self._user_files]
+        return f"{user[-1][0]}:{user[-1][1]}" if user else None
 
     def _code(self, name: str, line: int) -> str:
         path = self._user_files.get(name)
@@ -185,3 +216,31 @@ def _line(code: types.CodeType, offset: int) -> int:
         if start <= offset < end:
             return line if line is not None else code.co_firstlineno
     return code.co_firstlineno
+
+
+def _codes_in(filename: str) -> list[types.CodeType]:
+    """Every code object compiled from a file's source as linecache has it (a
+    notebook's cells too); none where there is no source or it does not compile."""
+    try:
+        module = compile("".join(linecache.getlines(filename)), filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return []
+    codes, pending = [], [module]
+    while pending:
+        code = pending.pop()
+        codes.append(code)
+        pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return codes
+
+
+def _qualname(codes: list[types.CodeType], line: int, function: str) -> str:
+    """The qualified name of the function `function` whose code has `line` (of
+    two, the inner one); the plain name where none has."""
+    found = [
+        code
+        for code in codes
+        if code.co_name == function and any(at == line for _, _, at in code.co_lines())
+    ]
+    if not found:
+        return function
+    return max(found, key=lambda code: code.co_firstlineno).co_qualname

@@ -39,6 +39,7 @@ from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.follow import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
+from tpumem.adapters.torch_stacks import TorchStacks
 from tpumem.adapters.torch_xla_book import TensorBook
 from tpumem.adapters.torch_xla_debug import (
     FILE_VARIABLE,
@@ -123,8 +124,10 @@ class TorchXlaAdapter(Adapter):
         self.torch, self.xlac = torch, torch_xla._XLAC
         self.backend = (xr.device_type() or "CPU").upper()
         aliasing = os.environ.get(ALIASING_VARIABLE, "1").lower() not in ("0", "false")
-        self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing)
         self.stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
+        self.op_stacks = TorchStacks(self.stacks)
+        places = self.op_stacks.places
+        self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing, places)
         self.sources = SourceLines()
         writer.patch_metadata(
             framework_version=torch_xla.__version__,
@@ -385,6 +388,7 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     from torch.overrides import TorchFunctionMode
 
     tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
+    capture = adapter.op_stacks.capture
     knows, reads, seen, execute = book.knows, book.reads, book.seen, adapter._execute
     origin, grad_enabled = adapter.origin, torch.is_grad_enabled
 
@@ -426,7 +430,7 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
             if made or used:
                 # Property reads (`.grad`, `.data`) make no tensor: what they give is used.
                 op = None if name == "__get__" else name
-                seen(made, used, time.time_ns() - origin, op, stacks(sys._getframe()), recorded)
+                seen(made, used, time.time_ns() - origin, op, capture(), recorded)
             return out
 
     return _Watch()

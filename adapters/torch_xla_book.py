@@ -30,6 +30,7 @@ import collections
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +84,7 @@ class _Seen:
     ref: weakref.ref
     time_ns: int
     op: str | None
-    where: Where
+    where: Any  # as the op captured it (torch_stacks.py): a Where once entered
     # How many autograd runs had begun when an op autograd recorded made or
     # read it (autograd may keep its buffer for the next run); -1: none did.
     saved: int = -1
@@ -119,8 +120,16 @@ class _Pending:
 
 
 class TensorBook:
-    def __init__(self, start_time_ns: int, xlac: Any, device_names: Any, donation: bool) -> None:
+    def __init__(
+        self,
+        start_time_ns: int,
+        xlac: Any,
+        device_names: Any,
+        donation: bool,
+        places: Callable[[list[Any]], list[Where]],
+    ) -> None:
         self.start_time_ns = start_time_ns
+        self._places = places  # the Where of the stacks the ops captured
         self.counts = BookCounts()
         self._xlac = xlac
         self._device_names = device_names  # torch.device -> 'CPU:0'
@@ -422,14 +431,15 @@ class TensorBook:
             if by_handle is not None
             else [-1] * len(tensors)
         )
-        for (tensor, item, region), handle in zip(tensors, handles, strict=True):
+        places = self._places([item.where for _, item, _ in tensors])
+        for (tensor, item, region), handle, where in zip(tensors, handles, places, strict=True):
             device = self._device(tensor)
             dtype, shape = str(tensor.dtype).removeprefix("torch."), shape_text(tensor.shape)
             nbytes = tensor.numel() * tensor.element_size()
             born = item.time_ns if time_ns is None else time_ns
             buffer = by_handle.get(handle) if by_handle is not None else None
             if buffer is None:
-                labels = (item.op, region, dtype, shape, item.where)
+                labels = (item.op, region, dtype, shape, where)
                 buffer = self._alloc(device, nbytes, born, *labels)
                 buffer.handle = handle
                 if by_handle is not None:
@@ -443,7 +453,7 @@ class TensorBook:
                 buffer,
                 item.op,
                 region,
-                item.where,
+                where,
                 dtype,
                 shape,
                 nbytes,

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import run_python
 from tpumem.adapters import xla_dump
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.profiler_chunks import ProfilerChunks
@@ -265,6 +266,47 @@ def test_a_stacks_lines_are_the_frames_own_lines_in_a_long_function(monkeypatch,
         outer, innermost = stacks.frames(stack_id)[-2:]
         assert (outer, innermost) == (("script.py", line, "long"), ("script.py", 3, "inner"))
     assert found[2][0] == found[3][0] and found[0][0] != found[1][0] != found[2][0]
+
+
+CAPTURED_STACKS = """
+import json, sys
+import torch
+from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.torch_stacks import TorchStacks
+from tpumem.trace.writer import TraceWriter
+
+class Block:
+    def forward(self, stacks, op_stacks):
+        return stacks(sys._getframe()), op_stacks.capture()
+
+def run(stacks, op_stacks):
+    return [Block().forward(stacks, op_stacks) for _ in range(2)]
+
+with TraceWriter("t.tpumem", {"framework": "test"}) as writer:
+    stacks = CallStacks(writer)
+    op_stacks = TorchStacks(stacks)
+    found = run(stacks, op_stacks)
+    walked = [where for where, _ in found]
+    places = op_stacks.places([captured for _, captured in found] + [walked[0]])
+print(json.dumps({"walked": walked, "places": places, "frames": stacks.frames(walked[0][1])}))
+"""
+
+
+def test_a_stack_pytorch_captures_is_the_stack_a_walk_finds(tmp_path):
+    """The PyTorch/XLA op hook keeps PyTorch's own capture of the stack and names
+    it only when the book enters the tensor: the same frames, lines and
+    qualified names (`Block.forward`, not the code's `forward`) as a walk, and the
+    same interned stack."""
+    found = run_python(CAPTURED_STACKS, tmp_path)
+    walked = [tuple(where) for where in found["walked"]]
+    assert walked[0] == walked[1] and walked[0][0] == "script.py:10"
+    assert [tuple(where) for where in found["places"]] == [walked[0], walked[0], walked[0]]
+    assert [tuple(frame) for frame in found["frames"]] == [
+        ("script.py", 18, "<module>"),
+        ("script.py", 13, "run"),
+        ("script.py", 13, "run.<locals>.<listcomp>"),
+        ("script.py", 10, "Block.forward"),
+    ]
 
 
 def test_tpumems_own_xla_dump_is_written_to_memory_where_the_machine_has_it(monkeypatch, tmp_path):
