@@ -383,8 +383,9 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     """The torch function mode that sees every op the script calls from Python:
     about 750 a step of the transformer example, so what it needs is bound here
     once, and an op costs one Python call and no framework calls beyond
-    `is_xla`, `requires_grad` and whether grad mode is on (an op autograd
-    records may keep what it made or read for backward)."""
+    `is_xla`, `requires_grad`, whether grad mode is on (an op autograd records
+    may keep what it made or read for backward) and, for an op that makes or
+    first uses a tensor, PyTorch's capture of its stack (torch_stacks.py)."""
     from torch.overrides import TorchFunctionMode
 
     tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac

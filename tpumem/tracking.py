@@ -17,6 +17,7 @@ which setting, and the environment line that gives it.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -46,8 +47,6 @@ def prepare_frameworks() -> None:
     profiled script's, for each installed framework that has not read it yet and
     where the user has not set it (TensorFlow's CPU allocator then reports to
     its profiler). Each trace says what was set (`set_by_tpumem`)."""
-    import os
-
     from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
 
     for name in available_adapters():
