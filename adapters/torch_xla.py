@@ -5,7 +5,9 @@ them (TPU, GPU).
 
 - Tensors: a torch function mode sees every op the script calls from Python and
   hands the tensors it makes and uses to the book (torch_xla_book.py), which
-  looks at what is materialized around each graph execution.
+  looks at what is materialized around each graph execution; a torch.optim
+  step runs outside it, and what it read and kept is handed over after it
+  (torch_optimizer_steps.py).
 - Executions: `torch_xla.sync()` / `xm.mark_step()` (both end in
   `_XLAC._xla_step_marker`) are hooked, and so are the tensor reads that run a
   graph at once (`.item()`, `.cpu()`, printing).
@@ -39,6 +41,7 @@ from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.follow import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
+from tpumem.adapters.torch_optimizer_steps import OptimizerSteps
 from tpumem.adapters.torch_stacks import TorchStacks
 from tpumem.adapters.torch_xla_book import TensorBook
 from tpumem.adapters.torch_xla_debug import (
@@ -142,6 +145,8 @@ class TorchXlaAdapter(Adapter):
         self._watch_child_processes()
         self._mode = _watch_mode(torch, self)
         self._mode.__enter__()
+        self._optimizer_steps = OptimizerSteps(torch, self._mode, self._stepped)
+        self._optimizer_steps.install()
         self._watch_new_threads()
         if started:
             self._warnings.append(
@@ -152,6 +157,7 @@ class TorchXlaAdapter(Adapter):
         self._sampler.start()
 
     def forget(self) -> None:
+        self._optimizer_steps.remove()
         self._mode.__exit__(None, None, None)
         self.steps.remove()
         self._patches.undo()
@@ -159,6 +165,7 @@ class TorchXlaAdapter(Adapter):
     def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
+        self._optimizer_steps.remove()
         self._mode.__exit__(None, None, None)
         self.steps.remove()
         self._patches.undo()
@@ -222,12 +229,16 @@ class TorchXlaAdapter(Adapter):
         started from now on (torch_xla.launch runs a thread per device on the CPU)
         run inside it too. tpumem's own threads stay outside."""
         mode, original = self._mode, threading.Thread._bootstrap_inner
+        optimizer_steps = self._optimizer_steps
 
         def _bootstrap_inner(thread: threading.Thread) -> None:
             if thread.name.startswith("tpumem"):
                 return original(thread)
             with mode:
-                return original(thread)
+                try:
+                    return original(thread)
+                finally:
+                    optimizer_steps.resume()  # the mode is innermost again for `with`
 
         self._patches.replace(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
 
@@ -258,6 +269,7 @@ class TorchXlaAdapter(Adapter):
         original = xlac._xla_step_marker
 
         def _xla_step_marker(*args: Any, **kwargs: Any) -> Any:
+            adapter._optimizer_steps.resume()  # an optimizer step that raised left it off
             adapter.writer.mark(SYNC_MARK)
             adapter._syncs += 1
             return adapter._execute(original, args, kwargs, waits=False)
@@ -309,6 +321,25 @@ class TorchXlaAdapter(Adapter):
             "source": next(filter(None, map(self.sources.file_line, graph.frames)), None),
         }
         self.writer.record(PROGRAM, op=analysis["name"], text=json.dumps(analysis))
+
+    def _stepped(self, optimizer: Any) -> None:
+        """What an optimizer step that ran outside the op hook read (each
+        parameter and its gradient) and kept (its state), to the book, as the
+        hook hands over what an op made and used (torch_optimizer_steps.py)."""
+        tensor_type, reads = self.torch.Tensor, self.book.reads
+        read = [p for group in optimizer.param_groups for p in group["params"]]
+        read += [grad for p in read if (grad := p.grad) is not None]
+        kept = [
+            value
+            for state in optimizer.state.values()
+            for value in state.values()
+            if isinstance(value, tensor_type) and value.is_xla
+        ]
+        made = [t for t in kept if not reads(t, False)]
+        used = [t for t in read if t.is_xla and not reads(t, False)]
+        if made or used:
+            op = f"{type(optimizer).__name__}.step"
+            self.book.seen(made, used, self._now(), op, self.op_stacks.capture(), False)
 
     # -- the sampler ---------------------------------------------------------------
 
@@ -362,7 +393,8 @@ class TorchXlaAdapter(Adapter):
     def _book_metadata(self) -> TorchXlaBook:
         counts = self.book.counts
         return TorchXlaBook(
-            method="materialized XLA tensors, seen by a torch function mode; "
+            method="materialized XLA tensors, seen by a torch function mode (a torch.optim "
+            "step's in the optimizer's state); "
             "executions at torch_xla.sync() and value reads",
             tensors_seen=counts.seen,
             tensors_transferred=counts.transferred,

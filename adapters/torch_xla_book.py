@@ -231,7 +231,8 @@ class TensorBook:
                     continue
                 if tensor.device.type == "xla":
                     candidates.append((tensor, item))
-            grads = self._grads(now_ns)
+            params = [t for t, _ in candidates if _is_parameter(t)]
+            grads = self._grads(now_ns, params)
             grad_ids = {id(grad) for grad, _ in grads}
             candidates = [(t, i) for t, i in candidates if id(t) not in grad_ids] + grads
             self.counts.gradients += len(grads)
@@ -324,17 +325,17 @@ class TensorBook:
 
     # -- the book's own work (under its lock) -----------------------------------
 
-    def _grads(self, now_ns: int) -> list[tuple[Any, _Seen]]:
-        """Gradients of the parameters in the book that it does not hold: made
-        by autograd in C++, where no op hook runs."""
+    def _grads(self, now_ns: int, new_params: list[Any]) -> list[tuple[Any, _Seen]]:
+        """Gradients of the parameters in the book, and of those entering it
+        now (`new_params`), that it does not hold: made by autograd in C++,
+        where no op hook runs."""
+        params = [e.ref() for e in self._tensors.values() if e.region == PARAMETER]
         found = []
-        for entry in list(self._tensors.values()):
-            if entry.region == PARAMETER:  # its .grad is looked for
-                tensor = entry.ref()
-                grad = tensor.grad if tensor is not None else None
-                if grad is not None and self._entry(grad) is None:
-                    seen = _Seen(weakref.ref(grad), now_ns, "backward", self._grad_where)
-                    found.append((grad, seen))
+        for tensor in params + new_params:
+            grad = tensor.grad if tensor is not None else None
+            if grad is not None and self._entry(grad) is None:
+                seen = _Seen(weakref.ref(grad), now_ns, "backward", self._grad_where)
+                found.append((grad, seen))
         return found
 
     def _look_at_tracked(self, now_ns: int) -> tuple[list[tuple[Any, _Tensor]], dict[int, _Buffer]]:
@@ -571,8 +572,12 @@ class TensorBook:
         return self._device_names(tensor.device)
 
 
+def _is_parameter(tensor: Any) -> bool:
+    return type(tensor).__name__ == "Parameter"
+
+
 def _region(tensor: Any, item: _Seen) -> str:
-    if type(tensor).__name__ == "Parameter":
+    if _is_parameter(tensor):
         return PARAMETER
     if item.op == "backward":
         return GRADIENT

@@ -248,6 +248,74 @@ def test_steps_are_training_steps_not_syncs(tmp_path, source):
     assert device.peak.groups[0].shape == "[4096,1024]"
 
 
+# torch.optim's steps run outside the op hook, and what they keep is read from
+# the optimizer's state (torch_optimizer_steps.py); an optimizer of the script's
+# own goes through the hook, and a step that raised leaves it off only until the
+# next step. Every tensor below lives to the end: 8 MiB in all.
+OPTIMIZER_STEPS = """
+import torch, torch_xla
+dev = torch_xla.device()
+
+
+class Doubler(torch.optim.Optimizer):  # keeps what it makes outside its state
+    def __init__(self, params):
+        super().__init__(params, {})
+        self.kept = []
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.kept += [p.grad * 2 for group in self.param_groups for p in group["params"]]
+
+
+def interrupted(*args):
+    raise KeyboardInterrupt
+
+
+w = torch.nn.Parameter(torch.ones(256, 1024).to(dev))  # 1 MiB, and its gradient
+(w * 2).sum().backward()
+adam = torch.optim.Adam([w])
+adam.step()  # Adam's two moments: 2 MiB
+torch_xla.sync()
+doubler = Doubler([w])
+doubler.step()  # 1 MiB
+torch_xla.sync()
+sgd = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+handle = sgd.register_step_pre_hook(interrupted)
+try:
+    sgd.step()
+except KeyboardInterrupt:
+    handle.remove()
+adam.step()  # the next step gives the hook back
+after = torch.ones(512, 1024, device=dev) * 3  # 2 MiB
+torch_xla.sync()
+sgd.step()  # its momentum: 1 MiB (the gradient's buffer, until it is updated)
+sgd.step()
+torch_xla.sync()
+"""
+
+
+def test_optimizer_steps_keep_what_their_state_holds(tmp_path):
+    (tmp_path / "opt.py").write_text(OPTIMIZER_STEPS)
+    result = profile(tmp_path, "-q", "opt.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "opt.tpumem"))
+    (device,) = analysis.devices
+    regions = dict(device.peak.by_region)
+    regions.pop("temp", None)
+    assert regions == {"parameter": MiB, "gradient": MiB, "output": 6 * MiB}
+    lines = OPTIMIZER_STEPS.splitlines()
+
+    def source(start: str) -> str:
+        return f"opt.py:{next(n for n, line in enumerate(lines, 1) if line.startswith(start))}"
+
+    groups = {(g.op, g.shape, g.source): g.bytes for g in device.peak.groups}
+    assert groups[("Adam.step", "[256,1024]", source("adam.step()"))] == 2 * MiB
+    assert groups[("SGD.step", "[256,1024]", source("sgd.step()"))] == MiB
+    assert groups[("mul", "[256,1024]", source("        self.kept +="))] == MiB
+    assert groups[("mul", "[512,1024]", source("after = "))] == 2 * MiB
+    assert analysis.metadata.extra.buffer_book.executions_not_observed == 0
+
+
 def test_work_in_child_processes_is_said_plainly(tmp_path):
     script = (
         "import torch, torch_xla\n"
