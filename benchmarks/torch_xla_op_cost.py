@@ -9,8 +9,11 @@ profile`, in turns, and prints the median microseconds per op for
 - an op that makes a tensor (`a.div(2.0)`), called 16 frames deep as a model's
   layers call theirs: its output is entered with its call stack;
 - an op that updates a tensor in place (`a.add_(b)`), which makes none;
-- a property read that gives no tensor (`a.device`).
-Each figure is the fastest of 9 timings of `--calls` ops, in one process.
+- a property read that gives no tensor (`a.device`);
+- an Adam step over 4 parameters (`optimizer.step()`: about 60 calls of
+  torch functions, which tpumem's hook no longer sees, torch_optimizer_steps.py).
+Each figure is the fastest of 9 timings of `--calls` ops (a tenth as many
+steps), in one process.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ def deep(depth, op):
 calls = int(sys.argv[1])
 device = torch_xla.device()
 a, b = torch.zeros(64, 64, device=device), torch.ones(64, 64, device=device)
+params = [torch.nn.Parameter(torch.ones(64, 64, device=device)) for _ in range(4)]
+for p in params:
+    p.grad = torch.ones(64, 64, device=device)
+adam = torch.optim.Adam(params)
 torch_xla.sync()
 ops = {"makes": lambda: deep(15, lambda: a.div(2.0)), "in_place": lambda: a.add_(b),
        "property": lambda: a.device}
@@ -45,6 +52,8 @@ if mode is not None:
 with torch.no_grad():
     took = {name: min(timeit.repeat(op, number=calls, repeat=9)) / calls * 1e6
             for name, op in ops.items()}
+steps = calls // 10
+took["adam_step"] = min(timeit.repeat(adam.step, number=steps, repeat=9)) / steps * 1e6
 if mode is not None:
     mode.__exit__(None, None, None)
 torch_xla.sync()
@@ -73,15 +82,18 @@ def main() -> None:
         print(f"run {repeat + 1}/{args.repeats}", file=sys.stderr)
         for kind, (command, extra) in kinds.items():
             results[kind].append(run_json(command, extra))
-    for op in ("makes", "in_place", "property"):
+    for op in ("makes", "in_place", "property", "adam_step"):
         median = {kind: statistics.median(r[op] for r in runs) for kind, runs in results.items()}
         plain, nothing, profiled = median["plain"], median["nothing mode"], median["profiled"]
         print(
             f"{op:9}: plain {plain:.1f} us, in a mode that does nothing {nothing:.1f} us, "
-            f"profiled {profiled:.1f} us an op; the mode +{nothing - plain:.1f} us, "
-            f"tpumem's hook +{profiled - nothing:.1f} us"
+            f"profiled {profiled:.1f} us a call; the mode {nothing - plain:+.1f} us, "
+            f"tpumem's hook {profiled - nothing:+.1f} us, profiled/plain {profiled / plain:.3f}"
         )
-    print(f"(median of {args.repeats} runs each, the fastest of 9 timings of {args.calls} ops)")
+    print(
+        f"(median of {args.repeats} runs each, the fastest of 9 timings of {args.calls} ops "
+        f"or {args.calls // 10} Adam steps)"
+    )
 
 
 if __name__ == "__main__":
