@@ -100,7 +100,7 @@ def main() -> None:
         pairs = sorted(q[index] / p[index] for p, q in zip(plain, profiled, strict=True))
         print(
             f"{what:14}: {args.anchor} {a:.2f} s, profiled {b:.2f} s, ratio {b / a:.3f} "
-            f"(pairs {pairs[0]:.3f}-{pairs[-1]:.3f})"
+            f"(pairs {pairs[0]:.3f}-{pairs[-1]:.3f}, their median {statistics.median(pairs):.3f})"
         )
     if args.anchor in ("no-programs", "no-stacks") and args.through == "profile":
         a, b = anchor_trace.stat().st_size, (WORK / "overhead.tpumem").stat().st_size
