@@ -157,6 +157,11 @@ class TorchXlaAdapter(Adapter):
         self._sampler.start()
 
     def forget(self) -> None:
+        self._unhook()
+
+    def _unhook(self) -> None:
+        """Every hook in the script's process goes: the op mode, the optimizer
+        and step hooks, the patches."""
         self._optimizer_steps.remove()
         self._mode.__exit__(None, None, None)
         self.steps.remove()
@@ -165,10 +170,7 @@ class TorchXlaAdapter(Adapter):
     def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
-        self._optimizer_steps.remove()
-        self._mode.__exit__(None, None, None)
-        self.steps.remove()
-        self._patches.undo()
+        self._unhook()
         self._wait_for_runs()
         self.book.finish(self._now())
         self._read_debug()
@@ -412,8 +414,9 @@ class TorchXlaAdapter(Adapter):
 
 
 def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
-    """The torch function mode that sees every op the script calls from Python:
-    about 750 a step of the transformer example, so what it needs is bound here
+    """The torch function mode that sees every op the script calls from Python
+    outside a torch.optim step (torch_optimizer_steps.py): about 150 a step of
+    the transformer example, 750 with the step's, so what it needs is bound here
     once, and an op costs one Python call and no framework calls beyond
     `is_xla`, `requires_grad`, whether grad mode is on (an op autograd records
     may keep what it made or read for backward) and, for an op that makes or
