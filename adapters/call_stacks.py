@@ -34,6 +34,17 @@ MAX_FRAMES = 128
 _LIBRARY_ROOTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _RUNPY = ("runpy.py", "<frozen runpy>")
+# Code objects whose frames end a walk: the runner's call of the script, beyond
+# which every frame is the runner's or runpy's, none of them kept. Without it, a
+# walk from an eager JAX call visited twice as many frames as it kept.
+_OUTERMOST: set[int] = set()
+_OUTSIDE = "<outside>"  # a code's name in CallStacks._names: the walk ends there
+
+
+def end_walks_at(code: types.CodeType) -> None:
+    """Frames of `code` and beyond are never kept (they run the program): walks
+    stop there. The code object must live as long as the process (a function's)."""
+    _OUTERMOST.add(id(code))
 
 
 class CallStacks:
@@ -93,6 +104,8 @@ class CallStacks:
             if name == "":
                 name = self._code_name(code)
             if name is not None:
+                if name is _OUTSIDE:
+                    break
                 key.append(id(code))
                 key.append(frame.f_lasti)
                 if len(key) == 2 * MAX_FRAMES:
@@ -102,7 +115,8 @@ class CallStacks:
 
     def _code_name(self, code: types.CodeType) -> str | None:
         self._codes[id(code)] = code
-        name = self._names[id(code)] = self._file_name(code.co_filename)
+        outside = id(code) in _OUTERMOST
+        name = self._names[id(code)] = _OUTSIDE if outside else self._file_name(code.co_filename)
         return name
 
     def _named(self, key: tuple) -> tuple[NamedFrame, ...]:

@@ -47,14 +47,11 @@ class _Buffer:
     address: int
 
 
-@dataclass(slots=True)
-class _Entry:
-    """An array in the book (not frozen: a frozen dataclass is slow to make)."""
-
-    ref: weakref.ref
-    buffers: list[_Buffer]
-    array_key: int  # id(array), which a new array may take once it died
-    sequence: int  # when it was entered
+# An array in the book: (its weakref, its buffers, id(array), when it was entered).
+# id(array) is kept because a new array may take it once this one died; the
+# entry's sequence number tells the poll which entries are older than its look.
+# A tuple: entering runs after every call, and a class's __init__ is a Python call.
+_Entry = tuple[weakref.ref, list[_Buffer], int, int]
 
 
 @dataclass(slots=True)
@@ -130,7 +127,9 @@ class BufferBook:
         if key in by_object or array.is_deleted():
             return False  # in the book already (a dead array's id is dropped first)
         buffers = self._buffers
-        dtype, shape, nbytes = self._label(array)
+        source, stack = where
+        aval = array.aval
+        dtype, shape, nbytes = self._labels.get(aval) or self._label(aval)
         held = []
         # One array object per device, which JAX makes on first use and keeps with
         # the array: the only way to a buffer's address (unsafe_buffer_pointer and
@@ -148,17 +147,16 @@ class BufferBook:
                 self.counts.shared += 1
             else:
                 if shard is not array:
-                    _, shape, nbytes = self._label(shard)
+                    _, shape, nbytes = self._labels.get(shard.aval) or self._label(shard.aval)
                 size = shard.on_device_size_in_bytes()
-                buffer = buffers[(device, address)] = _Buffer(
-                    self._next_id, size, 1, device, address
-                )
-                self._next_id += 1
-                row = (ALLOC, time_ns, device, buffer.buffer_id, address, size, nbytes)
-                self._rows.append((*row, op, region, dtype, shape, *where))
+                buffer_id = self._next_id
+                self._next_id = buffer_id + 1
+                buffer = buffers[(device, address)] = _Buffer(buffer_id, size, 1, device, address)
+                row = (ALLOC, time_ns, device, buffer_id, address, size, nbytes)
+                self._rows.append((*row, op, region, dtype, shape, source, stack))
             held.append(buffer)
         ref = weakref.ref(array, self._on_death)
-        self._entries[id(ref)] = _Entry(ref, held, key, self._sequence)
+        self._entries[id(ref)] = (ref, held, key, self._sequence)
         by_object[key] = id(ref)
         self._sequence += 1
         return True
@@ -184,14 +182,16 @@ class BufferBook:
         entry = self._entries.pop(ref_id, None)
         if entry is None:
             return False  # released before (donated or deleted), then died
-        if self._by_object.get(entry.array_key) == ref_id:
-            del self._by_object[entry.array_key]
-        for buffer in entry.buffers:
+        _, held, array_key, _ = entry
+        if self._by_object.get(array_key) == ref_id:
+            del self._by_object[array_key]
+        for buffer in held:
             buffer.holders -= 1
             if buffer.holders == 0:
-                del self._buffers[(buffer.device, buffer.address)]
-                row = (FREE, time_ns, buffer.device, buffer.buffer_id, buffer.address)
-                self._rows.append((*row, buffer.bytes, *NO_LABELS))
+                device, address = buffer.device, buffer.address
+                del self._buffers[(device, address)]
+                row = (FREE, time_ns, device, buffer.buffer_id, address, buffer.bytes)
+                self._rows.append(row + NO_LABELS)
         return True
 
     def _drain_released(self) -> None:
@@ -217,8 +217,8 @@ class BufferBook:
             self._drain_released()
             alive = {id(array) for array in live}
             for key, ref_id in list(self._by_object.items()):
-                entry = self._entries[ref_id]
-                if entry.sequence < sequence and key not in alive and self._release(ref_id, now):
+                entered = self._entries[ref_id][3]
+                if entered < sequence and key not in alive and self._release(ref_id, now):
                     self.counts.deleted += 1
             unseen = set()
             for array in live:
@@ -264,11 +264,9 @@ class BufferBook:
         self._devices[id(sharding)] = (sharding, name)
         return name
 
-    def _label(self, array: Any) -> tuple[str, str, int]:
-        aval = array.aval
-        label = self._labels.get(aval)
-        if label is None:
-            shape, dtype = aval.shape, aval.dtype
-            size = dtype.itemsize * math.prod(shape)
-            label = self._labels[aval] = (str(dtype), shape_text(shape), size)
+    def _label(self, aval: Any) -> tuple[str, str, int]:
+        """An aval's labels the first time it is seen: (dtype, shape, bytes)."""
+        shape, dtype = aval.shape, aval.dtype
+        size = dtype.itemsize * math.prod(shape)
+        label = self._labels[aval] = (str(dtype), shape_text(shape), size)
         return label

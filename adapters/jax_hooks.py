@@ -73,6 +73,15 @@ class _Run:
     end_ns: int
 
 
+class _CallState(threading.local):
+    """A thread's hooked calls: `run`, the program the Python path ran for the call
+    under way (None: the C++ fast path ran it); `wrapped`, the calls under way
+    whose outputs a wrapper enters. Class defaults: no getattr on the hot path."""
+
+    run: _Run | None = None
+    wrapped = 0
+
+
 class JaxHooks:
     """Installs the hooks and turns what they see into the book's entries."""
 
@@ -94,7 +103,7 @@ class JaxHooks:
         self.every_call = False  # every program's outputs entered where it runs
         self.active = True  # False once uninstalled: wrappers still held pass through
         self.patches = Patches()
-        self._local = threading.local()
+        self._local = _CallState()
         self._lock = threading.Lock()
 
     # -- installing ----------------------------------------------------------
@@ -158,7 +167,7 @@ class JaxHooks:
             end = time.time_ns()
             run = _Run(hooks._program(self), start - hooks.origin, end - hooks.origin)
             hooks._local.run = run
-            if hooks.every_call and not getattr(hooks._local, "wrapped", 0):
+            if hooks.every_call and not hooks._local.wrapped:
                 hooks._ran(run, args, out)
             return out
 
@@ -199,7 +208,7 @@ class JaxHooks:
         def entering(*args: Any, **params: Any) -> Any:
             start = time.time_ns()
             local = hooks._local
-            local.wrapped = getattr(local, "wrapped", 0) + 1  # its outputs are entered here
+            local.wrapped += 1  # its outputs are entered here
             try:
                 out = impl(*args, **params)
             finally:
@@ -261,8 +270,9 @@ class JaxHooks:
         self, function: JittedFunction, start_ns: int, out: Any, args: Any, kwargs: Any
     ) -> None:
         leaves = self._tree_leaves(out)
-        run: _Run | None = getattr(self._local, "run", None)
-        self._local.run = None
+        local = self._local
+        run = local.run
+        local.run = None
         book = self.book
         if book is None or not leaves:
             return
@@ -270,13 +280,14 @@ class JaxHooks:
             type(leaf) is book.array_type for leaf in leaves
         ):
             return  # traced, not run
-        end = time.time_ns() - self.origin
         if run is not None:  # the Python path ran: this call's program, timed
             function.programs[leaves[0].shape] = program = run.program
             start, end = run.start_ns, run.end_ns
         else:
-            start = start_ns - self.origin
-            program = function.programs.get(getattr(leaves[0], "shape", None))
+            start, program = start_ns - self.origin, None
+            if self.temp_windows:  # the call's window is its program's run
+                end = time.time_ns() - self.origin
+                program = function.programs.get(getattr(leaves[0], "shape", None))
         if function.donates:
             book.release_deleted(self._tree_leaves((args, kwargs)), start)
         where = self.stacks(sys._getframe(2))
@@ -331,7 +342,7 @@ class JittedFunction:
             return self._jitted(*args, **kwargs)
         local = hooks._local
         local.run = None  # set again if this call runs the Python path
-        local.wrapped = getattr(local, "wrapped", 0) + 1  # its outputs are entered here
+        local.wrapped += 1  # its outputs are entered here
         hooks.calls_running += 1
         try:
             start = time.time_ns()

@@ -206,6 +206,7 @@ def _start_recording(config: RunConfig) -> _Recording:
     """The trace opened and the adapter started, before the script runs; on failure
     one line and the exit status ADAPTER_FAILED."""
     from tpumem.adapters import CaptureOptions, get_adapter
+    from tpumem.adapters.call_stacks import end_walks_at
     from tpumem.adapters.trace_name import TraceName
     from tpumem.errors import TpumemError
     from tpumem.trace.writer import TraceWriter
@@ -227,6 +228,7 @@ def _start_recording(config: RunConfig) -> _Recording:
             sys.exit(ADAPTER_FAILED)
         target = name.descriptor
     writer = TraceWriter(target, metadata)
+    end_walks_at(_run_target.__code__)  # the frames beyond it are this runner's
     adapter = get_adapter(config.framework)(CaptureOptions(**config.capture))
     if name is not None:
         adapter.identified = name.settle
