@@ -25,9 +25,16 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.adapters.book_rows import FOUND, NO_LABELS, TEMP, rows_to_columns, shape_text
+from tpumem.adapters.book_rows import (
+    ALLOC_CODE,
+    FOUND,
+    FREE_CODE,
+    NONE,
+    TEMP,
+    BookRows,
+    shape_text,
+)
 from tpumem.adapters.call_stacks import NOWHERE, Where
-from tpumem.trace.schema import ALLOC, FREE
 
 
 def device_name(device: Any) -> str:
@@ -38,19 +45,16 @@ def device_name(device: Any) -> str:
     return f"{device.platform.upper()}:{device.id if local is None else local}"
 
 
-@dataclass(slots=True)
-class _Buffer:
-    buffer_id: int
-    bytes: int
-    holders: int  # arrays that hold it
-    device: str
-    address: int
-
+# A buffer in the book: [arrays that hold it, buffer id, bytes, device code
+# (BookRows.device), address].
+# A list, not a class: entering runs after every call, and a class's __init__ is
+# a Python call (0.1 us of a call's few).
+_Buffer = list
+_HOLDERS = 0
 
 # An array in the book: (its weakref, its buffers, id(array), when it was entered).
 # id(array) is kept because a new array may take it once this one died; the
 # entry's sequence number tells the poll which entries are older than its look.
-# A tuple: entering runs after every call, and a class's __init__ is a Python call.
 _Entry = tuple[weakref.ref, list[_Buffer], int, int]
 
 
@@ -79,21 +83,34 @@ class BufferBook:
         self.start_time_ns = start_time_ns
         self.array_type = array_type
         self.counts = BookCounts()
-        self._clock = time.time_ns
         self._lock = threading.Lock()
+        # (id(weakref), time.time_ns()) of the arrays that died, in order.
         self._released: collections.deque[tuple[int, int]] = collections.deque()
+        released, clock = self._released.append, time.time_ns
+
+        def on_death(ref: weakref.ref) -> None:
+            # Arrays die until the interpreter's very end, after modules are torn
+            # down: the clock is held here. A closure: no attribute lookups.
+            released((id(ref), clock()))
+
+        self._on_death = on_death
         # id(weakref) -> the entry of an array in the book.
         self._entries: dict[int, _Entry] = {}
         self._by_object: dict[int, int] = {}  # id(array) -> id(its weakref)
         self._buffers: dict[tuple[str, int], _Buffer] = {}
-        # Rows in _FIELDS order, in the order things happened: a free and an
-        # allocation at the same moment (a donated buffer reused) keep their order.
-        self._rows: list[tuple[Any, ...]] = []
+        # Rows in the order things happened: a free and an allocation at the same
+        # moment (a donated buffer reused) keep their order.
+        self._rows = BookRows()
         self._next_id = 0
         self._sequence = 0  # entries made so far: the poll leaves newer ones alone
         self._unseen: set[int] = set()  # ids the last poll found untracked
-        # id(sharding) -> (the sharding, kept so its id stays its own; device name)
-        self._devices: dict[int, tuple[Any, str]] = {}
+        # id(sharding) -> (the sharding, kept so its id stays its own; its device's
+        # code; the device's sizes, below)
+        self._devices: dict[int, tuple[Any, int, dict | None]] = {}
+        # A CPU device's sizes of a buffer by its aval, as the device first gave
+        # them: on a CPU a layout has no tiles, so an aval's size is always the same
+        # (0.9 us a fresh array to ask). Elsewhere (TPU tiles) each buffer is asked.
+        self._sizes: dict[int, dict[Any, int] | None] = {}
         self._labels: dict[Any, tuple[str, str, int]] = {}  # aval -> dtype, shape, nbytes
 
     # -- entering and releasing ------------------------------------------------
@@ -108,26 +125,31 @@ class BufferBook:
     ) -> None:
         """Enters the jax.Arrays among `arrays` (anything else is skipped)."""
         array_type = self.array_type
+        entered = listed = 0
         with self._lock:
             if self._released:
                 self._drain_released()
-            entered = 0
             for array in arrays:
                 if type(array) is not array_type:
                     array = getattr(array, "_base_array", None)  # typed PRNG keys
                     if type(array) is not array_type:
                         continue
-                entered += self._enter(array, time_ns, op, region, where)
-            self.counts.entered += entered
+                shards = self._enter(array, time_ns, op, region, where)
+                if shards:
+                    entered += 1
+                    listed += shards
+            counts = self.counts
+            counts.entered += entered
+            counts.shards_listed += listed
 
-    def _enter(self, array: Any, time_ns: int, op: str | None, region: str, where: Where) -> bool:
-        # The hot path of the adapter: locals, no helper calls for the usual case.
+    def _enter(self, array: Any, time_ns: int, op: str | None, region: str, where: Where) -> int:
+        """Enters one array: the number of its shards, 0 if it was not entered.
+        The hot path of the adapter: locals, no helper calls for the usual case."""
         key = id(array)
         by_object = self._by_object
         if key in by_object or array.is_deleted():
-            return False  # in the book already (a dead array's id is dropped first)
+            return 0  # in the book already (a dead array's id is dropped first)
         buffers = self._buffers
-        source, stack = where
         aval = array.aval
         dtype, shape, nbytes = self._labels.get(aval) or self._label(aval)
         held = []
@@ -136,35 +158,40 @@ class BufferBook:
         # on_device_size_in_bytes go through it too). They hold no memory of their
         # own, but jax.live_arrays() lists them: counted, and said in the report.
         shards = array._arrays
-        self.counts.shards_listed += len(shards)
         for shard in shards:
-            known = self._devices.get(id(shard.sharding))
-            device = known[1] if known is not None else self._device(shard)
+            _, device, sizes = self._devices.get(id(shard.sharding)) or self._device(shard)
             address = shard.unsafe_buffer_pointer()
             buffer = buffers.get((device, address))
             if buffer is not None:
-                buffer.holders += 1
+                buffer[_HOLDERS] += 1
                 self.counts.shared += 1
             else:
+                shard_aval = aval
                 if shard is not array:
-                    _, shape, nbytes = self._labels.get(shard.aval) or self._label(shard.aval)
-                size = shard.on_device_size_in_bytes()
+                    shard_aval = shard.aval
+                    _, shape, nbytes = self._labels.get(shard_aval) or self._label(shard_aval)
+                size = sizes.get(shard_aval) if sizes is not None else None
+                if size is None:
+                    size = shard.on_device_size_in_bytes()
+                    if sizes is not None:
+                        sizes[shard_aval] = size
                 buffer_id = self._next_id
                 self._next_id = buffer_id + 1
-                buffer = buffers[(device, address)] = _Buffer(buffer_id, size, 1, device, address)
-                row = (ALLOC, time_ns, device, buffer_id, address, size, nbytes)
-                self._rows.append((*row, op, region, dtype, shape, source, stack))
+                buffer = buffers[(device, address)] = [1, buffer_id, size, device, address]
+                rows = self._rows  # (BookRows.alloc, inline: a call fewer)
+                label = rows.labels.get((op, region, dtype, shape, where))
+                if label is None:
+                    label = rows.label((op, region, dtype, shape, where))
+                rows.made.append(
+                    (ALLOC_CODE, time_ns, device, buffer_id, address, size, nbytes, label)
+                )
             held.append(buffer)
         ref = weakref.ref(array, self._on_death)
-        self._entries[id(ref)] = (ref, held, key, self._sequence)
-        by_object[key] = id(ref)
+        ref_id = id(ref)
+        self._entries[ref_id] = (ref, held, key, self._sequence)
+        by_object[key] = ref_id
         self._sequence += 1
-        return True
-
-    def _on_death(self, ref: weakref.ref) -> None:
-        # Arrays die until the interpreter's very end, after modules are torn
-        # down: the clock is the instance's own.
-        self._released.append((id(ref), self._clock() - self.start_time_ns))
+        return len(shards)
 
     def release_deleted(self, arrays: list[Any], time_ns: int) -> None:
         """Releases the buffers of the arrays among `arrays` that were deleted:
@@ -186,19 +213,21 @@ class BufferBook:
         if self._by_object.get(array_key) == ref_id:
             del self._by_object[array_key]
         for buffer in held:
-            buffer.holders -= 1
-            if buffer.holders == 0:
-                device, address = buffer.device, buffer.address
+            buffer[_HOLDERS] -= 1
+            if not buffer[_HOLDERS]:
+                _, buffer_id, size, device, address = buffer
                 del self._buffers[(device, address)]
-                row = (FREE, time_ns, device, buffer.buffer_id, address, buffer.bytes)
-                self._rows.append(row + NO_LABELS)
+                self._rows.made.append(
+                    (FREE_CODE, time_ns, device, buffer_id, address, size, NONE, NONE)
+                )
         return True
 
     def _drain_released(self) -> None:
         """Releases the arrays that died since the last call, in order."""
-        released = self._released
+        released, release, start = self._released, self._release, self.start_time_ns
         while released:
-            self._release(*released.popleft())
+            ref_id, died = released.popleft()
+            release(ref_id, died - start)
 
     # -- the poll --------------------------------------------------------------
 
@@ -225,8 +254,10 @@ class BufferBook:
                 key = id(array)
                 if key in self._by_object:
                     continue
-                if key in self._unseen and self._enter(array, now, None, FOUND, NOWHERE):
+                shards = self._enter(array, now, None, FOUND, NOWHERE) if key in self._unseen else 0
+                if shards:
                     self.counts.found_by_poll += 1
+                    self.counts.shards_listed += shards
                 else:
                     unseen.add(key)
             self._unseen = unseen
@@ -241,28 +272,32 @@ class BufferBook:
         with self._lock:
             buffer_id = self._next_id
             self._next_id += 1
-            self._rows.append(
-                (ALLOC, start_ns, device, buffer_id, None, size, size, op, TEMP, None, None, *where)
+            self._rows.alloc(
+                start_ns, device, buffer_id, None, size, size, (op, TEMP, None, None, where)
             )
-            self._rows.append((FREE, end_ns, device, buffer_id, None, size, *NO_LABELS))
+            self._rows.free(end_ns, device, buffer_id, None, size)
 
-    def take_columns(self) -> tuple[dict[str, list[Any]], int]:
+    def take_columns(self) -> tuple[dict[str, Any], int]:
         """The rows made since the last call, as trace columns."""
         with self._lock:
             self._drain_released()
-            rows, self._rows = self._rows, []
-        return rows_to_columns(rows)
+            rows = self._rows.take()
+        return self._rows.columns(rows)
 
     # -- labels, cached --------------------------------------------------------
 
-    def _device(self, shard: Any) -> str:
-        """A shard's device name, cached by its sharding object."""
+    def _device(self, shard: Any) -> tuple[Any, int, dict | None]:
+        """A shard's device (its code in the rows, its sizes), cached by its
+        sharding object."""
         sharding = shard.sharding
         if len(self._devices) > 100_000:  # programs made and dropped by the thousand
             self._devices.clear()
-        name = device_name(sharding._device_assignment[0])
-        self._devices[id(sharding)] = (sharding, name)
-        return name
+        device = sharding._device_assignment[0]
+        code = self._rows.device(device_name(device))
+        if code not in self._sizes:
+            self._sizes[code] = {} if device.platform == "cpu" else None
+        known = self._devices[id(sharding)] = (sharding, code, self._sizes[code])
+        return known
 
     def _label(self, aval: Any) -> tuple[str, str, int]:
         """An aval's labels the first time it is seen: (dtype, shape, bytes)."""

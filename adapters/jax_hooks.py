@@ -65,6 +65,12 @@ class Program:
     temp_bytes: int
     executable: Any  # held so that its id is not reused by another program
 
+    @property
+    def shows_temp(self) -> bool:
+        """Its temp buffer is shown live while it runs: a single-device program
+        with one (the CPU client runs those inline, so the call is the run)."""
+        return self.temp_bytes > 0 and len(self.devices) == 1
+
 
 @dataclass(frozen=True, slots=True)
 class _Run:
@@ -74,9 +80,9 @@ class _Run:
 
 
 class _CallState(threading.local):
-    """A thread's hooked calls: `run`, the program the Python path ran for the call
-    under way (None: the C++ fast path ran it); `wrapped`, the calls under way
-    whose outputs a wrapper enters. Class defaults: no getattr on the hot path."""
+    """A thread's hooked calls: `run`, the program the Python path ran last on this
+    thread; `wrapped`, the primitive calls under way whose outputs their wrapper
+    enters (install_every_call). Class defaults: no getattr on the hot path."""
 
     run: _Run | None = None
     wrapped = 0
@@ -99,7 +105,10 @@ class JaxHooks:
         self.stacks = stacks
         self.programs: dict[int, Program] = {}
         self.wrapped = 0
-        self.calls_running = 0  # hooked calls under way, on any thread
+        self.calls_running = 0  # hooked calls that donate, under way on any thread
+        # Programs run by JAX's Python path, on any thread: a call that sees it
+        # unchanged ran on the C++ fast path (a thread-local read saved a call).
+        self.python_runs = 0
         self.every_call = False  # every program's outputs entered where it runs
         self.active = True  # False once uninstalled: wrappers still held pass through
         self.patches = Patches()
@@ -167,6 +176,7 @@ class JaxHooks:
             end = time.time_ns()
             run = _Run(hooks._program(self), start - hooks.origin, end - hooks.origin)
             hooks._local.run = run
+            hooks.python_runs += 1
             if hooks.every_call and not hooks._local.wrapped:
                 hooks._ran(run, args, out)
             return out
@@ -267,27 +277,43 @@ class JaxHooks:
         return Program(execute.name, devices, temp, executable)
 
     def after_call(
-        self, function: JittedFunction, start_ns: int, out: Any, args: Any, kwargs: Any
+        self,
+        function: JittedFunction,
+        start_ns: int,
+        out: Any,
+        args: Any,
+        kwargs: Any,
+        python_runs: int,
     ) -> None:
-        leaves = self._tree_leaves(out)
-        local = self._local
-        run = local.run
-        local.run = None
+        """Enters what a call returned; `python_runs`: the count before the call."""
         book = self.book
-        if book is None or not leaves:
+        if book is None:
             return
-        if type(leaves[0]) is not book.array_type and not any(
-            type(leaf) is book.array_type for leaf in leaves
-        ):
-            return  # traced, not run
+        array_type = book.array_type
+        if type(out) is array_type:
+            leaves = [out]
+        else:
+            leaves = self._tree_leaves(out)
+            if not leaves or (
+                type(leaves[0]) is not array_type
+                and not any(type(leaf) is array_type for leaf in leaves)
+            ):
+                return  # traced, not run
+        run = None
+        if self.python_runs != python_runs:  # on some thread: this call's if ours and new
+            run = self._local.run
+            if run is not None and run.start_ns < start_ns - self.origin:
+                run = None
         if run is not None:  # the Python path ran: this call's program, timed
-            function.programs[leaves[0].shape] = program = run.program
+            program = run.program
+            if program.shows_temp:
+                function.programs[getattr(leaves[0], "shape", None)] = program
             start, end = run.start_ns, run.end_ns
         else:
             start, program = start_ns - self.origin, None
             if self.temp_windows:  # the call's window is its program's run
-                end = time.time_ns() - self.origin
                 program = function.programs.get(getattr(leaves[0], "shape", None))
+                end = time.time_ns() - self.origin
         if function.donates:
             book.release_deleted(self._tree_leaves((args, kwargs)), start)
         where = self.stacks(sys._getframe(2))
@@ -311,9 +337,8 @@ class JaxHooks:
             self._temp(run.program, run.start_ns, run.end_ns, op, where)
 
     def _temp(self, program: Program, start: int, end: int, op: str, where: Where) -> None:
-        """A program's temp buffer, live while it ran (single-device programs:
-        the CPU client runs them inline, so the call is the run)."""
-        if program.temp_bytes > 0 and len(program.devices) == 1:
+        """A program's temp buffer, live while it ran (Program.shows_temp)."""
+        if program.shows_temp:
             self.book.add_temp(program.devices[0], program.temp_bytes, start, end, op, where)
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
@@ -334,23 +359,26 @@ class JittedFunction:
         self._jitted = jitted
         self._hooks = hooks
         self.donates = donates
-        self.programs: dict[Any, Program] = {}  # by the first output's shape
+        # Its programs whose temp is shown (Program.shows_temp), by the first
+        # output's shape: the fast path's calls name no program.
+        self.programs: dict[Any, Program] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self._hooks
-        if not hooks.active:
+        if not hooks.active or hooks.every_call:
+            # (every_call: each program's outputs are entered where it runs)
             return self._jitted(*args, **kwargs)
-        local = hooks._local
-        local.run = None  # set again if this call runs the Python path
-        local.wrapped += 1  # its outputs are entered here
-        hooks.calls_running += 1
+        python_runs = hooks.python_runs
+        donates = self.donates  # (the poll leaves donated arguments to this call)
+        if donates:
+            hooks.calls_running += 1
         try:
             start = time.time_ns()
             out = self._jitted(*args, **kwargs)
-            hooks.after_call(self, start, out, args, kwargs)
+            hooks.after_call(self, start, out, args, kwargs, python_runs)
         finally:
-            hooks.calls_running -= 1
-            local.wrapped -= 1
+            if donates:
+                hooks.calls_running -= 1
         return out
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:

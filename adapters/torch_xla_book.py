@@ -37,15 +37,13 @@ from typing import Any
 from tpumem.adapters.book_rows import (
     GRADIENT,
     INPUT,
-    NO_LABELS,
     OUTPUT,
     PARAMETER,
     TEMP,
-    rows_to_columns,
+    BookRows,
     shape_text,
 )
 from tpumem.adapters.call_stacks import NOWHERE, Where
-from tpumem.trace.schema import ALLOC, FREE
 
 
 @dataclass(slots=True)
@@ -152,7 +150,7 @@ class TensorBook:
         self._graphs_kept = False  # a run kept its graph for another
         self._ended: collections.deque[tuple[Run, int]] = collections.deque()
         self._running: dict[int, Run] = {}  # id(run) -> run, until it ends
-        self._rows: list[tuple[Any, ...]] = []
+        self._rows = BookRows()
         self._next_id = 0
         self._grad_where: Where = NOWHERE
 
@@ -317,11 +315,11 @@ class TensorBook:
                 self._free(buffer, time_ns)
             self._orphans = []
 
-    def take_columns(self) -> tuple[dict[str, list[Any]], int]:
+    def take_columns(self) -> tuple[dict[str, Any], int]:
         with self._lock:
             self._drain_ended()
-            rows, self._rows = self._rows, []
-        return rows_to_columns(rows)
+            rows = self._rows.take()
+        return self._rows.columns(rows)
 
     # -- the book's own work (under its lock) -----------------------------------
 
@@ -515,13 +513,13 @@ class TensorBook:
     ) -> _Buffer:
         buffer = _Buffer(self._next_id, size, 1, device, -1)
         self._next_id += 1
-        row = (ALLOC, time_ns, device, buffer.buffer_id, None, size, size)
-        self._rows.append((*row, op, region, dtype, shape, *where))
+        self._rows.alloc(
+            time_ns, device, buffer.buffer_id, None, size, size, (op, region, dtype, shape, where)
+        )
         return buffer
 
     def _free(self, buffer: _Buffer, time_ns: int) -> None:
-        row = (FREE, time_ns, buffer.device, buffer.buffer_id, None, buffer.bytes)
-        self._rows.append(row + NO_LABELS)
+        self._rows.free(time_ns, buffer.device, buffer.buffer_id, None, buffer.bytes)
 
     def _on_death(self, ref: weakref.ref) -> None:
         # Only a deque append: this can run inside the book's lock (a GC).

@@ -1,5 +1,6 @@
 """The pieces of `tpumem profile` that need no framework: profiler chunks on the
-trace clock, recording how a killed run ended, and finding the framework."""
+trace clock, recording how a killed run ended, finding the framework, and the
+buffer books' packed rows."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from conftest import run_python
 from tpumem.adapters import xla_dump
+from tpumem.adapters.book_rows import BookRows
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.profiler_chunks import ProfilerChunks
 from tpumem.adapters.quiet import ANNOUNCEMENT
@@ -24,8 +26,10 @@ from tpumem.launch.detect import detect_framework, imported_modules
 from tpumem.launch.stderr_filter import StderrFilter
 from tpumem.report.rows import run_rows
 from tpumem.trace.amend import append_metadata
+from tpumem.trace.columns import record_batch
 from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
+from tpumem.trace.schema import ALLOC, FREE
 from tpumem.trace.writer import TraceWriter
 from xspace_builder import build_space
 
@@ -345,3 +349,39 @@ def test_stderr_loses_only_what_tpumem_threads_logged():
         text = passed.read()
     assert text == b"the script's line\n" + theirs + b" started.\nprogress 50%\r"
     assert stderr.dropped == 2
+
+
+def test_a_books_packed_rows_read_back_as_the_rows_it_made():
+    """Every field of an allocation and a free, missing ones null (a temp's
+    address and labels, a free's labels), through batches that name different
+    devices and labels: each batch's dictionaries hold only what it uses."""
+    rows = BookRows()
+    made = [
+        (ALLOC, 10, "CPU:0", 0, 4096, 64, 60, "add", "output", "float32", "[15]", "x.py:3", 2),
+        (ALLOC, 11, "TPU:1", 1, None, 128, 128, "jit(f)", "temp", None, None, None, None),
+        (FREE, 12, "CPU:0", 0, 4096, 64, None, None, None, None, None, None, None),
+        (ALLOC, 13, "CPU:0", 2, 8192, 8, None, None, "array", "int8", "[8]", "y.py:1", None),
+    ]
+    later = [
+        (FREE, 14, "TPU:1", 1, None, 128, None, None, None, None, None, None, None),
+        (ALLOC, 15, "CPU:1", 3, 1 << 40, 4, 4, "mul", "output", "int32", "[]", "y.py:9", 0),
+    ]
+    fields = ("kind", "time_ns", "device", "buffer_id", "address", "bytes", "requested_bytes")
+    fields += ("op", "region", "dtype", "shape", "source", "stack")
+    for batch in (made, later, []):
+        for kind, time_ns, device, buffer_id, address, size, requested, *label in batch:
+            if kind == ALLOC:
+                *named, source, stack = label
+                where = (source, stack)
+                rows.alloc(time_ns, device, buffer_id, address, size, requested, (*named, where))
+            else:
+                rows.free(time_ns, device, buffer_id, address, size)
+        columns, count = rows.columns(rows.take())
+        assert count == len(batch)
+        if not batch:
+            assert columns == {}
+            continue
+        read = record_batch(columns, count)
+        assert [tuple(row[f] for f in fields) for row in read.to_pylist()] == batch
+        used = {row[2] for row in batch}
+        assert set(read.column("device").dictionary.to_pylist()) == used
