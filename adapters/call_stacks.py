@@ -101,15 +101,18 @@ class CallStacks:
         while frame is not None:
             code = frame.f_code
             name = names.get(id(code), "")
-            if name == "":
-                name = self._code_name(code)
-            if name is not None:
-                if name is _OUTSIDE:
-                    break
-                key.append(id(code))
-                key.append(frame.f_lasti)
-                if len(key) == 2 * MAX_FRAMES:
-                    break
+            if name is None:  # not kept: most frames (libraries')
+                frame = frame.f_back
+                continue
+            if name == "":  # not seen before: named, then looked at again
+                self._code_name(code)
+                continue
+            if name is _OUTSIDE:
+                break
+            key.append(id(code))
+            key.append(frame.f_lasti)
+            if len(key) == 2 * MAX_FRAMES:
+                break
             frame = frame.f_back
         return tuple(key)
 

@@ -142,6 +142,19 @@ class BufferBook:
             counts.entered += entered
             counts.shards_listed += listed
 
+    def enter_one(
+        self, array: Any, time_ns: int, op: str | None, region: str, where: Where
+    ) -> None:
+        """`enter` of one jax.Array: most calls return one, and the list costs."""
+        with self._lock:
+            if self._released:
+                self._drain_released()
+            shards = self._enter(array, time_ns, op, region, where)
+            if shards:
+                counts = self.counts
+                counts.entered += 1
+                counts.shards_listed += shards
+
     def _enter(self, array: Any, time_ns: int, op: str | None, region: str, where: Where) -> int:
         """Enters one array: the number of its shards, 0 if it was not entered.
         The hot path of the adapter: locals, no helper calls for the usual case."""

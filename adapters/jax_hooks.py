@@ -291,7 +291,7 @@ class JaxHooks:
             return
         array_type = book.array_type
         if type(out) is array_type:
-            leaves = [out]
+            leaves, first = None, out  # one array: entered without a list
         else:
             leaves = self._tree_leaves(out)
             if not leaves or (
@@ -299,6 +299,7 @@ class JaxHooks:
                 and not any(type(leaf) is array_type for leaf in leaves)
             ):
                 return  # traced, not run
+            first = leaves[0]
         run = None
         if self.python_runs != python_runs:  # on some thread: this call's if ours and new
             run = self._local.run
@@ -307,17 +308,20 @@ class JaxHooks:
         if run is not None:  # the Python path ran: this call's program, timed
             program = run.program
             if program.shows_temp:
-                function.programs[getattr(leaves[0], "shape", None)] = program
+                function.programs[getattr(first, "shape", None)] = program
             start, end = run.start_ns, run.end_ns
         else:
             start, program = start_ns - self.origin, None
-            if self.temp_windows:  # the call's window is its program's run
-                program = function.programs.get(getattr(leaves[0], "shape", None))
+            if self.temp_windows and function.programs:  # the call's window is its run
+                program = function.programs.get(getattr(first, "shape", None))
                 end = time.time_ns() - self.origin
         if function.donates:
             book.release_deleted(self._tree_leaves((args, kwargs)), start)
         where = self.stacks(sys._getframe(2))
-        book.enter(leaves, start, function.__name__, OUTPUT, where)
+        if leaves is None:
+            book.enter_one(first, start, function.__name__, OUTPUT, where)
+        else:
+            book.enter(leaves, start, function.__name__, OUTPUT, where)
         if program is not None and self.temp_windows:
             self._temp(program, start, end, function.__name__, where)
 
