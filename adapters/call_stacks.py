@@ -39,6 +39,7 @@ _RUNPY = ("runpy.py", "<frozen runpy>")
 # walk from an eager JAX call visited twice as many frames as it kept.
 _OUTERMOST: set[int] = set()
 _OUTSIDE = "<outside>"  # a code's name in CallStacks._names: the walk ends there
+_UNSEEN = object()  # a code not in CallStacks._names yet
 
 
 def end_walks_at(code: types.CodeType) -> None:
@@ -100,11 +101,11 @@ class CallStacks:
         key: list = []
         while frame is not None:
             code = frame.f_code
-            name = names.get(id(code), "")
+            name = names.get(id(code), _UNSEEN)
             if name is None:  # not kept: most frames (libraries')
                 frame = frame.f_back
                 continue
-            if name == "":  # not seen before: named, then looked at again
+            if name is _UNSEEN:  # named now (never _UNSEEN), then looked at again
                 self._code_name(code)
                 continue
             if name is _OUTSIDE:

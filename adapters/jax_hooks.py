@@ -306,9 +306,11 @@ class JaxHooks:
             if run is not None and run.start_ns < start_ns - self.origin:
                 run = None
         if run is not None:  # the Python path ran: this call's program, timed
-            program = run.program
+            program, shape = run.program, getattr(first, "shape", None)
             if program.shows_temp:
-                function.programs[getattr(first, "shape", None)] = program
+                function.programs[shape] = program
+            else:  # (a program of the same output shape compiled before)
+                function.programs.pop(shape, None)
             start, end = run.start_ns, run.end_ns
         else:
             start, program = start_ns - self.origin, None
