@@ -141,13 +141,13 @@ class BookRows:
             "bytes": rows[:, BYTES],
             "requested_bytes": _masked(rows[:, REQUESTED]),
         }
+        # Each row's label codes (all NONE for a row without a label).
+        table = np.full((len(rows), self._label_table.shape[1]), NONE, np.int64)
         labelled = rows[:, LABEL] != NONE
-        table = self._label_table[np.where(labelled, rows[:, LABEL], 0)] if labelled.any() else None
+        table[labelled] = self._label_table[rows[labelled, LABEL]]
         for i, field in enumerate((*LABEL_FIELDS, "source")):
-            codes = table[:, i] if table is not None else rows[:, LABEL]
-            columns[field] = _dictionary(codes, labelled & (codes != NONE), self._names[i])
-        stacks = table[:, -1] if table is not None else rows[:, LABEL]
-        columns["stack"] = np.ma.masked_array(stacks, ~labelled | (stacks == NONE))
+            columns[field] = _dictionary(table[:, i], table[:, i] != NONE, self._names[i])
+        columns["stack"] = _masked(table[:, -1])
         return columns, len(made)
 
 
