@@ -7,7 +7,14 @@ import pytest
 
 from tpumem.xplane.memory_events import parse_space, read_memory_events
 from tpumem.xplane.schema import messages
-from tpumem.xplane.wire import WireError, read_varints, scan, scan_embedded, scan_stats
+from tpumem.xplane.wire import (
+    WireError,
+    read_varints,
+    scan,
+    scan_embedded,
+    scan_stats,
+    sized_varints,
+)
 from xspace_builder import build_space
 
 
@@ -212,6 +219,47 @@ def test_regular_and_general_decoders_agree(monkeypatch):
     assert _columns(data) == regular
     assert regular[3]["tf_op"][5] == "x" * 300
     assert regular[2]["id"][0][7] == memory_event(7, True)["stats"]["id"]
+
+
+def test_values_of_every_size_decode_alike_in_both_decoders(monkeypatch):
+    """The regular decoder takes a varint's size from its stat's length: values of
+    1 to 10 bytes (ten: a negative int64), as uint64 and as int64, a double and an
+    empty string read as the general decoder reads them."""
+    sizes = [0, 1, 127, 128, 2**14, 2**21, 2**28, 2**35, 2**42, 2**49, 2**56, 2**63 - 1]
+    events = [memory_event(i, alloc=True) for i in range(len(sizes))]
+    for event, value in zip(events, sizes, strict=True):
+        event["stats"].update(addr=value, bytes_allocated=-value - 1, fragmentation=-0.0)
+    events[3]["stats"]["shape"] = ""
+    for signed in (False, True):
+        data = build_space(events, signed=signed)
+        regular = _columns(data)
+        assert regular[2]["addr"][0] == sizes
+        assert regular[2]["bytes_allocated"][0] == [-v - 1 for v in sizes]
+        assert regular[3]["shape"][3] == ""
+        with monkeypatch.context() as patched:
+            _general_only(patched)
+            assert _columns(data) == regular
+
+
+def test_sized_varints_read_a_varint_only_at_its_size():
+    values = [1, 300, 2**40, 2**56 - 1]
+    words, sizes = [], []
+    for value in values:
+        encoded = bytearray()
+        while True:
+            byte, value = value & 0x7F, value >> 7
+            encoded.append(byte | (0x80 if value else 0))
+            if not value:
+                break
+        sizes.append(len(encoded))
+        words.append(int.from_bytes(bytes(encoded).ljust(8, b"\xff"), "little"))
+    words_array = np.array(words, dtype=np.uint64)
+    decoded, valid = sized_varints(words_array.copy(), np.array(sizes, dtype=np.uint8))
+    assert decoded.tolist() == values and valid.all()
+    # One byte short or long of the varint, or a size outside 1-8: not a varint.
+    for wrong in (np.array(sizes) - 1, np.array(sizes) + 1, np.full(4, 9), np.zeros(4, int)):
+        _, valid = sized_varints(words_array.copy(), wrong.astype(np.uint8))
+        assert not valid.any()
 
 
 def test_regular_and_general_decoders_agree_on_a_real_profile(monkeypatch):

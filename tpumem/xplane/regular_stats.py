@@ -1,11 +1,14 @@
-"""The stats of many events in their usual shape, decoded a stat position at a time.
+"""The stats of many events in their usual shape: their headers walked a stat
+position at a time, then every value decoded at once.
 
 A memory event's stats are XStat messages written the same way every time: tag
 0x22, a one-byte length, tag 0x08, a one-byte metadata id, then one value field.
-Read so, a stat costs one 8-byte gather for its header and one for its value, and
-each lands straight in its stat's row of a table (stat code x event). An event
-with any stat of another shape (long ids, unknown fields) is left to the general
-decoder (wire.py), which reads any valid encoding.
+Read so, the walk from one stat to the next needs only the header's 8-byte word
+(its length byte says where the next one begins), and a value's size follows from
+the stat's length, so a varint is decoded with a mask instead of a search for its
+last byte. Each value lands straight in its stat's row of a table (stat code x
+event). An event with any stat of another shape (long ids, long strings, unknown
+fields) is left to the general decoder (wire.py), which reads any valid encoding.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.xplane.wire import read_varints, read_wide_varints, words_at
+from tpumem.xplane.wire import read_varints, sized_varints, words_at
 
 STATS_TAG = 0x22  # XEvent.stats (field 4, length-delimited)
 ID_TAG = 0x08  # XStat.metadata_id (field 1, varint)
@@ -52,51 +55,91 @@ def decode_regular(
     """The stats in buf[starts[i]:ends[i]] of each event (only stats there), by the
     code `id_codes` gives each stat metadata id (codes: how many there are)."""
     count = len(starts)
-    tag = np.zeros((codes, count), dtype=np.uint8)
-    value = np.zeros((codes, count), dtype=np.uint64)
-    length = np.zeros((codes, count), dtype=np.int64)
-    irregular = np.zeros(count, dtype=bool)
-    code_of = np.zeros(0x80, dtype=np.intp)  # one-byte ids; others are irregular
+    tables = RegularStats(
+        np.zeros((codes, count), dtype=np.uint8),
+        np.zeros((codes, count), dtype=np.uint64),
+        np.zeros((codes, count), dtype=np.int64),
+        np.zeros(count, dtype=bool),
+    )
+    code_of = np.zeros(0x80, dtype=np.intp)  # (ids past 0x7F fail the header's mask)
     code_of[: min(0x80, len(id_codes))] = id_codes[:0x80]
-    pos = starts.astype(np.int64, copy=True)
-    todo = np.flatnonzero(pos < ends)
-    last_word = len(buf) - 8  # a header's 8-byte gather must fit in the buffer
+    last_word = len(buf) - 8  # a word's 8-byte gather must fit in the buffer
+    irregular = tables.irregular
+    # One stat of every event not done yet a pass (a batch small enough for the
+    # CPU's caches): its header checked, its value decoded, the next one found.
+    todo = np.flatnonzero(starts < ends)
+    at, end = starts[todo].astype(np.int64), ends[todo]
     while len(todo):
-        at = pos[todo]
-        if at.max() > last_word:
-            fits = at <= last_word
+        fits = at <= last_word
+        if not fits.all():
             irregular[todo[~fits]] = True
-            todo, at = todo[fits], at[fits]
+            todo, at, end = todo[fits], at[fits], end[fits]
+            if not len(todo):
+                break
         word = words_at(buf, at)
+        usual = (word & _HEADER_MASK) == _HEADER
+        if not usual.all():
+            irregular[todo[~usual]] = True
+            todo, at, end, word = todo[usual], at[usual], end[usual], word[usual]
+            if not len(todo):
+                break
         size = ((word >> np.uint64(8)) & _BYTE).astype(np.int64)
-        stat_id = ((word >> np.uint64(24)) & _BYTE).astype(np.intp)
-        kind = _KIND[(word >> np.uint64(32)) & _BYTE]
-        stat_end = at + 2 + size
-        regular = ((word & _HEADER_MASK) == _HEADER) & (size >= 3) & (kind != 0)
-        regular &= stat_end <= ends[todo]
-        found = np.zeros(len(todo), dtype=np.uint64)
-        spans = np.zeros(len(todo), dtype=np.int64)
-        payload = at + 5
-        varints = np.flatnonzero(regular & (kind == _VARINT_KIND))
-        found[varints], after = read_wide_varints(buf, payload[varints])
-        regular[varints] &= after == stat_end[varints]
-        doubles = kind == _DOUBLE_KIND
-        regular &= ~doubles | (payload + 8 == stat_end)
-        doubles = np.flatnonzero(regular & doubles)
-        found[doubles] = words_at(buf, payload[doubles])
-        strings = np.flatnonzero(regular & (kind == _STRING_KIND))
+        at += 2 + size  # where this stat ends and the next begins
+        valid = _decode_values(
+            buf,
+            word,
+            size,
+            at,
+            end,
+            tables,
+            code_of[(word >> np.uint64(24)) & _BYTE] * count + todo,
+        )
+        irregular[todo[~valid]] = True
+        more = valid & (at < end)
+        if not more.all():
+            todo, at, end = todo[more], at[more], end[more]
+    tables.tag[:, irregular] = 0
+    return tables
+
+
+def _decode_values(
+    buf: np.ndarray,
+    word: np.ndarray,
+    size: np.ndarray,
+    stat_end: np.ndarray,
+    event_end: np.ndarray,
+    tables: RegularStats,
+    cell: np.ndarray,
+) -> np.ndarray:
+    """Decodes the value of one stat of each event (its header's `word`) into its
+    `cell` (code, event) of the tables; returns which stats were of the usual shape."""
+    payload = stat_end - size + 3
+    last_word = len(buf) - 8
+    fits = (stat_end <= event_end) & (payload <= last_word)
+    tag = ((word >> np.uint64(32)) & _BYTE).astype(np.uint8)
+    kind = _KIND[tag]
+    raw = words_at(buf, np.minimum(payload, last_word))
+    doubles = np.flatnonzero(kind == _DOUBLE_KIND)
+    double_bits = raw[doubles]
+    # A varint's size is the stat's less its 3 bytes of tags and id (wrapping
+    # below 3, to a size never valid).
+    value, valid = sized_varints(raw, size.astype(np.uint8) - np.uint8(3))
+    valid &= kind == _VARINT_KIND
+    # Longer ones (negative int64s take ten bytes) are read in general.
+    long = np.flatnonzero((kind == _VARINT_KIND) & fits & (size > 11))
+    if len(long):
+        value[long], after = read_varints(buf, payload[long])
+        valid[long] = after == stat_end[long]
+    value[doubles] = double_bits
+    valid[doubles] = size[doubles] == 11
+    strings = np.flatnonzero((kind == _STRING_KIND) & fits & (size > 3))
+    if len(strings):
         string_length, string_start = read_varints(buf, payload[strings])
-        found[strings] = string_start.astype(np.uint64)
-        spans[strings] = string_length.astype(np.int64)
-        regular[strings] &= string_start + spans[strings] == stat_end[strings]
-        irregular[todo[~regular]] = True
-        keep = np.flatnonzero(regular)
-        events = todo[keep]
-        cell = code_of[stat_id[keep]] * count + events  # (code, event) in the flat tables
-        tag.ravel()[cell] = ((word[keep] >> np.uint64(32)) & _BYTE).astype(np.uint8)
-        value.ravel()[cell] = found[keep]
-        length.ravel()[cell[spans[keep] > 0]] = spans[keep][spans[keep] > 0]
-        pos[events] = stat_end[keep]
-        todo = events[stat_end[keep] < ends[events]]
-    tag[:, irregular] = 0
-    return RegularStats(tag, value, length, irregular)
+        string_length = string_length.astype(np.int64)
+        value[strings] = string_start.astype(np.uint64)
+        valid[strings] = string_start + string_length == stat_end[strings]
+        tables.length.ravel()[cell[strings]] = string_length
+    valid &= fits
+    tables.tag.ravel()[cell] = tag
+    tables.value.ravel()[cell] = value
+    return valid

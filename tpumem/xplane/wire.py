@@ -137,18 +137,25 @@ def _word_varints(words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return _compact(words), size, ends != 0
 
 
-def read_wide_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """read_varints for values that are mostly several bytes long (addresses,
-    sizes, ids): one 8-byte gather a value, where read_varints takes a byte and
-    then a word. Values longer than 8 bytes, or in the buffer's last 8 bytes, are
-    left to read_varints."""
-    fits = pos <= len(buf) - 8
-    values, size, ended = _word_varints(words_at(buf, np.where(fits, pos, 0)))
-    after = pos + size
-    slow = np.flatnonzero(~fits | ~ended)
-    if len(slow):
-        values[slow], after[slow] = read_varints(buf, pos[slow])
-    return values, after
+# Per varint size in bytes (a uint8; only 1-8 are read here): the bytes it spans,
+# and the continuation bits they must hold (every byte's but the last's). Other
+# sizes span nothing and expect a bit no masked high bits hold, so never match.
+_SPANS = np.zeros(256, dtype=np.uint64)
+_CONTINUED = np.ones(256, dtype=np.uint64)
+for _size in range(1, 9):
+    _SPANS[_size] = (1 << 8 * _size) - 1
+    _CONTINUED[_size] = sum(0x80 << 8 * i for i in range(_size - 1))
+
+
+def sized_varints(words: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The varint at the start of each 8-byte little-endian word (used up) whose
+    size in bytes is known from its field's length (`sizes`, uint8): (values,
+    whether the bytes are a varint of that size). Sizes outside 1-8 are never
+    valid here."""
+    words &= _SPANS[sizes]
+    valid = (words & _HIGH_BITS) == _CONTINUED[sizes]
+    words &= _LOW_BITS
+    return _compact(words), valid
 
 
 def _read_fixed(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
