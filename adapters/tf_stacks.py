@@ -175,42 +175,58 @@ class TfStacks:
     def _labelled(
         self, columns: dict[str, Any], rows: np.ndarray, calls: np.ndarray, windows: list[_Window]
     ) -> dict[str, Any]:
-        """Labels `rows`, made inside `calls` (indices into `windows`): one lookup per
-        distinct (call, op), not per row (a chunk holds tens of thousands of events,
-        labelled on a thread that shares the GIL with the training loop)."""
+        """Labels `rows`, made inside `calls` (indices into `windows`), in numpy: a
+        chunk holds tens of thousands of events, labelled on a thread that shares the
+        GIL with the training loop. Each step's call of a function comes from the
+        same line, so the calls are first grouped by (stack, function), and the
+        labels are looked up once per group and op, not per call or per row."""
         count = len(np.asarray(columns["time_ns"]))
         op_codes, op_names = _codes(columns.get("op"), count)
-        width = len(op_names) + 1
-        pairs, inverse = np.unique(
-            calls.astype(np.int64) * width + op_codes[rows] + 1, return_inverse=True
+        used, call_of_row = np.unique(calls, return_inverse=True)
+        groups: dict[tuple[Where, str | None], int] = {}
+        group_of_call = np.array(
+            [groups.setdefault(windows[call][2:], len(groups)) for call in used.tolist()],
+            np.int64,
         )
-        stacks_of = np.empty(len(pairs), np.int64)
-        sources_of = np.empty(len(pairs), object)
+        width = len(op_names) + 1
+        pairs, pair_of_row = np.unique(
+            group_of_call[call_of_row] * width + op_codes[rows] + 1, return_inverse=True
+        )
+        keys = list(groups)
+        stack_of_pair = np.empty(len(pairs), np.int64)
+        source_of_pair: list[str | None] = []
         with self._lock:
             for i, pair in enumerate(pairs.tolist()):
-                call, code = divmod(pair, width)
-                _, _, where, function = windows[call]
+                group, code = divmod(pair, width)
+                where, function = keys[group]
                 if function is not None and code:
                     where = self._joined(where, function, op_names[code - 1])
-                stacks_of[i] = -1 if where[1] is None else where[1]
-                sources_of[i] = where[0]
+                stack_of_pair[i] = -1 if where[1] is None else where[1]
+                source_of_pair.append(where[0])
         self.labelled += len(rows)
-        stack_ids = _values(columns, "stack", count)
-        sources = _values(columns, "source", count)
         # A host copy's labels (tf_transfers.py) came first and stay.
-        free = np.array([stack_ids[r] is None for r in rows.tolist()], bool)
-        for row, stack_id, source in zip(
-            rows[free].tolist(),
-            stacks_of[inverse][free].tolist(),
-            sources_of[inverse][free].tolist(),
-            strict=True,
-        ):
-            stack_ids[row] = None if stack_id < 0 else stack_id
-            if sources[row] is None:
-                sources[row] = source
+        stacks = _ids(columns.get("stack"), count)
+        free = stacks[rows] < 0
+        stacks[rows[free]] = stack_of_pair[pair_of_row[free]]
+        sources, names = _codes(columns.get("source"), count)
+        code_of: dict[str, int] = {}
+        for code, name in enumerate(names):
+            code_of.setdefault(name, code)
+        for name in source_of_pair:
+            if name is not None and name not in code_of:
+                code_of[name] = len(names)
+                names.append(name)
+        source_of_pair_code = np.array(
+            [-1 if name is None else code_of[name] for name in source_of_pair], np.int64
+        )
+        free_rows, free_pairs = rows[free], pair_of_row[free]
+        unset = sources[free_rows] < 0
+        sources[free_rows[unset]] = source_of_pair_code[free_pairs[unset]]
         labelled = dict(columns)
-        labelled["stack"] = pa.array(stack_ids, pa.int64())
-        labelled["source"] = pa.array(sources, pa.string())
+        labelled["stack"] = pa.array(stacks, pa.int64(), mask=stacks < 0)
+        labelled["source"] = pa.DictionaryArray.from_arrays(
+            pa.array(sources.astype(np.int32), mask=sources < 0), pa.array(names, pa.string())
+        )
         return labelled
 
     def _joined(self, where: Where, function: str, op: str) -> Where:
@@ -245,8 +261,10 @@ def _codes(column: Any, count: int) -> tuple[np.ndarray, list[Any]]:
     return codes, column.dictionary.to_pylist()
 
 
-def _values(columns: dict[str, Any], name: str, count: int) -> list[Any]:
-    column = columns.get(name)
+def _ids(column: Any, count: int) -> np.ndarray:
+    """An id column's values (-1: null), in an array of their own."""
     if column is None:
-        return [None] * count
-    return column.to_pylist() if hasattr(column, "to_pylist") else list(column)
+        return np.full(count, -1, np.int64)
+    if not isinstance(column, pa.Array):
+        column = pa.array(column, pa.int64())
+    return column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)

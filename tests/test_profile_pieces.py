@@ -351,6 +351,28 @@ def test_stderr_loses_only_what_tpumem_threads_logged():
     assert stderr.dropped == 2
 
 
+def test_tensorflow_allocations_take_the_stack_of_the_call_they_fell_in():
+    """Rows inside an eager op's window get its stack and line; a row a host copy
+    labelled first keeps its labels; frees and rows outside every window get none."""
+    import pyarrow as pa
+
+    from tpumem.adapters.tf_stacks import TfStacks
+
+    stacks = TfStacks(None, 0)  # type: ignore[arg-type]  (eager windows need no frames)
+    stacks._windows.extend([(0, 100, ("a.py:1", 7), None), (200, 300, ("b.py:2", 8), None)])
+    columns = {
+        "kind": pa.DictionaryArray.from_arrays(pa.array([0, 0, 1, 0, 0, 0]), [ALLOC, FREE]),
+        "time_ns": np.array([50, 60, 70, 250, 260, 400]),
+        "op": pa.array(["MatMul", "convert", "MatMul", "Add", "MatMul", "Add"]),
+        "stack": pa.array([None, 99, None, None, None, None], pa.int64()),
+        "source": pa.array([None, "host.py:5", None, None, None, None]),
+    }
+    labelled = stacks.label(columns)
+    assert labelled["stack"].to_pylist() == [7, 99, None, 8, 8, None]
+    assert labelled["source"].to_pylist() == ["a.py:1", "host.py:5", None, "b.py:2", "b.py:2", None]
+    assert stacks.labelled == 4
+
+
 def test_a_books_packed_rows_read_back_as_the_rows_it_made():
     """Every field of an allocation and a free, missing ones null (a temp's
     address and labels, a free's labels), through batches that name different
