@@ -30,7 +30,8 @@ from typing import Any, Protocol
 from google.protobuf.message import DecodeError
 
 from tpumem.adapters.quiet import announce_thread
-from tpumem.adapters.xspace_chunks import Chunk, ChunkConverter
+from tpumem.adapters.session_reader import SessionReader
+from tpumem.adapters.xspace_chunks import Chunk
 from tpumem.trace.metadata import CaptureSummary
 from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
@@ -72,6 +73,7 @@ class CaptureStats:
     covered_ns: int = 0
     longest_session_ns: int = 0
     overruns: int = 0  # sessions that ran past _OVERRUN_FACTOR x their length
+    reader_cpu_s: float | None = None  # the reader process's (None: read in this one)
 
     def as_metadata(self, chunk_s: float) -> CaptureSummary:
         span = self.covered_ns + self.gap_total_ns
@@ -87,6 +89,7 @@ class CaptureStats:
             covered_fraction=round(self.covered_ns / span, 6) if span else None,
             longest_session_ns=self.longest_session_ns,
             sessions_overrun=self.overruns,
+            reader_cpu_s=self.reader_cpu_s,
         )
 
 
@@ -121,7 +124,7 @@ class ProfilerChunks:
         self.chunk_s = chunk_s
         self.stats = CaptureStats()
         self.warnings: list[str] = []
-        self._converter = ChunkConverter(writer.start_time_ns)
+        self._reader = SessionReader(writer.start_time_ns)  # a process of its own
         self._last_stop_ns: int | None = None
         self._lock = threading.Lock()  # one rotation, pause or stop at a time
         self._session: Any | None = None
@@ -166,6 +169,9 @@ class ProfilerChunks:
         self._stopped.put(None)
         self._export_thread.join()
         self._writer_thread.join()
+        self._reader.close()
+        self.warnings.extend(self._reader.warnings)
+        self.stats.reader_cpu_s = self._reader.cpu_s
         self.writer.patch_metadata(capture=self.stats.as_metadata(self.chunk_s))
 
     def pause(self) -> None:
@@ -231,9 +237,10 @@ class ProfilerChunks:
                 stopped.exported.set()
 
     def _write_stopped(self) -> None:
-        # At normal priority: this thread holds the GIL while it reads a session,
-        # and at the lowest priority it can be preempted holding it, keeping the
-        # training loop's thread waiting (benchmarks/RESULTS.md).
+        # At normal priority: the session's decoding is the reader process's
+        # (session_reader.py, at the lowest priority); this thread labels and
+        # writes its rows holding the GIL, and at the lowest priority it could be
+        # preempted holding it, keeping the training loop's thread waiting.
         announce_thread()
         while (stopped := self._stopped.get()) is not None:
             self._write(stopped)
@@ -257,7 +264,7 @@ class ProfilerChunks:
 
     def _write(self, stopped: _Stopped) -> None:
         try:
-            chunk = self._converter.convert(stopped.result())
+            chunk = self._reader.convert(stopped.result())
         except (DecodeError, WireError) as error:
             self.warnings.append(f"a profiler chunk could not be read and was skipped: {error}")
             return

@@ -78,6 +78,70 @@ def test_chunks_share_the_trace_clock_and_pair_across_sessions():
     assert converter.open_buffers == 0
 
 
+def _sessions_of_two_buffers() -> list[bytes]:
+    """Three sessions: a lives across the first two, b within the third."""
+    events = [
+        [memory_event("MemoryAllocation", 10, 0x1000, 256, 256)],
+        [memory_event("MemoryDeallocation", 20, 0x1000, 256, 0)],
+        [
+            memory_event("MemoryAllocation", 30, 0x2000, 512, 512),
+            memory_event("MemoryDeallocation", 40, 0x2000, 512, 0),
+        ],
+    ]
+    return [
+        build_space(chunk, session=(TRACE_START + 2 * i * 10**6, TRACE_START + (2 * i + 1) * 10**6))
+        for i, chunk in enumerate(events)
+    ]
+
+
+def _rows(chunk) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """A chunk's (time, buffer id) per event, -1 for no id."""
+    times = chunk.events["time_ns"].tolist()
+    return list(zip(times, np.ma.filled(chunk.events["buffer_id"], -1).tolist(), strict=True))
+
+
+def test_a_reader_process_reads_sessions_as_this_process_would():
+    """Frees pair with allocations of earlier sessions in the reader process; bytes
+    that are no XSpace raise here and the reader goes on; closing it gives its CPU."""
+    from tpumem.adapters.session_reader import SessionReader
+    from tpumem.xplane.wire import WireError
+
+    sessions = _sessions_of_two_buffers()
+    reader, local = SessionReader(TRACE_START), ChunkConverter(TRACE_START)
+    assert not reader.in_process
+    first = reader.convert(sessions[0])
+    with pytest.raises(WireError):
+        reader.convert(b"\x0a\xff not an XSpace")
+    chunks = [first, *(reader.convert(s) for s in sessions[1:])]
+    assert [_rows(c) for c in chunks] == [_rows(local.convert(s)) for s in sessions]
+    assert _rows(chunks[1])[0][1] == _rows(chunks[0])[0][1] >= 0  # paired across sessions
+    reader.close()
+    assert reader.read_elsewhere == 3 and reader.cpu_s is not None and reader.cpu_s > 0
+    assert reader.warnings == []
+
+
+def test_a_reader_process_that_dies_leaves_the_rest_to_this_process():
+    """Killed after the first session: the session in hand and the later ones are
+    read here, nothing is lost, and the warning says which frees lost their pair."""
+    import signal
+
+    from tpumem.adapters.session_reader import SessionReader
+
+    sessions = _sessions_of_two_buffers()
+    reader = SessionReader(TRACE_START)
+    first = reader.convert(sessions[0])
+    reader._process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+    reader._process.wait()  # type: ignore[union-attr]
+    second, third = reader.convert(sessions[1]), reader.convert(sessions[2])
+    assert reader.in_process and first.event_count == 1
+    assert _rows(second)[0][1] == -1  # a's allocation was the dead reader's to pair
+    b_alloc, b_free = _rows(third)
+    assert b_alloc[1] == b_free[1] >= 0
+    (warning,) = reader.warnings
+    assert "ended after 1 of them" in warning and "freed after it has its free unmatched" in warning
+    reader.close()
+
+
 class LateStampingSessions:
     """Sessions that stamp their stop time well after their stop was called, as
     TensorFlow's profiler does on a loaded machine (it stamps the stop once it

@@ -140,6 +140,8 @@ def _capture(capture: CaptureSummary) -> str:
         )
         if capture.covered_fraction is not None:
             text += f": {capture.covered_fraction:.1%} of the time captured"
+    if capture.reader_cpu_s is not None:
+        text += f"; read by a process of their own ({capture.reader_cpu_s:.1f} s of CPU)"
     return text
 
 

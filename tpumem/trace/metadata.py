@@ -92,6 +92,9 @@ class CaptureSummary:
     covered_fraction: float | None = None
     longest_session_ns: int | None = None
     sessions_overrun: int | None = None  # sessions that ran well past their length
+    # CPU seconds of the process that read the sessions into the trace, outside the
+    # profiled one (None: they were read in the profiled process).
+    reader_cpu_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,203 @@
+"""Profiler sessions read into trace columns in a process of their own.
+
+Reading a session (decoding its XSpace's memory events into trace columns) costs
+about 2 us an event: 30-45 ms of CPU for each second of the TensorFlow
+transformer example, on a thread that holds the GIL while it works, on the cores
+the program trains on. A reader process at the lowest CPU priority does it
+instead, on time the program leaves idle; the profiled process hands each
+session's bytes over and takes its columns back. The columns cross as a pickle:
+tpumem's own objects, between two processes of one run.
+
+If the reader process cannot start, or ends, the sessions are read in the
+profiled process from then on, and a warning says what that loses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+from typing import IO
+
+from google.protobuf.message import DecodeError
+
+from tpumem.adapters.follow import FOLLOW_VARIABLE
+from tpumem.adapters.xspace_chunks import Chunk, ChunkConverter
+from tpumem.xplane.wire import WireError
+
+_LENGTH = struct.Struct("<Q")
+# What the reader answers, a byte before the payload's length.
+_CHUNK, _UNREADABLE, _DONE = 0, 1, 2
+_EXIT_WAIT_S = 5.0
+
+
+class _Lost(Exception):
+    """The reader process is gone, or answered what no reader writes."""
+
+
+class SessionReader:
+    """Converts successive sessions' XSpaces, in order, as ChunkConverter does: in
+    a reader process where one runs, else in this one."""
+
+    def __init__(self, trace_start_ns: int, in_process: bool = False) -> None:
+        self.trace_start_ns = trace_start_ns
+        self.warnings: list[str] = []
+        self.cpu_s: float | None = None  # the reader process's CPU time, once closed
+        self.read_elsewhere = 0  # sessions the reader process read
+        self._converter: ChunkConverter | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        if not in_process:
+            self._process = self._launch()
+
+    @property
+    def in_process(self) -> bool:
+        return self._process is None
+
+    def convert(self, data: bytes) -> Chunk:
+        """The session's rows; raises DecodeError or WireError for bytes that are
+        not a readable XSpace, wherever they were read."""
+        if self._process is not None:
+            try:
+                chunk = self._exchange(self._process, data)
+            except _Lost as error:
+                self._lose(str(error))
+            else:
+                self.read_elsewhere += 1
+                return chunk
+        if self._converter is None:
+            self._converter = ChunkConverter(self.trace_start_ns)
+        return self._converter.convert(data)
+
+    def close(self) -> None:
+        """Ends the reader process, once it has read everything it was given."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            # An empty session asks it to end: the end of its input alone would not
+            # come while a process the script forked still holds the pipe.
+            process.stdin.write(_LENGTH.pack(0))
+            process.stdin.close()
+            status, payload = _receive(process.stdout)
+            if status == _DONE:
+                self.cpu_s = float(payload)
+        except (OSError, ValueError, _Lost):
+            pass
+        _end(process)
+
+    def _launch(self) -> subprocess.Popen[bytes] | None:
+        # (Not a process of the script's for `--follow` to record.)
+        environment = {k: v for k, v in os.environ.items() if k != FOLLOW_VARIABLE}
+        command = [sys.executable, "-m", __name__, str(self.trace_start_ns)]
+        try:
+            return subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=environment,
+                start_new_session=True,  # the terminal's Ctrl-C is the script's to take
+            )
+        except OSError as error:
+            self.warnings.append(
+                f"the profiler sessions were read in the profiled process: a reader "
+                f"process could not start ({error})"
+            )
+            return None
+
+    @staticmethod
+    def _exchange(process: subprocess.Popen[bytes], data: bytes) -> Chunk:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(_LENGTH.pack(len(data)))
+            process.stdin.write(data)
+            process.stdin.flush()
+        except OSError as error:
+            raise _Lost(f"it could not be written to ({error})") from None
+        status, payload = _receive(process.stdout)
+        if status == _UNREADABLE:
+            raise WireError(payload.decode(errors="replace"))
+        if status != _CHUNK:
+            raise _Lost(f"it answered {status}")
+        try:
+            return pickle.loads(payload)
+        except Exception as error:  # (a payload cut short: any unpickling error)
+            raise _Lost(f"its answer could not be read ({error})") from None
+
+    def _lose(self, why: str) -> None:
+        process, self._process = self._process, None
+        assert process is not None
+        code = _end(process)
+        said = process.stderr.read().decode(errors="replace").strip() if process.stderr else ""
+        last = said.splitlines()[-1] if said else f"exit status {code}"
+        if self.read_elsewhere:
+            self.warnings.append(
+                f"the process reading the profiler sessions ended after "
+                f"{self.read_elsewhere} of them ({why}: {last}); later sessions were read "
+                "in the profiled process, where a buffer allocated before that and freed "
+                "after it has its free unmatched"
+            )
+        else:
+            self.warnings.append(
+                f"the profiler sessions were read in the profiled process: the reader "
+                f"process ended at once ({why}: {last})"
+            )
+
+
+def _end(process: subprocess.Popen[bytes]) -> int | None:
+    """Waits for a reader that was told to end (or lost), killing one that hangs."""
+    try:
+        return process.wait(timeout=_EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def _exact(source: IO[bytes], size: int) -> bytes:
+    data = source.read(size)
+    if len(data) != size:
+        raise _Lost("its pipe ended")
+    return data
+
+
+def _receive(source: IO[bytes]) -> tuple[int, bytes]:
+    status = _exact(source, 1)[0]
+    (size,) = _LENGTH.unpack(_exact(source, _LENGTH.size))
+    return status, _exact(source, size)
+
+
+def _send(sink: IO[bytes], status: int, payload: bytes) -> None:
+    sink.write(bytes([status]) + _LENGTH.pack(len(payload)))
+    sink.write(payload)
+    sink.flush()
+
+
+def main() -> None:
+    """The reader process: sessions in on stdin, their chunks out on stdout."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):  # (no nice: runs as it is)
+        os.nice(19)
+    converter = ChunkConverter(int(sys.argv[1]))
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        while size := _LENGTH.unpack(_exact(source, _LENGTH.size))[0]:
+            data = _exact(source, size)
+            try:
+                chunk = converter.convert(data)
+            except (DecodeError, WireError) as error:
+                _send(sink, _UNREADABLE, str(error).encode())
+            else:
+                _send(sink, _CHUNK, pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL))
+        times = os.times()
+        _send(sink, _DONE, repr(times.user + times.system).encode())
+    except (_Lost, BrokenPipeError):
+        pass  # the profiled process ended first: what it had not taken is lost with it
+
+
+if __name__ == "__main__":
+    main()
