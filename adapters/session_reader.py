@@ -94,6 +94,12 @@ class SessionReader:
         # (Not a process of the script's for `--follow` to record.)
         environment = {k: v for k, v in os.environ.items() if k != FOLLOW_VARIABLE}
         command = [sys.executable, "-m", __name__, str(self.trace_start_ns)]
+        if not sys.executable:  # (an embedded interpreter that does not know its program)
+            self.warnings.append(
+                "the profiler sessions were read in the profiled process: this Python does "
+                "not name its interpreter (sys.executable), so no reader process could start"
+            )
+            return None
         try:
             return subprocess.Popen(
                 command,
