@@ -43,15 +43,13 @@ class SessionReader:
     """Converts successive sessions' XSpaces, in order, as ChunkConverter does: in
     a reader process where one runs, else in this one."""
 
-    def __init__(self, trace_start_ns: int, in_process: bool = False) -> None:
+    def __init__(self, trace_start_ns: int) -> None:
         self.trace_start_ns = trace_start_ns
         self.warnings: list[str] = []
         self.cpu_s: float | None = None  # the reader process's CPU time, once closed
         self.read_elsewhere = 0  # sessions the reader process read
-        self._converter: ChunkConverter | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        if not in_process:
-            self._process = self._launch()
+        self._converter: ChunkConverter | None = None  # this process's, once needed
+        self._process = self._launch()
 
     @property
     def in_process(self) -> bool:
