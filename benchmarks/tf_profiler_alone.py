@@ -12,8 +12,8 @@ length run back to back, as tpumem runs them: TSL's thread-pool listener off,
 each stopped and exported to disk by TensorFlow on a thread of its own while the
 next one starts as soon as the profiler lets go of it (until 2026-11-26 the next
 one waited for the export, leaving more of the run unrecorded, and so cheaper,
-than tpumem's sessions). TensorFlow's own share of a capture that keeps what came before
-a kill; what tpumem adds on top is reading each session into the trace.
+than tpumem's sessions). TensorFlow's own share of a capture that keeps what came
+before a kill; what tpumem adds on top is reading each session into the trace.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
 import tensorflow as tf  # (after the variable above: TensorFlow reads it as it loads)
 from tensorflow.python.profiler.internal import _pywrap_profiler
 
+# The symbols adapters/tensorflow.py calls, written again here: this process runs
+# nothing of tpumem's.
 _LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
 _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 

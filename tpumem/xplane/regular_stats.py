@@ -1,5 +1,5 @@
-"""The stats of many events in their usual shape: their headers walked a stat
-position at a time, then every value decoded at once.
+"""The stats of many events in their usual shape, decoded a stat position at a
+time (one stat of every event a pass: arrays small enough for the CPU's caches).
 
 A memory event's stats are XStat messages written the same way every time: tag
 0x22, a one-byte length, tag 0x08, a one-byte metadata id, then one value field.
