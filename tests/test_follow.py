@@ -36,7 +36,8 @@ WORKERS = textwrap.dedent(
         if kill:
             time.sleep(1.0)
             os.kill(os.getpid(), signal.SIGKILL)
-        print("worker", index, os.getpid(), flush=True)
+        with open(f"worker-{index}.pid", "w") as done:  # (lines on a shared stdout can mix)
+            done.write(str(os.getpid()))
 
     if __name__ == "__main__":
         context = mp.get_context(sys.argv[1])
@@ -63,8 +64,9 @@ def test_multiprocessing_workers_each_record_and_a_killed_one_stays_readable(tmp
     result = profile(tmp_path, "--follow", "-o", "run", "workers.py", *how)
     assert result.returncode == 0, result.stderr[-3000:]  # the launcher's status
     assert "exit codes [0, 0, -9]" in result.stdout
-    # (Read wherever it stands: the workers' lines may run into one another.)
-    pids = {int(pid): int(index) for index, pid in re.findall(r"worker (\d+) (\d+)", result.stdout)}
+    # Each worker that ended writes its pid to a file of its own (the cwd).
+    pids = {int((tmp_path / f"worker-{i}.pid").read_text()): i for i in (0, 1)}
+    assert not (tmp_path / "worker-2.pid").exists()
     traces = {load(t).metadata.pid: t for t in sorted((tmp_path / "run").glob("*.tpumem"))}
     killed = [pid for pid in traces if pid not in pids and pid != _launcher_pid(traces)]
     assert len(killed) == 1
