@@ -78,3 +78,20 @@ def test_every_package_is_installed():
         for init in (root / "tpumem").rglob("__init__.py")
     }
     assert found <= listed, sorted(found - listed)
+
+
+def test_a_report_does_not_load_arrow_compute():
+    """pyarrow.compute takes about 35 ms to import: more than a report of a
+    100,000-event profile spends reading its trace. A report of a profile (read,
+    written as a trace, read again) and of a trace reads its columns without it."""
+    data = Path(__file__).resolve().parent / "data"
+    for given in (data / "xplane" / "tf_cpu.xplane.pb", data / "gpu" / "known.tpumem"):
+        loaded = _modules_loaded(
+            "import contextlib, io, sys\n"
+            "from tpumem.cli import main\n"
+            f"sys.argv = ['tpumem', 'report', {str(given)!r}]\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    main()\n"
+            "assert 'tpumem.analysis.summary' in sys.modules\n"
+        )
+        assert "pyarrow.compute" not in loaded, given

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from tpumem.trace import arrow_arrays
 from tpumem.trace.metadata import RunMetadata
 
 # Up to this many values (devices), rows are found by scanning a column.
@@ -53,43 +53,33 @@ class Trace:
 
     def numbers(self, name: str, fill: float | int = 0) -> np.ndarray:
         """A numeric column as numpy, nulls replaced by `fill`."""
-        column = self.table.column(name)
-        if column.null_count:
-            column = pc.fill_null(column, fill)
-        values = column.to_numpy()
+        values = arrow_arrays.filled(self.table.column(name), fill)
         self._give_back_pages()
         return values
 
     def numbers_at(self, name: str, rows: np.ndarray, fill: float | int = 0) -> np.ndarray:
-        """`numbers(name, fill)[rows]`; only those rows read when they are few (a
-        device of many), the whole column when they are many (Arrow's take is the
-        slower of the two per row)."""
-        if len(rows) * 8 > self.table.num_rows:
-            return self.numbers(name, fill)[rows]
-        column = self.table.column(name).take(pa.array(rows, pa.int64()))
-        if column.null_count:
-            column = pc.fill_null(column, fill)
-        return column.to_numpy()
+        """`numbers(name, fill)[rows]`, reading only those rows (a device of many)."""
+        return arrow_arrays.filled_at(self.table.column(name), rows, fill)
 
     def texts_at(self, rows: np.ndarray) -> list[Any]:
         """The `text` of the given rows (mark names, JSON records), as Python values."""
         if not len(rows):
             return []
-        return self.table.column("text").take(pa.array(rows, pa.int64())).to_pylist()
+        return arrow_arrays.texts_at(self.table.column("text"), rows)
 
     def valid(self, name: str) -> np.ndarray:
         """Where a column is not null (read-only)."""
         return self._kept(
             ("valid", name),
-            lambda: self.table.column(name).is_valid().to_numpy(zero_copy_only=False),
+            lambda: arrow_arrays.valid(self.table.column(name)),
         )
 
     def is_kind(self, kind: str) -> np.ndarray:
         """Where the rows are of `kind` (read-only)."""
 
         def read() -> np.ndarray:
-            kinds = self.table.column("kind").cast(pa.string())
-            return pc.fill_null(pc.equal(kinds, kind), False).to_numpy(zero_copy_only=False)
+            codes, values = arrow_arrays.dictionary_codes(self.table.column("kind"))
+            return np.isin(codes, arrow_arrays.codes_of(values, kind))
 
         return self._kept(("kind", kind), read)
 
@@ -110,7 +100,7 @@ class Trace:
         key = ("codes", name)
         if key in self._columns:
             return self._columns[key]
-        codes, values = _dictionary_codes(self.table.column(name))
+        codes, values = arrow_arrays.dictionary_codes(self.table.column(name))
         self._give_back_pages()
         if name == KEPT_CODES:
             self._columns[key] = (_read_only(codes), values)
@@ -121,7 +111,7 @@ class Trace:
         if len(rows) * 8 > self.table.num_rows:
             codes, values = self.codes(name)
             return codes[rows], values
-        return _dictionary_codes(self.table.column(name).take(pa.array(rows, pa.int64())))
+        return arrow_arrays.dictionary_codes(self.table.column(name), rows)
 
     def derived(self, name: str, compute: Callable[[], Any]) -> Any:
         """`compute()`, once per trace: a figure every device's analysis reads."""
@@ -151,15 +141,6 @@ class Trace:
     def to_pandas(self) -> Any:
         """All rows as a pandas DataFrame (needs pandas)."""
         return self.table.to_pandas()
-
-
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    column = column.unify_dictionaries()
-    if column.num_chunks == 0:
-        return np.zeros(0, np.int32), []
-    values = column.chunks[0].dictionary.to_pylist()
-    indices = pa.chunked_array([chunk.indices for chunk in column.chunks])
-    return pc.fill_null(indices, -1).to_numpy().astype(np.int32, copy=False), values
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:

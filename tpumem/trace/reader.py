@@ -18,10 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tpumem.errors import TpumemError
+from tpumem.trace import arrow_arrays
 from tpumem.trace.metadata import RunMetadata
 from tpumem.trace.model import Trace
 from tpumem.trace.records import dropped_warning, merge_metadata, parse_object
@@ -141,8 +142,9 @@ def _join(group: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch
 def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
     """The header with every patch merged in, as the format describes it."""
     merged, unreadable = header, 0
-    patches = table.filter(pc.equal(table.column("kind").cast(pa.string()), META))
-    for text in patches.column("text").to_pylist():
+    codes, kinds = arrow_arrays.dictionary_codes(table.column("kind"))
+    rows = np.flatnonzero(np.isin(codes, arrow_arrays.codes_of(kinds, META)))
+    for text in arrow_arrays.texts_at(table.column("text"), rows):
         patch = parse_object(text)
         if patch is None:
             unreadable += 1

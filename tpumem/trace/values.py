@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from tpumem.trace import arrow_arrays
 
 # 1 PiB: more memory than any device or host has; a million of them still sum in int64.
 MAX_BYTES = 1 << 50
@@ -31,28 +32,28 @@ MAX_ADDRESS = 1 << 62
 MAX_STACK_ID = 1 << 62
 
 
-def _outside(column: pa.ChunkedArray, low: float, high: float) -> pa.ChunkedArray:
-    """True where a value is outside [low, high] (NaN included); null where null."""
-    inside = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
-    return pc.invert(inside)
+def _outside(column: pa.ChunkedArray, low: float, high: float) -> np.ndarray:
+    """True where a value is outside [low, high] (NaN included); False where null."""
+    values = arrow_arrays.filled(column, low)
+    return ~((values >= low) & (values <= high))
 
 
-def _nulled(table: pa.Table, name: str, bad: pa.ChunkedArray) -> pa.Table:
-    column = table.column(name)
-    replaced = pc.if_else(pc.fill_null(bad, False), pa.scalar(None, column.type), column)
-    return table.set_column(table.schema.get_field_index(name), name, replaced)
+def _nulled(table: pa.Table, name: str, bad: np.ndarray) -> pa.Table:
+    column = table.column(name).combine_chunks()
+    values = arrow_arrays.filled(column, 0)
+    array = pa.array(values, type=column.type, mask=bad | ~arrow_arrays.valid(column))
+    return table.set_column(table.schema.get_field_index(name), name, array)
 
 
 def sane(table: pa.Table, release: Callable[[], None] = lambda: None) -> tuple[pa.Table, list[str]]:
     """The rows and values a trace may hold, and a warning for what was left out.
     `release` is called after each column is read (to give its pages back)."""
     notes = []
-    drop = pc.is_null(table.column("kind"))
-    time = table.column("time_ns")
-    drop = pc.or_(drop, pc.fill_null(_outside(time, -MAX_TIME_NS, MAX_TIME_NS), False))
-    dropped = int(pc.sum(drop).as_py() or 0)
+    drop = ~arrow_arrays.valid(table.column("kind"))
+    drop |= _outside(table.column("time_ns"), -MAX_TIME_NS, MAX_TIME_NS)
+    dropped = int(drop.sum())
     if dropped:
-        table = table.filter(pc.invert(drop))
+        table = table.take(np.flatnonzero(~drop))
         notes.append(
             f"left out {dropped:,} rows with no kind or a time more than 36 years "
             "from the trace's start"
@@ -67,9 +68,8 @@ def sane(table: pa.Table, release: Callable[[], None] = lambda: None) -> tuple[p
         if column.null_count == len(column):
             continue
         bad = _outside(column, low, high)
-        count = int(pc.sum(bad).as_py() or 0)
-        if count:
-            nulled |= pc.fill_null(bad, False).to_numpy(zero_copy_only=False)
+        if bad.any():
+            nulled |= bad
             table = _nulled(table, name, bad)
         release()
     if nulled.any():

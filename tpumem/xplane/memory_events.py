@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpumem.trace.arrow_arrays import dictionary_codes
 from tpumem.xplane.event_spans import first_events, place_events
 from tpumem.xplane.regular_stats import DOUBLE, REF, STRING, RegularStats, decode_regular
 from tpumem.xplane.schema import messages
@@ -377,8 +378,11 @@ def events_with_stat(reader: _PlaneReader, stat_ids: list[int]) -> np.ndarray:
 
 
 def _concat_strings(parts: list[pa.DictionaryArray], order: np.ndarray) -> pa.DictionaryArray:
-    joined = pa.chunked_array(parts).unify_dictionaries().combine_chunks()
-    return joined.take(pa.array(order))
+    codes, values = dictionary_codes(pa.chunked_array(parts))
+    taken = codes[order]
+    return pa.DictionaryArray.from_arrays(
+        pa.array(taken, mask=taken < 0), pa.array(values, pa.string())
+    )
 
 
 def _session_times(space: Any) -> tuple[int | None, int | None]:

@@ -66,10 +66,9 @@ def trace_columns(events: MemoryEvents, origin_ps: int, buffer_id: np.ndarray) -
     # BFC reports bytes_available = memory_limit - reserved - in_use.
     limit = _column(events, "bytes_available") + reserved.filled(0) + allocated
     dtype = events.numeric["data_type"]
-    dtype_names = np.array([None, *TF_DATA_TYPES.values()], dtype=object)
-    dtype_index = np.zeros(len(dtype.values), dtype=np.int64)
+    dtype_code = np.full(len(dtype.values), -1, dtype=np.int32)
     known = dtype.present & np.isin(dtype.values, list(TF_DATA_TYPES))
-    dtype_index[known] = np.searchsorted(list(TF_DATA_TYPES), dtype.values[known]) + 1
+    dtype_code[known] = np.searchsorted(list(TF_DATA_TYPES), dtype.values[known])
     return {
         "kind": pa.DictionaryArray.from_arrays(
             pa.array(np.where(events.is_alloc, 0, 1).astype(np.int8)), pa.array([ALLOC, FREE])
@@ -83,7 +82,10 @@ def trace_columns(events: MemoryEvents, origin_ps: int, buffer_id: np.ndarray) -
         "requested_bytes": _column(events, "requested_bytes"),
         "op": events.strings["tf_op"],
         "region": events.strings["region_type"],
-        "dtype": pa.array(dtype_names[dtype_index], pa.string()),
+        "dtype": pa.DictionaryArray.from_arrays(  # (made here: encoding strings costs more)
+            pa.array(dtype_code, mask=dtype_code < 0),
+            pa.array(list(TF_DATA_TYPES.values()), pa.string()),
+        ),
         "shape": events.strings["shape"],
         "bytes_in_use": allocated,
         "bytes_reserved": reserved,
