@@ -485,6 +485,9 @@ def main() -> None:
     """Entry point: user errors end in one line on stderr and a non-zero status."""
     from typer._click import exceptions as click_errors
 
+    from tpumem.heap import keep_freed_memory
+
+    keep_freed_memory()  # (before any command makes its arrays)
     try:
         code = app(standalone_mode=False, prog_name="tpumem")
         sys.stdout.flush()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -53,8 +54,27 @@ def is_profile(path: Path) -> bool:
     return path.name.endswith(XPLANE_SUFFIX)
 
 
+def importing_meanwhile(modules: tuple[str, ...]) -> threading.Thread:
+    """Imports `modules` on a thread of their own while this one reads a profile:
+    imports run Python (holding the GIL) and the read is mostly numpy (which lets
+    it go), so on a second core most of the imports hide (about 20 ms of a report).
+    An import that fails is left to fail again, in one line, where it is used."""
+    import importlib
+
+    def run() -> None:
+        for name in modules:
+            with suppress(Exception):
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=run, name="tpumem-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 @contextmanager
-def opened_traces(paths: list[Path]) -> Iterator[tuple[list[Path], str, bool, str | None]]:
+def opened_traces(
+    paths: list[Path], meanwhile: tuple[str, ...] = ()
+) -> Iterator[tuple[list[Path], str, bool, str | None]]:
     """`traces_of`, where XSpace profiles among the paths are first imported into
     traces in a scratch directory that lasts as long as the block: a profile is
     reported in one process, and no file is left behind. The fourth value is the
@@ -62,15 +82,21 @@ def opened_traces(paths: list[Path]) -> Iterator[tuple[list[Path], str, bool, st
     if not any(is_profile(path) for path in paths):
         yield (*traces_of(paths), None)
         return
+    # What reads a profile is imported before the other thread starts: the two
+    # then import different modules, not each other's halves of an import cycle.
     from tpumem.commands.import_ import import_into
 
+    importing = importing_meanwhile(meanwhile)
     with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
         given: list[Path] = []
-        for index, path in enumerate(paths):
-            if is_profile(path):
-                given += import_into(path, Path(scratch) / str(index))
-            else:
-                given.append(path)
+        try:
+            for index, path in enumerate(paths):
+                if is_profile(path):
+                    given += import_into(path, Path(scratch) / str(index))
+                else:
+                    given.append(path)
+        finally:
+            importing.join()  # (not left running as the process ends on an error)
         traces, _, is_run = traces_of(given)
         where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
         yield traces, where, is_run, None if is_run else where

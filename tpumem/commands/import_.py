@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tpumem.commands.common import progress
 from tpumem.errors import TpumemError
+from tpumem.importer import find_profiles, import_profile
+from tpumem.outputs import check_target, create_trace, default_trace
 
 
 def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
@@ -16,8 +18,6 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
 
 def import_into(path: Path, directory: Path) -> list[Path]:
     """Every host's trace of the profile at `path`, written in `directory`."""
-    from tpumem.importer import find_profiles, import_profile
-    from tpumem.outputs import create_trace
 
     run_name, hosts = find_profiles(path)
     directory.mkdir(parents=True, exist_ok=True)
@@ -34,8 +34,6 @@ def import_into(path: Path, directory: Path) -> list[Path]:
 
 
 def run_import(path: Path, output: Path | None, run: str | None, force: bool) -> None:
-    from tpumem.importer import find_profiles, import_profile
-    from tpumem.outputs import check_target, create_trace, default_trace
 
     run_name, hosts = find_profiles(path, run)
     inputs = [host.path for host in hosts]

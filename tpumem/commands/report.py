@@ -30,12 +30,13 @@ def run_report(
     program: str | None = None,
     tpu: list[str] | None = None,
 ) -> None:
-    from tpumem.analysis import analyze
     from tpumem.report import reporter_for
-    from tpumem.trace.reader import load
 
     reporter = reporter_for(output, fmt)
-    with opened_traces(paths) as (traces, where, is_run, shown_as):
+    with opened_traces(paths, meanwhile=_ANALYSIS) as (traces, where, is_run, shown_as):
+        from tpumem.analysis import analyze
+        from tpumem.trace.reader import load
+
         if is_run:
             for option, given in (("--capacity", capacity), ("--program", program), ("--tpu", tpu)):
                 if given:
@@ -57,6 +58,10 @@ def run_report(
     else:
         text = render_program(analysis, program, reporter.name, width=width, color=color)
     emit(text, output, [*paths, *traces], force)
+
+
+# What a report imports besides what reads a profile.
+_ANALYSIS = ("tpumem.analysis", "tpumem.trace.reader", "tpumem.report.text")
 
 
 def _color(output: Path | None) -> bool:
