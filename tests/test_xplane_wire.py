@@ -196,8 +196,8 @@ def _general_only(monkeypatch) -> None:
     monkeypatch.setattr(memory_events._PlaneReader, "__init__", without_codes)
 
 
-def _columns(data: bytes) -> tuple:
-    events = read_memory_events(parse_space(data), data)
+def _columns(data: bytes, workers: int = 1) -> tuple:
+    events = read_memory_events(parse_space(data), data, workers)
     return (
         events.time_ps.tolist(),
         events.is_alloc.tolist(),
@@ -270,3 +270,26 @@ def test_regular_and_general_decoders_agree_on_a_real_profile(monkeypatch):
     assert len(regular[0]) > 100
     _general_only(monkeypatch)
     assert _columns(data) == regular
+
+
+def test_chunks_decoded_on_threads_are_the_same_columns(monkeypatch):
+    """A real profile's events in chunks of 7 (irregular ones among them), decoded
+    on one thread and on four that take chunks as they finish: column for column
+    the same; an error in any chunk is raised to the caller."""
+    from pathlib import Path
+
+    from tpumem.xplane import memory_events
+    from tpumem.xplane.wire import WireError
+
+    data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    monkeypatch.setattr(memory_events, "CHUNK_EVENTS", 7)
+    one = _columns(data)
+    assert len(one[0]) > 100
+    assert _columns(data, workers=4) == one
+
+    def every_chunk_fails(*args):  # type: ignore[no-untyped-def]
+        raise WireError("a chunk that is not protobuf")
+
+    monkeypatch.setattr(memory_events, "decode_regular", every_chunk_fails)
+    with pytest.raises(WireError, match="not protobuf"):
+        read_memory_events(parse_space(data), data, workers=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,11 @@ def guess_framework(events: MemoryEvents) -> str:
     return "unknown"
 
 
+# Threads that decode a profile's events side by side: past a few, they wait on
+# the GIL (what numpy does between its loops) more than they gain.
+DECODE_THREADS = min(4, os.cpu_count() or 1)
+
+
 def read_profile(profile: HostProfile) -> tuple[MemoryEvents, list[tuple[int, bytes]]]:
     """The profile's memory events, and the compiled programs it carries
     (program id, HloProto bytes): in the XSpace, else beside it as XProf keeps them."""
@@ -91,7 +97,8 @@ def read_profile(profile: HostProfile) -> tuple[MemoryEvents, list[tuple[int, by
         raise TpumemError(f"{profile.path}: empty file, not an XSpace profile")
     try:
         space = parse_space(data)
-        return read_memory_events(space, data), read_hlo_protos(space) or _beside(profile.path)
+        events = read_memory_events(space, data, workers=DECODE_THREADS)
+        return events, read_hlo_protos(space) or _beside(profile.path)
     except (DecodeError, WireError) as error:
         raise TpumemError(
             f"{profile.path}: not a readable XSpace profile (corrupt or truncated: {error})"

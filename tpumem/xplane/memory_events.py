@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from tpumem.trace.arrow_arrays import dictionary_codes
 from tpumem.xplane.event_spans import first_events, place_events
+from tpumem.xplane.on_threads import on_threads
 from tpumem.xplane.regular_stats import DOUBLE, REF, STRING, RegularStats, decode_regular
 from tpumem.xplane.schema import messages
 from tpumem.xplane.wire import (
@@ -238,16 +239,18 @@ class _PlaneReader:
         return into
 
     def read_events(
-        self, events: np.ndarray
+        self, events: np.ndarray, workers: int = 1
     ) -> tuple[np.ndarray, dict[str, StatColumn], dict[str, pa.DictionaryArray]]:
         """Some events' times and their NUMERIC_STATS and STRING_STATS, decoded a
-        chunk of events at a time: the decoder's arrays stay small (in the CPU's
-        caches, and a 1 GB profile needs no more memory than its columns)."""
+        chunk of events at a time (on `workers` threads): the decoder's arrays stay
+        small (in the CPU's caches, and a 1 GB profile needs no more memory than its
+        columns)."""
         count = len(events)
         time_ps = np.empty(count, dtype=np.int64)
         numeric = {name: StatColumn.empty(name, count) for name in NUMERIC_STATS}
         spans = {name: _StringSpans(count) for name in STRING_STATS}
-        for first in range(0, count, CHUNK_EVENTS):
+
+        def decode(first: int) -> None:  # (each chunk writes its own rows only)
             chunk = events[first : first + CHUNK_EVENTS]
             rows = np.arange(first, first + len(chunk))
             time_ps[rows], rest = self.headers(chunk)
@@ -267,6 +270,8 @@ class _PlaneReader:
                     self.numeric(table, name, column, rows)
                 for name, found in spans.items():
                     found.add(self, table, name, rows[table.owner])
+
+        on_threads(decode, list(range(0, count, CHUNK_EVENTS)), workers)
         strings = {name: found.strings(self.data, self.stat_names) for name, found in spans.items()}
         return time_ps, numeric, strings
 
@@ -401,9 +406,9 @@ def _session_times(space: Any) -> tuple[int | None, int | None]:
 _PICOSECONDS_FIT_NS = (1 << 62) // 1000  # line times below this fit in int64 picoseconds
 
 
-def read_memory_events(space: Any, data: bytes) -> MemoryEvents:
+def read_memory_events(space: Any, data: bytes, workers: int = 1) -> MemoryEvents:
     """All memory events and step marks in an XSpace (`space`, parsed from
-    `data`), sorted by time."""
+    `data`), sorted by time; their stats decoded on `workers` threads."""
     times, allocs, numerics, strings = [], [], [], []
     step_times, step_numbers, step_names = [], [], []
     event_names: set[str] = set()
@@ -424,7 +429,7 @@ def read_memory_events(space: Any, data: bytes) -> MemoryEvents:
         metadata_id = reader.metadata_ids()
         memory = np.flatnonzero(np.isin(metadata_id, memory_ids))
         if len(memory):
-            time_ps, numeric, string = reader.read_events(memory)
+            time_ps, numeric, string = reader.read_events(memory, workers)
             times.append(time_ps)
             allocs.append(np.isin(metadata_id[memory], reader.ids_of((ALLOCATION,))))
             numerics.append(numeric)

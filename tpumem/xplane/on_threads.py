@@ -1,0 +1,43 @@
+"""Work items shared out to threads, for numpy work that lets go of the GIL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+def on_threads(work: Callable[[int], None], items: list[int], workers: int) -> None:
+    """`work(item)` for every item, on `workers` threads (this one among them) that
+    take the next item as they finish one. numpy lets go of the GIL inside its
+    loops, so chunks of events decode side by side on a machine's cores. The
+    first error any thread meets is raised here, once every thread has stopped."""
+    if workers <= 1 or len(items) <= 1:
+        for item in items:
+            work(item)
+        return
+    pending = iter(items)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        while not errors:
+            with lock:
+                item = next(pending, None)
+            if item is None:
+                return
+            try:
+                work(item)
+            except BaseException as error:  # (raised again below, on the caller's thread)
+                errors.append(error)
+
+    threads = [
+        threading.Thread(target=take, name="tpumem-decode", daemon=True)
+        for _ in range(min(workers, len(items)) - 1)
+    ]
+    for thread in threads:
+        thread.start()
+    take()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
