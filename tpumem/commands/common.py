@@ -61,7 +61,10 @@ def importing_meanwhile(modules: tuple[str, ...]) -> threading.Thread:
     An import that fails is left to fail again, in one line, where it is used."""
     import importlib
 
+    from tpumem.threads import leave_signals_to_the_script
+
     def run() -> None:
+        leave_signals_to_the_script()  # (a Ctrl-C is the main thread's to take)
         for name in modules:
             with suppress(Exception):
                 importlib.import_module(name)

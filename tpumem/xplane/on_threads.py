@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from tpumem.threads import leave_signals_to_the_script
+
 
 def on_threads(work: Callable[[int], None], items: list[int], workers: int) -> None:
     """`work(item)` for every item, on `workers` threads (this one among them) that
@@ -20,7 +22,7 @@ def on_threads(work: Callable[[int], None], items: list[int], workers: int) -> N
     errors: list[BaseException] = []
 
     def take() -> None:
-        while not errors:
+        while not errors:  # (a Ctrl-C stops the caller's thread; these follow)
             with lock:
                 item = next(pending, None)
             if item is None:
@@ -30,8 +32,12 @@ def on_threads(work: Callable[[int], None], items: list[int], workers: int) -> N
             except BaseException as error:  # (raised again below, on the caller's thread)
                 errors.append(error)
 
+    def helper() -> None:
+        leave_signals_to_the_script()
+        take()
+
     threads = [
-        threading.Thread(target=take, name="tpumem-decode", daemon=True)
+        threading.Thread(target=helper, name="tpumem-decode", daemon=True)
         for _ in range(min(workers, len(items)) - 1)
     ]
     for thread in threads:
