@@ -423,9 +423,10 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     first uses a tensor, PyTorch's capture of its stack (torch_stacks.py)."""
     from torch.overrides import TorchFunctionMode
 
-    tensor_type, book, stacks, xlac = torch.Tensor, adapter.book, adapter.stacks, adapter.xlac
+    tensor_type, book, stacks = torch.Tensor, adapter.book, adapter.stacks
     capture = adapter.op_stacks.capture
     knows, reads, seen, execute = book.knows, book.reads, book.seen, adapter._execute
+    pending_flags = book.pending_flags
     origin, grad_enabled = adapter.origin, torch.is_grad_enabled
 
     class _Watch(TorchFunctionMode):
@@ -437,7 +438,7 @@ def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
                 name in _READS
                 and args
                 and getattr(args[0], "is_xla", False)
-                and xlac._check_tensor_need_materialization([args[0]])[0]
+                and pending_flags([args[0]])[0]
             ):
                 return execute(func, args, kwargs or {}, waits=True)
             if name in _AUTOGRAD:  # (before: it runs in C++, where no hook does)

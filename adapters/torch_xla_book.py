@@ -216,7 +216,6 @@ class TensorBook:
     def prepare(self, now_ns: int) -> _Pending:
         """Before a graph runs: enters transferred tensors, finds the pending
         ones, and settles the buffers of tensors that died since the last look."""
-        xlac = self._xlac
         with self._lock:
             self._drain_deaths()
             updated, by_handle = self._look_at_tracked(now_ns)
@@ -237,7 +236,7 @@ class TensorBook:
             self.counts.seen += len(candidates)
             pending: list[tuple[Any, _Seen, str]] = []
             if candidates:
-                needs = xlac._check_tensor_need_materialization([t for t, _ in candidates])
+                needs = self.pending_flags([t for t, _ in candidates])
                 ready = []
                 for (tensor, item), needed in zip(candidates, needs, strict=True):
                     region = _region(tensor, item)
@@ -265,7 +264,7 @@ class TensorBook:
             updated = [(t, e) for e in pending.updated if (t := e.ref()) is not None]
             tensors = [t for t, _ in updated] + [t for t, _, _ in pending.tensors]
             # A tensor still pending belongs to a graph on another device.
-            needs = self._xlac._check_tensor_need_materialization(tensors) if tensors else []
+            needs = self.pending_flags(tensors)
             output = None
             # Python tensors that wrap one XLA tensor (PyTorch/XLA's aliases) were
             # updated together and share the new buffer.
@@ -347,7 +346,7 @@ class TensorBook:
         tracked = [(t, e) for e in self._tensors.values() if (t := e.ref()) is not None]
         if not tracked:
             return [], {}
-        needs = self._xlac._check_tensor_need_materialization([t for t, _ in tracked])
+        needs = self.pending_flags([t for t, _ in tracked])
         updated = [pair for pair, needed in zip(tracked, needs, strict=True) if needed]
         ready = [pair for pair, needed in zip(tracked, needs, strict=True) if not needed]
         by_handle: dict[int, _Buffer] = {}
@@ -402,6 +401,25 @@ class TensorBook:
                 self._free(buffer, time_ns)
         self.counts.freed_after_graph += len(kept)
         return kept
+
+    def pending_flags(self, tensors: list[Any]) -> list[bool]:
+        """Whether each tensor waits for a graph to give it a buffer. A tensor
+        between states on another device's thread (no data and no IR yet:
+        torch_xla's check fails for it, for the whole list) counts as pending,
+        as one whose graph has not run: the look must not fail the program's op."""
+        if not tensors:
+            return []
+        check = self._xlac._check_tensor_need_materialization
+        try:
+            return list(check(tensors))
+        except RuntimeError:
+            flags = []
+            for tensor in tensors:
+                try:
+                    flags.append(bool(check([tensor])[0]))
+                except RuntimeError:
+                    flags.append(True)
+            return flags
 
     def _graph_inputs(self, roots: list[Any]) -> set[tuple[int, int]]:
         """(handle, bytes) of each buffer the pending graph of `roots` reads."""
