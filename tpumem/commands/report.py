@@ -33,7 +33,8 @@ def run_report(
     from tpumem.report import reporter_for
 
     reporter = reporter_for(output, fmt)
-    with opened_traces(paths, meanwhile=_ANALYSIS) as (traces, where, is_run, shown_as):
+    meanwhile = (*_ANALYSIS, reporter.renderer.split(":")[0])
+    with opened_traces(paths, meanwhile) as (traces, where, is_run, shown_as):
         from tpumem.analysis import analyze
         from tpumem.trace.reader import load
 
@@ -60,8 +61,8 @@ def run_report(
     emit(text, output, [*paths, *traces], force)
 
 
-# What a report imports besides what reads a profile.
-_ANALYSIS = ("tpumem.analysis", "tpumem.trace.reader", "tpumem.report.text")
+# What a report imports besides what reads a profile (and its format's renderer).
+_ANALYSIS = ("tpumem.analysis", "tpumem.trace.reader")
 
 
 def _color(output: Path | None) -> bool:
