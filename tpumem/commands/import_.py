@@ -18,7 +18,6 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
 
 def import_into(path: Path, directory: Path) -> list[Path]:
     """Every host's trace of the profile at `path`, written in `directory`."""
-
     run_name, hosts = find_profiles(path)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -34,7 +33,6 @@ def import_into(path: Path, directory: Path) -> list[Path]:
 
 
 def run_import(path: Path, output: Path | None, run: str | None, force: bool) -> None:
-
     run_name, hosts = find_profiles(path, run)
     inputs = [host.path for host in hosts]
     targets: list[Path | None] = []

@@ -33,8 +33,7 @@ def run_report(
     from tpumem.report import reporter_for
 
     reporter = reporter_for(output, fmt)
-    meanwhile = (*_ANALYSIS, reporter.renderer.split(":")[0])
-    with opened_traces(paths, meanwhile) as (traces, where, is_run, shown_as):
+    with opened_traces(paths, (*_ANALYSIS, reporter.module)) as (traces, where, is_run, shown_as):
         from tpumem.analysis import analyze
         from tpumem.trace.reader import load
 

@@ -28,9 +28,14 @@ class Reporter:
     terminal: bool = True  # `profile` can print it after the run
     series_points: int = 0  # drawing points per device it needs (0: none)
 
+    @property
+    def module(self) -> str:
+        """The module its renderer lives in (imported only when used)."""
+        return self.renderer.split(":")[0]
+
     def render(self, analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
-        module, function = self.renderer.split(":")
-        render: Render = getattr(importlib.import_module(module), function)
+        function = self.renderer.split(":")[1]
+        render: Render = getattr(importlib.import_module(self.module), function)
         return render(analysis, width=width, color=color)
 
 

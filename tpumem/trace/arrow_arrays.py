@@ -22,6 +22,12 @@ def _chunks(column: Column) -> list[pa.Array]:
     return column.chunks if isinstance(column, pa.ChunkedArray) else [column]
 
 
+def _dtype(column: Column) -> np.dtype:
+    """The numpy type of a numeric column's values (a dictionary column's codes)."""
+    kind = column.type.index_type if pa.types.is_dictionary(column.type) else column.type
+    return np.dtype(kind.to_pandas_dtype())
+
+
 def _valid(chunk: pa.Array) -> np.ndarray | None:
     """Where a chunk is not null (its validity bitmap, unpacked); None: nowhere null."""
     if chunk.null_count == 0:
@@ -62,11 +68,9 @@ def filled(column: Column, fill: float | int) -> np.ndarray:
     for chunk in _chunks(column):
         values, where = _values(chunk), _valid(chunk)
         parts.append(values if where is None else np.where(where, values, values.dtype.type(fill)))
-    if len(parts) == 1:
-        return parts[0]
     if not parts:
-        return np.zeros(0, dtype=np.dtype(column.type.to_pandas_dtype()))
-    return np.concatenate(parts)
+        return np.zeros(0, dtype=_dtype(column))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _by_chunk(
@@ -87,12 +91,7 @@ def _by_chunk(
 
 def filled_at(column: Column, rows: np.ndarray, fill: float | int) -> np.ndarray:
     """`filled(column, fill)[rows]`, reading only those rows of each chunk."""
-    dtype = np.dtype(
-        (
-            column.type.index_type if pa.types.is_dictionary(column.type) else column.type
-        ).to_pandas_dtype()
-    )
-    out = np.empty(len(rows), dtype=dtype)
+    out = np.empty(len(rows), dtype=_dtype(column))
     for chunk, mine, local in _by_chunk(column, rows):
         values, where = _values(chunk)[local], _valid(chunk)
         out[mine] = (
@@ -136,3 +135,9 @@ def dictionary_codes(column: Column, rows: np.ndarray | None = None) -> tuple[np
 def codes_of(values: list, value: object) -> list[int]:
     """The codes a dictionary gives `value` (Arrow does not require them unique)."""
     return [code for code, v in enumerate(values) if v == value]
+
+
+def equal_to(column: Column, value: object) -> np.ndarray:
+    """Where a dictionary column holds `value` (False where null)."""
+    codes, values = dictionary_codes(column)
+    return np.isin(codes, codes_of(values, value))

@@ -77,11 +77,9 @@ class Trace:
     def is_kind(self, kind: str) -> np.ndarray:
         """Where the rows are of `kind` (read-only)."""
 
-        def read() -> np.ndarray:
-            codes, values = arrow_arrays.dictionary_codes(self.table.column("kind"))
-            return np.isin(codes, arrow_arrays.codes_of(values, kind))
-
-        return self._kept(("kind", kind), read)
+        return self._kept(
+            ("kind", kind), lambda: arrow_arrays.equal_to(self.table.column("kind"), kind)
+        )
 
     def _kept(self, key: tuple, read: Callable[[], np.ndarray]) -> np.ndarray:
         """`read()`, kept for the next call when the trace has many devices (each

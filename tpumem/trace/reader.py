@@ -142,8 +142,7 @@ def _join(group: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch
 def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
     """The header with every patch merged in, as the format describes it."""
     merged, unreadable = header, 0
-    codes, kinds = arrow_arrays.dictionary_codes(table.column("kind"))
-    rows = np.flatnonzero(np.isin(codes, arrow_arrays.codes_of(kinds, META)))
+    rows = np.flatnonzero(arrow_arrays.equal_to(table.column("kind"), META))
     for text in arrow_arrays.texts_at(table.column("text"), rows):
         patch = parse_object(text)
         if patch is None:
