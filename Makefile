@@ -9,7 +9,7 @@ EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
 
 .PHONY: setup test lint browser demo html-check tensorboard-check bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml tpumem/xplane/event_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --progress-bar off -e ".[$(EXTRAS)]"

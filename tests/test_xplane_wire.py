@@ -100,6 +100,7 @@ def test_events_are_read_in_place_and_the_same_where_they_cannot_be():
     """A line's events are found in the profile's own bytes from their lengths;
     a line with another field among its events is read the slow way, to the same
     columns, and never misread."""
+    from tpumem.xplane import compiled
     from tpumem.xplane.event_spans import first_events, place_events
 
     events = [memory_event(i, alloc=i % 3 != 2) for i in range(60)]
@@ -114,22 +115,34 @@ def test_events_are_read_in_place_and_the_same_where_they_cannot_be():
         assert data[starts[i] : ends[i]] == event
         assert full.FromString(data[starts[i] : ends[i]]).offset_ps == 1_000_000 * i
     assert place_events(buf, (where[0] + 1, where[1]), lengths) is None
+    # The C walk finds the same events with no lengths given, and their metadata ids.
+    walked = compiled.line_events(buf, *where)
+    assert walked.starts.tolist() == starts.tolist() and walked.ends.tolist() == ends.tolist()
+    events_read = parse_space(data).planes[0].lines[0].events
+    assert walked.ids.tolist() == [full.FromString(e).metadata_id for e in events_read]
+    assert compiled.line_events(buf, where[0], where[1] - 1) is None  # the last one cut
 
     odd = _with_a_field_among_the_events(data, at=30)
     assert parse_space(odd).planes[0].lines[0].display_name == "between"
     where = first_events(odd, parse_space(odd))[0][0]
     assert place_events(np.frombuffer(odd, np.uint8), where, lengths) is None
+    # (the walk stops at the field: 30 events where upb counts 60, so the slow way)
+    assert len(compiled.line_events(np.frombuffer(odd, np.uint8), *where).starts) == 30
     assert _columns(odd) == _columns(data)
     assert len(_columns(odd)[0]) == 60
 
 
-def test_step_marks_are_found_among_the_events():
+@pytest.mark.parametrize("names_before", [0, 200])
+def test_step_marks_are_found_among_the_events(names_before):
     """Events carrying TensorFlow's step_num stat mark steps: found by their stat
-    header in the plane's bytes, each read exactly, those without it left out."""
+    header in the plane's bytes, each read exactly, those without it left out;
+    also where step_num's id takes two bytes (200 stat names before it)."""
     events = [memory_event(i, alloc=True) for i in range(20)]
+    if names_before:
+        events[0]["stats"].update({f"extra{k}": k for k in range(names_before)})
     for step in range(3):
         events.insert(
-            5 * step, {"name": "train", "offset_ps": 7 + step, "stats": {"step_num": step}}
+            5 * step + 1, {"name": "train", "offset_ps": 7 + step, "stats": {"step_num": step}}
         )
     events.append({"name": "train", "offset_ps": 99, "stats": {"other": 1}})  # not a step
     data = build_space(events)
@@ -196,6 +209,28 @@ def _general_only(monkeypatch) -> None:
     monkeypatch.setattr(memory_events._PlaneReader, "__init__", without_codes)
 
 
+def _numpy_only(monkeypatch) -> None:
+    """The numpy decoder, as an install without a C compiler reads."""
+    from tpumem.xplane import compiled
+
+    monkeypatch.setattr(compiled, "_library", lambda: None)
+
+
+def _in_every_decoder(monkeypatch, data: bytes, workers: int = 1) -> tuple:
+    """The columns the C kernels read, checked to be those of the numpy decoder
+    and of the general one (every stat read field by field)."""
+    from tpumem.xplane import compiled
+
+    assert compiled.available()
+    in_c = _columns(data, workers)
+    with monkeypatch.context() as patched:
+        _numpy_only(patched)
+        assert _columns(data, workers) == in_c
+        _general_only(patched)
+        assert _columns(data, workers) == in_c
+    return in_c
+
+
 def _columns(data: bytes, workers: int = 1) -> tuple:
     events = read_memory_events(parse_space(data), data, workers)
     return (
@@ -214,9 +249,7 @@ def test_regular_and_general_decoders_agree(monkeypatch):
     events[7]["stats"].update({f"extra{k}": k for k in range(140)})
     events[9]["stats"]["shape"] = ("ref", "[1,2]")
     data = build_space(events)
-    regular = _columns(data)
-    _general_only(monkeypatch)
-    assert _columns(data) == regular
+    regular = _in_every_decoder(monkeypatch, data)
     assert regular[3]["tf_op"][5] == "x" * 300
     assert regular[2]["id"][0][7] == memory_event(7, True)["stats"]["id"]
 
@@ -232,13 +265,10 @@ def test_values_of_every_size_decode_alike_in_both_decoders(monkeypatch):
     events[3]["stats"]["shape"] = ""
     for signed in (False, True):
         data = build_space(events, signed=signed)
-        regular = _columns(data)
+        regular = _in_every_decoder(monkeypatch, data)
         assert regular[2]["addr"][0] == sizes
         assert regular[2]["bytes_allocated"][0] == [-v - 1 for v in sizes]
         assert regular[3]["shape"][3] == ""
-        with monkeypatch.context() as patched:
-            _general_only(patched)
-            assert _columns(data) == regular
 
 
 def test_sized_varints_read_a_varint_only_at_its_size():
@@ -266,10 +296,8 @@ def test_regular_and_general_decoders_agree_on_a_real_profile(monkeypatch):
     from pathlib import Path
 
     data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
-    regular = _columns(data)
+    regular = _in_every_decoder(monkeypatch, data)
     assert len(regular[0]) > 100
-    _general_only(monkeypatch)
-    assert _columns(data) == regular
 
 
 def test_chunks_decoded_on_threads_are_the_same_columns(monkeypatch):
@@ -285,11 +313,57 @@ def test_chunks_decoded_on_threads_are_the_same_columns(monkeypatch):
     monkeypatch.setattr(memory_events, "CHUNK_EVENTS", 7)
     one = _columns(data)
     assert len(one[0]) > 100
-    assert _columns(data, workers=4) == one
+    assert _in_every_decoder(monkeypatch, data, workers=4) == one
 
     def every_chunk_fails(*args):  # type: ignore[no-untyped-def]
         raise WireError("a chunk that is not protobuf")
 
     monkeypatch.setattr(memory_events, "decode_regular", every_chunk_fails)
+    monkeypatch.setattr(memory_events.compiled, "decode_events", every_chunk_fails)
     with pytest.raises(WireError, match="not protobuf"):
         read_memory_events(parse_space(data), data, workers=4)
+    _numpy_only(monkeypatch)
+    with pytest.raises(WireError, match="not protobuf"):
+        read_memory_events(parse_space(data), data, workers=4)
+
+
+def test_the_install_built_the_c_kernels():
+    """`make test` installs with a C compiler, so the kernels must be there: else
+    every profile would be read by the numpy decoder, at about three times the CPU
+    (the same columns: the tests above hold the decoders to each other)."""
+    from tpumem.xplane import compiled
+
+    assert compiled.available(), "tpumem/xplane/event_kernels.c was not built by the install"
+
+
+def test_the_c_kernels_take_any_bytes():
+    """Random bytes and every cut of real events: the kernels never read outside
+    the spans they are given (a crash here would take the test process down), and
+    what they cannot read is marked, its rows left empty."""
+    from pathlib import Path
+
+    from tpumem.xplane import compiled
+
+    rng = np.random.default_rng(7)
+    ref, start, length = (np.zeros(64, np.int64) for _ in range(3))
+    values, present = np.zeros(64, np.int64), np.zeros(64, bool)
+    columns = (compiled.Column * 3)()
+    columns[1] = compiled.numeric_column(values, present)
+    columns[2] = compiled.string_column(ref, start, length)
+    id_codes = np.array([0, 1, 2, 1], dtype=np.int8)
+    data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    real = np.frombuffer(data, np.uint8)
+    pieces = [rng.integers(0, 256, rng.integers(1, 300), dtype=np.uint8) for _ in range(300)]
+    pieces += [real[at : at + cut] for at in range(1000, 1100, 7) for cut in range(0, 200, 9)]
+    marked = 0
+    for piece in pieces:
+        buf = np.ascontiguousarray(piece)
+        ref[:], start[:], length[:], present[:] = -1, 0, -1, False
+        walked = compiled.line_events(buf, 0, len(buf))
+        assert walked is None or (walked.ends <= len(buf)).all()
+        cuts = np.sort(rng.integers(0, len(buf) + 1, 2 * 64)).reshape(64, 2)
+        _, irregular = compiled.decode_events(buf, cuts[:, 0], cuts[:, 1], id_codes, columns, 0)
+        assert not present[irregular].any() and (length[irregular] == -1).all()
+        assert (start + np.maximum(length, 0) <= len(buf)).all()
+        marked += int(irregular.sum())
+    assert marked > 0

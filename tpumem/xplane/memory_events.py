@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpumem.trace.arrow_arrays import dictionary_codes
+from tpumem.xplane import compiled
 from tpumem.xplane.event_spans import first_events, place_events
 from tpumem.xplane.on_threads import on_threads
 from tpumem.xplane.regular_stats import DOUBLE, REF, STRING, RegularStats, decode_regular
@@ -135,6 +136,7 @@ class _PlaneReader:
         # stat id -> code of a stat tpumem reads (0: any other), when ids are small.
         largest = max(self.stat_names, default=0)
         self.id_codes: np.ndarray | None = None
+        self.ids: np.ndarray | None = None  # every event's metadata id, where walked in C
         if min(self.stat_names, default=0) >= 0 and largest < 1 << 24:
             self.id_codes = np.zeros(largest + 1, dtype=np.int8)
             for name, code in self.name_codes.items():
@@ -151,16 +153,17 @@ class _PlaneReader:
         plane's events copied out and joined. Times from `base_ns` (lines may carry
         nanoseconds since the epoch, which picoseconds in an int64 cannot hold)."""
         plane = self.plane
+        self.line_time_ps = np.array(
+            [(line.timestamp_ns - base_ns) * 1000 for line in plane.lines], dtype=np.int64
+        )
+        self.data, self.buf = data, np.frombuffer(data, dtype=np.uint8)
+        if compiled.available() and self._walk_lines(first):
+            return
         lengths = [
             np.fromiter(map(len, line.events), dtype=np.int64, count=len(line.events))
             for line in plane.lines
         ]
-        counts = [len(part) for part in lengths]
-        self.line_time_ps = np.array(
-            [(line.timestamp_ns - base_ns) * 1000 for line in plane.lines], dtype=np.int64
-        )
-        self.line_ends = np.cumsum(counts, dtype=np.int64)
-        self.data, self.buf = data, np.frombuffer(data, dtype=np.uint8)
+        self.line_ends = np.cumsum([len(part) for part in lengths], dtype=np.int64)
         placed = [
             place_events(self.buf, where, part) if where is not None and len(part) else None
             for where, part in zip(first, lengths, strict=False)
@@ -178,6 +181,28 @@ class _PlaneReader:
         self.ends = np.cumsum(every)
         self.starts = self.ends - every
 
+    def _walk_lines(self, first: list[tuple[int, int] | None]) -> bool:
+        """The events' spans and metadata ids walked in C from each line's first
+        event, where every line holds as many as upb found (else False)."""
+        lines = self.plane.lines
+        if len(first) != len(lines):
+            return False
+        found = []
+        for where, line in zip(first, lines, strict=True):
+            if where is None:
+                if len(line.events):
+                    return False
+                continue
+            events = compiled.line_events(self.buf, *where)
+            if events is None or len(events.starts) != len(line.events):
+                return False
+            found.append(events)
+        self.line_ends = np.cumsum([len(line.events) for line in lines], dtype=np.int64)
+        self.starts = np.concatenate([e.starts for e in found]) if found else np.zeros(0, np.int64)
+        self.ends = np.concatenate([e.ends for e in found]) if found else np.zeros(0, np.int64)
+        self.ids = np.concatenate([e.ids for e in found]) if found else np.zeros(0, np.uint64)
+        return True
+
     def line_times(self, events: np.ndarray) -> np.ndarray:
         """The start time (ps) of each event's line."""
         return self.line_time_ps[np.searchsorted(self.line_ends, events, side="right")]
@@ -188,6 +213,8 @@ class _PlaneReader:
     def metadata_ids(self) -> np.ndarray:
         """Every event's metadata id: its first field, as protobuf writes fields
         in number order. Enough to tell memory events from the rest."""
+        if self.ids is not None:  # (walked in C with the spans)
+            return as_int64(self.ids)
         ids = np.zeros(len(self.starts), dtype=np.uint64)
         if not len(self.buf):
             return ids.view(np.int64)
@@ -249,22 +276,41 @@ class _PlaneReader:
         time_ps = np.empty(count, dtype=np.int64)
         numeric = {name: StatColumn.empty(name, count) for name in NUMERIC_STATS}
         spans = {name: _StringSpans(count) for name in STRING_STATS}
+        codes = len(self.name_codes) + 1
+
+        in_c = self.id_codes is not None and compiled.available()
+        if in_c:
+            columns = (compiled.Column * codes)()
+            for name, column in numeric.items():
+                columns[self.name_codes[name]] = compiled.numeric_column(
+                    column.values, column.present
+                )
+            for name, found in spans.items():
+                columns[self.name_codes[name]] = compiled.string_column(
+                    found.ref, found.start, found.length
+                )
 
         def decode(first: int) -> None:  # (each chunk writes its own rows only)
             chunk = events[first : first + CHUNK_EVENTS]
             rows = np.arange(first, first + len(chunk))
-            time_ps[rows], rest = self.headers(chunk)
-            if self.id_codes is not None:
-                regular = decode_regular(
-                    self.buf, rest, self.ends[chunk], self.id_codes, len(self.name_codes) + 1
+            if in_c:
+                offset, irregular = compiled.decode_events(
+                    self.buf, self.starts[chunk], self.ends[chunk], self.id_codes, columns, first
                 )
+                time_ps[rows] = self.line_times(chunk) + offset
+                odd = np.flatnonzero(irregular)
+                chunk, rows = chunk[odd], rows[odd]
+            elif self.id_codes is not None:
+                time_ps[rows], rest = self.headers(chunk)
+                regular = decode_regular(self.buf, rest, self.ends[chunk], self.id_codes, codes)
                 for name, column in numeric.items():
                     _numeric_from(regular, self.name_codes[name], column, rows)
                 for name, found in spans.items():
                     found.add_regular(regular, self.name_codes[name], rows)
                 odd = np.flatnonzero(regular.irregular)
-                chunk, rows, rest = chunk[odd], rows[odd], rest[odd]
+                chunk, rows = chunk[odd], rows[odd]
             if len(chunk):  # what the regular decoder did not read, read in general
+                time_ps[rows], rest = self.headers(chunk)
                 table = _stat_table(self, chunk, rest)
                 for name, column in numeric.items():
                     self.numeric(table, name, column, rows)
@@ -322,7 +368,7 @@ class _StringSpans:
         words: list[str] = []
         ref = np.flatnonzero(self.ref >= 0)
         if len(ref):
-            unique, inverse = np.unique(self.ref[ref], return_inverse=True)
+            unique, inverse = _small_unique(self.ref[ref])
             words = [stat_names.get(int(r), "") for r in unique]
             codes[ref] = inverse
         inline = np.flatnonzero(self.length >= 0)
@@ -332,6 +378,20 @@ class _StringSpans:
             words += decoded.dictionary.to_pylist()
         indices = pa.array(codes, mask=codes < 0)
         return pa.DictionaryArray.from_arrays(indices, pa.array(words, pa.string()))
+
+
+def _small_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of non-negative ints, without a sort
+    where they are small (references to a plane's stat metadata: ids in the
+    hundreds)."""
+    largest = int(values.max())
+    if largest >= 1 << 20:
+        return np.unique(values, return_inverse=True)
+    seen = np.zeros(largest + 1, dtype=bool)
+    seen[values] = True
+    unique = np.flatnonzero(seen)
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return unique, rank[values]
 
 
 def _stat_table(reader: _PlaneReader, events: np.ndarray, rest: np.ndarray) -> StatTable:
@@ -367,17 +427,16 @@ def events_with_stat(reader: _PlaneReader, stat_ids: list[int]) -> np.ndarray:
     first, last = int(reader.starts.min()), int(reader.ends.max())
     buf = reader.buf[first:last]
     for stat_id in stat_ids:
-        pattern = np.frombuffer(b"\x08" + _encode_varint(stat_id), np.uint8)
-        if len(buf) < len(pattern) + 2:
-            continue
-        width = len(buf) - len(pattern) - 1
-        match = buf[: width - 1] == 0x22
-        for offset, byte in enumerate(pattern):
-            match &= buf[2 + offset : 2 + offset + width - 1] == byte
-        at = np.flatnonzero(match) + first + 2
-        event = np.searchsorted(reader.ends, at, side="right")
+        pattern = np.frombuffer(b"\x22\x00\x08" + _encode_varint(stat_id), np.uint8)
+        # Where the pattern's last byte is (the id's: rarer than a tag), then the rest;
+        # the length byte (second) may be anything.
+        at = np.flatnonzero(buf[len(pattern) - 1 :] == pattern[-1])
+        for offset in (0, *range(2, len(pattern) - 1)):
+            at = at[buf[at + offset] == pattern[offset]]
+        inside_at = at + first + 2  # where the id's field begins
+        event = np.searchsorted(reader.ends, inside_at, side="right")
         inside = event < len(reader.ends)
-        inside[inside] &= reader.starts[event[inside]] < at[inside]
+        inside[inside] &= reader.starts[event[inside]] < inside_at[inside]
         found.append(event[inside])
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 

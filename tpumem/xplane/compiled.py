@@ -1,0 +1,154 @@
+"""The C kernels of event_kernels.c, where the install could build them.
+
+They are an optional extension (pyproject.toml): without a C compiler tpumem
+installs all the same and reads with its numpy decoder, which gives the same
+columns (tests/test_event_kernels.py holds the two to that) at a few times the
+CPU. The library is plain C, loaded with ctypes: no Python headers needed to
+build it, and ctypes lets go of the GIL for each call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+MODULE = "tpumem.xplane._event_kernels"
+# Set (to anything) to read with the numpy decoder although the kernels are built.
+NUMPY_ONLY_VARIABLE = "TPUMEM_NUMPY_DECODER"
+
+_POINTER, _SIZE = ctypes.c_void_p, ctypes.c_int64
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    if os.environ.get(NUMPY_ONLY_VARIABLE):
+        return None
+    spec = importlib.util.find_spec(MODULE)
+    if spec is None or not spec.origin:
+        return None
+    try:
+        library = ctypes.CDLL(spec.origin)
+    except OSError:  # (built for another machine, or damaged: numpy reads instead)
+        return None
+    library.tpumem_line_events.restype = _SIZE
+    library.tpumem_line_events.argtypes = [_POINTER, _SIZE, _SIZE, *[_POINTER] * 3, _SIZE]
+    library.tpumem_decode_events.restype = None
+    library.tpumem_decode_events.argtypes = [
+        *[_POINTER] * 3,
+        _SIZE,
+        _POINTER,
+        _SIZE,
+        _POINTER,
+        _SIZE,
+        _SIZE,
+        _POINTER,
+        _POINTER,
+    ]
+    return library
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def _address(array: np.ndarray) -> int:
+    assert array.flags.c_contiguous
+    return array.ctypes.data
+
+
+@dataclass(frozen=True, slots=True)
+class LineEvents:
+    """A line's events: payload starts and ends, and metadata ids (0 where none)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+
+
+def line_events(buf: np.ndarray, first: int, end: int) -> LineEvents | None:
+    """The events written one after the other from the tag at `first` up to
+    another field or `end`; None where one runs past `end`."""
+    library = _library()
+    assert library is not None
+    if not 0 <= first <= end <= len(buf):
+        return None
+    cap = (end - first) // 2 + 1  # (an event takes at least its tag and length)
+    starts, ends = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    ids = np.empty(cap, np.uint64)
+    count = library.tpumem_line_events(
+        _address(buf), first, end, _address(starts), _address(ends), _address(ids), cap
+    )
+    if count < 0:
+        return None
+    return LineEvents(starts[:count].copy(), ends[:count].copy(), ids[:count].copy())
+
+
+class Column(ctypes.Structure):
+    """Where the kernel writes one stat's values (event_kernels.c's column_t)."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int64),
+        ("values", _POINTER),
+        ("present", _POINTER),
+        ("ref", _POINTER),
+        ("start", _POINTER),
+        ("length", _POINTER),
+    ]
+
+
+_INTEGERS, _DOUBLES, _STRINGS = 1, 2, 3
+
+
+def numeric_column(values: np.ndarray, present: np.ndarray) -> Column:
+    """A stat read as numbers: int64 or float64 `values`, bool `present`."""
+    kind = _DOUBLES if values.dtype == np.float64 else _INTEGERS
+    assert values.dtype in (np.float64, np.int64) and present.dtype == np.bool_
+    return Column(kind, _address(values), _address(present), None, None, None)
+
+
+def string_column(ref: np.ndarray, start: np.ndarray, length: np.ndarray) -> Column:
+    """A stat read as strings: int64 reference (-1: none), start and length (-1:
+    none) of inline bytes."""
+    assert ref.dtype == start.dtype == length.dtype == np.int64
+    return Column(_STRINGS, None, None, _address(ref), _address(start), _address(length))
+
+
+def decode_events(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    id_codes: np.ndarray,
+    columns: ctypes.Array[Column],
+    first_row: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decodes events: each one's stats whose metadata id has a code in
+    `id_codes` into row `first_row + i` of columns[code] (code 0: none). Returns
+    each event's offset_ps and which events it left alone (another shape: their
+    rows hold nothing, for the numpy decoder)."""
+    library = _library()
+    assert library is not None
+    count = len(starts)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    id_codes = np.ascontiguousarray(id_codes, dtype=np.int8)
+    offset = np.empty(count, np.int64)
+    irregular = np.empty(count, dtype=bool)
+    library.tpumem_decode_events(
+        _address(buf),
+        _address(starts),
+        _address(ends),
+        count,
+        _address(id_codes),
+        len(id_codes),
+        columns,
+        len(columns),
+        first_row,
+        _address(offset),
+        _address(irregular),
+    )
+    return offset, irregular
