@@ -91,8 +91,14 @@ def main() -> None:
         plain_command = [*profile, f"--{args.anchor}", "-o", str(anchor_trace), *script]
     plain, profiled = [], []
     for repeat in range(args.repeats):
-        plain.append(run(plain_command))
-        profiled.append(run(profiled_command))
+        # In turns, the order switched every pair (ABBA): whatever one run leaves
+        # the next (dirty pages written back, caches) falls on both sides alike.
+        if repeat % 2:
+            profiled.append(run(profiled_command))
+            plain.append(run(plain_command))
+        else:
+            plain.append(run(plain_command))
+            profiled.append(run(profiled_command))
         print(
             f"run {repeat + 1}/{args.repeats}: loop {plain[-1][0]:.2f} s {args.anchor}, "
             f"{profiled[-1][0]:.2f} s profiled",

@@ -116,18 +116,19 @@ def test_events_are_read_in_place_and_the_same_where_they_cannot_be():
         assert full.FromString(data[starts[i] : ends[i]]).offset_ps == 1_000_000 * i
     assert place_events(buf, (where[0] + 1, where[1]), lengths) is None
     # The C walk finds the same events with no lengths given, and their metadata ids.
-    walked = compiled.line_events(buf, *where)
+    walked = compiled.line_events(buf, *where, most=60)
     assert walked.starts.tolist() == starts.tolist() and walked.ends.tolist() == ends.tolist()
     events_read = parse_space(data).planes[0].lines[0].events
     assert walked.ids.tolist() == [full.FromString(e).metadata_id for e in events_read]
-    assert compiled.line_events(buf, where[0], where[1] - 1) is None  # the last one cut
+    assert compiled.line_events(buf, where[0], where[1] - 1, most=60) is None  # the last one cut
+    assert compiled.line_events(buf, *where, most=59) is None  # more than upb counted
 
     odd = _with_a_field_among_the_events(data, at=30)
     assert parse_space(odd).planes[0].lines[0].display_name == "between"
     where = first_events(odd, parse_space(odd))[0][0]
     assert place_events(np.frombuffer(odd, np.uint8), where, lengths) is None
     # (the walk stops at the field: 30 events where upb counts 60, so the slow way)
-    assert len(compiled.line_events(np.frombuffer(odd, np.uint8), *where).starts) == 30
+    assert len(compiled.line_events(np.frombuffer(odd, np.uint8), *where, most=60).starts) == 30
     assert _columns(odd) == _columns(data)
     assert len(_columns(odd)[0]) == 60
 
@@ -359,7 +360,7 @@ def test_the_c_kernels_take_any_bytes():
     for piece in pieces:
         buf = np.ascontiguousarray(piece)
         ref[:], start[:], length[:], present[:] = -1, 0, -1, False
-        walked = compiled.line_events(buf, 0, len(buf))
+        walked = compiled.line_events(buf, 0, len(buf), most=len(buf))
         assert walked is None or (walked.ends <= len(buf)).all()
         cuts = np.sort(rng.integers(0, len(buf) + 1, 2 * 64)).reshape(64, 2)
         _, irregular = compiled.decode_events(buf, cuts[:, 0], cuts[:, 1], id_codes, columns, 0)

@@ -70,20 +70,21 @@ class LineEvents:
     ids: np.ndarray
 
 
-def line_events(buf: np.ndarray, first: int, end: int) -> LineEvents | None:
+def line_events(buf: np.ndarray, first: int, end: int, most: int) -> LineEvents | None:
     """The events written one after the other from the tag at `first` up to
-    another field or `end`; None where one runs past `end`."""
+    another field or `end`; None where one runs past `end`, or where there are
+    more than `most`."""
     library = _library()
     assert library is not None
     if not 0 <= first <= end <= len(buf):
         return None
-    cap = (end - first) // 2 + 1  # (an event takes at least its tag and length)
+    cap = min(most, (end - first) // 2) + 1  # (an event takes at least two bytes)
     starts, ends = np.empty(cap, np.int64), np.empty(cap, np.int64)
     ids = np.empty(cap, np.uint64)
     count = library.tpumem_line_events(
         _address(buf), first, end, _address(starts), _address(ends), _address(ids), cap
     )
-    if count < 0:
+    if count < 0 or count > most:
         return None
     return LineEvents(starts[:count].copy(), ends[:count].copy(), ids[:count].copy())
 

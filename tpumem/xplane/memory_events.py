@@ -193,7 +193,7 @@ class _PlaneReader:
                 if len(line.events):
                     return False
                 continue
-            events = compiled.line_events(self.buf, *where)
+            events = compiled.line_events(self.buf, *where, most=len(line.events))
             if events is None or len(events.starts) != len(line.events):
                 return False
             found.append(events)
