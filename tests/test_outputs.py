@@ -179,6 +179,9 @@ def test_the_script_does_not_outlive_tpumem(tmp_path, script, how):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # A suite run under nohup would hand its SIGHUP ignored down to the script,
+        # which then rightly outlives a hangup: the test is of a hangup that ends it.
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     pid_file = tmp_path / "pid"
     deadline = time.monotonic() + 120
