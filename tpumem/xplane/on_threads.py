@@ -1,4 +1,5 @@
-"""Work items shared out to threads, for numpy work that lets go of the GIL."""
+"""Work items shared out to threads, for work that lets go of the GIL (numpy's
+loops, the C kernels called through ctypes)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from tpumem.threads import leave_signals_to_the_script
 
 def on_threads(work: Callable[[int], None], items: list[int], workers: int) -> None:
     """`work(item)` for every item, on `workers` threads (this one among them) that
-    take the next item as they finish one. numpy lets go of the GIL inside its
-    loops, so chunks of events decode side by side on a machine's cores. The
-    first error any thread meets is raised here, once every thread has stopped."""
+    take the next item as they finish one. numpy (inside its loops) and the C
+    kernels let go of the GIL, so chunks of events decode side by side on a
+    machine's cores. The first error any thread meets is raised here, once every
+    thread has stopped."""
     if workers <= 1 or len(items) <= 1:
         for item in items:
             work(item)
