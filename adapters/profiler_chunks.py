@@ -19,6 +19,7 @@ much longer than asked (the rotation thread starved of CPU) is counted.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -43,10 +44,17 @@ _POLL_S = 0.0005  # how often the profiler is asked whether the old session let 
 _OVERRUN_FACTOR = 1.5
 
 
-def newest_xspace(logdir: str | Path) -> bytes | None:
-    """The XSpace a profiler last wrote under a logdir (TensorBoard's layout)."""
+def newest_xspace_file(logdir: str | Path) -> Path | None:
+    """The file of the XSpace a profiler last wrote under a logdir (TensorBoard's
+    layout)."""
     files = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.parent.name)
-    return files[-1].read_bytes() if files else None
+    return files[-1] if files else None
+
+
+def newest_xspace(logdir: str | Path) -> bytes | None:
+    """The XSpace a profiler last wrote under a logdir."""
+    file = newest_xspace_file(logdir)
+    return file.read_bytes() if file is not None else None
 
 
 class ProfilerSessions(Protocol):
@@ -55,8 +63,9 @@ class ProfilerSessions(Protocol):
     def open(self) -> Any | None:
         """Starts a session; None while another one still holds the profiler."""
 
-    def collect(self, session: Any) -> bytes:
-        """Stops a session and returns its XSpace, serialized."""
+    def collect(self, session: Any) -> bytes | Path:
+        """Stops a session and returns its XSpace, serialized, or a file that holds
+        it (the capture's, deleted once read)."""
 
     def busy(self) -> bool | None:
         """Whether a session still holds the profiler; None when it cannot tell
@@ -100,10 +109,10 @@ class _Stopped:
 
     opened_ns: int | None  # when its start returned (None: the script's own session)
     stopping_ns: int  # when its stop was called
-    xspace: bytes = b""
+    xspace: bytes | Path = b""
     exported: threading.Event = field(default_factory=threading.Event)
 
-    def result(self) -> bytes:
+    def result(self) -> bytes | Path:
         self.exported.wait()
         return self.xspace
 
@@ -263,11 +272,16 @@ class ProfilerChunks:
                 wait = self.chunk_s if self._session is not None else _RETRY_S
 
     def _write(self, stopped: _Stopped) -> None:
+        xspace = stopped.result()
         try:
-            chunk = self._reader.convert(stopped.result())
+            chunk = self._reader.convert(xspace)
         except (DecodeError, WireError) as error:
             self.warnings.append(f"a profiler chunk could not be read and was skipped: {error}")
             return
+        finally:
+            if isinstance(xspace, Path):
+                with contextlib.suppress(OSError):
+                    xspace.unlink(missing_ok=True)
         if chunk.event_count:
             events = self.label(chunk.events) if self.label else chunk.events
             self.writer.write_columns(events, chunk.event_count)

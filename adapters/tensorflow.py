@@ -32,7 +32,7 @@ from tpumem.adapters.base import (
 )
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
-from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
+from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace, newest_xspace_file
 from tpumem.adapters.tf_stacks import TfStacks
 from tpumem.adapters.tf_transfers import HostTransfers
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
@@ -86,12 +86,22 @@ class _TfSessions:
         self._count += 1
         return session, logdir
 
-    def collect(self, session: tuple[Any, Path]) -> bytes:
+    def collect(self, session: tuple[Any, Path]) -> bytes | Path:
         handle, logdir = session
         handle.export_to_tb()  # lets go of the GIL while it gathers and writes
-        data = newest_xspace(logdir) or b""
-        shutil.rmtree(logdir, ignore_errors=True)
-        return data
+        written = newest_xspace_file(logdir)
+        try:
+            if written is None:
+                return b""
+            # The file, not its bytes: the reader process reads it (session_reader.py).
+            kept = logdir.with_suffix(".xplane.pb")
+            try:
+                written.rename(kept)
+            except OSError:
+                return written.read_bytes()
+            return kept
+        finally:
+            shutil.rmtree(logdir, ignore_errors=True)
 
     def busy(self) -> bool | None:
         return None if self._has_active_session is None else bool(self._has_active_session())

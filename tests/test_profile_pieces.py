@@ -100,19 +100,35 @@ def _rows(chunk) -> list[tuple]:  # type: ignore[no-untyped-def]
     return list(zip(times, np.ma.filled(chunk.events["buffer_id"], -1).tolist(), strict=True))
 
 
-def test_a_reader_process_reads_sessions_as_this_process_would():
-    """Frees pair with allocations of earlier sessions in the reader process; bytes
-    that are no XSpace raise here and the reader goes on; closing it gives its CPU."""
-    from tpumem.adapters.session_reader import SessionReader
+@pytest.mark.parametrize("answers", ["in a memory file", "on the pipe"])
+@pytest.mark.parametrize("given", ["bytes", "files"])
+def test_a_reader_process_reads_sessions_as_this_process_would(
+    tmp_path, monkeypatch, answers, given
+):
+    """Frees pair with allocations of earlier sessions in the reader process, the
+    sessions handed over as bytes or as files and the columns coming back through
+    a memory file (Linux) or the pipe (elsewhere); bytes that are no XSpace and a
+    file that is gone raise here and the reader goes on; closing it gives its CPU."""
+    from tpumem.adapters import session_reader
     from tpumem.xplane.wire import WireError
 
+    if answers == "on the pipe":
+        monkeypatch.setattr(session_reader, "_answer_file", lambda: None)
     sessions = _sessions_of_two_buffers()
-    reader, local = SessionReader(TRACE_START), ChunkConverter(TRACE_START)
+    handed: list[bytes | Path] = list(sessions)
+    if given == "files":
+        handed = [tmp_path / f"{i}.xplane.pb" for i in range(len(sessions))]
+        for path, data in zip(handed, sessions, strict=True):
+            path.write_bytes(data)
+    reader, local = session_reader.SessionReader(TRACE_START), ChunkConverter(TRACE_START)
     assert not reader.in_process
-    first = reader.convert(sessions[0])
+    assert (reader._answers is None) == (answers == "on the pipe")
+    first = reader.convert(handed[0])
     with pytest.raises(WireError):
         reader.convert(b"\x0a\xff not an XSpace")
-    chunks = [first, *(reader.convert(s) for s in sessions[1:])]
+    with pytest.raises(WireError, match="the session's file could not be read"):
+        reader.convert(tmp_path / "gone.xplane.pb")
+    chunks = [first, *(reader.convert(s) for s in handed[1:])]
     assert [_rows(c) for c in chunks] == [_rows(local.convert(s)) for s in sessions]
     assert _rows(chunks[1])[0][1] == _rows(chunks[0])[0][1] >= 0  # paired across sessions
     reader.close()
@@ -120,9 +136,10 @@ def test_a_reader_process_reads_sessions_as_this_process_would():
     assert reader.warnings == []
 
 
-def test_a_reader_process_that_dies_leaves_the_rest_to_this_process():
-    """Killed after the first session: the session in hand and the later ones are
-    read here, nothing is lost, and the warning says which frees lost their pair."""
+def test_a_reader_process_that_dies_leaves_the_rest_to_this_process(tmp_path):
+    """Killed after the first session: the session in hand and the later ones
+    (one of them a file) are read here, nothing is lost, and the warning says
+    which frees lost their pair."""
     import signal
 
     from tpumem.adapters.session_reader import SessionReader
@@ -132,7 +149,8 @@ def test_a_reader_process_that_dies_leaves_the_rest_to_this_process():
     first = reader.convert(sessions[0])
     reader._process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
     reader._process.wait()  # type: ignore[union-attr]
-    second, third = reader.convert(sessions[1]), reader.convert(sessions[2])
+    (tmp_path / "third.xplane.pb").write_bytes(sessions[2])
+    second, third = reader.convert(sessions[1]), reader.convert(tmp_path / "third.xplane.pb")
     assert reader.in_process and first.event_count == 1
     assert _rows(second)[0][1] == -1  # a's allocation was the dead reader's to pair
     b_alloc, b_free = _rows(third)
@@ -164,6 +182,40 @@ class LateStampingSessions:
 
     def busy(self) -> bool | None:
         return None
+
+
+class FileSessions:
+    """Sessions that hand over their XSpace as a file, as TensorFlow's do."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files: list[Path] = []
+
+    def open(self) -> int:
+        return len(self.files)
+
+    def collect(self, session: int) -> Path:
+        events = [memory_event("MemoryAllocation", 10, 0x1000 * (session + 1), 256, 256)]
+        file = self.folder / f"{session}.xplane.pb"
+        file.write_bytes(build_space(events, session=(time.time_ns(), time.time_ns())))
+        self.files.append(file)
+        return file
+
+    def busy(self) -> bool | None:
+        return None
+
+
+def test_sessions_handed_over_as_files_are_read_and_deleted(tmp_path):
+    sessions = FileSessions(tmp_path)
+    with TraceWriter(tmp_path / "t.tpumem", {"framework": "test"}) as writer:
+        chunks = ProfilerChunks(writer, sessions, chunk_s=0.05)
+        chunks.start()
+        time.sleep(0.3)
+        chunks.stop()
+    assert len(sessions.files) >= 3 and not any(f.exists() for f in sessions.files)
+    trace = load(tmp_path / "t.tpumem")
+    assert trace.numbers("bytes")[trace.valid("buffer_id")].sum() == 256 * len(sessions.files)
+    assert chunks.warnings == []
 
 
 def test_capture_gaps_come_from_what_the_sessions_recorded(tmp_path):

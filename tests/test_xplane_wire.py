@@ -134,10 +134,13 @@ def test_events_are_read_in_place_and_the_same_where_they_cannot_be():
 
 
 @pytest.mark.parametrize("names_before", [0, 200])
-def test_step_marks_are_found_among_the_events(names_before):
+@pytest.mark.parametrize("decoder", ["C kernels", "numpy"])
+def test_step_marks_are_found_among_the_events(monkeypatch, names_before, decoder):
     """Events carrying TensorFlow's step_num stat mark steps: found by their stat
     header in the plane's bytes, each read exactly, those without it left out;
     also where step_num's id takes two bytes (200 stat names before it)."""
+    if decoder == "numpy":
+        _numpy_only(monkeypatch)
     events = [memory_event(i, alloc=True) for i in range(20)]
     if names_before:
         events[0]["stats"].update({f"extra{k}": k for k in range(names_before)})
@@ -368,3 +371,39 @@ def test_the_c_kernels_take_any_bytes():
         assert (start + np.maximum(length, 0) <= len(buf)).all()
         marked += int(irregular.sum())
     assert marked > 0
+
+
+def test_the_shortcuts_give_what_numpys_own_functions_give():
+    """The buffers' pairing order (lexsort's), the id lookup (isin's) and the
+    planes' strings joined into one column, on values that repeat, ids outside
+    the table and words that two planes share."""
+    import pyarrow as pa
+
+    from tpumem.xplane.memory_events import _concat_strings, _Words, one_of
+    from tpumem.xplane.trace_columns import _grouped_order, pair_buffers
+
+    rng = np.random.default_rng(7)
+    for count, allocators in ((0, 1), (1, 1), (500, 1), (2000, 3)):
+        codes = rng.integers(0, allocators, count).astype(np.int32)
+        address = rng.choice(rng.integers(-(1 << 62), 1 << 62, 40), count)
+        expected = np.lexsort((np.arange(count), address, codes))
+        assert _grouped_order(codes, address).tolist() == expected.tolist()
+    # A null allocator (NaN in the codes) pairs with nothing, as under lexsort.
+    codes = np.array([0.0, np.nan, np.nan, 0.0])
+    address = np.array([16, 16, 16, 16])
+    is_alloc = np.array([True, True, False, False])
+    assert pair_buffers(codes, address, is_alloc).tolist() == [0, 1, -1, 0]
+    values = rng.integers(-5, 3000, 5000)
+    for wanted in ([], [0], [1, 13], [2999, 3000, 4000], [-1, 7], [1 << 40]):
+        assert one_of(values, np.array(wanted, dtype=np.int64)).tolist() == (
+            np.isin(values, wanted).tolist()
+        )
+    parts = [
+        _Words(np.array([0, -1, 1], np.int32), ["a", "b"]),
+        _Words(np.array([1, 0, -1], np.int32), ["c", "a"]),
+        _Words(np.array([-1], np.int32), []),
+    ]
+    joined = _concat_strings(parts, np.array([6, 5, 4, 3, 2, 1, 0]))
+    assert joined.to_pylist() == [None, None, "c", "a", "b", None, "a"]
+    assert joined.dictionary.to_pylist() == ["a", "b", "c"]
+    assert joined.type == pa.dictionary(pa.int32(), pa.string())

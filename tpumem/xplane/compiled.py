@@ -33,8 +33,13 @@ def _library() -> ctypes.CDLL | None:
         return None
     try:
         library = ctypes.CDLL(spec.origin)
-    except OSError:  # (built for another machine, or damaged: numpy reads instead)
-        return None
+        _declare(library)
+    except (OSError, AttributeError):  # (built for another machine, damaged or from an
+        return None  # older source that lacks a kernel: numpy reads instead)
+    return library
+
+
+def _declare(library: ctypes.CDLL) -> None:
     library.tpumem_line_events.restype = _SIZE
     library.tpumem_line_events.argtypes = [_POINTER, _SIZE, _SIZE, *[_POINTER] * 3, _SIZE]
     library.tpumem_decode_events.restype = None
@@ -49,7 +54,9 @@ def _library() -> ctypes.CDLL | None:
         _POINTER,
         _POINTER,
     ]
-    return library
+    library.tpumem_find_stat_headers.restype = _SIZE
+    span, found = [_POINTER, _SIZE, _SIZE], [_POINTER, _SIZE]  # (buf, first, end; out, cap)
+    library.tpumem_find_stat_headers.argtypes = [*span, _POINTER, _SIZE, *found]
 
 
 def available() -> bool:
@@ -87,6 +94,22 @@ def line_events(buf: np.ndarray, first: int, end: int, most: int) -> LineEvents 
     if count < 0 or count > most:
         return None
     return LineEvents(starts[:count].copy(), ends[:count].copy(), ids[:count].copy())
+
+
+def find_stat_headers(buf: np.ndarray, first: int, end: int, pattern: bytes) -> np.ndarray:
+    """Where `pattern` (a stat header: its second byte, the length, may be
+    anything) begins in buf[first:end], as positions in `buf`."""
+    library = _library()
+    assert library is not None and 0 <= first <= end <= len(buf)
+    cap = 64
+    while True:
+        found = np.empty(cap, np.int64)
+        count = library.tpumem_find_stat_headers(
+            _address(buf), first, end, pattern, len(pattern), _address(found), cap
+        )
+        if count <= cap:
+            return found[:count]
+        cap = count
 
 
 class Column(ctypes.Structure):

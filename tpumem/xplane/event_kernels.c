@@ -209,3 +209,27 @@ void tpumem_decode_events(const uint8_t *buf, const int64_t *starts, const int64
                 clear(&columns[code], row);
     }
 }
+
+/* Where a stat header for one metadata id may begin in [first, end): the bytes
+ * `pattern` (a 0x22 tag, a one-byte length that may be anything, 0x08, then the
+ * id's varint), found by memchr on the id's last byte, which is rarer than a tag.
+ * Writes up to `cap` positions, in order; returns how many there are in all. */
+int64_t tpumem_find_stat_headers(const uint8_t *buf, int64_t first, int64_t end,
+                                 const uint8_t *pattern, int64_t length, int64_t *found,
+                                 int64_t cap) {
+    int64_t count = 0;
+    if (length < 4 || end - first < length)
+        return 0;
+    const uint8_t last = pattern[length - 1];
+    const uint8_t *at = buf + first + length - 1, *stop = buf + end;
+    while (at < stop && (at = memchr(at, last, (size_t)(stop - at))) != NULL) {
+        const uint8_t *begin = at - (length - 1);
+        if (begin[0] == pattern[0] && memcmp(begin + 2, pattern + 2, (size_t)(length - 3)) == 0) {
+            if (count < cap)
+                found[count] = begin - buf;
+            count++;
+        }
+        at++;
+    }
+    return count;
+}

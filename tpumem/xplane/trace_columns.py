@@ -12,6 +12,11 @@ from tpumem.trace.schema import ALLOC, FREE, MARK
 from tpumem.xplane.dtypes import TF_DATA_TYPES
 from tpumem.xplane.memory_events import MemoryEvents
 
+# A data_type stat's code in the dtype column's dictionary (-1: not a known type).
+_DTYPE_NAMES = list(TF_DATA_TYPES.values())
+_DTYPE_CODES = np.full(max(TF_DATA_TYPES) + 1, -1, dtype=np.int32)
+_DTYPE_CODES[list(TF_DATA_TYPES)] = np.arange(len(TF_DATA_TYPES))
+
 
 def device_of(allocator: str) -> str:
     """A device name for an allocator name (GPU_0_bfc -> GPU:0)."""
@@ -33,7 +38,7 @@ def pair_buffers(
     allocation at the same address in the same allocator; ids are the allocation's
     row. -1 for a free whose allocation happened before the capture began."""
     rows = np.arange(len(address))
-    order = np.lexsort((rows, address, allocator_codes))
+    order = _grouped_order(allocator_codes, address)
     ids = np.where(is_alloc, rows, -1)
     sorted_ids = ids[order]
     previous_same = np.zeros(len(order), dtype=bool)
@@ -45,6 +50,30 @@ def pair_buffers(
     sorted_ids[free_rows[preceding_alloc]] = sorted_ids[free_rows[preceding_alloc] - 1]
     ids[order] = sorted_ids
     return ids
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (NaN: one of its own), and how
+    many there are."""
+    order = np.argsort(values)
+    ordered = values[order]
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[order] = np.concatenate(([0], np.cumsum(ordered[1:] != ordered[:-1])))
+    return rank, int(rank.max(initial=-1)) + 1
+
+
+def _grouped_order(allocator_codes: np.ndarray, address: np.ndarray) -> np.ndarray:
+    """The rows in order of (allocator, address, row): np.lexsort's order from
+    quicksorts, where lexsort's stable sort of 64-bit addresses takes 5x longer."""
+    count = len(address)
+    if count and allocator_codes.min() == allocator_codes.max():  # (one allocator: usual)
+        code, codes = np.zeros(count, np.int64), 1
+    else:
+        code, codes = _dense(allocator_codes)
+    place, places = _dense(address)
+    if codes * places * count >= 1 << 62:  # (the key would not fit)
+        return np.lexsort((np.arange(count), address, allocator_codes))
+    return np.argsort((code * places + place) * count + np.arange(count))
 
 
 def _column(events: MemoryEvents, name: str) -> np.ma.MaskedArray:
@@ -66,9 +95,8 @@ def trace_columns(events: MemoryEvents, origin_ps: int, buffer_id: np.ndarray) -
     # BFC reports bytes_available = memory_limit - reserved - in_use.
     limit = _column(events, "bytes_available") + reserved.filled(0) + allocated
     dtype = events.numeric["data_type"]
-    dtype_code = np.full(len(dtype.values), -1, dtype=np.int32)
-    known = dtype.present & np.isin(dtype.values, list(TF_DATA_TYPES))
-    dtype_code[known] = np.searchsorted(list(TF_DATA_TYPES), dtype.values[known])
+    known = dtype.present & (dtype.values >= 0) & (dtype.values < len(_DTYPE_CODES))
+    dtype_code = np.where(known, _DTYPE_CODES[np.where(known, dtype.values, 0)], -1)
     return {
         "kind": pa.DictionaryArray.from_arrays(
             pa.array(np.where(events.is_alloc, 0, 1).astype(np.int8)), pa.array([ALLOC, FREE])
@@ -84,7 +112,7 @@ def trace_columns(events: MemoryEvents, origin_ps: int, buffer_id: np.ndarray) -
         "region": events.strings["region_type"],
         "dtype": pa.DictionaryArray.from_arrays(  # (made here: encoding strings costs more)
             pa.array(dtype_code, mask=dtype_code < 0),
-            pa.array(list(TF_DATA_TYPES.values()), pa.string()),
+            pa.array(_DTYPE_NAMES, pa.string()),
         ),
         "shape": events.strings["shape"],
         "bytes_in_use": allocated,
