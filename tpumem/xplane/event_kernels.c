@@ -1,5 +1,6 @@
-/* The two hot loops of reading an XSpace's memory events, in C: walking a line's
- * events and decoding each memory event's fields. numpy does the same work a field
+/* The hot loops of reading an XSpace's memory events, in C: walking a line's
+ * events, decoding each memory event's fields and finding the stat headers of
+ * step marks. numpy does the same work a field
  * of every event per pass (wire.py, regular_stats.py); a pass costs about 25 array
  * operations, so an event costs about 2 us, where one loop over its bytes costs
  * tens of nanoseconds. That matters where the reading shares the cores the
