@@ -94,12 +94,7 @@ class _TfSessions:
             if written is None:
                 return b""
             # The file, not its bytes: the reader process reads it (session_reader.py).
-            kept = logdir.with_suffix(".xplane.pb")
-            try:
-                written.rename(kept)
-            except OSError:
-                return written.read_bytes()
-            return kept
+            return written.rename(logdir.with_suffix(".xplane.pb"))
         finally:
             shutil.rmtree(logdir, ignore_errors=True)
 
