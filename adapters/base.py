@@ -145,9 +145,10 @@ class Patches:
 
 class Sampler:
     """The thread every adapter reads its framework's counters on: `tick` runs every
-    sample interval until `stop`, which waits for the tick under way to end."""
+    sample interval until `stop`, which waits for the tick under way to end. A tick
+    that returns a number of seconds is not run again before they have passed."""
 
-    def __init__(self, name: str, interval_s: float, tick: Callable[[], None]) -> None:
+    def __init__(self, name: str, interval_s: float, tick: Callable[[], float | None]) -> None:
         self._interval_s, self._tick = interval_s, tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -162,8 +163,9 @@ class Sampler:
 
     def _run(self) -> None:
         announce_thread()  # what the framework logs on this thread is tpumem's doing
-        while not self._stop.wait(self._interval_s):
-            self._tick()
+        wait = self._interval_s
+        while not self._stop.wait(wait):
+            wait = max(self._interval_s, self._tick() or 0.0)
 
 
 class Every:

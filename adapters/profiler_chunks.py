@@ -183,6 +183,20 @@ class ProfilerChunks:
         self.stats.reader_cpu_s = self._reader.cpu_s
         self.writer.patch_metadata(capture=self.stats.as_metadata(self.chunk_s))
 
+    @property
+    def recording(self) -> bool:
+        """Whether a session of tpumem's records the allocator's events now (read
+        without the lock: at a session's edge the answer may be either)."""
+        return self._session is not None
+
+    def seconds_to_rotation(self) -> float:
+        """About how long until the session under way stops (0: none is under way,
+        or it is due)."""
+        opened = self._opened_ns
+        if self._session is None or opened is None:
+            return 0.0
+        return max(0.0, self.chunk_s - (time.time_ns() - opened) / 1e9)
+
     def pause(self) -> None:
         """Ends the current session now (the program wants the profiler)."""
         with self._lock:

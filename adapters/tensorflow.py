@@ -45,6 +45,7 @@ KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
 # TSL's functions that TensorFlow's framework library exports (C++ names, mangled).
 _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 _THREADPOOL_LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
+_WATCH_S = 0.1  # while a session records every allocation: how often the sampler wakes
 
 
 def device_name(logical_name: str) -> str:
@@ -179,6 +180,7 @@ class TensorFlowAdapter(Adapter):
         self._cpu_without_bfc = False
         self.devices: list[str] = []
         self.counted: list[str] = []
+        self._evented: list[str] = []  # the counted devices whose allocator a session records
         self._patches = Patches()
 
     @classmethod
@@ -241,6 +243,11 @@ class TensorFlowAdapter(Adapter):
         kinds = {d.split(":")[0] for d in self.devices}
         backend = "tpu" if "TPU" in kinds else "gpu" if "GPU" in kinds else "cpu"
         cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
+        # BFC allocators (the GPUs', the CPU's where tpumem set it) write an event with
+        # their counters at every allocation; TPU memory has no such events.
+        self._evented = [
+            d for d in self.counted if d.startswith("GPU") or (d == "CPU:0" and cpu_bfc)
+        ]
         self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
         self.writer.patch_metadata(
             backend=backend,
@@ -277,15 +284,27 @@ class TensorFlowAdapter(Adapter):
         except ValueError:  # no allocator statistics for this device (plain CPU)
             return None
 
-    def _tick(self) -> None:
+    def _tick(self) -> float | None:
+        recording = self._chunks is not None and self._chunks.recording
         if self._devices_ready():
-            self._sample_once()
+            self._sample_once(between_sessions=not recording)
         self._watch_keras()
         if self._dump is not None:
             self._dump.tick(self.writer)
+        if recording and self._devices_found and set(self.counted) <= set(self._evented):
+            # Nothing to read until the session stops: wake for the gap, and for
+            # Keras' import, not a hundred times a second on the training loop's cores.
+            assert self._chunks is not None
+            return min(_WATCH_S, self._chunks.seconds_to_rotation())
+        return None
 
-    def _sample_once(self) -> None:
-        for device in self.counted:
+    def _sample_once(self, between_sessions: bool = True) -> None:
+        """Reads the counters; while a session records, only of the devices whose
+        events it does not record: the others' events carry bytes in use and the
+        running peak at every allocation, and reading them 100 times a second as
+        well cost the training loop about as much CPU as reading the sessions."""
+        evented = () if between_sessions else self._evented
+        for device in (d for d in self.counted if d not in evented):
             info = self._memory_info(device)
             if info is not None:
                 self.writer.sample(

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import run_python
 from tpumem.adapters import xla_dump
+from tpumem.adapters.base import Sampler
 from tpumem.adapters.book_rows import BookRows
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.profiler_chunks import ProfilerChunks
@@ -549,3 +550,26 @@ def test_a_tensor_torch_xla_cannot_tell_about_counts_as_pending():
     assert book.pending_flags(["ready", Between(), "pending"]) == [False, True, True]
     assert book.pending_flags(["ready", "pending"]) == [False, True]
     assert book.pending_flags([]) == []
+
+
+def test_a_samplers_tick_can_put_off_the_next_one():
+    """A tick that returns seconds (TensorFlow's, while a session records every
+    allocation) is not run again before they pass; one that returns None runs
+    every interval."""
+    times: dict[str, list[float]] = {"later": [], "every": []}
+
+    def tick(name: str, wait: float | None) -> float | None:
+        times[name].append(time.monotonic())
+        return wait
+
+    samplers = [
+        Sampler("later", 0.01, lambda: tick("later", 0.2)),
+        Sampler("every", 0.01, lambda: tick("every", None)),
+    ]
+    for sampler in samplers:
+        sampler.start()
+    time.sleep(0.6)
+    for sampler in samplers:
+        sampler.stop()
+    assert len(times["later"]) >= 2 and min(np.diff(times["later"])) >= 0.19
+    assert len(times["every"]) > 2 * len(times["later"])

@@ -26,6 +26,7 @@ from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps, split_by_device, step_marks
 from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
+from tpumem.trace.schema import SAMPLE
 
 pytestmark = pytest.mark.framework
 
@@ -90,6 +91,13 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert device.fragmentation.check_agrees  # the address map, gaps and all
     assert analysis.metadata.capture.chunks >= 1
     assert list(analysis.metadata.command[1:]) == sizes
+    # The counters are read between sessions (and once at the end), not while a
+    # session records the allocator's every event: no reading lies well inside one.
+    samples = np.sort(trace.numbers("time_ns")[trace.is_kind(SAMPLE)])
+    gaps, edge = capture_gaps(trace), 50_000_000
+    near_gap = [((gaps[:, 0] - edge <= t) & (t <= gaps[:, 1] + edge)).any() for t in samples]
+    inside = [t for t, near in zip(samples[:-1], near_gap, strict=False) if not near]
+    assert len(samples) >= 1 and not inside, (inside, gaps)
 
 
 BEHAVES_AS_PYTHON = """

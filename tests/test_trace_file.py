@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tpumem.errors import TpumemError
+from tpumem.trace.columns import rows_to_batch
 from tpumem.trace.compact import COMPACT_BATCHES, compact
 from tpumem.trace.metadata import (
     DeviceInfo,
@@ -151,3 +152,17 @@ def test_compacting_leaves_an_unclosed_trace_alone(tmp_path):
     data = path.read_bytes()
     assert not compact(path)
     assert path.read_bytes() == data
+
+
+def test_a_few_rows_and_many_make_the_same_batch():
+    """The writer's few rows of 0.1 s are encoded in one call, many rows column by
+    column: both give the schema's columns with the same values."""
+    rows = [
+        {"kind": "mark", "time_ns": 1, "text": "train", "step": 3},
+        {"kind": "sample", "time_ns": 2, "device": "CPU:0", "bytes_in_use": 5},
+        {"kind": "alloc", "time_ns": 3, "device": "GPU:1", "op": None, "bytes": 8},
+    ]
+    few, many = rows_to_batch(rows), rows_to_batch(rows * 40)
+    assert few.schema == many.schema == SCHEMA
+    assert few.to_pylist() == many.slice(0, 3).to_pylist() == many.slice(117).to_pylist()
+    assert few.column("device").to_pylist() == [None, "CPU:0", "GPU:1"]

@@ -10,10 +10,18 @@ import pyarrow as pa
 
 from tpumem.trace.schema import SCHEMA
 
+# Up to this many Python strings are encoded as they are converted, in one call;
+# more are converted first and then encoded, which is faster for long lists.
+_ENCODED_AT_ONCE = 64
+
 
 def _dictionary(values: Any, dtype: pa.DictionaryType) -> pa.Array:
     if isinstance(values, pa.DictionaryArray):
         array = values
+    elif isinstance(values, list) and len(values) <= _ENCODED_AT_ONCE:
+        # (The writer's batch of the last 0.1 s: a few rows, ten times a second,
+        # on cores the training loop keeps busy.)
+        return pa.array(values, type=dtype)
     else:
         if not isinstance(values, pa.Array):
             values = pa.array(values, type=pa.string())
