@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from tpumem.adapters.base import Patches
 from tpumem.adapters.call_stacks import CallStacks, NamedFrame, Where
+from tpumem.trace.arrow_arrays import dictionary_codes, equal_to, filled
 from tpumem.trace.schema import ALLOC
 
 # An op Grappler rewrote is named "<Optimizer>/<Rewrite>_<the op's name>".
@@ -155,7 +156,7 @@ class TfStacks:
             return columns
         windows.sort(key=lambda w: w[0])
         kind = columns["kind"]
-        allocs = np.asarray(kind.indices) == kind.dictionary.index(ALLOC).as_py()
+        allocs = equal_to(kind, ALLOC)
         times = np.asarray(columns["time_ns"])
         starts = np.fromiter((w[0] for w in windows), np.int64, len(windows))
         ends = np.fromiter((w[1] for w in windows), np.int64, len(windows))
@@ -256,9 +257,8 @@ def _codes(column: Any, count: int) -> tuple[np.ndarray, list[Any]]:
         return np.full(count, -1, np.int64), []
     if not isinstance(column, pa.DictionaryArray):
         column = pa.array(column, pa.string()).dictionary_encode()
-    codes = column.indices.to_numpy(zero_copy_only=False)
-    codes = np.where(column.is_null().to_numpy(zero_copy_only=False), -1, codes).astype(np.int64)
-    return codes, column.dictionary.to_pylist()
+    codes, values = dictionary_codes(column)
+    return codes.astype(np.int64), values
 
 
 def _ids(column: Any, count: int) -> np.ndarray:
@@ -267,4 +267,4 @@ def _ids(column: Any, count: int) -> np.ndarray:
         return np.full(count, -1, np.int64)
     if not isinstance(column, pa.Array):
         column = pa.array(column, pa.int64())
-    return column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return filled(column, -1).astype(np.int64)  # (astype copies: the buffer is read only)

@@ -24,6 +24,7 @@ import pyarrow as pa
 from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, shape_text
 from tpumem.adapters.call_stacks import CallStacks, Where
+from tpumem.trace.arrow_arrays import equal_to, valid
 from tpumem.trace.schema import ALLOC
 
 OP = "convert_to_tensor"
@@ -86,8 +87,7 @@ class HostTransfers:
         if not copies:
             return columns
         kind = columns["kind"]
-        allocs = np.asarray(kind.indices) == kind.dictionary.index(ALLOC).as_py()
-        unlabeled = allocs & np.asarray(columns["op"].is_null(), dtype=bool)
+        unlabeled = equal_to(kind, ALLOC) & ~valid(columns["op"])
         requested = np.ma.filled(columns["requested_bytes"], -1)
         times = np.asarray(columns["time_ns"])
         rows = np.flatnonzero(unlabeled)
