@@ -379,8 +379,9 @@ def test_the_shortcuts_give_what_numpys_own_functions_give():
     the table and words that two planes share."""
     import pyarrow as pa
 
+    from tpumem.xplane import compiled
     from tpumem.xplane.memory_events import _concat_strings, _Words, one_of
-    from tpumem.xplane.trace_columns import _grouped_order, pair_buffers
+    from tpumem.xplane.trace_columns import _grouped_order, _pair_in_numpy, pair_buffers
 
     rng = np.random.default_rng(7)
     for count, allocators in ((0, 1), (1, 1), (500, 1), (2000, 3)):
@@ -393,6 +394,17 @@ def test_the_shortcuts_give_what_numpys_own_functions_give():
     address = np.array([16, 16, 16, 16])
     is_alloc = np.array([True, True, False, False])
     assert pair_buffers(codes, address, is_alloc).tolist() == [0, 1, -1, 0]
+    assert _pair_in_numpy(codes, address, is_alloc).tolist() == [0, 1, -1, 0]
+    # The C kernel's one pass (a table of places) pairs as the grouped order does:
+    # frees twice over, allocations never freed, places that share low bits.
+    for count, allocators, places in ((0, 1, 1), (1, 1, 1), (3000, 1, 40), (5000, 3, 400)):
+        codes = rng.integers(0, allocators, count).astype(float)
+        codes[rng.random(count) < 0.05] = np.nan
+        address = rng.integers(0, places, count) << 40
+        is_alloc = rng.random(count) < 0.5
+        expected = _pair_in_numpy(codes, address, is_alloc)
+        known = np.where(np.isnan(codes), -1, codes).astype(np.int64)
+        assert compiled.pair_buffers(known, address, is_alloc).tolist() == expected.tolist()
     values = rng.integers(-5, 3000, 5000)
     for wanted in ([], [0], [1, 13], [2999, 3000, 4000], [-1, 7], [1 << 40]):
         assert one_of(values, np.array(wanted, dtype=np.int64)).tolist() == (

@@ -57,6 +57,8 @@ def _declare(library: ctypes.CDLL) -> None:
     library.tpumem_find_stat_headers.restype = _SIZE
     span, found = [_POINTER, _SIZE, _SIZE], [_POINTER, _SIZE]  # (buf, first, end; out, cap)
     library.tpumem_find_stat_headers.argtypes = [*span, _POINTER, _SIZE, *found]
+    library.tpumem_pair_buffers.restype = None
+    library.tpumem_pair_buffers.argtypes = [*[_POINTER] * 3, _SIZE, _POINTER, _SIZE, _POINTER]
 
 
 def available() -> bool:
@@ -110,6 +112,31 @@ def find_stat_headers(buf: np.ndarray, first: int, end: int, pattern: bytes) -> 
         if count <= cap:
             return found[:count]
         cap = count
+
+
+def pair_buffers(codes: np.ndarray, address: np.ndarray, is_alloc: np.ndarray) -> np.ndarray:
+    """trace_columns.pair_buffers in one pass: `codes` int64 (negative: no
+    allocator), `address` int64, `is_alloc` bool, rows in time order."""
+    library = _library()
+    assert library is not None
+    codes = np.ascontiguousarray(codes, np.int64)
+    address = np.ascontiguousarray(address, np.int64)
+    is_alloc = np.ascontiguousarray(is_alloc, np.bool_)
+    count = len(address)
+    assert len(codes) == len(is_alloc) == count
+    slots = 1 << max(4, (2 * count).bit_length())  # (at most half full)
+    table = np.full(slots, -1, np.int64)
+    ids = np.empty(count, np.int64)
+    library.tpumem_pair_buffers(
+        _address(codes),
+        _address(address),
+        _address(is_alloc),
+        count,
+        _address(table),
+        slots,
+        _address(ids),
+    )
+    return ids
 
 
 class Column(ctypes.Structure):

@@ -1,6 +1,6 @@
 /* The hot loops of reading an XSpace's memory events, in C: walking a line's
- * events, decoding each memory event's fields and finding the stat headers of
- * step marks. numpy does the same work a field
+ * events, decoding each memory event's fields, finding the stat headers of
+ * step marks and pairing frees with their allocations. numpy does the same work a field
  * of every event per pass (wire.py, regular_stats.py); a pass costs about 25 array
  * operations, so an event costs about 2 us, where one loop over its bytes costs
  * tens of nanoseconds. That matters where the reading shares the cores the
@@ -233,4 +233,36 @@ int64_t tpumem_find_stat_headers(const uint8_t *buf, int64_t first, int64_t end,
         at++;
     }
     return count;
+}
+
+/* Buffer ids for allocator events in time order (trace_columns.pair_buffers: the
+ * same ids, from one pass instead of two sorts). An allocation's id is its row; a
+ * free takes the id of the event before it at the same place (allocator `codes`,
+ * `address`) if that event is an allocation, else -1; a negative code (no
+ * allocator) pairs with nothing. `table` has `slots` entries (a power of two,
+ * more than the rows), each -1: for each place, the row of its latest event. */
+void tpumem_pair_buffers(const int64_t *codes, const int64_t *address, const uint8_t *is_alloc,
+                         int64_t count, int64_t *table, int64_t slots, int64_t *ids) {
+    const uint64_t mask = (uint64_t)slots - 1;
+    for (int64_t row = 0; row < count; row++) {
+        ids[row] = is_alloc[row] ? row : -1;
+        if (codes[row] < 0)
+            continue;
+        /* splitmix64's finalizer over the place, for addresses that share low bits */
+        uint64_t hash = (uint64_t)address[row] ^ ((uint64_t)codes[row] * 0x9E3779B97F4A7C15ULL);
+        hash = (hash ^ (hash >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        hash = (hash ^ (hash >> 27)) * 0x94D049BB133111EBULL;
+        hash ^= hash >> 31;
+        uint64_t slot = hash & mask;
+        while (table[slot] >= 0) {
+            int64_t other = table[slot];
+            if (codes[other] == codes[row] && address[other] == address[row])
+                break;
+            slot = (slot + 1) & mask;
+        }
+        int64_t before = table[slot];
+        if (before >= 0 && !is_alloc[row] && is_alloc[before])
+            ids[row] = before;
+        table[slot] = row;
+    }
 }

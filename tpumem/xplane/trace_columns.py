@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpumem.trace.schema import ALLOC, FREE, MARK
+from tpumem.xplane import compiled
 from tpumem.xplane.dtypes import TF_DATA_TYPES
 from tpumem.xplane.memory_events import MemoryEvents
 
@@ -37,6 +38,18 @@ def pair_buffers(
     """Buffer ids for allocator events: a free takes the id of the latest earlier
     allocation at the same address in the same allocator; ids are the allocation's
     row. -1 for a free whose allocation happened before the capture began."""
+    if compiled.available():
+        known = allocator_codes == allocator_codes  # (NaN: no allocator)
+        codes = np.where(known, allocator_codes, -1).astype(np.int64)
+        return compiled.pair_buffers(codes, address, is_alloc)
+    return _pair_in_numpy(allocator_codes, address, is_alloc)
+
+
+def _pair_in_numpy(
+    allocator_codes: np.ndarray, address: np.ndarray, is_alloc: np.ndarray
+) -> np.ndarray:
+    """pair_buffers from the rows grouped by place: each free after an allocation
+    in its group takes that allocation's row."""
     rows = np.arange(len(address))
     order = _grouped_order(allocator_codes, address)
     ids = np.where(is_alloc, rows, -1)
