@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from tpumem.errors import TpumemError
+from tpumem.trace.amend import append_metadata
 from tpumem.trace.columns import rows_to_batch
 from tpumem.trace.compact import COMPACT_BATCHES, compact
 from tpumem.trace.metadata import (
@@ -166,3 +167,18 @@ def test_a_few_rows_and_many_make_the_same_batch():
     assert few.schema == many.schema == SCHEMA
     assert few.to_pylist() == many.slice(0, 3).to_pylist() == many.slice(117).to_pylist()
     assert few.column("device").to_pylist() == [None, "CPU:0", "GPU:1"]
+
+
+def test_a_trace_killed_before_its_first_flush_keeps_its_header(tmp_path):
+    """Arrow writes a stream's schema with its first batch; the writer puts it on
+    disk at once, so a process killed before the first flush leaves a trace that
+    loads, with its header, and takes the ending `tpumem profile` appends."""
+    path = tmp_path / "t.tpumem"
+    writer = TraceWriter(path, {"framework": "jax", "command": ["train.py"]}, flush_interval_s=0)
+    writer.mark("never flushed")  # (and never closed: as under SIGKILL or SIGHUP)
+    before = load(path)
+    assert before.metadata.framework == "jax" and not before.complete
+    assert append_metadata(path, 5, exit=ExitStatus(signal=1, signal_name="SIGHUP"))
+    after = load(path)
+    assert list(after.metadata.command) == ["train.py"]
+    assert after.metadata.exit.signal_name == "SIGHUP" and after.complete

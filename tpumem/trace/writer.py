@@ -70,6 +70,10 @@ class TraceWriter:
         self._file: BinaryIO = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
         self._schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
         self._stream = pa.ipc.new_stream(self._file, self._schema)
+        # Arrow writes the schema (and the header in it) with the first batch: a
+        # batch of no rows puts it on disk now, so that a process killed before its
+        # first flush leaves a trace its ending can be appended to, not an empty file.
+        self._stream.write_batch(record_batch({}, 0))
         self._file.flush()
         self._whole = self._file.tell()  # where the last whole message ends
         self.failed: OSError | None = None  # the write that stopped the trace
