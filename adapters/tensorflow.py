@@ -180,7 +180,7 @@ class TensorFlowAdapter(Adapter):
         self._cpu_without_bfc = False
         self.devices: list[str] = []
         self.counted: list[str] = []
-        self._evented: list[str] = []  # the counted devices whose allocator a session records
+        self._unevented: list[str] = []  # the counted devices no session's events cover
         self._patches = Patches()
 
     @classmethod
@@ -245,8 +245,8 @@ class TensorFlowAdapter(Adapter):
         cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
         # BFC allocators (the GPUs', the CPU's where tpumem set it) write an event with
         # their counters at every allocation; TPU memory has no such events.
-        self._evented = [
-            d for d in self.counted if d.startswith("GPU") or (d == "CPU:0" and cpu_bfc)
+        self._unevented = [
+            d for d in self.counted if not (d.startswith("GPU") or (d == "CPU:0" and cpu_bfc))
         ]
         self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
         self.writer.patch_metadata(
@@ -291,7 +291,7 @@ class TensorFlowAdapter(Adapter):
         self._watch_keras()
         if self._dump is not None:
             self._dump.tick(self.writer)
-        if recording and self._devices_found and set(self.counted) <= set(self._evented):
+        if recording and self._devices_found and not self._unevented:
             # Nothing to read until the session stops: wake for the gap, and for
             # Keras' import, not a hundred times a second on the training loop's cores.
             assert self._chunks is not None
@@ -303,8 +303,7 @@ class TensorFlowAdapter(Adapter):
         events it does not record: the others' events carry bytes in use and the
         running peak at every allocation, and reading them 100 times a second as
         well cost the training loop about as much CPU as reading the sessions."""
-        evented = () if between_sessions else self._evented
-        for device in (d for d in self.counted if d not in evented):
+        for device in self.counted if between_sessions else self._unevented:
             info = self._memory_info(device)
             if info is not None:
                 self.writer.sample(

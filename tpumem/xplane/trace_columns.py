@@ -48,10 +48,10 @@ def pair_buffers(
 def _pair_in_numpy(
     allocator_codes: np.ndarray, address: np.ndarray, is_alloc: np.ndarray
 ) -> np.ndarray:
-    """pair_buffers from the rows grouped by place: each free after an allocation
-    in its group takes that allocation's row."""
+    """pair_buffers from the rows grouped by place (where the C kernels are not
+    built): each free after an allocation in its group takes that allocation's row."""
     rows = np.arange(len(address))
-    order = _grouped_order(allocator_codes, address)
+    order = np.lexsort((rows, address, allocator_codes))
     ids = np.where(is_alloc, rows, -1)
     sorted_ids = ids[order]
     previous_same = np.zeros(len(order), dtype=bool)
@@ -63,30 +63,6 @@ def _pair_in_numpy(
     sorted_ids[free_rows[preceding_alloc]] = sorted_ids[free_rows[preceding_alloc] - 1]
     ids[order] = sorted_ids
     return ids
-
-
-def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Each value's rank among the distinct values (NaN: one of its own), and how
-    many there are."""
-    order = np.argsort(values)
-    ordered = values[order]
-    rank = np.empty(len(values), dtype=np.int64)
-    rank[order] = np.concatenate(([0], np.cumsum(ordered[1:] != ordered[:-1])))
-    return rank, int(rank.max(initial=-1)) + 1
-
-
-def _grouped_order(allocator_codes: np.ndarray, address: np.ndarray) -> np.ndarray:
-    """The rows in order of (allocator, address, row): np.lexsort's order from
-    quicksorts, where lexsort's stable sort of 64-bit addresses takes 5x longer."""
-    count = len(address)
-    if count and allocator_codes.min() == allocator_codes.max():  # (one allocator: usual)
-        code, codes = np.zeros(count, np.int64), 1
-    else:
-        code, codes = _dense(allocator_codes)
-    place, places = _dense(address)
-    if codes * places * count >= 1 << 62:  # (the key would not fit)
-        return np.lexsort((np.arange(count), address, allocator_codes))
-    return np.argsort((code * places + place) * count + np.arange(count))
 
 
 def _column(events: MemoryEvents, name: str) -> np.ma.MaskedArray:
