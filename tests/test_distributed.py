@@ -200,7 +200,7 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
     the worker that keeps 8 MiB more."""
     (tmp_path / "workers.py").write_text(TF_WORKERS)
     tpumem = [sys.executable, "-m", "tpumem", "profile", "-q", "-o", "run/{host}-{rank}.tpumem"]
-    for attempt in range(3):
+    for attempt in range(5):
         ports = _free_ports(2)
         cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
         envs = [
@@ -215,7 +215,9 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
         # binds it, a peer's socket closed mid-collective, or a crash inside
         # TensorFlow's profiler export during a collective (seen with
         # PYTHONFAULTHANDLER in ProfilerSession.export_to_tb, about one run in ten
-        # with the JAX two-process test beside it). Up to three times, on new
+        # with the JAX two-process test beside it; on 2026-11-26 an attempt in two
+        # failed so under the suite's load, with the code of before or after that
+        # day's changes, and once all three of three). Up to five times, on new
         # ports each; the failures stay in the test's output.
         print(f"attempt {attempt + 1}: workers exited {[code for code, _ in results]}")
         shutil.rmtree(tmp_path / "run", ignore_errors=True)
