@@ -13,12 +13,9 @@ $(BIN)/.installed: pyproject.toml tpumem/xplane/event_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --progress-bar off -e ".[$(EXTRAS)]"
-	# libtpu (700 MB) for --tpu, the release jax[tpu] names, kept beside the
-	# environment: tpumem finds it there, and the profiled JAX scripts of the tests
-	# do not load it (on a machine without a TPU it only warns at every start).
-	$(BIN)/pip install --quiet --progress-bar off --no-deps --target $(VENV)/libtpu \
-		"$$($(BIN)/python -c 'from importlib.metadata import requires; \
-		print(next(r.split(";")[0] for r in requires("jax") if r.startswith("libtpu")))')"
+	# libtpu (700 MB) for --tpu, where only tpumem's compile finds it: the
+	# profiled JAX scripts of the tests do not load it.
+	$(BIN)/tpumem install-libtpu
 	touch $@
 
 setup: $(BIN)/.installed

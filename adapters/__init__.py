@@ -1,11 +1,8 @@
 """Framework adapters, imported as `tpumem.adapters` (through the link
-tpumem/adapters). Each adapter imports its framework only inside the profiled
-process (see base.py); importing this package registers them all and imports no
-framework."""
+tpumem/adapters). Importing this package imports no adapter's module and no
+framework: it is imported into the profiled process before the script runs, and
+each adapter's module is loaded when the adapter is first asked for (base.py)."""
 
-from tpumem.adapters import jax as _jax  # noqa: F401 - registers
-from tpumem.adapters import tensorflow as _tensorflow  # noqa: F401 - registers
-from tpumem.adapters import torch_xla as _torch_xla  # noqa: F401 - registers
 from tpumem.adapters.base import (
     Adapter,
     CaptureOptions,

@@ -8,6 +8,7 @@ stays light. Adapters for TensorFlow, JAX and PyTorch/XLA register here.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import threading
 import time
@@ -111,6 +112,17 @@ class Adapter(ABC):
     def stop(self) -> None: ...
 
 
+def set_before_start(adapter: type[Adapter], options: CaptureOptions) -> dict[str, str]:
+    """What the adapter's framework must read as it starts (TensorFlow's CPU
+    allocator events, JAX's inline CPU runs), set in this process's environment
+    where the user has not set it; returns what was set, for the trace to say."""
+    import os
+
+    environment = adapter.environment(options, os.environ)
+    os.environ.update(environment)
+    return environment
+
+
 def end_recording(adapter: Adapter, writer: TraceWriter, ending: Any) -> None:
     """Stops the adapter, then records how the run ended (an ExitStatus) and closes
     the trace, whatever the adapter's stop raised."""
@@ -208,6 +220,15 @@ def mark_numbered_steps(writer: TraceWriter) -> Callable[[str, int | None], None
 
 
 _REGISTRY: dict[str, type[Adapter]] = {}
+# Each adapter's module, imported when the adapter is first asked for: importing
+# tpumem.adapters loads none of them (the profiled process imports this package
+# before the script runs, and an adapter's module brings the trace writer, Arrow).
+# The keys are also the frameworks' top-level modules (import_watch.FRAMEWORKS).
+ADAPTER_MODULES = {
+    "jax": "tpumem.adapters.jax",
+    "tensorflow": "tpumem.adapters.tensorflow",
+    "torch_xla": "tpumem.adapters.torch_xla",
+}
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:
@@ -215,21 +236,29 @@ def register(adapter: type[Adapter]) -> type[Adapter]:
     return adapter
 
 
+def _registered() -> dict[str, type[Adapter]]:
+    for module in ADAPTER_MODULES.values():
+        importlib.import_module(module)
+    return _REGISTRY
+
+
 def adapter_names() -> dict[str, str]:
     """Import name -> framework, for every registered adapter."""
-    return {module: cls.name for cls in _REGISTRY.values() for module in cls.import_names}
+    return {module: cls.name for cls in _registered().values() for module in cls.import_names}
 
 
 def available_adapters() -> list[str]:
     """Registered adapters whose framework is installed."""
-    return sorted(name for name, cls in _REGISTRY.items() if cls.is_available())
+    return sorted(name for name, cls in _registered().items() if cls.is_available())
 
 
 def get_adapter(name: str) -> type[Adapter]:
+    if name in ADAPTER_MODULES:
+        importlib.import_module(ADAPTER_MODULES[name])
     try:
         adapter = _REGISTRY[name]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none yet"
+        known = ", ".join(sorted(ADAPTER_MODULES))
         raise TpumemError(f"unknown framework {name!r} (adapters: {known})") from None
     if not adapter.is_available():
         raise TpumemError(f"{name} is not installed (pip install 'tpumem[{name}]')")

@@ -18,7 +18,7 @@ process killed keeps what its trace had written, readable as any cut-short trace
 from __future__ import annotations
 
 import atexit
-import importlib.machinery
+import contextlib
 import json
 import os
 import sys
@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpumem.adapters.base import end_recording
+from tpumem.adapters.import_watch import ImportWatch
 from tpumem.errors import TpumemError
 from tpumem.trace.metadata import ExitStatus
 
@@ -56,26 +57,27 @@ class FollowConfig:
 
 _lock = threading.Lock()
 _capture: _Capture | None = None  # this process's recording
+_watch: ImportWatch | None = None  # waits for the framework's import
 _fork_hook = False  # registered in this process (a forked child inherits it)
 
 
-def framework_spec(name: str, path: Any) -> importlib.machinery.ModuleSpec | None:
-    """The framework's module spec, whose loading starts this process's recording
-    (follow_boot's finder hands the import over here)."""
-    spec = importlib.machinery.PathFinder.find_spec(name, path)
-    if spec is None or spec.loader is None or _capture is not None:
-        return spec
-    loader = spec.loader
-    original = loader.exec_module
+def framework_spec(name: str, path: Any, target: Any = None) -> Any:
+    """The framework's module spec, as the import system finds it; the import that
+    runs it starts this process's recording (import_watch.py: the first framework
+    that holds the device memory, not a library's look for whether one is
+    installed). follow_boot's finder hands the first framework's lookup over here,
+    and the watch takes its place."""
+    global _watch
+    with _lock:
+        if _watch is None:
+            _watch = ImportWatch(_begin_on_import)
+            _watch.install()
+    return _watch.find_spec(name, path, target)
 
-    def exec_module(module: Any) -> None:
-        capture = _begin(name)
-        original(module)
-        if capture is not None:
-            capture.start()
 
-    loader.exec_module = exec_module  # type: ignore[method-assign]
-    return spec
+def _begin_on_import(framework: str) -> Any:
+    capture = _begin(framework)
+    return capture.start if capture is not None else None
 
 
 def finish(ending: ExitStatus) -> None:
@@ -153,7 +155,15 @@ class _Capture:
             if self._ended:
                 return
             self._ended = True
+        started = type(self.adapter).runtime_started()
         end_recording(self.adapter, self.writer, ending)
+        if not started:
+            # It imported the framework but never started its runtime (no device,
+            # no array): a launcher that spawns the workers (torch_xla.launch,
+            # multiprocessing), not a rank. Its trace holds no event: dropped, so
+            # that the run's ranks and their spread are the workers'.
+            with contextlib.suppress(OSError):
+                self.name.path.unlink()
 
     def _note_endings(self) -> None:
         """Where this process's end can be seen, and how it ended: os._exit (how a

@@ -27,6 +27,7 @@ from tpumem.adapters.base import (
     Adapter,
     CaptureOptions,
     Every,
+    Patches,
     Sampler,
     mark_numbered_steps,
     on_step_annotation,
@@ -36,6 +37,7 @@ from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.jax_buffers import BufferBook, device_name
 from tpumem.adapters.jax_hooks import JaxHooks
+from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
@@ -109,6 +111,7 @@ class JaxAdapter(Adapter):
         self._hooks: JaxHooks | None = None
         self._dump: XlaDump | None = None
         self._ready = False  # the script has made JAX's backend
+        self._live_arrays: Any = None  # JAX's own, where the script's hides tpumem's
         self._prepared = False
         self.devices: list[Any] = []
         self.counted: list[Any] = []
@@ -147,9 +150,14 @@ class JaxAdapter(Adapter):
         import jax
 
         writer.patch_metadata(framework_version=jax.__version__)
-        hooks.patches.on_undo(
-            on_step_annotation(jax.profiler.StepTraceAnnotation, mark_numbered_steps(self.writer))
-        )
+        mark = mark_numbered_steps(self.writer)
+
+        def annotated(name: str, step: int | None) -> None:
+            hooks.annotated = True  # the script marks its steps: none are guessed
+            mark(name, step)
+
+        hooks.patches.on_undo(on_step_annotation(jax.profiler.StepTraceAnnotation, annotated))
+        hooks.keras = self._keras = KerasSteps(writer, hooks.patches)
         hooks.install_after_import()
         if self.runtime_started():
             from jax._src import xla_bridge
@@ -207,6 +215,9 @@ class JaxAdapter(Adapter):
         if backend != "gpu":
             self._book = BufferBook(writer.start_time_ns, _jax.ArrayImpl)
         hooks.book = self._book
+        hooks.backend_made = True
+        if self._book is not None:
+            self._hide_own_shards(hooks.patches)
         hooks.temp_windows = backend == "cpu" and not async_cpu
         if self._already_imported and self._book is not None:
             # Functions jitted before now run in C++, past the hooks.
@@ -272,18 +283,41 @@ class JaxAdapter(Adapter):
             arrays_donated=counts.donated,
             arrays_deleted=counts.deleted,
             shard_arrays_listed=counts.shards_listed,
+            shard_arrays_hidden=self._live_arrays is not None,
             poll_interval_s=POLL_INTERVAL_S,
             jitted_functions_wrapped=hooks.wrapped if hooks else 0,
             program_temp_shown=bool(hooks and hooks.temp_windows),
         )
 
+    def _hide_own_shards(self, patches: Patches) -> None:
+        """jax.live_arrays() as the script would see it without tpumem: the
+        per-device array objects the book made JAX keep are left out (a script
+        that sizes itself by its live arrays sizes itself as it would have). The
+        poll reads JAX's own."""
+        import jax
+        from jax._src import api
+
+        original, book = api.live_arrays, self._book
+
+        @functools.wraps(original)
+        def live_arrays(*args: Any, **kwargs: Any) -> Any:
+            return book.hide_own_shards(original(*args, **kwargs))
+
+        self._live_arrays = original
+        patches.replace(api, "live_arrays", live_arrays)
+        if jax.live_arrays is original:
+            patches.replace(jax, "live_arrays", live_arrays)
+
     def _tick(self) -> None:
         import jax
 
         self._sample_once()
+        self._keras.watch()
         if self._book is not None:
             if self._polls.due():
-                self._book.poll(jax.live_arrays, self._hooks.calls_running > 0)
+                hooks = self._hooks
+                live = self._live_arrays or jax.live_arrays
+                self._book.poll(live, hooks.calls_running > 0, hooks.in_flight > 0)
             if self._book_writes.due():
                 self._write_book()
         if self._dump is not None:

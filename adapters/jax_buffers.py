@@ -30,7 +30,6 @@ from tpumem.adapters.book_rows import (
     FOUND,
     FREE_CODE,
     NONE,
-    TEMP,
     BookRows,
     shape_text,
 )
@@ -51,6 +50,8 @@ def device_name(device: Any) -> str:
 # a Python call (0.1 us of a call's few).
 _Buffer = list
 _HOLDERS = 0
+# Polls in a row that leave new arrays to the hooked calls in flight (see poll).
+HOLD_POLLS = 10
 
 # An array in the book: (its weakref, its buffers, id(array), when it was entered).
 # id(array) is kept because a new array may take it once this one died; the
@@ -104,6 +105,7 @@ class BufferBook:
         self._next_id = 0
         self._sequence = 0  # entries made so far: the poll leaves newer ones alone
         self._unseen: set[int] = set()  # ids the last poll found untracked
+        self._held_polls = 0  # polls in a row that left new arrays to a call in flight
         # id(sharding) -> (the sharding, kept so its id stays its own; its device's
         # code; the device's sizes, below)
         self._devices: dict[int, tuple[Any, int, dict | None]] = {}
@@ -244,13 +246,30 @@ class BufferBook:
 
     # -- the poll --------------------------------------------------------------
 
-    def poll(self, live_arrays: Any, calls_running: bool = False) -> None:
+    def hide_own_shards(self, live: list[Any]) -> list[Any]:
+        """`live` (jax.live_arrays()'s list) less the per-device array objects that
+        reading the entered arrays' buffers made JAX keep with them (_enter)."""
+        with self._lock:
+            entered = self._by_object
+            own = {
+                id(shard)
+                for array in live
+                if id(array) in entered
+                for shard in array._arrays
+                if shard is not array
+            }
+        return [array for array in live if id(array) not in own] if own else live
+
+    def poll(self, live_arrays: Any, calls_running: bool = False, in_flight: bool = False) -> None:
         """Compares the book with the arrays JAX says are alive: arrays entered
         before the call that are no longer alive were deleted; arrays alive but
         unknown twice in a row (a hook had time to enter them) are entered.
         While a hooked call runs, its donated arguments are deleted but not yet
         released by the hook (which knows when the program took them): the
-        poll leaves deletions alone then."""
+        poll leaves deletions alone then. While any hooked call is `in_flight`,
+        the arrays it made are the hook's to enter, however long the call's
+        thread waits for a core on a busy machine: the poll enters none, for at
+        most HOLD_POLLS polls in a row (a thread that calls without pause)."""
         with self._lock:
             sequence = -1 if calls_running else self._sequence
         live = live_arrays()
@@ -262,6 +281,10 @@ class BufferBook:
                 entered = self._entries[ref_id][3]
                 if entered < sequence and key not in alive and self._release(ref_id, now):
                     self.counts.deleted += 1
+            if in_flight and self._held_polls < HOLD_POLLS:
+                self._held_polls += 1
+                return
+            self._held_polls = 0
             unseen = set()
             for array in live:
                 key = id(array)
@@ -277,18 +300,20 @@ class BufferBook:
 
     # -- rows ------------------------------------------------------------------
 
-    def add_temp(
-        self, device: str, size: int, start_ns: int, end_ns: int, op: str, where: Where
+    def add_window(
+        self, device: str, size: int, window: tuple[int, int], op: str, region: str, where: Where
     ) -> None:
-        """A buffer made outside any array: a program's temp, live while it ran.
-        `requested_bytes` is the size: what XLA's buffer assignment asks for."""
+        """A buffer made outside any array the script holds, live for `window`
+        (start, end): a program's temp while it ran (TEMP; `requested_bytes` is
+        what XLA's buffer assignment asks for), or host data a call copied to the
+        device for its run (INPUT: NumPy arguments)."""
         with self._lock:
             buffer_id = self._next_id
             self._next_id += 1
             self._rows.alloc(
-                start_ns, device, buffer_id, None, size, size, (op, TEMP, None, None, where)
+                window[0], device, buffer_id, None, size, size, (op, region, None, None, where)
             )
-            self._rows.free(end_ns, device, buffer_id, None, size)
+            self._rows.free(window[1], device, buffer_id, None, size)
 
     def take_columns(self) -> tuple[dict[str, Any], int]:
         """The rows made since the last call, as trace columns."""

@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpumem.adapters.base import Patches
-from tpumem.adapters.book_rows import INPUT, OUTPUT
+from tpumem.adapters.book_rows import INPUT, OUTPUT, TEMP
 from tpumem.adapters.call_stacks import CallStacks, Where
 from tpumem.adapters.jax_buffers import BufferBook, device_name
+from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
 
@@ -106,10 +107,18 @@ class JaxHooks:
         self.programs: dict[int, Program] = {}
         self.wrapped = 0
         self.calls_running = 0  # hooked calls that donate, under way on any thread
+        self.in_flight = 0  # hooked calls under way (their arrays are theirs to enter)
         # Programs run by JAX's Python path, on any thread: a call that sees it
         # unchanged ran on the C++ fast path (a thread-local read saved a call).
         self.python_runs = 0
         self.every_call = False  # every program's outputs entered where it runs
+        self.backend_made = False  # the adapter has set `book` (None on a GPU)
+        # Steps: the script's own annotations, else Keras' batches, else each call
+        # of the first jitted function that donates its arguments (a train step).
+        self.annotated = False
+        self.keras: KerasSteps | None = None
+        self._step_function: str | None = None
+        self._step_calls = 0
         self.active = True  # False once uninstalled: wrappers still held pass through
         self.patches = Patches()
         self._local = _CallState()
@@ -158,6 +167,9 @@ class JaxHooks:
             source_info_util.register_exclusion(path + os.sep)
 
         self._tree_leaves = tree_util.tree_leaves
+        import numpy
+
+        self._ndarray = numpy.ndarray
         patches = self.patches
         # Hooked before JAX's backend exists (the adapter waits for the script to
         # make it), so that the very call that makes it is seen; on a GPU, where the
@@ -219,13 +231,15 @@ class JaxHooks:
             start = time.time_ns()
             local = hooks._local
             local.wrapped += 1  # its outputs are entered here
+            hooks.in_flight += 1
             try:
                 out = impl(*args, **params)
+                name = op or params.get("name")
+                outs = out if isinstance(out, (list, tuple)) else [out]
+                hooks._enter(outs, start - hooks.origin, name, INPUT if op else OUTPUT, 2)
             finally:
                 local.wrapped -= 1
-            name = op or params.get("name")
-            outs = out if isinstance(out, (list, tuple)) else [out]
-            hooks._enter(outs, start - hooks.origin, name, INPUT if op else OUTPUT, 2)
+                hooks.in_flight -= 1
             return out
 
         return entering
@@ -284,8 +298,10 @@ class JaxHooks:
         args: Any,
         kwargs: Any,
         python_runs: int,
+        host: int = 0,
     ) -> None:
-        """Enters what a call returned; `python_runs`: the count before the call."""
+        """Enters what a call returned; `python_runs`: the count before the call;
+        `host`: the bytes of NumPy arguments, copied to the device for the call."""
         book = self.book
         if book is None:
             return
@@ -326,6 +342,49 @@ class JaxHooks:
             book.enter(leaves, start, function.__name__, OUTPUT, where)
         if program is not None and self.temp_windows:
             self._temp(program, start, end, function.__name__, where)
+        if host:
+            # JAX copies a NumPy argument to the program's device for the call and
+            # frees the copy when the call is done: the training batch, in most
+            # scripts. On the first output's device (a program of one device).
+            devices = first.sharding._device_assignment
+            if book is not None and len(devices) == 1:
+                ended = time.time_ns() - self.origin if run is None else run.end_ns
+                book.add_window(
+                    device_name(devices[0]), host, (start, ended), function.__name__, INPUT, where
+                )
+
+    def donating_call(self, name: str) -> None:
+        """A call of a jitted function that donates its arguments: in Flax/optax
+        trainers and Keras, the training step, which marks no step of its own.
+        Marked as one, for the first such function, where nothing else marks
+        steps (annotations, Keras' fit())."""
+        if self.annotated or (self.keras is not None and self.keras.hooked):
+            return
+        if self._step_function is None:
+            self._step_function = name
+        elif name != self._step_function:
+            return
+        self.writer.mark(f"{name} (donating jitted call)", step=self._step_calls)
+        self._step_calls += 1
+
+    def host_arguments(self, args: Any, kwargs: Any) -> int:
+        """The bytes of the NumPy arrays among a call's arguments (0 where there is
+        no book: on a GPU the allocator's events hold their device copies). Counted
+        also before the backend exists: the call that makes it has a book after.
+        Read where scripts pass a batch (an argument, or a value of a dict, list or
+        tuple argument), not through the whole tree: a step's state has hundreds
+        of leaves, and this is on every call's path."""
+        if self.book is None and self.backend_made:
+            return 0
+        ndarray, total = self._ndarray, 0
+        for value in (*args, *kwargs.values()) if kwargs else args:
+            kind = type(value)
+            if kind is ndarray:
+                total += value.nbytes
+            elif kind is dict or kind is list or kind is tuple:
+                items = value.values() if kind is dict else value
+                total += sum(v.nbytes for v in items if type(v) is ndarray)
+        return total
 
     def _ran(self, run: _Run, args: Any, out: Any) -> None:
         """A program that ran outside any wrapper (install_every_call): its
@@ -345,7 +404,9 @@ class JaxHooks:
     def _temp(self, program: Program, start: int, end: int, op: str, where: Where) -> None:
         """A program's temp buffer, live while it ran (Program.shows_temp)."""
         if program.shows_temp:
-            self.book.add_temp(program.devices[0], program.temp_bytes, start, end, op, where)
+            self.book.add_window(
+                program.devices[0], program.temp_bytes, (start, end), op, TEMP, where
+            )
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
         book = self.book
@@ -376,13 +437,17 @@ class JittedFunction:
             return self._jitted(*args, **kwargs)
         python_runs = hooks.python_runs
         donates = self.donates  # (the poll leaves donated arguments to this call)
+        host = hooks.host_arguments(args, kwargs)
         if donates:
+            hooks.donating_call(self.__name__)
             hooks.calls_running += 1
+        hooks.in_flight += 1
         try:
             start = time.time_ns()
             out = self._jitted(*args, **kwargs)
-            hooks.after_call(self, start, out, args, kwargs, python_runs)
+            hooks.after_call(self, start, out, args, kwargs, python_runs, host)
         finally:
+            hooks.in_flight -= 1
             if donates:
                 hooks.calls_running -= 1
         return out

@@ -15,8 +15,11 @@ import runpy
 import signal
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from tpumem.adapters.import_watch import imported_frameworks
 
 CONFIG_VARIABLE = "TPUMEM_RUNNER_CONFIG"
 ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
@@ -25,7 +28,7 @@ ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     output: str  # the trace's name; with placeholders ({host}, {rank}, {pid}) when `named_here`
-    framework: str
+    framework: str  # as --framework named it; empty: the one the script imports
     target: str  # a script's path, or a module's name when `module` is true
     module: bool
     args: list[str]
@@ -113,14 +116,14 @@ def run_metadata(
     }
 
 
-def _metadata(config: RunConfig) -> dict[str, Any]:
+def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) -> dict[str, Any]:
     command = ["-m", config.target] if config.module else [config.target]
     return run_metadata(
-        config.framework,
+        framework,
         "tpumem profile",
         [*command, *config.args],
         config.capture,
-        config.environment,
+        environment,
     )
 
 
@@ -177,24 +180,125 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(128 + signal.SIGTERM)
 
 
+class _AdapterFailed(SystemExit):
+    """The adapter could not start inside the framework's import: the run ends
+    there, said in one line (a profile that records nothing is no profile)."""
+
+
 @dataclass
 class _Recording:
-    """The runner's own trace and adapter (without --follow)."""
+    """The runner's own trace and adapter (without --follow), opened when the
+    script imports its framework (import_watch.py)."""
 
-    writer: Any
-    adapter: Any
-    name: Any  # a TraceName, where the trace's name has placeholders
-    output: str
+    config: RunConfig
+    writer: Any = None
+    adapter: Any = None
+    name: Any = None  # a TraceName, where the trace's name has placeholders
+    watch: Any = None
+
+    def begin(self, framework: str) -> Callable[[], None] | None:
+        """The trace opened and the adapter prepared, as the framework's module is
+        about to run; returns the adapter's start, for once it has run."""
+        from tpumem.adapters import CaptureOptions, get_adapter
+        from tpumem.adapters.base import set_before_start
+        from tpumem.adapters.call_stacks import end_walks_at
+        from tpumem.adapters.trace_name import TraceName
+        from tpumem.errors import TpumemError
+        from tpumem.trace.writer import TraceWriter
+
+        config = self.config
+        try:
+            adapter_class = get_adapter(framework)
+        except TpumemError as failure:
+            self._failed(framework, failure)
+        options = CaptureOptions(**config.capture)
+        environment = set_before_start(adapter_class, options)
+        metadata = _metadata(config, framework, {**config.environment, **environment})
+        target: str | int = config.output if config.output_fd is None else config.output_fd
+        if config.named_here:
+            try:
+                self.name = TraceName(
+                    config.output,
+                    config.force,
+                    metadata["process"],
+                    lambda path: _tell(config, {"output": path}),
+                )
+            except TpumemError as failure:
+                print(f"tpumem: error: {failure}", file=sys.stderr)
+                _tell(config, {"adapter_failed": True}, last=True)
+                raise _AdapterFailed(ADAPTER_FAILED) from None
+            target = self.name.descriptor
+        self.writer = TraceWriter(target, metadata)
+        end_walks_at(_run_target.__code__)  # the frames beyond it are this runner's
+        self.adapter = adapter_class(options)
+        if self.name is not None:
+            self.adapter.identified = self.name.settle
+        # Any failure of the adapter's, inside the script's import of its framework,
+        # ends the run in one line rather than as the script's own error.
+        try:
+            self.adapter.prepare(self.writer)
+        except Exception as failure:
+            self._failed(framework, failure)
+
+        def start() -> None:
+            try:
+                self.adapter.start(self.writer)
+            except Exception as failure:
+                self._failed(framework, failure)
+
+        return start
+
+    def _failed(self, framework: str, failure: Exception) -> None:
+        said = f"the {framework} adapter failed: {failure}"
+        if self.writer is not None:
+            self.writer.patch_metadata(warnings=[said])
+            self.writer.close()
+            self.writer = None
+        print(f"tpumem: error: {said}", file=sys.stderr)
+        _tell(self.config, {"adapter_failed": True}, last=True)
+        raise _AdapterFailed(ADAPTER_FAILED)
 
     def stop(self, exit_info: Any) -> None:
+        from tpumem.adapters import get_adapter
         from tpumem.adapters.base import end_recording
 
+        self.watch.remove()
+        if self.writer is None:
+            return
+        # Another framework the script started too (TensorFlow imports JAX where it
+        # is installed and never starts it: imported is not used).
+        recorded = self.watch.framework
+        also = [
+            name
+            for name in imported_frameworks()
+            if name != recorded and get_adapter(name).runtime_started()
+        ]
+        if also:
+            self.writer.patch_metadata(
+                warnings=[
+                    f"the script also used {' and '.join(also)}, not recorded: tpumem "
+                    f"records the first framework it imports (--framework {also[0]} "
+                    "records that one)"
+                ]
+            )
         end_recording(self.adapter, self.writer, exit_info)
 
+    def unrecorded(self) -> dict[str, Any] | None:
+        """Why nothing was recorded, for `tpumem profile` to say; None if it was."""
+        if self.writer is not None or self.watch.framework is not None:
+            return None
+        from tpumem.adapters.import_watch import keras_backend
+
+        return {
+            "wanted": self.config.framework or None,
+            "imported": imported_frameworks(),
+            "keras_backend": keras_backend() if self.watch.passed else None,
+        }
+
     def say_failure(self) -> None:
-        failed = self.writer.failed
+        failed = self.writer.failed if self.writer is not None else None
         if failed is not None:
-            where = self.name.path if self.name is not None else self.output
+            where = self.name.path if self.name is not None else self.config.output
             print(
                 f"tpumem: the trace stopped early: {failed.strerror or failed}; {where} "
                 "keeps what was written before",
@@ -202,85 +306,61 @@ class _Recording:
             )
 
 
-def _start_recording(config: RunConfig) -> _Recording:
-    """The trace opened and the adapter started, before the script runs; on failure
-    one line and the exit status ADAPTER_FAILED."""
-    from tpumem.adapters import CaptureOptions, get_adapter
-    from tpumem.adapters.call_stacks import end_walks_at
-    from tpumem.adapters.trace_name import TraceName
-    from tpumem.errors import TpumemError
-    from tpumem.trace.writer import TraceWriter
+def _watch_imports(config: RunConfig) -> _Recording:
+    """The recording, to start when the script imports its framework: nothing of
+    the framework, nor the trace's writer, is loaded before the script asks."""
+    from tpumem.adapters.import_watch import ImportWatch
 
-    metadata = _metadata(config)
-    name: TraceName | None = None
-    target: str | int = config.output if config.output_fd is None else config.output_fd
-    if config.named_here:
-        try:
-            name = TraceName(
-                config.output,
-                config.force,
-                metadata["process"],
-                lambda path: _tell(config, {"output": path}),
-            )
-        except TpumemError as failure:
-            print(f"tpumem: error: {failure}", file=sys.stderr)
-            _tell(config, {"adapter_failed": True}, last=True)
-            sys.exit(ADAPTER_FAILED)
-        target = name.descriptor
-    writer = TraceWriter(target, metadata)
-    end_walks_at(_run_target.__code__)  # the frames beyond it are this runner's
-    adapter = get_adapter(config.framework)(CaptureOptions(**config.capture))
-    if name is not None:
-        adapter.identified = name.settle
-    try:
-        adapter.start(writer)
-    except (ImportError, TpumemError) as failure:
-        writer.patch_metadata(warnings=[f"the {config.framework} adapter failed: {failure}"])
-        writer.close()
-        print(f"tpumem: error: the {config.framework} adapter failed: {failure}", file=sys.stderr)
-        _tell(config, {"adapter_failed": True}, last=True)
-        sys.exit(ADAPTER_FAILED)
-    return _Recording(writer, adapter, name, config.output)
+    recording = _Recording(config)
+    recording.watch = ImportWatch(recording.begin, config.framework or None)
+    recording.watch.install()
+    return recording
 
 
 def main() -> None:
     config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
     _die_with_parent(config.parent_pid)
-    from tpumem.adapters import follow
-    from tpumem.trace.metadata import ExitStatus
-    from tpumem.trace.records import encode
-
+    # The standard library only until the script imports its framework: the
+    # trace's types (Arrow, numpy) are imported after the script, or by the
+    # recording when it starts.
     runner_pid = os.getpid()
     for descriptor in (config.output_fd, config.status_fd):
         if descriptor is not None:  # the script's own programs get neither
             os.set_inheritable(descriptor, False)
     # With --follow, this process records itself as the script's other processes
     # do: if it imports a framework (follow.py).
-    recording = None if config.follow else _start_recording(config)
-    code, exit_info, error = 0, ExitStatus(code=0), None
+    recording = None if config.follow else _watch_imports(config)
+    code, ending, error = 0, {"code": 0}, None
     try:
         _run_target(config)
+    except _AdapterFailed:
+        sys.stdout.flush()
+        sys.exit(ADAPTER_FAILED)
     except SystemExit as stop:
         code = _exit_code(stop.code)
-        exit_info = ExitStatus(code=code)
+        ending = {"code": code}
     except BaseException as caught:
         error = caught
         code = 1
-        exit_info = ExitStatus(code=1, exception=f"{type(caught).__name__}: {caught}")
+        ending = {"code": 1, "exception": f"{type(caught).__name__}: {caught}"}
         if isinstance(caught, KeyboardInterrupt):
-            exit_info = ExitStatus(
-                signal=int(signal.SIGINT), signal_name="SIGINT", exception="KeyboardInterrupt"
-            )
+            ending = {
+                "signal": int(signal.SIGINT),
+                "signal_name": "SIGINT",
+                "exception": "KeyboardInterrupt",
+            }
     finally:
         if os.getpid() == runner_pid:
-            if recording is not None:
-                recording.stop(exit_info)
-            else:
-                follow.finish(exit_info)
+            _end(recording, ending)
     # (A process the script forked ends here too, as it would have without tpumem:
     # the trace and the adapter are the runner's, and it leaves them alone.)
     if os.getpid() == runner_pid:
-        _tell(config, {"exit": encode(exit_info)}, last=True)
+        from tpumem.trace.records import encode
+
+        unrecorded = recording.unrecorded() if recording is not None else None
+        if unrecorded is not None:
+            _tell(config, {"unrecorded": unrecorded})
+        _tell(config, {"exit": encode(_exit_status(ending))}, last=True)
         if recording is not None:
             recording.say_failure()
     if error is not None:
@@ -292,6 +372,21 @@ def main() -> None:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
     sys.exit(code)
+
+
+def _exit_status(ending: dict[str, Any]) -> Any:
+    from tpumem.trace.metadata import ExitStatus
+
+    return ExitStatus(**ending)
+
+
+def _end(recording: _Recording | None, ending: dict[str, Any]) -> None:
+    """Ends the runner's recording, or with --follow this process's own, if it
+    imported a framework (follow.py is loaded only then)."""
+    if recording is not None:
+        recording.stop(_exit_status(ending))
+    elif "tpumem.adapters.follow" in sys.modules:
+        sys.modules["tpumem.adapters.follow"].finish(_exit_status(ending))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The user's source line behind an allocation: the first frame that is neither
-a framework's or a known ML library's (installed in site-packages, or checked out
-and put on PYTHONPATH), the standard library's nor tpumem's."""
+a framework's or a library's (installed in site-packages; a known ML library
+wherever it lies; any code under a path entry that does not hold the user's own
+directory: a checkout put on PYTHONPATH), the standard library's nor tpumem's."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ class SourceLines:
         self._names: dict[int, str | None] = {}  # None: not user code
         self._codes: list[types.CodeType] = []
         self._cwd = os.getcwd()
+        script = sys.argv[0] if sys.argv else ""
+        self._own = {self._cwd}  # the directories that hold the user's code
+        if script and os.path.isfile(script):
+            self._own.add(os.path.dirname(os.path.abspath(script)))
 
     def __call__(self, frame: types.FrameType | None) -> str | None:
         names = self._names
@@ -80,13 +85,34 @@ class SourceLines:
             return cell
         if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
             return None
-        if _in_library(os.path.abspath(filename)):
+        if _in_library(os.path.abspath(filename)) or self._on_library_path(filename):
             return None
         # Relative to the working directory, as the user typed the script's path,
         # unless that climbs far out of it.
         relative = os.path.relpath(os.path.abspath(filename), self._cwd)
         far = os.path.join(os.pardir, os.pardir, os.pardir)
         return filename if relative.startswith(far) else relative
+
+    def _on_library_path(self, filename: str) -> bool:
+        """Whether the file lies under an entry of sys.path outside the user's
+        directories (the working directory, the script's): a library checked out
+        and put on PYTHONPATH, whatever its name. An entry above them or inside
+        them (tests/, src/) holds the user's own code."""
+        path = os.path.abspath(filename)
+        for entry in sys.path:
+            if not entry:
+                continue
+            root = os.path.abspath(entry)
+            if any(_related(own, root) for own in self._own):
+                continue
+            if path.startswith(root + os.sep):
+                return True
+        return False
+
+
+def _related(one: str, other: str) -> bool:
+    """Whether one directory is the other, or lies above or inside it."""
+    return one == other or one.startswith(other + os.sep) or other.startswith(one + os.sep)
 
 
 def _notebook_cell(filename: str) -> str | None:

@@ -31,6 +31,7 @@ from tpumem.adapters.base import (
     register,
 )
 from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace, newest_xspace_file
 from tpumem.adapters.tf_stacks import TfStacks
@@ -41,7 +42,6 @@ from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
 
 CPU_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
-KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
 # TSL's functions that TensorFlow's framework library exports (C++ names, mangled).
 _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 _THREADPOOL_LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
@@ -173,8 +173,6 @@ class TensorFlowAdapter(Adapter):
         self._warnings: list[str] = []
         self._spool: Path | None = None
         self._chunks: ProfilerChunks | None = None
-        self._keras_step = 0
-        self._keras_hooked = False
         self._dump: XlaDump | None = None
         self._devices_found = False
         self._cpu_without_bfc = False
@@ -203,6 +201,7 @@ class TensorFlowAdapter(Adapter):
         from tensorflow.python.eager import context
 
         self.writer = writer
+        self._keras = KerasSteps(writer, self._patches)
         self.tf = tf
         self._context = context
         writer.patch_metadata(framework_version=tf.__version__)
@@ -288,7 +287,7 @@ class TensorFlowAdapter(Adapter):
         recording = self._chunks is not None and self._chunks.recording
         if self._devices_ready():
             self._sample_once(between_sessions=not recording)
-        self._watch_keras()
+        self._keras.watch()
         if self._dump is not None:
             self._dump.tick(self.writer)
         if recording and self._devices_found and not self._unevented:
@@ -309,22 +308,6 @@ class TensorFlowAdapter(Adapter):
                 self.writer.sample(
                     device=device, bytes_in_use=info["current"], peak_bytes_in_use=info["peak"]
                 )
-
-    def _watch_keras(self) -> None:
-        """Keras' fit() marks no steps in the profile: count its training batches."""
-        callbacks = sys.modules.get(KERAS_CALLBACKS)
-        if callbacks is None or self._keras_hooked:
-            return
-        self._keras_hooked = True
-        original = callbacks.CallbackList.on_train_batch_begin
-        adapter = self
-
-        def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
-            adapter.writer.mark("keras train batch", step=adapter._keras_step)
-            adapter._keras_step += 1
-            return original(self, batch, logs)
-
-        self._patches.replace(callbacks.CallbackList, "on_train_batch_begin", on_train_batch_begin)
 
     def _mark_traced_steps(self) -> None:
         """Marks each `Trace(..., step_num=N)` as it opens. The profiler records the

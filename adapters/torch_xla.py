@@ -284,7 +284,11 @@ class TorchXlaAdapter(Adapter):
         before and after. `waits`: the call returns once the graph has run."""
         with self.torch._C.DisableTorchFunction():
             pending = self.book.prepare(self._now())
-        out = call(*args, **kwargs)
+        try:
+            out = call(*args, **kwargs)
+        except BaseException:
+            self.book.abandon()
+            raise
         launched = self._now()
         with self.torch._C.DisableTorchFunction():
             graph = self._read_debug()

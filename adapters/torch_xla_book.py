@@ -95,6 +95,10 @@ class Run:
     start_ns: int
     frees: list[_Buffer] = field(default_factory=list)  # freed when it ends
     temp: _Buffer | None = None
+    device: str | None = None  # where it runs: its first output's device
+    # No later than the next run's start on its device (the device runs one at a
+    # time): GraphEnds' word of its end can come after that run has started.
+    latest_end_ns: int | None = None
 
 
 @dataclass(slots=True)
@@ -150,6 +154,7 @@ class TensorBook:
         self._graphs_kept = False  # a run kept its graph for another
         self._ended: collections.deque[tuple[Run, int]] = collections.deque()
         self._running: dict[int, Run] = {}  # id(run) -> run, until it ends
+        self._launching = 0  # graphs between `prepare` and `settle`, on any thread
         self._rows = BookRows()
         self._next_id = 0
         self._grad_where: Where = NOWHERE
@@ -217,6 +222,7 @@ class TensorBook:
         """Before a graph runs: enters transferred tensors, finds the pending
         ones, and settles the buffers of tensors that died since the last look."""
         with self._lock:
+            self._launching += 1  # until `settle` (or `abandon`)
             self._drain_deaths()
             updated, by_handle = self._look_at_tracked(now_ns)
             seen, self._seen = self._seen, []
@@ -260,11 +266,18 @@ class TensorBook:
         gave a buffer (None if it gave none)."""
         run = Run(start_ns, frees=pending.frees)
         with self._lock:
+            self._launching -= 1
             self._drain_deaths()
             updated = [(t, e) for e in pending.updated if (t := e.ref()) is not None]
             tensors = [t for t, _ in updated] + [t for t, _, _ in pending.tensors]
             # A tensor still pending belongs to a graph on another device.
             needs = self.pending_flags(tensors)
+            mine = [t for t, needed in zip(tensors, needs, strict=True) if not needed]
+            if mine:
+                # The runs before it on its device had ended by its start, whenever
+                # their end is seen: closed first, before its outputs are entered.
+                run.device = self._device(mine[0])
+                self._end_before(run.device, start_ns)
             output = None
             # Python tensors that wrap one XLA tensor (PyTorch/XLA's aliases) were
             # updated together and share the new buffer.
@@ -285,13 +298,18 @@ class TensorBook:
             self.counts.materialized += len(new)
             if new:
                 output = new[0][0]
-            if temp_bytes > 0 and output is not None:
-                device = self._device(output)
-                self._end_before(device, start_ns)
-                run.temp = self._alloc(device, temp_bytes, start_ns, graph, TEMP, None, None, where)
+            if temp_bytes > 0 and output is not None and run.device is not None:
+                run.temp = self._alloc(
+                    run.device, temp_bytes, start_ns, graph, TEMP, None, None, where
+                )
             self.counts.executions += 1
             self._running[id(run)] = run
         return run, output
+
+    def abandon(self) -> None:
+        """The call that was to launch the graph `prepare` looked at raised."""
+        with self._lock:
+            self._launching -= 1
 
     def end(self, run: Run, end_ns: int) -> None:
         """A run's outputs are ready (called on GraphEnds' thread)."""
@@ -316,7 +334,10 @@ class TensorBook:
 
     def take_columns(self) -> tuple[dict[str, Any], int]:
         with self._lock:
-            self._drain_ended()
+            if not self._launching:
+                # (While a graph is being launched, the end GraphEnds saw of the run
+                # before it may be after the new run's start: `settle` decides.)
+                self._drain_ended()
             rows = self._rows.take()
         return self._rows.columns(rows)
 
@@ -560,10 +581,12 @@ class TensorBook:
         """A device runs one graph at a time, each after the one before it (it reads
         that one's outputs): runs on `device` whose end GraphEnds has not told yet
         had ended by the time this one starts. (Its word can come late: it waits
-        for all the device's work, and for the GIL.) Without this, two graphs'
-        temporaries would overlap in the book that never did on the device."""
+        for all the device's work, and for the GIL; under load, a step late.)
+        Without this, two runs' temporaries, and the buffers the earlier one frees
+        at its end, would overlap in the book as they never did on the device."""
         for run in list(self._running.values()):
-            if run.temp is not None and run.temp.device == device:
+            if run.device == device:
+                run.latest_end_ns = start_ns
                 self._ended.append((run, start_ns))
         self._drain_ended()
 
@@ -573,6 +596,8 @@ class TensorBook:
             run, end_ns = ended.popleft()
             if self._running.pop(id(run), None) is None:
                 continue
+            if run.latest_end_ns is not None:
+                end_ns = min(end_ns, run.latest_end_ns)
             for buffer in run.frees:
                 self._free(buffer, end_ns)
             if run.temp is not None:

@@ -78,3 +78,13 @@ def chunk_map_rows():
             }
         )
     return rows
+
+
+def unseen_rows():
+    """The allocator already held 1000 bytes when the capture began: a 256-byte
+    buffer (op MatMul) comes and goes over them."""
+    common = {"device": "GPU:0", "buffer_id": 1, "bytes": 256, "address": 0, "fragmentation": 0.0}
+    return [
+        {"kind": "alloc", "time_ns": 1, "bytes_in_use": 1256, "op": "MatMul", **common},
+        {"kind": "free", "time_ns": 2, "bytes_in_use": 1000, **common},
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows
+from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows, unseen_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
 from tpumem.analysis.bfc_model import replay
@@ -76,28 +76,7 @@ def test_total_peak_is_peak_of_the_sum_not_sum_of_peaks(make_trace):
 
 def test_allocator_reported_in_use_includes_bytes_from_before_the_capture(make_trace):
     # The allocator already held 1000 bytes when the capture began.
-    rows = [
-        {
-            "kind": "alloc",
-            "time_ns": 1,
-            "device": "GPU:0",
-            "buffer_id": 1,
-            "bytes": 256,
-            "address": 0,
-            "bytes_in_use": 1256,
-            "fragmentation": 0.0,
-        },
-        {
-            "kind": "free",
-            "time_ns": 2,
-            "device": "GPU:0",
-            "buffer_id": 1,
-            "bytes": 256,
-            "address": 0,
-            "bytes_in_use": 1000,
-            "fragmentation": 0.0,
-        },
-    ]
+    rows = unseen_rows()
     (device,) = analyze(load(make_trace(rows))).devices
     assert device.peak.bytes == 1256
     assert device.peak_label == "measured"
@@ -340,3 +319,39 @@ def test_a_pool_the_allocator_reports_is_the_measured_preallocation(make_trace):
     assert pre.unused_bytes == 56 * GiB
     assert pre.limit_bytes == 60 * GiB
     assert pre.settings == {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".75"}
+
+
+def test_a_program_far_above_the_recorded_peak_says_the_capture_missed_it(make_trace):
+    """A framework's program needs 690 MiB by XLA's own analysis while the trace's
+    peak is 2.6 MiB (Keras on JAX recorded as TensorFlow did): the report says the
+    capture missed it, rather than a 2.6 MiB peak alone."""
+    rows = [
+        {"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 1, "bytes": 2_700_000},
+        {"kind": "free", "time_ns": 2, "device": "CPU:0", "buffer_id": 1, "bytes": 2_700_000},
+    ]
+    step = '{"name": "jit_train_step", "argument_bytes": 400000000, "temp_bytes": 290000000}'
+    small = '{"name": "jit_small", "argument_bytes": 1000000, "temp_bytes": 1000000}'
+    missed = analyze(load(make_trace([*rows, _program(3, step)], name="missed.tpumem")))
+    (said,) = [w for w in missed.warnings if "capture missed" in w]
+    assert said.startswith("jit_train_step needs 658.0 MiB") and "2.6 MiB" in said
+    fine = analyze(load(make_trace([*rows, _program(3, small)], name="fine.tpumem")))
+    assert not [w for w in fine.warnings if "capture missed" in w]
+
+
+def _program(time_ns: int, text: str) -> dict:
+    return {"kind": "program", "time_ns": time_ns, "text": text}
+
+
+def test_a_modeled_pool_never_exceeds_the_allocators_measured_limit(make_trace):
+    """The BFC model grows its pool by regions; an allocator whose limit it
+    measured (1.5 MiB here) cannot hold more: the pool is capped there, and says so."""
+    rows = [
+        {"kind": "sample", "time_ns": 0, "device": "GPU:0", "bytes_limit": 3 * MiB // 2},
+        {"kind": "alloc", "time_ns": 1, "device": "GPU:0", "buffer_id": 1, "bytes": MiB},
+        {"kind": "alloc", "time_ns": 2, "device": "GPU:0", "buffer_id": 2, "bytes": MiB // 4},
+    ]
+    (device,) = analyze(load(make_trace(rows))).devices
+    pre = device.preallocation
+    assert pre.pool_label == "modeled" and pre.limit_bytes == 3 * MiB // 2
+    assert pre.pool_peak_bytes == 3 * MiB // 2
+    assert "capped at the allocator's measured limit" in pre.pool_source

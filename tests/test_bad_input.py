@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
 
 from conftest import assert_one_line_error, run_tpumem
+from sample_traces import buffer_rows
 from tpumem.trace.schema import SCHEMA
 from xspace_builder import build_space
 
@@ -100,10 +103,26 @@ def test_profile_refuses_what_it_cannot_run(tmp_path):
         (["profile"], "no script given"),
         (["profile", "missing.py"], "missing.py: no such file"),
         (["profile", "adir"], "is a directory"),
-        (["profile", "plain.py"], "imports none of the frameworks"),
+        (["profile", "plain.py"], "imported none of the frameworks", "nothing was recorded"),
         (["profile", "--framework", "caffe", "plain.py"], "unknown framework 'caffe'"),
+        (["profile", "--bogus", "plain.py"], "no such option: --bogus", "after the script"),
         (["profile", "-m", "no_such_module_here"], "no module named"),
     ]
-    for args, words in cases:
-        assert_one_line_error(run_tpumem(*args, cwd=tmp_path), words)
+    for args, *words in cases:
+        assert_one_line_error(run_tpumem(*args, cwd=tmp_path), *words)
     assert not list(tmp_path.glob("*.tpumem"))
+
+
+def test_to_pandas_without_pandas_is_one_clear_error(tmp_path, make_trace):
+    path = make_trace(buffer_rows())
+    script = (
+        "import sys, tpumem\nfrom tpumem.errors import TpumemError\n"
+        "sys.modules['pandas'] = None  # as where it is not installed\n"
+        f"trace = tpumem.load({str(path)!r})\n"
+        "try:\n    trace.to_pandas()\nexcept TpumemError as error:\n    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "Trace.to_pandas needs pandas, which is not installed: pip install pandas"
+    )

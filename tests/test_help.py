@@ -10,7 +10,17 @@ import sys
 
 import pytest
 
-COMMANDS = ["", "import", "report", "compare", "check", "profile", "export", "export tensorboard"]
+COMMANDS = [
+    "",
+    "import",
+    "report",
+    "compare",
+    "check",
+    "profile",
+    "export",
+    "export tensorboard",
+    "install-libtpu",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

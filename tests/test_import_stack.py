@@ -83,7 +83,7 @@ def test_an_imported_tpu_profile_counts_the_stack_as_xprof_does(tmp_path):
     assert peak["live_buffers"] == 1 and peak["unattributed_bytes"] == 0
 
     markdown = run_tpumem("report", str(trace), "--format", "md").stdout
-    assert "1 buffers; 80.0 MiB reserved by the runtime as stack" in markdown
+    assert "1 buffer; 80.0 MiB reserved by the runtime as stack" in markdown
 
     # Exported back for TensorBoard, XProf reads the same peak and stack.
     logdir = tmp_path / "tb"

@@ -119,6 +119,30 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
         assert said["text"].count("\n") == 1
 
 
+def test_a_cell_that_imports_its_framework_is_recorded_and_run(tmp_path, monkeypatch):
+    """The framework imported in the recorded cell itself: the recording starts
+    with the import, and the cell runs (a later cell uses what it made)."""
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    outputs = _run_notebook(
+        [
+            "%load_ext tpumem",
+            "%%tpumem -o nothing.tpumem\nx = 1",  # before the kernel imports a framework
+            "%%tpumem\nimport jax.numpy as jnp\n"
+            "kept = jnp.ones((1024, 1024))\nkept.block_until_ready()",
+            "float(kept.sum())",
+        ],
+        tmp_path,
+    )
+    analysis = analyze(load(tmp_path / "cell.tpumem"))
+    assert analysis.metadata.framework == "jax"
+    assert analysis.devices[0].peak.bytes >= 4 * MiB
+    (value,) = [o for o in outputs[3] if o["output_type"] == "execute_result"]
+    assert value["data"]["text/plain"] == str(float(1024 * 1024))
+    (said,) = [o for o in outputs[1] if o["output_type"] == "display_data"]
+    assert "recorded nothing" in said["data"]["text/plain"]
+    assert not (tmp_path / "nothing.tpumem").exists()
+
+
 def test_runs_and_comparisons_show_their_reports_as_values(make_trace):
     # What a notebook shows for `analysis` or `tpumem.compare(...)` alone in a cell:
     # no kernel needed, IPython asks the object.

@@ -22,8 +22,6 @@ from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.xspace_chunks import ChunkConverter
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps
-from tpumem.errors import TpumemError
-from tpumem.launch.detect import detect_framework, imported_modules
 from tpumem.launch.stderr_filter import StderrFilter
 from tpumem.report.rows import run_rows
 from tpumem.trace.amend import append_metadata
@@ -35,7 +33,6 @@ from tpumem.trace.writer import TraceWriter
 from xspace_builder import build_space
 
 TRACE_START = 1_700_000_000_000_000_000
-FRAMEWORKS = {"tensorflow": "tensorflow", "keras": "tensorflow", "jax": "jax"}
 
 
 def memory_event(name: str, offset_ns: int, address: int, size: int, in_use: int) -> dict:
@@ -296,28 +293,6 @@ def test_a_trace_cut_inside_its_header_is_left_alone(tmp_path):
     assert path.read_bytes() == data[:40]
 
 
-def test_the_framework_is_found_in_the_scripts_local_imports(tmp_path):
-    (tmp_path / "model.py").write_text("import tensorflow as tf\n")
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("from .layers import dense\n")
-    (tmp_path / "pkg" / "layers.py").write_text("def dense():\n    import numpy\n")
-    script = tmp_path / "train.py"
-    script.write_text("import os\nfrom model import build\nimport pkg\n")
-    assert imported_modules(script) == {"os", "tensorflow", "numpy"}
-    assert detect_framework(script, FRAMEWORKS) == "tensorflow"
-
-
-def test_a_script_with_two_frameworks_or_none_needs_a_choice(tmp_path):
-    both = tmp_path / "both.py"
-    both.write_text("import jax\nimport keras\n")
-    with pytest.raises(TpumemError, match="imports jax and tensorflow; choose one"):
-        detect_framework(both, FRAMEWORKS)
-    none = tmp_path / "none.py"
-    none.write_text("import numpy\n")
-    with pytest.raises(TpumemError, match="name one with --framework"):
-        detect_framework(none, FRAMEWORKS)
-
-
 def test_source_lines_skip_a_library_checked_out_on_the_path(tmp_path, monkeypatch):
     """A framework or library on PYTHONPATH (a checkout, not site-packages) is not
     the user's code: the source is the user's line that called into it."""
@@ -337,6 +312,29 @@ def test_source_lines_skip_a_library_checked_out_on_the_path(tmp_path, monkeypat
     import train
 
     assert train.step(SourceLines()) == "train.py:3"
+
+
+def test_source_lines_skip_any_library_on_the_path_not_only_known_ones(tmp_path, monkeypatch):
+    """A library of any name checked out beside the project and put on
+    PYTHONPATH is not the user's code; the user's own modules beside the script
+    (and a path entry above the project) are."""
+    library = tmp_path / "libs" / "trainkit"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(
+        "import sys\ndef apply(lines):\n    return lines(sys._getframe())\n"
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helpers.py").write_text(
+        "import trainkit\ndef step(lines):\n    return trainkit.apply(lines)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "libs"))
+    monkeypatch.syspath_prepend(str(tmp_path))  # above the project: holds it
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.chdir(project)
+    import helpers
+
+    assert helpers.step(SourceLines()) == "helpers.py:3"
 
 
 def test_stacks_name_code_that_was_made_and_dropped_while_the_run_went_on(tmp_path, monkeypatch):

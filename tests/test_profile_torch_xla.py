@@ -330,3 +330,53 @@ def test_work_in_child_processes_is_said_plainly(tmp_path):
     assert "tpumem profile --follow records it" in result.stderr
     assert "debug_single_process=True" in result.stderr
     assert any("child process" in w for w in load(tmp_path / "spawned.tpumem").warnings)
+
+
+LATE_ENDS = """
+import sys, time
+import torch, torch.nn.functional as F
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+import torch_xla.utils.utils as xu
+
+if "late" in sys.argv:  # each graph's end is seen a while after it came (a loaded machine)
+    xlac, wait = torch_xla._XLAC, torch_xla._XLAC._xla_wait_device_ops
+
+    def late(*args):
+        time.sleep(0.3)
+        return wait(*args)
+
+    xlac._xla_wait_device_ops = late
+# PyTorch/XLA's MNIST test, shortened: MpDeviceLoader syncs at each batch.
+device = torch_xla.device()
+model = torch.nn.Sequential(
+    torch.nn.Conv2d(1, 10, 5), torch.nn.MaxPool2d(2), torch.nn.ReLU(), torch.nn.BatchNorm2d(10),
+    torch.nn.Conv2d(10, 20, 5), torch.nn.MaxPool2d(2), torch.nn.ReLU(), torch.nn.BatchNorm2d(20),
+    torch.nn.Flatten(), torch.nn.Linear(320, 50), torch.nn.ReLU(), torch.nn.Linear(50, 10),
+    torch.nn.LogSoftmax(dim=1),
+).to(device)
+sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+batches = (torch.zeros(128, 1, 28, 28), torch.zeros(128, dtype=torch.int64))
+for data, target in pl.MpDeviceLoader(xu.SampleGenerator(batches, sample_count=20), device):
+    sgd.zero_grad()
+    F.nll_loss(model(data), target).backward()
+    xm.optimizer_step(sgd)
+"""
+
+
+def test_the_peak_does_not_depend_on_when_a_graphs_end_is_seen(tmp_path):
+    """A device runs its graphs one after another: the next step's run of a graph
+    cannot overlap the last one's, however soon or late tpumem's thread sees the
+    end (its wait for the device returns after the next run was launched)."""
+    (tmp_path / "loop.py").write_text(LATE_ENDS)
+    peaks = []
+    for mode in ("prompt", "late"):
+        result = profile(tmp_path, "-q", "-o", f"{mode}.tpumem", "loop.py", mode)
+        assert result.returncode == 0, result.stderr[-3000:]
+        (device,) = analyze(load(tmp_path / f"{mode}.tpumem")).devices
+        # One run's temporaries live at a time: the training step's.
+        temps = [g for g in device.peak.groups if g.region == "temp"]
+        assert sum(g.count for g in temps) == 1, (mode, temps)
+        peaks.append(device.peak.bytes)
+    assert peaks[0] == peaks[1], peaks

@@ -113,6 +113,38 @@ def test_large():
     )
 
 
+def test_a_framework_imported_inside_the_test_is_recorded(pytester, framework_env):
+    """The recording starts as the test imports its framework; a marked test
+    that imports none fails in one line, an unmarked one under --tpumem passes."""
+    pytester.makepyfile(
+        test_inside="""
+import pytest
+
+# Before any test has imported a framework (after, each test records it).
+@pytest.mark.limit_device_memory("6 MiB")
+def test_marked_without_a_framework():
+    pass
+
+def test_plain():
+    pass
+
+@pytest.mark.limit_device_memory("6 MiB")
+def test_over():
+    import jax.numpy as jnp
+    kept = jnp.ones((2048, 1024)).block_until_ready()  # 8 MiB
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tpumem")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*tpumem: the test imported none of the frameworks*",
+            "*CPU:0: peak 8.0 MiB * is over the limit 6.0 MiB*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_a_bad_limit_is_a_usage_error(pytester):
     pytester.makepyfile(
         test_bad="""

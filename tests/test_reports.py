@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from conftest import run_tpumem
-from sample_traces import buffer_rows
+from sample_traces import buffer_rows, unseen_rows
 from tpumem.analysis import analyze
 from tpumem.report import REPORTERS, reporter_for
-from tpumem.report.rows import device_rows, one_line, run_rows
+from tpumem.report.rows import device_rows, group_rows, one_line, run_rows
 from tpumem.trace.reader import load
 
 GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"
@@ -99,3 +99,70 @@ def test_the_ending_is_one_plain_line(make_trace):
     ended = dict(run_rows(analyze(load(path))))["Ended"]
     assert ended == "uncaught exception: OOM: ResourceExhausted … (exit status 1)"
     assert one_line("a" * 400).endswith("…") and len(one_line("a" * 400)) == 160
+
+
+def test_words_that_were_wrong_in_small_ways(make_trace):
+    """One buffer is "1 buffer"; a run killed before it wrote its end lasts at
+    least until its last event (its peak time is on the same clock); programs
+    that share a name are told apart; a row-major padding bound far past the
+    live bytes is left out."""
+    one = [
+        {
+            "kind": "alloc",
+            "time_ns": 5_000_000_000,
+            "device": "CPU:0",
+            "buffer_id": 1,
+            "bytes": 4096,
+            "dtype": "float32",
+            "shape": "[1024,1]",
+        },
+        {
+            "kind": "alloc",
+            "time_ns": 6_000_000_000,
+            "device": "CPU:0",
+            "buffer_id": 2,
+            "bytes": 64,
+            "dtype": "float32",
+            "shape": "[4,4]",
+        },
+        {"kind": "free", "time_ns": 7_000_000_000, "device": "CPU:0", "buffer_id": 2, "bytes": 64},
+        {"kind": "program", "time_ns": 8, "text": '{"name": "jit_f", "temp_bytes": 64}'},
+        {"kind": "program", "time_ns": 9, "text": '{"name": "jit_f", "temp_bytes": 128}'},
+    ]
+    analysis = analyze(load(make_trace(one, {"source": "tpumem profile"})))
+    assert analysis.duration_ns == 7_000_000_000
+    (device,) = analysis.devices
+    rows = {name: (value, how) for name, value, how in device_rows(device)}
+    assert rows["Live at peak"][0].startswith("2 buffers")
+    padding = rows["TPU layout padding"][1]
+    assert "all row-major" not in padding  # [1024,1] row-major: 128 times its bytes
+    from tpumem.report.program_rows import distinct_names
+
+    assert sorted(distinct_names(analysis.compiled)) == ["jit_f (1)", "jit_f (2)"]
+    single = [r for r in one[:1]]
+    (alone,) = analyze(load(make_trace(single, name="one.tpumem"))).devices
+    assert dict((n, v) for n, v, _ in device_rows(alone))["Live at peak"].startswith("1 buffer")
+    assert "1 buffers" not in str(device_rows(alone))
+
+
+def test_growth_without_steps_says_how_to_mark_them(make_trace):
+    (device,) = analyze(load(make_trace(buffer_rows()))).devices
+    rows = {name: (value, how) for name, value, how in device_rows(device)}
+    value, how = rows["Growth across steps"]
+    assert value == "not checked: 2 step marks (5 needed)"
+    assert how.startswith("not available: mark each step with jax.profiler.StepTraceAnnotation")
+
+
+def test_bytes_allocated_unseen_have_a_row_in_the_live_table(make_trace):
+    """TensorFlow's allocator counts bytes whose allocation no profiler session
+    saw: the table of what was live shows them, in their place by size."""
+    rows = unseen_rows()
+    analysis = analyze(load(make_trace(rows)))
+    (device,) = analysis.devices
+    table = group_rows(device.peak.groups, device.peak.unattributed_bytes)
+    assert [row[:3] for row in table] == [
+        ("1000 B", "-", "allocated unseen"),
+        ("256 B", "1", "MatMul"),
+    ]
+    text = REPORTERS["text"].render(analysis, width=120)
+    assert "allocated unseen" in text.split("Live at peak, largest first")[1]

@@ -309,10 +309,13 @@ def _version(framework: str, second: bool) -> str:
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_diff_finds_the_line_that_keeps_more_and_nothing_else(tmp_path, framework):
+    # The second version under another name, as people keep them (after.py): its
+    # lines are still the script's lines.
     for name, second in (("one", False), ("again", False), ("two", True)):
+        script = "after.py" if second else "train.py"
         (tmp_path / name).mkdir()
-        (tmp_path / name / "train.py").write_text(_version(framework, second))
-        result = profile(tmp_path / name, "-q", "-o", "run.tpumem", "train.py")
+        (tmp_path / name / script).write_text(_version(framework, second))
+        result = profile(tmp_path / name, "-q", "-o", "run.tpumem", script)
         assert result.returncode == 0, result.stderr[-3000:]
 
     def diff(a: str, b: str) -> dict:

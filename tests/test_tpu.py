@@ -326,3 +326,21 @@ def test_two_compiles_at_once_both_finish(tmp_path):
     for report in reports:
         _, errors = report.communicate(timeout=600)
         assert report.returncode == 0 and "with XLA:TPU in" in errors, errors[-2000:]
+
+
+def test_libtpu_is_where_only_tpumem_looks():
+    """`tpumem install-libtpu` (which make setup runs) puts XLA:TPU in libtpu/ of
+    the environment: --tpu finds it, and the environment's own `import jax` does
+    not (it would print TPU start-up errors on every start without a TPU)."""
+    from importlib.util import find_spec
+
+    import tomllib
+
+    from tpumem.commands.install_libtpu import libtpu_requirement
+
+    assert libtpu_requirement().startswith("libtpu==")
+    assert libtpu_path() == str(Path(sys.prefix) / "libtpu")
+    assert find_spec("libtpu") is None
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    assert not [r for rs in extras.values() for r in rs if "[tpu]" in r or "libtpu" in r]

@@ -4,7 +4,6 @@ before, and used after)."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
@@ -138,12 +137,30 @@ def test_one_at_a_time_a_block_that_raises_keeps_its_trace_and_each_call_its_own
 def test_without_a_framework_imported_track_says_what_to_do(tmp_path):
     script = (
         "import json, tpumem\nfrom tpumem.errors import TpumemError\n"
-        "try:\n    tpumem.track().start()\n"
+        "with tpumem.track() as run:\n    pass\n"
+        "try:\n    run.report()\n"
         "except TpumemError as error:\n    print(json.dumps(str(error)))\n"
     )
     message = run_python(script, tmp_path)
-    assert message.startswith("tpumem.track found no framework in this process")
-    assert json.dumps(message)  # one line, no traceback
+    assert message.startswith("tpumem.track has recorded nothing: the process imported none")
+    assert not list(tmp_path.glob("*.tpumem"))
+
+
+def test_a_framework_imported_inside_the_block_is_recorded(tmp_path):
+    """The recording starts as the block imports its framework, as `tpumem
+    profile` starts it; the block's arrays are in it."""
+    script = (
+        "import json, sys, tpumem\n"
+        "with tpumem.track('inside.tpumem') as run:\n"
+        "    import jax.numpy as jnp\n"
+        "    kept = jnp.ones((4 * 1024 * 1024,), jnp.float32)\n"  # 16 MiB
+        "    kept.block_until_ready()\n"
+        "analysis = run.report()\n"
+        "print(json.dumps([analysis.metadata.framework, analysis.devices[0].peak.bytes]))\n"
+    )
+    framework, peak = run_python(script, tmp_path)
+    assert framework == "jax"
+    assert peak >= 16 << 20
 
 
 # TensorFlow in use before the block (which imports JAX too), the same tensors as

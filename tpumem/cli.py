@@ -76,8 +76,8 @@ Tpu = Annotated[
         "--tpu",
         metavar="TOPOLOGY",
         help="Compile the run's programs for this TPU (v5e:2x2, v6e:1x1, v4:2x2x1, v5p:2x2x1) "
-        "with XLA:TPU, ahead of time, on this machine (needs libtpu: pip install "
-        "'tpumem[tpu]'): what each program needs per chip, and the fit table from it. "
+        "with XLA:TPU, ahead of time, on this machine (needs libtpu: tpumem "
+        "install-libtpu): what each program needs per chip, and the fit table from it. "
         "Repeat for several.",
         show_default=False,
     ),
@@ -472,6 +472,25 @@ def export_tensorboard_command(
     from tpumem.commands.export import run_export
 
     run_export(traces, logdir, run, force)
+
+
+@app.command("install-libtpu", short_help="Install XLA:TPU for --tpu, for tpumem alone.")
+def install_libtpu(
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--target",
+            metavar="DIR",
+            help="Where to put it (default: libtpu/ in tpumem's environment).",
+        ),
+    ] = None,
+) -> None:
+    """Install libtpu (XLA:TPU, about 700 MB; the release the installed JAX names)
+    where only tpumem's compile for --tpu looks: not in site-packages, where every
+    `import jax` would load it and, without a TPU, print start-up errors."""
+    from tpumem.commands.install_libtpu import run_install_libtpu
+
+    raise typer.Exit(run_install_libtpu(target))
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError
 
 from tpumem.errors import TpumemError
 from tpumem.trace.hlo_rows import hlo_row_text
+from tpumem.trace.metadata import IMPORTED
 from tpumem.trace.schema import ALLOCATOR, HLO
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane import XPLANE_SUFFIX
@@ -145,7 +146,7 @@ def import_profile(
         "backend": "gpu"
         if any(d.startswith("GPU") for d in devices)
         else ("tpu" if any(d.startswith("TPU") for d in devices) else "cpu"),
-        "source": "import",
+        "source": IMPORTED,
         "imported_from": str(profile.path),
         "run": run,
         "host": events.hostnames[0] if events.hostnames else profile.host,

@@ -105,6 +105,14 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         outcome = yield
     finally:
         run.stop()
+    if run.recorded_nothing:  # the test imported no framework: no device memory of its
+        if memory is not None or fragmentation is not None:
+            pytest.fail(
+                "tpumem: the test imported none of the frameworks (jax, tensorflow, "
+                "torch_xla): nothing was recorded to hold to its limit",
+                pytrace=False,
+            )
+        return outcome
     analysis = run.analysis(series_points=0)
     device = busiest(analysis)
     config.stash[_RECORDED].append(

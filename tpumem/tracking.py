@@ -29,6 +29,7 @@ from tpumem.report import HTML_SERIES_POINTS
 
 if TYPE_CHECKING:
     from tpumem.adapters.base import Adapter
+    from tpumem.adapters.import_watch import ImportWatch
     from tpumem.analysis.comparison import Comparison
     from tpumem.analysis.summary import RunAnalysis
     from tpumem.trace.writer import TraceWriter
@@ -57,19 +58,17 @@ def prepare_frameworks() -> None:
         os.environ.update(_set_here[name])
 
 
-def loaded_framework() -> str:
+def loaded_framework() -> str | None:
     """The framework this process uses: the one it imported; of several, the one
     whose runtime it started, else the one not imported by another (TensorFlow
-    imports JAX, and does not use it)."""
+    imports JAX, and does not use it). None where it has imported none yet: the
+    recording then starts when it does (adapters/import_watch.py)."""
     from tpumem.adapters import adapter_names, get_adapter
 
     names = adapter_names()
     found = sorted({names[module] for module in names if module in sys.modules})
     if not found:
-        raise TpumemError(
-            "tpumem.track found no framework in this process: import jax, tensorflow or "
-            "torch_xla first, or name it: tpumem.track(..., framework='jax')"
-        )
+        return None
     started = [name for name in found if get_adapter(name).runtime_started()]
     used = started or [
         name for name in found if not set(get_adapter(name).imported_by) & set(found)
@@ -108,6 +107,8 @@ class Tracker:
         self.path: Path | None = None  # the trace, once started
         self._writer: TraceWriter | None = None
         self._adapter: Adapter | None = None
+        self._watch: ImportWatch | None = None  # waiting for the framework's import
+        self._stopped = False
 
     # -- recording -------------------------------------------------------------
 
@@ -139,11 +140,11 @@ class Tracker:
         return wanted if self.force else free_name(wanted)
 
     def start(self) -> None:
+        """Starts the recording; where the process has not imported the framework
+        yet, it starts as the framework's import runs (in the block, the cell or
+        the test), as `tpumem profile` starts it."""
         global _running
-        from tpumem.adapters import CaptureOptions, get_adapter
-        from tpumem.adapters.runner import run_metadata
-        from tpumem.outputs import create_trace, default_trace
-        from tpumem.trace.writer import TraceWriter
+        from tpumem.adapters.import_watch import FRAMEWORKS, ImportWatch
 
         with _lock:
             if _running is not None:
@@ -151,37 +152,84 @@ class Tracker:
                     f"tpumem.track is already recording (to {_running.path}): one at a time"
                 )
             framework = self.framework or loaded_framework()
-            adapter_class = get_adapter(framework)
-            options = CaptureOptions(programs=self.programs)
-            if self.output is None:
-                self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
+            if framework is not None and (framework not in FRAMEWORKS or framework in sys.modules):
+                self._begin(framework, importing=False)()
             else:
-                if self.output.exists() and not self.force:
-                    raise TpumemError(
-                        f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
-                    )
-                self.path, descriptor = self.output, create_trace(self.output, (), self.force)
-            command = [SOURCE, "in", _process_name()]
-            capture = {"programs": options.programs}
-            set_here = _set_here.get(framework, {})
-            metadata = run_metadata(framework, SOURCE, command, capture, set_here)
-            writer = TraceWriter(descriptor, metadata)
-            adapter = adapter_class(options)
+                if framework is not None:
+                    from tpumem.adapters import get_adapter
+
+                    get_adapter(framework)  # unknown, not installed: said now
+                self._watch = ImportWatch(self._begin, framework)
+                self._watch.install()
+            _running = self
+
+    def _begin(self, framework: str, importing: bool = True) -> Callable[[], None]:
+        """The trace opened and the adapter prepared; returns the adapter's start.
+        `importing`: called as the framework's module is about to run (the watch)."""
+        from tpumem.adapters import CaptureOptions, get_adapter
+        from tpumem.adapters.base import set_before_start
+        from tpumem.adapters.runner import run_metadata
+        from tpumem.outputs import create_trace, default_trace
+        from tpumem.trace.writer import TraceWriter
+
+        adapter_class = get_adapter(framework)
+        options = CaptureOptions(programs=self.programs)
+        if self.output is None:
+            self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
+        else:
+            if self.output.exists() and not self.force:
+                raise TpumemError(
+                    f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
+                )
+            self.path, descriptor = self.output, create_trace(self.output, (), self.force)
+        command = [SOURCE, "in", _process_name()]
+        capture = {"programs": options.programs}
+        if importing:  # set now, before it starts, as profile does
+            _set_here.setdefault(framework, {}).update(set_before_start(adapter_class, options))
+        set_here = _set_here.get(framework, {})
+        metadata = run_metadata(framework, SOURCE, command, capture, set_here)
+        writer = TraceWriter(descriptor, metadata)
+        adapter = adapter_class(options)
+        self._writer, self._adapter = writer, adapter
+
+        def failed(failure: Exception) -> TpumemError:
+            self._writer = self._adapter = None
+            writer.patch_metadata(warnings=[f"the {framework} adapter failed: {failure}"])
+            writer.close()
+            return TpumemError(f"the {framework} adapter failed: {failure}")
+
+        try:
+            adapter.prepare(writer)
+        except (ImportError, TpumemError) as failure:
+            raise failed(failure) from None
+
+        def start() -> None:
             try:
                 adapter.start(writer)
             except (ImportError, TpumemError) as failure:
-                writer.close()
-                raise TpumemError(f"the {framework} adapter failed: {failure}") from None
-            self._writer, self._adapter = writer, adapter
-            _running = self
+                raise failed(failure) from None
+
+        return start
+
+    @property
+    def recorded_nothing(self) -> bool:
+        """Stopped without the block importing a framework: no trace was made."""
+        return self._stopped and self.path is None
 
     def stop(self, error: BaseException | None = None) -> None:
         global _running
         from tpumem.adapters.base import end_recording
         from tpumem.trace.metadata import ExitStatus
 
+        self._stopped = True
+        if self._watch is not None:
+            self._watch.remove()
+            self._watch = None
         writer, adapter = self._writer, self._adapter
         if writer is None or adapter is None:
+            with _lock:
+                if _running is self:
+                    _running = None
             return
         ending = ExitStatus(code=0)
         if error is not None:
@@ -199,6 +247,8 @@ class Tracker:
         """In a notebook, a recorded track shows its report (HTML, and text)."""
         if self.path is None or self._writer is not None:
             state = "recording" if self._writer is not None else "not started"
+            if self.recorded_nothing:
+                state = "recorded nothing: no framework was imported"
             return {"text/plain": f"<tpumem.track {self.output or DEFAULT_OUTPUT}: {state}>"}
         return self.analysis()._repr_mimebundle_()
 
@@ -211,7 +261,10 @@ class Tracker:
 
     def _recorded(self) -> Path:
         if self.path is None:
-            raise TpumemError("tpumem.track has recorded nothing yet")
+            raise TpumemError(
+                "tpumem.track has recorded nothing: the process imported none of the "
+                "frameworks (jax, tensorflow, torch_xla) while it ran"
+            )
         if self._writer is not None:
             raise TpumemError("tpumem.track is still recording: report after the block")
         return self.path

@@ -11,11 +11,12 @@ import os
 import sys
 
 VARIABLE = "TPUMEM_FOLLOW"  # follow.FOLLOW_VARIABLE
-FRAMEWORKS = ("jax", "tensorflow", "torch_xla")  # the adapters' modules
+FRAMEWORKS = ("jax", "tensorflow", "torch_xla")  # import_watch.FRAMEWORKS
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """The first framework the process imports starts its recording."""
+    """The first look for a framework hands over to tpumem's import watch, which
+    starts the recording when a framework's module runs (follow.framework_spec)."""
 
     def find_spec(self, name, path, target=None):
         if name not in FRAMEWORKS:
@@ -26,7 +27,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             from tpumem.adapters import follow
         except Exception:  # an interpreter without tpumem: the process runs unrecorded
             return None
-        return follow.framework_spec(name, path)
+        return follow.framework_spec(name, path, target)
 
 
 def _chain():

@@ -108,14 +108,15 @@ def diff_runs(
     old = {d.device: d for d in before[1].devices}
     new = {d.device: d for d in after[1].devices}
     names = [*new, *(name for name in old if name not in new)]
+    scripts = (_script(before[1]), _script(after[1]))
     devices = []
     for name in names:
         pair = (old.get(name), new.get(name))
         lists = (
-            _changes(pair, _stack_bytes, noise_bytes),
-            _changes(pair, _line_bytes, noise_bytes),
-            _changes(pair, _op_bytes, noise_bytes),
-            _changes(pair, _region_bytes, noise_bytes),
+            _changes(pair, _stack_bytes, noise_bytes, scripts),
+            _changes(pair, _line_bytes, noise_bytes, scripts),
+            _changes(pair, _op_bytes, noise_bytes, scripts),
+            _changes(pair, _region_bytes, noise_bytes, scripts),
         )
         steps = _aligned_steps(name, before, after)
         hidden = sum(count for _, count in lists)
@@ -134,16 +135,27 @@ def diff_runs(
 
 # Each breakdown: the device's live bytes at the peak as {key: (label, bytes, frames)}.
 Breakdown = dict[object, tuple[str | None, int, tuple[Frame, ...]]]
+# The key of the run's own script's file: two versions of one script may have two
+# names (before.py, after.py), and their lines are still the same lines.
+THE_SCRIPT = "<the script>"
+
+
+def _script(analysis: RunAnalysis) -> str | None:
+    """The file name of the script the run ran, if it ran one."""
+    command = analysis.metadata.command or ()
+    first = command[0] if command else None
+    return os.path.basename(first) if first and first.endswith(".py") else None
 
 
 def _changes(
     pair: tuple[DeviceAnalysis | None, DeviceAnalysis | None],
-    breakdown: Callable[[DeviceAnalysis], Breakdown],
+    breakdown: Callable[[DeviceAnalysis, str | None], Breakdown],
     noise_bytes: int,
+    scripts: tuple[str | None, str | None],
 ) -> tuple[tuple[Change, ...], int]:
     """The changes beyond the noise, largest first, and how many were within it."""
-    old = breakdown(pair[0]) if pair[0] is not None else {}
-    new = breakdown(pair[1]) if pair[1] is not None else {}
+    old = breakdown(pair[0], scripts[0]) if pair[0] is not None else {}
+    new = breakdown(pair[1], scripts[1]) if pair[1] is not None else {}
     changes, hidden = [], 0
     for key in [*new, *(k for k in old if k not in new)]:
         label, after, frames = new.get(key, (None, 0, ()))
@@ -157,10 +169,12 @@ def _changes(
     return tuple(changes), hidden
 
 
-def _frame_key(frame: Frame) -> tuple:
+def _frame_key(frame: Frame, script: str | None) -> tuple:
     """A frame as the same line in two versions: its file's name (two checkouts
-    of a script lie in two directories), its function and its code where kept."""
-    return (os.path.basename(frame.file), frame.function, frame.code or frame.line)
+    of a script lie in two directories; the run's own script, whatever its
+    name), its function and its code where kept."""
+    name = os.path.basename(frame.file)
+    return (THE_SCRIPT if name == script else name, frame.function, frame.code or frame.line)
 
 
 def _add(found: Breakdown, key: object, label: str | None, size: int, frames: tuple) -> None:
@@ -168,34 +182,38 @@ def _add(found: Breakdown, key: object, label: str | None, size: int, frames: tu
     found[key] = (label, bytes_before + size, kept)
 
 
-def _stack_bytes(device: DeviceAnalysis) -> Breakdown:
+def _stack_bytes(device: DeviceAnalysis, script: str | None) -> Breakdown:
     found: Breakdown = {}
     for stack in device.peak.stacks:
-        _add(found, tuple(_frame_key(f) for f in stack.frames), None, stack.bytes, stack.frames)
+        key = tuple(_frame_key(f, script) for f in stack.frames)
+        _add(found, key, None, stack.bytes, stack.frames)
     return found
 
 
-def _line_bytes(device: DeviceAnalysis) -> Breakdown:
+def _line_bytes(device: DeviceAnalysis, script: str | None) -> Breakdown:
     """By the innermost frame of each stack; without stacks, by source line."""
     found: Breakdown = {}
     if any(stack.frames for stack in device.peak.stacks):
         for stack in device.peak.stacks:
             frames = stack.frames[-1:]
-            _add(found, tuple(_frame_key(f) for f in frames), None, stack.bytes, frames)
+            _add(found, tuple(_frame_key(f, script) for f in frames), None, stack.bytes, frames)
         return found
     for group in device.peak.groups:
-        _add(found, group.source, group.source, group.bytes, ())
+        key = group.source
+        if script and key and key.startswith(f"{script}:"):
+            key = THE_SCRIPT + key[len(script) :]
+        _add(found, key, group.source, group.bytes, ())
     return found
 
 
-def _op_bytes(device: DeviceAnalysis) -> Breakdown:
+def _op_bytes(device: DeviceAnalysis, script: str | None) -> Breakdown:
     found: Breakdown = {}
     for group in device.peak.groups:
         _add(found, group.op, group.op, group.bytes, ())
     return found
 
 
-def _region_bytes(device: DeviceAnalysis) -> Breakdown:
+def _region_bytes(device: DeviceAnalysis, script: str | None) -> Breakdown:
     return {region: (region, size, ()) for region, size in device.peak.by_region}
 
 

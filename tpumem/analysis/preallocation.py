@@ -53,6 +53,11 @@ def preallocation(
         pool_at_peak = int(pool[peak_index] if len(pool) > peak_index else pool[-1])
     elif not pool_source:
         pool_label, pool_source = provenance.NOT_AVAILABLE, "the trace has no view of the pool"
+    if pool_label == provenance.MODELED and limit and pool_peak is not None and pool_peak > limit:
+        # The allocator cannot hold more than its limit, which it measured: the
+        # model's pool, grown past it, is capped there and says so.
+        pool_peak, pool_at_peak = limit, min(pool_at_peak or 0, limit)
+        pool_source += "; capped at the allocator's measured limit, which the model grew past"
     capacity = metadata.capacity_of(device)
     fraction = math.ceil(peak_bytes / capacity * 100) / 100 if capacity else None
     return Preallocation(

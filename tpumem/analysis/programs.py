@@ -22,6 +22,7 @@ from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.records import ProgramRecord, decode_record, parse_object
 from tpumem.trace.schema import PROGRAM
+from tpumem.units import format_bytes
 
 # TensorFlow names a jit_compile function's module after the function and then
 # its attributes (a_inference_step_12__XlaMustCompile_true_config_proto_<n>_...).
@@ -54,6 +55,17 @@ class CompiledProgram:
     @property
     def short_name(self) -> str:
         return short_program_name(self.name)
+
+    @property
+    def shown_name(self) -> str:
+        """As the reports' words name it: a program its framework names by a word
+        of its own (PyTorch/XLA: "graph <hash>", which its buffers' rows carry
+        too) with that word first, the HLO module's name after it, so that one
+        program has one name in every section of a report."""
+        own = self.memory.name if self.memory is not None and not self.memory.module else None
+        if own and own != "?" and own != self.name:
+            return f"{own} ({self.short_name})"
+        return self.short_name
 
     @property
     def xprof_name(self) -> str | None:
@@ -196,7 +208,7 @@ def running_at_peak(
         module = "a" + op[1:] if op.startswith("_") else op
         for program in compiled:
             names = {program.name, program.memory.name if program.memory else None}
-            if op in names or f"jit({op})" in names or module == program.short_name:
+            if op in names or f"jit({op})" in names or module == short_program_name(program.name):
                 found.append(RunningAtPeak(program, live))
                 break
     return tuple(sorted(found, key=lambda r: -r.temp_bytes))
@@ -216,3 +228,37 @@ def find_program(found: tuple[CompiledProgram, ...], name: str) -> CompiledProgr
             if any(name == n if exact else name in n for n in names if n):
                 return program
     return None
+
+
+def beyond_the_peak(memory: tuple[ProgramMemory, ...], peaks: dict[str, int]) -> list[str]:
+    """Where a program's own need (XLA's analysis: arguments, outputs, temporaries)
+    is far above everything the capture saw on its devices: the capture missed
+    what the program used, most likely another framework's memory (one warning,
+    the largest program)."""
+    if not peaks:
+        return []
+    recorded = max(peaks.values())
+    worst: tuple[int, ProgramMemory] | None = None
+    for program in memory:
+        need = (
+            (program.argument_bytes or 0)
+            + (program.output_bytes or 0)
+            - (program.alias_bytes or 0)
+            + (program.temp_bytes or 0)
+        )
+        if worst is None or need > worst[0]:
+            worst = (need, program)
+    if worst is None or worst[0] < max(_DWARFS * recorded, _MISSED_AT_LEAST):
+        return []
+    need, program = worst
+    return [
+        f"{short_program_name(program.module or program.name)} needs {format_bytes(need)} "
+        f"(XLA's own analysis: arguments, outputs, temporaries), but the largest peak "
+        f"recorded is {format_bytes(recorded)}: the capture missed most of what the "
+        "program used (was the framework recorded the one that allocates the device "
+        "memory? --framework names it)"
+    ]
+
+
+_MISSED_AT_LEAST = 1 << 20  # a program smaller than this is not worth the warning
+_DWARFS = 4  # a program needing this many times the peak: the capture missed it

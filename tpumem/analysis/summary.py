@@ -22,6 +22,7 @@ from tpumem.analysis.programs import (
     CompiledProgram,
     ProgramMemory,
     RunningAtPeak,
+    beyond_the_peak,
     compiled_programs,
     programs,
     running_at_peak,
@@ -31,7 +32,7 @@ from tpumem.analysis.stacks import stack_warnings
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.tpu import TpuTarget, tpu_fit, tpu_targets
 from tpumem.analysis.waste import InternalWaste, internal_waste
-from tpumem.trace.metadata import RunMetadata
+from tpumem.trace.metadata import IMPORTED, RunMetadata
 from tpumem.trace.model import Trace
 
 
@@ -57,6 +58,7 @@ class DeviceAnalysis:
     # Compiled programs whose temporaries were live at the peak (programs.py).
     programs_at_peak: tuple[RunningAtPeak, ...] = ()
     growth: Growth | None = None  # bytes live at each step's end (growth.py)
+    step_marks: int = 0  # steps the trace marks (growth needs MIN_STEPS + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,7 @@ def _device(
         timeline=timeline(events.time_ns, events.in_use, frag.values, bins),
         counters=reported,
         growth=step_growth(trace, events),
+        step_marks=len(step_marks(trace)[0]),
         series=device_series(trace, events, frag.values, pool, series_points)
         if series_points
         else None,
@@ -204,9 +207,13 @@ def _tpu(
 
 
 def _duration(trace: Trace, times: np.ndarray) -> int:
+    """From the start of the trace's clock: a recorded run's starts with its
+    recording (a run killed before it wrote its end too, whose peak time is read
+    on the same clock); an imported profile's is the profiler's, from its first
+    event."""
     end = trace.metadata.end_time_ns
-    if end is not None:  # a profiled run, whose clock starts with the process
-        return max(end, int(times.max(initial=0)))
+    if end is not None or trace.metadata.source != IMPORTED:
+        return max(end or 0, int(times.max(initial=0)))
     return int(times.max() - times.min()) if len(times) else 0
 
 
@@ -255,7 +262,11 @@ def analyze_with_events(
         devices=analysed,
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,
-        warnings=(*trace.warnings, *stack_warnings(trace)),
+        warnings=(
+            *trace.warnings,
+            *stack_warnings(trace),
+            *beyond_the_peak(memory, {d.device: d.peak.bytes for d in analysed}),
+        ),
         programs=memory,
         compiled=compiled,
         steps=len(step_marks(trace)[0]),

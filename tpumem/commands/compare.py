@@ -144,6 +144,10 @@ def profile_scripts(sources: list[RunSource]) -> None:
             stdout_to_stderr=True,
         )
         outcome = run_profiled(request)
+        if outcome.unrecorded is not None:
+            from tpumem.commands.profile import unrecorded_line
+
+            raise TpumemError(f"{source.argument}: {unrecorded_line(source.command[0], outcome)}")
         if outcome.returncode != 0:
             raise TpumemError(
                 f"{source.argument}: ended with exit status {outcome.returncode}; what it "

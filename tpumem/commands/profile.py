@@ -10,6 +10,7 @@ from tpumem.commands.common import compile_for_tpus, parse_topologies
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.launch.launcher import ProfileOutcome
     from tpumem.report import Reporter
 
 
@@ -29,7 +30,8 @@ def run_profile(
     follow: bool = False,
 ) -> int:
     """The exit status: the script's (128 + N when signal N killed it), 2 when it
-    never ran because the adapter failed (the runner said why)."""
+    was not recorded: the adapter failed (the runner said why), or the script
+    imported no framework."""
     from tpumem.adapters import CaptureOptions
     from tpumem.launch.launcher import ProfileRequest, run_profiled
     from tpumem.report import reporter_for
@@ -37,6 +39,17 @@ def run_profile(
     rest = list(args)
     if module is None and target is None:
         raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
+    if (
+        module is None
+        and target is not None
+        and target.startswith("-")
+        and not Path(target).exists()
+    ):
+        # (Options tpumem does not know pass through to the script, after it.)
+        raise TpumemError(
+            f"no such option: {target} (see tpumem profile --help); the script's own "
+            "options go after the script"
+        )
     if module is not None and target is not None:
         rest = [target, *rest]
     if follow:
@@ -66,6 +79,9 @@ def run_profile(
         assert outcome.trace is not None
         _after_followed_run(outcome.trace, quiet, fmt, width)
         return outcome.returncode
+    if outcome.unrecorded is not None:
+        print(f"tpumem: error: {unrecorded_line(request.target, outcome)}", file=sys.stderr)
+        return outcome.returncode or 2
     if outcome.trace is None:
         print("tpumem: the profiled process ended before it made its trace", file=sys.stderr)
         return outcome.returncode
@@ -75,6 +91,34 @@ def run_profile(
     if not quiet or tensorboard is not None:
         _after_run(outcome.trace, None if quiet else reporter, width, tensorboard)
     return outcome.returncode
+
+
+def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
+    """Why a run recorded nothing, in one line: the script ended before it imported
+    a framework (a syntax error, a crash), or imported none that tpumem records."""
+    said = outcome.unrecorded or {}
+    frameworks = "jax, tensorflow, torch_xla"
+    if outcome.returncode and not said.get("imported"):
+        return (
+            f"{target} ended with status {outcome.returncode} before it imported a "
+            "framework: nothing was recorded"
+        )
+    if said.get("wanted"):
+        nothing = f"{target} never imported {said['wanted']} (--framework): nothing was recorded"
+    elif said.get("keras_backend") and said.get("imported"):
+        nothing = (
+            f"{target} imported {' and '.join(said['imported'])}, but Keras's backend is "
+            f"{said['keras_backend']}, which it never imported: nothing was recorded "
+            "(--framework tensorflow records TensorFlow)"
+        )
+    else:
+        nothing = (
+            f"{target} imported none of the frameworks tpumem profiles ({frameworks}): "
+            "nothing was recorded"
+        )
+    if outcome.returncode:
+        return f"{nothing}; it ended with status {outcome.returncode} first"
+    return nothing
 
 
 def _check_follow_options(

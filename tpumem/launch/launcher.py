@@ -20,13 +20,13 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from tpumem.adapters import CaptureOptions, adapter_names, available_adapters, get_adapter
+from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
 from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
 from tpumem.adapters.xla_dump import dump_directory
 from tpumem.errors import TpumemError
-from tpumem.launch.detect import detect_framework, module_file
 from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
+from tpumem.launch.module_path import module_file
 from tpumem.launch.stderr_filter import StderrFilter, filter_available
 from tpumem.outputs import create_trace, default_trace, free_name, placeholders
 from tpumem.trace.amend import append_metadata
@@ -56,6 +56,9 @@ class ProfileOutcome:
     trace: Path | None  # None: a trace named by the profiled process, which made none
     returncode: int  # as a shell reports it: 128 + signal for a signal
     adapter_failed: bool
+    # Why nothing was recorded (the script imported no framework it could record),
+    # as the profiled process said it: runner._Recording.unrecorded.
+    unrecorded: dict | None = None
 
 
 def _script_path(request: ProfileRequest) -> Path:
@@ -81,13 +84,15 @@ def default_output(request: ProfileRequest) -> Path:
 
 
 def _prepare(request: ProfileRequest) -> tuple[str, Path, int | None, dict[str, str]]:
-    """(framework, trace path, the trace's open descriptor, environment to set). A
-    name with placeholders is the profiled process's to fill in and create: no
-    descriptor then."""
+    """(framework, trace path, the trace's open descriptor, environment to set). The
+    framework is the one named, else empty: the profiled process records the one
+    the script imports, as it imports it (adapters/import_watch.py), and sets what
+    that framework's adapter needs then. A name with placeholders is the profiled
+    process's to fill in and create: no descriptor then."""
     script = _script_path(request)
-    framework = request.framework or detect_framework(script, adapter_names())
-    adapter = get_adapter(framework)
-    environment = adapter.environment(request.capture, os.environ)
+    framework = request.framework or ""
+    if framework:
+        get_adapter(framework)  # unknown or not installed: said before the run
     if request.output is None:
         output, descriptor = default_trace(default_output(request), [script])
     elif placeholders(str(request.output)):
@@ -95,7 +100,7 @@ def _prepare(request: ProfileRequest) -> tuple[str, Path, int | None, dict[str, 
     else:
         output = request.output
         descriptor = create_trace(output, [script], request.force)
-    return framework, output, descriptor, environment
+    return framework, output, descriptor, {}
 
 
 def _record_ending(
@@ -286,6 +291,12 @@ def _run(
             with contextlib.suppress(OSError):
                 compact(trace)
         return ProfileOutcome(output, status, adapter_failed)
+    if "unrecorded" in ending and "exit" in ending:
+        if descriptor is not None:
+            with contextlib.suppress(OSError):
+                if output.stat().st_size == 0:  # made by this process, never written
+                    output.unlink()
+        return ProfileOutcome(None, status, adapter_failed, ending["unrecorded"])
     if descriptor is None:  # named by the profiled process: where it said
         if "output" not in ending:
             return ProfileOutcome(None, status, adapter_failed)

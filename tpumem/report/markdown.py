@@ -61,7 +61,7 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     for device in full:
         lines += ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
         lines += md_table(("figure", "value", "how"), device_rows(device))
-        groups = group_rows(device.peak.groups)
+        groups = group_rows(device.peak.groups, device.peak.unattributed_bytes)
         if groups:
             lines += ["", "Live at peak, largest first:", ""]
             lines += md_table(GROUP_HEADERS, groups)

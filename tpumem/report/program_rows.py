@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections import Counter
 
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram
@@ -27,16 +28,34 @@ def programs_title(compiled: tuple[CompiledProgram, ...]) -> str:
     return f"Compiled programs: what fills each ({programs}, {with_heap:,} with {SOURCE}{more})"
 
 
+def distinct_names(compiled: tuple[CompiledProgram, ...]) -> list[str]:
+    """Each program's name as the table shows it: one that several programs share
+    (a function compiled again, for other shapes or devices) with XLA's id of the
+    program, else its place among them."""
+    counts = Counter(program.shown_name for program in compiled)
+    seen: Counter[str] = Counter()
+    names = []
+    for program in compiled:
+        name = program.shown_name
+        seen[name] += 1
+        if counts[name] > 1:
+            tag = f"id {program.program_id}" if program.program_id is not None else seen[name]
+            name = f"{name} ({tag})"
+        names.append(name)
+    return names
+
+
 def program_rows(
     compiled: tuple[CompiledProgram, ...], limit: int = TOP_PROGRAMS
 ) -> list[tuple[str, ...]]:
     rows = []
-    for program in compiled[:limit]:
+    names = distinct_names(compiled)
+    for program, name in zip(compiled[:limit], names, strict=False):
         heap, memory = program.heap, program.memory
         if heap is not None:
             rows.append(
                 (
-                    program.short_name,
+                    name,
                     format_bytes(heap.peak_bytes),
                     format_bytes(heap.parameter_bytes),
                     format_bytes(heap.output_bytes),
@@ -47,7 +66,7 @@ def program_rows(
         elif memory is not None:
             rows.append(
                 (
-                    program.short_name,
+                    name,
                     format_bytes(program.peak_bytes),
                     format_bytes(memory.argument_bytes),
                     format_bytes(memory.output_bytes),
@@ -56,7 +75,7 @@ def program_rows(
                 )
             )
         else:
-            rows.append((program.short_name, "-", "-", "-", "-", program.hlo_problem or "-"))
+            rows.append((name, "-", "-", "-", "-", program.hlo_problem or "-"))
     return rows
 
 
@@ -65,7 +84,7 @@ def peak_title(program: CompiledProgram) -> str:
     assert heap is not None
     where = f" at {heap.peak_instruction}" if heap.peak_instruction else ""
     return (
-        f"{program.short_name}: {format_bytes(heap.peak_bytes)} at its peak{where}, "
+        f"{program.shown_name}: {format_bytes(heap.peak_bytes)} at its peak{where}, "
         f"{format_bytes(heap.whole_program_bytes)} of it live the whole program "
         "(arguments, outputs, constants); largest first"
     )

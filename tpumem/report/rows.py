@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 
 from tpumem.analysis.advisor import FitAdvice, FitRow
-from tpumem.analysis.growth import Growth
+from tpumem.analysis.growth import MIN_STEPS, Growth
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
+from tpumem.analysis.provenance import NOT_AVAILABLE
 from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
@@ -161,7 +162,13 @@ def _book(book: JaxBook | TorchXlaBook) -> str:
         text += f", {book.arrays_found_by_poll:,} found later by polling"
     if book.arrays_donated:
         text += f"; {book.arrays_donated:,} donated to programs"
-    if book.shard_arrays_listed:
+    if book.shard_arrays_listed and book.shard_arrays_hidden:
+        text += (
+            f"; to read buffers tpumem used {book.shard_arrays_listed:,} per-device array "
+            "objects, which JAX keeps with their arrays: they hold no memory, and "
+            "jax.live_arrays() left them out, as the script would have seen it without tpumem"
+        )
+    elif book.shard_arrays_listed:
         text += (
             f"; to read buffers tpumem used {book.shard_arrays_listed:,} per-device array "
             "objects, which JAX keeps with their arrays: they hold no memory, but while the "
@@ -256,7 +263,7 @@ def devices_shown(
 
 
 def _live_at_peak(peak: PeakBreakdown) -> str:
-    text = f"{peak.live_buffers:,} buffers"
+    text = f"{peak.live_buffers:,} buffer{'' if peak.live_buffers == 1 else 's'}"
     if peak.unattributed_bytes:
         text += f"; {format_bytes(peak.unattributed_bytes)} in buffers allocated unseen"
     if peak.stack_bytes:
@@ -357,7 +364,20 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         rows.append(("Allocation rate", f"{device.allocations_per_s:,.0f} per second", "measured"))
     if device.growth is not None:
         rows.append(("Growth across steps", growth_text(device.growth), GROWTH_HOW))
+    else:
+        found = "no step marks" if not device.step_marks else f"{device.step_marks} step marks"
+        rows.append(
+            ("Growth across steps", f"not checked: {found} ({MIN_STEPS + 1} needed)", MARK_STEPS)
+        )
     return rows
+
+
+# Where nothing marked the steps (Keras fit(), a jitted JAX step that donates its
+# arguments and PyTorch/XLA's optimizer steps are marked without it).
+MARK_STEPS = (
+    f"{NOT_AVAILABLE}: mark each step with jax.profiler.StepTraceAnnotation("
+    "name, step_num=N); TensorFlow: tf.profiler.experimental.Trace; PyTorch/XLA: xp.StepTrace"
+)
 
 
 GROWTH_HOW = "measured (bytes live at each step's lowest point: what stays)"
@@ -380,8 +400,12 @@ def growth_text(growth: Growth) -> str:
             f"step {last}" + (f" ({warmup.strip()})" if warmup else "")
         )
     low, high = growth.settled_range
-    level = format_bytes(low) + (f" to {format_bytes(high)}" if high != low else "")
-    return f"none{warmup}: {level} stays through steps {first} to {last}"
+    if high == low:
+        return f"none{warmup}: {format_bytes(low)} stays from step {first} to step {last}"
+    return (
+        f"none{warmup}: what stays between steps {first} and {last} moves between "
+        f"{format_bytes(low)} and {format_bytes(high)} with no upward trend"
+    )
 
 
 def growth_rows(growth: Growth | None) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -411,13 +435,16 @@ def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:
         return ("TPU layout padding", "included in the recorded sizes", "measured (a TPU run)")
     if padding.extra_bytes is None:
         return ("TPU layout padding", "-", f"{padding.label} (no shapes and dtypes recorded)")
-    return (
-        "TPU layout padding",
-        f"+{format_bytes(padding.extra_bytes)} on a TPU",
+    how = (
         f"{padding.label} in XLA:TPU's layouts from the shapes of "
-        f"{format_bytes(padding.counted_bytes)} live at peak (all row-major: "
-        f"+{format_bytes(padding.row_major_extra_bytes)})",
+        f"{format_bytes(padding.counted_bytes)} live at peak"
     )
+    # The bound with every array row-major, where it says something: past the
+    # live bytes themselves (small trailing dimensions padded to 128) it is noise.
+    bound = padding.row_major_extra_bytes
+    if bound is not None and bound <= padding.counted_bytes:
+        how += f" (all row-major: +{format_bytes(bound)})"
+    return ("TPU layout padding", f"+{format_bytes(padding.extra_bytes)} on a TPU", how)
 
 
 def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
@@ -450,9 +477,19 @@ def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     return [("Allocator's own peak", value, "measured (its running peak)")]
 
 
-def group_rows(groups: tuple[LiveGroup, ...]) -> list[tuple[str, ...]]:
+def group_rows(groups: tuple[LiveGroup, ...], unseen_bytes: int = 0) -> list[tuple[str, ...]]:
+    """The largest groups; with `unseen_bytes`, the bytes in use at the peak whose
+    allocations the capture did not see (TensorFlow's before its first profiler
+    session), as a row of their own in its place by size."""
+    sized = [(group.bytes, group) for group in groups[:TOP_GROUPS]]
+    if unseen_bytes:
+        sized.append((unseen_bytes, None))
+        sized.sort(key=lambda item: -item[0])
     rows = []
-    for group in groups[:TOP_GROUPS]:
+    for size, group in sized:
+        if group is None:
+            rows.append((format_bytes(size), "-", UNSEEN, "-", "-", "-", UNSEEN_WHERE))
+            continue
         rows.append(
             (
                 format_bytes(group.bytes),
@@ -465,6 +502,10 @@ def group_rows(groups: tuple[LiveGroup, ...]) -> list[tuple[str, ...]]:
             )
         )
     return rows
+
+
+UNSEEN = "allocated unseen"
+UNSEEN_WHERE = "- (in use by the counters; its allocation was not captured)"
 
 
 def stack_rows(stacks: tuple[StackBytes, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -519,7 +560,7 @@ def _running_row(running: RunningAtPeak, peak_bytes: int) -> tuple[str, str, str
     """The program running at the peak: the peak as live arrays + its working memory."""
     program = running.program
     value = (
-        f"{program.short_name}: {format_bytes(running.temp_bytes)} of its temporaries, "
+        f"{program.shown_name}: {format_bytes(running.temp_bytes)} of its temporaries, "
         f"{format_bytes(peak_bytes - running.temp_bytes)} in arrays (its arguments and "
         "outputs among them)"
     )

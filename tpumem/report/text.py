@@ -63,8 +63,13 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     for row in device_rows(device):
         figures.add_row(*_cells(row))
     console.print(figures)
-    if device.peak.groups:
-        _groups(console, "Live at peak, largest first", device.peak.groups)
+    if device.peak.groups or device.peak.unattributed_bytes:
+        _groups(
+            console,
+            "Live at peak, largest first",
+            device.peak.groups,
+            device.peak.unattributed_bytes,
+        )
     _stack_table(console, STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks))
     _stack_table(console, GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth))
     line = device.timeline
@@ -91,11 +96,13 @@ def _stack_table(console: Console, title: str, headers: tuple[str, ...], rows: l
     console.print(table)
 
 
-def _groups(console: Console, title: str, groups: tuple[LiveGroup, ...]) -> None:
+def _groups(
+    console: Console, title: str, groups: tuple[LiveGroup, ...], unseen_bytes: int = 0
+) -> None:
     table = Table(title=Text(title), title_justify="left")
     for header in GROUP_HEADERS:
         table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
-    for row in group_rows(groups):
+    for row in group_rows(groups, unseen_bytes):
         table.add_row(*_cells(row))
     console.print(table)
 

@@ -5,9 +5,9 @@ nothing again.
 
 The programs are those the run's XLA dump recorded as their framework handed them
 to XLA; each distinct one compiles once. libtpu compiles for any TPU on any
-machine: it is found in tpumem's own environment, or in the directory
-TPUMEM_LIBTPU names, or in `libtpu/` beside the environment (where `make setup`
-puts it, so that the profiled scripts of the test environment do not load it).
+machine: it is found in the directory TPUMEM_LIBTPU names, or in `libtpu/`
+inside tpumem's environment (where `tpumem install-libtpu` puts it, so that the
+environment's own `import jax` does not load it), or in site-packages.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tpumem.trace.tpu_rows import TpuCompile, compile_row_text, read_tpu_row, tp
 LIBTPU_VARIABLE = "TPUMEM_LIBTPU"
 NEEDS = (
     "--tpu needs libtpu (Google's TPU compiler, about 700 MB; no TPU needed): "
-    "pip install 'tpumem[tpu]', or set TPUMEM_LIBTPU to a directory holding it"
+    "tpumem install-libtpu, or set TPUMEM_LIBTPU to a directory holding it"
 )
 MAX_SHAPES = 256  # array shapes sized by XLA:TPU, largest groups first
 

@@ -97,6 +97,10 @@ class CaptureSummary:
     reader_cpu_s: float | None = None
 
 
+# The source of a trace `tpumem import` wrote: its clock is the profiler's own.
+IMPORTED = "import"
+
+
 @dataclass(frozen=True, slots=True)
 class JaxBook:
     """The JAX adapter's book of the buffers jax.Arrays hold (CPU and TPU)."""
@@ -108,6 +112,9 @@ class JaxBook:
     arrays_donated: int | None = None
     arrays_deleted: int | None = None
     shard_arrays_listed: int | None = None  # per-device arrays JAX keeps
+    # Those left out of jax.live_arrays() while tpumem recorded (the script's count
+    # of its arrays unchanged); None in traces made before they were.
+    shard_arrays_hidden: bool | None = None
     poll_interval_s: float | None = None
     jitted_functions_wrapped: int | None = None
     program_temp_shown: bool | None = None  # programs' temps live while they ran

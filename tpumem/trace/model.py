@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpumem.errors import TpumemError
 from tpumem.trace import arrow_arrays
 from tpumem.trace.metadata import RunMetadata
 
@@ -138,6 +139,12 @@ class Trace:
 
     def to_pandas(self) -> Any:
         """All rows as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas  # noqa: F401 - Arrow's to_pandas needs it
+        except ImportError:
+            raise TpumemError(
+                "Trace.to_pandas needs pandas, which is not installed: pip install pandas"
+            ) from None
         return self.table.to_pandas()
 
 

@@ -1,0 +1,149 @@
+"""Where a recording starts: when the process imports the framework that holds its
+device memory, as the runtime itself finds out, not before.
+
+`tpumem profile`, `tpumem.track`, `%%tpumem` and the pytest markers all wait here
+for the framework's import. Nothing of the framework, nor of tpumem beyond this
+module, is loaded before the script asks for it: a Keras 3 script that picks its
+backend in its first line (`os.environ["KERAS_BACKEND"] = "jax"`) gets that
+backend, and a library that imports the framework on the script's behalf (the
+Hugging Face Trainer imports torch_xla where it is installed) is recorded.
+
+Which import starts it: the first of the frameworks' modules to run, except
+TensorFlow where Keras is set to another backend (its tf.data pipeline imports
+TensorFlow, the device memory is the backend's); then the watch waits for that
+backend's import. Only an import that runs a module counts: a library that asks
+whether a framework is installed (importlib.util.find_spec) starts nothing.
+
+The standard library only: this module is imported before the script runs.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# The frameworks' top-level modules, named as their adapters are (base.ADAPTER_MODULES).
+FRAMEWORKS = ("jax", "tensorflow", "torch_xla")
+# Keras 3's backends, and the framework whose adapter records each.
+KERAS_BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch_xla"}
+_KERAS_CONFIG_BYTES = 1 << 16  # a keras.json larger than this is not Keras's
+
+# Called as the framework's module is about to run; returns what to call once it
+# has run (the adapter's start), or None.
+Begin = Callable[[str], Callable[[], None] | None]
+
+
+def keras_backend(environ: Any = os.environ) -> str:
+    """The backend Keras 3 will choose when it is imported, found as Keras finds it:
+    KERAS_BACKEND, else "backend" in keras.json under KERAS_HOME (or ~/.keras),
+    else TensorFlow. Read, never created."""
+    named = environ.get("KERAS_BACKEND")
+    if named:
+        return str(named)
+    home = environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json"), "rb") as handle:
+            config = json.loads(handle.read(_KERAS_CONFIG_BYTES))
+    except (OSError, ValueError):
+        return "tensorflow"
+    backend = config.get("backend") if isinstance(config, dict) else None
+    return backend if isinstance(backend, str) and backend else "tensorflow"
+
+
+def holds_device_memory(module: str, wanted: str | None, environ: Any = os.environ) -> bool:
+    """Whether the import of `module` (one of FRAMEWORKS) starts the recording:
+    the framework named (`wanted`), else the first imported, except TensorFlow
+    where Keras runs on another backend."""
+    if wanted is not None:
+        return module == wanted
+    if module == "tensorflow":
+        return KERAS_BACKENDS.get(keras_backend(environ), "tensorflow") == "tensorflow"
+    return True
+
+
+class ImportWatch(importlib.abc.MetaPathFinder):
+    """Calls `begin(framework)` as the framework's module is about to run, once.
+
+    It finds the module's spec through the finders after it on sys.meta_path, and
+    lets the loader run the module unchanged; only the loader's exec_module is
+    wrapped, for that one call, then put back."""
+
+    def __init__(self, begin: Begin, wanted: str | None = None) -> None:
+        self._begin = begin
+        self.wanted = wanted
+        self.framework: str | None = None  # the one that started the recording
+        self.passed: list[str] = []  # frameworks imported that did not start it
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in FRAMEWORKS or self.framework is not None:
+            return None
+        spec = self._spec_elsewhere(name, path, target)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        own = "exec_module" in vars(loader) if hasattr(loader, "__dict__") else False
+        watch = self
+
+        def exec_module(module: Any) -> None:
+            # Put back before anything runs: a failed import retried runs as plain.
+            if own:
+                loader.exec_module = original
+            else:
+                del loader.exec_module
+            start = watch._starting(name)
+            original(module)
+            if start is not None:
+                start()
+
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):  # a loader that takes no attributes
+            return spec
+        return spec
+
+    def _spec_elsewhere(self, name: str, path: Any, target: Any) -> Any:
+        """The spec the import system would find without this finder."""
+        after = False
+        for finder in list(sys.meta_path):
+            if finder is self:
+                after = True
+                continue
+            if not after:
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                return spec
+        return importlib.machinery.PathFinder.find_spec(name, path) if not after else None
+
+    def _starting(self, module: str) -> Callable[[], None] | None:
+        with self._lock:
+            if self.framework is not None:
+                return None
+            if not holds_device_memory(module, self.wanted):
+                self.passed.append(module)
+                return None
+            self.framework = module
+        self.remove()
+        return self._begin(module)
+
+
+def imported_frameworks() -> list[str]:
+    """The frameworks this process has imported so far."""
+    return [name for name in FRAMEWORKS if name in sys.modules]

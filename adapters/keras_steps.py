@@ -1,0 +1,43 @@
+"""Keras' fit() marks no steps in a profile: its training batches are counted where
+Keras starts each one (`CallbackList.on_train_batch_begin`), whatever the backend
+(TensorFlow, JAX). Keras is watched for, not imported: the adapters call `watch`
+from their sampler until the script has imported it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tpumem.adapters.base import Patches
+from tpumem.trace.writer import TraceWriter
+
+KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
+KERAS_STEP = "keras train batch"  # the marks' name
+
+
+class KerasSteps:
+    def __init__(self, writer: TraceWriter, patches: Patches) -> None:
+        self._writer, self._patches = writer, patches
+        self._step = 0
+        self.hooked = False
+
+    @property
+    def marked(self) -> bool:
+        """Whether Keras has started a training batch (its marks are the steps)."""
+        return self._step > 0
+
+    def watch(self) -> None:
+        """Hooks Keras' callbacks once the script has imported Keras."""
+        callbacks = sys.modules.get(KERAS_CALLBACKS)
+        if callbacks is None or self.hooked:
+            return
+        self.hooked = True
+        original = callbacks.CallbackList.on_train_batch_begin
+        steps = self
+
+        def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
+            steps._writer.mark(KERAS_STEP, step=steps._step)
+            steps._step += 1
+            return original(self, batch, logs)
+
+        self._patches.replace(callbacks.CallbackList, "on_train_batch_begin", on_train_batch_begin)

@@ -1,0 +1,85 @@
+"""Training steps found where the framework or library marks them, for loops with no
+step annotation of their own: Keras' fit() on JAX, a Flax/optax-style jitted step
+that donates its state; and where nothing marks them, the report says how to.
+Each run in its own processes, on the real frameworks."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from profiling import profile
+from tpumem.analysis import analyze
+from tpumem.trace.reader import load
+
+pytestmark = pytest.mark.framework
+
+DONATING_STEP = textwrap.dedent(
+    """
+    import functools
+    import jax, jax.numpy as jnp
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_step(params, batch):
+        grads = jax.grad(lambda p: jnp.mean((batch @ p["w"]) ** 2))(params)
+        return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads)
+
+    @jax.jit
+    def evaluate(params, batch):  # does not donate: not a step
+        return jnp.mean(batch @ params["w"])
+
+    params = {"w": jnp.ones((256, 256))}
+    for step in range(8):
+        batch = jnp.ones((64, 256)) * step
+        params = train_step(params, batch)
+        evaluate(params, batch)
+    print(float(evaluate(params, batch)))
+    """
+)
+
+
+def test_a_jitted_step_that_donates_its_state_marks_the_steps(tmp_path):
+    (tmp_path / "loop.py").write_text(DONATING_STEP)
+    result = profile(tmp_path, "loop.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "loop.tpumem"))
+    assert analysis.steps == 8
+    (device,) = analysis.devices
+    assert device.growth is not None and not device.growth.growing
+    assert "Growth across steps" in result.stderr and "not checked" not in result.stderr
+
+
+KERAS_FIT = textwrap.dedent(
+    """
+    import os
+    os.environ["KERAS_BACKEND"] = "jax"
+    import numpy as np
+    import keras
+
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    x, y = np.random.rand(320, 32).astype("float32"), np.random.rand(320, 1).astype("float32")
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)  # 10 batches
+    """
+)
+
+
+def test_keras_fit_on_jax_marks_its_batches(tmp_path):
+    (tmp_path / "fit.py").write_text(KERAS_FIT)
+    result = profile(tmp_path, "fit.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "fit.tpumem"))
+    assert analysis.framework == "jax"
+    assert analysis.steps == 10  # Keras' batches, not its train_step's donating calls too
+
+
+def test_a_loop_nothing_marks_is_told_how_to_mark_it(tmp_path):
+    (tmp_path / "plain.py").write_text(
+        "import jax.numpy as jnp\nfor i in range(8):\n    x = jnp.ones((256, 256)) * i\n"
+    )
+    result = profile(tmp_path, "plain.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = " ".join(result.stderr.split())
+    assert "Growth across steps not checked: no step marks (5 needed)" in text
+    assert "mark each step with jax.profiler.StepTraceAnnotation" in text
