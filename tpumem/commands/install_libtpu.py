@@ -40,6 +40,8 @@ def run_install_libtpu(target: Path | None) -> int:
     done = subprocess.run(command, stdout=sys.stderr)
     if done.returncode != 0:
         raise TpumemError(f"pip could not install {requirement} (its output is above)")
-    hint = "" if target is None else f" (set TPUMEM_LIBTPU={directory} for tpumem to find it)"
-    print(f"tpumem: libtpu is in {directory}; --tpu uses it{hint}", file=sys.stderr)
+    use = (
+        "--tpu uses it" if target is None else f"set TPUMEM_LIBTPU={directory} for --tpu to use it"
+    )
+    print(f"tpumem: libtpu is in {directory}; {use}", file=sys.stderr)
     return 0
