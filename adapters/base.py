@@ -92,9 +92,10 @@ class Adapter(ABC):
         writer.patch_metadata(**fields)
 
     def prepare(self, writer: TraceWriter) -> None:
-        """What must be in place before the framework's module runs. `--follow`
-        calls it from the import of the framework, then `start` once the import is
-        done; the runner calls `start` alone, before the script imports anything."""
+        """What must be in place before the framework's module runs. The import
+        watch (import_watch.py) calls it as the framework's import begins, then
+        `start` once the import is done; `tpumem.track` in a process that has
+        the framework already calls both at once."""
         return None  # (most adapters need nothing before the import)
 
     @abstractmethod

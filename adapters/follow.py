@@ -70,7 +70,7 @@ def framework_spec(name: str, path: Any, target: Any = None) -> Any:
     global _watch
     with _lock:
         if _watch is None:
-            _watch = ImportWatch(_begin_on_import)
+            _watch = ImportWatch(_begin_on_import, failed=_import_failed, any_process=True)
             _watch.install()
     return _watch.find_spec(name, path, target)
 
@@ -78,6 +78,18 @@ def framework_spec(name: str, path: Any, target: Any = None) -> Any:
 def _begin_on_import(framework: str) -> Any:
     capture = _begin(framework)
     return capture.start if capture is not None else None
+
+
+def _import_failed(framework: str, error: BaseException) -> None:
+    """The process's own import of its framework raised: it goes on as without
+    tpumem, and its trace says so and holds nothing more."""
+    capture = _capture
+    if capture is not None and not capture._ended:
+        capture._ended = True
+        capture.writer.patch_metadata(
+            warnings=[f"the import of {framework} failed: {error!r}; nothing recorded"]
+        )
+        capture.writer.close()
 
 
 def finish(ending: ExitStatus) -> None:
@@ -157,11 +169,13 @@ class _Capture:
             self._ended = True
         started = type(self.adapter).runtime_started()
         end_recording(self.adapter, self.writer, ending)
-        if not started:
+        failed = ending.code or ending.exception or ending.signal
+        if not started and not failed:
             # It imported the framework but never started its runtime (no device,
-            # no array): a launcher that spawns the workers (torch_xla.launch,
-            # multiprocessing), not a rank. Its trace holds no event: dropped, so
-            # that the run's ranks and their spread are the workers'.
+            # no array) and ended well: a launcher that spawns the workers
+            # (torch_xla.launch, multiprocessing), not a rank. Its trace holds no
+            # event: dropped, so that the run's ranks and their spread are the
+            # workers'. (One that failed keeps its trace: how it ended.)
             with contextlib.suppress(OSError):
                 self.name.path.unlink()
 

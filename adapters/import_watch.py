@@ -2,8 +2,9 @@
 device memory, as the runtime itself finds out, not before.
 
 `tpumem profile`, `tpumem.track`, `%%tpumem` and the pytest markers all wait here
-for the framework's import. Nothing of the framework, nor of tpumem beyond this
-module, is loaded before the script asks for it: a Keras 3 script that picks its
+for the framework's import. Nothing of the framework, nor of tpumem beyond its
+runner and this module (the standard library alone), is loaded before the script
+asks for it: a Keras 3 script that picks its
 backend in its first line (`os.environ["KERAS_BACKEND"] = "jax"`) gets that
 backend, and a library that imports the framework on the script's behalf (the
 Hugging Face Trainer imports torch_xla where it is installed) is recorded.
@@ -74,12 +75,24 @@ class ImportWatch(importlib.abc.MetaPathFinder):
     lets the loader run the module unchanged; only the loader's exec_module is
     wrapped, for that one call, then put back."""
 
-    def __init__(self, begin: Begin, wanted: str | None = None) -> None:
+    def __init__(
+        self,
+        begin: Begin,
+        wanted: str | None = None,
+        failed: Callable[[str, BaseException], None] | None = None,
+        any_process: bool = False,
+    ) -> None:
+        """`failed(framework, error)`: the framework's own import raised after
+        `begin` (its recording holds nothing then). `any_process`: a process
+        forked from this one starts its own recording too (--follow); otherwise
+        the watch is this process's alone (its trace and status are)."""
         self._begin = begin
+        self._failed = failed
         self.wanted = wanted
         self.framework: str | None = None  # the one that started the recording
         self.passed: list[str] = []  # frameworks imported that did not start it
         self._lock = threading.Lock()
+        self._pid = None if any_process else os.getpid()
 
     def install(self) -> None:
         if self not in sys.meta_path:
@@ -97,20 +110,30 @@ class ImportWatch(importlib.abc.MetaPathFinder):
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         original = loader.exec_module
+        if getattr(original, "_tpumem_watch", False):
+            return spec  # (a loader shared by several modules, wrapped already)
         own = "exec_module" in vars(loader) if hasattr(loader, "__dict__") else False
         watch = self
 
         def exec_module(module: Any) -> None:
+            if getattr(module, "__name__", None) != name:
+                return original(module)  # another module of a shared loader
             # Put back before anything runs: a failed import retried runs as plain.
             if own:
                 loader.exec_module = original
             else:
                 del loader.exec_module
             start = watch._starting(name)
-            original(module)
+            try:
+                original(module)
+            except BaseException as error:
+                if start is not None and watch._failed is not None:
+                    watch._failed(name, error)
+                raise
             if start is not None:
                 start()
 
+        exec_module._tpumem_watch = True  # type: ignore[attr-defined]
         try:
             loader.exec_module = exec_module
         except (AttributeError, TypeError):  # a loader that takes no attributes
@@ -133,6 +156,8 @@ class ImportWatch(importlib.abc.MetaPathFinder):
         return importlib.machinery.PathFinder.find_spec(name, path) if not after else None
 
     def _starting(self, module: str) -> Callable[[], None] | None:
+        if self._pid is not None and os.getpid() != self._pid:
+            return None  # a forked child: the recording is its parent's
         with self._lock:
             if self.framework is not None:
                 return None

@@ -249,15 +249,17 @@ class BufferBook:
     def hide_own_shards(self, live: list[Any]) -> list[Any]:
         """`live` (jax.live_arrays()'s list) less the per-device array objects that
         reading the entered arrays' buffers made JAX keep with them (_enter)."""
+        own = set()
         with self._lock:
             entered = self._by_object
-            own = {
-                id(shard)
-                for array in live
-                if id(array) in entered
-                for shard in array._arrays
-                if shard is not array
-            }
+            for array in live:
+                if id(array) not in entered:
+                    continue
+                try:
+                    shards = array._arrays
+                except Exception:  # deleted meanwhile (donated on another thread)
+                    continue
+                own.update(id(shard) for shard in shards if shard is not array)
         return [array for array in live if id(array) not in own] if own else live
 
     def poll(self, live_arrays: Any, calls_running: bool = False, in_flight: bool = False) -> None:

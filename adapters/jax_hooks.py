@@ -358,7 +358,7 @@ class JaxHooks:
         trainers and Keras, the training step, which marks no step of its own.
         Marked as one, for the first such function, where nothing else marks
         steps (annotations, Keras' fit())."""
-        if self.annotated or (self.keras is not None and self.keras.hooked):
+        if self.annotated or (self.keras is not None and self.keras.marked):
             return
         if self._step_function is None:
             self._step_function = name

@@ -1,7 +1,7 @@
 """Keras' fit() marks no steps in a profile: its training batches are counted where
-Keras starts each one (`CallbackList.on_train_batch_begin`), whatever the backend
-(TensorFlow, JAX). Keras is watched for, not imported: the adapters call `watch`
-from their sampler until the script has imported it."""
+Keras starts each one (`CallbackList.on_train_batch_begin`), under the TensorFlow
+and the JAX adapters. Keras is watched for, not imported: the adapters call
+`watch` from their sampler until the script has imported it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
 """The profiled process: `python -m tpumem.adapters.runner`, started by `tpumem profile`.
 
-It opens the trace, starts the framework's adapter, then runs the user's script as
-`python script.py` would (sys.argv, sys.path[0], a fresh `__main__`, the working
-directory untouched), records how it ended, and closes the trace. Its settings
-come in one environment variable, removed before the script sees the environment.
+It runs the user's script as `python script.py` would (sys.argv, sys.path[0], a
+fresh `__main__`, the working directory untouched), with nothing loaded but
+itself and the standard library; when the script imports the framework that
+holds its device memory (import_watch.py), it opens the trace and starts that
+framework's adapter, inside the import. At the end it records how the run ended
+and closes the trace. Its settings come in one environment variable, removed
+before the script sees the environment.
 """
 
 from __future__ import annotations
@@ -127,14 +130,18 @@ def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) ->
     )
 
 
+_told_last: set[int] = set()  # status descriptors closed (a number the script may reuse)
+
+
 def _tell(config: RunConfig, news: dict[str, Any], last: bool = False) -> None:
     """For `tpumem profile`, one JSON line on the status pipe: where the trace is
     (as it is named), and at the end how the run ended."""
-    if config.status_fd is None:
+    if config.status_fd is None or config.status_fd in _told_last:
         return
     try:
         os.write(config.status_fd, json.dumps(news).encode() + b"\n")
         if last:
+            _told_last.add(config.status_fd)
             os.close(config.status_fd)
     except OSError:
         pass  # tpumem is gone: nobody to tell
@@ -207,36 +214,35 @@ class _Recording:
         from tpumem.trace.writer import TraceWriter
 
         config = self.config
+        # Any failure here, inside the script's import of its framework, ends the
+        # run in one line rather than as the script's own error (which a script
+        # that catches ImportError would take for a framework not installed).
         try:
             adapter_class = get_adapter(framework)
-        except TpumemError as failure:
-            self._failed(framework, failure)
-        options = CaptureOptions(**config.capture)
-        environment = set_before_start(adapter_class, options)
-        metadata = _metadata(config, framework, {**config.environment, **environment})
-        target: str | int = config.output if config.output_fd is None else config.output_fd
-        if config.named_here:
-            try:
+            options = CaptureOptions(**config.capture)
+            environment = set_before_start(adapter_class, options)
+            metadata = _metadata(config, framework, {**config.environment, **environment})
+            target: str | int = config.output if config.output_fd is None else config.output_fd
+            if config.named_here:
                 self.name = TraceName(
                     config.output,
                     config.force,
                     metadata["process"],
                     lambda path: _tell(config, {"output": path}),
                 )
-            except TpumemError as failure:
+                target = self.name.descriptor
+            self.writer = TraceWriter(target, metadata)
+            end_walks_at(_run_target.__code__)  # the frames beyond it are this runner's
+            self.adapter = adapter_class(options)
+            if self.name is not None:
+                self.adapter.identified = self.name.settle
+            self.adapter.prepare(self.writer)
+        except TpumemError as failure:
+            if self.writer is None:  # (a trace name taken, a framework not installed)
                 print(f"tpumem: error: {failure}", file=sys.stderr)
                 _tell(config, {"adapter_failed": True}, last=True)
                 raise _AdapterFailed(ADAPTER_FAILED) from None
-            target = self.name.descriptor
-        self.writer = TraceWriter(target, metadata)
-        end_walks_at(_run_target.__code__)  # the frames beyond it are this runner's
-        self.adapter = adapter_class(options)
-        if self.name is not None:
-            self.adapter.identified = self.name.settle
-        # Any failure of the adapter's, inside the script's import of its framework,
-        # ends the run in one line rather than as the script's own error.
-        try:
-            self.adapter.prepare(self.writer)
+            self._failed(framework, failure)
         except Exception as failure:
             self._failed(framework, failure)
 
@@ -247,6 +253,17 @@ class _Recording:
                 self._failed(framework, failure)
 
         return start
+
+    def import_failed(self, framework: str, error: BaseException) -> None:
+        """The script's own import of its framework raised (a broken install, a
+        version mismatch): the script goes on with its error as without tpumem;
+        the trace says so and holds nothing more (the adapter never started)."""
+        if self.writer is not None:
+            self.writer.patch_metadata(
+                warnings=[f"the script's import of {framework} failed: {error!r}; nothing recorded"]
+            )
+            self.writer.close()
+            self.writer = self.adapter = None
 
     def _failed(self, framework: str, failure: Exception) -> None:
         said = f"the {framework} adapter failed: {failure}"
@@ -312,7 +329,9 @@ def _watch_imports(config: RunConfig) -> _Recording:
     from tpumem.adapters.import_watch import ImportWatch
 
     recording = _Recording(config)
-    recording.watch = ImportWatch(recording.begin, config.framework or None)
+    recording.watch = ImportWatch(
+        recording.begin, config.framework or None, failed=recording.import_failed
+    )
     recording.watch.install()
     return recording
 

@@ -284,18 +284,20 @@ class TorchXlaAdapter(Adapter):
         before and after. `waits`: the call returns once the graph has run."""
         with self.torch._C.DisableTorchFunction():
             pending = self.book.prepare(self._now())
+        settled = False
         try:
             out = call(*args, **kwargs)
-        except BaseException:
-            self.book.abandon()
-            raise
-        launched = self._now()
-        with self.torch._C.DisableTorchFunction():
-            graph = self._read_debug()
-            temp = graph.sizes.get("temp_bytes", 0) if graph else 0
-            name = _graph_name(graph) if graph else None
-            where = self.stacks(sys._getframe())
-            run, output = self.book.settle(pending, launched, name, temp, where)
+            launched = self._now()
+            with self.torch._C.DisableTorchFunction():
+                graph = self._read_debug()
+                temp = graph.sizes.get("temp_bytes", 0) if graph else 0
+                name = _graph_name(graph) if graph else None
+                where = self.stacks(sys._getframe())
+                settled = True  # (settle counts the launch done, whatever it raises)
+                run, output = self.book.settle(pending, launched, name, temp, where)
+        finally:
+            if not settled:
+                self.book.abandon()
         if waits or output is None:
             self.book.end(run, self._now())
         else:

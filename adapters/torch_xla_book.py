@@ -222,7 +222,6 @@ class TensorBook:
         """Before a graph runs: enters transferred tensors, finds the pending
         ones, and settles the buffers of tensors that died since the last look."""
         with self._lock:
-            self._launching += 1  # until `settle` (or `abandon`)
             self._drain_deaths()
             updated, by_handle = self._look_at_tracked(now_ns)
             seen, self._seen = self._seen, []
@@ -254,6 +253,7 @@ class TensorBook:
                 self.counts.transferred += len(ready)
             roots = [t for t, _ in updated] + [t for t, _, _ in pending]
             frees = self._settle_orphans(roots)
+            self._launching += 1  # until `settle`, or `abandon` where it does not come
             return _Pending(pending, [entry for _, entry in updated], frees)
 
     def settle(
@@ -307,7 +307,7 @@ class TensorBook:
         return run, output
 
     def abandon(self) -> None:
-        """The call that was to launch the graph `prepare` looked at raised."""
+        """The graph `prepare` looked at was not settled (its launch raised)."""
         with self._lock:
             self._launching -= 1
 

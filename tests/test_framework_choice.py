@@ -146,3 +146,43 @@ def test_the_framework_named_waits_for_its_import(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert last_json(result.stdout) == {"ok": True}
     assert load(tmp_path / "tf_after.tpumem").metadata.framework == "tensorflow"
+
+
+def test_a_framework_whose_import_fails_leaves_the_script_its_own_error(tmp_path):
+    """A broken install: the script catches the ImportError, as it would without
+    tpumem, and goes on; the trace says what happened."""
+    fake = tmp_path / "site" / "jax"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("broken on purpose")\n')
+    (tmp_path / "guarded.py").write_text(
+        "try:\n    import jax\nexcept ImportError as error:\n    print('no jax:', error)\n"
+    )
+    result = profile(tmp_path, "guarded.py", env={"PYTHONPATH": str(tmp_path / "site")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "no jax: broken on purpose\n"
+    assert "Traceback" not in result.stderr
+    warnings = load(tmp_path / "guarded.tpumem").metadata.warnings
+    assert any("import of jax failed" in w and "broken on purpose" in w for w in warnings)
+
+
+def test_a_child_forked_before_the_framework_does_not_write_the_parents_trace(tmp_path):
+    script = textwrap.dedent(
+        """\
+        import os
+        child = os.fork()
+        if child == 0:
+            import jax.numpy as jnp
+            jnp.ones(8).block_until_ready()
+            os._exit(0)
+        os.waitpid(child, 0)
+        import jax.numpy as jnp
+        kept = jnp.ones((1024, 1024))
+        print(os.getpid())
+        """
+    )
+    (tmp_path / "forks.py").write_text(script)
+    result = profile(tmp_path, "forks.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "forks.tpumem")
+    assert trace.complete and trace.metadata.pid == int(result.stdout.split()[-1])
+    assert analyze(trace).devices[0].peak.bytes >= 4 * MiB

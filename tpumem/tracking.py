@@ -151,6 +151,10 @@ class Tracker:
                 raise TpumemError(
                     f"tpumem.track is already recording (to {_running.path}): one at a time"
                 )
+            if self.output is not None and self.output.exists() and not self.force:
+                raise TpumemError(
+                    f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
+                )
             framework = self.framework or loaded_framework()
             if framework is not None and (framework not in FRAMEWORKS or framework in sys.modules):
                 self._begin(framework, importing=False)()
@@ -159,7 +163,7 @@ class Tracker:
                     from tpumem.adapters import get_adapter
 
                     get_adapter(framework)  # unknown, not installed: said now
-                self._watch = ImportWatch(self._begin, framework)
+                self._watch = ImportWatch(self._begin, framework, failed=self._import_failed)
                 self._watch.install()
             _running = self
 
@@ -210,6 +214,16 @@ class Tracker:
                 raise failed(failure) from None
 
         return start
+
+    def _import_failed(self, framework: str, error: BaseException) -> None:
+        """The block's own import of its framework raised: it goes on as without
+        tpumem; the trace says so and holds nothing more."""
+        writer, self._writer, self._adapter = self._writer, None, None
+        if writer is not None:
+            writer.patch_metadata(
+                warnings=[f"the import of {framework} failed: {error!r}; nothing recorded"]
+            )
+            writer.close()
 
     @property
     def recorded_nothing(self) -> bool:

@@ -28,6 +28,7 @@ from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
 from tpumem.export.xspace import memory_space, trace_programs
 from tpumem.outputs import write_new
+from tpumem.trace.metadata import IMPORTED
 from tpumem.trace.model import Trace
 from tpumem.trace.reader import load
 from tpumem.xplane.hlo_protos import module_file_name
@@ -78,7 +79,7 @@ def _hosts(traces: list[Trace]) -> list[str]:
 def _run_name(path: Path, trace: Trace, forced: str | None) -> str:
     if forced:
         return safe_name(forced)
-    imported = trace.metadata.run if trace.metadata.source == "import" else None
+    imported = trace.metadata.run if trace.metadata.source == IMPORTED else None
     return safe_name(imported or path.name.removesuffix(".tpumem"))
 
 

@@ -13,6 +13,7 @@ from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import (
+    IMPORTED,
     CaptureSummary,
     ExitStatus,
     JaxBook,
@@ -102,7 +103,7 @@ def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
 
 
 def _source(meta: RunMetadata) -> str:
-    if meta.source == "import":
+    if meta.source == IMPORTED:
         return f"imported from {meta.imported_from or '?'} (host {meta.host or '?'})"
     return " ".join(meta.command) if meta.command is not None else meta.source
 
@@ -207,7 +208,7 @@ def ending_text(exit_info: ExitStatus | None, complete: bool, source: str) -> st
     if not complete:
         return "the trace was not closed: the process crashed or was killed"
     if exit_info is None:
-        return "not recorded" if source != "import" else "(imported profile)"
+        return "not recorded" if source != IMPORTED else "(imported profile)"
     code = "?" if exit_info.code is None else exit_info.code
     if source == TRACK_SOURCE:  # a block of a process that went on
         if exit_info.exception:

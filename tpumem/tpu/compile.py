@@ -5,9 +5,10 @@ nothing again.
 
 The programs are those the run's XLA dump recorded as their framework handed them
 to XLA; each distinct one compiles once. libtpu compiles for any TPU on any
-machine: it is found in the directory TPUMEM_LIBTPU names, or in `libtpu/`
-inside tpumem's environment (where `tpumem install-libtpu` puts it, so that the
-environment's own `import jax` does not load it), or in site-packages.
+machine: it is found in the directory TPUMEM_LIBTPU names, else in tpumem's
+site-packages (where `pip install jax[tpu]` puts it), else in `libtpu/` inside
+tpumem's environment (where `tpumem install-libtpu` puts it, so that the
+environment's own `import jax` does not load it).
 """
 
 from __future__ import annotations
