@@ -355,25 +355,3 @@ def test_a_modeled_pool_never_exceeds_the_allocators_measured_limit(make_trace):
     assert pre.pool_label == "modeled" and pre.limit_bytes == 3 * MiB // 2
     assert pre.pool_peak_bytes == 3 * MiB // 2
     assert "capped at the allocator's measured limit" in pre.pool_source
-
-
-def test_a_buffer_whose_free_went_unseen_lives_on_unless_its_address_is_taken(make_trace):
-    """A model's variable, made in one profiler session and never freed, is live
-    after the capture's next gap (TensorFlow's Keras fit() lost its weights and
-    optimizer state from the peak so); one whose address a later allocation
-    takes was freed, in the gap."""
-    common = {"device": "GPU:0", "fragmentation": 0.0}
-    rows = [
-        {"kind": "alloc", "time_ns": 5, "buffer_id": 1, "address": 0, "bytes": 4 * MiB,
-         "bytes_in_use": 4 * MiB, "op": "variable", **common},
-        {"kind": "alloc", "time_ns": 6, "buffer_id": 2, "address": 4 * MiB, "bytes": MiB,
-         "bytes_in_use": 5 * MiB, "op": "temporary", **common},
-        {"kind": "mark", "time_ns": 10, "text": "capture gap"},
-        {"kind": "mark", "time_ns": 20, "text": "capture resumed"},
-        {"kind": "alloc", "time_ns": 25, "buffer_id": 3, "address": 4 * MiB, "bytes": 2 * MiB,
-         "bytes_in_use": 6 * MiB, "op": "step", **common},
-    ]  # fmt: skip
-    (device,) = analyze(load(make_trace(rows))).devices
-    assert device.peak.bytes == 6 * MiB
-    assert {g.op: g.bytes for g in device.peak.groups} == {"variable": 4 * MiB, "step": 2 * MiB}
-    assert device.peak.unattributed_bytes == 0

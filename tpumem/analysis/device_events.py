@@ -50,26 +50,11 @@ class DeviceEvents:
     def end_in_gap(self, allocations: np.ndarray) -> np.ndarray:
         """The rule for an allocation whose free the capture did not see: it was
         freed in the first capture gap after it, so it ends at the first event after
-        that gap; len(self) where no gap follows (it was live to the end). Where
-        the allocator gave addresses, only one whose address a later allocation
-        took was freed at all: the others (a model's variables, made once and
-        kept) were live to the end. Peak, series and address map all read a missed
-        free by this rule."""
+        that gap; len(self) where no gap follows (it was live to the end). Peak,
+        series and address map all read a missed free by this rule."""
         resumed = np.searchsorted(self.time_ns, self.gaps_ns[:, 1], side="left")
         following = np.searchsorted(resumed, allocations, side="right")
-        ends = np.append(resumed, len(self))[following]
-        if self.has_addresses and len(allocations):
-            ends = np.where(self._address_taken_later()[allocations], ends, len(self))
-        return ends
-
-    def _address_taken_later(self) -> np.ndarray:
-        """Per event: an allocation whose address a later allocation starts at."""
-        allocs = np.flatnonzero(self.is_alloc)
-        order = allocs[np.lexsort((allocs, self.address[allocs]))]  # by address, then time
-        taken = np.zeros(len(self), dtype=bool)
-        same = self.address[order[1:]] == self.address[order[:-1]]
-        taken[order[:-1][same]] = True
-        return taken
+        return np.append(resumed, len(self))[following]
 
     def free_index(self) -> np.ndarray:
         """For each event that allocates, the index of the event that frees the same
