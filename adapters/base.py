@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpumem.adapters.import_watch import FRAMEWORKS
 from tpumem.adapters.quiet import announce_thread
 from tpumem.errors import TpumemError
 
@@ -224,12 +225,8 @@ _REGISTRY: dict[str, type[Adapter]] = {}
 # Each adapter's module, imported when the adapter is first asked for: importing
 # tpumem.adapters loads none of them (the profiled process imports this package
 # before the script runs, and an adapter's module brings the trace writer, Arrow).
-# The keys are also the frameworks' top-level modules (import_watch.FRAMEWORKS).
-ADAPTER_MODULES = {
-    "jax": "tpumem.adapters.jax",
-    "tensorflow": "tpumem.adapters.tensorflow",
-    "torch_xla": "tpumem.adapters.torch_xla",
-}
+# An adapter is named as its framework's top-level module, and its module after it.
+ADAPTER_MODULES = {name: f"tpumem.adapters.{name}" for name in FRAMEWORKS}
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:

@@ -29,7 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-# The frameworks' top-level modules, named as their adapters are (base.ADAPTER_MODULES).
+# The frameworks' top-level modules, which name their adapters (base.ADAPTER_MODULES)
+# and their adapters' modules; follow_boot's copy must stay the standard library's.
 FRAMEWORKS = ("jax", "tensorflow", "torch_xla")
 # Keras 3's backends, and the framework whose adapter records each.
 KERAS_BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch_xla"}

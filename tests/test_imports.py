@@ -95,3 +95,20 @@ def test_a_report_does_not_load_arrow_compute():
             "assert 'tpumem.analysis.summary' in sys.modules\n"
         )
         assert "pyarrow.compute" not in loaded, given
+
+
+def test_follow_boot_watches_the_frameworks_the_import_watch_does():
+    """follow_boot (the standard library only, in every process of a --follow run)
+    keeps its own copy of the frameworks' modules: the same as the watch's."""
+    import ast
+
+    from tpumem.adapters.import_watch import FRAMEWORKS as WATCHED
+
+    boot = PACKAGE.parent / "adapters" / "follow_boot" / "sitecustomize.py"
+    tree = ast.parse(boot.read_text())
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FRAMEWORKS"
+    ]
+    assert ast.literal_eval(value) == WATCHED

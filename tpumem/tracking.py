@@ -180,11 +180,7 @@ class Tracker:
         options = CaptureOptions(programs=self.programs)
         if self.output is None:
             self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
-        else:
-            if self.output.exists() and not self.force:
-                raise TpumemError(
-                    f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
-                )
+        else:  # (an existing file was refused in `start`; create_trace refuses a new one)
             self.path, descriptor = self.output, create_trace(self.output, (), self.force)
         command = [SOURCE, "in", _process_name()]
         capture = {"programs": options.programs}
