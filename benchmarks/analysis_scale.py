@@ -6,7 +6,9 @@ process: load + every figure + the text report, wall time and peak RSS.
 Goals (issue 2): <= 3 s at 1M, <= 30 s at 10M, peak RSS <= 2 GiB. Measured
 separately: allocator fidelity (addresses and the allocator's own figures);
 buffer fidelity with step marks (the BFC model copies repeated steps); and
-buffer fidelity without step marks ("buffer-nosteps": every event replayed).
+buffer fidelity without step marks ("buffer-nosteps": every event replayed);
+allocator fidelity with a capture gap every 10 steps whose frees went unseen
+("allocator-gaps": unseen_frees.py's sweep; 1,000 gaps a million events).
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ print(json.dumps({"seconds": seconds, "rss": rss, "peak": analysis.devices[0].pe
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--fidelity", nargs="+", default=["allocator", "buffer", "buffer-nosteps"])
+    kinds = ["allocator", "allocator-gaps", "buffer", "buffer-nosteps"]
+    parser.add_argument("--fidelity", nargs="+", default=kinds)
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
     sys.path.insert(0, str(Path(__file__).parent))
@@ -63,8 +66,10 @@ def main() -> None:
             path = WORK / f"synthetic_{fidelity}_{size}.tpumem"
             if not path.exists():
                 print(f"writing {path.name} ...", flush=True)
-                kind = fidelity.removesuffix("-nosteps")
-                write_synthetic(path, size, kind, marks=not fidelity.endswith("-nosteps"))
+                kind = fidelity.removesuffix("-nosteps").removesuffix("-gaps")
+                gaps = 10 if fidelity.endswith("-gaps") else 0
+                marks = not fidelity.endswith("-nosteps")
+                write_synthetic(path, size, kind, marks=marks, gap_every=gaps)
             figures = measure(CHILD, path)
             if figures:
                 print(

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpumem.analysis.bfc_model import replay
-from tpumem.trace.schema import ALLOCATOR, BUFFER
+from tpumem.trace.schema import ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.stack_rows import stack_text
 from tpumem.trace.writer import TraceWriter
 
@@ -55,10 +55,13 @@ def write_synthetic(
     stacks: bool = False,
     seed: int = 0,
     process: tuple[int, int] | None = None,
+    gap_every: int = 0,
 ) -> None:
     """`stacks`: each buffer made by one of ten call stacks, one per op (row
     `stack` rows first); `seed`: another seed draws other activation sizes;
-    `process`: (rank, count) of a distributed run it is one process of."""
+    `process`: (rank, count) of a distributed run it is one process of;
+    `gap_every`: every so many steps, the step's frees fall in a capture gap
+    (profiler sessions switching), so its buffers are freed unseen."""
     rng = np.random.default_rng(seed)
     step = _one_step(rng)
     params = rng.integers(1 << 20, 8 << 20, PARAMETERS)
@@ -120,7 +123,9 @@ def write_synthetic(
             if stacks:  # the stack of the op that made each buffer
                 made = step["is_alloc"][within]
                 columns["stack"] = np.ma.MaskedArray((ids % ACTIVATIONS) % len(OPS), mask=~made)
-            writer.write_columns(columns, len(index))
+            if gap_every:
+                columns = _gaps(writer, columns, step_of, within, time_index, gap_every)
+            writer.write_columns(columns, len(columns["buffer_id"]))
             if not marks:
                 continue
             numbers = first + np.arange(count)
@@ -133,6 +138,20 @@ def write_synthetic(
                 },
                 count,
             )
+
+
+def _gaps(writer, columns, step_of, within, time_index, every: int) -> dict:
+    """Drops the frees of every `every`-th step and marks a capture gap over them."""
+    lost = (step_of % every == every - 1) & (within >= ACTIVATIONS)
+    first = time_index[lost & (within == ACTIVATIONS)] * 1000
+    for start in first.tolist():
+        writer.mark(CAPTURE_GAP, time_ns=start - 500)
+        writer.mark(CAPTURE_RESUMED, time_ns=start + ACTIVATIONS * 1000 - 500)
+    keep = pa.array(~lost)
+    return {
+        key: value.filter(keep) if isinstance(value, pa.Array) else value[~lost]
+        for key, value in columns.items()
+    }
 
 
 def _columns(replayed, is_alloc, ids, requested, time_index, fidelity: str) -> dict:

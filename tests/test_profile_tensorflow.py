@@ -23,7 +23,12 @@ from profiling import (
     run_plain,
 )
 from tpumem.analysis import analyze
-from tpumem.analysis.device_events import capture_gaps, split_by_device, step_marks
+from tpumem.analysis.device_events import (
+    capture_gaps,
+    pair_events,
+    split_by_device,
+    step_marks,
+)
 from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 from tpumem.trace.schema import SAMPLE
@@ -451,3 +456,42 @@ def test_the_script_sets_up_tensorflow_before_tpumem_touches_it(tmp_path):
     assert analysis.backend == "cpu"
     assert [d.name for d in analysis.metadata.devices] == ["CPU:0", "CPU:1"]
     assert analysis.devices and analysis.devices[0].peak.bytes >= 512 * 512 * 4
+
+
+WEIGHTS_THEN_FIT = """
+import time
+import numpy as np
+import keras
+model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024),
+                          keras.layers.Dense(768), keras.layers.Dense(10)])
+time.sleep(2.5)  # profiler sessions switch while the weights stay
+model.compile(optimizer="adam", loss="mse")
+x, y = np.zeros((256, 256), "float32"), np.zeros((256, 10), "float32")
+model.fit(x, y, batch_size=64, epochs=1, verbose=0)
+"""
+
+
+def test_weights_made_before_a_capture_gap_are_live_at_the_peak_after_it(tmp_path):
+    """The model's weights are made in the first profiler session, the peak comes
+    in fit() after two or more gaps between sessions: the peak names the weights
+    the trace saw made (before, the first gap dropped them as freed unseen)."""
+    (tmp_path / "fit.py").write_text(WEIGHTS_THEN_FIT)
+    result = profile(tmp_path, "-q", "fit.py", env={"KERAS_BACKEND": "tensorflow"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "fit.tpumem")
+    (events,) = split_by_device(trace)
+    peak = analyze(trace).devices[0].peak
+    assert len(events.gaps_ns) >= 2 and peak.time_ns > events.gaps_ns[1, 1]
+    unfreed = pair_events(events.is_alloc, events.buffer_id) < 0  # no free in the trace
+    kept = events.row[events.is_alloc & unfreed]
+    shape_codes, shapes = trace.codes("shape")
+    source_codes, sources = trace.codes("source")
+    made = {
+        shapes[shape]
+        for shape, source in zip(shape_codes[kept], source_codes[kept], strict=True)
+        if shape >= 0 and source >= 0 and sources[source] == "fit.py:5"
+    }
+    kernels = {"[256,1024]", "[1024,768]", "[768,10]"} & made
+    assert kernels, "the trace saw none of the weights made"
+    at_peak = {g.shape for g in peak.groups if g.source == "fit.py:5"}
+    assert kernels <= at_peak, (kernels, [(g.shape, g.source, g.bytes) for g in peak.groups])

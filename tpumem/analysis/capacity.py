@@ -9,7 +9,7 @@ The replay is exact where the trace holds every allocation and free the allocato
 saw, in order (a TensorFlow trace with one profiler session: tested against real
 runs under limits). What it cannot know it says: buffers allocated before the
 capture began are not in it, and a buffer whose free fell in a capture gap is
-freed at the gap's end, the rule the peak uses (DeviceEvents.end_in_gap).
+freed where the trace first shows it gone, the rule the peak uses (unseen_frees.py).
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ def _stream(trace: Trace, events: DeviceEvents) -> _Stream:
     sizes = replay_sizes(events.requested, events.bytes)
     index = np.arange(len(events))
     unpaired = pair_events(events.is_alloc, events.buffer_id) < 0
-    unseen = np.flatnonzero(events.is_alloc & unpaired)  # never freed in the trace
-    ends = events.end_in_gap(unseen) if len(events.gaps_ns) else np.full(len(unseen), len(events))
-    unseen, ends = unseen[ends < len(events)], ends[ends < len(events)]
-    # A gap's free goes just before the first event after the gap, so before any
-    # new buffer that takes the freed one's id.
+    # Frees the trace missed, placed by the rule in unseen_frees.py: just before
+    # the event from which the buffer is gone, so before any new buffer that
+    # takes its id or range.
+    unseen = np.flatnonzero(events.is_alloc & unpaired & (events.ends() < len(events)))
+    ends = events.ends()[unseen]
     order = np.argsort(np.concatenate([2 * index + 1, 2 * ends]), kind="stable")
     origin = np.concatenate([index, ends])[order]
     is_alloc = np.concatenate([events.is_alloc, np.zeros(len(ends), bool)])[order]

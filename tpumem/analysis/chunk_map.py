@@ -29,6 +29,7 @@ from tpumem.analysis.bfc import (
     rounded_bytes,
 )
 from tpumem.analysis.device_events import DeviceEvents, pair_events
+from tpumem.analysis.unseen_frees import neighbours_at_address
 
 _GROWTH_STEPS = 12  # candidate first regions: 2 MiB .. 4 GiB
 _SCORING_POINTS = 16
@@ -63,17 +64,12 @@ class Chunks:
 
     @classmethod
     def of(cls, events: DeviceEvents) -> Chunks:
-        count = len(events)
         partner = pair_events(events.is_alloc, events.buffer_id)
-        previous, following = _neighbours_at_address(events.address)
+        previous, _ = neighbours_at_address(events.address)
         # The first event after each gap in the capture.
         resumed = np.searchsorted(events.time_ns, events.gaps_ns[:, 1], side="left")
         allocs = np.flatnonzero(events.is_alloc)
-        end = np.where(partner[allocs] >= 0, partner[allocs], count)
-        # An allocation whose free the capture missed, and whose address is used
-        # again: it was freed in the first gap after it (else just before the reuse).
-        lost = (partner[allocs] < 0) & (following[allocs] < count)
-        end[lost] = np.minimum(events.end_in_gap(allocs[lost]), following[allocs[lost]])
+        end = events.ends()[allocs]  # a free the capture missed: unseen_frees.py
         # A free whose allocation the capture missed: allocated in the last gap
         # before it, after the address's previous use; else before the capture.
         unpaired = np.flatnonzero(~events.is_alloc & (partner < 0))
@@ -105,19 +101,6 @@ class Chunks:
         np.add.at(change, self.first, self.size)
         np.add.at(change, np.minimum(self.end, count), -self.size)
         return np.cumsum(change)[:count] == events.heap
-
-
-def _neighbours_at_address(address: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per event, the index of the previous event at the same address (-1 if
-    none) and of the next one (len(address) if none)."""
-    count = len(address)
-    order = np.lexsort((np.arange(count), address))
-    same = address[order][1:] == address[order][:-1]
-    previous = np.full(count, -1, dtype=np.int64)
-    following = np.full(count, count, dtype=np.int64)
-    previous[order[1:][same]] = order[:-1][same]
-    following[order[:-1][same]] = order[1:][same]
-    return previous, following
 
 
 def infer_regions(chunks: Chunks, schedule: RegionSchedule, label: str) -> Regions:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tpumem.analysis.unseen_frees import allocation_ends
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import ALLOC, ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED, FREE, MARK
 
@@ -34,6 +35,7 @@ class DeviceEvents:
     # Bytes reserved outside the heap after each event (the allocator's
     # bytes_reserved: the TPU program stack); None where the trace has none.
     reserved: np.ndarray | None = None
+    memo: list = field(default_factory=list, repr=False, compare=False)  # ends(), once
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -47,21 +49,19 @@ class DeviceEvents:
     def has_addresses(self) -> bool:
         return bool(len(self.address)) and bool((self.address >= 0).all())
 
-    def end_in_gap(self, allocations: np.ndarray) -> np.ndarray:
-        """The rule for an allocation whose free the capture did not see: it was
-        freed in the first capture gap after it, so it ends at the first event after
-        that gap; len(self) where no gap follows (it was live to the end). Peak,
-        series and address map all read a missed free by this rule."""
-        resumed = np.searchsorted(self.time_ns, self.gaps_ns[:, 1], side="left")
-        following = np.searchsorted(resumed, allocations, side="right")
-        return np.append(resumed, len(self))[following]
-
-    def free_index(self) -> np.ndarray:
-        """For each event that allocates, the index of the event that frees the same
-        buffer (len(self) when it is never freed); -1 for frees."""
-        partner = pair_events(self.is_alloc, self.buffer_id)
-        never_freed = np.where(partner >= 0, partner, len(self))
-        return np.where(self.is_alloc, never_freed, -1)
+    def ends(self) -> np.ndarray:
+        """Per event: for an allocation, the index of the event from which its
+        buffer is no longer live (len(self) when it lives to the end); -1 for a
+        free. Where the free went unseen, unseen_frees.py holds the rule; peak,
+        series, address map and replay all read it from here."""
+        if not self.memo:
+            resumed = np.searchsorted(self.time_ns, self.gaps_ns[:, 1], side="left")
+            partner = pair_events(self.is_alloc, self.buffer_id)
+            heap = self.heap if self.in_use_measured else None
+            self.memo.append(
+                allocation_ends(self.is_alloc, partner, self.bytes, self.address, resumed, heap)
+            )
+        return self.memo[0]
 
 
 def pair_events(is_alloc: np.ndarray, buffer_id: np.ndarray) -> np.ndarray:

@@ -42,6 +42,10 @@ class PeakBreakdown:
     # Bytes in use at the peak held by buffers allocated unseen (before the capture
     # began, or in a gap between its profiler sessions): the trace cannot name them.
     unattributed_bytes: int
+    # Where those can have been made: the allocator's bytes in use when the
+    # capture began (measured; 0 where unknown), and the capture's gaps before the peak.
+    held_before_capture_bytes: int
+    gaps_before_peak: int
     stack_bytes: int  # reserved outside the heap at the peak (device_events.py)
     groups: tuple[LiveGroup, ...]
     by_region: tuple[tuple[str, int], ...]
@@ -56,15 +60,19 @@ def step_at(trace: Trace, time_ns: int) -> int | None:
 
 
 def live_at(events: DeviceEvents, index: int) -> np.ndarray:
-    """Indices of the allocations live just after event `index`. One whose free
-    went unseen is not live past the first capture gap after it (end_in_gap)."""
-    freed_at = events.free_index()
+    """Indices of the allocations live just after event `index` (one whose free
+    went unseen: by the rule in unseen_frees.py)."""
     allocs = np.flatnonzero(events.is_alloc[: index + 1])
-    live = allocs[freed_at[allocs] > index]
-    if len(events.gaps_ns) and len(live):
-        unseen = freed_at[live] == len(events)
-        live = live[~(unseen & (events.end_in_gap(live) <= index))]
-    return live
+    return allocs[events.ends()[allocs] > index]
+
+
+def held_before_capture(events: DeviceEvents) -> int:
+    """Bytes the allocator had in use before the capture's first event, by its
+    own count; 0 where the trace has no such count."""
+    if not events.in_use_measured or not len(events):
+        return 0
+    first = int(events.bytes[0]) if events.is_alloc[0] else -int(events.bytes[0])
+    return max(0, int(events.heap[0]) - first)
 
 
 def live_groups(
@@ -114,6 +122,8 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         event_index=index,
         live_buffers=len(live),
         unattributed_bytes=max(0, peak - stack - attributed),
+        held_before_capture_bytes=held_before_capture(events),
+        gaps_before_peak=int((events.gaps_ns[:, 1] <= events.time_ns[index]).sum()),
         stack_bytes=stack,
         groups=groups,
         by_region=tuple(sorted(by_region.items(), key=lambda kv: -kv[1])),

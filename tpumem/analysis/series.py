@@ -50,13 +50,12 @@ def _region_stack(
     """Bytes live per region at the chosen events. A free counts for its
     allocation's region; a free whose allocation went unseen counts nowhere (the
     allocator's own figure still shows it in the line), and an allocation whose
-    free went unseen ends in the first capture gap after it (end_in_gap)."""
+    free went unseen ends by the rule in unseen_frees.py."""
     codes, names = trace.codes("region")
     region = codes[events.row].astype(np.int64)
     partner = pair_events(events.is_alloc, events.buffer_id)
-    ends = np.flatnonzero(events.is_alloc & (partner < 0))
-    end_at = events.end_in_gap(ends)
-    ends, end_at = ends[end_at < len(events)], end_at[end_at < len(events)]
+    ends = np.flatnonzero(events.is_alloc & (partner < 0) & (events.ends() < len(events)))
+    end_at = events.ends()[ends]
     allocs = np.flatnonzero(events.is_alloc)
     frees = np.flatnonzero(~events.is_alloc & (partner >= 0))
     where = np.concatenate([allocs, frees, end_at])

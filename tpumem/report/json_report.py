@@ -176,6 +176,8 @@ def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
         "step": peak.step,
         "live_buffers": peak.live_buffers,
         "unattributed_bytes": peak.unattributed_bytes,
+        "held_before_capture_bytes": peak.held_before_capture_bytes,
+        "gaps_before_peak": peak.gaps_before_peak,
         "stack_bytes": peak.stack_bytes,
         "groups": live_groups_json(peak.groups),
         "by_region": [{"region": region, "bytes": size} for region, size in peak.by_region],

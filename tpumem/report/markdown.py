@@ -26,6 +26,7 @@ from tpumem.report.rows import (
     fit_table,
     group_rows,
     growth_rows,
+    made_unseen,
     run_rows,
     sparkline,
     stack_rows,
@@ -61,7 +62,8 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     for device in full:
         lines += ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
         lines += md_table(("figure", "value", "how"), device_rows(device))
-        groups = group_rows(device.peak.groups, device.peak.unattributed_bytes)
+        peak = device.peak
+        groups = group_rows(peak.groups, peak.unattributed_bytes, made_unseen(peak))
         if groups:
             lines += ["", "Live at peak, largest first:", ""]
             lines += md_table(GROUP_HEADERS, groups)

@@ -478,10 +478,12 @@ def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     return [("Allocator's own peak", value, "measured (its running peak)")]
 
 
-def group_rows(groups: tuple[LiveGroup, ...], unseen_bytes: int = 0) -> list[tuple[str, ...]]:
+def group_rows(
+    groups: tuple[LiveGroup, ...], unseen_bytes: int = 0, unseen_where: str = ""
+) -> list[tuple[str, ...]]:
     """The largest groups; with `unseen_bytes`, the bytes in use at the peak whose
-    allocations the capture did not see (TensorFlow's before its first profiler
-    session), as a row of their own in its place by size."""
+    allocations the capture did not see, as a row of their own in its place by
+    size, with where they were made (`unseen_where`, see made_unseen)."""
     sized = [(group.bytes, group) for group in groups[:TOP_GROUPS]]
     if unseen_bytes:
         sized.append((unseen_bytes, None))
@@ -489,7 +491,8 @@ def group_rows(groups: tuple[LiveGroup, ...], unseen_bytes: int = 0) -> list[tup
     rows = []
     for size, group in sized:
         if group is None:
-            rows.append((format_bytes(size), "-", UNSEEN, "-", "-", "-", UNSEEN_WHERE))
+            where = unseen_where or UNSEEN_WHERE
+            rows.append((format_bytes(size), "-", UNSEEN, "-", "-", "-", where))
             continue
         rows.append(
             (
@@ -507,6 +510,26 @@ def group_rows(groups: tuple[LiveGroup, ...], unseen_bytes: int = 0) -> list[tup
 
 UNSEEN = "allocated unseen"
 UNSEEN_WHERE = "- (in use by the counters; its allocation was not captured)"
+
+
+def made_unseen(peak: PeakBreakdown) -> str:
+    """Where the bytes allocated unseen at the peak can have been made: before
+    the capture began (the allocator already held bytes) and in the capture's gaps
+    before the peak (profiler sessions switching record nothing)."""
+    gaps = peak.gaps_before_peak
+    in_gaps = (
+        "in the gap between profiler sessions"
+        if gaps == 1
+        else (f"in the {gaps:,} gaps between profiler sessions")
+    )
+    fewer = "; a longer --chunk leaves fewer gaps"
+    if peak.held_before_capture_bytes and gaps:
+        return f"- (made before the capture began or {in_gaps}{fewer})"
+    if peak.held_before_capture_bytes:
+        return "- (made before the capture began)"
+    if gaps:
+        return f"- (made {in_gaps} before the peak{fewer})"
+    return UNSEEN_WHERE
 
 
 def stack_rows(stacks: tuple[StackBytes, ...]) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -34,6 +34,7 @@ from tpumem.report.rows import (
     fit_table,
     group_rows,
     growth_rows,
+    made_unseen,
     run_rows,
     sparkline,
     stack_rows,
@@ -69,6 +70,7 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
             "Live at peak, largest first",
             device.peak.groups,
             device.peak.unattributed_bytes,
+            made_unseen(device.peak),
         )
     _stack_table(console, STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks))
     _stack_table(console, GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth))
@@ -97,12 +99,16 @@ def _stack_table(console: Console, title: str, headers: tuple[str, ...], rows: l
 
 
 def _groups(
-    console: Console, title: str, groups: tuple[LiveGroup, ...], unseen_bytes: int = 0
+    console: Console,
+    title: str,
+    groups: tuple[LiveGroup, ...],
+    unseen_bytes: int = 0,
+    unseen_where: str = "",
 ) -> None:
     table = Table(title=Text(title), title_justify="left")
     for header in GROUP_HEADERS:
         table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
-    for row in group_rows(groups, unseen_bytes):
+    for row in group_rows(groups, unseen_bytes, unseen_where):
         table.add_row(*_cells(row))
     console.print(table)
 
