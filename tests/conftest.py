@@ -51,6 +51,12 @@ def assert_valid_json(command: str, text: str) -> None:
     import jsonschema
 
     document = json.loads(text)
+    if document.get("schema") == "tpumem-program/1":  # one of a report's programs
+        report = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())
+        program = {key: value for key, value in document.items() if key != "schema"}
+        items = report["properties"]["programs"]["items"]
+        jsonschema.validate(program, items, cls=jsonschema.Draft202012Validator)
+        return
     name = command if command in ("report", "diff", "run") else "compare"
     if name == "report" and document.get("schema") == "tpumem-run/1":
         name = "run"  # the report of a distributed run

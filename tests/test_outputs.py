@@ -4,6 +4,8 @@ exit status and what was recorded. Through the real CLI (tpumem/outputs.py)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import resource
 import signal
@@ -12,15 +14,20 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from conftest import assert_one_line_error, run_tpumem
 from profiling import QUIET, profile
+from tpumem.trace.amend import _message_ends
 from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
+from tpumem.trace.writer import TraceWriter
 
 XPLANE = Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb"
 TRACE = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
+RUN = Path(__file__).parent / "data" / "gpu" / "run"
+DEMO = Path(__file__).parent / "data" / "demo"
 
 JAX_SCRIPT = """
 import os, sys, time
@@ -110,14 +117,89 @@ def test_default_names_are_numbered_not_replaced(tmp_path, script):
 
 def test_a_report_replaces_an_earlier_report_whole_or_not_at_all(tmp_path):
     page = tmp_path / "r.md"
-    page.write_text("an earlier report\n")
-    result = _limited(2000, "report", str(TRACE), "-o", str(page), "-f", "md")
+    assert run_tpumem("report", str(TRACE), "-o", str(page)).returncode == 0
+    earlier = page.read_text()
+    result = _limited(2000, "report", str(TRACE), "-o", str(page), "-f", "json")
     assert_one_line_error(result, "cannot write")
-    assert page.read_text() == "an earlier report\n"
+    assert page.read_text() == earlier
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]  # no temporary left
-    result = run_tpumem("report", str(TRACE), "-o", str(page))
+    result = run_tpumem("report", str(TRACE), "-o", str(page), "-f", "json")
     assert result.returncode == 0, result.stderr
-    assert page.read_text().startswith("# tpumem report")
+    assert page.read_text().startswith('{\n  "schema": "tpumem-report/1"')
+
+
+def test_a_report_replaces_only_what_tpumem_wrote_unless_forced(tmp_path):
+    """`report -o` onto a script, a profile or the user's notes changes nothing and
+    says so in one line; --force replaces it; an empty file is replaced."""
+    script = tmp_path / "train.py"
+    script.write_text("import tpumem  # a report of tpumem's? no: a script\n")
+    profile = tmp_path / "host.xplane.pb"
+    profile.write_bytes(XPLANE.read_bytes())
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    for target in (script, profile, notes):
+        before = target.read_bytes()
+        result = run_tpumem("report", str(TRACE), "-o", str(target))
+        assert_one_line_error(result, str(target), "not a report of tpumem's", "--force")
+        assert target.read_bytes() == before
+    result = run_tpumem("report", str(TRACE), "-o", str(notes), "--force")
+    assert result.returncode == 0, result.stderr
+    assert notes.read_text().startswith("# tpumem report")
+    empty = tmp_path / "empty.txt"
+    empty.touch()
+    assert run_tpumem("report", str(TRACE), "-o", str(empty)).returncode == 0
+
+
+def test_every_report_and_page_tpumem_writes_is_known_as_its_own(tmp_path):
+    """Each command's output in each format is one `report -o` replaces without
+    --force (outputs.is_report): a report, a run's, a program's, a comparison, a
+    diff."""
+    from tpumem.outputs import is_report
+
+    demo = tmp_path / "jax.tpumem"
+    demo.write_bytes(gzip.decompress((DEMO / "jax_transformer.tpumem.gz").read_bytes()))
+    report = json.loads(run_tpumem("report", str(demo), "-f", "json").stdout)
+    program = report["programs"][0]["name"]
+    commands = {
+        "report": ["report", str(TRACE)],
+        "run": ["report", str(RUN)],
+        "program": ["report", str(demo), "--program", program],
+        "diff": ["diff", str(TRACE), str(demo)],
+    }
+    for name, command in commands.items():
+        for fmt in ("text", "json", "md", "html"):
+            out = tmp_path / f"{name}-{fmt}.out"
+            result = run_tpumem(*command, "-f", fmt, "-o", str(out))
+            assert result.returncode == 0, (name, fmt, result.stderr)
+            assert is_report(out), (name, fmt, out.read_bytes()[:200])
+    page = tmp_path / "compare.html"  # (compare writes only its page to a file)
+    result = run_tpumem("compare", str(TRACE), str(demo), "--html", str(page))
+    assert result.returncode == 0, result.stderr
+    assert is_report(page), page.read_bytes()[:200]
+
+
+def test_tpu_compiles_are_added_only_to_a_whole_trace(tmp_path):
+    """`report --tpu` keeps XLA:TPU's answers in the trace. A trace damaged part
+    way, or cut, is left byte for byte as it was (before, the rows after the
+    damage were cut off and the compiles appended); the report still comes."""
+    whole = tmp_path / "whole.tpumem"
+    with TraceWriter(whole, {"framework": "jax"}, flush_interval_s=0) as writer:
+        for step in range(4):
+            writer.alloc(time_ns=step, device="TPU:0", buffer_id=step, bytes=64, op=f"op{step}")
+            writer.flush()
+    data = whole.read_bytes()
+    ends = _message_ends(pa.py_buffer(data))
+    damaged = tmp_path / "damaged.tpumem"  # a message in the middle overwritten
+    damaged.write_bytes(data[: ends[2]] + b"\x00" * 16 + data[ends[2] + 16 :])
+    cut = tmp_path / "cut.tpumem"
+    cut.write_bytes(data[: ends[-1]])  # its writer never closed it
+    for trace in (damaged, cut):
+        before = trace.read_bytes()
+        result = run_tpumem("report", str(trace), "--tpu", "v5e:1x1")
+        assert result.returncode == 0, result.stderr
+        assert "tpumem report" in result.stdout
+        assert "nothing added, nothing changed" in result.stderr
+        assert trace.read_bytes() == before
 
 
 def _limited(size: int, *args: str, cwd: Path | None = None, env: dict | None = None):

@@ -86,6 +86,11 @@ Force = Annotated[
     bool,
     typer.Option("--force", help="Replace an existing trace at the output path."),
 ]
+# A report replaces an earlier report of tpumem's by itself (tpumem/outputs.py).
+ReportForce = Annotated[
+    bool,
+    typer.Option("--force", help="Let -o replace a file that is not a report of tpumem's."),
+]
 # report's and diff's: the format, else the one -o's extension names.
 PageFormat = Annotated[
     Optional[str],  # noqa: UP045
@@ -140,9 +145,7 @@ def report(
     fmt: PageFormat = None,
     output: Output = None,
     width: Width = 100,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace a trace at the output path.")
-    ] = False,
+    force: ReportForce = False,
     capacity: Capacity = None,
     program: Annotated[
         Optional[str],  # noqa: UP045
@@ -189,7 +192,8 @@ def compare(
     ] = Path("."),
     width: Width = 100,
     force: Annotated[
-        bool, typer.Option("--force", help="Let --html replace a trace at its path.")
+        bool,
+        typer.Option("--force", help="Let --html replace a file that is not a page of tpumem's."),
     ] = False,
     capacity: Capacity = None,
     tpu: Tpu = None,
@@ -218,7 +222,7 @@ def diff(
         ),
     ] = "64KiB",
     width: Width = 100,
-    force: Force = False,
+    force: ReportForce = False,
 ) -> None:
     """Two runs of one program (two versions, two settings): the change of each
     device's peak, pool and fragmentation, and of the bytes live at the peak by

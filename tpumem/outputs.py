@@ -8,8 +8,10 @@
   exists unless --force is given (as Nsight Systems' --force-overwrite); without -o,
   the default name takes the first free number (train.tpumem, train-2.tpumem, ...).
   The trace is created exclusively, so two runs never write into one file.
-- Reports and pages (`report -o`, `compare --html`) replace an earlier report of the
-  same name, but never a trace without --force; exported profiles (`export
+- Reports and pages (`report -o`, `compare --html`) replace an earlier report or
+  page of tpumem's of the same name (known by its first bytes: a tpumem title, a
+  tpumem JSON schema) or an empty file; anything else (a script, a profile, a
+  trace, the user's notes) only with --force. Exported profiles (`export
   tensorboard`) replace nothing without --force. Both are written beside the
   target and renamed onto it, so a full disk leaves the earlier file whole.
 - A trace name may hold placeholders (`-o 'run/{host}-{rank}.tpumem'`), filled in
@@ -55,6 +57,25 @@ def is_trace(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith(_TRACE_MAGIC) and FORMAT_NAME.encode() in head
+
+
+# The first bytes of every report and page tpumem writes (tests/test_outputs.py
+# holds each format and command to this).
+_REPORT_HEADS = (
+    re.compile(rb"(# )?tpumem [a-z]"),  # text and Markdown: the title line
+    re.compile(rb'\{\s*"schema":\s*"tpumem-'),  # JSON
+    re.compile(rb"<!DOCTYPE html>.*?<title>tpumem ", re.DOTALL),  # a page
+)
+
+
+def is_report(path: Path) -> bool:
+    """Whether a file is empty or holds a report or page tpumem wrote."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return not head or any(pattern.match(head) for pattern in _REPORT_HEADS)
 
 
 def check_target(path: Path, inputs: Iterable[Path | str] = ()) -> bool:
@@ -179,8 +200,9 @@ def default_trace(path: Path, inputs: Iterable[Path | str]) -> tuple[Path, int]:
 
 def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: bool) -> None:
     """Writes a report or page in full, then renames it onto `path`."""
-    if check_target(path, inputs) and is_trace(path) and not force:
-        raise TpumemError(f"{path}: is a tpumem trace; use --force to replace it with a report")
+    if check_target(path, inputs) and not force and not is_report(path):
+        what = "a tpumem trace" if is_trace(path) else "not a report of tpumem's"
+        raise TpumemError(f"{path}: exists and is {what}; use --force to replace it, or another -o")
     write_whole(path, text.encode())
 
 

@@ -92,9 +92,9 @@ def render_program(analysis: RunAnalysis, name: str, fmt: str, *, width: int, co
         known = ", ".join(p.name for p in analysis.compiled[:8]) or "none recorded"
         raise TpumemError(f"no compiled program named {name!r} in the trace (largest: {known})")
     if fmt == "json":
-        from tpumem.report.json_report import dump, program_json
+        from tpumem.report.json_report import PROGRAM_SCHEMA, dump, program_json
 
-        return dump(program_json(found), indent=2) + "\n"
+        return dump({"schema": PROGRAM_SCHEMA, **program_json(found)}, indent=2) + "\n"
     if fmt == "md":
         from tpumem.report.markdown import render_program_markdown
 

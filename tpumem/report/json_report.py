@@ -38,6 +38,8 @@ from tpumem.analysis.waste import InternalWaste
 from tpumem.trace.tpu_rows import MEMORY_FIELDS
 
 SCHEMA = "tpumem-report/1"
+# `report --program NAME -f json`: one of the report's "programs", on its own.
+PROGRAM_SCHEMA = "tpumem-program/1"
 
 
 def report_dict(analysis: RunAnalysis) -> dict[str, Any]:

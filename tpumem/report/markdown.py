@@ -109,4 +109,5 @@ def render_program_markdown(
     program: CompiledProgram, *, width: int = 100, color: bool = False
 ) -> str:
     """One program in full: `tpumem report --program NAME`."""
-    return "\n".join(_programs((program,), limit=None)).lstrip() + "\n"
+    title = f"# tpumem report: program {_cell(program.name)}\n\n"
+    return title + "\n".join(_programs((program,), limit=None)).lstrip() + "\n"

@@ -206,6 +206,7 @@ def _program_peak(console: Console, program: CompiledProgram, limit: int | None)
 def render_program_text(program: CompiledProgram, *, width: int = 100, color: bool = False) -> str:
     """One program in full: `tpumem report --program NAME`."""
     console, buffer = string_console(width, color)
+    console.print(f"[bold]tpumem report[/] · program {markup(program.name)}")
     _table(console, programs_title((program,)), PROGRAM_HEADERS, program_rows((program,)))
     if program.heap is not None:
         _program_peak(console, program, limit=None)

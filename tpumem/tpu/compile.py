@@ -127,10 +127,17 @@ def compile_for_tpu(
 ) -> CompileOutcome:
     """Compiles the trace's programs for `topology` and appends what XLA:TPU said
     to the trace. TpumemError where libtpu is missing or no program can be."""
-    from tpumem.trace.amend import append_rows
+    from tpumem.trace.amend import append_rows, check_whole
 
     if topology.name in compiled_topologies(trace):
         return CompileOutcome(0, 0, 0.0, already=True)
+    # The compiles are kept in the trace: only in a whole one, where a reader finds them.
+    if trace.damaged:
+        raise TpumemError(
+            f"{trace_path}: damaged after its first {trace.table.num_rows:,} rows; "
+            "nothing added, nothing changed"
+        )
+    check_whole(trace_path)
     libtpu = libtpu_path()
     if libtpu is None:
         raise TpumemError(NEEDS)

@@ -16,9 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from tpumem.errors import TpumemError
 from tpumem.trace.columns import rows_to_batch
 from tpumem.trace.metadata import metadata_json
-from tpumem.trace.schema import META
+from tpumem.trace.schema import END_OF_STREAM, META
 
 
 def _message_ends(data: pa.Buffer) -> list[int]:
@@ -51,26 +52,61 @@ def metadata_tail(schema: pa.Schema, patch: dict[str, Any], time_ns: int) -> byt
     return rows_tail(schema, [{"kind": META, "time_ns": time_ns, "text": json.dumps(patch)}])
 
 
-def append_rows(path: str | Path, rows: list[dict[str, Any]]) -> bool:
+def append_rows(path: str | Path, rows: list[dict[str, Any]], cut: bool = False) -> bool:
     """Appends `rows` (kind, time_ns, text, ...) after the trace's last whole
     message, and ends the stream again; False when the file does not even hold a
     whole schema (nothing a reader could load). OSError when the file cannot be
-    read or written."""
-    with open(path, "rb") as handle:
-        data = pa.py_buffer(handle.read())
-    ends = _message_ends(data)
-    if not ends:
+    read or written.
+
+    Only `cut` (the trace of a run just killed, ended from outside) lets it drop
+    what follows the last whole message: a message the kill left half written.
+    Anything else that follows (damage, and perhaps rows after it) is the user's
+    and stays: TpumemError, and the file is not touched."""
+    schema, end, whole = _last_message(path)
+    if schema is None:
         return False
-    schema = pa.ipc.read_schema(pa.BufferReader(data.slice(0, ends[0])))
+    if not (cut or whole):
+        raise _not_whole(path, end)
     with open(path, "r+b") as handle:
-        handle.truncate(ends[-1])
-        handle.seek(ends[-1])
+        handle.truncate(end)
+        handle.seek(end)
         handle.write(rows_tail(schema, rows))
     return True
 
 
+def check_whole(path: str | Path) -> None:
+    """TpumemError unless the trace is whole: every message readable, and the
+    end-of-stream marker after the last (its writer closed it). append_rows adds
+    only to such a trace, or ends a killed run's."""
+    schema, end, whole = _last_message(path)
+    if schema is not None and not whole:
+        raise _not_whole(path, end)
+
+
+def _not_whole(path: str | Path, end: int) -> TpumemError:
+    return TpumemError(
+        f"{path}: damaged, cut or still being written after its first {end:,} bytes; "
+        "nothing added, nothing changed"
+    )
+
+
+def _last_message(path: str | Path) -> tuple[pa.Schema | None, int, bool]:
+    """(the stream's schema, None where not even that is whole; the offset where
+    its last whole message ends; whether the end marker, and only it, follows)."""
+    with pa.memory_map(str(path)) as source:
+        data = source.read_buffer()
+        ends = _message_ends(data)
+        if not ends:
+            return None, 0, False
+        schema = pa.ipc.read_schema(pa.BufferReader(data.slice(0, ends[0])))
+        rest = data.slice(ends[-1]).to_pybytes() if data.size - ends[-1] <= 8 else None
+        del data  # (the map closes before anyone writes the file)
+    return schema, ends[-1], rest == END_OF_STREAM
+
+
 def append_metadata(path: str | Path, time_ns: int = 0, **fields: Any) -> bool:
     """Appends metadata `fields` (RunMetadata's, typed, as the writer's
-    patch_metadata takes them) as a row at `time_ns` on the trace clock."""
+    patch_metadata takes them) as a row at `time_ns` on the trace clock: the
+    launcher's record of how a run ended, so a half-written last message is cut."""
     row = {"kind": META, "time_ns": time_ns, "text": json.dumps(metadata_json(fields))}
-    return append_rows(path, [row])
+    return append_rows(path, [row], cut=True)

@@ -23,12 +23,15 @@ KEPT_CODES = "device"
 class Trace:
     """What one process recorded. `table` holds the rows (see trace/schema.py);
     `metadata` is the header with every later patch merged in; `complete` is
-    False when the writer never closed the file (a crash or a kill)."""
+    False when the writer never closed the file (a crash or a kill); `damaged`
+    True when a record batch could not be read (the rows after it are not in
+    `table`)."""
 
     path: str | None
     metadata: RunMetadata
     table: pa.Table
     complete: bool = True
+    damaged: bool = False
     # The file's memory map, when loaded from one. The table's columns are views
     # of it; after a column is copied out its pages are given back (they come
     # back from the page cache if read again), so an analysis holds one copy.
@@ -88,26 +91,32 @@ class Trace:
         if key in self._columns:
             return self._columns[key]
         values = _read_only(read())
-        if self.derived("many devices", lambda: len(self.codes(KEPT_CODES)[1]) > FEW_VALUES):
+        if self._many_devices():
             self._columns[key] = values
         return values
 
+    def _many_devices(self) -> bool:
+        return self.derived("many devices", lambda: len(self.codes(KEPT_CODES)[1]) > FEW_VALUES)
+
     def codes(self, name: str) -> tuple[np.ndarray, list[str]]:
         """A string column as (int32 codes, values); -1 where null. The device
-        column's are kept (every device's analysis reads them); the others' not.
-        The values are shared: read only."""
+        column's are kept (every device's analysis reads them), and the others'
+        with many devices (each device's asks); with few, not. The values are
+        shared: read only."""
         key = ("codes", name)
         if key in self._columns:
             return self._columns[key]
         codes, values = arrow_arrays.dictionary_codes(self.table.column(name))
         self._give_back_pages()
-        if name == KEPT_CODES:
+        if name == KEPT_CODES or self._many_devices():
             self._columns[key] = (_read_only(codes), values)
         return codes, values
 
     def codes_at(self, name: str, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """`codes(name)` of those rows only: (their codes, values)."""
-        if len(rows) * 8 > self.table.num_rows:
+        """`codes(name)` of those rows only: (their codes, values). Every call
+        reads the column's whole dictionary: with many devices (a dictionary of
+        a name per device, each device asking) the column is read once instead."""
+        if len(rows) * 8 > self.table.num_rows or self._many_devices():
             codes, values = self.codes(name)
             return codes[rows], values
         return arrow_arrays.dictionary_codes(self.table.column(name), rows)

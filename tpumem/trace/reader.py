@@ -213,7 +213,12 @@ def load(path: str | Path, shown_as: str | None = None) -> Trace:
     release()
     pa.default_memory_pool().release_unused()  # what checking the values used
     return Trace(
-        path=shown_as or name, metadata=metadata, table=table, complete=complete, mapping=mapping
+        path=shown_as or name,
+        metadata=metadata,
+        table=table,
+        complete=complete,
+        damaged=damaged,
+        mapping=mapping,
     )
 
 
