@@ -190,3 +190,29 @@ def test_ranks_from_the_launchers_environment():
     assert run_id_from_environment({"TORCHELASTIC_RUN_ID": "abc"}) == "torchrun:abc"
     assert run_id_from_environment({"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "2"}) == "slurm:9.2"
     assert run_id_from_environment({"TPUMEM_RUN_ID": "mine", "SLURM_JOB_ID": "9"}) == "mine"
+
+
+def test_names_from_a_runs_traces_reach_the_terminal_escaped(tmp_path):
+    """Host names and file names of a run's traces hold terminal escapes: the run's
+    report, check's breach lines and compare's note on stderr show them escaped."""
+    host = "evil\x1b]0;pwned\x07\x1b[31m"
+    plain, ranked = tmp_path / "plain", tmp_path / "ranked"
+    plain.mkdir(), ranked.mkdir()
+    for number, peak in ((0, 64), (1, 96)):
+        rows = [{"kind": "alloc", "time_ns": 10, "device": "CPU:0", "buffer_id": 1,
+                 "bytes": peak * KiB}]  # fmt: skip
+        write(plain / f"{number}.tpumem", rows, header=_header(host=f"{host}{number}", pid=number))
+        _trace(ranked / f"h\x1b[32m-{number}.tpumem", peak, number, count=2)
+    results = [
+        run_tpumem("report", str(plain)),
+        run_tpumem("check", str(plain), "--max-imbalance", "1%"),
+        run_tpumem("check", str(ranked), "--max-peak", "1KiB"),
+        run_tpumem("compare", str(ranked), str(ranked / "h\x1b[32m-0.tpumem")),
+    ]
+    for result in results:
+        assert result.returncode in (0, 1), result.stderr
+        assert "\x1b" not in result.stdout + result.stderr
+    assert "evil\\x1b]0;pwned" in results[0].stdout
+    assert "evil\\x1b]0;pwned" in results[1].stderr
+    assert "h\\x1b[32m-0.tpumem" in results[2].stderr
+    assert "stands for its busiest" in results[3].stderr

@@ -55,8 +55,10 @@ def run_check(
             if baseline is not None:
                 limits = replace(limits, baseline=analyze(load(baseline)))
             found = breaches(run, limits)
-    for line in found:
-        print(f"tpumem: breach: {line}", file=sys.stderr)
+    from tpumem.report.visible import visible
+
+    for line in found:  # (names from the traces: their control characters shown escaped)
+        print(f"tpumem: breach: {visible(line)}", file=sys.stderr)
     if found:
         return 1
     print(f"{where}: within the limits")

@@ -111,9 +111,11 @@ def _busiest_trace(directory: Path) -> Path:
     traces, _, _ = traces_of([directory])
     with progress(f"analysing {len(traces):,} traces of {directory}"):
         most = busiest(summaries_of(traces))
+    from tpumem.report.visible import visible
+
     print(
-        f"tpumem: {directory} ({len(traces):,} processes) stands for its busiest, "
-        f"{most.name} ({most.path})",
+        f"tpumem: {visible(directory)} ({len(traces):,} processes) stands for its busiest, "
+        f"{visible(most.name)} ({visible(most.path)})",
         file=sys.stderr,
     )
     return Path(most.path)

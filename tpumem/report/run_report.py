@@ -141,7 +141,7 @@ def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: boo
     for row in spread_rows(run):
         spread.add_row(*(Text(visible(cell)) for cell in row))
     console.print(spread)
-    console.print(Text(imbalance_text(run)))
+    console.print(Text(visible(imbalance_text(run))))
     console.rule(Text(visible(busiest_title(run))))
     return buffer.getvalue() + render_text(run.busiest, width=width, color=color)
 
