@@ -157,3 +157,55 @@ def test_it():
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*limit_device_memory('lots'): not a size*"])
+
+
+@pytest.mark.parametrize(
+    ("mark", "words"),
+    [
+        ("limit_device_memory(-5)", "not a size"),
+        ("limit_device_memory(10**400)", "larger than any memory"),
+        ("limit_device_memory(2**63)", "larger than any memory"),
+        ("limit_device_memory(1.5)", "give a size"),
+        ("limit_device_fragmentation(True)", "give a ratio from 0 to 1"),
+    ],
+)
+def test_a_limit_given_as_a_number_keeps_the_strings_rules(pytester, mark, words):
+    """An int is a size by the same rule as a string (bytes, 0 .. 2^63 - 1); a
+    bool is not a ratio."""
+    pytester.makepyfile(test_bad=f"import pytest\n@pytest.mark.{mark}\ndef test_it():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{words}*"])
+
+
+def test_a_marked_test_that_fails_or_skips_leaves_no_trace_behind(
+    pytester, framework_env, monkeypatch
+):
+    """Without --tpumem-dir a test's trace is temporary: one that raises, or that
+    calls pytest.skip, removes it as a passing one does."""
+    temporary = pytester.path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    pytester.makepyfile(
+        test_ends="""
+import pytest
+import jax.numpy as jnp
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_raises():
+    jnp.ones((256, 256)).block_until_ready()
+    raise RuntimeError("the test's own failure")
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_skips():
+    jnp.ones((256, 256)).block_until_ready()
+    pytest.skip("not today")
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_passes():
+    jnp.ones((256, 256)).block_until_ready()
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    assert list(temporary.glob("tpumem-test-*")) == []

@@ -16,6 +16,7 @@ framework starts (TensorFlow's CPU allocator then reports its allocations).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
 from dataclasses import dataclass
@@ -103,9 +104,15 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         pytest.fail(f"tpumem: {error}", pytrace=False)
     try:
         outcome = yield
-    finally:
+    except BaseException:  # the test failed, was skipped or interrupted: no limit to hold
         run.stop()
+        if not kept:
+            _discard(path, directory)
+        raise
+    run.stop()
     if run.recorded_nothing:  # the test imported no framework: no device memory of its
+        if not kept:
+            _discard(path, directory)
         if memory is not None or fragmentation is not None:
             pytest.fail(
                 "tpumem: the test imported none of the frameworks (jax, tensorflow, "
@@ -113,7 +120,11 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
                 pytrace=False,
             )
         return outcome
-    analysis = run.analysis(series_points=0)
+    try:
+        analysis = run.analysis(series_points=0)
+    finally:
+        if not kept:
+            _discard(path, directory)
     device = busiest(analysis)
     config.stash[_RECORDED].append(
         _Recorded(
@@ -123,9 +134,6 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
             path if kept else None,
         )
     )
-    if not kept:
-        path.unlink(missing_ok=True)
-        directory.rmdir()
     limits = Limits(
         max_peak_bytes=_limit_bytes(memory) if memory else None,
         max_fragmentation=_limit_ratio(fragmentation) if fragmentation else None,
@@ -189,21 +197,28 @@ def _live_at_peak(device: DeviceAnalysis | None) -> list[str]:
     return lines
 
 
+def _discard(path: Path, directory: Path) -> None:
+    """A test's trace in a directory of its own that nobody asked to keep."""
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
 def _limit_bytes(mark: pytest.Mark) -> int:
     from tpumem.units import parse_bytes
 
     value = _only_argument(mark)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if not isinstance(value, int | str) or isinstance(value, bool):
+        raise pytest.UsageError(f"@pytest.mark.{MEMORY_MARK}({value!r}): give a size")
     try:
-        return parse_bytes(str(value))
+        return parse_bytes(str(value))  # an int by the string's rule: bytes, 0 .. 2^63 - 1
     except ValueError as error:
         raise pytest.UsageError(f"@pytest.mark.{MEMORY_MARK}({value!r}): {error}") from None
 
 
 def _limit_ratio(mark: pytest.Mark) -> float:
     value = _only_argument(mark)
-    if not isinstance(value, int | float) or not 0 <= value <= 1:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
         raise pytest.UsageError(
             f"@pytest.mark.{FRAGMENTATION_MARK}({value!r}): give a ratio from 0 to 1"
         )
