@@ -367,3 +367,16 @@ def test_an_adapter_that_fails_to_start_is_one_line_and_the_trace_says_why(tmp_p
     assert_one_line_error(result, "the jax adapter failed", "jax")
     assert "ran" not in result.stdout
     assert any("adapter failed" in w for w in load(tmp_path / "t.tpumem").warnings)
+
+
+def test_an_output_named_with_a_trailing_slash_is_a_directory_not_a_file(tmp_path):
+    """`-o new/` (no such directory) wrote a file named `new`: the slash names a
+    directory, so it is one line and nothing is written."""
+    for args in (
+        ["report", str(TRACE), "-o", f"{tmp_path}/new/"],
+        ["diff", str(TRACE), str(TRACE), "-o", f"{tmp_path}/new/"],
+        ["import", str(XPLANE), "-o", f"{tmp_path}/new/"],
+        ["compare", str(TRACE), str(TRACE), "--html", f"{tmp_path}/new/"],
+    ):
+        assert_one_line_error(run_tpumem(*args), "new/: names a directory; give a file name")
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ start-up; no command imports a framework. User errors end in one line."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
@@ -101,9 +102,21 @@ PageFormat = Annotated[
         help="text, json, md or html (default: from -o's extension, else text).",
     ),
 ]
+
+
+def _file_name(value: str) -> Path:
+    """An output file's name as given: a trailing slash names a directory, which
+    Path would drop (`-o new/` wrote a file named `new`)."""
+    if value.endswith(("/", os.sep)):
+        raise typer.BadParameter(f"{value}: names a directory; give a file name")
+    return Path(value)
+
+
 Output = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Option("-o", "--output", metavar="FILE", help="Write it to this file."),
+    typer.Option(
+        "-o", "--output", metavar="FILE", help="Write it to this file.", parser=_file_name
+    ),
 ]
 
 
@@ -115,7 +128,11 @@ def import_command(
     output: Annotated[
         Optional[Path],  # noqa: UP045 - typer reads the annotation at run time
         typer.Option(
-            "-o", "--output", metavar="FILE", help="Trace file to write (several hosts: one each)."
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="Trace file to write (several hosts: one each).",
+            parser=_file_name,
         ),
     ] = None,
     run: Annotated[
@@ -181,6 +198,7 @@ def compare(
         typer.Option(
             "--html",
             metavar="FILE",
+            parser=_file_name,
             help="Also write the comparison as a self-contained HTML page.",
         ),
     ] = None,
