@@ -128,3 +128,39 @@ def test_many_small_batches_load_as_few_chunks(tmp_path):
     assert sorted(set(trace.table.column("op").to_pylist()) - {None}) == [
         f"op{i}" for i in range(7)
     ]
+
+
+def test_mutated_run_directories_end_in_a_report_or_one_line(tmp_path):
+    """A distributed run's directory with one process's trace mutated: the run's
+    report in each format, and compare of the run against a trace."""
+    sources = sorted((DATA / "gpu" / "run").glob("*.tpumem"))
+    mutants = write_mutants(sources[:1], tmp_path / "mutants", 24, seed=47)
+    jobs = []
+    for index, (mutant, how, _) in enumerate(mutants):
+        run = tmp_path / f"run-{index}"
+        run.mkdir()
+        for source in sources[1:]:
+            (run / source.name).write_bytes(source.read_bytes())
+        mutant.rename(run / sources[0].name)
+        jobs.append((str(run), how, ["report", str(run), "-f", ("json", "text", "md")[index % 3]]))
+        jobs.append((str(run), how, ["compare", str(run), str(TRACES[0]), "-f", "json"]))
+    _judge(jobs)
+
+
+def test_mutated_program_rows_end_in_a_report_or_one_line(tmp_path):
+    """A trace whose compiled program (an HloProto in a row of its own) is mutated:
+    the report in each format, and the program's own report."""
+    from fuzzing import mutants as mutated
+    from hostile_traces import _hlo_row, _hostile_program, _rows
+    from tpumem.trace.hlo_rows import hlo_row_text
+
+    jobs = []
+    for index, (how, data) in enumerate(mutated(_hostile_program(), 40, seed=47)):
+        path = write(
+            tmp_path / f"program-{index}.tpumem", [*_rows(), _hlo_row(hlo_row_text("m", data, 3))]
+        )
+        fmt = ("json", "text", "md", "html")[index % 4]
+        jobs.append((str(path), how, ["report", str(path), "-f", fmt]))
+        jobs.append((str(path), how, ["report", str(path), "--program", "handmade", "-f", fmt]))
+    outcomes = _judge(jobs)
+    assert {o.verdict for o in outcomes} == {"report", "refused"}
