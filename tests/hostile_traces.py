@@ -3,7 +3,9 @@ of the format (tpumem/trace/schema.py) that a mutated byte rarely hits."""
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,6 +104,28 @@ def _with_stack(stack_id: int, stack_text: str | None) -> list[dict]:
     return [{"kind": "stack", "time_ns": 0, "stack": stack_id, "text": stack_text}, *rows]
 
 
+def _with_shape(shape: str, dtype: str = "float32") -> list[dict]:
+    """The rows, the first buffer of `shape` and `dtype`."""
+    rows = _rows()
+    rows[0] = {**rows[0], "shape": shape, "dtype": dtype}
+    return rows
+
+
+def packed_zeros(size: int) -> str:
+    """`size` zero bytes as an hlo row packs a proto (hlo_rows.pack), compressed a
+    MiB at a time: a 257 MiB proto in 350 KB."""
+    squeeze, mib = zlib.compressobj(6), bytes(1 << 20)
+    parts = [squeeze.compress(mib) for _ in range(size >> 20)]
+    parts += [squeeze.compress(bytes(size % (1 << 20))), squeeze.flush()]
+    return base64.b64encode(b"".join(parts)).decode("ascii")
+
+
+def zeros_hlo_row(size: int) -> dict:
+    """An hlo row whose proto is `size` zero bytes."""
+    record = {"origin": "zeros", "program_id": 1, "encoding": "zlib+base64"}
+    return _hlo_row(json.dumps({**record, "hlo_proto": packed_zeros(size)}))
+
+
 def cases() -> dict[str, Callable[[Path], Path]]:
     """name -> writes the trace at the path given."""
     n = len(_rows())
@@ -117,6 +141,12 @@ def cases() -> dict[str, Callable[[Path], Path]]:
             p, _with_stack(0, json.dumps([[HTML, 1, HTML], [ESCAPES + MARKUP, 2, MARKUP]]))
         ),
         "stack not json": lambda p: write(p, _with_stack(0, "[[not json")),
+        "stack nested deep": lambda p: write(p, _with_stack(0, "[" * 100000)),
+        "dtype float0": lambda p: write(p, _with_shape("[3,5]", "float0")),
+        "dtype of width 00": lambda p: write(p, _with_shape("[7]", "int00")),
+        "dims of 4,000 digits": lambda p: write(p, _with_shape("[" + "9" * 4000 + ",2]")),
+        "shape of rank 1,000": lambda p: write(p, _with_shape("[" + ",".join(["3"] * 1000) + "]")),
+        "hlo of 257 MiB of zeros": lambda p: write(p, [*_rows(), zeros_hlo_row(257 << 20)]),
         "process html": lambda p: write(
             p, header=_header(host=HTML, run=HTML, process={"index": 3, "count": 4, "source": HTML})
         ),

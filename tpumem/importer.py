@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,12 +12,13 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tpumem.errors import TpumemError
-from tpumem.trace.hlo_rows import hlo_row_text
+from tpumem.trace.hlo_rows import MAX_PROTO_BYTES, hlo_row_text
 from tpumem.trace.metadata import IMPORTED
 from tpumem.trace.schema import ALLOCATOR, HLO
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane import XPLANE_SUFFIX
 from tpumem.xplane.hlo_protos import read_hlo_protos
+from tpumem.xplane.logdir import profile_files
 from tpumem.xplane.memory_events import MemoryEvents, parse_space, read_memory_events
 from tpumem.xplane.trace_columns import (
     allocator_codes,
@@ -48,10 +50,10 @@ def find_profiles(path: Path, run: str | None = None) -> tuple[str, list[HostPro
     if path.is_file():
         host = path.name.removesuffix(XPLANE_SUFFIX).removesuffix(".pb")
         return host, [HostProfile(host, path)]
-    files = sorted(path.rglob(f"*{XPLANE_SUFFIX}"))
+    files = profile_files(path)
     if not files:
         raise TpumemError(
-            f"{path}: no *{XPLANE_SUFFIX} profiles under it "
+            f"{path}: no *{XPLANE_SUFFIX} profiles in it "
             "(a logdir holds plugins/profile/<run>/<host>.xplane.pb)"
         )
     runs: dict[Path, list[Path]] = {}
@@ -108,18 +110,35 @@ def read_profile(profile: HostProfile) -> tuple[MemoryEvents, list[tuple[int, by
 
 def _beside(path: Path) -> list[tuple[int, bytes]]:
     """Programs XProf extracted from a profile into files beside it
-    (`module(program id).hlo_proto.pb`); unreadable ones are skipped."""
+    (`module(program id).hlo_proto.pb`). Only what XProf writes there is read:
+    regular files (not a link, which may point anywhere, nor a FIFO, which would
+    hang the read) of at most MAX_PROTO_BYTES; others are skipped."""
     found = []
     for file in sorted(path.parent.glob(f"*{HLO_PROTO_SUFFIX}")):
         match = _PROGRAM_FILE.fullmatch(file.name)
-        try:
-            data = file.read_bytes()
-        except OSError:
-            continue
+        data = _read_regular(file, MAX_PROTO_BYTES)
         if data:  # (XProf writes an empty NO_MODULE file for a profile without any)
             # A file not named `module(id)` gets an id of its own, below any real one.
             found.append((int(match.group(1)) if match else -1 - len(found), data))
     return found
+
+
+def _read_regular(file: Path, most: int) -> bytes | None:
+    """The bytes of a regular file of at most `most` bytes, opened without
+    following a link or waiting on a FIFO; None for anything else."""
+    try:
+        descriptor = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > most:
+            return None
+        try:
+            data = handle.read(most + 1)
+        except OSError:
+            return None
+    return data if len(data) <= most else None
 
 
 def import_profile(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.analysis.fragmentation import Fragmentation
-from tpumem.analysis.padding import LayoutPadding
+from tpumem.analysis.padding import MAX_ELEMENT_BITS, MAX_ELEMENTS, MAX_RANK, LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.programs import short_program_name
 from tpumem.units import format_bytes
@@ -103,6 +103,15 @@ def _large_padding_note(padding: LayoutPadding) -> str:
         f"the TPU padding estimate (+{format_bytes(padding.extra_bytes)}) is {share:.0%} of the "
         f"bytes it was made from; the shapes that pad most: {shapes}. On a TPU, arrays whose "
         "dimensions are all far below 128, or that are many and small, waste most of their tiles"
+    )
+
+
+def _beyond_note(beyond_bytes: int) -> str:
+    return (
+        f"TPU layout padding not estimated for {format_bytes(beyond_bytes)} live at the peak: "
+        f"their shapes or dtypes are no array's (more than {MAX_RANK} dimensions or "
+        f"2^{MAX_ELEMENTS.bit_length() - 1} elements, or elements of 0 or more than "
+        f"{MAX_ELEMENT_BITS} bits)"
     )
 
 
@@ -199,9 +208,11 @@ def fit_advice(
         )
     if room is None:
         notes.append("fragmentation headroom not counted: no fragmentation figure at the peak")
+    if padding.beyond_bytes:
+        notes.append(_beyond_note(padding.beyond_bytes))
     if padding.included:
         notes.append("recorded on a TPU: sizes already hold the TPU layout padding")
-    elif padding.extra_bytes is None:
+    elif padding.extra_bytes is None and not padding.beyond_bytes:
         notes.append("TPU layout padding not counted: the trace has no shapes and dtypes")
     elif padding.large:
         notes.append(_large_padding_note(padding))

@@ -28,10 +28,31 @@ class Counters:
 
 
 def counters(trace: Trace, device: str) -> Counters:
-    _, names = trace.codes("device")
-    if device not in names:
+    """The counters of `device`. Each device of a run asks: the codes of every
+    name are found once, and each name's counters read once, so a run of
+    thousands of devices costs in proportion to its devices, not their square."""
+    found: dict[str, Counters] = trace.derived("counters by device", dict)
+    if device not in found:
+        found[device] = _read(trace, _codes_by_name(trace).get(device, []))
+    return found[device]
+
+
+def _codes_by_name(trace: Trace) -> dict[str, list[int]]:
+    """Every code of each device name (an Arrow dictionary may hold a name twice)."""
+
+    def group() -> dict[str, list[int]]:
+        codes: dict[str, list[int]] = {}
+        for code, name in enumerate(trace.codes("device")[1]):
+            codes.setdefault(name, []).append(code)
+        return codes
+
+    return trace.derived("device codes by name", group)
+
+
+def _read(trace: Trace, codes: list[int]) -> Counters:
+    if not codes:
         return Counters(0, None, None)
-    rows = trace.rows_of("device", names.index(device))
+    rows = np.concatenate([trace.rows_of("device", code) for code in codes])
     samples = rows[trace.is_kind(SAMPLE)[rows]]
     return Counters(
         samples=len(samples),

@@ -32,6 +32,7 @@ from tpumem.analysis.stacks import stack_warnings
 from tpumem.analysis.timeline import Timeline, timeline
 from tpumem.analysis.tpu import TpuTarget, tpu_fit, tpu_targets
 from tpumem.analysis.waste import InternalWaste, internal_waste
+from tpumem.trace.hlo_rows import hlo_warnings
 from tpumem.trace.metadata import IMPORTED, RunMetadata
 from tpumem.trace.model import Trace
 
@@ -265,6 +266,7 @@ def analyze_with_events(
         warnings=(
             *trace.warnings,
             *stack_warnings(trace),
+            *hlo_warnings(trace),
             *beyond_the_peak(memory, {d.device: d.peak.bytes for d in analysed}),
         ),
         programs=memory,

@@ -46,11 +46,12 @@ def is_profile(path: Path) -> bool:
     """An XSpace profile as `tpumem import` takes it: an `.xplane.pb` file, or a
     directory holding some and no traces (a TensorBoard logdir, one profile run)."""
     from tpumem.xplane import XPLANE_SUFFIX
+    from tpumem.xplane.logdir import profile_files
 
     if path.is_dir():
         if next(path.glob("*.tpumem"), None) is not None:
             return False
-        return next(path.rglob(f"*{XPLANE_SUFFIX}"), None) is not None
+        return bool(profile_files(path))
     return path.name.endswith(XPLANE_SUFFIX)
 
 

@@ -43,7 +43,7 @@ def read_stack(text: object) -> Stack | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (JSON nested deeper than Python parses)
         return None
     if not isinstance(value, list) or not value:
         return None

@@ -13,7 +13,7 @@ misread.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,17 +55,24 @@ def _embedded(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, 
             raise WireError(f"unsupported wire type {wire_type}")
 
 
-def first_events(data: bytes, space: Any) -> list[list[tuple[int, int] | None]]:
+Lines = Sequence[tuple[int, int] | None]
+_NO_LINES: Lines = ()  # (shared by every plane without lines: a profile may hold millions)
+
+
+def first_events(data: bytes, space: Any) -> list[Lines]:
     """Per plane and line of `space` (parsed from `data`): where the line's first
     event's tag is and where the line ends, or None for a line without events.
     Protobuf writes fields in number order, so a plane's lines come before its
     metadata, which is not walked."""
-    found: list[list[tuple[int, int] | None]] = []
+    found: list[Lines] = []
     try:
         planes = (f for f in _embedded(data, 0, len(data)) if f[0] == SPACE_PLANES)
         for plane, (_, _, start, end) in zip(space.planes, planes, strict=False):
-            lines: list[tuple[int, int] | None] = []
             wanted = len(plane.lines)
+            if not wanted:
+                found.append(_NO_LINES)
+                continue
+            lines: list[tuple[int, int] | None] = []
             for number, _, line_start, line_end in _embedded(data, start, end):
                 if len(lines) == wanted:
                     break

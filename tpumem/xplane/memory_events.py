@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpumem.xplane import compiled
-from tpumem.xplane.event_spans import first_events, place_events
+from tpumem.xplane.event_spans import Lines, first_events, place_events
 from tpumem.xplane.on_threads import on_threads
 from tpumem.xplane.regular_stats import DOUBLE, REF, STRING, RegularStats, decode_regular
 from tpumem.xplane.schema import messages
@@ -146,7 +146,7 @@ class _PlaneReader:
         events, possibly millions of GPU kernels, read at all."""
         return bool(len(self.ids_of((ALLOCATION, DEALLOCATION)))) or STEP_STAT in self.stat_ids
 
-    def load_events(self, base_ns: int, data: bytes, first: list[tuple[int, int] | None]) -> None:
+    def load_events(self, base_ns: int, data: bytes, first: Lines) -> None:
         """Each event's span: in `data`, the profile's bytes, where every line's
         events were found in place (event_spans.py), else in a buffer of the
         plane's events copied out and joined. Times from `base_ns` (lines may carry
@@ -180,7 +180,7 @@ class _PlaneReader:
         self.ends = np.cumsum(every)
         self.starts = self.ends - every
 
-    def _walk_lines(self, first: list[tuple[int, int] | None]) -> bool:
+    def _walk_lines(self, first: Lines) -> bool:
         """The events' spans and metadata ids walked in C from each line's first
         event, where every line holds as many as upb found (else False)."""
         lines = self.plane.lines
@@ -507,16 +507,26 @@ def read_memory_events(space: Any, data: bytes, workers: int = 1) -> MemoryEvent
     times, allocs, numerics, strings = [], [], [], []
     step_times, step_numbers, step_names = [], [], []
     event_names: set[str] = set()
-    readers = [_PlaneReader(plane) for plane in space.planes]
     located = first_events(data, space)
-    located += [[]] * (len(readers) - len(located))  # (planes not found: read the slow way)
-    wanted = [(r, where) for r, where in zip(readers, located, strict=True) if r.wanted()]
+    wanted = []
+    for index, plane in enumerate(space.planes):
+        # Only a plane with events to read gets a reader (some microseconds and a
+        # kilobyte each): the rest cost a look, though a profile held millions.
+        names = {meta.name for meta in plane.event_metadata.values()}
+        event_names |= names
+        if not plane.lines or not (
+            ALLOCATION in names
+            or DEALLOCATION in names
+            or any(meta.name == STEP_STAT for meta in plane.stat_metadata.values())
+        ):
+            continue
+        reader = _PlaneReader(plane)
+        if reader.wanted():  # (planes not found by first_events: read the slow way)
+            wanted.append((reader, located[index] if index < len(located) else []))
     # Profiles normalize their lines' times to the session's start; one that did
     # not (epoch nanoseconds) is read from its earliest line, the same for all planes.
     earliest = min((line.timestamp_ns for r, _ in wanted for line in r.plane.lines), default=0)
     base_ns = earliest if earliest > _PICOSECONDS_FIT_NS else 0
-    for reader in readers:
-        event_names.update(reader.event_names.values())
     for reader, where in wanted:
         reader.load_events(base_ns, data, where)
         has_steps = STEP_STAT in reader.stat_ids

@@ -1,0 +1,41 @@
+"""Where XSpace profiles lie under a directory a user gives: the layouts XProf and
+TensorBoard write, and no deeper. A profile run's directory holds
+`<host>.xplane.pb`; a logdir holds `plugins/profile/<run>/<host>.xplane.pb`, also
+one or two directories down (Keras's TensorBoard callback writes `logs/train/
+plugins/...`). Searching every directory below instead made `tpumem report /`
+walk the whole filesystem and call whatever it found one run.
+
+Only regular files count: a link or a FIFO named like a profile is not read."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from tpumem.xplane import XPLANE_SUFFIX
+
+_LAYOUTS = (
+    f"*{XPLANE_SUFFIX}",  # a profile run's directory
+    f"*/*{XPLANE_SUFFIX}",  # plugins/profile: one directory a run
+    f"plugins/profile/*/*{XPLANE_SUFFIX}",  # a TensorBoard logdir
+    f"*/plugins/profile/*/*{XPLANE_SUFFIX}",
+    f"*/*/plugins/profile/*/*{XPLANE_SUFFIX}",
+)
+
+
+def profile_files(directory: Path) -> list[Path]:
+    """The XSpace profiles under `directory` in XProf's layouts, sorted."""
+    found = set()
+    for layout in _LAYOUTS:
+        for path in directory.glob(layout):
+            if is_regular(path):
+                found.add(path)
+    return sorted(found)
+
+
+def is_regular(path: Path) -> bool:
+    """A regular file itself, not a link to one (nor a FIFO, a device)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
