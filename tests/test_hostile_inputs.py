@@ -333,3 +333,14 @@ def test_a_directory_is_searched_for_profiles_in_xprofs_layouts_only(tmp_path):
     result = run_tpumem("report", str(tmp_path / "logs"), "-f", "json")
     assert result.returncode == 0, result.stderr
     assert_one_line_error(run_tpumem("report", "/"), "no traces")
+
+
+def test_when_no_live_shape_is_an_arrays_the_padding_row_says_so(tmp_path):
+    """Every buffer live at the peak of dtype float0: the padding row says why it
+    has no figure, not that no shapes were recorded."""
+    rows = [{**row, "dtype": "float0"} if row["kind"] == "alloc" else row for row in _rows()]
+    result = run_tpumem("report", str(write(tmp_path / "t.tpumem", rows)), "--width", "200")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    (line,) = [line for line in lines if line.startswith("TPU layout padding  ")]  # the row
+    assert "are no array's" in line and "no shapes and dtypes recorded" not in line

@@ -435,7 +435,10 @@ def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:
     if padding.included:
         return ("TPU layout padding", "included in the recorded sizes", "measured (a TPU run)")
     if padding.extra_bytes is None:
-        return ("TPU layout padding", "-", f"{padding.label} (no shapes and dtypes recorded)")
+        why = "no shapes and dtypes recorded"
+        if padding.beyond_bytes:
+            why = f"the shapes or dtypes of {format_bytes(padding.beyond_bytes)} are no array's"
+        return ("TPU layout padding", "-", f"{padding.label} ({why})")
     how = (
         f"{padding.label} in XLA:TPU's layouts from the shapes of "
         f"{format_bytes(padding.counted_bytes)} live at peak"
