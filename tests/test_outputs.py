@@ -380,3 +380,38 @@ def test_an_output_named_with_a_trailing_slash_is_a_directory_not_a_file(tmp_pat
     ):
         assert_one_line_error(run_tpumem(*args), "new/: names a directory; give a file name")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_directory_with_a_loop_of_links_still_reports(tmp_path):
+    """Two links naming each other among a run's traces: the report is written
+    (before: RuntimeError while checking the output against the inputs)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a.tpumem").write_bytes(TRACE.read_bytes())
+    (run / "x.tpumem").symlink_to("y.tpumem")
+    (run / "y.tpumem").symlink_to("x.tpumem")
+    result = run_tpumem("report", str(run), "-o", str(tmp_path / "run.html"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "run.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_closed_standard_output_is_one_line(tmp_path):
+    """`tpumem report T >&-`: one line and exit 2 (before: AttributeError); with -o
+    the report is written, as it needs no standard output."""
+
+    def closed(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tpumem", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: os.close(1),
+            timeout=300,
+        )
+
+    result = closed("report", str(TRACE))
+    assert result.returncode == 2
+    assert result.stderr == "tpumem: error: cannot write the output: standard output is closed\n"
+    result = closed("report", str(TRACE), "-o", str(tmp_path / "r.md"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "r.md").read_text().startswith("# tpumem report")

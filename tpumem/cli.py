@@ -4,6 +4,8 @@ start-up; no command imports a framework. User errors end in one line."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from pathlib import Path
@@ -529,6 +531,8 @@ def main() -> None:
     from tpumem.heap import keep_freed_memory
 
     keep_freed_memory()  # (before any command makes its arrays)
+    if sys.stdout is None:  # started with its standard output closed (`>&-`)
+        sys.stdout = _ClosedOutput()
     try:
         code = app(standalone_mode=False, prog_name="tpumem")
         sys.stdout.flush()
@@ -577,6 +581,19 @@ def run() -> NoReturn:
     os._exit(code or 0)
 
 
+class _ClosedOutput(io.TextIOBase):
+    """Standard output when the process got none: writing to it is the error a
+    closed descriptor gives (a command with -o never writes to it)."""
+
+    def write(self, text: str) -> int:
+        import errno
+
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def isatty(self) -> bool:
+        return False
+
+
 def _output_failed(error: OSError) -> NoReturn:
     """Standard output closed or full (a pipe to `head`, /dev/full): say so once, and
     let nothing else try to write to it at exit."""
@@ -584,7 +601,8 @@ def _output_failed(error: OSError) -> NoReturn:
     import os
 
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    with contextlib.suppress(OSError, ValueError):  # (no descriptor: _ClosedOutput)
+        os.dup2(devnull, sys.stdout.fileno())
     if error.errno == errno.EPIPE:
         sys.exit(1)
     _fail(f"cannot write the output: {error.strerror or error}")

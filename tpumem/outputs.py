@@ -46,7 +46,11 @@ def _same(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
+        pass
+    try:
         return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13)
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def is_trace(path: Path) -> bool:
