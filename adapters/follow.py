@@ -11,8 +11,12 @@ within that import: the adapter's `prepare` before the framework's module runs,
 recording go (it is the parent's) and starts its own.
 
 It ends with the process: in os._exit (how a forked multiprocessing worker ends,
-past atexit), at exit otherwise (sys.exit's code, or the uncaught exception). A
-process killed keeps what its trace had written, readable as any cut-short trace.
+past atexit), at exit otherwise (sys.exit's code, or the uncaught exception), or
+where the process runs another program in its place (os.exec*). A process forked
+from a recording one that records nothing of its own (it ran another program, as
+a fork then exec does, or ended at once) leaves no trace: it is no rank of the
+run. A process killed keeps what its trace had written, readable as any cut-short
+trace; `tpumem profile` records how it ended where it saw it end (launch/tree.py).
 """
 
 from __future__ import annotations
@@ -103,15 +107,16 @@ def _say(message: str) -> None:
     print(f"tpumem: {message}", file=sys.stderr)
 
 
-def _begin(framework: str, started: bool = False) -> _Capture | None:
+def _begin(framework: str, started: bool = False, forked: bool = False) -> _Capture | None:
     """The recording of this process; None (and one line) where it cannot start:
-    the process runs on unrecorded either way."""
+    the process runs on unrecorded either way. `forked`: in a child forked from a
+    recording process, which inherited the framework started."""
     global _capture
     with _lock:
         if _capture is not None:
             return None
         try:
-            _capture = _Capture(framework, FollowConfig.from_environment())
+            _capture = _Capture(framework, FollowConfig.from_environment(), forked)
         except Exception as error:  # never the user's import's failure
             _say(f"not recording process {os.getpid()}: {error}")
             return None
@@ -121,7 +126,7 @@ def _begin(framework: str, started: bool = False) -> _Capture | None:
 
 
 class _Capture:
-    def __init__(self, framework: str, config: FollowConfig) -> None:
+    def __init__(self, framework: str, config: FollowConfig, forked: bool = False) -> None:
         from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.runner import run_metadata
         from tpumem.adapters.trace_name import TraceName
@@ -137,6 +142,7 @@ class _Capture:
             capture["xla_dump_dir"] = os.path.join(config.dump_root, str(os.getpid()))
             os.makedirs(capture["xla_dump_dir"], exist_ok=True)
         self.framework = framework
+        self.forked = forked
         metadata = run_metadata(framework, SOURCE, _command(), capture, {})
         self.name = TraceName(config.pattern, config.force, metadata["process"])
         self.writer = TraceWriter(self.name.descriptor, metadata)
@@ -170,14 +176,36 @@ class _Capture:
         started = type(self.adapter).runtime_started()
         end_recording(self.adapter, self.writer, ending)
         failed = ending.code or ending.exception or ending.signal
-        if not started and not failed:
+        if not failed and (not started or self._nothing_of_its_own()):
             # It imported the framework but never started its runtime (no device,
             # no array) and ended well: a launcher that spawns the workers
             # (torch_xla.launch, multiprocessing), not a rank. Its trace holds no
             # event: dropped, so that the run's ranks and their spread are the
             # workers'. (One that failed keeps its trace: how it ended.)
-            with contextlib.suppress(OSError):
-                self.name.path.unlink()
+            self._drop()
+
+    def replaced(self, program: object) -> None:
+        """The process is about to run `program` in its place (os.exec*): its
+        recording ends here, and a forked child's that recorded nothing goes."""
+        with _lock:
+            if self._ended:
+                return
+            self._ended = True
+        self.writer.patch_metadata(
+            warnings=[f"the process ran {os.fsdecode(program)!r} in its place (exec) here"]
+        )
+        end_recording(self.adapter, self.writer, None)
+        if self._nothing_of_its_own():
+            self._drop()
+
+    def _nothing_of_its_own(self) -> bool:
+        """A forked child that recorded nothing: the framework it has is its
+        parent's, and it ran none of it."""
+        return self.forked and self.writer.rows_recorded == 0
+
+    def _drop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.name.path.unlink()
 
     def _note_endings(self) -> None:
         """Where this process's end can be seen, and how it ended: os._exit (how a
@@ -199,7 +227,17 @@ class _Capture:
             capture._exit = ExitStatus(code=1, exception=f"{kind.__name__}: {error}")
             excepthook(kind, error, trace)
 
+        def ending_before(execute: Any) -> Any:
+            # os.execvp, execl, ... all end in os.execv or os.execve.
+            def replaced(path: Any, *rest: Any) -> Any:
+                if _capture is not None:  # (this process's own, as in ending_exit)
+                    _capture.replaced(path)
+                return execute(path, *rest)
+
+            return replaced
+
         sys.exit, os._exit, sys.excepthook = noting_exit, ending_exit, noting_hook
+        os.execv, os.execve = ending_before(os.execv), ending_before(os.execve)
         atexit.register(lambda: capture.finish(capture._exit or ExitStatus(code=0)))
 
 
@@ -231,6 +269,6 @@ def _forked() -> None:
     inherited._ended = True  # the parent ends it
     try:
         inherited.adapter.forget()
-        _begin(inherited.framework, started=True)
+        _begin(inherited.framework, started=True, forked=True)
     except Exception as error:  # the child runs on unrecorded
         _say(f"not recording process {os.getpid()}: {error}")

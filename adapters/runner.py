@@ -43,6 +43,9 @@ class RunConfig:
     named_here: bool = False  # this process creates the trace, its name filled in here
     force: bool = False  # a trace named here replaces an existing file
     follow: bool = False  # --follow: every process that imports a framework records itself
+    # Signals `tpumem profile` blocked to take them itself (launch/signals.py),
+    # which the script gets as it would without tpumem.
+    unblock_signals: list[int] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -149,9 +152,10 @@ def _tell(config: RunConfig, news: dict[str, Any], last: bool = False) -> None:
 
 def read_ending(descriptor: int) -> dict[str, Any]:
     """What the runner said on the status pipe, its lines merged (later ones win):
-    `output`, where the trace is; `exit` or `adapter_failed`, how it ended (neither:
-    it was killed). Read without waiting: a process the script forked may hold
-    the pipe open."""
+    `framework`, the one whose import began (the trace opens then); `output`,
+    where the trace is; `exit` or `adapter_failed`, how it ended (neither: it was
+    killed). Read without waiting: a process the script forked may hold the pipe
+    open."""
     os.set_blocking(descriptor, False)
     data = b""
     try:
@@ -206,6 +210,11 @@ class _Recording:
     def begin(self, framework: str) -> Callable[[], None] | None:
         """The trace opened and the adapter prepared, as the framework's module is
         about to run; returns the adapter's start, for once it has run."""
+        config = self.config
+        # Said first: a run killed before its trace's header is on disk (loading the
+        # writer takes a moment) gets its header from `tpumem profile`, which must
+        # know the script had begun to import its framework.
+        _tell(config, {"framework": framework})
         from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.base import set_before_start
         from tpumem.adapters.call_stacks import end_walks_at
@@ -213,7 +222,6 @@ class _Recording:
         from tpumem.errors import TpumemError
         from tpumem.trace.writer import TraceWriter
 
-        config = self.config
         # Any failure here, inside the script's import of its framework, ends the
         # run in one line rather than as the script's own error (which a script
         # that catches ImportError would take for a framework not installed).
@@ -338,6 +346,8 @@ def _watch_imports(config: RunConfig) -> _Recording:
 
 def main() -> None:
     config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
+    # (One sent meanwhile is delivered here: the script has not begun.)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, config.unblock_signals)
     _die_with_parent(config.parent_pid)
     # The standard library only until the script imports its framework: the
     # trace's types (Arrow, numpy) are imported after the script, or by the

@@ -149,6 +149,21 @@ def test_profile_refuses_an_unknown_placeholder_before_anything_runs(tmp_path):
     assert not (tmp_path / "ran").exists()
 
 
+def test_a_brace_written_twice_is_one_brace_in_the_traces_name(tmp_path):
+    """The error for a lone brace says a literal one is written twice: `-o
+    '{{rank}}.tpumem'` names the trace `{rank}.tpumem` (it was `{{rank}}.tpumem`)."""
+    (tmp_path / "s.py").write_text("import jax.numpy as jnp\nx = jnp.ones(4)\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tpumem", "profile", "-q", "-o", "{{rank}}.tpumem", "s.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.tpumem")) == ["{rank}.tpumem"]
+
+
 def test_placeholders_are_filled_and_checked():
     assert placeholders("run/{host}-{rank}.tpumem") == {"host", "rank"}
     assert placeholders("plain.tpumem") == set()

@@ -132,6 +132,13 @@ def placeholders(pattern: str) -> set[str]:
     return found
 
 
+def literal_name(pattern: Path) -> Path:
+    """A trace name without placeholders, as written: a brace doubled to be
+    literal (`{{rank}}`) is one brace in the name, as the error for a lone one says."""
+    text = str(pattern)
+    return Path(text.format()) if "{" in text or "}" in text else pattern
+
+
 def fill_placeholders(pattern: str, host: str, rank: int | None, pid: int) -> Path:
     """A trace name with its placeholders filled; a rank not known yet is `pid<PID>`."""
     return Path(

@@ -154,9 +154,11 @@ def compile_for_tpus(traces: list[Path], topologies: list, quiet: bool = False) 
     if not topologies:
         return
     from tpumem.errors import TpumemError
-    from tpumem.tpu.compile import compile_for_tpu
+    from tpumem.tpu.compile import compile_for_tpu, refuse_live
     from tpumem.trace.reader import load
 
+    for trace in traces:
+        refuse_live(trace)  # a run still going: the command ends here, nothing added
     for trace in traces:
         for topology in topologies:
             try:

@@ -82,6 +82,8 @@ def run_profile(
     if outcome.unrecorded is not None:
         print(f"tpumem: error: {unrecorded_line(request.target, outcome)}", file=sys.stderr)
         return outcome.returncode or 2
+    if outcome.lost:  # (the launcher said why)
+        return outcome.returncode
     if outcome.trace is None:
         print("tpumem: the profiled process ended before it made its trace", file=sys.stderr)
         return outcome.returncode
@@ -99,10 +101,8 @@ def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
     said = outcome.unrecorded or {}
     frameworks = "jax, tensorflow, torch_xla"
     if outcome.returncode and not said.get("imported"):
-        return (
-            f"{target} ended with status {outcome.returncode} before it imported a "
-            "framework: nothing was recorded"
-        )
+        how = said.get("how") or f"ended with status {outcome.returncode}"
+        return f"{target} {how} before it imported a framework: nothing was recorded"
     if said.get("wanted"):
         nothing = f"{target} never imported {said['wanted']} (--framework): nothing was recorded"
     elif said.get("keras_backend") and said.get("imported"):
@@ -117,7 +117,8 @@ def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
             "nothing was recorded"
         )
     if outcome.returncode:
-        return f"{nothing}; it ended with status {outcome.returncode} first"
+        how = said.get("how") or f"ended with status {outcome.returncode}"
+        return f"{nothing}; it {how} first"
     return nothing
 
 

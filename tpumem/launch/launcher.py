@@ -2,17 +2,17 @@
 
 The child (tpumem.adapters.runner) writes the trace. This process only starts it, waits,
 and, when the child died without closing the trace (a signal, the OOM killer,
-os._exit), records from outside how the run ended. Ctrl-C reaches the child from
-the terminal as it would without tpumem; this process waits for it to finish.
+os._exit), records from outside how the run ended (endings.py). Ctrl-C reaches the
+child from the terminal as it would without tpumem; a signal sent to this process
+is passed on to it (signals.py). With --follow, no process of the script's tree
+outlives the run (tree.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,21 +21,28 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
+from tpumem.adapters.process_identity import RUN_ID_VARIABLE
 from tpumem.adapters.quiet import QUIET_VARIABLE
 from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
 from tpumem.adapters.xla_dump import dump_directory
 from tpumem.errors import TpumemError
+from tpumem.launch.endings import (
+    end_followed,
+    exit_status,
+    record_ending,
+    write_unopened,
+)
 from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
 from tpumem.launch.module_path import module_file
+from tpumem.launch.own_trace import OwnTrace
+from tpumem.launch.signals import HeldSignals, held
 from tpumem.launch.stderr_filter import StderrFilter, filter_available
-from tpumem.outputs import create_trace, default_trace, free_name, placeholders
+from tpumem.launch.tree import TreeEnd, become_subreaper, end_tree, said
+from tpumem.outputs import create_trace, default_trace, free_name, literal_name, placeholders
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
+from tpumem.trace.live import writing_process_at
 from tpumem.trace.metadata import AllocatorLog, ExitStatus
-
-# Signals this process passes on to the script's process.
-_FORWARDED = (signal.SIGTERM, signal.SIGHUP)
-_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +64,10 @@ class ProfileOutcome:
     returncode: int  # as a shell reports it: 128 + signal for a signal
     adapter_failed: bool
     # Why nothing was recorded (the script imported no framework it could record),
-    # as the profiled process said it: runner._Recording.unrecorded.
+    # as the profiled process said it: runner._Recording.unrecorded; with `how`
+    # where a signal ended it first.
     unrecorded: dict | None = None
+    lost: bool = False  # its trace lost its name and could not be saved (said already)
 
 
 def _script_path(request: ProfileRequest) -> Path:
@@ -98,71 +107,35 @@ def _prepare(request: ProfileRequest) -> tuple[str, Path, int | None, dict[str, 
     elif placeholders(str(request.output)):
         output, descriptor = request.output, None
     else:
-        output = request.output
+        output = literal_name(request.output)
+        writer = writing_process_at(output) if request.force else None
+        if writer is not None:
+            raise TpumemError(
+                f"{output}: still being written (by process {writer}); not replaced, even "
+                "with --force: -o another name"
+            )
         descriptor = create_trace(output, [script], request.force)
     return framework, output, descriptor, {}
 
 
-def _record_ending(
-    trace: Path, returncode: int, start_ns: int, chunk_s: float, memory: ExitStatus
-) -> None:
-    """For a child that died without closing its trace. `memory`: what was seen of
-    its memory (the ExitStatus fields for a kill)."""
-    if returncode < 0:
-        number = -returncode
-        name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
-        exit_info = replace(memory, signal=number, signal_name=name)
-        how = f"was killed by {name}"
-    else:
-        exit_info = ExitStatus(code=returncode)
-        how = f"ended with status {returncode} without closing the trace (os._exit?)"
-    warning = (
-        f"the profiled process {how}; the trace holds what was written before, and "
-        f"the allocator events of its last {chunk_s:g} s (one capture chunk) may be missing"
-    )
-    try:
-        append_metadata(
-            trace,
-            time.time_ns() - start_ns,
-            exit=exit_info,
-            recorded_by="tpumem profile",
-            warnings=[warning],
-        )
-    except OSError as error:  # the trace stays as the run left it
-        if error.errno not in _DISK_FULL:  # (of which the runner has already said)
-            print(
-                f"tpumem: could not record in {trace} how the run ended: {error.strerror or error}",
-                file=sys.stderr,
-            )
-
-
-def _record_oom_logs(trace: Path, logs: list[AllocatorLog], start_ns: int) -> None:
-    """The allocator's own account of each failed allocation (stderr), in the trace."""
-    if not logs:
-        return
-    with contextlib.suppress(OSError):  # the run's own ending is recorded already
-        append_metadata(
-            trace,
-            time.time_ns() - start_ns,
-            allocator_oom_logs=logs,
-        )
-
-
 def run_profiled(request: ProfileRequest) -> ProfileOutcome:
-    if request.follow:
-        framework, output, descriptor = "", _run_directory(request), None
-    else:
-        framework, output, descriptor, environment = _prepare(request)
-    # XLA's program dumps go to a directory this process removes after the run,
-    # however the run ends.
-    dump_dir = dump_directory() if request.capture.programs else None
-    try:
+    # From before the trace exists until how the run ended is in it, the signals
+    # that stop a run are this process's to take and pass on (signals.py).
+    with held() as signals:
         if request.follow:
-            environment = _follow_environment(request, output, dump_dir)
-        return _run(request, framework, output, descriptor, environment, dump_dir)
-    finally:
-        if dump_dir is not None:
-            shutil.rmtree(dump_dir, ignore_errors=True)
+            framework, output, descriptor = "", _run_directory(request), None
+        else:
+            framework, output, descriptor, environment = _prepare(request)
+        # XLA's program dumps go to a directory this process removes after the run,
+        # however the run ends.
+        dump_dir = dump_directory() if request.capture.programs else None
+        try:
+            if request.follow:
+                environment = _follow_environment(request, output, dump_dir)
+            return _run(request, framework, output, descriptor, environment, dump_dir, signals)
+        finally:
+            if dump_dir is not None:
+                shutil.rmtree(dump_dir, ignore_errors=True)
 
 
 def _run_directory(request: ProfileRequest) -> Path:
@@ -194,7 +167,6 @@ def _follow_environment(
     """What every process of the run starts with: the boot hook first on PYTHONPATH,
     the settings, the run's id, and what each framework's adapter sets before it loads."""
     from tpumem.adapters.follow import BOOT_DIRECTORY, FOLLOW_VARIABLE, OWN_VARIABLES, FollowConfig
-    from tpumem.adapters.process_identity import RUN_ID_VARIABLE
 
     environment: dict[str, str] = {}
     for name in available_adapters():
@@ -214,6 +186,18 @@ def _follow_environment(
     return environment
 
 
+@dataclass
+class _Started:
+    """The profiled process, as this process started and waits for it."""
+
+    child: subprocess.Popen
+    status_read: int  # the runner's status pipe
+    start_ns: int
+    stderr: StderrFilter | None
+    kills_before: int | None  # the control group's OOM kills when it started
+    named_here: bool  # the trace's name has placeholders, filled in by the child
+
+
 def _run(
     request: ProfileRequest,
     framework: str,
@@ -221,7 +205,47 @@ def _run(
     descriptor: int | None,
     environment: dict[str, str],
     dump_dir: str | None,
+    signals: HeldSignals,
 ) -> ProfileOutcome:
+    # Held open to the end: what this run reports is what its process wrote, even
+    # if another file takes the trace's name meanwhile.
+    own = OwnTrace.hold(output, descriptor) if descriptor is not None else None
+    try:
+        follow_tree = request.follow and become_subreaper()
+        try:
+            started = _start(request, framework, output, descriptor, environment, dump_dir, signals)
+            reaped: dict[int, int] = {}
+            try:
+                # wait4, not wait(): the child's own peak memory comes with its status.
+                status, usage = signals.wait(started.child.pid, reaped if follow_tree else None)
+                tree = end_tree(signals, reaped) if follow_tree else None
+            finally:
+                if started.stderr is not None:
+                    started.stderr.finish()
+        finally:
+            if follow_tree:
+                become_subreaper(False)
+        returncode = started.child.returncode = os.waitstatus_to_exitcode(status)
+        ending = read_ending(started.status_read)
+        if request.follow:
+            reaped[started.child.pid] = status
+            run = environment[RUN_ID_VARIABLE]
+            return _after_followed(output, run, returncode, ending, reaped, tree)
+        return _after_one(request, output, own, started, returncode, usage, ending)
+    finally:
+        if own is not None:
+            own.close()
+
+
+def _start(
+    request: ProfileRequest,
+    framework: str,
+    output: Path,
+    descriptor: int | None,
+    environment: dict[str, str],
+    dump_dir: str | None,
+    signals: HeldSignals,
+) -> _Started:
     # The runner says how the run ended on this pipe, once, as it exits; a runner
     # that was killed says nothing, and this process records the ending itself.
     status_read, status_write = os.pipe()
@@ -239,6 +263,7 @@ def _run(
         named_here=descriptor is None and not request.follow,
         force=request.force,
         follow=request.follow,
+        unblock_signals=signals.unblock,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
     stderr = StderrFilter() if filter_available() else None
@@ -248,6 +273,7 @@ def _run(
     try:
         # The trace goes to the child open: another run given the same name (with
         # --force) cannot swap the file between its creation and its first write.
+        signals.child_starts()
         child = subprocess.Popen(
             [sys.executable, "-m", "tpumem.adapters.runner"],
             env=env,
@@ -261,57 +287,183 @@ def _run(
         os.close(status_write)
         if stderr is not None:
             stderr.start()
-    # The terminal sends Ctrl-C to the child too; this process waits for the child
-    # to act on it (the script may catch it) rather than leaving it orphaned. (Set
-    # after the start: an ignored SIGINT would be inherited by the child.) SIGTERM
-    # and SIGHUP sent to this process are passed on, and it waits for the child to
-    # end by them; should this process die anyway, the child gets SIGTERM (runner).
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    forwarded = {
-        number: signal.signal(number, lambda number, _: child.send_signal(number))
-        for number in _FORWARDED
-    }
-    kills_before = oom_kills()
-    try:
-        # wait4, not wait(): the child's own peak memory comes with its status.
-        _, status, usage = os.wait4(child.pid, 0)
-        returncode = child.returncode = os.waitstatus_to_exitcode(status)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        for number, handler in forwarded.items():
-            signal.signal(number, handler)
-        if stderr is not None:
-            stderr.finish()
+    return _Started(child, status_read, start_ns, stderr, oom_kills(), config.named_here)
+
+
+def _after_followed(
+    directory: Path,
+    run: str,
+    returncode: int,
+    ending: dict,
+    reaped: dict[int, int],
+    tree: TreeEnd | None,
+) -> ProfileOutcome:
+    """Each process has closed its trace, was killed writing it (its ending
+    recorded here where this process saw it end), or never wrote one."""
+    if tree is not None:
+        line = said(tree)
+        if line is not None:
+            print(f"tpumem: {line}", file=sys.stderr)
+    end_followed(directory, run, reaped, tree)
+    for trace in sorted(directory.glob("*.tpumem")):
+        with contextlib.suppress(OSError):
+            compact(trace)
+    status = 128 + -returncode if returncode < 0 else returncode  # as a shell says it
+    return ProfileOutcome(directory, status, bool(ending.get("adapter_failed")))
+
+
+def _after_one(
+    request: ProfileRequest,
+    output: Path,
+    own: OwnTrace | None,
+    started: _Started,
+    returncode: int,
+    usage: os.struct_rusage,
+    ending: dict,
+) -> ProfileOutcome:
     killed = -returncode if returncode < 0 else None
-    ending = read_ending(status_read)
     status = 128 + killed if killed is not None else returncode  # as a shell says it
     adapter_failed = bool(ending.get("adapter_failed"))
-    if request.follow:  # each process has closed its trace, or was killed writing it
-        for trace in sorted(output.glob("*.tpumem")):
-            with contextlib.suppress(OSError):
-                compact(trace)
-        return ProfileOutcome(output, status, adapter_failed)
+    named_here = started.named_here
     if "unrecorded" in ending and "exit" in ending:
-        if descriptor is not None:
-            with contextlib.suppress(OSError):
-                if output.stat().st_size == 0:  # made by this process, never written
-                    output.unlink()
-        return ProfileOutcome(None, status, adapter_failed, ending["unrecorded"])
-    if descriptor is None:  # named by the profiled process: where it said
+        if not named_here:
+            _remove_if_empty(output, own)
+        return ProfileOutcome(None, status, adapter_failed, _unrecorded(ending, returncode))
+    if named_here:  # named by the profiled process: where it said
         if "output" not in ending:
-            return ProfileOutcome(None, status, adapter_failed)
+            never = "framework" not in ending and not adapter_failed
+            unrecorded = _unrecorded(ending, returncode) if never else None
+            return ProfileOutcome(None, status, adapter_failed, unrecorded)
         output = Path(ending["output"])
     recorded = ending.get("exit", {}).get("signal") if "exit" in ending else None
-    if ("exit" not in ending and not adapter_failed) or (killed is not None and recorded != killed):
+    unended = ("exit" not in ending and not adapter_failed) or (
+        killed is not None and recorded != killed
+    )
+    memory = ExitStatus()
+    if killed is not None:
         kills_after = oom_kills()
+        before = started.kills_before
         memory = ExitStatus(
             max_rss_bytes=usage.ru_maxrss * 1024,  # KiB on Linux
             memory_limit_bytes=memory_limit_bytes(),
-            oom_kills=None if None in (kills_before, kills_after) else kills_after - kills_before,
+            oom_kills=None if None in (before, kills_after) else kills_after - before,
         )
-        _record_ending(output, returncode, start_ns, request.capture.chunk_s, memory)
-    if stderr is not None:
-        _record_oom_logs(output, stderr.oom_logs.finish(), start_ns)
+    exit_info, how = exit_status(returncode, memory)
+    if not adapter_failed and _size(output, own) == 0:  # it never wrote the header
+        if "framework" not in ending:  # it ended before the script imported one
+            _remove_if_empty(output, own)
+            return ProfileOutcome(None, status, adapter_failed, _unrecorded(ending, returncode))
+        told = _told_exit(ending)
+        _write_header(request, output, own, started, ending["framework"], told or exit_info, how)
+        unended = False
+    if own is not None and not own.at_its_name():
+        try:
+            output = own.saved_elsewhere()
+        except TpumemError as error:
+            print(
+                f"tpumem: {_replaced(own.path)}, and this run's could not be saved: {error}",
+                file=sys.stderr,
+            )
+            return ProfileOutcome(None, status, adapter_failed, lost=True)
+        print(f"tpumem: {_replaced(own.path)}; this run's is saved as {output}", file=sys.stderr)
+    if unended:
+        if killed is None:
+            how = f"{how} without closing the trace (os._exit?)"
+        warning = (
+            f"the profiled process {how}; the trace holds what was written before, and the "
+            f"allocator events of its last {request.capture.chunk_s:g} s (one capture chunk) "
+            "may be missing"
+        )
+        record_ending(output, time.time_ns() - started.start_ns, exit_info, warning)
+    if started.stderr is not None:
+        _record_oom_logs(output, started.stderr.oom_logs.finish(), started.start_ns)
     with contextlib.suppress(OSError):  # (unreadable) the trace stays as the run wrote it
         compact(output)
     return ProfileOutcome(trace=output, returncode=status, adapter_failed=adapter_failed)
+
+
+def _replaced(path: Path) -> str:
+    return (
+        f"{path}: another file took the name of this run's trace while it ran (a run "
+        "given the same -o with --force?)"
+    )
+
+
+def _told_exit(ending: dict) -> ExitStatus | None:
+    """How the run ended, as the runner said it (KeyboardInterrupt's words too)."""
+    told = ending.get("exit")
+    if not isinstance(told, dict):
+        return None
+    try:
+        return ExitStatus(**told)
+    except TypeError:
+        return None
+
+
+def _unrecorded(ending: dict, returncode: int) -> dict:
+    """Why nothing was recorded, as the runner said it; `how` names the signal
+    that ended a run before the script imported a framework."""
+    said = dict(ending.get("unrecorded") or {"imported": [], "wanted": None})
+    if returncode < 0:
+        said["how"] = exit_status(returncode)[1]
+    return said
+
+
+def _size(output: Path, own: OwnTrace | None) -> int | None:
+    try:
+        return own.size() if own is not None else output.stat().st_size
+    except OSError:
+        return None
+
+
+def _remove_if_empty(output: Path, own: OwnTrace | None) -> None:
+    """The trace this process made, never written: not left as an empty file (one
+    that took its name since is not this run's to remove)."""
+    if own is not None and not own.at_its_name():
+        return
+    with contextlib.suppress(OSError):
+        if output.stat().st_size == 0:
+            output.unlink()
+
+
+def _write_header(
+    request: ProfileRequest,
+    output: Path,
+    own: OwnTrace | None,
+    started: _Started,
+    framework: str,
+    exit_info: ExitStatus,
+    how: str,
+) -> None:
+    """The header of a trace the profiled process never wrote: it was killed as
+    the script's import of its framework began, before the trace's writer had
+    loaded."""
+    from tpumem.adapters.runner import run_metadata
+
+    command = ["-m", request.target] if request.module else [request.target]
+    metadata = run_metadata(
+        framework, "tpumem profile", [*command, *request.args], asdict(request.capture), {}
+    )
+    metadata.update(pid=started.child.pid, start_time_ns=started.start_ns)
+    warning = (
+        f"the profiled process {how} as {framework}'s import began, before the trace's "
+        "header was written: nothing was recorded (tpumem profile wrote the header and "
+        "how the run ended)"
+    )
+    try:
+        descriptor = os.dup(own.descriptor) if own is not None else os.open(output, os.O_WRONLY)
+    except OSError:
+        return
+    write_unopened(descriptor, metadata, exit_info, warning)
+
+
+def _record_oom_logs(trace: Path, logs: list[AllocatorLog], start_ns: int) -> None:
+    """The allocator's own account of each failed allocation (stderr), in the trace."""
+    if not logs:
+        return
+    with contextlib.suppress(OSError):  # the run's own ending is recorded already
+        append_metadata(
+            trace,
+            time.time_ns() - start_ns,
+            allocator_oom_logs=logs,
+        )

@@ -122,13 +122,28 @@ def _environment(libtpu: str, dump: str) -> dict[str, str]:
     return env
 
 
+def refuse_live(trace_path: Path) -> None:
+    """The compiles are added to a trace whose run has ended: a writer still at it
+    would write its next rows over them (trace/live.py)."""
+    from tpumem.trace.live import writing_process_at
+
+    writer = writing_process_at(trace_path)
+    if writer is not None:
+        raise TpumemError(
+            f"{trace_path}: still being written (by process {writer}); --tpu adds to a "
+            "trace whose run has ended: run it again then"
+        )
+
+
 def compile_for_tpu(
     trace_path: Path, trace: Trace, topology: Topology, quiet: bool
 ) -> CompileOutcome:
     """Compiles the trace's programs for `topology` and appends what XLA:TPU said
-    to the trace. TpumemError where libtpu is missing or no program can be."""
+    to the trace. TpumemError where libtpu is missing, no program can be, or the
+    trace is still being written."""
     from tpumem.trace.amend import append_rows, check_whole
 
+    refuse_live(trace_path)
     if topology.name in compiled_topologies(trace):
         return CompileOutcome(0, 0, 0.0, already=True)
     # The compiles are kept in the trace: only in a whole one, where a reader finds them.
@@ -180,6 +195,7 @@ def compile_for_tpu(
             compiled += 1
         rows += [{"kind": TPU, "time_ns": 0, "text": text} for text in texts]
     if rows:
+        refuse_live(trace_path)  # (a run given its name with --force meanwhile)
         append_rows(trace_path, rows)
     if returncode != 0 and not compiled:
         raise TpumemError(f"compiling for {topology.name} failed: {error}")

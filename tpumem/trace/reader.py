@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from tpumem.errors import TpumemError
 from tpumem.trace import arrow_arrays
+from tpumem.trace.live import writing_process
 from tpumem.trace.metadata import RunMetadata
 from tpumem.trace.model import Trace
 from tpumem.trace.records import dropped_warning, merge_metadata, parse_object
@@ -160,8 +161,9 @@ def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
     return metadata
 
 
-def _open(name: str) -> mmap.mmap:
-    """The file's bytes, mapped; one line for anything that is not a readable file."""
+def _open(name: str) -> tuple[mmap.mmap, int | None]:
+    """The file's bytes, mapped, and the process still writing it (trace/live.py);
+    one line for anything that is not a readable file."""
     try:
         info = os.stat(name)
         if stat.S_ISDIR(info.st_mode):
@@ -172,7 +174,8 @@ def _open(name: str) -> mmap.mmap:
             raise TpumemError(f"{name}: empty file, not a tpumem trace")
         # Python's mmap, not Arrow's: its pages can be given back once read (Trace).
         with open(name, "rb") as handle:
-            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            writer = writing_process(handle.fileno())
+            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), writer
     except FileNotFoundError:
         raise TpumemError(f"{name}: no such file") from None
     except OSError as error:
@@ -180,11 +183,12 @@ def _open(name: str) -> mmap.mmap:
 
 
 def load(path: str | Path, shown_as: str | None = None) -> Trace:
-    """Reads a trace. A file cut short (its writer was killed) or damaged loads up to
-    its last whole, valid record batch and says so in its warnings. `shown_as`: the
-    path the trace goes by (a profile's, when the trace is imported from it)."""
+    """Reads a trace. A file cut short (its writer was killed), still being written
+    or damaged loads up to its last whole, valid record batch and says so in its
+    warnings. `shown_as`: the path the trace goes by (a profile's, when the trace
+    is imported from it)."""
     name = str(path)
-    mapping = _open(name)
+    mapping, writer = _open(name)
     source = pa.BufferReader(pa.py_buffer(mapping))
     try:
         reader = pa.ipc.open_stream(source)
@@ -204,6 +208,11 @@ def load(path: str | Path, shown_as: str | None = None) -> Trace:
     if damaged and complete:
         metadata = metadata.with_warnings(
             f"the trace is damaged after its first {table.num_rows:,} rows; loaded those"
+        )
+    elif not complete and writer is not None:
+        metadata = metadata.with_warnings(
+            f"the trace is still being written (by process {writer}); loaded the "
+            f"{table.num_rows:,} rows written so far: the run has not ended"
         )
     elif not complete:
         metadata = metadata.with_warnings(

@@ -4,7 +4,9 @@ Rows are buffered in memory and written as one Arrow record batch at most every
 `flush_interval_s` (0.1 s by default) by a daemon thread, and handed to the OS at
 once: a crash or a SIGKILL of the process loses at most the rows of the last
 interval. A clean close writes the stream's end-of-stream marker, which is how a
-reader tells a finished trace from one whose writer died.
+reader tells a finished trace from one whose writer died; and the writer holds a
+lock on the file while it is open (trace/live.py), which is how a reader tells a
+trace still being written from one whose writer died.
 
 Writing never fails the profiled program: when the disk fills (or any write
 fails), the writer stops, and on closing cuts the file back to its last whole
@@ -28,6 +30,7 @@ import pyarrow as pa
 from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.amend import metadata_tail
 from tpumem.trace.columns import record_batch, rows_to_batch
+from tpumem.trace.live import hold_for_writing
 from tpumem.trace.metadata import metadata_json
 from tpumem.trace.records import merge_metadata
 from tpumem.trace.schema import (
@@ -68,6 +71,7 @@ class TraceWriter:
         # Unbuffered: nothing waits in Python's buffer to be written late, after a
         # failed write has been cut off (see _end_after_failure).
         self._file: BinaryIO = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
+        hold_for_writing(self._file.fileno())  # let go when the file closes or the process ends
         self._schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
         self._stream = pa.ipc.new_stream(self._file, self._schema)
         # Arrow writes the schema (and the header in it) with the first batch: a
@@ -79,6 +83,7 @@ class TraceWriter:
         self.failed: OSError | None = None  # the write that stopped the trace
         self._failed_at_ns = 0
         self._rows: list[dict[str, Any]] = []
+        self.rows_recorded = 0  # all but metadata: whether the process recorded anything
         self._lock = threading.Lock()
         self._closed = False
         self._stop = threading.Event()
@@ -106,6 +111,8 @@ class TraceWriter:
         if self.failed is not None and kind != META:
             return  # the trace stopped; only how the run ended is still kept
         fields["kind"] = kind
+        if kind != META:
+            self.rows_recorded += 1
         if fields.get("time_ns") is None:
             fields["time_ns"] = self.now_ns()
         with self._lock:
@@ -130,6 +137,7 @@ class TraceWriter:
 
     def write_columns(self, columns: Mapping[str, Any], num_rows: int) -> None:
         """Writes many rows at once (importers); pending single rows go first."""
+        self.rows_recorded += num_rows
         with self._lock:
             self._write_pending()
             self._write(record_batch(columns, num_rows))
