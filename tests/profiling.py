@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
 from tpumem.trace.records import DROPPED
@@ -80,3 +86,53 @@ def profile_bad_ending(
     assert result.returncode == status, result.stderr[-3000:]
     assert words in result.stderr  # the report says how the run ended
     return result
+
+
+class InATerminal:
+    """`tpumem ARGS` with a pseudo-terminal of its own as its controlling terminal,
+    in the terminal's foreground group as a shell starts a job: what a key such as
+    Ctrl-C (`press(b"\\x03")`) does there is what it does for a user."""
+
+    def __init__(self, cwd: Path, *args: str) -> None:
+        self.leader, follower = os.openpty()
+
+        def own_terminal() -> None:  # (after setsid: the pty becomes the controlling one)
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tpumem", *args],
+            cwd=cwd,
+            env={**os.environ, **QUIET},
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            start_new_session=True,
+            preexec_fn=own_terminal,
+        )
+        os.close(follower)
+
+    def press(self, keys: bytes) -> None:
+        os.write(self.leader, keys)
+
+    def finish(self, timeout_s: float = 120) -> str:
+        """What the terminal showed, once the process has ended (killed if it
+        does not end in `timeout_s`)."""
+        output = b""
+        deadline = time.monotonic() + timeout_s
+        try:
+            while self.process.poll() is None or select.select([self.leader], [], [], 0)[0]:
+                if time.monotonic() > deadline:
+                    break
+                if select.select([self.leader], [], [], 0.1)[0]:
+                    try:
+                        output += os.read(self.leader, 65536)
+                    except OSError:
+                        break
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.leader)
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+        return output.decode(errors="replace")

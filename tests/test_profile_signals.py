@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import json
 import os
 import platform
-import select
 import signal
 import subprocess
 import sys
-import termios
 import textwrap
 import time
 from pathlib import Path
@@ -28,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, run_tpumem
-from profiling import QUIET, profile
+from profiling import QUIET, InATerminal, profile
 from tpumem.trace.reader import load
 
 WAIT_S = 120  # how long a test waits for a file a script writes, before it fails
@@ -203,42 +200,15 @@ def test_ctrl_c_in_the_terminal_reaches_the_script_once(tmp_path):
     """The terminal sends Ctrl-C to its foreground group, the script with tpumem:
     tpumem does not send it a second time."""
     (tmp_path / "counts.py").write_text(COUNTS_SIGINT)
-    leader, follower = os.openpty()
-
-    def own_terminal() -> None:  # (after setsid: the pty becomes the controlling terminal)
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tpumem", "profile", "-q", "counts.py"],
-        cwd=tmp_path,
-        env={**os.environ, **QUIET},
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-        preexec_fn=own_terminal,
-    )
-    os.close(follower)
-    output = b""
+    terminal = InATerminal(tmp_path, "profile", "-q", "counts.py")
     try:
-        _wait_for(tmp_path / "ready", run)
-        os.write(leader, b"\x03")  # Ctrl-C
+        _wait_for(tmp_path / "ready", terminal.process)
+        terminal.press(b"\x03")  # Ctrl-C
         time.sleep(0.2)  # (for the count only: the script counts for 0.5 s more)
         (tmp_path / "go").touch()
-        while run.poll() is None or select.select([leader], [], [], 0)[0]:
-            if select.select([leader], [], [], 0.1)[0]:
-                try:
-                    output += os.read(leader, 65536)
-                except OSError:
-                    break
-        run.wait(timeout=WAIT_S)
     finally:
-        with contextlib.suppress(OSError):
-            os.close(leader)
-        if run.poll() is None:
-            run.kill()
-    assert (tmp_path / "count").read_text() == "1", output.decode(errors="replace")[-2000:]
+        output = terminal.finish(WAIT_S)
+    assert (tmp_path / "count").read_text() == "1", output[-2000:]
 
 
 FIRST = textwrap.dedent(

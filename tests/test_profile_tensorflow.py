@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import itertools
-import os
 import re
-import select
 import signal
 import subprocess
 import sys
-import termios
 import time
 
 import numpy as np
@@ -20,7 +15,7 @@ import pytest
 from profiling import (
     BAD_ENDINGS,
     EXAMPLES,
-    QUIET,
+    InATerminal,
     last_json,
     profile,
     profile_bad_ending,
@@ -185,44 +180,15 @@ def test_ctrl_c_reaches_the_script(tmp_path):
         "import time\nimport tensorflow as tf\nx = tf.ones([256, 256])\n"
         "open('ready', 'w').close()\ntime.sleep(60)\n"
     )
-    leader, follower = os.openpty()
-
-    def own_terminal() -> None:  # (after setsid: the pty becomes the controlling terminal)
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's shell starts a job
-
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tpumem", "profile", "waits.py"],
-        cwd=tmp_path,
-        env={**os.environ, **QUIET},
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-        preexec_fn=own_terminal,
-    )
-    os.close(follower)
-    output = b""
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "ready").exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.3)
-        os.write(leader, b"\x03")  # Ctrl-C
-        while child.poll() is None or select.select([leader], [], [], 0)[0]:
-            if select.select([leader], [], [], 0.1)[0]:
-                try:
-                    output += os.read(leader, 65536)
-                except OSError:
-                    break
-        child.wait(timeout=120)
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(leader)
-        if child.poll() is None:
-            child.kill()
-    text = output.decode(errors="replace")
+    terminal = InATerminal(tmp_path, "profile", "waits.py")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ready").exists():
+        assert terminal.process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)
+    terminal.press(b"\x03")  # Ctrl-C
+    text = terminal.finish()
+    child = terminal.process
     assert child.returncode == 128 + signal.SIGINT, text[-3000:]
     assert "KeyboardInterrupt" in text and "interrupted" in text
     assert load(tmp_path / "waits.tpumem").metadata.exit.exception == "KeyboardInterrupt"
