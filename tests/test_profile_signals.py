@@ -28,6 +28,8 @@ from conftest import assert_one_line_error, run_tpumem
 from profiling import QUIET, InATerminal, profile
 from tpumem.trace.reader import load
 
+DATA = Path(__file__).parent / "data" / "gpu"
+
 WAIT_S = 120  # how long a test waits for a file a script writes, before it fails
 
 
@@ -259,6 +261,13 @@ def test_a_trace_being_written_is_said_so_and_neither_replaced_nor_added_to(tmp_
         warnings = json.loads(report.stdout)["metadata"]["warnings"]
         assert any(f"still being written (by process {pid})" in w for w in warnings), warnings
         assert not any("crashed" in w for w in warnings)
+        text = run_tpumem("report", str(tmp_path / "live.tpumem"), "--width", "200").stdout
+        assert "not yet: the run goes on" in text and "crashed" not in text
+        (tmp_path / "run").mkdir()
+        os.link(tmp_path / "live.tpumem", tmp_path / "run" / "live.tpumem")
+        (tmp_path / "run" / "other.tpumem").write_bytes((DATA / "mlp.tpumem").read_bytes())
+        table = run_tpumem("report", str(tmp_path / "run"), "--width", "200").stdout
+        assert "running" in table and "unclosed" not in table
         before = (tmp_path / "live.tpumem").read_bytes()
         tpu = run_tpumem("report", "--tpu", "v5e:1x1", str(tmp_path / "live.tpumem"))
         assert_one_line_error(tpu, "live.tpumem: still being written", str(pid))

@@ -51,6 +51,7 @@ class ProcessSummary:
     backend: str
     source: str  # "tpumem profile", "import", ...
     complete: bool
+    running: bool  # still being written
     exit: ExitStatus | None
     devices: int
     peak_bytes: int  # on its busiest device
@@ -140,6 +141,7 @@ def summarize(analysis: RunAnalysis) -> ProcessSummary:
         backend=analysis.backend,
         source=meta.source,
         complete=analysis.complete,
+        running=analysis.running,
         exit=meta.exit,
         devices=len(analysis.devices),
         peak_bytes=device.peak.bytes if device is not None else 0,

@@ -69,6 +69,7 @@ class RunAnalysis:
     backend: str
     source: str
     complete: bool
+    running: bool  # the trace is still being written: its run has not ended
     metadata: RunMetadata
     duration_ns: int
     devices: tuple[DeviceAnalysis, ...]
@@ -258,6 +259,7 @@ def analyze_with_events(
         backend=metadata.backend,
         source=metadata.source,
         complete=trace.complete,
+        running=trace.running,
         metadata=metadata,
         duration_ns=_duration(trace, times),
         devices=analysed,

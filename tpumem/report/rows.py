@@ -78,7 +78,7 @@ def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
         rows.append(("Process", process_text(meta)))
     rows += [
         ("Duration", format_seconds(analysis.duration_ns)),
-        ("Ended", _ending(meta, analysis.complete)),
+        ("Ended", _ending(meta, analysis.complete, analysis.running)),
     ]
     if meta.capture is not None and meta.capture.chunks:
         rows.append(("Capture", _capture(meta.capture)))
@@ -194,12 +194,16 @@ def _programs(analysis: RunAnalysis, book: JaxBook | TorchXlaBook | None) -> str
     return text + " · XLA's memory analysis at compile time"
 
 
-def _ending(meta: RunMetadata, complete: bool) -> str:
-    return ending_text(meta.exit, complete, meta.source)
+def _ending(meta: RunMetadata, complete: bool, running: bool) -> str:
+    return ending_text(meta.exit, complete, meta.source, running)
 
 
-def ending_text(exit_info: ExitStatus | None, complete: bool, source: str) -> str:
+def ending_text(
+    exit_info: ExitStatus | None, complete: bool, source: str, running: bool = False
+) -> str:
     """How a run ended, in words."""
+    if running:
+        return "not yet: the run goes on (its trace is being written)"
     if exit_info is not None and exit_info.signal:
         name = exit_info.signal_name or f"signal {exit_info.signal}"
         if exit_info.exception == "KeyboardInterrupt":

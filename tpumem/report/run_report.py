@@ -51,6 +51,8 @@ def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:
 def _ended(process: ProcessSummary) -> str:
     """How a process ended, short enough for the table."""
     ended = process.exit
+    if process.running:
+        return "running"
     if not process.complete and (ended is None or not ended.signal):
         return "unclosed (killed?)"
     if ended is not None and ended.code is not None and not (ended.signal or ended.exception):
@@ -173,7 +175,7 @@ def _process(process: ProcessSummary) -> dict[str, Any]:
         "framework": process.framework,
         "backend": process.backend,
         "complete": process.complete,
-        "ended": ending_text(process.exit, process.complete, process.source),
+        "ended": ending_text(process.exit, process.complete, process.source, process.running),
         "devices": process.devices,
         "peak_bytes": process.peak_bytes,
         "peak_device": process.peak_device,

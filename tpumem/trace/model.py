@@ -32,6 +32,7 @@ class Trace:
     table: pa.Table
     complete: bool = True
     damaged: bool = False
+    running: bool = False  # its writer still holds it (trace/live.py): the run goes on
     # The file's memory map, when loaded from one. The table's columns are views
     # of it; after a column is copied out its pages are given back (they come
     # back from the page cache if read again), so an analysis holds one copy.

@@ -227,6 +227,7 @@ def load(path: str | Path, shown_as: str | None = None) -> Trace:
         table=table,
         complete=complete,
         damaged=damaged,
+        running=not complete and writer is not None,
         mapping=mapping,
     )
 
