@@ -4,6 +4,7 @@ process, loads none of the analysis or the reports. Each in a fresh interpreter.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -112,3 +113,44 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FRAMEWORKS"
     ]
     assert ast.literal_eval(value) == WATCHED
+
+
+# What each floor may not import: data goes one way, adapter -> trace -> analysis
+# -> report/export -> commands and the CLI (and tpumem.track, the notebook).
+UPPER = ("tpumem.commands", "tpumem.cli", "tpumem.tracking", "tpumem.notebook", "tpumem.launch")
+FLOORS = {
+    "tpumem.trace": ("tpumem.analysis", "tpumem.report", "tpumem.export", *UPPER),
+    "tpumem.xplane": ("tpumem.analysis", "tpumem.report", "tpumem.export", *UPPER),
+    "tpumem.adapters": ("tpumem.analysis", "tpumem.report", "tpumem.export", "tpumem.commands"),
+    "tpumem.analysis": ("tpumem.report", "tpumem.export", "tpumem.check", *UPPER),
+    "tpumem.report": UPPER,
+    "tpumem.export": UPPER,
+}
+
+
+def test_the_floors_import_downwards_only():
+    """Read from the source (imports inside functions too): no module imports a
+    module of a floor above its own."""
+    found = []
+    # (tpumem/adapters is a link to adapters/, which rglob does not follow)
+    roots = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
+    files = [(path, prefix) for root, prefix in roots for path in sorted(root.rglob("*.py"))]
+    assert any(prefix[-1] == "adapters" for _, prefix in files)
+    for path, prefix in files:
+        root = PACKAGE if prefix == ("tpumem",) else PACKAGE.parent / "adapters"
+        module = ".".join((*prefix, *path.relative_to(root).with_suffix("").parts))
+        module = module.removesuffix(".__init__")
+        banned = next(
+            (b for floor, b in FLOORS.items() if f"{module}.".startswith(f"{floor}.")), ()
+        )
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [
+                (module, n) for n in names if f"{n}.".startswith(tuple(f"{b}." for b in banned))
+            ]
+    assert found == []

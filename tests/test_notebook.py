@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import html
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -145,18 +147,47 @@ def test_a_cell_that_imports_its_framework_is_recorded_and_run(tmp_path, monkeyp
 
 def test_runs_and_comparisons_show_their_reports_as_values(make_trace):
     # What a notebook shows for `analysis` or `tpumem.compare(...)` alone in a cell:
-    # no kernel needed, IPython asks the object.
+    # IPython's display formatter, as tpumem registered it (notebook_display.py).
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tpumem.notebook_display import register
+
+    shell = InteractiveShell.instance()
+    register(shell)
+
+    def shown(value: object) -> dict:
+        data, _ = shell.display_formatter.format(value)
+        return data
+
     first = make_trace(buffer_rows(), {"framework": "jax"}, name="a.tpumem")
     second = make_trace(buffer_rows(), {"framework": "tensorflow"}, name="b.tpumem")
     analysis = analyze(load(first))
-    bundle = analysis._repr_mimebundle_()
+    bundle = shown(analysis)
     (run,) = embedded(_frame({"data": bundle}))["runs"]
     assert run["devices"][0]["peak"]["bytes"] == analysis.devices[0].peak.bytes
     assert bundle["text/plain"].startswith("tpumem report")
-    assert analysis._repr_html_() == bundle["text/html"]
     comparison = tpumem.compare(first, analysis, str(second))
-    shown = embedded(_frame({"data": comparison._repr_mimebundle_()}))
-    assert len(shown["comparison"]["names"]) == 3
-    assert comparison._repr_mimebundle_()["text/plain"].startswith("tpumem compare")
+    shown_comparison = shown(comparison)
+    assert len(embedded(_frame({"data": shown_comparison}))["comparison"]["names"]) == 3
+    assert shown_comparison["text/plain"].startswith("tpumem compare")
     with pytest.raises(TpumemError, match="two runs or more"):
         tpumem.compare(first)
+
+
+def test_tpumem_imported_inside_ipython_shows_its_values(make_trace):
+    """Importing tpumem in IPython (a notebook's kernel) is enough: its analyses
+    show their reports, with no extension loaded."""
+    trace = make_trace(buffer_rows(), {"framework": "jax"})
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "import tpumem\n"
+        "from tpumem.analysis import analyze\n"
+        f"data, _ = shell.display_formatter.format(analyze(tpumem.load({str(trace)!r})))\n"
+        "print(data['text/plain'].splitlines()[0])\n"
+        "print('text/html' in data)\n"
+    )
+    command = [sys.executable, "-c", code]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-2:] == [f"tpumem report · {trace}", "True"]

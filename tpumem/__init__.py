@@ -49,4 +49,9 @@ def load_ipython_extension(ipython: object) -> None:
     _load(ipython)
 
 
+# Inside IPython, tpumem's values show their reports (tpumem/notebook_display.py).
+from tpumem.notebook_display import register_if_in_ipython  # noqa: E402
+
+register_if_in_ipython()
+
 __all__ = ["__version__", "compare", "load", "load_ipython_extension", "track"]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpumem.errors import TpumemError
 from tpumem.report import HTML_SERIES_POINTS
+from tpumem.trace.metadata import TRACKED
 
 if TYPE_CHECKING:
     from tpumem.adapters.base import Adapter
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from tpumem.analysis.summary import RunAnalysis
     from tpumem.trace.writer import TraceWriter
 
-SOURCE = "tpumem.track"
+SOURCE = TRACKED
 DEFAULT_OUTPUT = Path("track.tpumem")
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -260,7 +261,9 @@ class Tracker:
             if self.recorded_nothing:
                 state = "recorded nothing: no framework was imported"
             return {"text/plain": f"<tpumem.track {self.output or DEFAULT_OUTPUT}: {state}>"}
-        return self.analysis()._repr_mimebundle_()
+        from tpumem.report.inline import run_bundle
+
+        return run_bundle(self.analysis())
 
     def _repr_html_(self) -> str | None:
         return self._repr_mimebundle_().get("text/html")

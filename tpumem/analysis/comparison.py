@@ -47,16 +47,6 @@ class Comparison:
     top_ops: tuple[tuple[tuple[str, int], ...], ...]  # per run: (op, bytes at peak)
     alignment: str  # "step" when every run has step marks, else "normalized time"
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
-        """In a notebook: the HTML comparison, and the text one for consoles."""
-        from tpumem.report.inline import comparison_bundle
-
-        return comparison_bundle(self)
-
-    def _repr_html_(self) -> str:
-        """For displays that ask for HTML alone."""
-        return self._repr_mimebundle_()["text/html"]
-
 
 def busiest(run: RunAnalysis) -> DeviceAnalysis | None:
     return max(run.devices, key=lambda d: d.peak.bytes, default=None)

@@ -84,16 +84,6 @@ class RunAnalysis:
     capacity: tuple[CapacityCheck, ...] = ()  # per device, where a capacity was asked about
     tpu: tuple[TpuTarget, ...] = ()  # the programs compiled for TPU topologies (--tpu)
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
-        """In a notebook: the HTML report, and the text one for consoles."""
-        from tpumem.report.inline import run_bundle
-
-        return run_bundle(self)
-
-    def _repr_html_(self) -> str:
-        """For displays that ask for HTML alone."""
-        return self._repr_mimebundle_()["text/html"]
-
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     """The BFC model runs where the allocator reported nothing of its own."""

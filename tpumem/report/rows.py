@@ -14,6 +14,7 @@ from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import (
     IMPORTED,
+    TRACKED,
     CaptureSummary,
     ExitStatus,
     JaxBook,
@@ -22,7 +23,6 @@ from tpumem.trace.metadata import (
 )
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.trace.stack_rows import Frame
-from tpumem.tracking import SOURCE as TRACK_SOURCE
 from tpumem.units import format_bytes, format_seconds
 
 TOP_GROUPS = 10
@@ -214,7 +214,7 @@ def ending_text(
     if exit_info is None:
         return "not recorded" if source != IMPORTED else "(imported profile)"
     code = "?" if exit_info.code is None else exit_info.code
-    if source == TRACK_SOURCE:  # a block of a process that went on
+    if source == TRACKED:  # a block of a process that went on
         if exit_info.exception:
             return f"the tracked block raised {one_line(exit_info.exception)}"
         return "the tracked block ended"

@@ -99,6 +99,8 @@ class CaptureSummary:
 
 # The source of a trace `tpumem import` wrote: its clock is the profiler's own.
 IMPORTED = "import"
+# The source of a trace `tpumem.track` wrote: a block of a process that went on.
+TRACKED = "tpumem.track"
 
 
 @dataclass(frozen=True, slots=True)
