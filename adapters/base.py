@@ -166,6 +166,10 @@ class Sampler:
         self._interval_s, self._tick = interval_s, tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # The first error a tick raised. The thread goes on (a sampler that died
+        # would stop the samples and the watch for Keras, and print a traceback
+        # into the script's stderr); the adapter names it in the trace's warnings.
+        self.failure: str | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -179,7 +183,18 @@ class Sampler:
         announce_thread()  # what the framework logs on this thread is tpumem's doing
         wait = self._interval_s
         while not self._stop.wait(wait):
-            wait = max(self._interval_s, self._tick() or 0.0)
+            try:
+                wait = max(self._interval_s, self._tick() or 0.0)
+            except Exception as error:  # any error of a tick: reported once, not fatal
+                if self.failure is None:
+                    self.failure = f"{type(error).__name__}: {error}"
+                wait = self._interval_s
+
+    def warnings(self) -> list[str]:
+        """What the trace should say of this sampler's ticks."""
+        if self.failure is None:
+            return []
+        return [f"tpumem's sampler failed at least once ({self.failure}); it went on"]
 
 
 class Every:

@@ -254,6 +254,7 @@ class JaxAdapter(Adapter):
     def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
+            self._warnings.extend(self._sampler.warnings())
         self._sample_once()
         if self._chunks is not None:
             self._chunks.stop()

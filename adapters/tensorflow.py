@@ -264,6 +264,7 @@ class TensorFlowAdapter(Adapter):
     def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
+            self._warnings.extend(self._sampler.warnings())
         if self._devices_ready():
             self._sample_once()
         if self._chunks is not None:
@@ -284,10 +285,10 @@ class TensorFlowAdapter(Adapter):
             return None
 
     def _tick(self) -> float | None:
+        self._keras.watch()  # first: a sample that fails or stalls must not keep it back
         recording = self._chunks is not None and self._chunks.recording
         if self._devices_ready():
             self._sample_once(between_sessions=not recording)
-        self._keras.watch()
         if self._dump is not None:
             self._dump.tick(self.writer)
         if recording and self._devices_found and not self._unevented:

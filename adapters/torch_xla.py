@@ -170,6 +170,7 @@ class TorchXlaAdapter(Adapter):
     def stop(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
+            self._warnings.extend(self._sampler.warnings())
         self._unhook()
         self._wait_for_runs()
         self.book.finish(self._now())

@@ -571,3 +571,27 @@ def test_a_samplers_tick_can_put_off_the_next_one():
         sampler.stop()
     assert len(times["later"]) >= 2 and min(np.diff(times["later"])) >= 0.19
     assert len(times["every"]) > 2 * len(times["later"])
+
+
+def test_a_tick_that_fails_does_not_stop_the_sampler():
+    """A sampler whose tick raised went on ticking (before, its thread died: no
+    more samples, no watch for Keras' steps, a traceback in the script's stderr),
+    and says so once."""
+    ticks: list[int] = []
+
+    def tick() -> None:
+        ticks.append(len(ticks))
+        if len(ticks) in (2, 3):
+            raise RuntimeError("a framework call failed under load")
+
+    sampler = Sampler("failing", 0.005, tick)
+    sampler.start()
+    deadline = time.monotonic() + 30
+    while len(ticks) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+    assert len(ticks) >= 6
+    assert sampler.warnings() == [
+        "tpumem's sampler failed at least once (RuntimeError: a framework call failed "
+        "under load); it went on"
+    ]
