@@ -53,14 +53,19 @@ def _same(a: Path, b: Path) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def is_trace(path: Path) -> bool:
-    """Whether a file holds a tpumem trace (by its first bytes)."""
+def _head(path: Path) -> bytes | None:
+    """A file's first bytes, by which tpumem knows what it wrote; None where unreadable."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(4096)
+            return handle.read(4096)
     except OSError:
-        return False
-    return head.startswith(_TRACE_MAGIC) and FORMAT_NAME.encode() in head
+        return None
+
+
+def is_trace(path: Path) -> bool:
+    """Whether a file holds a tpumem trace (by its first bytes)."""
+    head = _head(path)
+    return head is not None and head.startswith(_TRACE_MAGIC) and FORMAT_NAME.encode() in head
 
 
 # The first bytes of every report and page tpumem writes (tests/test_outputs.py
@@ -74,12 +79,8 @@ _REPORT_HEADS = (
 
 def is_report(path: Path) -> bool:
     """Whether a file is empty or holds a report or page tpumem wrote."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
-    except OSError:
-        return False
-    return not head or any(pattern.match(head) for pattern in _REPORT_HEADS)
+    head = _head(path)
+    return head is not None and (not head or any(p.match(head) for p in _REPORT_HEADS))
 
 
 def check_target(path: Path, inputs: Iterable[Path | str] = ()) -> bool:
