@@ -23,40 +23,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpumem.adapters.base import end_recording
 from tpumem.adapters.import_watch import ImportWatch
+from tpumem.adapters.launch_protocol import FollowConfig
 from tpumem.errors import TpumemError
 from tpumem.trace.metadata import ExitStatus
 
-FOLLOW_VARIABLE = "TPUMEM_FOLLOW"
-BOOT_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "follow_boot")
 SOURCE = "tpumem profile --follow"
-# What an adapter sets in its own process's environment (its XLA dump, PyTorch/XLA's
-# debug file), which a child must not inherit: each records its own.
-OWN_VARIABLES = ("XLA_FLAGS", "PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE")
-
-
-@dataclass(frozen=True, slots=True)
-class FollowConfig:
-    pattern: str  # the run's directory / "{host}-{rank}.tpumem"
-    capture: dict[str, Any]  # CaptureOptions' fields
-    force: bool = False
-    environment: dict[str, str | None] = field(default_factory=dict)  # OWN_VARIABLES at start
-    dump_root: str | None = None  # each process's XLA dump goes in a directory of its own here
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_environment(cls) -> FollowConfig:
-        return cls(**json.loads(os.environ[FOLLOW_VARIABLE]))
 
 
 _lock = threading.Lock()
@@ -128,7 +106,7 @@ def _begin(framework: str, started: bool = False, forked: bool = False) -> _Capt
 class _Capture:
     def __init__(self, framework: str, config: FollowConfig, forked: bool = False) -> None:
         from tpumem.adapters import CaptureOptions, get_adapter
-        from tpumem.adapters.runner import run_metadata
+        from tpumem.adapters.run_header import run_metadata
         from tpumem.adapters.trace_name import TraceName
         from tpumem.trace.writer import TraceWriter
 

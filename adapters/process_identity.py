@@ -14,9 +14,9 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 
+from tpumem.adapters.launch_protocol import RUN_ID_VARIABLE
 from tpumem.trace.metadata import ProcessInfo
 
-RUN_ID_VARIABLE = "TPUMEM_RUN_ID"
 RUN_ID_KEY = "tpumem/run_id"  # in a framework's coordination service
 
 # (rank variable, count variable) of launchers that number their processes, first match wins.

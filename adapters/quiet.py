@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import threading
 
+from tpumem.adapters.launch_protocol import QUIET_VARIABLE
 from tpumem.threads import leave_signals_to_the_script
 
-QUIET_VARIABLE = "TPUMEM_QUIET_THREADS"
 # A line that no program prints: NUL, the word, the thread id.
 ANNOUNCEMENT = b"\x00tpumem-thread "
 

@@ -11,48 +11,18 @@ before the script sees the environment.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import runpy
 import signal
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tpumem.adapters.import_watch import imported_frameworks
-
-CONFIG_VARIABLE = "TPUMEM_RUNNER_CONFIG"
-ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
-
-
-@dataclass(frozen=True, slots=True)
-class RunConfig:
-    output: str  # the trace's name; with placeholders ({host}, {rank}, {pid}) when `named_here`
-    framework: str  # as --framework named it; empty: the one the script imports
-    target: str  # a script's path, or a module's name when `module` is true
-    module: bool
-    args: list[str]
-    capture: dict[str, Any] = field(default_factory=dict)  # CaptureOptions' fields
-    environment: dict[str, str] = field(default_factory=dict)  # what tpumem set
-    output_fd: int | None = None  # the trace, created by `tpumem profile` and passed open
-    parent_pid: int | None = None  # `tpumem profile`, which this process must not outlive
-    status_fd: int | None = None  # where to tell `tpumem profile` how the run ended
-    named_here: bool = False  # this process creates the trace, its name filled in here
-    force: bool = False  # a trace named here replaces an existing file
-    follow: bool = False  # --follow: every process that imports a framework records itself
-    # Signals `tpumem profile` blocked to take them itself (launch/signals.py),
-    # which the script gets as it would without tpumem.
-    unblock_signals: list[int] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> RunConfig:
-        return cls(**json.loads(text))
+from tpumem.adapters.launch_protocol import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig, tell
+from tpumem.adapters.run_header import run_metadata
 
 
 def _run_target(config: RunConfig) -> None:
@@ -91,37 +61,6 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def run_metadata(
-    framework: str,
-    source: str,
-    command: list[str],
-    capture: dict[str, Any],
-    environment: dict[str, str],
-) -> dict[str, Any]:
-    """The trace's header for a run recorded in this process."""
-    from tpumem import __version__
-    from tpumem.adapters.process_identity import from_environment, run_id_from_environment
-    from tpumem.trace.metadata import SETTINGS_VARIABLES
-
-    return {
-        "framework": framework,
-        "source": source,
-        "command": tuple(command),
-        "cwd": os.getcwd(),
-        "host": platform.node(),
-        "pid": os.getpid(),
-        "process": from_environment(os.environ),
-        "run": run_id_from_environment(os.environ),
-        "python": platform.python_version(),
-        "tpumem_version": __version__,
-        # (Where XLA dumped programs is a temporary directory, gone after the run.)
-        "capture_options": {k: v for k, v in capture.items() if k != "xla_dump_dir"},
-        "set_by_tpumem": environment,
-        "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
-        "warnings": (),
-    }
-
-
 def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) -> dict[str, Any]:
     command = ["-m", config.target] if config.module else [config.target]
     return run_metadata(
@@ -131,49 +70,6 @@ def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) ->
         config.capture,
         environment,
     )
-
-
-_told_last: set[int] = set()  # status descriptors closed (a number the script may reuse)
-
-
-def _tell(config: RunConfig, news: dict[str, Any], last: bool = False) -> None:
-    """For `tpumem profile`, one JSON line on the status pipe: where the trace is
-    (as it is named), and at the end how the run ended."""
-    if config.status_fd is None or config.status_fd in _told_last:
-        return
-    try:
-        os.write(config.status_fd, json.dumps(news).encode() + b"\n")
-        if last:
-            _told_last.add(config.status_fd)
-            os.close(config.status_fd)
-    except OSError:
-        pass  # tpumem is gone: nobody to tell
-
-
-def read_ending(descriptor: int) -> dict[str, Any]:
-    """What the runner said on the status pipe, its lines merged (later ones win):
-    `framework`, the one whose import began (the trace opens then); `output`,
-    where the trace is; `exit` or `adapter_failed`, how it ended (neither: it was
-    killed). Read without waiting: a process the script forked may hold the pipe
-    open."""
-    os.set_blocking(descriptor, False)
-    data = b""
-    try:
-        while chunk := os.read(descriptor, 65536):
-            data += chunk
-    except BlockingIOError:
-        pass
-    finally:
-        os.close(descriptor)
-    said: dict[str, Any] = {}
-    for line in data.splitlines():
-        try:
-            news = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(news, dict):
-            said.update(news)
-    return said
 
 
 def _die_with_parent(parent_pid: int | None) -> None:
@@ -214,7 +110,7 @@ class _Recording:
         # Said first: a run killed before its trace's header is on disk (loading the
         # writer takes a moment) gets its header from `tpumem profile`, which must
         # know the script had begun to import its framework.
-        _tell(config, {"framework": framework})
+        tell(config.status_fd, {"framework": framework})
         from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.base import set_before_start
         from tpumem.adapters.call_stacks import end_walks_at
@@ -236,7 +132,7 @@ class _Recording:
                     config.output,
                     config.force,
                     metadata["process"],
-                    lambda path: _tell(config, {"output": path}),
+                    lambda path: tell(config.status_fd, {"output": path}),
                 )
                 target = self.name.descriptor
             self.writer = TraceWriter(target, metadata)
@@ -248,7 +144,7 @@ class _Recording:
         except TpumemError as failure:
             if self.writer is None:  # (a trace name taken, a framework not installed)
                 print(f"tpumem: error: {failure}", file=sys.stderr)
-                _tell(config, {"adapter_failed": True}, last=True)
+                tell(config.status_fd, {"adapter_failed": True}, last=True)
                 raise _AdapterFailed(ADAPTER_FAILED) from None
             self._failed(framework, failure)
         except Exception as failure:
@@ -280,7 +176,7 @@ class _Recording:
             self.writer.close()
             self.writer = None
         print(f"tpumem: error: {said}", file=sys.stderr)
-        _tell(self.config, {"adapter_failed": True}, last=True)
+        tell(self.config.status_fd, {"adapter_failed": True}, last=True)
         raise _AdapterFailed(ADAPTER_FAILED)
 
     def stop(self, exit_info: Any) -> None:
@@ -388,8 +284,8 @@ def main() -> None:
 
         unrecorded = recording.unrecorded() if recording is not None else None
         if unrecorded is not None:
-            _tell(config, {"unrecorded": unrecorded})
-        _tell(config, {"exit": encode(_exit_status(ending))}, last=True)
+            tell(config.status_fd, {"unrecorded": unrecorded})
+        tell(config.status_fd, {"exit": encode(_exit_status(ending))}, last=True)
         if recording is not None:
             recording.say_failure()
     if error is not None:

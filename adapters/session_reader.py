@@ -38,7 +38,7 @@ try:
 except ImportError:  # (Windows)
     fcntl = None  # type: ignore[assignment]
 
-from tpumem.adapters.follow import FOLLOW_VARIABLE
+from tpumem.adapters.launch_protocol import FOLLOW_VARIABLE
 from tpumem.adapters.xspace_chunks import Chunk, ChunkConverter
 from tpumem.xplane.wire import WireError
 

@@ -38,7 +38,7 @@ from typing import Any
 from tpumem.adapters.base import Adapter, CaptureOptions, Every, Patches, Sampler, register
 from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
-from tpumem.adapters.follow import FOLLOW_VARIABLE
+from tpumem.adapters.launch_protocol import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.torch_optimizer_steps import OptimizerSteps

@@ -116,16 +116,25 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
 
 
 # What each floor may not import: data goes one way, adapter -> trace -> analysis
-# -> report/export -> commands and the CLI (and tpumem.track, the notebook).
+# -> reading (the traces a command reads, many at once) -> report/export ->
+# commands and the CLI (and tpumem.track, the notebook). The launcher starts the
+# profiled process and talks to it through adapters/launch_protocol.py alone.
 UPPER = ("tpumem.commands", "tpumem.cli", "tpumem.tracking", "tpumem.notebook", "tpumem.launch")
+ABOVE_ANALYSIS = ("tpumem.reading", "tpumem.report", "tpumem.export", *UPPER)
 FLOORS = {
-    "tpumem.trace": ("tpumem.analysis", "tpumem.report", "tpumem.export", *UPPER),
-    "tpumem.xplane": ("tpumem.analysis", "tpumem.report", "tpumem.export", *UPPER),
-    "tpumem.adapters": ("tpumem.analysis", "tpumem.report", "tpumem.export", "tpumem.commands"),
-    "tpumem.analysis": ("tpumem.report", "tpumem.export", "tpumem.check", *UPPER),
-    "tpumem.report": UPPER,
-    "tpumem.export": UPPER,
+    "tpumem.trace": ("tpumem.analysis", *ABOVE_ANALYSIS),
+    "tpumem.xplane": ("tpumem.analysis", *ABOVE_ANALYSIS),
+    "tpumem.adapters": ("tpumem.analysis", *ABOVE_ANALYSIS),
+    # (the analysis reads no file and starts no process: what it is given, it reads)
+    "tpumem.analysis": (*ABOVE_ANALYSIS, "tpumem.trace.reader", "concurrent", "multiprocessing"),
+    "tpumem.reading": ("tpumem.report", "tpumem.export", *UPPER),
+    "tpumem.report": ("tpumem.reading", *UPPER),
+    "tpumem.export": ("tpumem.reading", *UPPER),
+    "tpumem.launch": ("tpumem.analysis", *ABOVE_ANALYSIS[:-1]),
 }
+# The commands: each is one module, which imports no other (what two of them
+# share lives in a module of its own beside them).
+COMMANDS = ("check", "compare", "diff", "export", "import_", "install_libtpu", "profile", "report")
 
 
 def test_the_floors_import_downwards_only():
@@ -154,3 +163,18 @@ def test_the_floors_import_downwards_only():
                 (module, n) for n in names if f"{n}.".startswith(tuple(f"{b}." for b in banned))
             ]
     assert found == []
+
+
+def test_no_command_imports_another():
+    found = []
+    for name in COMMANDS:
+        path = PACKAGE / "commands" / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found += [
+                    (name, node.module)
+                    for other in COMMANDS
+                    if node.module == f"tpumem.commands.{other}" and other != name
+                ]
+    assert found == []
+    assert {p.stem for p in (PACKAGE / "commands").glob("*.py")} >= set(COMMANDS)

@@ -19,9 +19,9 @@ from tpumem.adapters.process_identity import (
     from_tf_config,
     run_id_from_environment,
 )
-from tpumem.analysis.processes import analyze_processes
 from tpumem.errors import TpumemError
 from tpumem.outputs import fill_placeholders, placeholders, rename_trace
+from tpumem.reading.many_traces import analyze_processes
 from tpumem.trace.metadata import ProcessInfo
 
 KiB = 1024

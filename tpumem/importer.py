@@ -12,6 +12,8 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from tpumem.errors import TpumemError
+from tpumem.outputs import create_trace
+from tpumem.progress import progress
 from tpumem.trace.hlo_rows import MAX_PROTO_BYTES, hlo_row_text
 from tpumem.trace.metadata import IMPORTED
 from tpumem.trace.schema import ALLOCATOR, HLO
@@ -189,3 +191,19 @@ def import_profile(
             "the file holds the events written before"
         )
     return output, len(events), len(programs)
+
+
+def import_into(path: Path, directory: Path) -> list[Path]:
+    """Every host's trace of the profile at `path`, written in `directory`."""
+    run_name, hosts = find_profiles(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for host in hosts:
+        target = directory / f"{host.host}.tpumem"
+
+        def create(target: Path = target) -> tuple[Path, int]:
+            return target, create_trace(target, (), force=True)
+
+        with progress(f"reading {host.path}"):
+            written.append(import_profile(host, run_name, create)[0])
+    return written

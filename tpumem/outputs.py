@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import string
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -208,6 +209,15 @@ def default_trace(path: Path, inputs: Iterable[Path | str]) -> tuple[Path, int]:
             if not candidate.exists():
                 raise
             # Another run took that name between the look and the creation: the next.
+
+
+def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
+    """A report to stdout, or to `output` (whole or not at all; tpumem/outputs.py)."""
+    if output is None:
+        sys.stdout.write(text)
+        return
+    write_report(output, text, inputs, force)
+    print(f"tpumem: wrote {output}", file=sys.stderr)
 
 
 def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: bool) -> None:

@@ -3,7 +3,7 @@
 - `@pytest.mark.limit_device_memory("64 MiB")`: the test fails when its device
   peak goes over, with the buffers live at the peak in the message.
 - `@pytest.mark.limit_device_fragmentation(0.3)`: likewise for fragmentation at
-  the peak. The limits are `tpumem check`'s (tpumem/check.py), on every device.
+  the peak. The limits are `tpumem check`'s (tpumem/commands/limits.py), on every device.
 - `--tpumem`: every test recorded; the largest peaks are listed at the end.
 - `--tpumem-dir DIR`: keeps each recorded test's trace there.
 
@@ -89,7 +89,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if memory is None and fragmentation is None and not config.getoption("tpumem"):
         return (yield)
     from tpumem.analysis.comparison import busiest
-    from tpumem.check import Limits, breaches
+    from tpumem.commands.limits import Limits, breaches
     from tpumem.errors import TpumemError
     from tpumem.tracking import Tracker
 

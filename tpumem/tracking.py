@@ -173,7 +173,7 @@ class Tracker:
         `importing`: called as the framework's module is about to run (the watch)."""
         from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.base import set_before_start
-        from tpumem.adapters.runner import run_metadata
+        from tpumem.adapters.run_header import run_metadata
         from tpumem.outputs import create_trace, default_trace
         from tpumem.trace.writer import TraceWriter
 

@@ -10,7 +10,7 @@ import importlib.util
 import os
 import sys
 
-VARIABLE = "TPUMEM_FOLLOW"  # follow.FOLLOW_VARIABLE
+VARIABLE = "TPUMEM_FOLLOW"  # launch_protocol.FOLLOW_VARIABLE
 FRAMEWORKS = ("jax", "tensorflow", "torch_xla")  # import_watch.FRAMEWORKS
 
 

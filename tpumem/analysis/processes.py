@@ -1,10 +1,10 @@
 """A distributed run as one: each process's figures, their spread, the busiest.
 
-Each trace is analysed on its own (in worker processes when there are many, one
-trace at a time in each: a run of 64 hosts is never held in memory at once) and
-reduced to a `ProcessSummary`, small and picklable; the spread across processes
-reads only those. The busiest process (the highest peak on one device, which is
-what runs out of memory) is then analysed in full for its breakdown.
+Each trace is analysed on its own and reduced to a `ProcessSummary`, small and
+picklable (tpumem/reading/many_traces.py does that, in worker processes when
+there are many); the spread across processes reads only those. The busiest
+process (the highest peak on one device, which is what runs out of memory) is
+analysed in full for its breakdown.
 
 The processes' lines share one axis: by step when every process marked its steps
 (the hosts' clocks then do not matter), else by each host's wall clock.
@@ -12,20 +12,15 @@ The processes' lines share one axis: by step when every process marked its steps
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis, analyze
-from tpumem.errors import TpumemError
+from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.trace.metadata import ExitStatus
 
 SERIES_POINTS = 200  # per process, for the page's lines
 STEP_AXIS, CLOCK_AXIS = "step", "wall clock"
-# Below this many bytes of traces in all, worker processes cost more than they save.
-_PARALLEL_FROM_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,37 +152,6 @@ def summarize(analysis: RunAnalysis) -> ProcessSummary:
     )
 
 
-# What a caller asks of each process's full analysis, where it is made (a worker):
-# a module-level function (or a partial of one), so that it can be sent there.
-PerProcess = Callable[[RunAnalysis], tuple[str, ...]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    points: int = SERIES_POINTS
-    capacity: int | None = None
-    per_process: PerProcess | None = None
-
-    def analyse(self, path: str, points: int | None = None) -> RunAnalysis:
-        from tpumem.trace.reader import load
-
-        return analyze(load(path), series_points=points or self.points, capacity=self.capacity)
-
-    def summarize(self, analysis: RunAnalysis) -> ProcessSummary:
-        summary = summarize(analysis)
-        if self.per_process is None:
-            return summary
-        return replace(summary, findings=self.per_process(analysis))
-
-    def __call__(self, path: str) -> ProcessSummary | str:
-        """In a worker: one trace in, its summary out (the trace and its analysis
-        stay there); why it could not be read, for a trace that cannot."""
-        try:
-            return self.summarize(self.analyse(path))
-        except TpumemError as error:
-            return str(error)
-
-
 def _spread(figure: str, values: list[float | None]) -> Spread | None:
     known = [(v, i) for i, v in enumerate(values) if v is not None]
     if not known:
@@ -198,7 +162,8 @@ def _spread(figure: str, values: list[float | None]) -> Spread | None:
     return Spread(figure, highest[0], highest[1], lowest[0], lowest[1], mean)
 
 
-def _order(summary: ProcessSummary) -> tuple:
+def process_order(summary: ProcessSummary) -> tuple:
+    """Processes in the order people count them: by rank, then host and pid."""
     return (summary.index is None, summary.index or 0, summary.host or "", summary.pid or 0)
 
 
@@ -210,46 +175,26 @@ def _ranks(processes: Sequence[ProcessSummary]) -> tuple[tuple[int, ...], tuple[
     return tuple(missing), tuple(repeated)
 
 
-def workers_for(paths: Sequence[Path]) -> int:
-    """How many worker processes analyse the traces: one per core, none for a small run."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    total = sum(p.stat().st_size for p in paths if p.exists())
-    if len(paths) < 2 or total < _PARALLEL_FROM_BYTES:
-        return 0
-    return max(1, min(cores or 1, len(paths)))
-
-
-def analyze_processes(
-    paths: Sequence[Path],
-    workers: int | None = None,
-    done: Callable[[int, int], None] | None = None,
-    busiest_points: int = SERIES_POINTS,
-    capacity: int | None = None,
-    per_process: PerProcess | None = None,
+def process_run(
+    processes: tuple[ProcessSummary, ...],
+    unreadable: tuple[tuple[str, str], ...],
+    busiest_analysis: RunAnalysis,
 ) -> ProcessRun:
-    """The run the traces make together. `workers`: worker processes (0: this one,
-    None: workers_for); `done(finished, total)` is told as each trace is summarised;
-    `busiest_points`: drawing points of the busiest process' full analysis;
-    `capacity`: asked of each process (analyze's); `per_process`: findings of
-    each process's analysis, kept in its summary."""
-    task = _Task(capacity=capacity, per_process=per_process)
-    processes, unreadable, kept = _read(paths, workers, done, task)
+    """The run the processes make together: `processes` in process_order, and the
+    full analysis of the busiest of them (`busiest`)."""
     spreads = [
         _spread("peak", [p.peak_bytes for p in processes]),
         _spread("pool", [p.pool_bytes for p in processes]),
         _spread("fragmentation at peak", [p.fragmentation_at_peak for p in processes]),
     ]
-    most = busiest(processes)
-    reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
-    analysis = kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
     lines = [p.line for p in processes if p.line is not None]
     stepped = bool(lines) and all(line.step_position for line in lines)
     missing, repeated = _ranks(processes)
     return ProcessRun(
         processes=processes,
         spreads=tuple(s for s in spreads if s is not None),
-        busiest_at=processes.index(most),
-        busiest=analysis,
+        busiest_at=processes.index(busiest(processes)),
+        busiest=busiest_analysis,
         axis=STEP_AXIS if stepped else CLOCK_AXIS,
         run_ids=tuple(sorted({p.run for p in processes if p.run})),
         missing_ranks=missing,
@@ -258,78 +203,10 @@ def analyze_processes(
     )
 
 
-def _summaries(
-    paths: Sequence[Path], workers: int, done: Callable[[int, int], None] | None, task: _Task
-) -> tuple[list[ProcessSummary | str], RunAnalysis | None]:
-    """Each trace's summary (or why it could not be read), in the order given; in
-    this process (workers == 0), the busiest analysis seen is kept, so that it is
-    not analysed twice."""
-    names = [str(p) for p in paths]
-    tell = done or (lambda finished, total: None)
-    if workers == 0:
-        results: list[ProcessSummary | str] = []
-        kept: RunAnalysis | None = None
-        for number, name in enumerate(names, 1):
-            try:
-                analysis = task.analyse(name)
-            except TpumemError as error:
-                results.append(str(error))
-            else:
-                summary = task.summarize(analysis)
-                if kept is None or summary.peak_bytes > _peak(kept):
-                    kept = analysis
-                results.append(summary)
-            tell(number, len(names))
-        return results, kept
-    import multiprocessing
-
-    # forkserver: a worker starts from a clean process, not a copy of this one
-    # (whose spinner thread a fork would copy mid-stride).
-    context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        results = []
-        for number, summary in enumerate(pool.map(task, names), 1):
-            results.append(summary)
-            tell(number, len(names))
-    return results, None
-
-
 def busiest(processes: Sequence[ProcessSummary]) -> ProcessSummary:
     """The process with the highest peak on one device: the one that runs out first
     (of equal peaks, the first in order)."""
     return max(processes, key=lambda p: p.peak_bytes)
-
-
-def _read(
-    paths: Sequence[Path],
-    workers: int | None,
-    done: Callable[[int, int], None] | None,
-    task: _Task,
-) -> tuple[tuple[ProcessSummary, ...], tuple[tuple[str, str], ...], RunAnalysis | None]:
-    """The readable traces' summaries in the order of processes (rank, host, pid),
-    the unreadable ones with why, and the busiest analysis kept where one was; one
-    line for a run none of whose traces can be read."""
-    if not paths:
-        raise TpumemError("no traces in this run")
-    workers = workers_for(paths) if workers is None else workers
-    results, kept = _summaries(paths, workers, done, task)
-    found = tuple(sorted((r for r in results if isinstance(r, ProcessSummary)), key=_order))
-    unreadable = tuple(
-        (str(path), r) for path, r in zip(paths, results, strict=True) if isinstance(r, str)
-    )
-    if not found:
-        why = unreadable[0][1]
-        raise TpumemError(
-            why
-            if len(unreadable) == 1
-            else f"none of the {len(paths)} traces could be read ({why})"
-        )
-    return found, unreadable, kept
-
-
-def summaries_of(paths: Sequence[Path]) -> tuple[ProcessSummary, ...]:
-    """Each readable trace's summary, in the order of processes (rank, host, pid)."""
-    return _read(paths, None, None, _Task())[0]
 
 
 # A process of one run and its counterpart in another (None where there is none).
@@ -369,6 +246,7 @@ def busiest_pair(pairs: list[Pair]) -> Pair:
     )
 
 
-def _peak(analysis: RunAnalysis) -> int:
+def busiest_peak(analysis: RunAnalysis) -> int:
+    """The analysis's highest peak on one device (what `busiest` compares)."""
     device = _busiest(analysis)
     return device.peak.bytes if device is not None else 0

@@ -6,8 +6,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tpumem.commands.common import opened_traces, parse_capacity, parse_size, progress
+from tpumem.commands.options import parse_capacity, parse_size
 from tpumem.errors import TpumemError
+from tpumem.progress import progress
+from tpumem.reading.paths import opened_traces
 
 
 def run_check(
@@ -22,7 +24,7 @@ def run_check(
 ) -> int:
     """The exit status: 0 within the limits, 1 with a line per breach on stderr."""
     from tpumem.analysis import analyze
-    from tpumem.check import Limits, breaches
+    from tpumem.commands.limits import Limits, breaches
     from tpumem.trace.reader import load
 
     if max_increase is not None and baseline is None:
@@ -69,8 +71,8 @@ def _run_breaches(traces: list[Path], where: str, limits, imbalance) -> list[str
     """Every process against the limits, and the spread of their peaks."""
     from functools import partial
 
-    from tpumem.analysis.processes import analyze_processes
-    from tpumem.check import breaches, imbalance_breaches
+    from tpumem.commands.limits import breaches, imbalance_breaches
+    from tpumem.reading.many_traces import analyze_processes
 
     per_process = partial(breaches, limits=limits) if limits.any() else None
     with progress(f"analysing {len(traces):,} traces of {where}"):
@@ -84,7 +86,7 @@ def _run_breaches(traces: list[Path], where: str, limits, imbalance) -> list[str
 
 def _share_or_size(option: str, text: str | None):
     """A share ("5%") or a size ("64MiB"); 0 when not given."""
-    from tpumem.check import Increase
+    from tpumem.commands.limits import Increase
 
     if text is None:
         return Increase(share=0.0)

@@ -10,15 +10,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.commands.common import (
-    compile_for_tpus,
-    emit,
-    parse_capacity,
-    parse_topologies,
-    progress,
-)
+from tpumem.commands.options import parse_capacity, parse_topologies
+from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
-from tpumem.outputs import free_name
+from tpumem.outputs import emit, free_name
+from tpumem.progress import progress
 
 FORMATS = ("text", "json")
 
@@ -105,8 +101,9 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
 
 def _busiest_trace(directory: Path) -> Path:
     """A distributed run stands for its busiest process: the one that runs out first."""
-    from tpumem.analysis.processes import busiest, summaries_of
-    from tpumem.commands.common import traces_of
+    from tpumem.analysis.processes import busiest
+    from tpumem.reading.many_traces import summaries_of
+    from tpumem.reading.paths import traces_of
 
     traces, _, _ = traces_of([directory])
     with progress(f"analysing {len(traces):,} traces of {directory}"):
@@ -147,7 +144,7 @@ def profile_scripts(sources: list[RunSource]) -> None:
         )
         outcome = run_profiled(request)
         if outcome.unrecorded is not None:
-            from tpumem.commands.profile import unrecorded_line
+            from tpumem.commands.unrecorded import unrecorded_line
 
             raise TpumemError(f"{source.argument}: {unrecorded_line(source.command[0], outcome)}")
         if outcome.returncode != 0:

@@ -6,8 +6,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tpumem.commands.common import emit, parse_size, progress, traces_of
+from tpumem.commands.options import parse_size
 from tpumem.errors import TpumemError
+from tpumem.outputs import emit
+from tpumem.progress import progress
+from tpumem.reading.paths import traces_of
 
 RENDERERS = {
     "text": "render_diff_text",
@@ -61,7 +64,8 @@ def run_diff(
 def _busiest_pair(before: Path, after: Path) -> tuple[Path, Path, tuple]:
     """Two distributed runs: each process's peak, side by side, and the traces of
     the pair AFTER's busiest process makes, for the diff in full."""
-    from tpumem.analysis.processes import busiest_pair, pair_processes, peak_pairs, summaries_of
+    from tpumem.analysis.processes import busiest_pair, pair_processes, peak_pairs
+    from tpumem.reading.many_traces import summaries_of
 
     if not (before.is_dir() and after.is_dir()):
         raise TpumemError("diff two runs' directories, or two traces: not one of each")

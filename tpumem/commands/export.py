@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tpumem.commands.common import progress, traces_of
 from tpumem.errors import TpumemError
+from tpumem.progress import progress
+from tpumem.reading.paths import traces_of
 
 
 def run_export(paths: list[Path], logdir: Path, run: str | None, force: bool) -> None:
     """A run's directory exports as one run, named after it (unless --run)."""
-    from tpumem.export.tensorboard import export_tensorboard, safe_name
+    from tpumem.export.tensorboard import export_tensorboard, exported_lines, safe_name
 
     directories = [p for p in paths if p.is_dir()]
     if directories and len(paths) > 1:
@@ -20,11 +21,5 @@ def run_export(paths: list[Path], logdir: Path, run: str | None, force: bool) ->
     if directories and run is None:
         run = safe_name(directories[0].resolve().name)
     with progress(f"exporting to {logdir}"):
-        said(export_tensorboard(traces, logdir, run, force))
-
-
-def said(exported: list) -> None:
-    """A line per run exported, with its files."""
-    for item in exported:
-        files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
-        print(f"tpumem: run {item.run}: {files}", file=sys.stderr)
+        exported = export_tensorboard(traces, logdir, run, force)
+    print(exported_lines(exported), file=sys.stderr)

@@ -4,32 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpumem.commands.common import progress
 from tpumem.errors import TpumemError
 from tpumem.importer import find_profiles, import_profile
 from tpumem.outputs import check_target, create_trace, default_trace
+from tpumem.progress import progress
 
 
 def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
     """The run's name for a logdir, the file's for a file; the host's when several."""
     stem = run if source.is_dir() else host
     return Path(f"{stem}.{host}.tpumem" if hosts > 1 else f"{stem}.tpumem")
-
-
-def import_into(path: Path, directory: Path) -> list[Path]:
-    """Every host's trace of the profile at `path`, written in `directory`."""
-    run_name, hosts = find_profiles(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for host in hosts:
-        target = directory / f"{host.host}.tpumem"
-
-        def create(target: Path = target) -> tuple[Path, int]:
-            return target, create_trace(target, (), force=True)
-
-        with progress(f"reading {host.path}"):
-            written.append(import_profile(host, run_name, create)[0])
-    return written
 
 
 def run_import(path: Path, output: Path | None, run: str | None, force: bool) -> None:

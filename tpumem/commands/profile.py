@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpumem.commands.common import compile_for_tpus, parse_topologies
+from tpumem.commands.options import parse_topologies
+from tpumem.commands.tpu_compiles import compile_for_tpus
+from tpumem.commands.unrecorded import unrecorded_line
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
-    from tpumem.launch.launcher import ProfileOutcome
     from tpumem.report import Reporter
 
 
@@ -95,33 +96,6 @@ def run_profile(
     return outcome.returncode
 
 
-def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
-    """Why a run recorded nothing, in one line: the script ended before it imported
-    a framework (a syntax error, a crash), or imported none that tpumem records."""
-    said = outcome.unrecorded or {}
-    frameworks = "jax, tensorflow, torch_xla"
-    if outcome.returncode and not said.get("imported"):
-        how = said.get("how") or f"ended with status {outcome.returncode}"
-        return f"{target} {how} before it imported a framework: nothing was recorded"
-    if said.get("wanted"):
-        nothing = f"{target} never imported {said['wanted']} (--framework): nothing was recorded"
-    elif said.get("keras_backend") and said.get("imported"):
-        nothing = (
-            f"{target} imported {' and '.join(said['imported'])}, but Keras's backend is "
-            f"{said['keras_backend']}, which it never imported: nothing was recorded "
-            "(--framework tensorflow records TensorFlow)"
-        )
-    else:
-        nothing = (
-            f"{target} imported none of the frameworks tpumem profiles ({frameworks}): "
-            "nothing was recorded"
-        )
-    if outcome.returncode:
-        how = said.get("how") or f"ended with status {outcome.returncode}"
-        return f"{nothing}; it {how} first"
-    return nothing
-
-
 def _check_follow_options(
     framework: str | None, tensorboard: Path | None, tpu: list[str] | None
 ) -> None:
@@ -137,7 +111,7 @@ def _check_follow_options(
 
 def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> None:
     """The run's report, from every process's trace in its directory."""
-    from tpumem.commands.report import render_processes
+    from tpumem.commands.rendering import render_processes
 
     traces = sorted(directory.glob("*.tpumem"))
     if not traces:
@@ -174,10 +148,10 @@ def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path 
         sys.stderr.write(reporter.render(analysis, width=width, color=color))
         print(f"tpumem: trace written to {trace}", file=sys.stderr)
     if logdir is not None:
-        from tpumem.commands.export import said
-        from tpumem.export.tensorboard import export_loaded
+        from tpumem.export.tensorboard import export_loaded, exported_lines
 
         try:
-            said(export_loaded([(trace, loaded, figures)], logdir))
+            exported = export_loaded([(trace, loaded, figures)], logdir)
+            print(exported_lines(exported), file=sys.stderr)
         except TpumemError as error:
             print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)

@@ -46,6 +46,14 @@ class ExportedRun:
     programs: tuple[str, ...] = ()  # modules XProf's memory_viewer lists
 
 
+def exported_lines(exported: list[ExportedRun]) -> str:
+    """A line per run exported, with its files."""
+    return "\n".join(
+        f"tpumem: run {item.run}: {', '.join(str(p) for p in (*item.xplanes, *item.scalars))}"
+        for item in exported
+    )
+
+
 def _file_safe(text: str) -> str:
     """A program's name (`jit_step(6)`, XProf's) as a file name: as it is, less
     what a path cannot hold."""

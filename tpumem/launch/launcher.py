@@ -21,9 +21,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
-from tpumem.adapters.process_identity import RUN_ID_VARIABLE
-from tpumem.adapters.quiet import QUIET_VARIABLE
-from tpumem.adapters.runner import CONFIG_VARIABLE, RunConfig, read_ending
+from tpumem.adapters.launch_protocol import (
+    BOOT_DIRECTORY,
+    CONFIG_VARIABLE,
+    FOLLOW_VARIABLE,
+    OWN_VARIABLES,
+    QUIET_VARIABLE,
+    RUN_ID_VARIABLE,
+    FollowConfig,
+    RunConfig,
+    read_ending,
+)
 from tpumem.adapters.xla_dump import dump_directory
 from tpumem.errors import TpumemError
 from tpumem.launch.endings import (
@@ -166,7 +174,6 @@ def _follow_environment(
 ) -> dict[str, str]:
     """What every process of the run starts with: the boot hook first on PYTHONPATH,
     the settings, the run's id, and what each framework's adapter sets before it loads."""
-    from tpumem.adapters.follow import BOOT_DIRECTORY, FOLLOW_VARIABLE, OWN_VARIABLES, FollowConfig
 
     environment: dict[str, str] = {}
     for name in available_adapters():
@@ -438,7 +445,7 @@ def _write_header(
     """The header of a trace the profiled process never wrote: it was killed as
     the script's import of its framework began, before the trace's writer had
     loaded."""
-    from tpumem.adapters.runner import run_metadata
+    from tpumem.adapters.run_header import run_metadata
 
     command = ["-m", request.target] if request.module else [request.target]
     metadata = run_metadata(

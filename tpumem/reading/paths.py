@@ -1,26 +1,14 @@
-"""What several commands do: show progress, write a report where asked."""
+"""One way in: the paths a command is given, as the traces they hold. A trace
+file, several (a run's processes), a run's directory, or an XSpace profile (an
+`.xplane.pb` or a TensorBoard logdir), imported into traces on the way."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-
-
-@contextmanager
-def progress(message: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr while long work runs, only when a person is watching;
-    what it yields changes the spinner's words."""
-    if sys.stderr.isatty():
-        from rich.console import Console
-
-        with Console(stderr=True).status(message) as status:
-            yield lambda words: status.update(f"{message}: {words}")
-    else:
-        yield lambda words: None
 
 
 def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
@@ -88,7 +76,7 @@ def opened_traces(
         return
     # What reads a profile is imported before the other thread starts: the two
     # then import different modules, not each other's halves of an import cycle.
-    from tpumem.commands.import_ import import_into
+    from tpumem.importer import import_into
 
     importing = importing_meanwhile(meanwhile)
     with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
@@ -104,73 +92,3 @@ def opened_traces(
         traces, _, is_run = traces_of(given)
         where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
         yield traces, where, is_run, None if is_run else where
-
-
-def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
-    """A report to stdout, or to `output` (whole or not at all; tpumem/outputs.py)."""
-    if output is None:
-        sys.stdout.write(text)
-        return
-    from tpumem.outputs import write_report
-
-    write_report(output, text, inputs, force)
-    print(f"tpumem: wrote {output}", file=sys.stderr)
-
-
-def parse_size(option: str, text: str | None) -> int | None:
-    """An option's size in bytes (12GiB, 800MB, bytes); one clear line for
-    anything that is not one."""
-    if text is None:
-        return None
-    from tpumem.errors import TpumemError
-    from tpumem.units import parse_bytes
-
-    try:
-        return parse_bytes(text)
-    except ValueError as error:
-        raise TpumemError(f"{option}: {error}") from None
-
-
-def parse_capacity(text: str | None) -> int | None:
-    """--capacity's bytes: a size above 0."""
-    size = parse_size("--capacity", text)
-    if size is not None and size <= 0:
-        from tpumem.errors import TpumemError
-
-        raise TpumemError("--capacity: give a size above 0")
-    return size
-
-
-def parse_topologies(names: list[str] | None) -> list:
-    """--tpu's topologies, checked before any work starts."""
-    from tpumem.tpu.topology import parse_topology
-
-    return [parse_topology(name) for name in names or []]
-
-
-def compile_for_tpus(traces: list[Path], topologies: list, quiet: bool = False) -> None:
-    """`--tpu`: each trace's programs compiled for each topology, kept in the trace.
-    A trace whose programs cannot be compiled says so in one line and keeps its report."""
-    if not topologies:
-        return
-    from tpumem.errors import TpumemError
-    from tpumem.tpu.compile import compile_for_tpu, refuse_live
-    from tpumem.trace.reader import load
-
-    for trace in traces:
-        refuse_live(trace)  # a run still going: the command ends here, nothing added
-    for trace in traces:
-        for topology in topologies:
-            try:
-                outcome = compile_for_tpu(trace, load(trace), topology, quiet)
-            except TpumemError as error:
-                print(f"tpumem: no TPU compile: {error}", file=sys.stderr)
-                continue
-            if quiet or outcome.already:
-                continue
-            failed = f", {outcome.failed:,} failed" if outcome.failed else ""
-            print(
-                f"tpumem: compiled {outcome.programs:,} program(s) of {trace.name} for "
-                f"{topology.name} with XLA:TPU in {outcome.seconds:.1f} s{failed}",
-                file=sys.stderr,
-            )

@@ -1,0 +1,34 @@
+"""`--tpu`: a trace's programs compiled by XLA:TPU for a topology, before its report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def compile_for_tpus(traces: list[Path], topologies: list, quiet: bool = False) -> None:
+    """`--tpu`: each trace's programs compiled for each topology, kept in the trace.
+    A trace whose programs cannot be compiled says so in one line and keeps its report."""
+    if not topologies:
+        return
+    from tpumem.errors import TpumemError
+    from tpumem.tpu.compile import compile_for_tpu, refuse_live
+    from tpumem.trace.reader import load
+
+    for trace in traces:
+        refuse_live(trace)  # a run still going: the command ends here, nothing added
+    for trace in traces:
+        for topology in topologies:
+            try:
+                outcome = compile_for_tpu(trace, load(trace), topology, quiet)
+            except TpumemError as error:
+                print(f"tpumem: no TPU compile: {error}", file=sys.stderr)
+                continue
+            if quiet or outcome.already:
+                continue
+            failed = f", {outcome.failed:,} failed" if outcome.failed else ""
+            print(
+                f"tpumem: compiled {outcome.programs:,} program(s) of {trace.name} for "
+                f"{topology.name} with XLA:TPU in {outcome.seconds:.1f} s{failed}",
+                file=sys.stderr,
+            )
