@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import run_tpumem
 from sample_traces import buffer_rows, unseen_rows
 from tpumem.analysis import analyze
-from tpumem.report import REPORTERS, reporter_for
+from tpumem.errors import TpumemError
+from tpumem.report import REPORT, reporter, reporter_for
 from tpumem.report.rows import device_rows, group_rows, one_line, run_rows
 from tpumem.trace.reader import load
 
@@ -17,7 +20,7 @@ GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"
 
 def _text(make_trace) -> str:
     path = make_trace(buffer_rows(), metadata={"command": ["python", "train.py"]})
-    text = REPORTERS["text"].render(analyze(load(path)), width=100)
+    text = reporter(REPORT, "text").render(analyze(load(path)), width=100)
     return text.replace(str(path), "TRACE")
 
 
@@ -53,6 +56,27 @@ def test_output_extension_picks_the_format(make_trace, tmp_path):
     assert reporter_for(Path("x.HTM"), None).name == "html"
     assert reporter_for(Path("x.txt"), "md").name == "md"
     assert reporter_for(Path("x.log"), None).name == "text"
+
+
+def render_csv(analysis, *, width: int = 100, color: bool = False) -> str:
+    """A format added for the test below, as docs/layout.md says one is added."""
+    return "".join(f"{d.device},{d.peak.bytes}\n" for d in analysis.devices)
+
+
+def test_a_format_is_one_registry_line(make_trace, monkeypatch):
+    """What docs/layout.md says adding a report format takes: a renderer and its
+    line in the registry; the format is then chosen by name and by extension."""
+    import tpumem.report as report
+
+    monkeypatch.setitem(report.EXTENSIONS, "csv", (".csv",))
+    added = report.Reporter(report.REPORT, "csv", "test_reports:render_csv")
+    monkeypatch.setitem(report.REPORTERS, (report.REPORT, "csv"), added)
+    analysis = analyze(load(make_trace(buffer_rows())))
+    assert "csv" in report.formats(report.REPORT)
+    assert reporter_for(Path("x.CSV"), None) is added
+    assert reporter_for(None, "csv").render(analysis) == "CPU:0,400\n"
+    with pytest.raises(TpumemError, match="unknown diff format 'csv'"):
+        reporter_for(None, "csv", report.DIFF)
 
 
 def test_a_trace_cut_mid_stream_still_reports_and_says_so(tmp_path):
@@ -164,5 +188,5 @@ def test_bytes_allocated_unseen_have_a_row_in_the_live_table(make_trace):
         ("1000 B", "-", "allocated unseen"),
         ("256 B", "1", "MatMul"),
     ]
-    text = REPORTERS["text"].render(analysis, width=120)
+    text = reporter(REPORT, "text").render(analysis, width=120)
     assert "allocated unseen" in text.split("Live at peak, largest first")[1]

@@ -15,7 +15,12 @@ import typer
 from typer import core as typer_core
 
 from tpumem import __version__
+from tpumem.commands import options
+from tpumem.commands.options import Increase
+from tpumem.commands.requests import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH
 from tpumem.errors import TpumemError
+from tpumem.report import COMPARISON, REPORT, formats
+from tpumem.tpu.topology import Topology
 
 # typer writes each parameter's Python type into the help (<path>, <float range>,
 # <bool>); tpumem's help shows the metavar each option is given (FILE, SECONDS), as
@@ -32,6 +37,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """The formats a --format takes, from the reporters' registry: "text, json or md"."""
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _finite(value: float | None) -> float | None:
@@ -63,21 +73,32 @@ Width = Annotated[
     int,
     typer.Option(help="Width of the text report, in columns.", min=40, max=1000, metavar="N"),
 ]
-Capacity = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--capacity",
-        metavar="SIZE",
-        help="Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays its "
-        "allocations through the BFC allocator model: the first that would fail, or the "
-        "headroom left; and the smallest size that holds the run. Modeled.",
-    ),
-]
+
+
+def _capacity(help: str) -> object:
+    """--capacity, parsed once: report and compare ask whether the run fits, check
+    fails where it does not."""
+    return Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--capacity", metavar="SIZE", parser=options.capacity, help=help),
+    ]
+
+
+Capacity = _capacity(
+    "Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays its "
+    "allocations through the BFC allocator model: the first that would fail, or the "
+    "headroom left; and the smallest size that holds the run. Modeled."
+)
+CheckCapacity = _capacity(
+    "Fail if the BFC allocator model runs out of memory with this much (16GiB, 800MB, "
+    "bytes): the run would not fit it."
+)
 Tpu = Annotated[
-    Optional[list[str]],  # noqa: UP045
+    Optional[list[Topology]],  # noqa: UP045
     typer.Option(
         "--tpu",
         metavar="TOPOLOGY",
+        parser=options.topology,
         help="Compile the run's programs for this TPU (v5e:2x2, v6e:1x1, v4:2x2x1, v5p:2x2x1) "
         "with XLA:TPU, ahead of time, on this machine (needs libtpu: tpumem "
         "install-libtpu): what each program needs per chip, and the fit table from it. "
@@ -101,7 +122,7 @@ PageFormat = Annotated[
         "--format",
         "-f",
         metavar="FORMAT",
-        help="text, json, md or html (default: from -o's extension, else text).",
+        help=f"{_either(formats(REPORT))} (default: from -o's extension, else text).",
     ),
 ]
 
@@ -147,8 +168,9 @@ def import_command(
     PyTorch/XLA's profiler (one trace file per host). Without -o, the trace is named
     after the run (or file), numbered if that name is taken."""
     from tpumem.commands.import_ import run_import
+    from tpumem.commands.requests import ImportRequest
 
-    run_import(path, output, run, force)
+    run_import(ImportRequest(path, output, run, force))
 
 
 @app.command(short_help="Report peak use, preallocation and fragmentation.")
@@ -163,7 +185,7 @@ def report(
     ],
     fmt: PageFormat = None,
     output: Output = None,
-    width: Width = 100,
+    width: Width = DEFAULT_WIDTH,
     force: ReportForce = False,
     capacity: Capacity = None,
     program: Annotated[
@@ -180,8 +202,10 @@ def report(
     each compiled program. For a distributed run (a directory of traces, or several
     traces): each process's figures, their spread, and the busiest process in full."""
     from tpumem.commands.report import run_report
+    from tpumem.commands.requests import Page, ReportRequest
 
-    run_report(traces, fmt, output, width, force, capacity, program, tpu)
+    page = Page(fmt, output, width, force)
+    run_report(ReportRequest(tuple(traces), page, capacity, program, tuple(tpu or ())))
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -205,12 +229,18 @@ def compare(
         ),
     ] = None,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", metavar="FORMAT", help="text or json.")
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help=f"{_either(formats(COMPARISON, terminal=True))}.",
+        ),
     ] = "text",
     output_dir: Annotated[
         Path, typer.Option(metavar="DIR", help="Where the traces of profiled scripts go.")
     ] = Path("."),
-    width: Width = 100,
+    width: Width = DEFAULT_WIDTH,
     force: Annotated[
         bool,
         typer.Option("--force", help="Let --html replace a file that is not a page of tpumem's."),
@@ -224,8 +254,20 @@ def compare(
     marked. Scripts are profiled one after the other, each in its own process.
     """
     from tpumem.commands.compare import run_compare
+    from tpumem.commands.requests import CompareRequest
 
-    run_compare(runs, html, fmt, output_dir, width, force, capacity, tpu)
+    run_compare(
+        CompareRequest(
+            runs=tuple(runs),
+            fmt=fmt,
+            html=html,
+            output_dir=output_dir,
+            width=width,
+            force=force,
+            capacity=capacity,
+            tpu=tuple(tpu or ()),
+        )
+    )
 
 
 @app.command(short_help="What changed between two runs of one program.")
@@ -235,13 +277,15 @@ def diff(
     fmt: PageFormat = None,
     output: Output = None,
     noise: Annotated[
-        str,
+        int,
         typer.Option(
             metavar="SIZE",
+            parser=options.size,
+            show_default="64KiB",
             help="Changes of live bytes at the peak up to this are noise, not listed.",
         ),
-    ] = "64KiB",
-    width: Width = 100,
+    ] = DEFAULT_NOISE_BYTES,
+    width: Width = DEFAULT_WIDTH,
     force: ReportForce = False,
 ) -> None:
     """Two runs of one program (two versions, two settings): the change of each
@@ -250,8 +294,9 @@ def diff(
     that moved are still the same line.
     """
     from tpumem.commands.diff import run_diff
+    from tpumem.commands.requests import DiffRequest, Page
 
-    run_diff(before, after, fmt, output, width, force, noise)
+    run_diff(DiffRequest(before, after, Page(fmt, output, width, force), noise))
 
 
 @app.command(short_help="Check a run against limits, for CI.")
@@ -266,9 +311,11 @@ def check(
         ),
     ],
     max_peak: Annotated[
-        Optional[str],  # noqa: UP045
+        Optional[int],  # noqa: UP045
         typer.Option(
-            metavar="SIZE", help="Largest peak in use allowed on any device: 12GiB, 800MB, bytes."
+            metavar="SIZE",
+            parser=options.size,
+            help="Largest peak in use allowed on any device: 12GiB, 800MB, bytes.",
         ),
     ] = None,
     max_fragmentation: Annotated[
@@ -281,19 +328,12 @@ def check(
             max=1.0,
         ),
     ] = None,
-    capacity: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--capacity",
-            metavar="SIZE",
-            help="Fail if the BFC allocator model runs out of memory with this much "
-            "(16GiB, 800MB, bytes): the run would not fit it.",
-        ),
-    ] = None,
+    capacity: CheckCapacity = None,
     max_growth: Annotated[
-        Optional[str],  # noqa: UP045
+        Optional[int],  # noqa: UP045
         typer.Option(
             metavar="SIZE",
+            parser=options.size,
             help="Largest growth a step allowed in the bytes that stay from step to step, "
             "after warm-up (needs step marks).",
         ),
@@ -303,16 +343,18 @@ def check(
         typer.Option(metavar="OLD", help="A trace of an earlier run: fail if a peak rose over it."),
     ] = None,
     max_increase: Annotated[
-        Optional[str],  # noqa: UP045
+        Optional[Increase],  # noqa: UP045
         typer.Option(
             metavar="SHARE|SIZE",
+            parser=options.share_or_size,
             help="How much a peak may rise over --baseline's: 5%, 64MiB (default: 0).",
         ),
     ] = None,
     max_imbalance: Annotated[
-        Optional[str],  # noqa: UP045
+        Optional[Increase],  # noqa: UP045
         typer.Option(
             metavar="SHARE|SIZE",
+            parser=options.share_or_size,
             help="A run's processes: how far the lowest peak may fall below the highest, "
             "as a share of it (5%) or a size (64MiB).",
         ),
@@ -320,9 +362,19 @@ def check(
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
     from tpumem.commands.check import run_check
+    from tpumem.commands.requests import CheckRequest
 
-    limits = (max_peak, max_fragmentation, capacity, max_growth, baseline, max_increase)
-    raise typer.Exit(run_check(traces, *limits, max_imbalance))
+    request = CheckRequest(
+        paths=tuple(traces),
+        max_peak_bytes=max_peak,
+        max_fragmentation=max_fragmentation,
+        capacity=capacity,
+        max_growth_bytes=max_growth,
+        baseline=baseline,
+        max_increase=max_increase,
+        max_imbalance=max_imbalance,
+    )
+    raise typer.Exit(run_check(request))
 
 
 @app.command(
@@ -430,9 +482,14 @@ def profile(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report, no messages.")] = False,
     fmt: Annotated[
         str,
-        typer.Option("--format", "-f", metavar="FORMAT", help="Report format: text, json or md."),
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help=f"Report format: {_either(formats(REPORT, terminal=True))}.",
+        ),
     ] = "text",
-    width: Width = 100,
+    width: Width = DEFAULT_WIDTH,
     force: Force = False,
     tensorboard: Annotated[
         Optional[Path],  # noqa: UP045
@@ -448,18 +505,34 @@ def profile(
     input and output pass through, and tpumem exits with its exit status (128 + N
     when signal N killed it). The report goes to stderr.
     """
+    from tpumem.adapters import CaptureOptions
     from tpumem.commands.profile import run_profile
+    from tpumem.commands.requests import ProfileRequest
 
-    capture = {
-        "sample_interval_s": sample_interval,
-        "chunk_s": chunk,
-        "cpu_allocator_events": cpu_allocator_events,
-        "programs": programs,
-        "stacks": stacks,
-        "native_frames": native_frames,
-    }
-    options = (output, framework, capture, quiet, fmt, width, force, tensorboard, tpu, follow)
-    raise typer.Exit(run_profile(target, list(args or []), module, *options))
+    capture = CaptureOptions(
+        sample_interval_s=sample_interval,
+        chunk_s=chunk,
+        cpu_allocator_events=cpu_allocator_events,
+        programs=programs,
+        stacks=stacks,
+        native_frames=native_frames,
+    )
+    request = ProfileRequest(
+        target=target,
+        args=tuple(args or ()),
+        module=module,
+        output=output,
+        framework=framework,
+        capture=capture,
+        quiet=quiet,
+        fmt=fmt,
+        width=width,
+        force=force,
+        tensorboard=tensorboard,
+        tpu=tuple(tpu or ()),
+        follow=follow,
+    )
+    raise typer.Exit(run_profile(request))
 
 
 export_app = typer.Typer(
@@ -494,8 +567,9 @@ def export_tensorboard_command(
     scalars per device (bytes in use, pool, fragmentation). Then: tensorboard
     --logdir DIR. Needs neither TensorFlow nor TensorBoard to write."""
     from tpumem.commands.export import run_export
+    from tpumem.commands.requests import ExportRequest
 
-    run_export(traces, logdir, run, force)
+    run_export(ExportRequest(tuple(traces), logdir, run, force))
 
 
 @app.command("install-libtpu", short_help="Install XLA:TPU for --tpu, for tpumem alone.")

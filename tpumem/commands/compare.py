@@ -10,57 +10,39 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.commands.options import parse_capacity, parse_topologies
+from tpumem.commands.requests import CompareRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
 from tpumem.outputs import emit, free_name
 from tpumem.progress import progress
+from tpumem.reading.paths import RunInput, opened_runs
 
-FORMATS = ("text", "json")
 
-
-def run_compare(
-    runs: list[str],
-    html: Path | None,
-    fmt: str,
-    output_dir: Path,
-    width: int,
-    force: bool,
-    capacity: str | None = None,
-    tpu: list[str] | None = None,
-) -> None:
-    if fmt not in FORMATS:
-        raise TpumemError(f"unknown compare format {fmt!r} (choose from {', '.join(FORMATS)})")
-    if len(runs) < 2:
-        raise TpumemError("compare needs at least two runs")
-    size = parse_capacity(capacity)
-    from tpumem.analysis import analyze
+def run_compare(request: CompareRequest) -> None:
     from tpumem.analysis.comparison import compare
-    from tpumem.report import HTML_SERIES_POINTS
-    from tpumem.trace.reader import load
+    from tpumem.reading.analyses import analysed
+    from tpumem.report import COMPARISON, reporter, reporter_for
 
-    topologies = parse_topologies(tpu)
-    sources = resolve(runs, output_dir)
+    chosen = reporter_for(None, request.fmt, COMPARISON, terminal=True)
+    if len(request.runs) < 2:
+        raise TpumemError("compare needs at least two runs")
+    sources = resolve(list(request.runs), request.output_dir)
     profile_scripts(sources)
-    compile_for_tpus([s.trace for s in sources], topologies)
-    points = HTML_SERIES_POINTS if html else 0  # only the page draws series
-    analyses = []
-    for source in sources:
-        with progress(f"analysing {source.trace}"):
-            analyses.append(analyze(load(source.trace), series_points=points, capacity=size))
+    points = reporter(COMPARISON, "html").series_points if request.html else 0
+    with opened_runs([s.trace for s in sources]) as given:
+        traces = [_one_trace(run) for run in given]
+        compile_for_tpus([trace for trace, _ in traces], request.tpu)
+        analyses = []
+        for trace, shown_as in traces:
+            with progress(f"analysing {shown_as or trace}"):
+                analyses.append(
+                    analysed(trace, shown_as, series_points=points, capacity=request.capacity)
+                )
     comparison = compare(analyses)
-    if fmt == "json":
-        from tpumem.report.compare_json import render_compare_json
-
-        sys.stdout.write(render_compare_json(comparison))
-    else:
-        from tpumem.report.compare_text import render_compare_text
-
-        sys.stdout.write(render_compare_text(comparison, width=width, color=sys.stdout.isatty()))
-    if html is not None:
-        from tpumem.report.html import render_compare_html
-
-        emit(render_compare_html(comparison), html, [s.trace for s in sources], force)
+    sys.stdout.write(chosen.render(comparison, width=request.width, color=sys.stdout.isatty()))
+    if request.html is not None:
+        page = reporter(COMPARISON, "html").render(comparison)
+        emit(page, request.html, [s.trace for s in sources], request.force)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +67,7 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
         words = _script_words(argument)
         if words is None:
             path = Path(argument)
-            if path.is_dir():
-                path = _busiest_trace(path)
-            elif not path.is_file():
+            if not path.exists():
                 raise TpumemError(f"{argument}: no such trace file, run directory or script")
             sources.append(RunSource(argument, path, None))
             continue
@@ -99,30 +79,30 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
     return sources
 
 
-def _busiest_trace(directory: Path) -> Path:
-    """A distributed run stands for its busiest process: the one that runs out first."""
+def _one_trace(given: RunInput) -> tuple[Path, str | None]:
+    """The trace that stands for a run, and the name it goes by: a distributed
+    run's busiest process (the one that runs out first)."""
+    if not given.is_processes:
+        return given.traces[0], given.shown_as
     from tpumem.analysis.processes import busiest
     from tpumem.reading.many_traces import summaries_of
-    from tpumem.reading.paths import traces_of
-
-    traces, _, _ = traces_of([directory])
-    with progress(f"analysing {len(traces):,} traces of {directory}"):
-        most = busiest(summaries_of(traces))
     from tpumem.report.visible import visible
 
+    with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
+        most = busiest(summaries_of(given.traces))
     print(
-        f"tpumem: {visible(directory)} ({len(traces):,} processes) stands for its busiest, "
-        f"{visible(most.name)} ({visible(most.path)})",
+        f"tpumem: {visible(given.where)} ({len(given.traces):,} processes) stands for its "
+        f"busiest, {visible(most.name)} ({visible(most.path)})",
         file=sys.stderr,
     )
-    return Path(most.path)
+    return Path(most.path), None
 
 
 def profile_scripts(sources: list[RunSource]) -> None:
     """Profile each script in turn. Their own output goes to stderr, so that
     stdout holds the comparison alone."""
     from tpumem.adapters import CaptureOptions
-    from tpumem.launch.launcher import ProfileRequest, run_profiled
+    from tpumem.launch.launcher import LaunchRequest, run_profiled
 
     scripts = [s for s in sources if s.command is not None]
     for number, source in enumerate(scripts, 1):
@@ -133,7 +113,7 @@ def profile_scripts(sources: list[RunSource]) -> None:
             flush=True,
         )
         source.trace.parent.mkdir(parents=True, exist_ok=True)
-        request = ProfileRequest(
+        request = LaunchRequest(
             target=source.command[0],
             module=False,
             args=source.command[1:],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tpumem.commands.requests import ImportRequest
 from tpumem.errors import TpumemError
 from tpumem.importer import find_profiles, import_profile
 from tpumem.outputs import check_target, create_trace, default_trace
@@ -16,8 +17,9 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
     return Path(f"{stem}.{host}.tpumem" if hosts > 1 else f"{stem}.tpumem")
 
 
-def run_import(path: Path, output: Path | None, run: str | None, force: bool) -> None:
-    run_name, hosts = find_profiles(path, run)
+def run_import(request: ImportRequest) -> None:
+    path, output, force = request.path, request.output, request.force
+    run_name, hosts = find_profiles(path, request.run)
     inputs = [host.path for host in hosts]
     targets: list[Path | None] = []
     for host in hosts:

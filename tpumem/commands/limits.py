@@ -9,22 +9,9 @@ from dataclasses import dataclass
 from tpumem.analysis.growth import MIN_STEPS, Growth
 from tpumem.analysis.processes import ProcessRun
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.report.oom_rows import what, why
 from tpumem.units import format_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Increase:
-    """How much a peak may rise over the baseline's: a share of it, or bytes."""
-
-    share: float | None = None
-    bytes: int | None = None
-
-    def allowed(self, baseline_bytes: int) -> float:
-        return baseline_bytes * self.share if self.share is not None else float(self.bytes or 0)
-
-    def __str__(self) -> str:
-        return f"{self.share:.1%}" if self.share is not None else format_bytes(self.bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +21,7 @@ class Limits:
     capacity_bytes: int | None = None  # the allocator model must hold the run in this
     max_growth_bytes: int | None = None  # a step, after warm-up
     baseline: RunAnalysis | None = None  # the run this one may not rise above by more than
-    max_increase: Increase = Increase(share=0.0)
+    max_increase: Increase = NO_INCREASE
 
     def any(self) -> bool:
         return any(

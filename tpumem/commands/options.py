@@ -1,35 +1,75 @@
-"""Options given as text, in the units people write: sizes, capacities, TPU
-topologies; one clear line for anything that is not one."""
+"""Option values as people write them, parsed where tpumem/cli.py declares the
+options (typer's `parser=`): sizes (12GiB, 800MB, bytes), capacities, TPU
+topologies, shares or sizes (5%, 64MiB). What is not one is click's usage error:
+one line that names the option. Loaded at start-up: it imports no analysis."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-def parse_size(option: str, text: str | None) -> int | None:
-    """An option's size in bytes (12GiB, 800MB, bytes); one clear line for
-    anything that is not one."""
-    if text is None:
-        return None
-    from tpumem.errors import TpumemError
+import typer
+
+from tpumem.units import format_bytes
+
+if TYPE_CHECKING:
+    from tpumem.tpu.topology import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class Increase:
+    """How much a peak may rise over the baseline's: a share of it, or bytes."""
+
+    share: float | None = None
+    bytes: int | None = None
+
+    def allowed(self, baseline_bytes: int) -> float:
+        return baseline_bytes * self.share if self.share is not None else float(self.bytes or 0)
+
+    def __str__(self) -> str:
+        return f"{self.share:.1%}" if self.share is not None else format_bytes(self.bytes)
+
+
+NO_INCREASE = Increase(share=0.0)
+
+
+def size(text: str | int) -> int:
+    """A size in bytes, 0 and up (an int: a default, already one)."""
     from tpumem.units import parse_bytes
 
+    if isinstance(text, int):
+        return text
     try:
         return parse_bytes(text)
     except ValueError as error:
-        raise TpumemError(f"{option}: {error}") from None
+        raise typer.BadParameter(str(error)) from None
 
 
-def parse_capacity(text: str | None) -> int | None:
-    """--capacity's bytes: a size above 0."""
-    size = parse_size("--capacity", text)
-    if size is not None and size <= 0:
-        from tpumem.errors import TpumemError
-
-        raise TpumemError("--capacity: give a size above 0")
-    return size
+def capacity(text: str) -> int:
+    """An allocator's size: above 0."""
+    bytes_ = size(text)
+    if bytes_ <= 0:
+        raise typer.BadParameter("give a size above 0")
+    return bytes_
 
 
-def parse_topologies(names: list[str] | None) -> list:
-    """--tpu's topologies, checked before any work starts."""
+def topology(text: str) -> Topology:
+    """A TPU topology (v5e:2x2, v4:2x2x1), checked before any work starts (what
+    is not one: parse_topology's line, which names --tpu and the forms it takes)."""
     from tpumem.tpu.topology import parse_topology
 
-    return [parse_topology(name) for name in names or []]
+    return parse_topology(text)
+
+
+def share_or_size(text: str) -> Increase:
+    """A share of a figure ("5%") or a size ("64MiB")."""
+    stripped = text.strip()
+    if not stripped.endswith("%"):
+        return Increase(bytes=size(text))
+    try:
+        share = float(stripped[:-1]) / 100
+    except ValueError:
+        share = -1.0
+    if not 0 <= share < float("inf"):
+        raise typer.BadParameter(f"{text!r} is not a share such as 5%")
+    return Increase(share=share)

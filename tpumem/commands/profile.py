@@ -6,38 +6,27 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpumem.commands.options import parse_topologies
+from tpumem.commands.requests import ProfileRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.commands.unrecorded import unrecorded_line
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
     from tpumem.report import Reporter
+    from tpumem.tpu.topology import Topology
 
 
-def run_profile(
-    target: str | None,
-    args: list[str],
-    module: str | None,
-    output: Path | None,
-    framework: str | None,
-    capture: dict,
-    quiet: bool,
-    fmt: str,
-    width: int,
-    force: bool,
-    tensorboard: Path | None,
-    tpu: list[str] | None = None,
-    follow: bool = False,
-) -> int:
+def run_profile(request: ProfileRequest) -> int:
     """The exit status: the script's (128 + N when signal N killed it), 2 when it
     was not recorded: the adapter failed (the runner said why), or the script
     imported no framework."""
     from tpumem.adapters import CaptureOptions
-    from tpumem.launch.launcher import ProfileRequest, run_profiled
+    from tpumem.launch.launcher import LaunchRequest, run_profiled
     from tpumem.report import reporter_for
 
-    rest = list(args)
+    target, module, follow, tpu = request.target, request.module, request.follow, request.tpu
+    capture = request.capture or CaptureOptions()
+    rest = list(request.args)
     if module is None and target is None:
         raise TpumemError("no script given: tpumem profile [OPTIONS] script.py [ARGS]...")
     if (
@@ -54,34 +43,34 @@ def run_profile(
     if module is not None and target is not None:
         rest = [target, *rest]
     if follow:
-        _check_follow_options(framework, tensorboard, tpu)
-    topologies = parse_topologies(tpu)
-    if topologies and not capture.get("programs", True):
+        _check_follow_options(request.framework, request.tensorboard, tpu)
+    if tpu and not capture.programs:
         raise TpumemError("--tpu compiles the programs the run records: drop --no-programs")
+    fmt = request.fmt
     reporter = reporter_for(None, fmt)
     if not reporter.terminal:
         raise TpumemError(
             f"profile reports to the terminal: for {fmt}, tpumem report RUN -o FILE.{fmt}"
         )
-    request = ProfileRequest(
+    launch = LaunchRequest(
         target=module if module is not None else str(target),
         module=module is not None,
         args=rest,
-        output=output,
-        framework=framework,
-        force=force,
-        capture=CaptureOptions(**capture),
+        output=request.output,
+        framework=request.framework,
+        force=request.force,
+        capture=capture,
         follow=follow,
     )
-    outcome = run_profiled(request)
+    outcome = run_profiled(launch)
     if outcome.adapter_failed:
         return 2
     if follow:
         assert outcome.trace is not None
-        _after_followed_run(outcome.trace, quiet, fmt, width)
+        _after_followed_run(outcome.trace, request.quiet, fmt, request.width)
         return outcome.returncode
     if outcome.unrecorded is not None:
-        print(f"tpumem: error: {unrecorded_line(request.target, outcome)}", file=sys.stderr)
+        print(f"tpumem: error: {unrecorded_line(launch.target, outcome)}", file=sys.stderr)
         return outcome.returncode or 2
     if outcome.lost:  # (the launcher said why)
         return outcome.returncode
@@ -90,14 +79,15 @@ def run_profile(
         return outcome.returncode
     if outcome.trace.exists():
         # After the run, in a process of its own: the run's time is its own.
-        compile_for_tpus([outcome.trace], topologies, quiet)
-    if not quiet or tensorboard is not None:
-        _after_run(outcome.trace, None if quiet else reporter, width, tensorboard)
+        compile_for_tpus([outcome.trace], tpu, request.quiet)
+    if not request.quiet or request.tensorboard is not None:
+        quiet_or = None if request.quiet else reporter
+        _after_run(outcome.trace, quiet_or, request.width, request.tensorboard)
     return outcome.returncode
 
 
 def _check_follow_options(
-    framework: str | None, tensorboard: Path | None, tpu: list[str] | None
+    framework: str | None, tensorboard: Path | None, tpu: tuple[Topology, ...]
 ) -> None:
     if framework is not None:
         raise TpumemError("--follow finds each process's framework from what it imports")
@@ -111,7 +101,8 @@ def _check_follow_options(
 
 def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> None:
     """The run's report, from every process's trace in its directory."""
-    from tpumem.commands.rendering import render_processes
+    from tpumem.commands.rendering import analysed_processes
+    from tpumem.report import PROCESSES, reporter
 
     traces = sorted(directory.glob("*.tpumem"))
     if not traces:
@@ -123,7 +114,10 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> N
     if quiet:
         return
     try:
-        text = render_processes(traces, str(directory), fmt, width, sys.stderr.isatty())
+        run = analysed_processes(traces, str(directory))
+        text = reporter(PROCESSES, fmt).render(
+            run, width=width, color=sys.stderr.isatty(), where=str(directory)
+        )
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return
@@ -134,12 +128,10 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> N
 def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:
     """The report and the export of a profiled run, from one analysis of its trace.
     The run and its trace stand whatever happens here; a failure is one line."""
-    from tpumem.analysis.summary import analyze_with_events
-    from tpumem.trace.reader import load
+    from tpumem.reading.analyses import analysed_with_events
 
     try:
-        loaded = load(trace)
-        analysis, figures = analyze_with_events(loaded)
+        loaded, analysis, figures = analysed_with_events(trace)
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return

@@ -3,64 +3,60 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tpumem.commands.options import parse_capacity, parse_topologies
-from tpumem.commands.rendering import render_processes, render_program
+from tpumem.commands.requests import ReportRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
 from tpumem.outputs import emit
 from tpumem.progress import progress
-from tpumem.reading.paths import opened_traces
-
-if TYPE_CHECKING:
-    pass
-
-
-def run_report(
-    paths: list[Path],
-    fmt: str | None,
-    output: Path | None,
-    width: int,
-    force: bool,
-    capacity: str | None = None,
-    program: str | None = None,
-    tpu: list[str] | None = None,
-) -> None:
-    from tpumem.report import reporter_for
-
-    reporter = reporter_for(output, fmt)
-    with opened_traces(paths, (*_ANALYSIS, reporter.module)) as (traces, where, is_run, shown_as):
-        from tpumem.analysis import analyze
-        from tpumem.trace.reader import load
-
-        if is_run:
-            for option, given in (("--capacity", capacity), ("--program", program), ("--tpu", tpu)):
-                if given:
-                    raise TpumemError(f"{option} reports on one trace: give one of the run's")
-            text = render_processes(
-                traces, where, reporter.name, width, _color(output), reporter.series_points
-            )
-            emit(text, output, [*paths, *traces], force)
-            return
-        trace = traces[0]
-        size = parse_capacity(capacity)
-        compile_for_tpus([trace], parse_topologies(tpu), quiet=output is not None)
-        with progress(f"analysing {where}"):
-            loaded = load(trace, shown_as)
-            analysis = analyze(loaded, series_points=reporter.series_points, capacity=size)
-    color = _color(output)
-    if program is None:
-        text = reporter.render(analysis, width=width, color=color)
-    else:
-        text = render_program(analysis, program, reporter.name, width=width, color=color)
-    emit(text, output, [*paths, *traces], force)
-
+from tpumem.reading.paths import opened_run
 
 # What a report imports besides what reads a profile (and its format's renderer).
 _ANALYSIS = ("tpumem.analysis", "tpumem.trace.reader")
 
 
-def _color(output: Path | None) -> bool:
-    return output is None and sys.stdout.isatty()
+def run_report(request: ReportRequest) -> None:
+    from tpumem.report import PROCESSES, PROGRAM, reporter, reporter_for
+
+    page = request.page
+    chosen = reporter_for(page.output, page.fmt)
+    color = page.output is None and sys.stdout.isatty()
+    paths = list(request.paths)
+    with opened_run(paths, (*_ANALYSIS, chosen.module)) as given:
+        if given.is_processes:
+            for option, value in (
+                ("--capacity", request.capacity),
+                ("--program", request.program),
+                ("--tpu", request.tpu),
+            ):
+                if value:
+                    raise TpumemError(f"{option} reports on one trace: give one of the run's")
+            from tpumem.commands.rendering import analysed_processes
+
+            run = analysed_processes(given.traces, given.where, chosen.series_points)
+            text = reporter(PROCESSES, chosen.name).render(
+                run, width=page.width, color=color, where=given.where
+            )
+            emit(text, page.output, [*paths, *given.traces], page.force)
+            return
+        from tpumem.reading.analyses import analysed
+
+        trace = given.traces[0]
+        compile_for_tpus([trace], request.tpu, quiet=page.output is not None)
+        with progress(f"analysing {given.where}"):
+            analysis = analysed(
+                trace,
+                given.shown_as,
+                series_points=chosen.series_points,
+                capacity=request.capacity,
+            )
+    if request.program is None:
+        text = chosen.render(analysis, width=page.width, color=color)
+    else:
+        from tpumem.commands.rendering import program_named
+
+        found = program_named(analysis, request.program)
+        text = reporter(PROGRAM, chosen.name).render(
+            found, width=page.width, color=color, analysis=analysis
+        )
+    emit(text, page.output, [*paths, *given.traces], page.force)

@@ -54,7 +54,7 @@ from tpumem.trace.metadata import AllocatorLog, ExitStatus
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileRequest:
+class LaunchRequest:
     target: str  # script path, or module name when `module`
     module: bool
     args: list[str]
@@ -78,7 +78,7 @@ class ProfileOutcome:
     lost: bool = False  # its trace lost its name and could not be saved (said already)
 
 
-def _script_path(request: ProfileRequest) -> Path:
+def _script_path(request: LaunchRequest) -> Path:
     if request.module:
         found = module_file(request.target)
         if found is None:
@@ -94,13 +94,13 @@ def _script_path(request: ProfileRequest) -> Path:
     return path
 
 
-def default_output(request: ProfileRequest) -> Path:
+def default_output(request: LaunchRequest) -> Path:
     """<script or module>.tpumem in the working directory (numbered when taken)."""
     stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
     return Path(f"{stem}.tpumem")
 
 
-def _prepare(request: ProfileRequest) -> tuple[str, Path, int | None, dict[str, str]]:
+def _prepare(request: LaunchRequest) -> tuple[str, Path, int | None, dict[str, str]]:
     """(framework, trace path, the trace's open descriptor, environment to set). The
     framework is the one named, else empty: the profiled process records the one
     the script imports, as it imports it (adapters/import_watch.py), and sets what
@@ -126,7 +126,7 @@ def _prepare(request: ProfileRequest) -> tuple[str, Path, int | None, dict[str, 
     return framework, output, descriptor, {}
 
 
-def run_profiled(request: ProfileRequest) -> ProfileOutcome:
+def run_profiled(request: LaunchRequest) -> ProfileOutcome:
     # From before the trace exists until how the run ended is in it, the signals
     # that stop a run are this process's to take and pass on (signals.py).
     with held() as signals:
@@ -146,7 +146,7 @@ def run_profiled(request: ProfileRequest) -> ProfileOutcome:
                 shutil.rmtree(dump_dir, ignore_errors=True)
 
 
-def _run_directory(request: ProfileRequest) -> Path:
+def _run_directory(request: LaunchRequest) -> Path:
     """--follow's run directory: -o, else <script>-run here (numbered when taken).
     One that holds traces already is written into only with --force."""
     _script_path(request)
@@ -170,7 +170,7 @@ def _run_directory(request: ProfileRequest) -> Path:
 
 
 def _follow_environment(
-    request: ProfileRequest, directory: Path, dump_dir: str | None
+    request: LaunchRequest, directory: Path, dump_dir: str | None
 ) -> dict[str, str]:
     """What every process of the run starts with: the boot hook first on PYTHONPATH,
     the settings, the run's id, and what each framework's adapter sets before it loads."""
@@ -206,7 +206,7 @@ class _Started:
 
 
 def _run(
-    request: ProfileRequest,
+    request: LaunchRequest,
     framework: str,
     output: Path,
     descriptor: int | None,
@@ -245,7 +245,7 @@ def _run(
 
 
 def _start(
-    request: ProfileRequest,
+    request: LaunchRequest,
     framework: str,
     output: Path,
     descriptor: int | None,
@@ -320,7 +320,7 @@ def _after_followed(
 
 
 def _after_one(
-    request: ProfileRequest,
+    request: LaunchRequest,
     output: Path,
     own: OwnTrace | None,
     started: _Started,
@@ -434,7 +434,7 @@ def _remove_if_empty(output: Path, own: OwnTrace | None) -> None:
 
 
 def _write_header(
-    request: ProfileRequest,
+    request: LaunchRequest,
     output: Path,
     own: OwnTrace | None,
     started: _Started,

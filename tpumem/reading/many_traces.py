@@ -21,8 +21,9 @@ from tpumem.analysis.processes import (
     process_run,
     summarize,
 )
-from tpumem.analysis.summary import RunAnalysis, analyze
+from tpumem.analysis.summary import RunAnalysis
 from tpumem.errors import TpumemError
+from tpumem.reading.analyses import analysed
 
 # Below this many bytes of traces in all, worker processes cost more than they save.
 _PARALLEL_FROM_BYTES = 64 * 1024 * 1024
@@ -40,9 +41,7 @@ class _Task:
     per_process: PerProcess | None = None
 
     def analyse(self, path: str, points: int | None = None) -> RunAnalysis:
-        from tpumem.trace.reader import load
-
-        return analyze(load(path), series_points=points or self.points, capacity=self.capacity)
+        return analysed(path, series_points=points or self.points, capacity=self.capacity)
 
     def summarize(self, analysis: RunAnalysis) -> ProcessSummary:
         summary = summarize(analysis)

@@ -7,8 +7,19 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class RunInput:
+    """One run as a command was given it."""
+
+    traces: list[Path]  # one trace; or a distributed run's, one per process
+    where: str  # what to call it
+    is_processes: bool  # a distributed run: a directory, or several traces
+    shown_as: str | None = None  # one trace imported from a profile: the profile's name
 
 
 def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
@@ -64,15 +75,14 @@ def importing_meanwhile(modules: tuple[str, ...]) -> threading.Thread:
 
 
 @contextmanager
-def opened_traces(
-    paths: list[Path], meanwhile: tuple[str, ...] = ()
-) -> Iterator[tuple[list[Path], str, bool, str | None]]:
-    """`traces_of`, where XSpace profiles among the paths are first imported into
-    traces in a scratch directory that lasts as long as the block: a profile is
-    reported in one process, and no file is left behind. The fourth value is the
-    name to show for a single trace made so (the profile's), else None."""
+def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[RunInput]:
+    """The paths as one run (report, check, export): `traces_of`, where XSpace
+    profiles among them are first imported into traces in a scratch directory that
+    lasts as long as the block: a profile is reported in one process, and no file
+    is left behind. `meanwhile`: modules to import on another thread while a
+    profile is read."""
     if not any(is_profile(path) for path in paths):
-        yield (*traces_of(paths), None)
+        yield RunInput(*traces_of(paths))
         return
     # What reads a profile is imported before the other thread starts: the two
     # then import different modules, not each other's halves of an import cycle.
@@ -91,4 +101,12 @@ def opened_traces(
             importing.join()  # (not left running as the process ends on an error)
         traces, _, is_run = traces_of(given)
         where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
-        yield traces, where, is_run, None if is_run else where
+        yield RunInput(traces, where, is_run, None if is_run else where)
+
+
+@contextmanager
+def opened_runs(paths: list[Path]) -> Iterator[list[RunInput]]:
+    """Each path a run of its own (compare, diff): a trace, a run's directory or a
+    profile, as `opened_run` reads one."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(opened_run([path])) for path in paths]

@@ -1,74 +1,143 @@
-"""Reporters: each turns a RunAnalysis into text and computes no figure. One
-registry says, for every format, its name (--format), the file extensions that
-choose it (-o), where its renderer lives (imported only when used), whether it
-prints to a terminal, and how finely it draws series."""
+"""Reporters: each turns what was analysed into text and computes no figure. One
+registry, keyed by what is reported and the format, says where each renderer
+lives (imported only when used), whether it prints to a terminal and how finely
+it draws series; the file extensions that choose a format (-o) are the same for
+everything reported."""
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from tpumem.errors import TpumemError
 
-if TYPE_CHECKING:
-    from tpumem.analysis.summary import RunAnalysis
+# What is reported, as the error for an unknown format names it.
+REPORT = "report"  # one run (RunAnalysis)
+PROCESSES = "run"  # a distributed run's processes (ProcessRun), with `where`
+PROGRAM = "program"  # one compiled program (CompiledProgram), with its `analysis`
+COMPARISON = "compare"  # runs side by side (Comparison)
+DIFF = "diff"  # two runs of one program (RunDiff)
+
+# The extensions of -o that choose each format.
+EXTENSIONS = {
+    "text": (".txt",),
+    "json": (".json",),
+    "md": (".md", ".markdown"),
+    "html": (".html", ".htm"),
+}
+# The HTML page draws 1,500 points per device; the figures use every event.
+HTML_SERIES_POINTS = 1500
 
 
 class Render(Protocol):
-    def __call__(self, analysis: RunAnalysis, *, width: int, color: bool) -> str: ...
+    def __call__(self, value: Any, *, width: int, color: bool, **context: Any) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Reporter:
-    name: str
-    extensions: tuple[str, ...]
+    subject: str  # what it reports: REPORT, PROCESSES, ...
+    name: str  # the format, as --format names it
     renderer: str  # "module:function", a Render
-    terminal: bool = True  # `profile` can print it after the run
-    series_points: int = 0  # drawing points per device it needs (0: none)
 
     @property
     def module(self) -> str:
         """The module its renderer lives in (imported only when used)."""
         return self.renderer.split(":")[0]
 
-    def render(self, analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        return EXTENSIONS[self.name]
+
+    @property
+    def terminal(self) -> bool:
+        """Whether it prints to a terminal (`profile` can print it after the run)."""
+        return self.name != "html"
+
+    @property
+    def series_points(self) -> int:
+        """Drawing points per device it needs (0: none)."""
+        return HTML_SERIES_POINTS if self.name == "html" else 0
+
+    def render(self, value: Any, *, width: int = 100, color: bool = False, **context: Any) -> str:
+        """`context`: what the subject's renderers take besides the value (a
+        distributed run's `where`, a program's `analysis`)."""
         function = self.renderer.split(":")[1]
         render: Render = getattr(importlib.import_module(self.module), function)
-        return render(analysis, width=width, color=color)
+        return render(value, width=width, color=color, **context)
 
 
-# The HTML page draws 1,500 points per device; the figures use every event.
-HTML_SERIES_POINTS = 1500
+def _reporters(subject: str, **renderers: str) -> dict[tuple[str, str], Reporter]:
+    return {(subject, name): Reporter(subject, name, where) for name, where in renderers.items()}
+
 
 REPORTERS = {
-    reporter.name: reporter
-    for reporter in (
-        Reporter("text", (".txt",), "tpumem.report.text:render_text"),
-        Reporter("json", (".json",), "tpumem.report.json_report:render_json"),
-        Reporter("md", (".md", ".markdown"), "tpumem.report.markdown:render_markdown"),
-        Reporter(
-            "html",
-            (".html", ".htm"),
-            "tpumem.report.html:render_html",
-            terminal=False,
-            series_points=HTML_SERIES_POINTS,
-        ),
-    )
+    **_reporters(
+        REPORT,
+        text="tpumem.report.text:render_text",
+        json="tpumem.report.json_report:render_json",
+        md="tpumem.report.markdown:render_markdown",
+        html="tpumem.report.html:render_html",
+    ),
+    **_reporters(
+        PROCESSES,
+        text="tpumem.report.run_report:render_run_text",
+        json="tpumem.report.run_report:render_run_json",
+        md="tpumem.report.run_report:render_run_markdown",
+        html="tpumem.report.run_report:render_run_html",
+    ),
+    **_reporters(
+        PROGRAM,
+        text="tpumem.report.text:render_program_text",
+        json="tpumem.report.json_report:render_program_json",
+        md="tpumem.report.markdown:render_program_markdown",
+        html="tpumem.report.html:render_program_html",
+    ),
+    **_reporters(
+        COMPARISON,
+        text="tpumem.report.compare_text:render_compare_text",
+        json="tpumem.report.compare_json:render_compare_json",
+        html="tpumem.report.html:render_compare_html",
+    ),
+    **_reporters(
+        DIFF,
+        text="tpumem.report.diff_report:render_diff_text",
+        json="tpumem.report.diff_report:render_diff_json",
+        md="tpumem.report.diff_report:render_diff_markdown",
+        html="tpumem.report.html:render_diff_html",
+    ),
 }
-FORMATS = tuple(REPORTERS)
 
 
-def reporter_for(output: Path | None, requested: str | None) -> Reporter:
+def formats(subject: str = REPORT, terminal: bool = False) -> tuple[str, ...]:
+    """The formats `subject` is reported in (`terminal`: those a terminal shows)."""
+    return tuple(
+        r.name for (s, _), r in REPORTERS.items() if s == subject and (r.terminal or not terminal)
+    )
+
+
+FORMATS = formats(REPORT)
+
+
+def reporter_for(
+    output: Path | None, requested: str | None, subject: str = REPORT, terminal: bool = False
+) -> Reporter:
     """The reporter asked for, else the one the output file's extension names, else
-    the terminal's."""
+    the terminal's; one line for a format `subject` is not reported in."""
+    names = formats(subject, terminal)
     if requested is not None:
-        if requested not in REPORTERS:
+        if requested not in names:
             raise TpumemError(
-                f"unknown report format {requested!r} (choose from {', '.join(FORMATS)})"
+                f"unknown {subject} format {requested!r} (choose from {', '.join(names)})"
             )
-        return REPORTERS[requested]
+        return REPORTERS[(subject, requested)]
     suffix = output.suffix.lower() if output is not None else ""
-    found = [r for r in REPORTERS.values() if suffix in r.extensions]
-    return found[0] if found else REPORTERS["text"]
+    found = [name for name in names if suffix in EXTENSIONS[name]]
+    return REPORTERS[(subject, found[0] if found else "text")]
+
+
+def reporter(subject: str, fmt: str) -> Reporter:
+    """The same format's reporter for another subject (a report that turns out to
+    be a distributed run's, or one program's)."""
+    return REPORTERS[(subject, fmt)]

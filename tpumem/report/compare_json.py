@@ -40,7 +40,8 @@ def _row(row: CompareRow) -> dict[str, Any]:
     }
 
 
-def render_compare_json(comparison: Comparison) -> str:
+def render_compare_json(comparison: Comparison, *, width: int = 100, color: bool = False) -> str:
+    """(Width and color are the terminal's: JSON has neither.)"""
     body = comparison_data(comparison)
     body["runs"] = [report_dict(run) for run in comparison.runs]
     for run in body["runs"]:

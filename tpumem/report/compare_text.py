@@ -65,7 +65,7 @@ def _signed(value: int) -> str:
     return ("+" if value > 0 else "") + format_bytes(value) if value else "="
 
 
-def render_compare_text(comparison: Comparison, width: int = 100, color: bool = False) -> str:
+def render_compare_text(comparison: Comparison, *, width: int = 100, color: bool = False) -> str:
     console, buffer = string_console(width, color)
     names = comparison.names
     console.print(f"[bold]tpumem compare[/] · {len(names)} runs")

@@ -18,6 +18,7 @@ from typing import Any
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.difference import RunDiff
+from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
@@ -112,7 +113,19 @@ def render_html(
     return page(f"tpumem report · {analysis.path or analysis.framework}", data)
 
 
-def render_compare_html(comparison: Comparison) -> str:
+def render_program_html(
+    program: CompiledProgram,
+    *,
+    width: int = 100,
+    color: bool = False,
+    analysis: RunAnalysis | None = None,
+) -> str:
+    """The run's page, opened on `program` (one of `analysis`'s)."""
+    assert analysis is not None, "a program's page is its run's"
+    return render_html(analysis, program=program.name)
+
+
+def render_compare_html(comparison: Comparison, *, width: int = 100, color: bool = False) -> str:
     data = {
         "kind": "compare",
         "schema": SCHEMA,
@@ -122,7 +135,7 @@ def render_compare_html(comparison: Comparison) -> str:
     return page(f"tpumem compare · {' / '.join(comparison.names)}", data)
 
 
-def render_diff_html(diff: RunDiff) -> str:
+def render_diff_html(diff: RunDiff, *, width: int = 100, color: bool = False) -> str:
     from tpumem.report.diff_report import (
         device_title,
         diff_dict,

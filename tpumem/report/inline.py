@@ -27,11 +27,11 @@ def framed(page: str) -> str:
 
 
 def run_bundle(analysis: RunAnalysis) -> dict[str, str]:
-    from tpumem.report import REPORTERS
+    from tpumem.report import REPORT, reporter
 
     return {
-        "text/html": framed(REPORTERS["html"].render(analysis)),
-        "text/plain": REPORTERS["text"].render(analysis, width=TEXT_WIDTH),
+        "text/html": framed(reporter(REPORT, "html").render(analysis)),
+        "text/plain": reporter(REPORT, "text").render(analysis, width=TEXT_WIDTH),
     }
 
 

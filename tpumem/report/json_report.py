@@ -435,6 +435,17 @@ def dump(body: Any, **options: Any) -> str:
     return json.dumps(finite(body), allow_nan=False, **options)
 
 
+def render_program_json(
+    program: CompiledProgram,
+    *,
+    width: int = 100,
+    color: bool = False,
+    analysis: RunAnalysis | None = None,
+) -> str:
+    """One program in full: `tpumem report --program NAME -f json`."""
+    return dump({"schema": PROGRAM_SCHEMA, **program_json(program)}, indent=2) + "\n"
+
+
 def render_json(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     """(Width and color are the terminal's: JSON has neither.)"""
     return dump(report_dict(analysis), indent=2) + "\n"

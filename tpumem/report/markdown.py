@@ -106,7 +106,11 @@ def _programs(compiled: tuple[CompiledProgram, ...], limit: int | None = TOP_BUF
 
 
 def render_program_markdown(
-    program: CompiledProgram, *, width: int = 100, color: bool = False
+    program: CompiledProgram,
+    *,
+    width: int = 100,
+    color: bool = False,
+    analysis: RunAnalysis | None = None,
 ) -> str:
     """One program in full: `tpumem report --program NAME`."""
     title = f"# tpumem report: program {_cell(program.name)}\n\n"

@@ -251,11 +251,3 @@ def render_run_html(run: ProcessRun, where: str, *, width: int = 100, color: boo
         "runs": [run_data(run.busiest)],
     }
     return page(f"tpumem report · {_title(run, where)}", data)
-
-
-RENDERERS = {
-    "text": render_run_text,
-    "md": render_run_markdown,
-    "json": render_run_json,
-    "html": render_run_html,
-}

@@ -203,7 +203,13 @@ def _program_peak(console: Console, program: CompiledProgram, limit: int | None)
     )
 
 
-def render_program_text(program: CompiledProgram, *, width: int = 100, color: bool = False) -> str:
+def render_program_text(
+    program: CompiledProgram,
+    *,
+    width: int = 100,
+    color: bool = False,
+    analysis: RunAnalysis | None = None,
+) -> str:
     """One program in full: `tpumem report --program NAME`."""
     console, buffer = string_console(width, color)
     console.print(f"[bold]tpumem report[/] · program {markup(program.name)}")

@@ -1,0 +1,104 @@
+"""What each command is asked: one frozen request per command, its values already
+parsed where the options are declared (tpumem/cli.py): sizes in bytes, topologies
+as Topology, shares and sizes as Increase. A command reads fields by name, so no
+reordering of options can swap two values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpumem.adapters import CaptureOptions
+    from tpumem.commands.options import Increase
+    from tpumem.tpu.topology import Topology
+
+DEFAULT_WIDTH = 100  # columns of a text report
+DEFAULT_NOISE_BYTES = 64 * 1024  # diff: smaller changes at the peak are not listed
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Where a report goes and how it looks: the format (None: from the output's
+    extension, else text), the file (None: standard output), the text's width,
+    and whether the file may replace one that is not a report of tpumem's."""
+
+    fmt: str | None = None
+    output: Path | None = None
+    width: int = DEFAULT_WIDTH
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRequest:
+    paths: tuple[Path, ...]
+    page: Page = Page()
+    capacity: int | None = None  # bytes: replay the run through the allocator model
+    program: str | None = None  # one compiled program in full
+    tpu: tuple[Topology, ...] = ()  # compile the run's programs for these first
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRequest:
+    runs: tuple[str, ...]  # traces, or scripts with their arguments to profile first
+    fmt: str = "text"
+    html: Path | None = None
+    output_dir: Path = Path(".")  # where profiled scripts' traces go
+    width: int = DEFAULT_WIDTH
+    force: bool = False  # --html may replace a file that is not a page of tpumem's
+    capacity: int | None = None
+    tpu: tuple[Topology, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRequest:
+    before: Path
+    after: Path
+    page: Page = Page()
+    noise_bytes: int = DEFAULT_NOISE_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    paths: tuple[Path, ...]
+    max_peak_bytes: int | None = None
+    max_fragmentation: float | None = None
+    capacity: int | None = None
+    max_growth_bytes: int | None = None
+    baseline: Path | None = None
+    max_increase: Increase | None = None  # None: not given (0 where --baseline is)
+    max_imbalance: Increase | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRequest:
+    target: str | None  # the script (or, with -m, its first argument)
+    args: tuple[str, ...] = ()
+    module: str | None = None  # -m
+    output: Path | None = None
+    framework: str | None = None
+    capture: CaptureOptions | None = None  # None: the adapters' defaults
+    quiet: bool = False
+    fmt: str = "text"
+    width: int = DEFAULT_WIDTH
+    force: bool = False
+    tensorboard: Path | None = None  # also export the trace to this logdir
+    tpu: tuple[Topology, ...] = ()
+    follow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExportRequest:
+    paths: tuple[Path, ...]
+    logdir: Path
+    run: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ImportRequest:
+    path: Path
+    output: Path | None = None
+    run: str | None = None
+    force: bool = False

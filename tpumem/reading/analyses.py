@@ -1,0 +1,40 @@
+"""A trace read and analysed: the one place the commands do both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpumem.analysis.summary import DeviceEventFigures, RunAnalysis
+    from tpumem.trace.reader import Trace
+
+
+def analysed(
+    path: Path | str,
+    shown_as: str | None = None,
+    *,
+    series_points: int = 0,
+    capacity: int | None = None,
+) -> RunAnalysis:
+    """Every figure of the trace at `path` (`shown_as`: the name a report gives it,
+    where it is not the file's: a profile imported on the way); `series_points`
+    and `capacity` as analyze takes them."""
+    return analysed_with_events(path, shown_as, series_points=series_points, capacity=capacity)[1]
+
+
+def analysed_with_events(
+    path: Path | str,
+    shown_as: str | None = None,
+    *,
+    series_points: int = 0,
+    capacity: int | None = None,
+) -> tuple[Trace, RunAnalysis, list[DeviceEventFigures]]:
+    """The trace, its figures and the per-event series they came from (what an
+    export writes and a diff matches)."""
+    from tpumem.analysis.summary import analyze_with_events
+    from tpumem.trace.reader import load
+
+    trace = load(path, shown_as)
+    analysis, figures = analyze_with_events(trace, series_points=series_points, capacity=capacity)
+    return trace, analysis, figures
