@@ -64,3 +64,24 @@ def test_a_truncated_profile_is_one_line(tmp_path):
     cut = tmp_path / "cut.xplane.pb"
     cut.write_bytes(TF_PROFILE.read_bytes()[: TF_PROFILE.stat().st_size // 2])
     assert_one_line_error(run_tpumem("report", str(cut)), str(cut), "corrupt or truncated")
+
+
+def test_compare_diff_and_export_take_a_profile_as_report_does(tmp_path):
+    """One way in: every command that reads runs reads an XSpace profile as the
+    trace `import` makes of it, and leaves no file of the import behind."""
+    trace = tmp_path / "imported.tpumem"
+    assert run_tpumem("import", str(TF_PROFILE), "-o", str(trace)).returncode == 0
+    compared = run_tpumem("compare", str(TF_PROFILE), str(trace), "-f", "json", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    rows = {row["figure"]: row["values"] for row in json.loads(compared.stdout)["rows"]}
+    assert rows["Peak in use"][0] == rows["Peak in use"][1] > 0
+    diffed = run_tpumem("diff", str(TF_PROFILE), str(trace), "-f", "json", cwd=tmp_path)
+    assert diffed.returncode == 0, diffed.stderr
+    devices = json.loads(diffed.stdout)["devices"]
+    peaks = [d["peak_bytes"] for d in devices]
+    assert peaks and all(p["before"] == p["after"] > 0 for p in peaks)
+    logdir = tmp_path / "tb"
+    exported = run_tpumem("export", "tensorboard", str(TF_PROFILE), "--logdir", str(logdir))
+    assert exported.returncode == 0, exported.stderr
+    assert list(logdir.rglob("*.xplane.pb"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imported.tpumem", "tb"]
