@@ -16,8 +16,7 @@ from typer import core as typer_core
 
 from tpumem import __version__
 from tpumem.commands import options
-from tpumem.commands.options import Increase
-from tpumem.commands.requests import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH
+from tpumem.commands.options import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH, Increase
 from tpumem.errors import TpumemError
 from tpumem.report import COMPARISON, REPORT, formats
 from tpumem.tpu.topology import Topology

@@ -15,6 +15,9 @@ from tpumem.units import format_bytes
 if TYPE_CHECKING:
     from tpumem.tpu.topology import Topology
 
+DEFAULT_WIDTH = 100  # columns of a text report
+DEFAULT_NOISE_BYTES = 64 * 1024  # diff: smaller changes at the peak are not listed
+
 
 @dataclass(frozen=True, slots=True)
 class Increase:

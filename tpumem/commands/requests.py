@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from tpumem.commands.options import Increase
     from tpumem.tpu.topology import Topology
 
-DEFAULT_WIDTH = 100  # columns of a text report
-DEFAULT_NOISE_BYTES = 64 * 1024  # diff: smaller changes at the peak are not listed
+from tpumem.commands.options import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH
 
 
 @dataclass(frozen=True, slots=True)
