@@ -12,6 +12,10 @@ from typing import Any
 
 CONFIG_VARIABLE = "TPUMEM_RUNNER_CONFIG"
 QUIET_VARIABLE = "TPUMEM_QUIET_THREADS"  # quiet.py: the framework's threads mute their noise
+# What a tpumem thread writes on stderr to name itself to the launcher's filter
+# (launch/stderr_filter.py), which drops the line and what that thread logs: a
+# line no program prints (NUL, the word, then the thread's id).
+ANNOUNCEMENT = b"\x00tpumem-thread "
 RUN_ID_VARIABLE = "TPUMEM_RUN_ID"  # the run every process of it belongs to
 ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
 

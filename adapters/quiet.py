@@ -14,11 +14,8 @@ from __future__ import annotations
 import os
 import threading
 
-from tpumem.adapters.launch_protocol import QUIET_VARIABLE
+from tpumem.adapters.launch_protocol import ANNOUNCEMENT, QUIET_VARIABLE
 from tpumem.threads import leave_signals_to_the_script
-
-# A line that no program prints: NUL, the word, the thread id.
-ANNOUNCEMENT = b"\x00tpumem-thread "
 
 _enabled = os.environ.pop(QUIET_VARIABLE, None) == "1"
 

@@ -39,11 +39,11 @@ print(json.dumps({"seconds": seconds, "rss": rss, "events": len(events)}))
 CHILD = """
 import json, resource, sys, time
 from tpumem.analysis import analyze
-from tpumem.report import REPORTERS
+from tpumem.report import REPORT, reporter
 from tpumem.trace.reader import load
 start = time.perf_counter()
 analysis = analyze(load(sys.argv[1]))
-REPORTERS["text"].render(analysis)
+reporter(REPORT, "text").render(analysis)
 seconds = time.perf_counter() - start
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"seconds": seconds, "rss": rss, "peak": analysis.devices[0].peak.bytes}))

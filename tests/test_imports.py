@@ -117,13 +117,25 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
 
 # What each floor may not import: data goes one way, adapter -> trace -> analysis
 # -> reading (the traces a command reads, many at once) -> report/export ->
-# commands and the CLI (and tpumem.track, the notebook). The launcher starts the
-# profiled process and talks to it through adapters/launch_protocol.py alone.
+# commands and the CLI (and tpumem.track, the notebook). Beside them: the launcher
+# (profile's parent side), and the modules every floor may use (errors, units,
+# outputs, progress, the TPU topologies, the HLO reader).
 UPPER = ("tpumem.commands", "tpumem.cli", "tpumem.tracking", "tpumem.notebook", "tpumem.launch")
 ABOVE_ANALYSIS = ("tpumem.reading", "tpumem.report", "tpumem.export", *UPPER)
+BELOW_ALL = ("tpumem.analysis", "tpumem.adapters", *ABOVE_ANALYSIS)
 FLOORS = {
-    "tpumem.trace": ("tpumem.analysis", *ABOVE_ANALYSIS),
-    "tpumem.xplane": ("tpumem.analysis", *ABOVE_ANALYSIS),
+    "tpumem.trace": BELOW_ALL,
+    "tpumem.xplane": BELOW_ALL,
+    "tpumem.hlo": BELOW_ALL,
+    "tpumem.units": BELOW_ALL,
+    "tpumem.errors": BELOW_ALL,
+    "tpumem.outputs": BELOW_ALL,
+    "tpumem.progress": BELOW_ALL,
+    "tpumem.tpu.topology": BELOW_ALL,
+    # (the compile for --tpu reads a trace, finds its programs' peaks and writes
+    # what XLA:TPU said into it: a floor of the commands' reading)
+    "tpumem.tpu": ("tpumem.report", "tpumem.export", *UPPER),
+    "tpumem.importer": ("tpumem.analysis", *ABOVE_ANALYSIS),
     "tpumem.adapters": ("tpumem.analysis", *ABOVE_ANALYSIS),
     # (the analysis reads no file and starts no process: what it is given, it reads)
     "tpumem.analysis": (*ABOVE_ANALYSIS, "tpumem.trace.reader", "concurrent", "multiprocessing"),
@@ -135,46 +147,88 @@ FLOORS = {
 # The commands: each is one module, which imports no other (what two of them
 # share lives in a module of its own beside them).
 COMMANDS = ("check", "compare", "diff", "export", "import_", "install_libtpu", "profile", "report")
+ROOTS = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
+
+
+def _sources() -> list[tuple[str, Path]]:
+    """Every module of tpumem with its file (tpumem/adapters is a link to
+    adapters/, which rglob does not follow)."""
+    found = []
+    for root, prefix in ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            module = ".".join((*prefix, *path.relative_to(root).with_suffix("").parts))
+            found.append((module.removesuffix(".__init__"), path))
+    assert any(module.startswith("tpumem.adapters.") for module, _ in found)
+    return found
+
+
+def _imported(module: str, path: Path) -> set[str]:
+    """What the module imports, read from its source (inside functions too): each
+    name as a module would be (`from tpumem import cli`: tpumem.cli), relative
+    imports made absolute."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(p for p in (*parts, base) if p)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
 
 
 def test_the_floors_import_downwards_only():
-    """Read from the source (imports inside functions too): no module imports a
-    module of a floor above its own."""
+    """No module imports a module of a floor above its own."""
     found = []
-    # (tpumem/adapters is a link to adapters/, which rglob does not follow)
-    roots = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
-    files = [(path, prefix) for root, prefix in roots for path in sorted(root.rglob("*.py"))]
-    assert any(prefix[-1] == "adapters" for _, prefix in files)
-    for path, prefix in files:
-        root = PACKAGE if prefix == ("tpumem",) else PACKAGE.parent / "adapters"
-        module = ".".join((*prefix, *path.relative_to(root).with_suffix("").parts))
-        module = module.removesuffix(".__init__")
+    for module, path in _sources():
         banned = next(
             (b for floor, b in FLOORS.items() if f"{module}.".startswith(f"{floor}.")), ()
         )
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            found += [
-                (module, n) for n in names if f"{n}.".startswith(tuple(f"{b}." for b in banned))
-            ]
+        prefixes = tuple(f"{b}." for b in banned)
+        found += [(module, n) for n in _imported(module, path) if f"{n}.".startswith(prefixes)]
     assert found == []
 
 
+def test_the_import_reader_sees_every_form():
+    """The reader above, on the forms an import takes (a test of the test)."""
+    source = PACKAGE / "commands" / "report.py"
+    names = _imported("tpumem.commands.report", source)
+    assert {"tpumem.reading.paths", "tpumem.reading.paths.opened_run"} <= names
+    assert "tpumem.report" in names  # (inside the function)
+
+
+def test_the_launcher_takes_from_the_adapters_their_registry_and_protocol_alone():
+    """`tpumem profile`'s side knows the profiled process's modules through these:
+    the registry (which frameworks there are), the protocol both sides speak, the
+    header a trace starts with, and where XLA dumps its programs."""
+    allowed = {
+        "tpumem.adapters",
+        "tpumem.adapters.launch_protocol",
+        "tpumem.adapters.run_header",
+        "tpumem.adapters.xla_dump",
+    }
+    found = set()
+    for module, path in _sources():
+        if module.startswith("tpumem.launch."):
+            found |= {
+                n.rpartition(".")[0] if n.rpartition(".")[0] in allowed else n
+                for n in _imported(module, path)
+                if n.startswith("tpumem.adapters")
+            }
+    assert found <= allowed, sorted(found - allowed)
+
+
 def test_no_command_imports_another():
+    commands = {f"tpumem.commands.{name}" for name in COMMANDS}
     found = []
-    for name in COMMANDS:
-        path = PACKAGE / "commands" / f"{name}.py"
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                found += [
-                    (name, node.module)
-                    for other in COMMANDS
-                    if node.module == f"tpumem.commands.{other}" and other != name
-                ]
+    for module, path in _sources():
+        if module in commands:
+            others = commands - {module}
+            found += [(module, n) for n in _imported(module, path) if n in others]
     assert found == []
     assert {p.stem for p in (PACKAGE / "commands").glob("*.py")} >= set(COMMANDS)

@@ -85,3 +85,42 @@ def test_compare_diff_and_export_take_a_profile_as_report_does(tmp_path):
     assert exported.returncode == 0, exported.stderr
     assert list(logdir.rglob("*.xplane.pb"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["imported.tpumem", "tb"]
+
+
+def _two_host_logdir(tmp_path: Path) -> Path:
+    logdir = tmp_path / "logs"
+    run = logdir / "plugins" / "profile" / "2026_11_27_10_00_00"
+    run.mkdir(parents=True)
+    for host in ("hostA", "hostB"):
+        shutil.copy(TF_PROFILE, run / f"{host}.xplane.pb")
+    return logdir
+
+
+def test_a_profiles_processes_go_by_the_profiles_name_not_a_scratch_file(tmp_path):
+    """A logdir of two hosts, diffed and compared: each process named after the
+    logdir and its host; the scratch traces it was imported into never show."""
+    logdir = _two_host_logdir(tmp_path)
+    diffed = run_tpumem("diff", str(logdir), str(logdir))
+    assert diffed.returncode == 0, diffed.stderr
+    title = diffed.stdout.splitlines()[0]
+    assert f"{logdir} (host" in title and "tpumem-" not in title, title
+    compared = run_tpumem("compare", str(logdir), str(TF_PROFILE), "-f", "json", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert "stands for its busiest" in compared.stderr and "tpumem-" not in compared.stderr
+    names = json.loads(compared.stdout)["names"]
+    assert not any("tpumem-" in name for name in names), names
+
+
+def test_check_takes_a_profile_as_its_baseline():
+    result = run_tpumem("check", str(TF_PROFILE), "--baseline", str(TF_PROFILE))
+    assert result.returncode == 0, result.stderr
+
+
+def test_compare_says_a_directory_without_traces_before_it_runs_a_script(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').close()\n")
+    result = run_tpumem("compare", str(empty), str(script), cwd=tmp_path)
+    assert_one_line_error(result, "no traces")
+    assert not (tmp_path / "ran").exists()

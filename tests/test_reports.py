@@ -68,7 +68,7 @@ def test_a_format_is_one_registry_line(make_trace, monkeypatch):
     line in the registry; the format is then chosen by name and by extension."""
     import tpumem.report as report
 
-    monkeypatch.setitem(report.EXTENSIONS, "csv", (".csv",))
+    monkeypatch.setitem(report.FORMATS_BY_NAME, "csv", report.Format((".csv",)))
     added = report.Reporter(report.REPORT, "csv", "test_reports:render_csv")
     monkeypatch.setitem(report.REPORTERS, (report.REPORT, "csv"), added)
     analysis = analyze(load(make_trace(buffer_rows())))
@@ -77,6 +77,8 @@ def test_a_format_is_one_registry_line(make_trace, monkeypatch):
     assert reporter_for(None, "csv").render(analysis) == "CPU:0,400\n"
     with pytest.raises(TpumemError, match="unknown diff format 'csv'"):
         reporter_for(None, "csv", report.DIFF)
+    with pytest.raises(TpumemError, match="no program format 'csv'"):
+        reporter(report.PROGRAM, "csv")
 
 
 def test_a_trace_cut_mid_stream_still_reports_and_says_so(tmp_path):

@@ -169,7 +169,7 @@ def import_command(
     from tpumem.commands.import_ import run_import
     from tpumem.commands.requests import ImportRequest
 
-    run_import(ImportRequest(path, output, run, force))
+    run_import(ImportRequest(path=path, output=output, run=run, force=force))
 
 
 @app.command(short_help="Report peak use, preallocation and fragmentation.")
@@ -203,8 +203,11 @@ def report(
     from tpumem.commands.report import run_report
     from tpumem.commands.requests import Page, ReportRequest
 
-    page = Page(fmt, output, width, force)
-    run_report(ReportRequest(tuple(traces), page, capacity, program, tuple(tpu or ())))
+    page = Page(fmt=fmt, output=output, width=width, force=force)
+    request = ReportRequest(
+        paths=tuple(traces), page=page, capacity=capacity, program=program, tpu=tuple(tpu or ())
+    )
+    run_report(request)
 
 
 @app.command(short_help="Compare runs side by side (scripts are profiled first).")
@@ -280,8 +283,9 @@ def diff(
         typer.Option(
             metavar="SIZE",
             parser=options.size,
-            show_default="64KiB",
-            help="Changes of live bytes at the peak up to this are noise, not listed.",
+            show_default=False,
+            help="Changes of live bytes at the peak up to this are noise, not listed "
+            "(default: 64KiB).",
         ),
     ] = DEFAULT_NOISE_BYTES,
     width: Width = DEFAULT_WIDTH,
@@ -295,7 +299,8 @@ def diff(
     from tpumem.commands.diff import run_diff
     from tpumem.commands.requests import DiffRequest, Page
 
-    run_diff(DiffRequest(before, after, Page(fmt, output, width, force), noise))
+    page = Page(fmt=fmt, output=output, width=width, force=force)
+    run_diff(DiffRequest(before=before, after=after, page=page, noise_bytes=noise))
 
 
 @app.command(short_help="Check a run against limits, for CI.")
@@ -568,7 +573,7 @@ def export_tensorboard_command(
     from tpumem.commands.export import run_export
     from tpumem.commands.requests import ExportRequest
 
-    run_export(ExportRequest(tuple(traces), logdir, run, force))
+    run_export(ExportRequest(paths=tuple(traces), logdir=logdir, run=run, force=force))
 
 
 @app.command("install-libtpu", short_help="Install XLA:TPU for --tpu, for tpumem alone.")
@@ -586,8 +591,9 @@ def install_libtpu(
     where only tpumem's compile for --tpu looks: not in site-packages, where every
     `import jax` would load it and, without a TPU, print start-up errors."""
     from tpumem.commands.install_libtpu import run_install_libtpu
+    from tpumem.commands.requests import InstallLibtpuRequest
 
-    raise typer.Exit(run_install_libtpu(target))
+    raise typer.Exit(run_install_libtpu(InstallLibtpuRequest(target=target)))
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

@@ -294,11 +294,11 @@ class Tracker:
 
 
 def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> RunAnalysis:
-    """A trace's analysis, as a track, a notebook or `tpumem.compare` shows it."""
-    from tpumem.analysis import analyze
-    from tpumem.trace.reader import load
+    """A trace's analysis (or a profile's), as a track, a notebook or
+    `tpumem.compare` shows it."""
+    from tpumem.reading.analyses import analysed_one
 
-    return analyze(load(Path(path)), series_points=series_points)
+    return analysed_one(path, series_points=series_points)
 
 
 def compare_runs(runs: tuple[str | Path | Tracker | RunAnalysis, ...]) -> Comparison:

@@ -20,11 +20,6 @@ from tpumem.analysis.summary import DeviceAnalysis, DeviceEventFigures, RunAnaly
 from tpumem.trace.model import Trace
 from tpumem.trace.stack_rows import Frame
 
-# Changes of live bytes at the peak within this are noise, not listed as changes:
-# runs of one program differ by what the allocator rounds and by which small
-# buffer is live at the very moment of the peak (docs/figures.md, "tpumem diff").
-NOISE_BYTES = 64 * 1024
-
 
 @dataclass(frozen=True, slots=True)
 class Change:
@@ -101,10 +96,11 @@ def _peak(device: DeviceAnalysis | None) -> int:
 def diff_runs(
     before: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
     after: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
-    noise_bytes: int = NOISE_BYTES,
+    noise_bytes: int,
 ) -> RunDiff:
     """Each (trace, its analysis, its figures with events), as analyze_with_events
-    gives them."""
+    gives them; changes of live bytes at the peak up to `noise_bytes` are noise
+    (tpumem diff's --noise)."""
     old = {d.device: d for d in before[1].devices}
     new = {d.device: d for d in after[1].devices}
     names = [*new, *(name for name in old if name not in new)]

@@ -17,7 +17,7 @@ from tpumem.reading.paths import opened_run
 def run_check(request: CheckRequest) -> int:
     """The exit status: 0 within the limits, 1 with a line per breach on stderr."""
     from tpumem.commands.limits import breaches
-    from tpumem.reading.analyses import analysed
+    from tpumem.reading.analyses import analysed, analysed_one
 
     if request.max_increase is not None and request.baseline is None:
         raise TpumemError("--max-increase: give the run it is measured from with --baseline")
@@ -46,7 +46,8 @@ def run_check(request: CheckRequest) -> int:
                 )
             run = analysed(given.traces[0], given.shown_as, capacity=request.capacity)
             if request.baseline is not None:
-                limits = replace(limits, baseline=analysed(request.baseline))
+                baseline = analysed_one(request.baseline, role="--baseline")
+                limits = replace(limits, baseline=baseline)
             found = breaches(run, limits)
     from tpumem.report.visible import visible
 

@@ -15,7 +15,7 @@ from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
 from tpumem.outputs import emit, free_name
 from tpumem.progress import progress
-from tpumem.reading.paths import RunInput, opened_runs
+from tpumem.reading.paths import RunInput, is_profile, opened_runs, traces_of
 
 
 def run_compare(request: CompareRequest) -> None:
@@ -69,6 +69,8 @@ def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
             path = Path(argument)
             if not path.exists():
                 raise TpumemError(f"{argument}: no such trace file, run directory or script")
+            if path.is_dir() and not is_profile(path):
+                traces_of([path])  # (a directory without traces: said before any script runs)
             sources.append(RunSource(argument, path, None))
             continue
         if not Path(words[0]).is_file():
@@ -92,10 +94,10 @@ def _one_trace(given: RunInput) -> tuple[Path, str | None]:
         most = busiest(summaries_of(given.traces))
     print(
         f"tpumem: {visible(given.where)} ({len(given.traces):,} processes) stands for its "
-        f"busiest, {visible(most.name)} ({visible(most.path)})",
+        f"busiest, {visible(most.name)} ({visible(given.name_of(Path(most.path)) or most.path)})",
         file=sys.stderr,
     )
-    return Path(most.path), None
+    return Path(most.path), given.name_of(Path(most.path))
 
 
 def profile_scripts(sources: list[RunSource]) -> None:

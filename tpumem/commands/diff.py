@@ -25,7 +25,8 @@ def run_diff(request: DiffRequest) -> None:
     with opened_runs(inputs) as (before, after):
         if before.is_processes or after.is_processes:
             pair = _busiest_pair(before, after)
-            traces, shown, processes = [pair[0], pair[1]], [None, None], pair[2]
+            traces, processes = [pair[0], pair[1]], pair[2]
+            shown = [before.name_of(pair[0]), after.name_of(pair[1])]
         else:
             traces = [before.traces[0], after.traces[0]]
             shown = [before.shown_as, after.shown_as]

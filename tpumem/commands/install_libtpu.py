@@ -12,6 +12,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
 
+from tpumem.commands.requests import InstallLibtpuRequest
 from tpumem.errors import TpumemError
 
 
@@ -31,8 +32,8 @@ def libtpu_requirement() -> str:
     raise TpumemError("this JAX names no libtpu release for TPUs: pip install a newer jax")
 
 
-def run_install_libtpu(target: Path | None) -> int:
-    directory = target or Path(sys.prefix) / "libtpu"
+def run_install_libtpu(request: InstallLibtpuRequest) -> int:
+    directory = request.target or Path(sys.prefix) / "libtpu"
     requirement = libtpu_requirement()
     print(f"tpumem: installing {requirement} into {directory} (about 700 MB)", file=sys.stderr)
     command = [sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade"]
@@ -41,7 +42,9 @@ def run_install_libtpu(target: Path | None) -> int:
     if done.returncode != 0:
         raise TpumemError(f"pip could not install {requirement} (its output is above)")
     use = (
-        "--tpu uses it" if target is None else f"set TPUMEM_LIBTPU={directory} for --tpu to use it"
+        "--tpu uses it"
+        if request.target is None
+        else f"set TPUMEM_LIBTPU={directory} for --tpu to use it"
     )
     print(f"tpumem: libtpu is in {directory}; {use}", file=sys.stderr)
     return 0

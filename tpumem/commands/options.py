@@ -1,14 +1,14 @@
 """Option values as people write them, parsed where tpumem/cli.py declares the
 options (typer's `parser=`): sizes (12GiB, 800MB, bytes), capacities, TPU
-topologies, shares or sizes (5%, 64MiB). What is not one is click's usage error:
-one line that names the option. Loaded at start-up: it imports no analysis."""
+topologies, shares or sizes (5%, 64MiB). What is not one is click's usage error,
+one line that names the option (a topology: parse_topology's own line, which
+names the forms it takes). Loaded at start-up, and by the pytest plugin: it
+imports no analysis, and typer only to say what is wrong."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import typer
 
 from tpumem.units import format_bytes
 
@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from tpumem.tpu.topology import Topology
 
 DEFAULT_WIDTH = 100  # columns of a text report
-DEFAULT_NOISE_BYTES = 64 * 1024  # diff: smaller changes at the peak are not listed
+# diff: changes of live bytes at the peak within this are noise, not listed as
+# changes: runs of one program differ by what the allocator rounds and by which
+# small buffer is live at the very moment of the peak (docs/figures.md, "tpumem diff").
+DEFAULT_NOISE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,12 @@ class Increase:
 NO_INCREASE = Increase(share=0.0)
 
 
+def _bad(message: str) -> Exception:
+    import typer
+
+    return typer.BadParameter(message)
+
+
 def size(text: str | int) -> int:
     """A size in bytes, 0 and up (an int: a default, already one)."""
     from tpumem.units import parse_bytes
@@ -45,14 +54,14 @@ def size(text: str | int) -> int:
     try:
         return parse_bytes(text)
     except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
+        raise _bad(str(error)) from None
 
 
 def capacity(text: str) -> int:
     """An allocator's size: above 0."""
     bytes_ = size(text)
     if bytes_ <= 0:
-        raise typer.BadParameter("give a size above 0")
+        raise _bad("give a size above 0")
     return bytes_
 
 
@@ -74,5 +83,5 @@ def share_or_size(text: str) -> Increase:
     except ValueError:
         share = -1.0
     if not 0 <= share < float("inf"):
-        raise typer.BadParameter(f"{text!r} is not a share such as 5%")
+        raise _bad(f"{text!r} is not a share such as 5%")
     return Increase(share=share)

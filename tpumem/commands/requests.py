@@ -101,3 +101,8 @@ class ImportRequest:
     output: Path | None = None
     run: str | None = None
     force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InstallLibtpuRequest:
+    target: Path | None = None  # None: libtpu/ in tpumem's environment

@@ -20,7 +20,7 @@ import select
 import sys
 import threading
 
-from tpumem.adapters.quiet import ANNOUNCEMENT
+from tpumem.adapters.launch_protocol import ANNOUNCEMENT
 from tpumem.launch.oom_log import OomLogReader
 
 # absl: "I1123 10:43:57.349421   12878 file.cc:150] message" (and "I0000 00:00:..."

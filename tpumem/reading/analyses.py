@@ -38,3 +38,24 @@ def analysed_with_events(
     trace = load(path, shown_as)
     analysis, figures = analyze_with_events(trace, series_points=series_points, capacity=capacity)
     return trace, analysis, figures
+
+
+def analysed_one(
+    path: Path | str, *, series_points: int = 0, capacity: int | None = None, role: str = ""
+) -> RunAnalysis:
+    """The one trace at `path` analysed, as every command reads a path: a trace,
+    or a profile imported on the way; a distributed run is one line (`role`: what
+    the path stands for, as the line names it: "--baseline")."""
+    from tpumem.errors import TpumemError
+    from tpumem.reading.paths import opened_run
+
+    with opened_run([Path(path)]) as given:
+        if given.is_processes:
+            said = f"{role}: " if role else ""
+            raise TpumemError(
+                f"{said}{path} holds {len(given.traces):,} traces (a distributed run): "
+                "give one process's"
+            )
+        return analysed(
+            given.traces[0], given.shown_as, series_points=series_points, capacity=capacity
+        )

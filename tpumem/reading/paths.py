@@ -20,6 +20,14 @@ class RunInput:
     where: str  # what to call it
     is_processes: bool  # a distributed run: a directory, or several traces
     shown_as: str | None = None  # one trace imported from a profile: the profile's name
+    imported: bool = False  # from a profile, into traces in a scratch directory
+
+    def name_of(self, trace: Path) -> str | None:
+        """The name a trace of this run goes by where its file's would mislead: a
+        scratch file imported from a profile goes by the profile's (and its host's)."""
+        if not self.imported:
+            return None
+        return self.shown_as or f"{self.where} ({trace.stem})"
 
 
 def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
@@ -101,7 +109,7 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
             importing.join()  # (not left running as the process ends on an error)
         traces, _, is_run = traces_of(given)
         where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
-        yield RunInput(traces, where, is_run, None if is_run else where)
+        yield RunInput(traces, where, is_run, None if is_run else where, imported=True)
 
 
 @contextmanager

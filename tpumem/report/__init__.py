@@ -20,15 +20,25 @@ PROGRAM = "program"  # one compiled program (CompiledProgram), with its `analysi
 COMPARISON = "compare"  # runs side by side (Comparison)
 DIFF = "diff"  # two runs of one program (RunDiff)
 
-# The extensions of -o that choose each format.
-EXTENSIONS = {
-    "text": (".txt",),
-    "json": (".json",),
-    "md": (".md", ".markdown"),
-    "html": (".html", ".htm"),
-}
 # The HTML page draws 1,500 points per device; the figures use every event.
 HTML_SERIES_POINTS = 1500
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """What a format is, whatever is reported in it."""
+
+    extensions: tuple[str, ...]  # of -o, that choose it
+    terminal: bool = True  # a terminal shows it (`profile` can print it after the run)
+    series_points: int = 0  # drawing points per device it needs (0: none)
+
+
+FORMATS_BY_NAME = {
+    "text": Format((".txt",)),
+    "json": Format((".json",)),
+    "md": Format((".md", ".markdown")),
+    "html": Format((".html", ".htm"), terminal=False, series_points=HTML_SERIES_POINTS),
+}
 
 
 class Render(Protocol):
@@ -48,17 +58,15 @@ class Reporter:
 
     @property
     def extensions(self) -> tuple[str, ...]:
-        return EXTENSIONS[self.name]
+        return FORMATS_BY_NAME[self.name].extensions
 
     @property
     def terminal(self) -> bool:
-        """Whether it prints to a terminal (`profile` can print it after the run)."""
-        return self.name != "html"
+        return FORMATS_BY_NAME[self.name].terminal
 
     @property
     def series_points(self) -> int:
-        """Drawing points per device it needs (0: none)."""
-        return HTML_SERIES_POINTS if self.name == "html" else 0
+        return FORMATS_BY_NAME[self.name].series_points
 
     def render(self, value: Any, *, width: int = 100, color: bool = False, **context: Any) -> str:
         """`context`: what the subject's renderers take besides the value (a
@@ -133,11 +141,15 @@ def reporter_for(
             )
         return REPORTERS[(subject, requested)]
     suffix = output.suffix.lower() if output is not None else ""
-    found = [name for name in names if suffix in EXTENSIONS[name]]
+    found = [name for name in names if suffix in FORMATS_BY_NAME[name].extensions]
     return REPORTERS[(subject, found[0] if found else "text")]
 
 
 def reporter(subject: str, fmt: str) -> Reporter:
     """The same format's reporter for another subject (a report that turns out to
-    be a distributed run's, or one program's)."""
-    return REPORTERS[(subject, fmt)]
+    be a distributed run's, or one program's); one line where it has none."""
+    found = REPORTERS.get((subject, fmt))
+    if found is None:
+        names = ", ".join(formats(subject))
+        raise TpumemError(f"no {subject} format {fmt!r} (choose from {names})")
+    return found

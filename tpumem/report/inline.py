@@ -36,10 +36,9 @@ def run_bundle(analysis: RunAnalysis) -> dict[str, str]:
 
 
 def comparison_bundle(comparison: Comparison) -> dict[str, str]:
-    from tpumem.report.compare_text import render_compare_text
-    from tpumem.report.html import render_compare_html
+    from tpumem.report import COMPARISON, reporter
 
     return {
-        "text/html": framed(render_compare_html(comparison)),
-        "text/plain": render_compare_text(comparison, width=TEXT_WIDTH),
+        "text/html": framed(reporter(COMPARISON, "html").render(comparison)),
+        "text/plain": reporter(COMPARISON, "text").render(comparison, width=TEXT_WIDTH),
     }
