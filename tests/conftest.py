@@ -10,7 +10,55 @@ from typing import Any
 
 import pytest
 
+from lanes import LaneGuard, mark_lanes
 from tpumem.trace.writer import TraceWriter
+
+# The lanes (unit, cli, frameworks): decided and enforced in lanes.py, one guard
+# per process (an xdist worker runs one test at a time).
+_lane_guard: LaneGuard | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _lane_guard
+    _lane_guard = LaneGuard()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _lane_guard is not None:
+        _lane_guard.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_lanes(items)
+
+
+# The guard starts before the test's fixtures (a module's fixture runs in its first
+# test's setup), checks after its call and again after its teardown.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    assert _lane_guard is not None
+    _lane_guard.start(item)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    assert _lane_guard is not None
+    try:
+        return (yield)
+    finally:
+        _lane_guard.check()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    assert _lane_guard is not None
+    try:
+        result = yield
+        _lane_guard.check()
+        return result
+    finally:
+        _lane_guard.stop()
 
 
 def run_tpumem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
