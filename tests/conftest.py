@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cli_forks import close_servers, run_tpumem_process
 from lanes import LaneGuard, mark_lanes
 from tpumem.trace.writer import TraceWriter
 
@@ -24,6 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    close_servers()
     if _lane_guard is not None:
         _lane_guard.close()
 
@@ -62,15 +64,10 @@ def pytest_runtest_teardown(item: pytest.Item) -> Any:
 
 
 def run_tpumem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m tpumem ARGS` in its own process, as a user would run it. Every
-    JSON report and comparison it prints is checked against its JSON Schema."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tpumem", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
+    """`python -m tpumem ARGS` in its own process, as a user would run it (forked
+    from a process that imported tpumem already: cli_forks.py). Every JSON report
+    and comparison it prints is checked against its JSON Schema."""
+    result = run_tpumem_process(list(args), cwd, timeout=300)
     if result.returncode == 0 and args[:1] in (("report",), ("compare",), ("diff",)):
         written = _json_written(list(args), cwd, result.stdout)
         if written is not None:
