@@ -31,6 +31,7 @@ browser:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: setup lint browser
 	$(BIN)/python -m pytest
