@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # torch_xla 2.9.0 (about 7 GB, torch pulls the CUDA libraries), TensorBoard/XProf.
 EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
 
-.PHONY: setup test lint browser demo html-check tensorboard-check bench clean
+.PHONY: setup test test-fast lint browser demo html-check tensorboard-check bench clean
 
 $(BIN)/.installed: pyproject.toml tpumem/xplane/event_kernels.c
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,15 @@ browser:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: setup lint browser
 	$(BIN)/python -m pytest
+
+# The fast lanes (tests/lanes.py): in-process tests and the CLI on recorded
+# traces, no framework and no browser; under a minute on two cores.
+test-fast: setup
+	$(BIN)/python -m pytest -m "unit or cli"
 
 demo: setup
 	rm -rf demo && mkdir -p demo

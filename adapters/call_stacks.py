@@ -16,7 +16,7 @@ import sysconfig
 import threading
 import types
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tpumem.adapters.source_lines import PROFILER_PLACES, SourceLines
 from tpumem.trace.schema import STACK
@@ -126,8 +126,8 @@ class CallStacks:
     def _named(self, key: tuple) -> tuple[NamedFrame, ...]:
         pairs = zip(key[-2::-2], key[-1::-2], strict=True)  # outermost first
         names, codes = self._names, self._codes
-        return tuple(
-            (names[code], _line(codes[code], offset), codes[code].co_qualname)
+        return tuple(  # (a kept frame's name is never None)
+            (cast(str, names[code]), _line(codes[code], offset), _code_qualname(codes[code]))
             for code, offset in pairs
         )
 
@@ -261,4 +261,9 @@ def _qualname(codes: list[types.CodeType], line: int, function: str) -> str:
     ]
     if not found:
         return function
-    return max(found, key=lambda code: code.co_firstlineno).co_qualname
+    return _code_qualname(max(found, key=lambda code: code.co_firstlineno))
+
+
+def _code_qualname(code: types.CodeType) -> str:
+    # co_qualname came with Python 3.11; 3.10's code has its bare name only.
+    return getattr(code, "co_qualname", code.co_name)

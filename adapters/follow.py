@@ -26,7 +26,7 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from tpumem.adapters.base import end_recording
 from tpumem.adapters.import_watch import ImportWatch
@@ -162,7 +162,7 @@ class _Capture:
             # workers'. (One that failed keeps its trace: how it ended.)
             self._drop()
 
-    def replaced(self, program: object) -> None:
+    def replaced(self, program: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
         """The process is about to run `program` in its place (os.exec*): its
         recording ends here, and a forked child's that recorded nothing goes."""
         with _lock:
@@ -192,14 +192,14 @@ class _Capture:
         capture = self
         exit_, hard_exit, excepthook = sys.exit, os._exit, sys.excepthook
 
-        def noting_exit(code: object = None) -> None:
+        def noting_exit(code: str | int | None = None) -> NoReturn:
             capture._exit = ExitStatus(code=_code(code))
             exit_(code)
 
-        def ending_exit(code: int) -> None:
+        def ending_exit(status: int) -> NoReturn:  # (os._exit's own parameter name)
             if _capture is not None:  # (this process's own, in a child forked meanwhile)
-                _capture.finish(ExitStatus(code=_code(code)))
-            hard_exit(code)
+                _capture.finish(ExitStatus(code=_code(status)))
+            hard_exit(status)
 
         def noting_hook(kind: Any, error: Any, trace: Any) -> None:
             capture._exit = ExitStatus(code=1, exception=f"{kind.__name__}: {error}")

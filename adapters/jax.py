@@ -143,10 +143,16 @@ class JaxAdapter(Adapter):
         self._already_imported = not self._hooks.install_before_import()
         self._prepared = True
 
+    @property
+    def hooks(self) -> JaxHooks:
+        """The hooks prepare() made: every step after it runs with them."""
+        assert self._hooks is not None
+        return self._hooks
+
     def start(self, writer: TraceWriter) -> None:
         if not self._prepared:
             self.prepare(writer)
-        hooks = self._hooks
+        hooks = self.hooks
         import jax
 
         writer.patch_metadata(framework_version=jax.__version__)
@@ -194,7 +200,7 @@ class JaxAdapter(Adapter):
                     adapter._backend_ready(default or next(iter(found.values())))
             return found
 
-        self._hooks.patches.replace(xla_bridge, "backends", backends)
+        self.hooks.patches.replace(xla_bridge, "backends", backends)
 
     def _backend_ready(self, client: Any) -> None:
         """What needs the backend: which devices, the buffer book and its hooks, the
@@ -206,7 +212,7 @@ class JaxAdapter(Adapter):
         from jaxlib import _jax
 
         self._ready = True
-        hooks, writer = self._hooks, self.writer
+        hooks, writer = self.hooks, self.writer
         backend = client.platform
         devices = client.local_devices()  # (client.devices() holds every process's)
         self.devices = devices
@@ -217,7 +223,7 @@ class JaxAdapter(Adapter):
         hooks.book = self._book
         hooks.backend_made = True
         if self._book is not None:
-            self._hide_own_shards(hooks.patches)
+            self._hide_own_shards(hooks.patches, self._book)
         hooks.temp_windows = backend == "cpu" and not async_cpu
         if self._already_imported and self._book is not None:
             # Functions jitted before now run in C++, past the hooks.
@@ -248,7 +254,7 @@ class JaxAdapter(Adapter):
             )
         if backend != "cpu":
             self._chunks = ProfilerChunks(writer, _JaxSessions(), self.options.chunk_s)
-            self._take_over_profiler_api(jax)
+            self._take_over_profiler_api(jax, self._chunks)
             self._chunks.start()
 
     def stop(self) -> None:
@@ -264,18 +270,18 @@ class JaxAdapter(Adapter):
                 "the script never started JAX's backend (no device, no array): "
                 "there was nothing on a device to record"
             )
-        close_dump(self._dump, self.writer, bool(self._hooks.programs), self._warnings)
+        close_dump(self._dump, self.writer, bool(self.hooks.programs), self._warnings)
         if self._book is not None:
-            self._write_book()
-            self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata()))
+            self._write_book(self._book)
+            self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata(self._book)))
         self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
-        self._hooks.uninstall()
+        self.hooks.uninstall()
 
     def forget(self) -> None:
-        self._hooks.uninstall()
+        self.hooks.uninstall()
 
-    def _book_metadata(self) -> JaxBook:
-        counts, hooks = self._book.counts, self._hooks
+    def _book_metadata(self, book: BufferBook) -> JaxBook:
+        counts, hooks = book.counts, self._hooks
         return JaxBook(
             method="jax.Array buffers, entered by hooks on jitted calls and device_put",
             arrays_entered=counts.entered,
@@ -290,7 +296,7 @@ class JaxAdapter(Adapter):
             program_temp_shown=bool(hooks and hooks.temp_windows),
         )
 
-    def _hide_own_shards(self, patches: Patches) -> None:
+    def _hide_own_shards(self, patches: Patches, book: BufferBook) -> None:
         """jax.live_arrays() as the script would see it without tpumem: the
         per-device array objects the book made JAX keep are left out (a script
         that sizes itself by its live arrays sizes itself as it would have). The
@@ -298,7 +304,7 @@ class JaxAdapter(Adapter):
         import jax
         from jax._src import api
 
-        original, book = api.live_arrays, self._book
+        original = api.live_arrays
 
         @functools.wraps(original)
         def live_arrays(*args: Any, **kwargs: Any) -> Any:
@@ -316,11 +322,11 @@ class JaxAdapter(Adapter):
         self._keras.watch()
         if self._book is not None:
             if self._polls.due():
-                hooks = self._hooks
+                hooks = self.hooks
                 live = self._live_arrays or jax.live_arrays
                 self._book.poll(live, hooks.calls_running > 0, hooks.in_flight > 0)
             if self._book_writes.due():
-                self._write_book()
+                self._write_book(self._book)
         if self._dump is not None:
             self._dump.tick(self.writer)
 
@@ -331,17 +337,16 @@ class JaxAdapter(Adapter):
                 fields = {column: stats[key] for key, column in _STATS.items() if key in stats}
                 self.writer.sample(device=device_name(device), **fields)
 
-    def _write_book(self) -> None:
-        columns, count = self._book.take_columns()
+    def _write_book(self, book: BufferBook) -> None:
+        columns, count = book.take_columns()
         if count:
             self.writer.write_columns(columns, count)
 
-    def _take_over_profiler_api(self, jax: Any) -> None:
+    def _take_over_profiler_api(self, jax: Any, chunks: ProfilerChunks) -> None:
         """jax.profiler.start_trace/stop_trace would fail while tpumem's session
         runs: the script's own session replaces tpumem's for its span."""
         from jax._src import profiler
 
-        chunks = self._chunks
         original_start, original_stop = profiler.start_trace, profiler.stop_trace
         logdirs: list[str] = []
 
@@ -362,7 +367,7 @@ class JaxAdapter(Adapter):
                 chunks.resume(newest_xspace(logdir) if logdir else None)
 
         start_trace.__doc__, stop_trace.__doc__ = original_start.__doc__, original_stop.__doc__
-        patches = self._hooks.patches
+        patches = self.hooks.patches
         for owner in (profiler, jax.profiler):
             patches.replace(owner, "start_trace", start_trace)
             patches.replace(owner, "stop_trace", stop_trace)

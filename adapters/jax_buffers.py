@@ -80,7 +80,7 @@ class BufferBook:
     array (its aval, sharding, address, size on the device) and caches the rest
     by aval and by sharding object."""
 
-    def __init__(self, start_time_ns: int, array_type: type) -> None:
+    def __init__(self, start_time_ns: int, array_type: type[Any]) -> None:
         self.start_time_ns = start_time_ns
         self.array_type = array_type
         self.counts = BookCounts()
@@ -249,7 +249,7 @@ class BufferBook:
     def hide_own_shards(self, live: list[Any]) -> list[Any]:
         """`live` (jax.live_arrays()'s list) less the per-device array objects that
         reading the entered arrays' buffers made JAX keep with them (_enter)."""
-        own = set()
+        own: set[int] = set()
         with self._lock:
             entered = self._by_object
             for array in live:

@@ -135,7 +135,12 @@ class JaxHooks:
             return False
         finder = _AfterImport(PJIT_MODULE, self._wrap_pjit)
         sys.meta_path.insert(0, finder)
-        self.patches.on_undo(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
+
+        def forget_finder() -> None:
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+
+        self.patches.on_undo(forget_finder)
         return True
 
     def install_every_call(self) -> None:
@@ -341,7 +346,7 @@ class JaxHooks:
         else:
             book.enter(leaves, start, function.__name__, OUTPUT, where)
         if program is not None and self.temp_windows:
-            self._temp(program, start, end, function.__name__, where)
+            self._temp(book, program, start, end, function.__name__, where)
         if host:
             # JAX copies a NumPy argument to the program's device for the call and
             # frees the copy when the call is done: the training batch, in most
@@ -399,14 +404,14 @@ class JaxHooks:
         where = self.stacks(sys._getframe(2))
         book.enter(list(out), run.start_ns, op, OUTPUT, where)
         if self.temp_windows:
-            self._temp(run.program, run.start_ns, run.end_ns, op, where)
+            self._temp(book, run.program, run.start_ns, run.end_ns, op, where)
 
-    def _temp(self, program: Program, start: int, end: int, op: str, where: Where) -> None:
+    def _temp(
+        self, book: BufferBook, program: Program, start: int, end: int, op: str, where: Where
+    ) -> None:
         """A program's temp buffer, live while it ran (Program.shows_temp)."""
         if program.shows_temp:
-            self.book.add_window(
-                program.devices[0], program.temp_bytes, (start, end), op, TEMP, where
-            )
+            book.add_window(program.devices[0], program.temp_bytes, (start, end), op, TEMP, where)
 
     def _enter(self, arrays: Any, start: int, op: str | None, region: str, depth: int) -> None:
         book = self.book

@@ -43,7 +43,7 @@ def _integer(text: str | None) -> int | None:
 def from_tf_config(text: str | None) -> ProcessInfo | None:
     """A TF_CONFIG's task as its index among the cluster's chief and workers."""
     try:
-        config = json.loads(text) if text else None
+        config = json.loads(text) if text else {}
         cluster, task = config["cluster"], config["task"]
         kind, index = task["type"], int(task["index"])
         sizes = {name: len(cluster.get(name) or ()) for name in _TF_TASK_TYPES}

@@ -255,7 +255,8 @@ def main() -> None:
     # With --follow, this process records itself as the script's other processes
     # do: if it imports a framework (follow.py).
     recording = None if config.follow else _watch_imports(config)
-    code, ending, error = 0, {"code": 0}, None
+    code, error = 0, None
+    ending: dict[str, Any] = {"code": 0}
     try:
         _run_target(config)
     except _AdapterFailed:

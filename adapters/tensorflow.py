@@ -215,7 +215,7 @@ class TensorFlowAdapter(Adapter):
         self._chunks = ProfilerChunks(
             writer, _TfSessions(self._spool), self.options.chunk_s, self._label
         )
-        self._take_over_profiler_api()
+        self._take_over_profiler_api(self._chunks)
         self._mark_traced_steps()
         self._chunks.start()
         self._sampler = Sampler("tpumem-tf-samples", self.options.sample_interval_s, self._tick)
@@ -319,12 +319,12 @@ class TensorFlowAdapter(Adapter):
 
         self._patches.on_undo(on_step_annotation(trace.Trace, mark_numbered_steps(self.writer)))
 
-    def _take_over_profiler_api(self) -> None:
+    def _take_over_profiler_api(self, chunks: ProfilerChunks) -> None:
         """tf.profiler.experimental.start/stop would fail while tpumem's session
         runs: wrap them so the script's session replaces tpumem's for its span."""
         from tensorflow.python.profiler import profiler_v2
 
-        chunks, original_start, original_stop = self._chunks, profiler_v2.start, profiler_v2.stop
+        original_start, original_stop = profiler_v2.start, profiler_v2.stop
         logdirs: list[str] = []
 
         def start(logdir: str, options: Any = None) -> None:

@@ -231,7 +231,8 @@ class TorchXlaAdapter(Adapter):
         """A torch function mode holds for the thread that entered it only: threads
         started from now on (torch_xla.launch runs a thread per device on the CPU)
         run inside it too. tpumem's own threads stay outside."""
-        mode, original = self._mode, threading.Thread._bootstrap_inner
+        # (CPython's own, private: typeshed leaves it out)
+        mode, original = self._mode, threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
         optimizer_steps = self._optimizer_steps
 
         def _bootstrap_inner(thread: threading.Thread) -> None:
@@ -338,11 +339,11 @@ class TorchXlaAdapter(Adapter):
         tensor_type, reads = self.torch.Tensor, self.book.reads
         read = [p for group in optimizer.param_groups for p in group["params"]]
         read += [grad for p in read if (grad := p.grad) is not None]
-        kept = [
+        kept = [  # (torch's stubs leave out Tensor.is_xla)
             value
             for state in optimizer.state.values()
             for value in state.values()
-            if isinstance(value, tensor_type) and value.is_xla
+            if isinstance(value, tensor_type) and value.is_xla  # type: ignore[attr-defined]
         ]
         made = [t for t in kept if not reads(t, False)]
         used = [t for t in read if t.is_xla and not reads(t, False)]

@@ -159,7 +159,8 @@ def _donate(module: Any, donors: list[int]) -> None:
         attrs = [ir.DictAttr.get({}) for _ in range(count)]
     for number in donors:
         if number < len(attrs):
-            named = {a.name: a.attr for a in attrs[number]}
+            # A DictAttr iterates by index (__len__, __getitem__), which its stub omits.
+            named = {a.name: a.attr for a in attrs[number]}  # type: ignore[attr-defined]
             named["jax.buffer_donor"] = ir.BoolAttr.get(True)
             attrs[number] = ir.DictAttr.get(named)
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
@@ -180,7 +181,10 @@ def _layouts(name: str, arrays: list, device: Any) -> TpuLayouts:
             compiled = jax.jit(lambda x: x).lower(spec).compile()
         except (RuntimeError, TypeError, ValueError):
             continue  # a dtype JAX does not know: left to the estimate
-        sizes[tuple(dims), dtype] = compiled.memory_analysis().argument_size_in_bytes
+        analysis = compiled.memory_analysis()
+        if analysis is None:  # (XLA:TPU analyses every program it compiles)
+            continue
+        sizes[tuple(dims), dtype] = analysis.argument_size_in_bytes
     return TpuLayouts(name, sizes, time.perf_counter() - start)
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -10,19 +11,64 @@ from typing import Any
 
 import pytest
 
+from cli_forks import close_servers, run_tpumem_process
+from lanes import LaneGuard, mark_lanes
 from tpumem.trace.writer import TraceWriter
+
+# The lanes (unit, cli, frameworks): decided and enforced in lanes.py, one guard
+# per process (an xdist worker runs one test at a time).
+_lane_guard: LaneGuard | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _lane_guard
+    _lane_guard = LaneGuard()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    close_servers()
+    if _lane_guard is not None:
+        _lane_guard.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_lanes(items)
+
+
+# The guard starts before the test's fixtures (a module's fixture runs in its first
+# test's setup), checks after its call and again after its teardown.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    assert _lane_guard is not None
+    _lane_guard.start(item)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    assert _lane_guard is not None
+    try:
+        return (yield)
+    finally:
+        _lane_guard.check()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    assert _lane_guard is not None
+    try:
+        result = yield
+        _lane_guard.check()
+        return result
+    finally:
+        _lane_guard.stop()
 
 
 def run_tpumem(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m tpumem ARGS` in its own process, as a user would run it. Every
-    JSON report and comparison it prints is checked against its JSON Schema."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tpumem", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
+    """`python -m tpumem ARGS` in its own process, as a user would run it (forked
+    from a process that imported tpumem already: cli_forks.py). Every JSON report
+    and comparison it prints is checked against its JSON Schema."""
+    result = run_tpumem_process(list(args), cwd, timeout=300)
     if result.returncode == 0 and args[:1] in (("report",), ("compare",), ("diff",)):
         written = _json_written(list(args), cwd, result.stdout)
         if written is not None:
@@ -48,22 +94,42 @@ def _json_written(args: list[str], cwd: Path | None, stdout: str) -> str | None:
 
 
 def assert_valid_json(command: str, text: str) -> None:
-    import jsonschema
-
     document = json.loads(text)
     if document.get("schema") == "tpumem-program/1":  # one of a report's programs
-        report = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())
         program = {key: value for key, value in document.items() if key != "schema"}
-        items = report["properties"]["programs"]["items"]
-        jsonschema.validate(program, items, cls=jsonschema.Draft202012Validator)
+        _validate("program", program)
         return
     name = command if command in ("report", "diff", "run") else "compare"
     if name == "report" and document.get("schema") == "tpumem-run/1":
         name = "run"  # the report of a distributed run
-    schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
-    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+    _validate(name, document)
     if name == "run":  # the busiest process's report, under its own schema
         assert_valid_json("report", json.dumps(document["busiest_report"]))
+
+
+def _validate(name: str, document: Any) -> None:
+    """As jsonschema.validate: the best match among the errors, raised."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator(name).iter_errors(document))
+    if error is not None:
+        raise error
+
+
+@functools.cache
+def _validator(name: str) -> Any:
+    """The validator of tpumem-NAME-1.json ("program": of one of a report's
+    programs). Its schema is checked once: jsonschema.validate checks it against
+    JSON Schema's own at every call, 0.1-0.2 s each, a fifth of the cli lane."""
+    import jsonschema
+
+    if name == "program":
+        report = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())
+        schema = report["properties"]["programs"]["items"]
+    else:
+        schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> str:

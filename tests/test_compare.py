@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from conftest import run_tpumem
 from profiling import EXAMPLES, run_compare
 from sample_traces import buffer_rows
@@ -82,7 +80,6 @@ def test_a_script_that_fails_stops_the_comparison_and_keeps_its_trace(make_trace
     assert kept.devices[0].peak.bytes >= 256 * 256 * 4
 
 
-@pytest.mark.framework
 def test_the_three_frameworks_compared_from_their_scripts(tmp_path):
     """The same MLP in TensorFlow, JAX and PyTorch/XLA, each profiled in its own
     process by compare itself: its table holds each run's own report figures."""

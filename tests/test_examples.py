@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.framework
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FRAMEWORKS = {"tensorflow": "tf", "jax": "jax", "torch_xla": "torch_xla"}
 

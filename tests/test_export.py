@@ -11,8 +11,6 @@ import sys
 import time
 import urllib.parse
 
-import pytest
-
 from conftest import run_tpumem
 from profiling import EXAMPLES, profile
 from tensorboard_server import get, tensorboard_server
@@ -117,7 +115,6 @@ def test_bad_input_is_one_line(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.framework
 def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
     """The MLP in TensorFlow, JAX and PyTorch/XLA, each profiled with
     --tensorboard: XProf's converter and a real TensorBoard server agree with

@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import textwrap
 
-import pytest
-
 from conftest import assert_one_line_error
 from profiling import last_json, profile, run_plain
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
-pytestmark = pytest.mark.framework
 MiB = 1 << 20
 
 # What the script has loaded at its first line, past the standard library.

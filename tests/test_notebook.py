@@ -22,7 +22,6 @@ from tpumem.analysis import analyze
 from tpumem.errors import TpumemError
 from tpumem.trace.reader import load
 
-pytestmark = pytest.mark.framework
 MiB = 1 << 20
 
 # Per framework: in use before the first recorded cell (a notebook's case), a

@@ -64,7 +64,6 @@ def test_other_kills_are_not_called_out_of_memory(make_trace, ending):
     assert _report(make_trace, ending)["out_of_memory"] == []
 
 
-@pytest.mark.framework
 def test_a_real_kill_records_the_processs_memory_and_the_limit(tmp_path):
     (tmp_path / "killed.py").write_text(
         "import os, signal\n"

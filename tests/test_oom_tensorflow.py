@@ -38,7 +38,6 @@ def _stats(stderr: str) -> dict[str, int]:
     return stats
 
 
-@pytest.mark.framework
 @pytest.mark.parametrize("limit_mib", [48, 40])
 def test_the_report_opens_with_the_failure_the_allocator_saw(tmp_path, limit_mib):
     (tmp_path / "keeps.py").write_text(KEEPS_TENSORS)
@@ -68,7 +67,6 @@ def test_the_report_opens_with_the_failure_the_allocator_saw(tmp_path, limit_mib
     assert "not enough memory: short by" in why
 
 
-@pytest.mark.framework
 def test_without_the_allocators_log_the_events_give_the_same_figures(tmp_path):
     """TF_CPP_MIN_LOG_LEVEL=2 (as many set it) hides the allocator's log: the bytes
     in use and the limit come from the captured events, and are the same."""
@@ -129,7 +127,6 @@ def _modeled(where, limit_mib: int) -> dict:
     return check
 
 
-@pytest.mark.framework
 @pytest.mark.parametrize("limit_mib", [40, 56, 64, 80])
 def test_capacity_predicts_the_real_failure_from_an_unlimited_run(churns, limit_mib):
     """Under each limit, the real run fails at one allocation; the model, replaying
@@ -159,7 +156,6 @@ def _live(failure: dict) -> list[tuple]:
     return [(g["shape"] or "", g["bytes"], g["count"]) for g in failure["live"]]
 
 
-@pytest.mark.framework
 def test_a_capacity_the_real_run_fits_predicts_no_failure(churns):
     check = _modeled(churns, 300)
     assert check["failure"] is None and check["headroom_bytes"] > 0

@@ -14,7 +14,6 @@ from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_end
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
-pytestmark = pytest.mark.framework
 KiB, MiB = 1 << 10, 1 << 20
 # JAX's own small arrays (scalars made for constants, PRNG keys) that a script's
 # count of its own arrays does not see at the same moment: what tpumem may differ by.

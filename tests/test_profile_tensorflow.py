@@ -32,9 +32,6 @@ from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 from tpumem.trace.schema import SAMPLE
 
-pytestmark = pytest.mark.framework
-
-
 KNOWN_ALLOCATIONS = """
 import json
 import tensorflow as tf

@@ -12,7 +12,6 @@ from tpumem.adapters.torch_xla_debug import PRECISION_BYTES
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
-pytestmark = pytest.mark.framework
 MiB = 1 << 20
 
 # Sizes the script knows: what is materialized at each sync. The 32 MiB repeat

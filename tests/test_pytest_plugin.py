@@ -10,7 +10,6 @@ import pytest
 from tpumem.trace.reader import load
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.framework
 
 # Per framework: its import, and a function that keeps two 4 MiB buffers live.
 FRAMEWORKS = {

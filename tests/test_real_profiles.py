@@ -14,8 +14,6 @@ from tpumem.analysis.chunk_map import AddressMap
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 
-pytestmark = pytest.mark.framework
-
 TF_SCRIPT = """
 import json, os
 os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"

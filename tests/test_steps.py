@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-
 from profiling import profile
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
-
-pytestmark = pytest.mark.framework
 
 DONATING_STEP = textwrap.dedent(
     """

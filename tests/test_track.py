@@ -13,7 +13,6 @@ from jax_scripts import COUNTS_ITSELF, KNOWN_LINES
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
-pytestmark = pytest.mark.framework
 KiB, MiB = 1 << 10, 1 << 20
 SMALL_ARRAYS = 16 * KiB  # as in test_profile_jax.py: JAX's own small arrays
 

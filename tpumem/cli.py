@@ -9,7 +9,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from typer import core as typer_core
@@ -24,8 +24,8 @@ from tpumem.tpu.topology import Topology
 # typer writes each parameter's Python type into the help (<path>, <float range>,
 # <bool>); tpumem's help shows the metavar each option is given (FILE, SECONDS), as
 # click does, and arguments by their names.
-typer_core.TyperOption.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]
-typer_core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+typer_core.TyperOption.display_type_rich = lambda self, ctx: self.metavar or ""  # type: ignore[attr-defined]
+typer_core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[attr-defined]
 
 app = typer.Typer(
     name="tpumem",
@@ -74,24 +74,28 @@ Width = Annotated[
 ]
 
 
-def _capacity(help: str) -> object:
-    """--capacity, parsed once: report and compare ask whether the run fits, check
-    fails where it does not."""
-    return Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--capacity", metavar="SIZE", parser=options.capacity, help=help),
-    ]
-
-
-Capacity = _capacity(
-    "Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays its "
-    "allocations through the BFC allocator model: the first that would fail, or the "
-    "headroom left; and the smallest size that holds the run. Modeled."
-)
-CheckCapacity = _capacity(
-    "Fail if the BFC allocator model runs out of memory with this much (16GiB, 800MB, "
-    "bytes): the run would not fit it."
-)
+# --capacity, parsed by one rule: report and compare ask whether the run fits,
+# check fails where it does not.
+_CAPACITY: dict[str, Any] = {"metavar": "SIZE", "parser": options.capacity}
+Capacity = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--capacity",
+        help="Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays "
+        "its allocations through the BFC allocator model: the first that would fail, or "
+        "the headroom left; and the smallest size that holds the run. Modeled.",
+        **_CAPACITY,
+    ),
+]
+CheckCapacity = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--capacity",
+        help="Fail if the BFC allocator model runs out of memory with this much (16GiB, "
+        "800MB, bytes): the run would not fit it.",
+        **_CAPACITY,
+    ),
+]
 Tpu = Annotated[
     Optional[list[Topology]],  # noqa: UP045
     typer.Option(
@@ -646,7 +650,7 @@ def run() -> NoReturn:
 
     try:
         main()
-        code: object = 0
+        code: str | int | None = 0
     except SystemExit as stop:
         code = stop.code
     if not isinstance(code, int | None) or threading.active_count() > 1:

@@ -115,7 +115,7 @@ def _beside(path: Path) -> list[tuple[int, bytes]]:
     (`module(program id).hlo_proto.pb`). Only what XProf writes there is read:
     regular files (not a link, which may point anywhere, nor a FIFO, which would
     hang the read) of at most MAX_PROTO_BYTES; others are skipped."""
-    found = []
+    found: list[tuple[int, bytes]] = []
     for file in sorted(path.parent.glob(f"*{HLO_PROTO_SUFFIX}")):
         match = _PROGRAM_FILE.fullmatch(file.name)
         data = _read_regular(file, MAX_PROTO_BYTES)

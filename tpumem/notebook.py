@@ -61,11 +61,13 @@ class TpumemMagics(Magics):
         )
         try:
             run.start()
-        except TpumemError as error:
-            _say(error)
+        except TpumemError as refused:
+            _say(refused)
             return
         error: BaseException | None = None
-        shell, counted = self.shell, self.shell.execution_count
+        shell = self.shell
+        assert shell is not None  # (a magic runs in its shell)
+        counted = shell.execution_count
         # IPython counted this cell before running it; the body runs under the
         # cell's own number, so its lines are "In [N]" as the notebook shows them.
         shell.execution_count = counted - 1

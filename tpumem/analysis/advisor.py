@@ -94,7 +94,8 @@ def setting_for(framework: str, target: Accelerator, needed: int) -> tuple[str |
 def _large_padding_note(padding: LayoutPadding) -> str:
     """What to look at when the padding estimate is out of proportion: the
     shapes that pad most (tiny arrays, or no dimension that fills 128 lanes)."""
-    share = padding.extra_bytes / padding.counted_bytes if padding.counted_bytes else 0.0
+    extra = padding.extra_bytes or 0  # (a large estimate has one)
+    share = extra / padding.counted_bytes if padding.counted_bytes else 0.0
     shapes = ", ".join(
         f"{s.count:,} x {s.shape} {s.dtype} (+{format_bytes(s.extra_bytes)})"
         for s in padding.largest

@@ -143,7 +143,7 @@ def replay(
             earlier = seen.get(key)
             seen[key] = i
             repeats = 0 if earlier is None else _repeats(signature, earlier, i)
-            if repeats:
+            if earlier is not None and repeats:
                 length = i - earlier
                 block = results[:, earlier:i]
                 results[:, i : i + repeats * length] = np.tile(block, repeats)

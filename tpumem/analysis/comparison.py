@@ -9,7 +9,7 @@ from pathlib import Path
 from tpumem.analysis import provenance
 from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
-from tpumem.analysis.step_programs import no_program_reason, program_figures, step_program
+from tpumem.analysis.step_programs import Entry, no_program_reason, program_figures, step_program
 from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.units import format_bytes
 
@@ -64,7 +64,12 @@ def run_names(runs: list[RunAnalysis]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _row(figure: str, unit: str, entries: list[tuple[object, str]], lower_is_better=True):
+def _row(
+    figure: str,
+    unit: str,
+    entries: list[Entry],
+    lower_is_better: bool = True,
+) -> CompareRow:
     values = tuple(value for value, _ in entries)
     numbers = [(i, v) for i, v in enumerate(values) if isinstance(v, (int, float))]
     best = None
@@ -80,8 +85,8 @@ def _row(figure: str, unit: str, entries: list[tuple[object, str]], lower_is_bet
     return CompareRow(figure, unit, values, tuple(label for _, label in entries), best, ratios)
 
 
-def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, tuple[object, str]]:
-    na = (None, provenance.NOT_AVAILABLE)
+def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, Entry]:
+    na: Entry = (None, provenance.NOT_AVAILABLE)
     if device is None:
         return {}
     pre, frag = device.preallocation, device.fragmentation

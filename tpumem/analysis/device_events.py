@@ -147,7 +147,11 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
         measured = reported is not None and bool((reported >= 0).all())
         name = device_names[code] if code >= 0 else "unknown"
         limit = columns.reported("bytes_limit", -1)
-        heap = reported if measured else np.cumsum(np.where(is_alloc, size, -size))
+        heap = (
+            reported
+            if reported is not None and measured
+            else np.cumsum(np.where(is_alloc, size, -size))
+        )
         # XProf reads a missing bytes_reserved as 0, event by event: so does this.
         reserved = columns.reported("bytes_reserved", 0)
         if reserved is not None and not (reserved > 0).any():

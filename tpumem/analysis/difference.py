@@ -124,7 +124,12 @@ def diff_runs(
             )
             for figure, read in FIGURES
         )
-        devices.append(DeviceDiff(name, *pair, *(c for c, _ in lists), steps, hidden, figures))
+        by_stack, by_line, by_op, by_region = (changes for changes, _ in lists)
+        devices.append(
+            DeviceDiff(
+                name, pair[0], pair[1], by_stack, by_line, by_op, by_region, steps, hidden, figures
+            )
+        )
     devices.sort(key=lambda d: -abs(d.peak_delta))
     return RunDiff(before[1], after[1], tuple(devices), noise_bytes)
 

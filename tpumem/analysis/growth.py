@@ -90,7 +90,7 @@ def step_growth(trace: Trace, events: DeviceEvents) -> Growth | None:
     per_step = float(end_bytes[last] - end_bytes[first]) / (last - first)
     rises = np.diff(end_bytes[first:]) > 0
     growing = per_step * (last - first) > tolerance and rises.mean() >= RISING_SHARE
-    stacks = ()
+    stacks: tuple[StackGrowth, ...] = ()
     if growing:
         stacks = _growing_stacks(trace, events, floor_at[first], floor_at[last], last - first)
     return Growth(

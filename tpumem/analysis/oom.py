@@ -79,8 +79,8 @@ def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
     if exception is None:
         return logs
     if logs and exception.phase == "run":
-        log, _, at = logs.pop()
-        return [*logs, (combine(exception, log), "the exception and the allocator's log", at)]
+        logged, _, at = logs.pop()
+        return [*logs, (combine(exception, logged), "the exception and the allocator's log", at)]
     return [*logs, (exception, "the exception that ended the run", None)]
 
 
@@ -110,7 +110,7 @@ def _killed(trace: Trace, devices: list[DeviceEvents]) -> OutOfMemory | None:
     # device's memory is the process's).
     events = devices[0] if len(devices) == 1 else None
     live = live_at(events, len(events) - 1) if events is not None and len(events) else None
-    groups = live_groups(trace, events, live) if live is not None else ()
+    groups = live_groups(trace, events, live) if events is not None and live is not None else ()
     return OutOfMemory(
         phase=KILLED,
         source="the exit status and the process's peak memory",

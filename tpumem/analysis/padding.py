@@ -160,7 +160,7 @@ def _best_pair(dims: tuple[int, ...], bits: int) -> tuple[int, int]:
     itemsize = max(1, bits // 8)
     return min(
         ((lanes[0], rows[1]), (lanes[1], rows[0])),
-        key=lambda pair: _tiled(dims, *pair, bits, itemsize),
+        key=lambda pair: _tiled(dims, pair[0], pair[1], bits, itemsize),
     )
 
 

@@ -93,10 +93,11 @@ def live_groups(
     order = np.lexsort((np.arange(len(total)), -total))
     result = []
     for g in order.tolist():
-        names = [
+        op, region, dtype, shape, source = (
             values[c] if c >= 0 else None for c, (_, values) in zip(unique[g], columns, strict=True)
-        ]
-        result.append(LiveGroup(*names, count=int(count[g]), bytes=int(total[g])))
+        )
+        group = LiveGroup(op, region, dtype, shape, source, int(count[g]), int(total[g]))
+        result.append(group)
     return tuple(result)
 
 

@@ -217,8 +217,8 @@ def pair_processes(before: Sequence[ProcessSummary], after: Sequence[ProcessSumm
     """The processes of two runs side by side: by rank where every process has one,
     else in order (rank, host, pid)."""
     if all(p.index is not None for p in (*before, *after)):
-        first = {p.index: p for p in before}
-        second = {p.index: p for p in after}
+        first = {p.index: p for p in before if p.index is not None}
+        second = {p.index: p for p in after if p.index is not None}
         return [(first.get(r), second.get(r)) for r in sorted(first.keys() | second.keys())]
     count = max(len(before), len(after))
     padded = [*before, *[None] * count][:count], [*after, *[None] * count][:count]

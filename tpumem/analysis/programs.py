@@ -117,8 +117,8 @@ def compiled_programs(
             found.append(CompiledProgram("?", None, None, problem))
             continue
         joined = waiting.get(heap.module)
-        memory = joined.pop(0) if joined else None
-        found.append(CompiledProgram(heap.module, memory, heap, program_id=program_id))
+        analysis = joined.pop(0) if joined else None
+        found.append(CompiledProgram(heap.module, analysis, heap, program_id=program_id))
     for program in [*unjoined, *(p for rest in waiting.values() for p in rest)]:
         index = _same_sizes(program, found)
         if index is None:
@@ -133,9 +133,10 @@ def _same_sizes(memory: ProgramMemory, found: list[CompiledProgram]) -> int | No
     hash) is the first plan not yet joined with the same argument, output and temp
     bytes, within the precision they were given to."""
     tolerance = memory.precision_bytes or 0
-    wanted = (memory.argument_bytes, memory.output_bytes, memory.temp_bytes)
-    if None in wanted:
+    argument, output, temp = memory.argument_bytes, memory.output_bytes, memory.temp_bytes
+    if argument is None or output is None or temp is None:
         return None
+    wanted = (argument, output, temp)
     for index, program in enumerate(found):
         heap = program.heap
         if heap is None or program.memory is not None:

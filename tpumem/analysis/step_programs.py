@@ -55,7 +55,7 @@ def no_program_reason(run: RunAnalysis) -> str:
     return NO_PROGRAM.get(run.framework, NO_PROGRAM_DEFAULT)
 
 
-Entry = tuple[object, str]  # (value, how it was obtained)
+Entry = tuple[int | float | str | None, str]  # (value, how it was obtained)
 
 
 def program_figures(step: StepProgram) -> dict[str, Entry]:

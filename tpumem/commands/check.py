@@ -65,10 +65,10 @@ def _run_breaches(
     """Every process against the limits, and the spread of their peaks."""
     from functools import partial
 
-    from tpumem.commands.limits import breaches, imbalance_breaches
+    from tpumem.commands.limits import breach_findings, imbalance_breaches
     from tpumem.reading.many_traces import analyze_processes
 
-    per_process = partial(breaches, limits=limits) if limits.any() else None
+    per_process = partial(breach_findings, limits=limits) if limits.any() else None
     with progress(f"analysing {len(traces):,} traces of {where}"):
         run = analyze_processes(traces, capacity=limits.capacity_bytes, per_process=per_process)
     found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]

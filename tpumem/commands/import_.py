@@ -26,17 +26,18 @@ def run_import(request: ImportRequest) -> None:
         if output is None:
             targets.append(None)
             continue
-        if len(hosts) > 1:
-            target = output.with_name(f"{output.stem}.{host.host}{output.suffix or '.tpumem'}")
-        else:
-            target = output
+        target = (
+            output.with_name(f"{output.stem}.{host.host}{output.suffix or '.tpumem'}")
+            if len(hosts) > 1
+            else output
+        )
         if check_target(target, inputs) and not force:  # before any work is done
             raise TpumemError(f"{target}: exists; use --force to replace it, or -o another name")
         targets.append(target)
-    for host, target in zip(hosts, targets, strict=True):
+    for host, planned in zip(hosts, targets, strict=True):
         default = default_output(path, run_name, host.host, len(hosts))
 
-        def create(target: Path | None = target, default: Path = default) -> tuple[Path, int]:
+        def create(target: Path | None = planned, default: Path = default) -> tuple[Path, int]:
             if target is None:
                 return default_trace(default, inputs)
             return target, create_trace(target, inputs, force)

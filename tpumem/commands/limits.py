@@ -52,6 +52,12 @@ def imbalance_breaches(run: ProcessRun, allowed: Increase) -> list[str]:
     ]
 
 
+def breach_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
+    """`breaches`, as a process's summary keeps them (made in a worker: a
+    module-level function, so that it can be sent there)."""
+    return tuple(breaches(analysis, limits))
+
+
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep)."""
     lines = []

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpumem.tpu.topology import Topology
 
 
-def compile_for_tpus(traces: list[Path], topologies: list, quiet: bool = False) -> None:
+def compile_for_tpus(
+    traces: list[Path], topologies: Sequence[Topology], quiet: bool = False
+) -> None:
     """`--tpu`: each trace's programs compiled for each topology, kept in the trace.
     A trace whose programs cannot be compiled says so in one line and keeps its report."""
     if not topologies:

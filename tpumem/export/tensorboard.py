@@ -108,16 +108,17 @@ def _scalars(
         if pool is not None and len(pool) == len(events):
             columns["pool_bytes"] = pool.astype(np.float64)
         if len(step_times) >= 2:
-            for figure, values in columns.items():
-                for step, value in per_step_max(events.time_ns, values, step_times, step_numbers):
+            for figure, column in columns.items():
+                for step, value in per_step_max(events.time_ns, column, step_times, step_numbers):
                     wall = start_s + float(step_times[np.searchsorted(step_numbers, step)]) / 1e9
                     by_step.setdefault(step, (wall, {}))[1][f"{name}/{figure}"] = value
             continue
         series = device_series(trace, events, device.fragmentation, pool, POINTS)
         for index, time_ns in enumerate(series.time_ns):
             values = {f"{name}/bytes_in_use": float(series.in_use[index])}
-            if series.fragmentation[index] is not None:
-                values[f"{name}/fragmentation"] = float(series.fragmentation[index])
+            fragmentation = series.fragmentation[index]
+            if fragmentation is not None:
+                values[f"{name}/fragmentation"] = float(fragmentation)
             if series.pool is not None:
                 values[f"{name}/pool_bytes"] = float(series.pool[index])
             writer.add(start_s + time_ns / 1e9, index, values)

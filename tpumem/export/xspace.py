@@ -18,6 +18,8 @@ profilers put them (hlo_protos.py), for XProf's memory_viewer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from tpumem.analysis.summary import DeviceEventFigures
@@ -117,6 +119,7 @@ _REFS = ("allocator_name", "tf_op", "region_type", "shape")
 
 def _stat(name: str, values: np.ndarray) -> np.ndarray:
     head = pb.tag(1, pb.VARINT) + pb.varint_bytes(STAT_ID[name])
+    value: list[bytes | np.ndarray]
     if name == "fragmentation":
         value = [pb.tag(2, pb.FIXED64), pb.doubles(values)]
     elif name in _REFS:
@@ -162,7 +165,7 @@ def memory_space(
     trace: Trace,
     host: str,
     figures: list[DeviceEventFigures],
-    programs: list[tuple[int, str, bytes]] = (),
+    programs: Sequence[tuple[int, str, bytes]] = (),
 ) -> bytes:
     """The XSpace bytes of a trace's memory events, for `<host>.xplane.pb`;
     `figures`: its devices' analysis (analysis/summary.py), made once;

@@ -15,7 +15,7 @@ _CGROUP = Path("/sys/fs/cgroup")
 
 def _own_cgroups() -> list[Path]:
     """The memory control group directories this process is in (v2, then v1)."""
-    found = []
+    found: list[Path] = []
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:

@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
 from tpumem.adapters.launch_protocol import (
@@ -51,6 +52,9 @@ from tpumem.trace.amend import append_metadata
 from tpumem.trace.compact import compact
 from tpumem.trace.live import writing_process_at
 from tpumem.trace.metadata import AllocatorLog, ExitStatus
+
+if TYPE_CHECKING:
+    import resource
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +329,7 @@ def _after_one(
     own: OwnTrace | None,
     started: _Started,
     returncode: int,
-    usage: os.struct_rusage,
+    usage: resource.struct_rusage,
     ending: dict,
 ) -> ProfileOutcome:
     killed = -returncode if returncode < 0 else None
@@ -353,7 +357,7 @@ def _after_one(
         memory = ExitStatus(
             max_rss_bytes=usage.ru_maxrss * 1024,  # KiB on Linux
             memory_limit_bytes=memory_limit_bytes(),
-            oom_kills=None if None in (before, kills_after) else kills_after - before,
+            oom_kills=None if before is None or kills_after is None else kills_after - before,
         )
     exit_info, how = exit_status(returncode, memory)
     if not adapter_failed and _size(output, own) == 0:  # it never wrote the header

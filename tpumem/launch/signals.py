@@ -25,7 +25,10 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from resource import struct_rusage  # what os.wait4 gives
 
 STOPPING = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 _WAITED = STOPPING | {signal.SIGCHLD}
@@ -54,7 +57,7 @@ class HeldSignals:
         """Just before the profiled process is started."""
         self.early = set(signal.sigpending()) & STOPPING
 
-    def wait(self, pid: int, reaped: dict[int, int] | None = None) -> tuple[int, os.struct_rusage]:
+    def wait(self, pid: int, reaped: dict[int, int] | None = None) -> tuple[int, struct_rusage]:
         """Waits for process `pid` (a child) to end, passing on the stopping signals
         sent to this process; its wait status and resource usage. `reaped`: where
         the other children that end meanwhile (a subreaper's) go, their wait
@@ -93,7 +96,7 @@ def _send(pid: int, number: int) -> None:
         os.kill(pid, number)
 
 
-def _reap(pid: int, reaped: dict[int, int] | None) -> tuple[int, os.struct_rusage] | None:
+def _reap(pid: int, reaped: dict[int, int] | None) -> tuple[int, struct_rusage] | None:
     """`pid`'s wait status and usage once it has ended; the others that have, into
     `reaped` (where given: else they are left to whoever waits for them)."""
     if reaped is None:

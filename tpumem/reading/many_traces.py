@@ -118,8 +118,8 @@ def _summaries(
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         results = []
-        for number, summary in enumerate(pool.map(task, names), 1):
-            results.append(summary)
+        for number, result in enumerate(pool.map(task, names), 1):
+            results.append(result)
             tell(number, len(names))
     return results, None
 

@@ -28,11 +28,11 @@ BREAKDOWNS = (
 )
 
 
-def signed_bytes(count: int) -> str:
+def signed_bytes(count: int | float) -> str:
     return ("+" if count > 0 else "-" if count < 0 else "±") + format_bytes(abs(count))
 
 
-def _share(before: int, after: int) -> str:
+def _share(before: int | float, after: int | float) -> str:
     return f" ({(after - before) / before:+.1%})" if before else ""
 
 
@@ -42,12 +42,12 @@ def figure_rows(diff: DeviceDiff) -> list[tuple[str, str, str, str]]:
     for figure in diff.figures:
         a, b = figure.before, figure.after
         if figure.name == "Fragmentation at peak":  # a share, not bytes
-            shown = ["-" if v is None else f"{v:.3f}" for v in (a, b)]
+            shown = tuple("-" if v is None else f"{v:.3f}" for v in (a, b))
             change = "-" if a is None or b is None else f"{b - a:+.3f}"
         else:
-            shown = [format_bytes(a), format_bytes(b)]
+            shown = (format_bytes(a), format_bytes(b))
             change = "-" if a is None or b is None else signed_bytes(b - a) + _share(a, b)
-        rows.append((figure.name, *shown, change))
+        rows.append((figure.name, shown[0], shown[1], change))
     return rows
 
 

@@ -39,7 +39,8 @@ _ESCAPES = {
 
 
 def _asset(name: str) -> str:
-    return resources.files("tpumem.report").joinpath("assets", name).read_text(encoding="utf-8")
+    asset = resources.files("tpumem.report").joinpath("assets").joinpath(name)
+    return asset.read_text(encoding="utf-8")
 
 
 def embed_json(data: Any) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.summary import RunAnalysis
 from tpumem.report.program_rows import (
@@ -42,7 +44,7 @@ from tpumem.report.tpu_rows import (
 from tpumem.report.visible import markdown as _cell
 
 
-def md_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def md_table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
@@ -63,10 +65,10 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
         lines += ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
         lines += md_table(("figure", "value", "how"), device_rows(device))
         peak = device.peak
-        groups = group_rows(peak.groups, peak.unattributed_bytes, made_unseen(peak))
-        if groups:
+        live_rows = group_rows(peak.groups, peak.unattributed_bytes, made_unseen(peak))
+        if live_rows:
             lines += ["", "Live at peak, largest first:", ""]
-            lines += md_table(GROUP_HEADERS, groups)
+            lines += md_table(GROUP_HEADERS, live_rows)
         for title, headers, rows in (
             (STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks)),
             (GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth)),
@@ -83,9 +85,9 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     for target in analysis.tpu:
         lines += ["", f"## {_cell(tpu_title(target))}", ""]
         lines += md_table(TPU_HEADERS, tpu_program_rows(target))
-        peak = tpu_peak_rows(target)
-        if peak is not None:
-            lines += ["", f"{_cell(peak[0])}:", "", *md_table(BUFFER_HEADERS, peak[1])]
+        tpu_peak = tpu_peak_rows(target)
+        if tpu_peak is not None:
+            lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]
         lines += [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
     if analysis.fit is not None:
         lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]

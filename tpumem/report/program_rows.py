@@ -48,7 +48,7 @@ def distinct_names(compiled: tuple[CompiledProgram, ...]) -> list[str]:
 def program_rows(
     compiled: tuple[CompiledProgram, ...], limit: int = TOP_PROGRAMS
 ) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     names = distinct_names(compiled)
     for program, name in zip(compiled[:limit], names, strict=False):
         heap, memory = program.heap, program.memory

@@ -248,7 +248,7 @@ def devices_shown(
         return devices, [], None
     by_peak = sorted(devices, key=lambda d: d.peak.bytes, reverse=True)
     rest = by_peak[SHOWN_DEVICES:]
-    brief = [
+    brief: list[tuple[str, ...]] = [
         (
             d.device,
             format_bytes(d.peak.bytes),
@@ -460,9 +460,9 @@ def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     the model's smallest capacity where a capacity was asked about."""
     modeled = any(row.smallest_capacity_bytes is not None for row in fit.rows)
     headers = ("accelerator", "answer", "smallest setting that holds it")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for row in fit.rows:
-        cells = (
+        cells: tuple[str, ...] = (
             f"{row.accelerator} ({format_bytes(row.memory_bytes)})",
             fit_answer(row),
             row.setting or ("- (a TPU program gets the whole chip)" if row.kind == "tpu" else "-"),
@@ -491,11 +491,11 @@ def group_rows(
     """The largest groups; with `unseen_bytes`, the bytes in use at the peak whose
     allocations the capture did not see, as a row of their own in its place by
     size, with where they were made (`unseen_where`, see made_unseen)."""
-    sized = [(group.bytes, group) for group in groups[:TOP_GROUPS]]
+    sized: list[tuple[int, LiveGroup | None]] = [(g.bytes, g) for g in groups[:TOP_GROUPS]]
     if unseen_bytes:
         sized.append((unseen_bytes, None))
         sized.sort(key=lambda item: -item[0])
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for size, group in sized:
         if group is None:
             where = unseen_where or UNSEEN_WHERE

@@ -30,7 +30,7 @@ def _value(spread: Spread, value: float) -> str:
 
 
 def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for process in run.processes:
         busiest = " (busiest)" if process is run.processes[run.busiest_at] else ""
         rows.append(
@@ -132,8 +132,8 @@ def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: boo
         console.print(Text("warning: ", style="yellow") + Text(visible(note)))
     table = Table(title=Text("Each process (peak: its busiest device)"), title_justify="left")
     for header in PROCESS_HEADERS:
-        justify = "left" if header in ("process", "host") else "right"
-        table.add_column(header, justify=justify, no_wrap=header == "process")
+        left = header in ("process", "host")
+        table.add_column(header, justify="left" if left else "right", no_wrap=header == "process")
     for row in process_rows(run):
         table.add_row(*(Text(visible(cell)) for cell in row))
     console.print(table)

@@ -154,10 +154,10 @@ def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False)
         _device(console, device)
     if brief:
         table = Table(title="Other devices, largest peak first", title_justify="left")
-        for header in BRIEF_HEADERS:
-            table.add_column(header, justify="left" if header == "device" else "right")
-        for row in brief:
-            table.add_row(*_cells(row))
+        for name in BRIEF_HEADERS:
+            table.add_column(name, justify="left" if name == "device" else "right")
+        for device_row in brief:
+            table.add_row(*_cells(device_row))
         console.print(table)
     if analysis.compiled:
         _programs(console, analysis.compiled)

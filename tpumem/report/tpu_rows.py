@@ -34,7 +34,7 @@ def tpu_title(target: TpuTarget, limit: int | None = TOP_PROGRAMS) -> str:
 
 
 def tpu_program_rows(target: TpuTarget, limit: int = TOP_PROGRAMS) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for program in target.programs[:limit]:
         rows.append(
             (

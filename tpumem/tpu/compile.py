@@ -68,7 +68,8 @@ def compiled_topologies(trace: Trace) -> set[str]:
 def _programs(trace: Trace, directory: Path) -> tuple[list[dict], dict[str, list[dict]]]:
     """The distinct programs to compile (their HLO written to `directory`), and
     every program by the digest of its HLO (one compile answers them all)."""
-    distinct, every = [], {}
+    distinct: list[dict] = []
+    every: dict[str, list[dict]] = {}
     for row in hlo_rows(trace):
         if row is None or row.input_data is None:
             continue

@@ -26,7 +26,7 @@ def _message_ends(data: pa.Buffer) -> list[int]:
     """Byte offsets at which each whole IPC message of a stream ends."""
     source = pa.BufferReader(data)
     reader = pa.ipc.MessageReader.open_stream(source)
-    ends = []
+    ends: list[int] = []
     while True:
         try:
             reader.read_next_message()

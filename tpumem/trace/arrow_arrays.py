@@ -11,11 +11,12 @@ bitmap, offsets, the values), so numpy reads them in place.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
-Column = pa.Array | pa.ChunkedArray
+Column: TypeAlias = pa.Array | pa.ChunkedArray
 
 
 def _chunks(column: Column) -> list[pa.Array]:

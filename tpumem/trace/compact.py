@@ -48,9 +48,9 @@ def compact(path: Path) -> bool:
         return False
     if len(batches) < COMPACT_BATCHES:
         return False
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(handle, "wb") as sink, pa.ipc.new_stream(sink, reader.schema) as writer:
+        with os.fdopen(descriptor, "wb") as sink, pa.ipc.new_stream(sink, reader.schema) as writer:
             group: list[pa.RecordBatch] = []
             rows = 0
             for batch in [*batches, None]:

@@ -85,9 +85,9 @@ def decode(hint: Any, value: Any, where: str, dropped: list[str]) -> Any:
         return tuple(v for v in kept if v is not _MISSING)
     elif origin in (Mapping, dict) and isinstance(value, dict):
         item = typing.get_args(hint)[1]
-        kept = {k: decode(item, v, f"{where}.{k}", dropped) for k, v in value.items()}
-        return {k: v for k, v in kept.items() if v is not _MISSING}
-    elif dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        decoded = {k: decode(item, v, f"{where}.{k}", dropped) for k, v in value.items()}
+        return {k: v for k, v in decoded.items() if v is not _MISSING}
+    elif isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
         return decode_record(hint, value, where, dropped)
     dropped.append(f"{where} (not {_describe(hint)})")
     return _MISSING

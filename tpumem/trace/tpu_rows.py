@@ -97,7 +97,9 @@ def read_tpu_row(text: object) -> TpuCompile | TpuLayouts | None:
             if size is not None and len(dims) == len(array["dims"]):
                 sizes[dims, _str(array.get("dtype"))] = size
         return TpuLayouts(record["topology"], sizes, seconds)
-    memory = record.get("memory") if isinstance(record.get("memory"), dict) else {}
+    memory = record.get("memory")
+    if not isinstance(memory, dict):
+        memory = {}
     error = record.get("error")
     return TpuCompile(
         topology=record["topology"],

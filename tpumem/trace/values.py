@@ -59,7 +59,7 @@ def sane(table: pa.Table, release: Callable[[], None] = lambda: None) -> tuple[p
             "from the trace's start"
         )
     nulled = np.zeros(table.num_rows, bool)
-    bounds = {name: (0, MAX_BYTES) for name in BYTE_COLUMNS}
+    bounds: dict[str, tuple[float, float]] = {name: (0, MAX_BYTES) for name in BYTE_COLUMNS}
     bounds |= {"address": (0, MAX_ADDRESS), "step": (-MAX_TIME_NS, MAX_TIME_NS)}
     bounds["stack"] = (0, MAX_STACK_ID)
     bounds["fragmentation"] = (0.0, 1.0)

@@ -55,7 +55,9 @@ def _declare(library: ctypes.CDLL) -> None:
         _POINTER,
     ]
     library.tpumem_find_stat_headers.restype = _SIZE
-    span, found = [_POINTER, _SIZE, _SIZE], [_POINTER, _SIZE]  # (buf, first, end; out, cap)
+    # (buf, first, end; out, cap)
+    span: list[type[ctypes.c_void_p | ctypes.c_int64]] = [_POINTER, _SIZE, _SIZE]
+    found: list[type[ctypes.c_void_p | ctypes.c_int64]] = [_POINTER, _SIZE]
     library.tpumem_find_stat_headers.argtypes = [*span, _POINTER, _SIZE, *found]
     library.tpumem_pair_buffers.restype = None
     library.tpumem_pair_buffers.argtypes = [*[_POINTER] * 3, _SIZE, _POINTER, _SIZE, _POINTER]

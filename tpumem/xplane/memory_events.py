@@ -277,8 +277,10 @@ class _PlaneReader:
         spans = {name: _StringSpans(count) for name in STRING_STATS}
         codes = len(self.name_codes) + 1
 
-        in_c = self.id_codes is not None and compiled.available()
-        if in_c:
+        id_codes = self.id_codes
+        # The C kernels where they were built, else the numpy decoder.
+        c_codes = id_codes if id_codes is not None and compiled.available() else None
+        if c_codes is not None:
             columns = (compiled.Column * codes)()
             for name, column in numeric.items():
                 columns[self.name_codes[name]] = compiled.numeric_column(
@@ -292,16 +294,16 @@ class _PlaneReader:
         def decode(first: int) -> None:  # (each chunk writes its own rows only)
             chunk = events[first : first + CHUNK_EVENTS]
             rows = np.arange(first, first + len(chunk))
-            if in_c:
+            if c_codes is not None:
                 offset, irregular = compiled.decode_events(
-                    self.buf, self.starts[chunk], self.ends[chunk], self.id_codes, columns, first
+                    self.buf, self.starts[chunk], self.ends[chunk], c_codes, columns, first
                 )
                 time_ps[rows] = self.line_times(chunk) + offset
                 odd = np.flatnonzero(irregular)
                 chunk, rows = chunk[odd], rows[odd]
-            elif self.id_codes is not None:
+            elif id_codes is not None:
                 time_ps[rows], rest = self.headers(chunk)
-                regular = decode_regular(self.buf, rest, self.ends[chunk], self.id_codes, codes)
+                regular = decode_regular(self.buf, rest, self.ends[chunk], id_codes, codes)
                 for name, column in numeric.items():
                     _numeric_from(regular, self.name_codes[name], column, rows)
                 for name, found in spans.items():
@@ -505,7 +507,9 @@ def read_memory_events(space: Any, data: bytes, workers: int = 1) -> MemoryEvent
     """All memory events and step marks in an XSpace (`space`, parsed from
     `data`), sorted by time; their stats decoded on `workers` threads."""
     times, allocs, numerics, strings = [], [], [], []
-    step_times, step_numbers, step_names = [], [], []
+    step_times: list[np.ndarray] = []
+    step_numbers: list[np.ndarray] = []
+    step_names: list[str] = []
     event_names: set[str] = set()
     located = first_events(data, space)
     wanted = []
