@@ -17,7 +17,7 @@ from conftest import assert_one_line_error, run_tpumem
 from hostile_traces import _header, _rows, _with_stack, packed_zeros, write, zeros_hlo_row
 from tpumem.analysis import padding
 from tpumem.analysis.padding import MAX_ELEMENTS, MAX_RANK, element_bits, parse_shape, tiled_bytes
-from tpumem.analysis.summary import analyze
+from tpumem.analysis.run_figures import analyze
 from tpumem.tpu.topology import parse_topology
 from tpumem.trace import arrow_arrays, hlo_rows
 from tpumem.trace.model import Trace

@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from tpumem.analysis.comparison import Comparison
-    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.analysis.run_figures import RunAnalysis
     from tpumem.trace.model import Trace
     from tpumem.tracking import Tracker
 

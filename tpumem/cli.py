@@ -601,7 +601,7 @@ def install_libtpu(
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    from tpumem.report.visible import visible
+    from tpumem.report.escapes import visible
 
     print(f"tpumem: error: {visible(message)}", file=sys.stderr)
     sys.exit(code)

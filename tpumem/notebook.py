@@ -87,7 +87,7 @@ class TpumemMagics(Magics):
     def tpumem_report(self, line: str) -> None:
         """Shows the report of the last recorded cell, or of a trace file."""
         from tpumem.report import reporter_for
-        from tpumem.report.inline import run_bundle
+        from tpumem.report.notebook_bundles import run_bundle
 
         args = magic_arguments.parse_argstring(self.tpumem_report, line)
         path = Path(args.trace) if args.trace else (self.last.path if self.last else None)

@@ -12,9 +12,9 @@ import sys
 from functools import partial
 from typing import Any
 
-# (module, class, the function of tpumem/report/inline.py that shows it)
+# (module, class, the function of tpumem/report/notebook_bundles.py that shows it)
 SHOWN = (
-    ("tpumem.analysis.summary", "RunAnalysis", "run_bundle"),
+    ("tpumem.analysis.run_figures", "RunAnalysis", "run_bundle"),
     ("tpumem.analysis.comparison", "Comparison", "comparison_bundle"),
 )
 
@@ -36,6 +36,6 @@ def register_if_in_ipython() -> None:
 
 def bundle(shown_by: str, value: Any, include: object = None, exclude: object = None) -> dict:
     """The HTML and text reports of `value`, as IPython asks for them."""
-    from tpumem.report import inline
+    from tpumem.report import notebook_bundles
 
-    return getattr(inline, shown_by)(value)
+    return getattr(notebook_bundles, shown_by)(value)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from tpumem.adapters.base import Adapter
     from tpumem.adapters.import_watch import ImportWatch
     from tpumem.analysis.comparison import Comparison
-    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.analysis.run_figures import RunAnalysis
     from tpumem.trace.writer import TraceWriter
 
 SOURCE = TRACKED
@@ -261,7 +261,7 @@ class Tracker:
             if self.recorded_nothing:
                 state = "recorded nothing: no framework was imported"
             return {"text/plain": f"<tpumem.track {self.output or DEFAULT_OUTPUT}: {state}>"}
-        from tpumem.report.inline import run_bundle
+        from tpumem.report.notebook_bundles import run_bundle
 
         return run_bundle(self.analysis())
 
@@ -304,7 +304,7 @@ def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> Ru
 def compare_runs(runs: tuple[str | Path | Tracker | RunAnalysis, ...]) -> Comparison:
     """`tpumem.compare`: each run as a trace file, a track, or an analysis."""
     from tpumem.analysis.comparison import compare
-    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.analysis.run_figures import RunAnalysis
 
     if len(runs) < 2:
         raise TpumemError("tpumem.compare needs two runs or more")

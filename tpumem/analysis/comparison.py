@@ -9,8 +9,8 @@ from pathlib import Path
 from tpumem.analysis import provenance
 from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.step_programs import Entry, no_program_reason, program_figures, step_program
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.units import format_bytes
 
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"

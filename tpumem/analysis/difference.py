@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tpumem.analysis.device_events import step_marks
 from tpumem.analysis.per_step import per_step_max
-from tpumem.analysis.summary import DeviceAnalysis, DeviceEventFigures, RunAnalysis
+from tpumem.analysis.run_figures import DeviceAnalysis, DeviceEventFigures, RunAnalysis
 from tpumem.trace.model import Trace
 from tpumem.trace.stack_rows import Frame
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.trace.metadata import ExitStatus
 
 SERIES_POINTS = 200  # per process, for the page's lines

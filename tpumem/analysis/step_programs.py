@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tpumem.analysis import provenance
 from tpumem.analysis.program_heap import HeapBuffer
 from tpumem.analysis.programs import CompiledProgram
-from tpumem.analysis.summary import RunAnalysis
+from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.analysis.tpu import TpuProgram, same_program
 
 RUNNING_AT_PEAK = "running at the peak"

@@ -49,7 +49,7 @@ def run_check(request: CheckRequest) -> int:
                 baseline = analysed_one(request.baseline, role="--baseline")
                 limits = replace(limits, baseline=baseline)
             found = breaches(run, limits)
-    from tpumem.report.visible import visible
+    from tpumem.report.escapes import visible
 
     for line in found:  # (names from the traces: their control characters shown escaped)
         print(f"tpumem: breach: {visible(line)}", file=sys.stderr)

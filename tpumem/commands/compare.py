@@ -88,7 +88,7 @@ def _one_trace(given: RunInput) -> tuple[Path, str | None]:
         return given.traces[0], given.shown_as
     from tpumem.analysis.processes import busiest
     from tpumem.reading.many_traces import summaries_of
-    from tpumem.report.visible import visible
+    from tpumem.report.escapes import visible
 
     with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
         most = busiest(summaries_of(given.traces))

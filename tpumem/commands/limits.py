@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tpumem.analysis.growth import MIN_STEPS, Growth
 from tpumem.analysis.processes import ProcessRun
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.report.oom_rows import what, why
 from tpumem.units import format_bytes

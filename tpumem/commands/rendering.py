@@ -12,7 +12,7 @@ from tpumem.progress import progress
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
     from tpumem.analysis.programs import CompiledProgram
-    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.analysis.run_figures import RunAnalysis
 
 
 def analysed_processes(traces: list[Path], where: str, series_points: int = 0) -> ProcessRun:

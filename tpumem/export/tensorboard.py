@@ -22,8 +22,8 @@ import numpy as np
 
 from tpumem.analysis.device_events import step_marks
 from tpumem.analysis.per_step import per_step_max
+from tpumem.analysis.run_figures import DeviceEventFigures, device_event_figures
 from tpumem.analysis.series import device_series
-from tpumem.analysis.summary import DeviceEventFigures, device_event_figures
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
 from tpumem.export.xspace import memory_space, trace_programs

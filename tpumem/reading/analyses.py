@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tpumem.analysis.summary import DeviceEventFigures, RunAnalysis
+    from tpumem.analysis.run_figures import DeviceEventFigures, RunAnalysis
     from tpumem.trace.reader import Trace
 
 
@@ -32,7 +32,7 @@ def analysed_with_events(
 ) -> tuple[Trace, RunAnalysis, list[DeviceEventFigures]]:
     """The trace, its figures and the per-event series they came from (what an
     export writes and a diff matches)."""
-    from tpumem.analysis.summary import analyze_with_events
+    from tpumem.analysis.run_figures import analyze_with_events
     from tpumem.trace.reader import load
 
     trace = load(path, shown_as)

@@ -21,7 +21,7 @@ from tpumem.analysis.processes import (
     process_run,
     summarize,
 )
-from tpumem.analysis.summary import RunAnalysis
+from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.errors import TpumemError
 from tpumem.reading.analyses import analysed
 

@@ -11,9 +11,9 @@ from rich.table import Table
 from tpumem.analysis import provenance, step_programs
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
+from tpumem.report.escapes import markup
 from tpumem.report.rows import fit_answer
 from tpumem.report.text import string_console
-from tpumem.report.visible import markup
 from tpumem.units import format_bytes, format_seconds
 
 # How each figure was obtained, shortened to fit under a value.

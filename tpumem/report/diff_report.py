@@ -9,11 +9,11 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.difference import Change, DeviceDiff, RunDiff
+from tpumem.report.escapes import markdown, visible
 from tpumem.report.json_report import dump, finite
 from tpumem.report.markdown import md_table
 from tpumem.report.rows import frame_text
 from tpumem.report.text import string_console
-from tpumem.report.visible import markdown, visible
 from tpumem.units import format_bytes
 
 DIFF_SCHEMA = "tpumem-diff/1"

@@ -19,12 +19,12 @@ from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.difference import RunDiff
 from tpumem.analysis.programs import CompiledProgram
-from tpumem.analysis.summary import RunAnalysis
+from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
 from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
-from tpumem.report.tpu_rows import tpu_notes, tpu_title
+from tpumem.report.tpu_tables import tpu_notes, tpu_title
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
 MAX_STACKS = 2000  # call stacks drawn in the flame graph per device; the rest as one

@@ -29,9 +29,9 @@ from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.series import DeviceSeries
 from tpumem.analysis.stacks import StackBytes
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.timeline import Timeline
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.analysis.waste import InternalWaste

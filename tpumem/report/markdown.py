@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tpumem.analysis.programs import CompiledProgram
-from tpumem.analysis.summary import RunAnalysis
+from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.report.escapes import markdown as _cell
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
     PROGRAM_HEADERS,
@@ -34,14 +35,13 @@ from tpumem.report.rows import (
     stack_rows,
 )
 from tpumem.report.text import GROUP_HEADERS
-from tpumem.report.tpu_rows import (
+from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     tpu_notes,
     tpu_peak_rows,
     tpu_program_rows,
     tpu_title,
 )
-from tpumem.report.visible import markdown as _cell
 
 
 def md_table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -9,8 +9,8 @@ from tpumem.analysis.growth import MIN_STEPS, Growth
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.provenance import NOT_AVAILABLE
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.stacks import StackBytes
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import (
     IMPORTED,

@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.processes import ProcessRun, ProcessSummary, Spread
+from tpumem.report.escapes import markdown, visible
 from tpumem.report.markdown import md_table, render_markdown
 from tpumem.report.rows import ending_text
 from tpumem.report.text import render_text, string_console
-from tpumem.report.visible import markdown, visible
 from tpumem.units import format_bytes
 
 RUN_SCHEMA = "tpumem-run/1"

@@ -10,8 +10,9 @@ from rich.text import Text
 
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import CompiledProgram
-from tpumem.analysis.summary import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
+from tpumem.report.escapes import markup, visible
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
     PROGRAM_HEADERS,
@@ -39,14 +40,13 @@ from tpumem.report.rows import (
     sparkline,
     stack_rows,
 )
-from tpumem.report.tpu_rows import (
+from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     tpu_notes,
     tpu_peak_rows,
     tpu_program_rows,
     tpu_title,
 )
-from tpumem.report.visible import markup, visible
 from tpumem.units import format_bytes, format_seconds
 
 GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")

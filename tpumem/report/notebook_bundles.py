@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tpumem.analysis.comparison import Comparison
-    from tpumem.analysis.summary import RunAnalysis
+    from tpumem.analysis.run_figures import RunAnalysis
 
 TEXT_WIDTH = 100
 # The frame grows to its page once loaded; this is its height until then.
