@@ -123,3 +123,20 @@ def test_the_run_page_of_hostile_processes(tmp_path):
     assert "rank 1 (busiest)" in dom
     for injected in INJECTED:
         assert injected not in dom
+
+
+def test_the_page_words_the_fit_as_the_text_report_does(tmp_path):
+    """The page draws the fit table from the answers report/rows.py words (it once
+    worded its own, and never said "(estimate)" for a TPU)."""
+    from tpumem.analysis import analyze
+    from tpumem.report.rows import fit_answer, fit_title
+    from tpumem.trace.reader import load
+
+    fit = analyze(load(GPU / "mlp.tpumem")).fit
+    assert fit is not None and any(row.kind == "tpu" for row in fit.rows)
+    problems, dom = _page(["report", str(GPU / "mlp.tpumem"), "-o", str(tmp_path / "fit.html")])
+    assert problems == []
+    assert fit_title(fit.device) in dom
+    for row in fit.rows:
+        assert fit_answer(row) in dom, fit_answer(row)
+    assert "(estimate)" in dom

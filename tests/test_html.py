@@ -14,7 +14,7 @@ from tpumem.analysis import analyze
 from tpumem.analysis.peak import NO_REGION
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.html import DATA_ID
-from tpumem.report.rows import device_rows, run_rows
+from tpumem.report.rows import device_rows, fit_answer, fit_title, run_rows
 from tpumem.trace.reader import load
 
 HOSTILE = "</script><script>alert(1)</script>"
@@ -94,8 +94,17 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     facts, figures = run.pop("facts"), device.pop("figures")
     headline, tables = run.pop("headline"), run.pop("failure_tables")
     report["devices"][0].pop("series")
+    fit_words = {key: run["fit"].pop(key) for key in ("title", "explanation")}
+    rows_words = [
+        {key: row.pop(key) for key in ("answer", "setting_text", "capacity_text")}
+        for row in run["fit"]["rows"]
+    ]
     assert run == report  # every figure, as the JSON report gives it
     analysis = analyze(load(trace), series_points=HTML_SERIES_POINTS)
+    # The fit table's words are the text report's.
+    assert analysis.fit is not None
+    assert fit_words["title"] == fit_title(analysis.fit.device)
+    assert [w["answer"] for w in rows_words] == [fit_answer(r) for r in analysis.fit.rows]
     # The page's rows are the text report's, word for word.
     assert headline + facts == [list(row) for row in run_rows(analysis)]
     assert headline == tables == []  # the run neither failed nor was asked a capacity

@@ -12,7 +12,7 @@ from tpumem.analysis import provenance, step_programs
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.escapes import markup
-from tpumem.report.rows import fit_answer
+from tpumem.report.rows import fit_answer, fit_title
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes, format_seconds
 
@@ -144,7 +144,7 @@ def _fit(console: Console, comparison: Comparison) -> None:
     if not any(advice):
         return
     table = Table(
-        title="Would it fit? peak + fragmentation headroom (+ TPU padding on TPUs)",
+        title=fit_title(),
         title_justify="left",
     )
     table.add_column("accelerator")

@@ -23,7 +23,17 @@ from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
-from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
+from tpumem.report.rows import (
+    FIT_EXPLANATION,
+    device_rows,
+    fact_rows,
+    failure_tables,
+    fit_answer,
+    fit_capacity,
+    fit_setting,
+    fit_title,
+    headline_rows,
+)
 from tpumem.report.tpu_tables import tpu_notes, tpu_title
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
@@ -63,6 +73,14 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     ]
     for device, analysed in zip(body["devices"], analysis.devices, strict=True):
         device["figures"] = [list(row) for row in device_rows(analysed)]
+    if analysis.fit is not None:
+        # The fit table in the text report's words: the page draws, it does not word.
+        body["fit"]["title"] = fit_title(analysis.fit.device)
+        body["fit"]["explanation"] = FIT_EXPLANATION
+        for row, advice in zip(body["fit"]["rows"], analysis.fit.rows, strict=True):
+            row["answer"] = fit_answer(advice)
+            row["setting_text"] = fit_setting(advice)
+            row["capacity_text"] = fit_capacity(advice)
     for target, compiled in zip(body["tpu"], analysis.tpu, strict=True):
         target["title"] = tpu_title(compiled, limit=None)  # the page lists every program
         target["notes"] = tpu_notes(compiled)
@@ -92,6 +110,10 @@ def _fewer_stacks(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def page(title: str, data: dict[str, Any]) -> str:
     data["accelerators"] = [dataclasses.asdict(a) for a in ACCELERATORS]
+    data["fit_title"] = fit_title()  # (runs side by side; one run's is its own)
+    data["accelerators_note"] = "Memory per chip, from: " + " · ".join(
+        f"{a.name} {a.source}" for a in ACCELERATORS
+    )
     data["limits"] = {"series_points": HTML_SERIES_POINTS, "max_groups": MAX_GROUPS}
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

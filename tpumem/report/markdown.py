@@ -27,6 +27,7 @@ from tpumem.report.rows import (
     devices_shown,
     failure_tables,
     fit_table,
+    fit_title,
     group_rows,
     growth_rows,
     made_unseen,
@@ -90,7 +91,7 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
             lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]
         lines += [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
     if analysis.fit is not None:
-        lines += ["", f"## Would it fit? ({_cell(analysis.fit.device)})", ""]
+        lines += ["", f"## {_cell(fit_title(analysis.fit.device))}", ""]
         lines += md_table(*fit_table(analysis.fit))
         lines += [""] + [f"> {_cell(note)}" for note in analysis.fit.notes]
     return "\n".join(lines) + "\n"

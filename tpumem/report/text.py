@@ -33,6 +33,7 @@ from tpumem.report.rows import (
     devices_shown,
     failure_tables,
     fit_table,
+    fit_title,
     group_rows,
     growth_rows,
     made_unseen,
@@ -223,8 +224,7 @@ def _fit(console: Console, analysis: RunAnalysis) -> None:
     fit = analysis.fit
     assert fit is not None
     table = Table(
-        title=f"Would it fit? {markup(fit.device)}: peak + fragmentation headroom "
-        "(+ TPU padding on TPUs)",
+        title=markup(fit_title(fit.device)),
         title_justify="left",
     )
     headers, rows = fit_table(fit)

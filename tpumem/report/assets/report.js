@@ -399,20 +399,22 @@
   }
 
   function fitTable(runs, names) {
+    // Worded in Python (report/rows.py: the text report's answers); drawn here.
     const part = el("div");
-    if (!runs.some((r) => r.fit)) return part;
-    part.appendChild(el("h2", {}, "Would it fit?"));
-    part.appendChild(el("p", { class: "note" }, "Needed = peak in use + fragmentation headroom (free bytes at the peak outside the largest free block) + the TPU layout padding estimate on TPUs. " +
-      "Setting: the smallest preallocation that still holds it on that GPU."));
+    const fitted = runs.filter((r) => r.fit);
+    if (!fitted.length) return part;
+    const title = runs.length === 1 ? fitted[0].fit.title : data.fit_title;
+    part.appendChild(el("h2", {}, title));
+    part.appendChild(el("p", { class: "note" }, fitted[0].fit.explanation));
     const head = el("tr", {}, el("th", {}, "accelerator"), el("th", { class: "num" }, "memory"), ...names.map((n) => el("th", {}, n)));
     const table = el("table", {}, el("thead", {}, head));
     data.accelerators.forEach((acc, i) => {
       const cells = runs.map((run) => {
         const row = run.fit && run.fit.rows[i];
         if (!row) return el("td", {}, "-");
-        return el("td", {}, el("span", { class: row.fits ? "best" : "no" }, row.fits ? "fits" : "does not fit"),
-          ` ${(row.share * 100).toFixed(1)}% (${bytes(row.needed_bytes)})`, row.setting ? el("span", { class: "label" }, row.setting) : null,
-          row.smallest_capacity_bytes != null ? el("span", { class: "label" }, `smallest capacity ${bytes(row.smallest_capacity_bytes)} (modeled)`) : null);
+        return el("td", {}, el("span", { class: row.fits ? "best" : "no" }, row.answer),
+          el("span", { class: "label" }, row.setting_text),
+          row.capacity_text ? el("span", { class: "label" }, row.capacity_text) : null);
       });
       table.appendChild(el("tr", {}, el("td", {}, acc.name), el("td", { class: "num" }, bytes(acc.memory_bytes)), ...cells));
     });
@@ -420,7 +422,7 @@
     for (const [i, run] of runs.entries()) {
       for (const note of (run.fit ? run.fit.notes : [])) part.appendChild(el("p", { class: "note" }, `${names[i]}: ${note}`));
     }
-    part.appendChild(el("p", { class: "note" }, "Memory per chip, from: " + data.accelerators.map((a) => `${a.name} ${a.source}`).join(" · ")));
+    part.appendChild(el("p", { class: "note" }, data.accelerators_note));
     return part;
   }
 
