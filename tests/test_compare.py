@@ -26,11 +26,11 @@ def test_rows_best_ratios_and_region_differences(make_trace):
     big = analyze(load(make_trace(rows, {"framework": "jax"}, name="b.tpumem")))
     comparison = compare([big, small])
     assert comparison.names == ("jax (b)", "jax (a)")  # same framework: the files tell
-    peak = next(r for r in comparison.rows if r.figure == "Peak in use")
+    peak = next(r for r in comparison.rows if r.key == "peak")
     assert peak.values == (800, 400)
     assert peak.best == 1
     assert peak.ratios == (1.0, 0.5)
-    waste = next(r for r in comparison.rows if r.figure == "Internal waste at peak")
+    waste = next(r for r in comparison.rows if r.key == "waste")
     assert waste.values == (None, 30)  # b recorded no requested sizes
     assert waste.best is None  # one known value is nothing to compare
     regions = {r.region: r for r in comparison.regions}

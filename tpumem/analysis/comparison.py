@@ -11,7 +11,6 @@ from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.step_programs import Entry, no_program_reason, program_figures, step_program
-from tpumem.units import format_bytes
 
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"
 TOP_OPS = 5
@@ -19,7 +18,8 @@ TOP_OPS = 5
 
 @dataclass(frozen=True, slots=True)
 class CompareRow:
-    figure: str
+    key: str  # which figure: a key of ROWS, "program." + one of PROGRAM_ROWS, ...
+    about: int | str | None  # the capacity (bytes) or TPU topology a row is of
     unit: str  # BYTES, COUNT, SHARE, RATE, TIME or TEXT
     values: tuple[int | float | str | None, ...]  # one per run
     labels: tuple[str, ...]  # how each value was obtained
@@ -65,10 +65,11 @@ def run_names(runs: list[RunAnalysis]) -> tuple[str, ...]:
 
 
 def _row(
-    figure: str,
+    key: str,
     unit: str,
     entries: list[Entry],
     lower_is_better: bool = True,
+    about: int | str | None = None,
 ) -> CompareRow:
     values = tuple(value for value, _ in entries)
     numbers = [(i, v) for i, v in enumerate(values) if isinstance(v, (int, float))]
@@ -82,7 +83,8 @@ def _row(
         else None
         for v in values
     )
-    return CompareRow(figure, unit, values, tuple(label for _, label in entries), best, ratios)
+    labels = tuple(label for _, label in entries)
+    return CompareRow(key, about, unit, values, labels, best, ratios)
 
 
 def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, Entry]:
@@ -111,34 +113,35 @@ def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, Entry
     }
 
 
+# Each run's figures, in order (their titles: report/compare_words.py).
 ROWS = (
-    ("Peak in use", BYTES, "peak"),
-    ("Peak at step", TEXT, "peak_step"),
-    ("Peak at time", TIME, "peak_time"),
-    ("Pool held (preallocated)", BYTES, "pool"),
-    ("Unused pool at peak", BYTES, "unused"),
-    ("Fragmentation at peak", SHARE, "frag_peak"),
-    ("Fragmentation, maximum", SHARE, "frag_max"),
-    ("Internal waste at peak", BYTES, "waste"),
-    ("TPU layout padding (estimate)", BYTES, "padding"),
-    ("Allocations", COUNT, "allocations"),
-    ("Allocation rate", RATE, "rate"),
-    ("Largest program temp", BYTES, "program_temp"),
+    ("peak", BYTES),
+    ("peak_step", TEXT),
+    ("peak_time", TIME),
+    ("pool", BYTES),
+    ("unused", BYTES),
+    ("frag_peak", SHARE),
+    ("frag_max", SHARE),
+    ("waste", BYTES),
+    ("padding", BYTES),
+    ("allocations", COUNT),
+    ("rate", RATE),
+    ("program_temp", BYTES),
 )
 
 # Rows where less is better: what the step needs, not what it is handed.
 PROGRAM_NEEDS = ("peak", "temps")
 PROGRAM_ROWS = (
-    ("Step program", TEXT, "name"),
-    ("Its peak", BYTES, "peak"),
-    ("Arguments", BYTES, "arguments"),
-    ("Outputs", BYTES, "outputs"),
-    ("Aliased (donated)", BYTES, "aliased"),
-    ("Temporaries at its peak", BYTES, "temps"),
-    ("Generated code", BYTES, "code"),
-    ("Peak at instruction", TEXT, "peak_at"),
-    ("Largest buffer at its peak", BYTES, "largest"),
-    ("  its shape and op", TEXT, "largest_what"),
+    ("name", TEXT),
+    ("peak", BYTES),
+    ("arguments", BYTES),
+    ("outputs", BYTES),
+    ("aliased", BYTES),
+    ("temps", BYTES),
+    ("code", BYTES),
+    ("peak_at", TEXT),
+    ("largest", BYTES),
+    ("largest_what", TEXT),
 )
 
 
@@ -148,19 +151,20 @@ def _program_rows(runs: list[RunAnalysis]) -> tuple[CompareRow, ...]:
         return ()
     figures = [program_figures(step) if step else {} for step in steps]
     topologies = dict.fromkeys(t for step in steps if step for t in step.on_tpu)
-    specs = list(PROGRAM_ROWS)
-    for topology in topologies:
-        specs.append((f"On {topology}: per chip", BYTES, f"tpu:{topology}"))
-        specs.append((f"On {topology}: temporaries", BYTES, f"tpu-temps:{topology}"))
+    specs: list[tuple[str, str, str | None]] = [(key, unit, None) for key, unit in PROGRAM_ROWS]
+    for name in topologies:
+        specs.append(("tpu", BYTES, name))
+        specs.append(("tpu-temps", BYTES, name))
     missing = (None, provenance.NOT_AVAILABLE)
     rows = []
-    for title, unit, key in specs:
+    for key, unit, topology in specs:
+        figure = f"{key}:{topology}" if topology else key
         entries = [
-            f.get(key, missing) if step or key != "name" else (no_program_reason(run), "")
+            f.get(figure, missing) if step or key != "name" else (no_program_reason(run), "")
             for f, step, run in zip(figures, steps, runs, strict=True)
         ]
         needs = key in PROGRAM_NEEDS or key.startswith("tpu")
-        rows.append(_row(title, unit, entries, lower_is_better=needs))
+        rows.append(_row(f"program.{key}", unit, entries, lower_is_better=needs, about=topology))
     return tuple(rows)
 
 
@@ -197,11 +201,11 @@ def _capacity_rows(
     ]
     if not any(checks):
         return []
-    size = format_bytes(next(c for c in checks if c).capacity_bytes)
+    size = next(c for c in checks if c).capacity_bytes
     modeled, na = provenance.MODELED, (None, provenance.NOT_AVAILABLE)
     return [
         _row(
-            f"At {size}: out of memory, asked for",
+            "capacity_failure",
             BYTES,
             [
                 na
@@ -212,9 +216,10 @@ def _capacity_rows(
                 for c in checks
             ],
             lower_is_better=False,
+            about=size,
         ),
         _row(
-            f"At {size}: headroom",
+            "capacity_headroom",
             BYTES,
             [
                 na
@@ -225,9 +230,10 @@ def _capacity_rows(
                 for c in checks
             ],
             lower_is_better=False,
+            about=size,
         ),
         _row(
-            "Smallest capacity that holds it",
+            "capacity_smallest",
             BYTES,
             [na if c is None else (c.smallest_bytes, modeled) for c in checks],
         ),
@@ -240,13 +246,13 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
     missing = (None, provenance.NOT_AVAILABLE)
     rows = [
         _row(
-            "Framework (backend)",
+            "framework",
             TEXT,
             [(f"{run.framework} ({run.backend})", "") for run in runs],
             lower_is_better=False,
         ),
         _row(
-            "Fidelity",
+            "fidelity",
             TEXT,
             [(d.fidelity if d else "no events", "") for d in devices],
             lower_is_better=False,
@@ -255,7 +261,7 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
     if any(run.out_of_memory for run in runs):  # what failed comes first
         rows.append(
             _row(
-                "Out of memory: asked for",
+                "out_of_memory",
                 BYTES,
                 [
                     (run.out_of_memory[-1].requested_bytes, provenance.MEASURED)
@@ -267,9 +273,9 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
             )
         )
     rows += _capacity_rows(runs, devices)
-    for title, unit, key in ROWS:
+    for key, unit in ROWS:
         entries = [f.get(key, missing) for f in figures]
-        rows.append(_row(title, unit, entries, lower_is_better=unit not in (TEXT, TIME)))
+        rows.append(_row(key, unit, entries, lower_is_better=unit not in (TEXT, TIME)))
     return Comparison(
         names=run_names(runs),
         runs=tuple(runs),

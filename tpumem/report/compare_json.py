@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpumem.analysis.comparison import CompareRow, Comparison
+from tpumem.report.compare_words import row_title
 from tpumem.report.json_report import dump, report_dict
 
 COMPARE_SCHEMA = "tpumem-compare/1"
@@ -31,7 +32,7 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
 
 def _row(row: CompareRow) -> dict[str, Any]:
     return {
-        "figure": row.figure,
+        "figure": row_title(row),
         "unit": row.unit,
         "values": list(row.values),
         "labels": list(row.labels),

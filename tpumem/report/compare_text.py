@@ -11,6 +11,7 @@ from rich.table import Table
 from tpumem.analysis import provenance, step_programs
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
+from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
 from tpumem.report.rows import fit_answer, fit_title
 from tpumem.report.text import string_console
@@ -98,7 +99,7 @@ def _rows_table(
         where = f"{markup(device or '-')} · {markup(file)}" if devices else markup(file)
         table.add_column(f"{markup(name)}\n[dim]{where}[/]", overflow="fold")
     for row in rows:
-        table.add_row(row.figure, *(_cell(row, i) for i in range(len(comparison.names))))
+        table.add_row(row_title(row), *(_cell(row, i) for i in range(len(comparison.names))))
     return table
 
 
