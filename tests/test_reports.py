@@ -192,3 +192,20 @@ def test_bytes_allocated_unseen_have_a_row_in_the_live_table(make_trace):
     ]
     text = reporter(REPORT, "text").render(analysis, width=120)
     assert "allocated unseen" in text.split("Live at peak, largest first")[1]
+
+
+def test_text_and_markdown_show_every_section_in_one_order(make_trace):
+    """report/sections.py decides the sections and their order; each format shows
+    every kind of them (a trace with no allocation event says so in both)."""
+    from tpumem.report import markdown, sections, text
+
+    assert set(text._SECTIONS) == set(markdown._SECTIONS) == set(sections.KINDS)
+    empty = analyze(load(make_trace([])))
+    assert [s.kind for s in sections.report_sections(empty)] == [
+        sections.RUN,
+        sections.WARNINGS,
+        sections.NO_EVENTS,
+    ]
+    said = "No allocation events in this trace."
+    assert said in reporter(REPORT, "text").render(empty)
+    assert said in reporter(REPORT, "md").render(empty)

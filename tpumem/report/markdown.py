@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import CompiledProgram
-from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.tpu import TpuTarget
+from tpumem.report import sections
 from tpumem.report.escapes import markdown as _cell
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
@@ -24,17 +29,15 @@ from tpumem.report.rows import (
     STACK_HEADERS,
     STACKS_TITLE,
     device_rows,
-    devices_shown,
-    failure_tables,
     fit_table,
     fit_title,
     group_rows,
     growth_rows,
     made_unseen,
-    run_rows,
     sparkline,
     stack_rows,
 )
+from tpumem.report.sections import report_sections
 from tpumem.report.text import GROUP_HEADERS
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
@@ -54,47 +57,48 @@ def md_table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> list[st
 def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     """(Width and color are the terminal's: markdown has neither.)"""
     lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
-    lines += md_table(("", ""), run_rows(analysis))
-    for title, groups in failure_tables(analysis):
-        lines += ["", f"{_cell(title)}:", ""]
-        lines += md_table(GROUP_HEADERS, group_rows(groups))
-    lines += [""] + [f"> warning: {_cell(w)}" for w in analysis.warnings]
-    full, brief, note = devices_shown(analysis)
-    if note:
-        lines += ["", note]
-    for device in full:
-        lines += ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
-        lines += md_table(("figure", "value", "how"), device_rows(device))
-        peak = device.peak
-        live_rows = group_rows(peak.groups, peak.unattributed_bytes, made_unseen(peak))
-        if live_rows:
-            lines += ["", "Live at peak, largest first:", ""]
-            lines += md_table(GROUP_HEADERS, live_rows)
-        for title, headers, rows in (
-            (STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks)),
-            (GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth)),
-        ):
-            if rows:
-                lines += ["", f"{title}:", ""]
-                lines += md_table(headers, [(*row[:-1], " ← ".join(row[-1])) for row in rows])
-        lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
-    if brief:
-        lines += ["", "## Other devices, largest peak first", ""]
-        lines += md_table(BRIEF_HEADERS, brief)
-    if analysis.compiled:
-        lines += _programs(analysis.compiled)
-    for target in analysis.tpu:
-        lines += ["", f"## {_cell(tpu_title(target))}", ""]
-        lines += md_table(TPU_HEADERS, tpu_program_rows(target))
-        tpu_peak = tpu_peak_rows(target)
-        if tpu_peak is not None:
-            lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]
-        lines += [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
-    if analysis.fit is not None:
-        lines += ["", f"## {_cell(fit_title(analysis.fit.device))}", ""]
-        lines += md_table(*fit_table(analysis.fit))
-        lines += [""] + [f"> {_cell(note)}" for note in analysis.fit.notes]
+    for section in report_sections(analysis):
+        lines += _SECTIONS[section.kind](section.value)
     return "\n".join(lines) + "\n"
+
+
+def _failure(table: tuple[str, tuple[LiveGroup, ...]]) -> list[str]:
+    title, groups = table
+    return ["", f"{_cell(title)}:", "", *md_table(GROUP_HEADERS, group_rows(groups))]
+
+
+def _device(device: DeviceAnalysis) -> list[str]:
+    lines = ["", f"## {_cell(device.device)} (fidelity: {device.fidelity})", ""]
+    lines += md_table(("figure", "value", "how"), device_rows(device))
+    peak = device.peak
+    live_rows = group_rows(peak.groups, peak.unattributed_bytes, made_unseen(peak))
+    if live_rows:
+        lines += ["", "Live at peak, largest first:", ""]
+        lines += md_table(GROUP_HEADERS, live_rows)
+    for title, headers, rows in (
+        (STACKS_TITLE, STACK_HEADERS, stack_rows(device.peak.stacks)),
+        (GROWTH_TITLE, GROWTH_HEADERS, growth_rows(device.growth)),
+    ):
+        if rows:
+            lines += ["", f"{title}:", ""]
+            lines += md_table(headers, [(*row[:-1], " ← ".join(row[-1])) for row in rows])
+    lines += ["", f"Bytes in use over time: `{sparkline(device.timeline.in_use_max)}`"]
+    return lines
+
+
+def _tpu(target: TpuTarget) -> list[str]:
+    lines = ["", f"## {_cell(tpu_title(target))}", ""]
+    lines += md_table(TPU_HEADERS, tpu_program_rows(target))
+    tpu_peak = tpu_peak_rows(target)
+    if tpu_peak is not None:
+        lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]
+    return lines + [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
+
+
+def _fit(fit: FitAdvice) -> list[str]:
+    lines = ["", f"## {_cell(fit_title(fit.device))}", ""]
+    lines += md_table(*fit_table(fit))
+    return lines + [""] + [f"> {_cell(note)}" for note in fit.notes]
 
 
 def _programs(compiled: tuple[CompiledProgram, ...], limit: int | None = TOP_BUFFERS) -> list[str]:
@@ -118,3 +122,23 @@ def render_program_markdown(
     """One program in full: `tpumem report --program NAME`."""
     title = f"# tpumem report: program {_cell(program.name)}\n\n"
     return title + "\n".join(_programs((program,), limit=None)).lstrip() + "\n"
+
+
+# How markdown shows each kind of section (report/sections.py orders them).
+_SECTIONS: dict[str, Callable[[Any], list[str]]] = {
+    sections.RUN: lambda rows: md_table(("", ""), rows),
+    sections.FAILURE: _failure,
+    sections.WARNINGS: lambda warnings: [""] + [f"> warning: {_cell(w)}" for w in warnings],
+    sections.NO_EVENTS: lambda text: ["", text],
+    sections.LEFT_OUT: lambda note: ["", note],
+    sections.DEVICE: _device,
+    sections.OTHER_DEVICES: lambda brief: [
+        "",
+        "## Other devices, largest peak first",
+        "",
+        *md_table(BRIEF_HEADERS, brief),
+    ],
+    sections.PROGRAMS: _programs,
+    sections.TPU: _tpu,
+    sections.FIT: _fit,
+}

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tpumem.analysis.advisor import FitAdvice
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
+from tpumem.report import sections
 from tpumem.report.escapes import markup, visible
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
@@ -30,17 +34,15 @@ from tpumem.report.rows import (
     STACK_HEADERS,
     STACKS_TITLE,
     device_rows,
-    devices_shown,
-    failure_tables,
     fit_table,
     fit_title,
     group_rows,
     growth_rows,
     made_unseen,
-    run_rows,
     sparkline,
     stack_rows,
 )
+from tpumem.report.sections import report_sections
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     tpu_notes,
@@ -136,37 +138,32 @@ def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
 def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     console, buffer = string_console(width, color)
     console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}")
+    for section in report_sections(analysis):
+        _SECTIONS[section.kind](console, section.value)
+    return buffer.getvalue()
+
+
+def _run(console: Console, rows: list[tuple[str, ...]]) -> None:
     header = Table(show_header=False, box=None, pad_edge=False)
     header.add_column(style="bold")
     header.add_column()
-    for row in run_rows(analysis):
+    for row in rows:
         header.add_row(*_cells(row))
     console.print(header)
-    for title, groups in failure_tables(analysis):
-        _groups(console, title, groups)
-    for warning in analysis.warnings:
+
+
+def _warnings(console: Console, warnings: tuple[str, ...]) -> None:
+    for warning in warnings:
         console.print(f"[yellow]warning:[/] {markup(warning)}")
-    if not analysis.devices:
-        console.print("No allocation events in this trace.")
-    full, brief, note = devices_shown(analysis)
-    if note:
-        console.print(note, style="dim")
-    for device in full:
-        _device(console, device)
-    if brief:
-        table = Table(title="Other devices, largest peak first", title_justify="left")
-        for name in BRIEF_HEADERS:
-            table.add_column(name, justify="left" if name == "device" else "right")
-        for device_row in brief:
-            table.add_row(*_cells(device_row))
-        console.print(table)
-    if analysis.compiled:
-        _programs(console, analysis.compiled)
-    for target in analysis.tpu:
-        _tpu(console, target)
-    if analysis.fit is not None:
-        _fit(console, analysis)
-    return buffer.getvalue()
+
+
+def _other_devices(console: Console, brief: list[tuple[str, ...]]) -> None:
+    table = Table(title="Other devices, largest peak first", title_justify="left")
+    for name in BRIEF_HEADERS:
+        table.add_column(name, justify="left" if name == "device" else "right")
+    for device_row in brief:
+        table.add_row(*_cells(device_row))
+    console.print(table)
 
 
 def _tpu(console: Console, target: TpuTarget) -> None:
@@ -220,9 +217,7 @@ def render_program_text(
     return buffer.getvalue()
 
 
-def _fit(console: Console, analysis: RunAnalysis) -> None:
-    fit = analysis.fit
-    assert fit is not None
+def _fit(console: Console, fit: FitAdvice) -> None:
     table = Table(
         title=markup(fit_title(fit.device)),
         title_justify="left",
@@ -235,3 +230,18 @@ def _fit(console: Console, analysis: RunAnalysis) -> None:
     console.print(table)
     for note in fit.notes:
         console.print(f"[dim]{markup(note)}[/]")
+
+
+# How the terminal shows each kind of section (report/sections.py orders them).
+_SECTIONS: dict[str, Callable[[Console, Any], None]] = {
+    sections.RUN: _run,
+    sections.FAILURE: lambda console, table: _groups(console, *table),
+    sections.WARNINGS: _warnings,
+    sections.NO_EVENTS: lambda console, text: console.print(text),
+    sections.LEFT_OUT: lambda console, note: console.print(note, style="dim"),
+    sections.DEVICE: _device,
+    sections.OTHER_DEVICES: _other_devices,
+    sections.PROGRAMS: _programs,
+    sections.TPU: _tpu,
+    sections.FIT: _fit,
+}

@@ -1,0 +1,51 @@
+"""A run's report as sections, in the order every format shows them: the run's
+rows, what failed, the warnings, each device in full (and the rest in brief), the
+compiled programs, what XLA:TPU compiled, whether it would fit. The text and
+markdown reports render each kind of section their own way; the order and what
+each section holds are decided here, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.report.rows import devices_shown, failure_tables, run_rows
+
+RUN = "run"  # the run's rows: list of (name, value, how)
+FAILURE = "failure"  # (title, live groups) of a failure
+WARNINGS = "warnings"  # the run's warnings (a tuple of text; there, if empty)
+NO_EVENTS = "no events"  # the trace holds no allocation event
+LEFT_OUT = "left out"  # the line that says which devices are not shown in full
+DEVICE = "device"  # a DeviceAnalysis, in full
+OTHER_DEVICES = "other devices"  # a brief row for each of the next devices
+PROGRAMS = "programs"  # the compiled programs (a tuple of CompiledProgram)
+TPU = "tpu"  # a TpuTarget: what XLA:TPU compiled for one topology
+FIT = "fit"  # the FitAdvice
+KINDS = (RUN, FAILURE, WARNINGS, NO_EVENTS, LEFT_OUT, DEVICE, OTHER_DEVICES, PROGRAMS, TPU, FIT)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    kind: str  # one of KINDS
+    value: Any
+
+
+def report_sections(analysis: RunAnalysis) -> list[Section]:
+    sections = [Section(RUN, run_rows(analysis))]
+    sections += [Section(FAILURE, table) for table in failure_tables(analysis)]
+    sections.append(Section(WARNINGS, tuple(analysis.warnings)))
+    if not analysis.devices:
+        sections.append(Section(NO_EVENTS, "No allocation events in this trace."))
+    full, brief, note = devices_shown(analysis)
+    if note:
+        sections.append(Section(LEFT_OUT, note))
+    sections += [Section(DEVICE, device) for device in full]
+    if brief:
+        sections.append(Section(OTHER_DEVICES, brief))
+    if analysis.compiled:
+        sections.append(Section(PROGRAMS, analysis.compiled))
+    sections += [Section(TPU, target) for target in analysis.tpu]
+    if analysis.fit is not None:
+        sections.append(Section(FIT, analysis.fit))
+    return sections
