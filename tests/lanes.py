@@ -109,7 +109,15 @@ LANES: dict[str, Lanes] = {
             ],
         },
     ),
-    "test_html.py": (CLI, {UNIT: ["test_drawing_points_are_thinned_but_keep_the_peak"]}),
+    "test_html.py": (
+        CLI,
+        {
+            UNIT: [
+                "test_drawing_points_are_thinned_but_keep_the_peak",
+                "test_the_page_says_only_the_words_python_gives_it",
+            ]
+        },
+    ),
     "test_import_stack.py": CLI,
     "test_imports.py": (
         CLI,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -214,3 +215,39 @@ def test_the_compare_page_embeds_the_comparison(make_trace, tmp_path):
     assert data["comparison"]["alignment"] == "step"
     assert all(r["devices"][0]["series"]["in_use"] for r in data["runs"])
     assert NO_REGION not in {n for n, _ in data["runs"][1]["devices"][0]["series"]["regions"]}
+
+
+def test_the_page_says_only_the_words_python_gives_it():
+    """report.js draws; its titles and notes are report/page_words.py's, each used,
+    each asked for with as many values as it has blanks."""
+    from tpumem.report.page_words import PAGE_WORDS
+
+    script = (Path(__file__).parent.parent / "tpumem/report/assets/report.js").read_text()
+    calls = [
+        (m.group(1), _arguments(script, m.end())) for m in re.finditer(r'say\("(\w+)"', script)
+    ]
+    assert calls
+    used = {key for key, _ in calls}
+    assert used == set(PAGE_WORDS), used ^ set(PAGE_WORDS)
+    for key, values in calls:
+        assert PAGE_WORDS[key].count("{}") == values, key
+
+
+def _arguments(script: str, start: int) -> int:
+    """How many values follow the key in a call that starts at `start` (after the
+    key): commas at the call's own depth, quotes skipped."""
+    depth, values, quote = 0, 0, None
+    for char in script[start:]:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'`":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return values
+            depth -= 1
+        elif char == "," and depth == 0:
+            values += 1
+    raise AssertionError("a call that never ends")

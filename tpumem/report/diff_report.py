@@ -28,6 +28,9 @@ BREAKDOWNS = (
 )
 
 
+PROCESS_PEAKS_TITLE = "Each process's peak (its busiest device)"
+
+
 def signed_bytes(count: int | float) -> str:
     return ("+" if count > 0 else "-" if count < 0 else "±") + format_bytes(abs(count))
 
@@ -122,7 +125,7 @@ def render_diff_text(diff: RunDiff, *, width: int = 100, color: bool = False) ->
         style="bold",
     )
     if diff.processes:
-        table = Table(title=Text("Each process's peak (its busiest device)"), title_justify="left")
+        table = Table(title=Text(PROCESS_PEAKS_TITLE), title_justify="left")
         for header in PROCESS_HEADERS:
             table.add_column(header, justify="left" if header == "process" else "right")
         for row in process_rows(diff):
@@ -174,7 +177,7 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
         f"# tpumem diff: {markdown(diff.before.path or '')} → {markdown(diff.after.path or '')}",
     ]
     if diff.processes:
-        lines += ["", "Each process's peak (its busiest device):", ""]
+        lines += ["", f"{PROCESS_PEAKS_TITLE}:", ""]
         lines += md_table(PROCESS_HEADERS, process_rows(diff))
         lines += ["", markdown(pair_note(diff))]
     for device in diff.devices:

@@ -23,6 +23,7 @@ from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
+from tpumem.report.page_words import PAGE_WORDS
 from tpumem.report.rows import (
     FIT_EXPLANATION,
     device_rows,
@@ -110,6 +111,7 @@ def _fewer_stacks(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def page(title: str, data: dict[str, Any]) -> str:
     data["accelerators"] = [dataclasses.asdict(a) for a in ACCELERATORS]
+    data["words"] = PAGE_WORDS
     data["fit_title"] = fit_title()  # (runs side by side; one run's is its own)
     data["accelerators_note"] = "Memory per chip, from: " + " · ".join(
         f"{a.name} {a.source}" for a in ACCELERATORS

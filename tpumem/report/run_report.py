@@ -21,6 +21,10 @@ PROCESS_HEADERS = ("process", "host", "peak", "device", "at step", "pool", "frag
 SPREAD_HEADERS = ("", "highest", "lowest", "mean", "difference")
 
 
+PROCESSES_TITLE = "Each process (peak: its busiest device)"
+SPREAD_TITLE = "Spread across processes"
+
+
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -130,14 +134,14 @@ def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: boo
     console.print(Text("tpumem report · " + visible(_title(run, where))), style="bold")
     for note in notes(run):
         console.print(Text("warning: ", style="yellow") + Text(visible(note)))
-    table = Table(title=Text("Each process (peak: its busiest device)"), title_justify="left")
+    table = Table(title=Text(PROCESSES_TITLE), title_justify="left")
     for header in PROCESS_HEADERS:
         left = header in ("process", "host")
         table.add_column(header, justify="left" if left else "right", no_wrap=header == "process")
     for row in process_rows(run):
         table.add_row(*(Text(visible(cell)) for cell in row))
     console.print(table)
-    spread = Table(title=Text("Spread across processes"), title_justify="left")
+    spread = Table(title=Text(SPREAD_TITLE), title_justify="left")
     for header in SPREAD_HEADERS:
         spread.add_column(header, justify="left" if not header else "right")
     for row in spread_rows(run):

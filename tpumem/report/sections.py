@@ -22,6 +22,7 @@ OTHER_DEVICES = "other devices"  # a brief row for each of the next devices
 PROGRAMS = "programs"  # the compiled programs (a tuple of CompiledProgram)
 TPU = "tpu"  # a TpuTarget: what XLA:TPU compiled for one topology
 FIT = "fit"  # the FitAdvice
+NO_EVENTS_TEXT = "No allocation events in this trace."
 KINDS = (RUN, FAILURE, WARNINGS, NO_EVENTS, LEFT_OUT, DEVICE, OTHER_DEVICES, PROGRAMS, TPU, FIT)
 
 
@@ -36,7 +37,7 @@ def report_sections(analysis: RunAnalysis) -> list[Section]:
     sections += [Section(FAILURE, table) for table in failure_tables(analysis)]
     sections.append(Section(WARNINGS, tuple(analysis.warnings)))
     if not analysis.devices:
-        sections.append(Section(NO_EVENTS, "No allocation events in this trace."))
+        sections.append(Section(NO_EVENTS, NO_EVENTS_TEXT))
     full, brief, note = devices_shown(analysis)
     if note:
         sections.append(Section(LEFT_OUT, note))

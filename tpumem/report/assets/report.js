@@ -6,6 +6,11 @@
   const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#0a7b83",
     "#9a6700", "#cf222e", "#57606a", "#116329"];
   const data = JSON.parse(document.getElementById("tpumem-data").textContent);
+  // The page's words are Python's (report/page_words.py): this script draws.
+  function say(key, ...args) {
+    let next = 0;
+    return data.words[key].replace(/\{\}/g, () => String(args[next++]));
+  }
   const app = document.getElementById("app");
 
   function el(tag, attrs, ...children) {
@@ -229,21 +234,18 @@
     const xs = s.time_ns.map((t) => t / 1e9);
     const series = s.regions.map(([name, values]) => ({ name, xs, ys: values, stack: true }));
     if (s.pool) series.push({ name: "pool held", xs, ys: s.pool, color: "#24292f", dash: true });
-    part.appendChild(el("h3", {}, "Bytes in use, by region"));
+    part.appendChild(el("h3", {}, say("regions_title")));
     const gaps = (s.gaps_ns || []).map(([a, b]) => [a / 1e9, b / 1e9]);
     part.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true, gaps }));
     if (gaps.length) {
-      part.appendChild(el("p", { class: "note" }, `Shaded: ${count(gaps.length)} stretches the capture did not see (between profiler sessions); ` +
-        "what happened in them is not drawn."));
+      part.appendChild(el("p", { class: "note" }, say("gaps_note", count(gaps.length))));
     }
     if (s.fragmentation.some((v) => v !== null)) {
-      part.appendChild(el("h3", {}, "Fragmentation"));
+      part.appendChild(el("h3", {}, say("fragmentation_title")));
       part.appendChild(chart({ series: [{ name: "fragmentation (" + device.fragmentation.label + ")", xs, ys: s.fragmentation, color: "#bc4c00" }],
         xFormat: (x) => x.toFixed(2) + " s", yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 160 }));
     }
-    part.appendChild(el("p", { class: "note" }, `Drawn from ${count(s.time_ns.length)} points standing for ${count(s.events)} events: ` +
-      "each point is the moment of its stretch of time where bytes in use were highest, so no peak falls between points. " +
-      "Only the drawing is thinned; every figure in the tables comes from all events."));
+    part.appendChild(el("p", { class: "note" }, say("thinned_note", count(s.time_ns.length), count(s.events))));
     return part;
   }
 
@@ -260,10 +262,10 @@
   function peakTable(device) {
     const peak = device.peak;
     const part = el("div");
-    part.appendChild(el("h3", {}, "Live at the peak (click a heading to sort)"));
+    part.appendChild(el("h3", {}, say("live_title")));
     part.appendChild(groupTable(peak.groups));
     if (peak.groups_total > peak.groups.length) {
-      part.appendChild(el("p", { class: "note" }, `The ${count(peak.groups.length)} largest of ${count(peak.groups_total)} groups.`));
+      part.appendChild(el("p", { class: "note" }, say("groups_note", count(peak.groups.length), count(peak.groups_total))));
     }
     return part;
   }
@@ -470,7 +472,7 @@
       part.appendChild(chart({ series: [{ name: "heap (arguments, outputs, constants and live temporaries)", xs, ys: heap.heap_bytes, color: "#0969da" }],
         xFormat: (x) => "event " + Math.round(x), yFormat: bytes, yBytes: true, steps: true, height: 200 }));
     } else {
-      part.appendChild(el("p", { class: "note" }, "XLA recorded no heap simulation for this program: only its whole-program buffers are shown."));
+      part.appendChild(el("p", { class: "note" }, say("no_heap_note")));
     }
     part.appendChild(el("p", { class: "note" }, `${bytes(heap.whole_program_bytes)} live the whole program ` +
       `(arguments ${bytes(heap.parameter_bytes)}, outputs ${bytes(heap.output_bytes)}); x: the heap simulator's events in program order.`));
@@ -481,8 +483,8 @@
   function programsSection(run) {
     const part = el("div");
     if (!run.programs.length) return part;
-    part.appendChild(el("h2", {}, `Compiled programs (${count(run.programs.length)}), largest peak first`));
-    part.appendChild(el("p", { class: "note" }, "From XLA's buffer assignment at compile time (XLA's totals where no HLO was recorded). Pick a program to see what fills it."));
+    part.appendChild(el("h2", {}, say("programs_title", count(run.programs.length))));
+    part.appendChild(el("p", { class: "note" }, say("programs_note")));
     const columns = [{ title: "program" }, { title: "peak", numeric: true }, { title: "arguments", numeric: true },
       { title: "outputs", numeric: true }, { title: "peak at" }];
     const rows = run.programs.map((p) => {
@@ -502,7 +504,7 @@
     const detail = el("div");
     const show = () => { detail.textContent = ""; detail.appendChild(programDetail(planned[Number(select.value)])); };
     select.addEventListener("change", show);
-    part.appendChild(el("p", {}, "Program: ", select));
+    part.appendChild(el("p", {}, say("program_pick"), select));
     part.appendChild(detail);
     show();
     return part;
@@ -533,13 +535,13 @@
     const part = el("div");
     part.appendChild(banner(run));
     part.appendChild(runFacts(run));
-    if (!run.devices.length) part.appendChild(el("p", {}, "No allocation events in this trace."));
+    if (!run.devices.length) part.appendChild(el("p", {}, say("no_events")));
     for (const device of run.devices) {
       part.appendChild(el("h2", {}, `${device.device} · fidelity: ${device.fidelity} · ${count(device.allocations)} allocations`));
       part.appendChild(deviceFigures(device));
       part.appendChild(deviceCharts(device));
       part.appendChild(peakTable(device));
-      const flame = flameGraph([device.peak.stacks || []], "Call stacks at the peak");
+      const flame = flameGraph([device.peak.stacks || []], say("stacks_title"));
       if (flame) part.appendChild(flame);
     }
     part.appendChild(programsSection(run));
@@ -579,7 +581,7 @@
     const cmp = data.comparison, names = cmp.names;
     app.appendChild(el("h1", {}, "tpumem compare · " + names.join(" / ")));
     app.appendChild(compareTable(cmp, cmp.rows));
-    app.appendChild(el("p", { class: "note" }, "Green: the lowest in its row. ×N: against the first run. Under each value: how it was obtained."));
+    app.appendChild(el("p", { class: "note" }, say("compare_note")));
 
     const aligned = cmp.alignment === "step";
     const useSeries = [], fragSeries = [];
@@ -593,16 +595,15 @@
       if (s.fragmentation.some((v) => v !== null)) fragSeries.push({ name: names[i], xs, ys: s.fragmentation, color: COLORS[i] });
     });
     const xFormat = aligned ? (x) => "step " + x.toFixed(1) : (x) => (100 * x).toFixed(0) + "%";
-    app.appendChild(el("h2", {}, "Bytes in use, runs overlaid"));
-    app.appendChild(el("p", { class: "note" }, aligned ? "Aligned by training step (start-up before the first step is drawn as the step before it)."
-      : "Aligned by normalized time: 0% is each run's first event, 100% its last (not every run has step marks)."));
+    app.appendChild(el("h2", {}, say("overlaid_title")));
+    app.appendChild(el("p", { class: "note" }, aligned ? say("by_step_note") : say("by_time_note")));
     app.appendChild(chart({ series: useSeries, xFormat, yFormat: bytes, yBytes: true }));
     if (fragSeries.length) {
-      app.appendChild(el("h2", {}, "Fragmentation, runs overlaid"));
+      app.appendChild(el("h2", {}, say("fragmentation_overlaid_title")));
       app.appendChild(chart({ series: fragSeries, xFormat, yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 180 }));
     }
 
-    app.appendChild(el("h2", {}, "Where the peaks differ"));
+    app.appendChild(el("h2", {}, say("differences_title")));
     const regionColumns = [{ title: "region" }, ...names.map((n, i) => ({ title: i ? `${n} (vs ${names[0]})` : n, numeric: true }))];
     const regionRows = cmp.regions.map((r) => [{ text: r.region, sort: r.region }, ...r.bytes.map((b, i) => ({
       text: bytes(b) + (i ? ` (${r.change[i] > 0 ? "+" : ""}${r.change[i] ? bytes(r.change[i]) : "="})` : ""), sort: b }))]);
@@ -612,10 +613,10 @@
     for (let k = 0; k < depth; k++) {
       ops.appendChild(el("tr", {}, ...cmp.top_ops.map((top) => el("td", {}, k < top.length ? `${bytes(top[k][1])} ${top[k][0]}` : ""))));
     }
-    app.appendChild(el("h3", {}, "Largest ops at each peak"));
+    app.appendChild(el("h3", {}, say("top_ops_title")));
     app.appendChild(ops);
     if (cmp.program_rows.length) {
-      app.appendChild(el("h2", {}, "The training step's compiled program, side by side"));
+      app.appendChild(el("h2", {}, say("step_program_title")));
       app.appendChild(compareTable(cmp, cmp.program_rows));
     }
     app.appendChild(fitTable(data.runs, names));
@@ -630,9 +631,9 @@
   function renderDiff() {
     const diff = data.diff;
     app.appendChild(el("h1", {}, `tpumem diff · ${diff.before || "?"} → ${diff.after || "?"}`));
-    app.appendChild(el("p", { class: "note" }, `Changes of live bytes at the peak within ${bytes(diff.noise_bytes)} are left out as noise.`));
+    app.appendChild(el("p", { class: "note" }, say("noise_note", bytes(diff.noise_bytes))));
     if (diff.process_rows) {
-      app.appendChild(el("h2", {}, "Each process's peak (its busiest device)"));
+      app.appendChild(el("h2", {}, say("process_peaks_title")));
       const table = el("table", {}, el("tr", {}, ...["process", "before", "after", "change"].map((h) => el("th", {}, h))));
       for (const row of diff.process_rows) table.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
       app.appendChild(table);
@@ -654,12 +655,12 @@
         series.push({ name: i ? "after" : "before", xs: s.time_ns.map((t) => t / 1e9), ys: total, color: i ? "#cf222e" : "#0969da" });
       });
       if (series.length) {
-        app.appendChild(el("h3", {}, "Bytes in use over time, both runs from their start"));
+        app.appendChild(el("h3", {}, say("diff_in_use_title")));
         app.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true }));
       }
       if (device.steps.length) {
         const xs = device.steps.map((s) => s.step);
-        app.appendChild(el("h3", {}, "Peak of each step, aligned by step number"));
+        app.appendChild(el("h3", {}, say("diff_steps_title")));
         app.appendChild(chart({ series: [
           { name: "before", xs, ys: device.steps.map((s) => s.before), color: "#0969da" },
           { name: "after", xs, ys: device.steps.map((s) => s.after), color: "#cf222e" },
@@ -668,7 +669,7 @@
       for (const [field, title] of [["by_line", "line"], ["by_stack", "call stack, innermost first"], ["by_op", "op"], ["by_region", "region"]]) {
         const changes = device[field];
         if (!changes.length) continue;
-        app.appendChild(el("h3", {}, `Live at the peak, change by ${title.split(",")[0]}`));
+        app.appendChild(el("h3", {}, say("diff_live_title", title.split(",")[0])));
         const columns = [{ title: "change", numeric: true }, { title: "before", numeric: true }, { title: "after", numeric: true }, { title }];
         const rows = changes.map((c) => [
           { text: (c.change > 0 ? "+" : "-") + bytes(Math.abs(c.change)), sort: c.change },
@@ -676,7 +677,7 @@
         app.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
       }
       const flame = flameGraph([before ? before.peak.stacks : [], after ? after.peak.stacks : []],
-        "The difference by call stack: red grew, blue shrank, width the larger of the two");
+        say("diff_stacks_title"));
       if (flame) app.appendChild(flame);
     }
   }
@@ -694,9 +695,9 @@
     const columns = headers.map((title, k) => ({ title, numeric: k >= 2 && k <= 6 }));
     const sorts = run.processes.map((p) => [p.index, p.host, p.peak_bytes, p.peak_device, p.peak_step, p.pool_bytes, p.fragmentation_at_peak, p.ended]);
     const rows = run.rows.map((row, i) => row.map((text, k) => ({ text, sort: sorts[i][k] === null ? -1 : sorts[i][k] })));
-    app.appendChild(el("h2", {}, "Each process (peak: its busiest device)"));
+    app.appendChild(el("h2", {}, say("processes_title")));
     app.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
-    app.appendChild(el("h2", {}, "Spread across processes"));
+    app.appendChild(el("h2", {}, say("spread_title")));
     const spread = el("table", {}, el("tr", {}, ...["", "highest", "lowest", "mean", "difference"].map((h) => el("th", {}, h))));
     for (const row of run.spread_rows) spread.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
     app.appendChild(spread);
@@ -706,9 +707,8 @@
     const series = run.lines.map((line, i) => ({ name: line.name, color: COLORS[i % COLORS.length], ys: line.in_use,
       xs: stepped ? line.step_position : line.time_ns.map((t) => (t - start) / 1e9) }));
     if (series.length) {
-      app.appendChild(el("h2", {}, "Bytes in use on each process's busiest device"));
-      app.appendChild(el("p", { class: "note" }, stepped ? "Aligned by training step: every process marked its steps, so the hosts' clocks do not matter."
-        : "By each host's wall clock, from the earliest start: clocks of different hosts may differ (no step marks to align by)."));
+      app.appendChild(el("h2", {}, say("process_lines_title")));
+      app.appendChild(el("p", { class: "note" }, stepped ? say("process_steps_note") : say("process_clocks_note")));
       app.appendChild(chart({ series, xFormat: stepped ? (x) => "step " + x.toFixed(1) : (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true }));
     }
     app.appendChild(el("h2", {}, run.busiest_title));
