@@ -1,7 +1,7 @@
 """What each command is asked: one frozen request per command, its values already
 parsed where the options are declared (tpumem/cli.py): sizes in bytes, topologies
-as Topology, shares and sizes as Increase. A command reads fields by name, so no
-reordering of options can swap two values."""
+as Topology, shares and sizes as Increase. Requests are made by keyword only and
+read by field name, so no reordering of options can swap two values."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from tpumem.commands.options import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Page:
     """Where a report goes and how it looks: the format (None: from the output's
     extension, else text), the file (None: standard output), the text's width,
@@ -29,7 +29,7 @@ class Page:
     force: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportRequest:
     paths: tuple[Path, ...]
     page: Page = Page()
@@ -38,7 +38,7 @@ class ReportRequest:
     tpu: tuple[Topology, ...] = ()  # compile the run's programs for these first
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompareRequest:
     runs: tuple[str, ...]  # traces, or scripts with their arguments to profile first
     fmt: str = "text"
@@ -50,7 +50,7 @@ class CompareRequest:
     tpu: tuple[Topology, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DiffRequest:
     before: Path
     after: Path
@@ -58,7 +58,7 @@ class DiffRequest:
     noise_bytes: int = DEFAULT_NOISE_BYTES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckRequest:
     paths: tuple[Path, ...]
     max_peak_bytes: int | None = None
@@ -70,7 +70,7 @@ class CheckRequest:
     max_imbalance: Increase | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProfileRequest:
     target: str | None  # the script (or, with -m, its first argument)
     args: tuple[str, ...] = ()
@@ -87,7 +87,7 @@ class ProfileRequest:
     follow: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExportRequest:
     paths: tuple[Path, ...]
     logdir: Path
@@ -95,7 +95,7 @@ class ExportRequest:
     force: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ImportRequest:
     path: Path
     output: Path | None = None
@@ -103,6 +103,6 @@ class ImportRequest:
     force: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstallLibtpuRequest:
     target: Path | None = None  # None: libtpu/ in tpumem's environment
