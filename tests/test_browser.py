@@ -129,7 +129,7 @@ def test_the_page_words_the_fit_as_the_text_report_does(tmp_path):
     """The page draws the fit table from the answers report/rows.py words (it once
     worded its own, and never said "(estimate)" for a TPU)."""
     from tpumem.analysis import analyze
-    from tpumem.report.rows import fit_answer, fit_title
+    from tpumem.report.fit_rows import fit_answer, fit_title
     from tpumem.trace.reader import load
 
     fit = analyze(load(GPU / "mlp.tpumem")).fit

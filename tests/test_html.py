@@ -14,8 +14,9 @@ from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.peak import NO_REGION
 from tpumem.report import HTML_SERIES_POINTS
+from tpumem.report.fit_rows import fit_answer, fit_title
 from tpumem.report.html import DATA_ID
-from tpumem.report.rows import device_rows, fit_answer, fit_title, run_rows
+from tpumem.report.rows import device_rows, run_rows
 from tpumem.trace.reader import load
 
 HOSTILE = "</script><script>alert(1)</script>"

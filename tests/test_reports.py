@@ -12,7 +12,8 @@ from sample_traces import buffer_rows, unseen_rows
 from tpumem.analysis import analyze
 from tpumem.errors import TpumemError
 from tpumem.report import REPORT, reporter, reporter_for
-from tpumem.report.rows import device_rows, group_rows, one_line, run_rows
+from tpumem.report.live_rows import group_rows
+from tpumem.report.rows import device_rows, one_line, run_rows
 from tpumem.trace.reader import load
 
 GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"

@@ -13,7 +13,7 @@ from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
-from tpumem.report.rows import fit_answer, fit_title
+from tpumem.report.fit_rows import fit_answer, fit_title
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes, format_seconds
 

@@ -11,8 +11,8 @@ from rich.text import Text
 from tpumem.analysis.difference import Change, DeviceDiff, RunDiff
 from tpumem.report.escapes import markdown, visible
 from tpumem.report.json_report import dump, finite
+from tpumem.report.live_rows import frame_text
 from tpumem.report.markdown import md_table
-from tpumem.report.rows import frame_text
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes
 

@@ -22,19 +22,10 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
+from tpumem.report.fit_rows import FIT_EXPLANATION, fit_answer, fit_capacity, fit_setting, fit_title
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
 from tpumem.report.page_words import PAGE_WORDS
-from tpumem.report.rows import (
-    FIT_EXPLANATION,
-    device_rows,
-    fact_rows,
-    failure_tables,
-    fit_answer,
-    fit_capacity,
-    fit_setting,
-    fit_title,
-    headline_rows,
-)
+from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
 from tpumem.report.tpu_tables import tpu_notes, tpu_title
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device

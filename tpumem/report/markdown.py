@@ -12,6 +12,9 @@ from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
 from tpumem.report.escapes import markdown as _cell
+from tpumem.report.fit_rows import fit_table, fit_title
+from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
+from tpumem.report.live_rows import STACK_HEADERS, STACKS_TITLE, group_rows, made_unseen, stack_rows
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
     PROGRAM_HEADERS,
@@ -22,21 +25,7 @@ from tpumem.report.program_rows import (
     program_rows,
     programs_title,
 )
-from tpumem.report.rows import (
-    BRIEF_HEADERS,
-    GROWTH_HEADERS,
-    GROWTH_TITLE,
-    STACK_HEADERS,
-    STACKS_TITLE,
-    device_rows,
-    fit_table,
-    fit_title,
-    group_rows,
-    growth_rows,
-    made_unseen,
-    sparkline,
-    stack_rows,
-)
+from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
 from tpumem.report.text import GROUP_HEADERS
 from tpumem.report.tpu_tables import (

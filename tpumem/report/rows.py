@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 
-from tpumem.analysis.advisor import FitAdvice, FitRow
-from tpumem.analysis.growth import MIN_STEPS, Growth
+from tpumem.analysis.growth import MIN_STEPS
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.provenance import NOT_AVAILABLE
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.stacks import StackBytes
+from tpumem.report.growth_rows import GROWTH_HOW, growth_text
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import (
     IMPORTED,
@@ -22,15 +21,8 @@ from tpumem.trace.metadata import (
     TorchXlaBook,
 )
 from tpumem.trace.schema import ALLOCATOR, BUFFER
-from tpumem.trace.stack_rows import Frame
 from tpumem.units import format_bytes, format_seconds
 
-TOP_GROUPS = 10
-TOP_STACKS = 5
-STACK_FRAMES = 8  # a stack's innermost frames shown; the rest counted
-STACK_HEADERS = ("bytes", "buffers", "call stack, innermost first")
-STACKS_TITLE = "Call stacks at peak, largest first"
-NO_STACK = "(no call stack recorded)"
 # A run on many devices (a pod slice, a multi-host job) is read by its largest
 # peaks: these are shown in full, the next ones a line each, the rest counted.
 SHOWN_DEVICES = 8
@@ -385,45 +377,6 @@ MARK_STEPS = (
 )
 
 
-GROWTH_HOW = "measured (bytes live at each step's lowest point: what stays)"
-GROWTH_TITLE = "Growing across steps, largest first"
-GROWTH_HEADERS = ("a step", "at the last step", "call stack, innermost first")
-
-
-def growth_text(growth: Growth) -> str:
-    """Whether the bytes that stay from step to step grow once warm-up is over."""
-    first = growth.steps[growth.warmup_steps]
-    last = growth.steps[-1]
-    warmup = (
-        f" after {growth.warmup_steps} warm-up step{'s' if growth.warmup_steps > 1 else ''}"
-        if growth.warmup_steps
-        else ""
-    )
-    if growth.growing:
-        return (
-            f"+{format_bytes(round(growth.per_step_bytes))} a step from step {first} to "
-            f"step {last}" + (f" ({warmup.strip()})" if warmup else "")
-        )
-    low, high = growth.settled_range
-    if high == low:
-        return f"none{warmup}: {format_bytes(low)} stays from step {first} to step {last}"
-    return (
-        f"none{warmup}: what stays between steps {first} and {last} moves between "
-        f"{format_bytes(low)} and {format_bytes(high)} with no upward trend"
-    )
-
-
-def growth_rows(growth: Growth | None) -> list[tuple[str, str, tuple[str, ...]]]:
-    """The stacks holding the bytes that grow: a step's growth, what they held at
-    the last step, the innermost frames."""
-    if growth is None or not growth.growing:
-        return []
-    return [
-        (f"+{format_bytes(round(g.per_step_bytes))}", format_bytes(g.end_bytes), _frames(g.frames))
-        for g in growth.stacks[:TOP_STACKS]
-    ]
-
-
 def _temp_note(fidelity: str, temp: int | None) -> str:
     """Temp buffers are compiled programs' working memory, sized by XLA, where tpumem
     keeps the book; where the allocator reported them, they are what it allocated."""
@@ -455,50 +408,6 @@ def _padding_row(device: DeviceAnalysis) -> tuple[str, str, str]:
     return ("TPU layout padding", f"+{format_bytes(padding.extra_bytes)} on a TPU", how)
 
 
-# What "Would it fit?" weighs, and what its setting is: every format's words.
-FIT_NEEDED = "peak + fragmentation headroom (+ TPU padding on TPUs)"
-FIT_EXPLANATION = (
-    "Needed = peak in use + fragmentation headroom (free bytes at the peak outside the "
-    "largest free block) + the TPU layout padding estimate on TPUs. Setting: the smallest "
-    "preallocation that still holds it on that GPU."
-)
-
-
-def fit_title(device: str | None = None) -> str:
-    """The fit table's title: of one run's device, or of runs side by side."""
-    return f"Would it fit? {device}: {FIT_NEEDED}" if device else f"Would it fit? {FIT_NEEDED}"
-
-
-def fit_setting(row: FitRow) -> str:
-    """The smallest setting that holds the run on that accelerator."""
-    return row.setting or ("- (a TPU program gets the whole chip)" if row.kind == "tpu" else "-")
-
-
-def fit_capacity(row: FitRow) -> str | None:
-    """The model's smallest capacity that holds the run, where one was asked about."""
-    if row.smallest_capacity_bytes is None:
-        return None
-    return f"smallest capacity {format_bytes(row.smallest_capacity_bytes)} (modeled)"
-
-
-def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """(headers, a row per accelerator): its memory, the answer, the setting, and
-    the model's smallest capacity where a capacity was asked about."""
-    modeled = any(row.smallest_capacity_bytes is not None for row in fit.rows)
-    headers = ("accelerator", "answer", "smallest setting that holds it")
-    rows: list[tuple[str, ...]] = []
-    for row in fit.rows:
-        cells: tuple[str, ...] = (
-            f"{row.accelerator} ({format_bytes(row.memory_bytes)})",
-            fit_answer(row),
-            fit_setting(row),
-        )
-        if modeled:
-            cells += (format_bytes(row.smallest_capacity_bytes),)
-        rows.append(cells)
-    return ((*headers, "smallest capacity (modeled)") if modeled else headers), rows
-
-
 def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     reported = device.counters.reported_peak_bytes
     if reported is None:
@@ -509,84 +418,6 @@ def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
             " (higher than the events show: reached before the capture or between its sessions)"
         )
     return [("Allocator's own peak", value, "measured (its running peak)")]
-
-
-def group_rows(
-    groups: tuple[LiveGroup, ...], unseen_bytes: int = 0, unseen_where: str = ""
-) -> list[tuple[str, ...]]:
-    """The largest groups; with `unseen_bytes`, the bytes in use at the peak whose
-    allocations the capture did not see, as a row of their own in its place by
-    size, with where they were made (`unseen_where`, see made_unseen)."""
-    sized: list[tuple[int, LiveGroup | None]] = [(g.bytes, g) for g in groups[:TOP_GROUPS]]
-    if unseen_bytes:
-        sized.append((unseen_bytes, None))
-        sized.sort(key=lambda item: -item[0])
-    rows: list[tuple[str, ...]] = []
-    for size, group in sized:
-        if group is None:
-            where = unseen_where or UNSEEN_WHERE
-            rows.append((format_bytes(size), "-", UNSEEN, "-", "-", "-", where))
-            continue
-        rows.append(
-            (
-                format_bytes(group.bytes),
-                f"{group.count:,}",
-                group.op or "-",
-                group.region or "-",
-                group.dtype or "-",
-                group.shape or "-",
-                group.source or "-",
-            )
-        )
-    return rows
-
-
-UNSEEN = "allocated unseen"
-UNSEEN_WHERE = "- (in use by the counters; its allocation was not captured)"
-
-
-def made_unseen(peak: PeakBreakdown) -> str:
-    """Where the bytes allocated unseen at the peak can have been made: before
-    the capture began (the allocator already held bytes) and in the capture's gaps
-    before the peak (profiler sessions switching record nothing)."""
-    gaps = peak.gaps_before_peak
-    in_gaps = (
-        "in the gap between profiler sessions"
-        if gaps == 1
-        else (f"in the {gaps:,} gaps between profiler sessions")
-    )
-    fewer = "; a longer --chunk leaves fewer gaps"
-    if peak.held_before_capture_bytes and gaps:
-        return f"- (made before the capture began or {in_gaps}{fewer})"
-    if peak.held_before_capture_bytes:
-        return "- (made before the capture began)"
-    if gaps:
-        return f"- (made {in_gaps} before the peak{fewer})"
-    return UNSEEN_WHERE
-
-
-def stack_rows(stacks: tuple[StackBytes, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
-    """The largest stacks: bytes, buffers and the innermost frames (each shown
-    as the trace named it: renderers make it visible); none when the trace
-    recorded no stacks."""
-    if not any(stack.frames for stack in stacks):
-        return []
-    return [
-        (format_bytes(stack.bytes), f"{stack.buffers:,}", _frames(stack.frames))
-        for stack in stacks[:TOP_STACKS]
-    ]
-
-
-def frame_text(frame: Frame) -> str:
-    return f"{frame.location} in {frame.function}"
-
-
-def _frames(stack: tuple) -> tuple[str, ...]:
-    """A stack's innermost frames as lines, the rest counted."""
-    frames = [frame_text(f) for f in reversed(stack)]
-    if len(frames) > STACK_FRAMES:
-        frames = [*frames[:STACK_FRAMES], f"… {len(frames) - STACK_FRAMES} more"]
-    return tuple(frames or [NO_STACK])
 
 
 def sparkline(values: tuple[float | int | None, ...], top: float | None = None) -> str:
@@ -602,15 +433,6 @@ def sparkline(values: tuple[float | int | None, ...], top: float | None = None) 
             level = round(value / ceiling * (len(_SPARK) - 1))
             marks.append(_SPARK[min(max(level, 0), len(_SPARK) - 1)])
     return "".join(marks)
-
-
-def fit_answer(row: FitRow) -> str:
-    """One accelerator's answer: fits or not, and the share and bytes it needs."""
-    verdict = "fits" if row.fits else "does not fit"
-    answer = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
-    if row.compiled_for:
-        return f"{answer}: compiled for {row.compiled_for} by XLA:TPU, per chip"
-    return answer + (" (estimate)" if row.kind == "tpu" else "")
 
 
 def _running_row(running: RunningAtPeak, peak_bytes: int) -> tuple[str, str, str]:
