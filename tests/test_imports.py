@@ -120,7 +120,14 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
 # commands and the CLI (and tpumem.track, the notebook). Beside them: the launcher
 # (profile's parent side), and the modules every floor may use (errors, units,
 # outputs, progress, the TPU topologies, the HLO reader).
-UPPER = ("tpumem.commands", "tpumem.cli", "tpumem.tracking", "tpumem.notebook", "tpumem.launch")
+UPPER = (
+    "tpumem.commands",
+    "tpumem.cli",
+    "tpumem.cli_options",
+    "tpumem.tracking",
+    "tpumem.notebook",
+    "tpumem.launch",
+)
 ABOVE_ANALYSIS = ("tpumem.reading", "tpumem.report", "tpumem.export", *UPPER)
 BELOW_ALL = ("tpumem.analysis", "tpumem.adapters", *ABOVE_ANALYSIS)
 FLOORS = {

@@ -9,17 +9,29 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from typer import core as typer_core
 
 from tpumem import __version__
+from tpumem.cli_options import (
+    Capacity,
+    CheckCapacity,
+    Force,
+    Output,
+    PageFormat,
+    ReportForce,
+    Tpu,
+    Width,
+    either,
+    file_name,
+    finite,
+)
 from tpumem.commands import options
 from tpumem.commands.options import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH, Increase
 from tpumem.errors import TpumemError
 from tpumem.report import COMPARISON, REPORT, formats
-from tpumem.tpu.topology import Topology
 
 # typer writes each parameter's Python type into the help (<path>, <float range>,
 # <bool>); tpumem's help shows the metavar each option is given (FILE, SECONDS), as
@@ -38,18 +50,6 @@ app = typer.Typer(
 )
 
 
-def _either(names: tuple[str, ...]) -> str:
-    """The formats a --format takes, from the reporters' registry: "text, json or md"."""
-    return f"{', '.join(names[:-1])} or {names[-1]}"
-
-
-def _finite(value: float | None) -> float | None:
-    """click's ranges let NaN through (it compares false with both ends)."""
-    if value is not None and value != value:
-        raise typer.BadParameter("NaN is not a number it can take")
-    return value
-
-
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"tpumem {__version__}")
@@ -66,86 +66,6 @@ def _root(
     """Device-memory profiler for JAX, TensorFlow and PyTorch/XLA."""
 
 
-# The text report's width in columns: narrower cannot hold its tables, wider is
-# more than any terminal shows.
-Width = Annotated[
-    int,
-    typer.Option(help="Width of the text report, in columns.", min=40, max=1000, metavar="N"),
-]
-
-
-# --capacity, parsed by one rule: report and compare ask whether the run fits,
-# check fails where it does not.
-_CAPACITY: dict[str, Any] = {"metavar": "SIZE", "parser": options.capacity}
-Capacity = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--capacity",
-        help="Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays "
-        "its allocations through the BFC allocator model: the first that would fail, or "
-        "the headroom left; and the smallest size that holds the run. Modeled.",
-        **_CAPACITY,
-    ),
-]
-CheckCapacity = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--capacity",
-        help="Fail if the BFC allocator model runs out of memory with this much (16GiB, "
-        "800MB, bytes): the run would not fit it.",
-        **_CAPACITY,
-    ),
-]
-Tpu = Annotated[
-    Optional[list[Topology]],  # noqa: UP045
-    typer.Option(
-        "--tpu",
-        metavar="TOPOLOGY",
-        parser=options.topology,
-        help="Compile the run's programs for this TPU (v5e:2x2, v6e:1x1, v4:2x2x1, v5p:2x2x1) "
-        "with XLA:TPU, ahead of time, on this machine (needs libtpu: tpumem "
-        "install-libtpu): what each program needs per chip, and the fit table from it. "
-        "Repeat for several.",
-        show_default=False,
-    ),
-]
-Force = Annotated[
-    bool,
-    typer.Option("--force", help="Replace an existing trace at the output path."),
-]
-# A report replaces an earlier report of tpumem's by itself (tpumem/outputs.py).
-ReportForce = Annotated[
-    bool,
-    typer.Option("--force", help="Let -o replace a file that is not a report of tpumem's."),
-]
-# report's and diff's: the format, else the one -o's extension names.
-PageFormat = Annotated[
-    Optional[str],  # noqa: UP045
-    typer.Option(
-        "--format",
-        "-f",
-        metavar="FORMAT",
-        help=f"{_either(formats(REPORT))} (default: from -o's extension, else text).",
-    ),
-]
-
-
-def _file_name(value: str) -> Path:
-    """An output file's name as given: a trailing slash names a directory, which
-    Path would drop (`-o new/` wrote a file named `new`)."""
-    if value.endswith(("/", os.sep)):
-        raise typer.BadParameter(f"{value}: names a directory; give a file name")
-    return Path(value)
-
-
-Output = Annotated[
-    Optional[Path],  # noqa: UP045
-    typer.Option(
-        "-o", "--output", metavar="FILE", help="Write it to this file.", parser=_file_name
-    ),
-]
-
-
 @app.command("import", short_help="Import XSpace profiles (.xplane.pb) as traces.")
 def import_command(
     path: Annotated[
@@ -158,7 +78,7 @@ def import_command(
             "--output",
             metavar="FILE",
             help="Trace file to write (several hosts: one each).",
-            parser=_file_name,
+            parser=file_name,
         ),
     ] = None,
     run: Annotated[
@@ -230,7 +150,7 @@ def compare(
         typer.Option(
             "--html",
             metavar="FILE",
-            parser=_file_name,
+            parser=file_name,
             help="Also write the comparison as a self-contained HTML page.",
         ),
     ] = None,
@@ -240,7 +160,7 @@ def compare(
             "--format",
             "-f",
             metavar="FORMAT",
-            help=f"{_either(formats(COMPARISON, terminal=True))}.",
+            help=f"{either(formats(COMPARISON, terminal=True))}.",
         ),
     ] = "text",
     output_dir: Annotated[
@@ -331,7 +251,7 @@ def check(
         typer.Option(
             help="Largest fragmentation allowed at the peak, 0..1.",
             metavar="F",
-            callback=_finite,
+            callback=finite,
             min=0.0,
             max=1.0,
         ),
@@ -440,7 +360,7 @@ def profile(
         typer.Option(
             help="Seconds between readings of the allocator's counters.",
             metavar="SECONDS",
-            callback=_finite,
+            callback=finite,
             min=0.001,
             max=60.0,
         ),
@@ -450,7 +370,7 @@ def profile(
         typer.Option(
             help="Seconds per profiler session: the most a killed run loses.",
             metavar="SECONDS",
-            callback=_finite,
+            callback=finite,
             min=0.05,
             max=3600.0,
         ),
@@ -494,7 +414,7 @@ def profile(
             "--format",
             "-f",
             metavar="FORMAT",
-            help=f"Report format: {_either(formats(REPORT, terminal=True))}.",
+            help=f"Report format: {either(formats(REPORT, terminal=True))}.",
         ),
     ] = "text",
     width: Width = DEFAULT_WIDTH,
@@ -645,7 +565,6 @@ def run() -> NoReturn:
     ending anyway. Exit handlers still run and the output is flushed first; where
     a thread is still running, the exit is Python's own."""
     import atexit
-    import os
     import threading
 
     try:
@@ -681,7 +600,6 @@ def _output_failed(error: OSError) -> NoReturn:
     """Standard output closed or full (a pipe to `head`, /dev/full): say so once, and
     let nothing else try to write to it at exit."""
     import errno
-    import os
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     with contextlib.suppress(OSError, ValueError):  # (no descriptor: _ClosedOutput)

@@ -1,0 +1,105 @@
+"""The options several commands declare alike (the text's width, the page's
+format and file, --capacity, --tpu, --force), each declared once, its value parsed
+where it is declared (tpumem/commands/options.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from tpumem.commands import options
+from tpumem.report import REPORT, formats
+from tpumem.tpu.topology import Topology
+
+
+def either(names: tuple[str, ...]) -> str:
+    """The formats a --format takes, from the reporters' registry: "text, json or md"."""
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def finite(value: float | None) -> float | None:
+    """click's ranges let NaN through (it compares false with both ends)."""
+    if value is not None and value != value:
+        raise typer.BadParameter("NaN is not a number it can take")
+    return value
+
+
+# The text report's width in columns: narrower cannot hold its tables, wider is
+# more than any terminal shows.
+Width = Annotated[
+    int,
+    typer.Option(help="Width of the text report, in columns.", min=40, max=1000, metavar="N"),
+]
+
+
+# --capacity, parsed by one rule: report and compare ask whether the run fits,
+# check fails where it does not.
+_CAPACITY: dict[str, Any] = {"metavar": "SIZE", "parser": options.capacity}
+Capacity = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--capacity",
+        help="Would the run fit an allocator of this size (16GiB, 800MB, bytes)? Replays "
+        "its allocations through the BFC allocator model: the first that would fail, or "
+        "the headroom left; and the smallest size that holds the run. Modeled.",
+        **_CAPACITY,
+    ),
+]
+CheckCapacity = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--capacity",
+        help="Fail if the BFC allocator model runs out of memory with this much (16GiB, "
+        "800MB, bytes): the run would not fit it.",
+        **_CAPACITY,
+    ),
+]
+Tpu = Annotated[
+    Optional[list[Topology]],  # noqa: UP045
+    typer.Option(
+        "--tpu",
+        metavar="TOPOLOGY",
+        parser=options.topology,
+        help="Compile the run's programs for this TPU (v5e:2x2, v6e:1x1, v4:2x2x1, v5p:2x2x1) "
+        "with XLA:TPU, ahead of time, on this machine (needs libtpu: tpumem "
+        "install-libtpu): what each program needs per chip, and the fit table from it. "
+        "Repeat for several.",
+        show_default=False,
+    ),
+]
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Replace an existing trace at the output path."),
+]
+# A report replaces an earlier report of tpumem's by itself (tpumem/outputs.py).
+ReportForce = Annotated[
+    bool,
+    typer.Option("--force", help="Let -o replace a file that is not a report of tpumem's."),
+]
+# report's and diff's: the format, else the one -o's extension names.
+PageFormat = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        help=f"{either(formats(REPORT))} (default: from -o's extension, else text).",
+    ),
+]
+
+
+def file_name(value: str) -> Path:
+    """An output file's name as given: a trailing slash names a directory, which
+    Path would drop (`-o new/` wrote a file named `new`)."""
+    if value.endswith(("/", os.sep)):
+        raise typer.BadParameter(f"{value}: names a directory; give a file name")
+    return Path(value)
+
+
+Output = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("-o", "--output", metavar="FILE", help="Write it to this file.", parser=file_name),
+]
