@@ -240,8 +240,9 @@ _REGISTRY: dict[str, type[Adapter]] = {}
 # Each adapter's module, imported when the adapter is first asked for: importing
 # tpumem.adapters loads none of them (the profiled process imports this package
 # before the script runs, and an adapter's module brings the trace writer, Arrow).
-# An adapter is named as its framework's top-level module, and its module after it.
-ADAPTER_MODULES = {name: f"tpumem.adapters.{name}" for name in FRAMEWORKS}
+# An adapter is named as its framework's top-level module; its package,
+# adapters/<framework>/, holds it in adapter.py.
+ADAPTER_MODULES = {name: f"tpumem.adapters.{name}.adapter" for name in FRAMEWORKS}
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:
