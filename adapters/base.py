@@ -22,6 +22,7 @@ from tpumem.adapters.quiet import announce_thread
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.trace.memory_settings import MemorySettings
     from tpumem.trace.metadata import ProcessInfo
     from tpumem.trace.writer import TraceWriter
 
@@ -243,6 +244,20 @@ _REGISTRY: dict[str, type[Adapter]] = {}
 # An adapter is named as its framework's top-level module; its package,
 # adapters/<framework>/, holds it in adapter.py.
 ADAPTER_MODULES = {name: f"tpumem.adapters.{name}.adapter" for name in FRAMEWORKS}
+# Each framework's facts about its allocator (plain data: no adapter, no framework
+# loaded), which the trace's header carries for the analysis to read.
+MEMORY_SETTINGS_MODULES = {name: f"tpumem.adapters.{name}.memory_settings" for name in FRAMEWORKS}
+
+
+def memory_settings(name: str) -> MemorySettings | None:
+    """The framework's allocator settings, as its package declares them; None
+    for a name no adapter records."""
+    if name not in MEMORY_SETTINGS_MODULES:
+        return None
+    settings: MemorySettings = importlib.import_module(
+        MEMORY_SETTINGS_MODULES[name]
+    ).MEMORY_SETTINGS
+    return settings
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:

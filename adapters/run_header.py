@@ -17,6 +17,7 @@ def run_metadata(
 ) -> dict[str, Any]:
     """The trace's header for a run recorded in this process."""
     from tpumem import __version__
+    from tpumem.adapters.base import memory_settings
     from tpumem.adapters.process_identity import from_environment, run_id_from_environment
     from tpumem.trace.metadata import SETTINGS_VARIABLES
 
@@ -35,5 +36,7 @@ def run_metadata(
         "capture_options": {k: v for k, v in capture.items() if k != "xla_dump_dir"},
         "set_by_tpumem": environment,
         "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
+        # (What the analysis needs to know of the framework's allocator.)
+        "memory_settings": memory_settings(framework),
         "warnings": (),
     }
