@@ -72,3 +72,9 @@ def test_the_analysis_reads_a_fourth_frameworks_settings_from_its_trace(make_tra
     assert pool_growth(analysis.metadata) == PREALLOCATED
     grown = load(make_trace(rows, {**meta, "env": {"FOURTH_GROWS": "YES"}}, "grown.tpumem"))
     assert pool_growth(grown.metadata) == GROWTH
+
+
+def test_the_header_records_the_variables_the_framework_declared(monkeypatch):
+    monkeypatch.setenv("PJRT_ALLOCATOR_PREALLOCATE", "false")
+    header = run_metadata("torch_xla", "tpumem profile", ["s.py"], {}, {})
+    assert header["env"]["PJRT_ALLOCATOR_PREALLOCATE"] == "false"

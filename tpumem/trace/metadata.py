@@ -27,7 +27,8 @@ from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, MemorySettings
 from tpumem.trace.records import OTHER, decode_record, encode, hints
 
 # Environment variables that decide how much a framework reserves up front: a
-# profiled run's metadata records those set (`env`).
+# profiled run's metadata records those set (`env`), and those its framework's
+# memory_settings name (run_header.py).
 SETTINGS_VARIABLES = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_CLIENT_MEM_FRACTION",
