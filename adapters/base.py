@@ -22,6 +22,7 @@ from tpumem.adapters.quiet import announce_thread
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.trace.memory_settings import MemorySettings
     from tpumem.trace.metadata import ProcessInfo
     from tpumem.trace.writer import TraceWriter
 
@@ -240,8 +241,23 @@ _REGISTRY: dict[str, type[Adapter]] = {}
 # Each adapter's module, imported when the adapter is first asked for: importing
 # tpumem.adapters loads none of them (the profiled process imports this package
 # before the script runs, and an adapter's module brings the trace writer, Arrow).
-# An adapter is named as its framework's top-level module, and its module after it.
-ADAPTER_MODULES = {name: f"tpumem.adapters.{name}" for name in FRAMEWORKS}
+# An adapter is named as its framework's top-level module; its package,
+# adapters/<framework>/, holds it in adapter.py.
+ADAPTER_MODULES = {name: f"tpumem.adapters.{name}.adapter" for name in FRAMEWORKS}
+# Each framework's facts about its allocator (plain data: no adapter, no framework
+# loaded), which the trace's header carries for the analysis to read.
+MEMORY_SETTINGS_MODULES = {name: f"tpumem.adapters.{name}.memory_settings" for name in FRAMEWORKS}
+
+
+def memory_settings(name: str) -> MemorySettings | None:
+    """The framework's allocator settings, as its package declares them; None
+    for a name no adapter records."""
+    if name not in MEMORY_SETTINGS_MODULES:
+        return None
+    settings: MemorySettings = importlib.import_module(
+        MEMORY_SETTINGS_MODULES[name]
+    ).MEMORY_SETTINGS
+    return settings
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:

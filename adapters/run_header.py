@@ -17,9 +17,17 @@ def run_metadata(
 ) -> dict[str, Any]:
     """The trace's header for a run recorded in this process."""
     from tpumem import __version__
+    from tpumem.adapters.base import memory_settings
     from tpumem.adapters.process_identity import from_environment, run_id_from_environment
     from tpumem.trace.metadata import SETTINGS_VARIABLES
 
+    settings = memory_settings(framework)
+    # The variables the framework's allocator reads, as it declared them, are
+    # recorded beside the common ones: the analysis reads them there.
+    declared = set(SETTINGS_VARIABLES)
+    if settings is not None:
+        declared.add(settings.fraction_variable or "")
+        declared.update(g.name for g in settings.growth_settings if not g.name_ends)
     return {
         "framework": framework,
         "source": source,
@@ -34,6 +42,7 @@ def run_metadata(
         # (Where XLA dumped programs is a temporary directory, gone after the run.)
         "capture_options": {k: v for k, v in capture.items() if k != "xla_dump_dir"},
         "set_by_tpumem": environment,
-        "env": {k: v for k, v in os.environ.items() if k in SETTINGS_VARIABLES},
+        "env": {k: v for k, v in os.environ.items() if k in declared},
+        "memory_settings": settings,
         "warnings": (),
     }

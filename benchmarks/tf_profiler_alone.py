@@ -33,7 +33,7 @@ os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
 import tensorflow as tf  # (after the variable above: TensorFlow reads it as it loads)
 from tensorflow.python.profiler.internal import _pywrap_profiler
 
-# The symbols adapters/tensorflow.py calls, written again here: this process runs
+# The symbols adapters/tensorflow/adapter.py calls, written again here: this process runs
 # nothing of tpumem's.
 _LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
 _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"

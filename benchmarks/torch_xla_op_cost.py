@@ -11,7 +11,7 @@ profile`, in turns, and prints the median microseconds per op for
 - an op that updates a tensor in place (`a.add_(b)`), which makes none;
 - a property read that gives no tensor (`a.device`);
 - an Adam step over 4 parameters (`optimizer.step()`: about 60 calls of
-  torch functions, which tpumem's hook no longer sees, torch_optimizer_steps.py).
+  torch functions, which tpumem's hook no longer sees, optimizer_steps.py).
 Each figure is the fastest of 9 timings of `--calls` ops (a tenth as many
 steps), in one process.
 """

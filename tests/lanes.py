@@ -133,6 +133,7 @@ LANES: dict[str, Lanes] = {
         },
     ),
     "test_json_schema.py": (UNIT, {CLI: ["test_a_comparison_keeps_to_its_schema"]}),
+    "test_memory_settings.py": UNIT,
     "test_notebook.py": (
         FRAMEWORKS,
         {CLI: ["test_tpumem_imported_inside_ipython_shows_its_values"]},

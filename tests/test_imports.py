@@ -145,7 +145,13 @@ FLOORS = {
     "tpumem.importer": ("tpumem.analysis", *ABOVE_ANALYSIS),
     "tpumem.adapters": ("tpumem.analysis", *ABOVE_ANALYSIS),
     # (the analysis reads no file and starts no process: what it is given, it reads)
-    "tpumem.analysis": (*ABOVE_ANALYSIS, "tpumem.trace.reader", "concurrent", "multiprocessing"),
+    "tpumem.analysis": (
+        *ABOVE_ANALYSIS,
+        "tpumem.adapters",  # (the frameworks' facts come in the trace's metadata)
+        "tpumem.trace.reader",
+        "concurrent",
+        "multiprocessing",
+    ),
     "tpumem.reading": ("tpumem.report", "tpumem.export", *UPPER),
     "tpumem.report": ("tpumem.reading", *UPPER),
     "tpumem.export": ("tpumem.reading", *UPPER),

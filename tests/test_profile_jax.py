@@ -206,7 +206,7 @@ def test_jitted_functions_behave_as_without_tpumem(tmp_path):
 SESSIONS = """
 import json, time
 import jax, jax.numpy as jnp
-from tpumem.adapters.jax import _JaxSessions
+from tpumem.adapters.jax.adapter import _JaxSessions
 from tpumem.adapters.profiler_chunks import ProfilerChunks
 from tpumem.trace.records import encode
 from tpumem.trace.writer import TraceWriter

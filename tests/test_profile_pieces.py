@@ -391,7 +391,7 @@ CAPTURED_STACKS = """
 import json, sys
 import torch
 from tpumem.adapters.call_stacks import CallStacks
-from tpumem.adapters.torch_stacks import TorchStacks
+from tpumem.adapters.torch_xla.op_stacks import TorchStacks
 from tpumem.trace.writer import TraceWriter
 
 class Block:
@@ -471,7 +471,7 @@ def test_tensorflow_allocations_take_the_stack_of_the_call_they_fell_in():
     labelled first keeps its labels; frees and rows outside every window get none."""
     import pyarrow as pa
 
-    from tpumem.adapters.tf_stacks import TfStacks
+    from tpumem.adapters.tensorflow.allocator_stacks import TfStacks
 
     stacks = TfStacks(None, 0)  # type: ignore[arg-type]  (eager windows need no frames)
     stacks._windows.extend([(0, 100, ("a.py:1", 7), None), (200, 300, ("b.py:2", 8), None)])
@@ -529,7 +529,7 @@ def test_a_tensor_torch_xla_cannot_tell_about_counts_as_pending():
     on a tensor between states on another device's thread (no data and no IR: a
     torch_xla.launch worker died of it in CI). The book's look must not fail the
     program's op: that tensor counts as pending, the others keep their answers."""
-    from tpumem.adapters.torch_xla_book import TensorBook
+    from tpumem.adapters.torch_xla.tensor_book import TensorBook
 
     class Between:
         pass

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
-from tpumem.adapters.torch_xla_debug import PRECISION_BYTES
+from tpumem.adapters.torch_xla.debug_log import PRECISION_BYTES
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
@@ -248,7 +248,7 @@ def test_steps_are_training_steps_not_syncs(tmp_path, source):
 
 
 # torch.optim's steps run outside the op hook, and what they keep is read from
-# the optimizer's state (torch_optimizer_steps.py); an optimizer of the script's
+# the optimizer's state (optimizer_steps.py); an optimizer of the script's
 # own goes through the hook, and a step that raised leaves it off only until the
 # next step. Every tensor below lives to the end: 8 MiB in all.
 OPTIMIZER_STEPS = """

@@ -25,13 +25,11 @@ from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.padding import MAX_ELEMENT_BITS, MAX_ELEMENTS, MAX_RANK, LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.programs import short_program_name
+from tpumem.trace.memory_settings import MemorySettings
 from tpumem.units import format_bytes
 
 if TYPE_CHECKING:
     from tpumem.analysis.tpu import TpuTarget
-
-# The share of a GPU each framework preallocates unless told otherwise.
-DEFAULT_FRACTION = {"jax": 0.75, "torch_xla": 0.75}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +71,22 @@ def headroom(peak_bytes: int, frag: Fragmentation, pre: Preallocation) -> tuple[
     return round(frag.at_peak * free), frag.label
 
 
-def setting_for(framework: str, target: Accelerator, needed: int) -> tuple[str | None, str | None]:
-    """(setting, note): the smallest preallocation that holds `needed` on a GPU."""
+def setting_for(
+    settings: MemorySettings | None, target: Accelerator, needed: int
+) -> tuple[str | None, str | None]:
+    """(setting, note): the smallest preallocation that holds `needed` on a GPU,
+    in the setting the run's framework declared (the trace's memory_settings)."""
     if target.kind != "gpu":
         return None, None  # TPU runtimes hand a program the whole chip
     fraction = math.ceil(needed / target.memory_bytes * 100) / 100
-    if framework == "tensorflow":
+    if settings is not None and settings.limit_mib_setting is not None:
         mib = -(-needed // (1 << 20))
-        return f"memory_limit={mib} (MiB)", None
-    name = {"jax": "XLA_CLIENT_MEM_FRACTION", "torch_xla": "PJRT_ALLOCATOR_FRACTION"}.get(framework)
-    if name is None:
+        return f"{settings.limit_mib_setting}={mib} (MiB)", None
+    if settings is None or settings.fraction_variable is None:
         return f"fraction {fraction:.2f}", None
-    default = DEFAULT_FRACTION[framework]
+    name, default = settings.fraction_variable, settings.default_fraction
     note = None
-    if fraction > default:
+    if default is not None and fraction > default:
         note = f"{name} above its default {default:.2f} is needed on the {target.name}"
     return f"{name}={fraction:.2f}", note
 
@@ -151,13 +151,14 @@ def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> 
 
 
 def fit_advice(
-    framework: str,
+    settings: MemorySettings | None,
     devices: list[tuple[str, int, int | None, str, LayoutPadding]],
     table: tuple[Accelerator, ...] = ACCELERATORS,
     failed: dict[str, int | None] | None = None,
     smallest: dict[str, int | None] | None = None,
 ) -> FitAdvice | None:
-    """`devices`: (name, peak bytes, headroom bytes, headroom label, padding) each;
+    """`settings`: how the run's framework sets its pool (the trace's
+    memory_settings); `devices`: (name, peak bytes, headroom bytes, headroom label, padding) each;
     `failed`: per device that ran out of memory, what it needs at the least (more
     than the limit it failed under: oom.demand_floor); `smallest`: per device, the
     smallest capacity the allocator model holds the run in."""
@@ -191,7 +192,7 @@ def fit_advice(
         if target.kind == "tpu":
             needed += padding.extra_bytes or 0
             modeled = None if modeled is None else modeled + (padding.extra_bytes or 0)
-        setting, note = setting_for(framework, target, needed)
+        setting, note = setting_for(settings, target, needed)
         if note and needed <= target.memory_bytes:
             notes.append(note)
         rows.append(

@@ -58,22 +58,20 @@ class CapacityCheck:
 
 def pool_growth(metadata: RunMetadata) -> str:
     """How the run's allocator would take memory: all of it up front on a GPU,
-    unless the run's settings turned that off; regions grown as needed elsewhere
+    unless the run's settings turned that off (the settings its framework declared,
+    in the trace's memory_settings); regions grown as needed elsewhere
     (TensorFlow's CPU BFC allocator grows; the model stands in for the others)."""
     if metadata.backend != "gpu":
         return GROWTH
     settings = {k: str(v).lower() for k, v in (metadata.env or {}).items()}
     settings |= {k: str(v).lower() for k, v in (metadata.allocator_settings or {}).items()}
-    if metadata.framework == "tensorflow":
-        grows = settings.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" or any(
-            k.endswith("memory growth") and v == "true" for k, v in settings.items()
-        )
-    elif metadata.framework == "jax":
-        grows = settings.get("XLA_PYTHON_CLIENT_PREALLOCATE") in ("false", "0") or (
-            settings.get("XLA_PYTHON_CLIENT_ALLOCATOR") == "platform"
-        )
-    else:
-        grows = settings.get("PJRT_ALLOCATOR_PREALLOCATE") in ("false", "0")
+    declared = metadata.memory_settings.growth_settings if metadata.memory_settings else ()
+    grows = any(
+        value in growth.values
+        for growth in declared
+        for name, value in settings.items()
+        if (name.endswith(growth.name) if growth.name_ends else name == growth.name)
+    )
     return GROWTH if grows else PREALLOCATED
 
 

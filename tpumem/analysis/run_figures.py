@@ -237,7 +237,7 @@ def analyze_with_events(
     failures = out_of_memory(trace, devices, {d.device: d.peak_label for d in analysed})
     checks = () if capacity is None else tuple(check_capacity(trace, d, capacity) for d in devices)
     fit = fit_advice(
-        trace.framework,
+        metadata.memory_settings,
         [(d.device, d.peak.bytes, d.headroom_bytes, d.headroom_label, d.padding) for d in analysed],
         failed={d.device: demand_floor(failures, d.device) for d in analysed},
         smallest={c.device: c.smallest_bytes for c in checks},

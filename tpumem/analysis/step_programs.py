@@ -19,11 +19,6 @@ RUNNING_AT_PEAK = "running at the peak"
 LARGEST_PLAN = "the largest plan"
 XLA_TPU = "XLA:TPU's compile, per chip"
 
-# Why a run has no compiled program to show, by framework: what to change.
-NO_PROGRAM = {
-    "tensorflow": "no XLA program: TensorFlow compiles with XLA only functions with "
-    "jit_compile=True",
-}
 NO_PROGRAM_DEFAULT = "no compiled program recorded"
 
 
@@ -52,7 +47,10 @@ def step_program(run: RunAnalysis) -> StepProgram | None:
 
 
 def no_program_reason(run: RunAnalysis) -> str:
-    return NO_PROGRAM.get(run.framework, NO_PROGRAM_DEFAULT)
+    """Why the run has no compiled program to show: what its framework declared
+    (the trace's memory_settings), or that none was recorded."""
+    settings = run.metadata.memory_settings
+    return (settings.no_program if settings else None) or NO_PROGRAM_DEFAULT
 
 
 Entry = tuple[int | float | str | None, str]  # (value, how it was obtained)

@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, MemorySettings
 from tpumem.trace.records import OTHER, decode_record, encode, hints
 
 # Environment variables that decide how much a framework reserves up front: a
-# profiled run's metadata records those set (`env`).
+# profiled run's metadata records those set (`env`), and those its framework's
+# memory_settings name (run_header.py).
 SETTINGS_VARIABLES = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_CLIENT_MEM_FRACTION",
@@ -207,6 +209,9 @@ class RunMetadata:
     devices: tuple[DeviceInfo, ...] | None = None
     fidelity: Mapping[str, str] | None = None  # per device: allocator, buffer, counter
     allocator_settings: Mapping[str, str | int | float | None] | None = None
+    # How the framework's allocator is set, as its adapter declared it (read from
+    # DECLARED_BEFORE_WRITTEN by the framework's name where the trace lacks it).
+    memory_settings: MemorySettings | None = None
     capture: CaptureSummary | None = None
     not_exposed: tuple[str, ...] | None = None  # what the backend does not tell
     warnings: tuple[str, ...] = ()
@@ -220,13 +225,22 @@ class RunMetadata:
         extra_names = set(hints(extra_class)) if extra_class else set()
         own = {k: v for k, v in value.items() if k not in extra_names and k != EXTRA}
         metadata = decode_record(cls, own, "", dropped)
+        if metadata.memory_settings is None:
+            declared = DECLARED_BEFORE_WRITTEN.get(metadata.framework)
+            metadata = dataclasses.replace(metadata, memory_settings=declared)
         if extra_class is None:
             return metadata
         mine = {k: v for k, v in value.items() if k in extra_names}
         return dataclasses.replace(metadata, extra=decode_record(extra_class, mine, "", dropped))
 
     def to_json(self) -> dict[str, Any]:
-        return metadata_json({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # Settings that say no more than the framework's name are left out, as None
+        # is: the reader fills them in again (and a report of a trace written
+        # before them reads as it did).
+        if self.memory_settings == DECLARED_BEFORE_WRITTEN.get(self.framework):
+            fields["memory_settings"] = None
+        return metadata_json(fields)
 
     def with_warnings(self, *more: str) -> RunMetadata:
         return dataclasses.replace(self, warnings=(*self.warnings, *more))

@@ -7,7 +7,7 @@ every eager op off its C++ fast path):
   `TFE_Py_FastPathExecute` (eager ops) or `TFE_Py_Execute` (functions, and eager
   ops off the fast path), looked up on the module at each call. The adapter wraps
   them to note each call's window and the stack that made it: an allocation
-  inside a window was made by that call (the way tf_transfers.py labels copies).
+  inside a window was made by that call (the way host_transfers.py labels copies).
 - A `tf.function`'s graph keeps, for each op, the Python stack that built it
   (`Operation.traceback`, recorded by TensorFlow anyway). When a function is made
   (`atomic_function.from_func_graph`), the adapter keeps each op's frames inside
@@ -205,7 +205,7 @@ class TfStacks:
                 stack_of_pair[i] = -1 if where[1] is None else where[1]
                 source_of_pair.append(where[0])
         self.labelled += len(rows)
-        # A host copy's labels (tf_transfers.py) came first and stay.
+        # A host copy's labels (host_transfers.py) came first and stay.
         stacks = _ids(columns.get("stack"), count)
         free = stacks[rows] < 0
         stacks[rows[free]] = stack_of_pair[pair_of_row[free]]

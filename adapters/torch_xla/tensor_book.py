@@ -17,7 +17,7 @@ or use them (`seen`), and looks at what is materialized around each execution
 - a tensor's buffer is freed when the tensor dies, unless a pending graph still
   reads it: then at that graph's end;
 - a graph's temp (XLA's intermediate buffers) is live from its launch until it
-  ends (torch_xla_ends.py).
+  ends (graph_ends.py).
 
 Buffers are told apart by their data handle (PyTorch/XLA's `_get_tensors_handle`):
 tensors that share one (`.data`, `detach()`) count it once. Parameters and
@@ -82,7 +82,7 @@ class _Seen:
     ref: weakref.ref
     time_ns: int
     op: str | None
-    where: Any  # as the op captured it (torch_stacks.py): a Where once entered
+    where: Any  # as the op captured it (op_stacks.py): a Where once entered
     # How many autograd runs had begun when an op autograd recorded made or
     # read it (autograd may keep its buffer for the next run); -1: none did.
     saved: int = -1

@@ -34,8 +34,8 @@ from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace, newest_xspace_file
-from tpumem.adapters.tf_stacks import TfStacks
-from tpumem.adapters.tf_transfers import HostTransfers
+from tpumem.adapters.tensorflow.allocator_stacks import TfStacks
+from tpumem.adapters.tensorflow.host_transfers import HostTransfers
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo
 from tpumem.trace.schema import ALLOCATOR, COUNTER

@@ -43,7 +43,7 @@ from typing import Any
 from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, OUTPUT, TEMP
 from tpumem.adapters.call_stacks import CallStacks, Where
-from tpumem.adapters.jax_buffers import BufferBook, device_name
+from tpumem.adapters.jax.buffer_book import BufferBook, device_name
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter

@@ -4,18 +4,18 @@ the framework marks them, and `get_memory_info` samples where the backend has
 them (TPU, GPU).
 
 - Tensors: a torch function mode sees every op the script calls from Python and
-  hands the tensors it makes and uses to the book (torch_xla_book.py), which
+  hands the tensors it makes and uses to the book (tensor_book.py), which
   looks at what is materialized around each graph execution; a torch.optim
   step runs outside it, and what it read and kept is handed over after it
-  (torch_optimizer_steps.py).
+  (optimizer_steps.py).
 - Executions: `torch_xla.sync()` / `xm.mark_step()` (both end in
   `_XLAC._xla_step_marker`) are hooked, and so are the tensor reads that run a
   graph at once (`.item()`, `.cpu()`, printing).
 - Steps: `xp.StepTrace` and `torch_xla.step()` where the script uses them, else
-  its optimizer's steps (steps.py). Syncs are marked as syncs: PyTorch/XLA's
+  its optimizer's steps (training_steps.py). Syncs are marked as syncs: PyTorch/XLA's
   own examples sync several times a step.
 - Graphs: `PT_XLA_DEBUG_LEVEL=2` with `PT_XLA_DEBUG_FILE` in a spool directory
-  (torch_xla_debug.py), unless the user set them.
+  (debug_log.py), unless the user set them.
 - Not exposed on the CPU: `get_memory_info` (UNIMPLEMENTED), allocator events;
   the report says so.
 """
@@ -40,18 +40,18 @@ from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.launch_protocol import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
-from tpumem.adapters.steps import SYNC_MARK, TrainingSteps
-from tpumem.adapters.torch_optimizer_steps import OptimizerSteps
-from tpumem.adapters.torch_stacks import TorchStacks
-from tpumem.adapters.torch_xla_book import TensorBook
-from tpumem.adapters.torch_xla_debug import (
+from tpumem.adapters.torch_xla.debug_log import (
     FILE_VARIABLE,
     LEVEL_VARIABLE,
     PRECISION_BYTES,
     DebugLog,
     Graph,
 )
-from tpumem.adapters.torch_xla_ends import GraphEnds
+from tpumem.adapters.torch_xla.graph_ends import GraphEnds
+from tpumem.adapters.torch_xla.op_stacks import TorchStacks
+from tpumem.adapters.torch_xla.optimizer_steps import OptimizerSteps
+from tpumem.adapters.torch_xla.tensor_book import TensorBook
+from tpumem.adapters.torch_xla.training_steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo, ProcessInfo, TorchXlaBook, TorchXlaExtra
 from tpumem.trace.schema import BUFFER, PROGRAM
@@ -335,7 +335,7 @@ class TorchXlaAdapter(Adapter):
     def _stepped(self, optimizer: Any) -> None:
         """What an optimizer step that ran outside the op hook read (each
         parameter and its gradient) and kept (its state), to the book, as the
-        hook hands over what an op made and used (torch_optimizer_steps.py)."""
+        hook hands over what an op made and used (optimizer_steps.py)."""
         tensor_type, reads = self.torch.Tensor, self.book.reads
         read = [p for group in optimizer.param_groups for p in group["params"]]
         read += [grad for p in read if (grad := p.grad) is not None]
@@ -423,12 +423,12 @@ class TorchXlaAdapter(Adapter):
 
 def _watch_mode(torch: Any, adapter: TorchXlaAdapter) -> Any:
     """The torch function mode that sees every op the script calls from Python
-    outside a torch.optim step (torch_optimizer_steps.py): about 150 a step of
+    outside a torch.optim step (optimizer_steps.py): about 150 a step of
     the transformer example, 750 with the step's, so what it needs is bound here
     once, and an op costs one Python call and no framework calls beyond
     `is_xla`, `requires_grad`, whether grad mode is on (an op autograd records
     may keep what it made or read for backward) and, for an op that makes or
-    first uses a tensor, PyTorch's capture of its stack (torch_stacks.py)."""
+    first uses a tensor, PyTorch's capture of its stack (op_stacks.py)."""
     from torch.overrides import TorchFunctionMode
 
     tensor_type, book, stacks = torch.Tensor, adapter.book, adapter.stacks

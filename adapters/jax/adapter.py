@@ -3,7 +3,7 @@
 of every compiled program.
 
 - CPU: the client reports nothing about memory, so the adapter keeps a book of
-  the buffers jax.Arrays hold (jax_buffers.py, jax_hooks.py). tpumem turns off
+  the buffers jax.Arrays hold (buffer_book.py, array_hooks.py). tpumem turns off
   the CPU client's asynchronous dispatch (unless the user set it): a
   single-device program then runs inside its call, so the call is its run
   window, and its temp buffer (XLA's buffer assignment) is shown live for it.
@@ -35,8 +35,8 @@ from tpumem.adapters.base import (
 )
 from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
-from tpumem.adapters.jax_buffers import BufferBook, device_name
-from tpumem.adapters.jax_hooks import JaxHooks
+from tpumem.adapters.jax.array_hooks import JaxHooks
+from tpumem.adapters.jax.buffer_book import BufferBook, device_name
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace

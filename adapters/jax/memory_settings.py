@@ -1,0 +1,14 @@
+"""How JAX's allocator is set (XLA's client on a GPU): read by the fit advice,
+the capacity model and compare from the trace's metadata."""
+
+from tpumem.trace.memory_settings import GrowthSetting, MemorySettings
+
+MEMORY_SETTINGS = MemorySettings(
+    # JAX preallocates 75% of a GPU unless told otherwise.
+    fraction_variable="XLA_CLIENT_MEM_FRACTION",
+    default_fraction=0.75,
+    growth_settings=(
+        GrowthSetting("XLA_PYTHON_CLIENT_PREALLOCATE", ("false", "0")),
+        GrowthSetting("XLA_PYTHON_CLIENT_ALLOCATOR", ("platform",)),  # malloc per buffer
+    ),
+)

@@ -1,0 +1,80 @@
+"""Each framework's facts about its allocator: declared in its package
+(adapters/<framework>/memory_settings.py), written into the trace's header, and
+read by the analysis from the metadata alone; a trace written before they were
+reads what its adapter declared then, by its framework's name."""
+
+from __future__ import annotations
+
+from tpumem.adapters.base import memory_settings
+from tpumem.adapters.import_watch import FRAMEWORKS
+from tpumem.adapters.run_header import run_metadata
+from tpumem.analysis import analyze
+from tpumem.analysis.capacity import GROWTH, PREALLOCATED, pool_growth
+from tpumem.analysis.step_programs import no_program_reason
+from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, GrowthSetting, MemorySettings
+from tpumem.trace.reader import load
+from tpumem.trace.writer import TraceWriter
+
+GiB = 1 << 30
+
+# A framework tpumem has no adapter for, declaring its own settings.
+FOURTH = {
+    "fraction_variable": "FOURTH_MEM_FRACTION",
+    "default_fraction": 0.5,
+    "growth_settings": [{"name": "FOURTH_GROWS", "values": ["yes"]}],
+    "no_program": "no program: the fourth compiles nothing",
+}
+
+
+def test_every_framework_declares_its_settings():
+    for name in FRAMEWORKS:
+        assert isinstance(memory_settings(name), MemorySettings), name
+    assert memory_settings("unknown") is None
+
+
+def test_the_header_carries_the_frameworks_settings(tmp_path):
+    path = tmp_path / "t.tpumem"
+    header = run_metadata("torch_xla", "tpumem profile", ["s.py"], {}, {})
+    with TraceWriter(path, header):
+        pass
+    assert load(path).metadata.memory_settings == memory_settings("torch_xla")
+
+
+def test_a_trace_written_before_reads_what_its_adapter_declared_then(make_trace):
+    for name, declared in DECLARED_BEFORE_WRITTEN.items():
+        metadata = load(make_trace([], {"framework": name}, f"{name}.tpumem")).metadata
+        assert metadata.memory_settings == declared
+    assert load(make_trace([], {"framework": "test"})).metadata.memory_settings is None
+
+
+def test_the_analysis_reads_a_fourth_frameworks_settings_from_its_trace(make_trace):
+    rows = [
+        {
+            "kind": "alloc",
+            "time_ns": 1,
+            "device": "GPU:0",
+            "buffer_id": 1,
+            "bytes": 30 * GiB,
+            "requested_bytes": 30 * GiB,
+            "op": "op1",
+            "region": "output",
+        }
+    ]
+    meta = {"framework": "fourth", "backend": "gpu", "memory_settings": FOURTH}
+    analysis = analyze(load(make_trace(rows, meta)))
+    fit = {row.accelerator: row for row in analysis.fit.rows}
+    assert (fit["A100 40GB"].setting or "").startswith("FOURTH_MEM_FRACTION=0.")
+    assert any("FOURTH_MEM_FRACTION above its default 0.50" in n for n in analysis.fit.notes)
+    assert no_program_reason(analysis) == FOURTH["no_program"]
+    assert analysis.metadata.memory_settings.growth_settings == (
+        GrowthSetting("FOURTH_GROWS", ("yes",)),
+    )
+    assert pool_growth(analysis.metadata) == PREALLOCATED
+    grown = load(make_trace(rows, {**meta, "env": {"FOURTH_GROWS": "YES"}}, "grown.tpumem"))
+    assert pool_growth(grown.metadata) == GROWTH
+
+
+def test_the_header_records_the_variables_the_framework_declared(monkeypatch):
+    monkeypatch.setenv("PJRT_ALLOCATOR_PREALLOCATE", "false")
+    header = run_metadata("torch_xla", "tpumem profile", ["s.py"], {}, {})
+    assert header["env"]["PJRT_ALLOCATOR_PREALLOCATE"] == "false"

@@ -1,0 +1,66 @@
+"""How a framework's allocator is set: the facts its adapter declares
+(adapters/<framework>/memory_settings.py) and writes into the trace's metadata,
+so that the analysis reads them there and names no framework.
+
+Plain data, checked when read like every field of the metadata (records.py).
+Traces written before adapters wrote these facts read them from the table below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GrowthSetting:
+    """A setting (an environment variable, or one of the allocator's settings) that
+    turns preallocation off: grown as needed, not all of a GPU up front."""
+
+    name: str = ""
+    values: tuple[str, ...] = ()  # lowercased, as the analysis compares them
+    name_ends: bool = False  # any setting whose name ends with `name` (one per GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySettings:
+    """What a framework's run needs for the fit advice, the capacity model and a
+    comparison's programs, as its adapter declares it."""
+
+    # The variable that sets the share of a GPU preallocated, and its default.
+    fraction_variable: str | None = None
+    default_fraction: float | None = None
+    # Where the pool is set as a limit in MiB instead of a share: the setting's name.
+    limit_mib_setting: str | None = None
+    growth_settings: tuple[GrowthSetting, ...] = ()
+    # Why a run has no compiled program to show, and what to change; None: no advice.
+    no_program: str | None = None
+
+
+# What the adapters declared when they began writing these facts: traces recorded
+# before (tests/data, the demo), and imported profiles, which no adapter recorded,
+# read them from here by their framework's name. A change to an adapter's facts
+# changes the traces recorded after it, never this table.
+DECLARED_BEFORE_WRITTEN = {
+    "jax": MemorySettings(
+        fraction_variable="XLA_CLIENT_MEM_FRACTION",
+        default_fraction=0.75,
+        growth_settings=(
+            GrowthSetting("XLA_PYTHON_CLIENT_PREALLOCATE", ("false", "0")),
+            GrowthSetting("XLA_PYTHON_CLIENT_ALLOCATOR", ("platform",)),
+        ),
+    ),
+    "tensorflow": MemorySettings(
+        limit_mib_setting="memory_limit",
+        growth_settings=(
+            GrowthSetting("TF_FORCE_GPU_ALLOW_GROWTH", ("true",)),
+            GrowthSetting("memory growth", ("true",), name_ends=True),
+        ),
+        no_program="no XLA program: TensorFlow compiles with XLA only functions with "
+        "jit_compile=True",
+    ),
+    "torch_xla": MemorySettings(
+        fraction_variable="PJRT_ALLOCATOR_FRACTION",
+        default_fraction=0.75,
+        growth_settings=(GrowthSetting("PJRT_ALLOCATOR_PREALLOCATE", ("false", "0")),),
+    ),
+}
