@@ -12,6 +12,7 @@ import pytest
 from sample_traces import MiB
 from tpumem.analysis import analyze
 from tpumem.analysis.padding import element_bits, parse_shape, tiled_bytes
+from tpumem.report.fit_rows import fit_note
 from tpumem.trace.reader import load
 
 GiB = 1 << 30
@@ -73,7 +74,7 @@ def test_a_padding_estimate_out_of_proportion_is_called_out(make_trace):
     (device,) = analysis.devices
     assert device.padding.extra_bytes == 10_000 * (512 - 12)
     assert device.padding.large
-    note = next(n for n in analysis.fit.notes if "TPU padding estimate" in n)
+    note = next(n for n in map(fit_note, analysis.fit.notes) if "TPU padding estimate" in n)
     assert "[3] float32" in note and "10,000" in note
 
 
@@ -165,7 +166,7 @@ def test_headroom_is_the_free_pool_outside_its_largest_block(make_trace):
     assert fit["A100 80GB"].needed_bytes == needed
     assert fit["A100 80GB"].setting == f"memory_limit={-(-needed // MiB)} (MiB)"  # 5 MiB
     assert fit["TPU v4"].needed_bytes == needed  # no shapes: padding not counted
-    assert any("padding not counted" in note for note in analysis.fit.notes)
+    assert any("padding not counted" in note for note in map(fit_note, analysis.fit.notes))
 
 
 def test_a_tpu_run_already_holds_its_padding(make_trace):

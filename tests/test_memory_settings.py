@@ -11,6 +11,7 @@ from tpumem.adapters.run_header import run_metadata
 from tpumem.analysis import analyze
 from tpumem.analysis.capacity import GROWTH, PREALLOCATED, pool_growth
 from tpumem.analysis.step_programs import no_program_reason
+from tpumem.report.fit_rows import fit_note
 from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, GrowthSetting, MemorySettings
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
@@ -64,7 +65,8 @@ def test_the_analysis_reads_a_fourth_frameworks_settings_from_its_trace(make_tra
     analysis = analyze(load(make_trace(rows, meta)))
     fit = {row.accelerator: row for row in analysis.fit.rows}
     assert (fit["A100 40GB"].setting or "").startswith("FOURTH_MEM_FRACTION=0.")
-    assert any("FOURTH_MEM_FRACTION above its default 0.50" in n for n in analysis.fit.notes)
+    notes = [fit_note(note) for note in analysis.fit.notes]
+    assert any("FOURTH_MEM_FRACTION above its default 0.50" in note for note in notes)
     assert no_program_reason(analysis) == FOURTH["no_program"]
     assert analysis.metadata.memory_settings.growth_settings == (
         GrowthSetting("FOURTH_GROWS", ("yes",)),

@@ -210,3 +210,36 @@ def test_text_and_markdown_show_every_section_in_one_order(make_trace):
     said = "No allocation events in this trace."
     assert said in reporter(REPORT, "text").render(empty)
     assert said in reporter(REPORT, "md").render(empty)
+
+
+def test_every_fit_note_has_its_words():
+    """The analysis notes its advice as data (FitNote); each kind is worded once,
+    by report/fit_rows.py, for every format."""
+    from tpumem.analysis import advisor
+    from tpumem.analysis.padding import LayoutPadding
+    from tpumem.report.fit_rows import fit_note
+
+    kinds = [v for k, v in vars(advisor).items() if k.isupper() and isinstance(v, str)]
+    kinds = [k for k in kinds if k not in (advisor.TPU_COMPILED,)]  # (needs a compile)
+    padding = LayoutPadding(
+        label="estimated",
+        extra_bytes=600,
+        row_major_extra_bytes=None,
+        counted_bytes=100,
+        uncounted_bytes=0,
+        included=False,
+    )
+    for kind in kinds:
+        note = advisor.FitNote(
+            kind,
+            device="GPU:0",
+            bytes=1 << 20,
+            setting="X",
+            default=0.75,
+            accelerator="A100",
+            padding=padding,
+        )
+        assert fit_note(note).strip(), kind
+    assert fit_note(advisor.FitNote(advisor.RAN_OUT, device="GPU:0", bytes=1 << 30)).startswith(
+        "the run ran out of memory on GPU:0: it needs at least 1.0 GiB"
+    )

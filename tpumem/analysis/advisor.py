@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.analysis.fragmentation import Fragmentation
-from tpumem.analysis.padding import MAX_ELEMENT_BITS, MAX_ELEMENTS, MAX_RANK, LayoutPadding
+from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
-from tpumem.analysis.programs import short_program_name
 from tpumem.trace.memory_settings import MemorySettings
-from tpumem.units import format_bytes
 
 if TYPE_CHECKING:
     from tpumem.analysis.tpu import TpuTarget
@@ -60,7 +58,31 @@ class FitAdvice:
     padding_bytes: int | None  # added for TPU targets
     padding_label: str
     rows: tuple[FitRow, ...]
-    notes: tuple[str, ...]
+    notes: tuple[FitNote, ...]
+
+
+# What the fit advice notes (each worded by the reports: report/fit_rows.py).
+RAN_OUT = "ran out"  # the run failed on `device`: it needs at least `bytes`
+MODELED_NEED = "modeled need"  # the allocator model holds it on `device` in `bytes`
+ABOVE_DEFAULT = "above default"  # `setting` past its `default` is needed on `accelerator`
+NO_HEADROOM = "no headroom"  # no fragmentation figure at the peak: headroom not counted
+PADDING_BEYOND = "padding beyond"  # `bytes` live at the peak are no array's: not padded
+PADDING_INCLUDED = "padding included"  # recorded on a TPU: sizes hold the padding
+NO_SHAPES = "no shapes"  # no shapes and dtypes: the padding is not counted
+PADDING_LARGE = "padding large"  # the `padding` estimate is out of proportion
+TPU_COMPILED = "tpu compiled"  # `target`'s TPU generation answered by XLA:TPU's compile
+
+
+@dataclass(frozen=True, slots=True)
+class FitNote:
+    kind: str  # one of the kinds above
+    device: str | None = None
+    bytes: int | None = None
+    setting: str | None = None
+    default: float | None = None
+    accelerator: str | None = None
+    padding: LayoutPadding | None = None
+    target: TpuTarget | None = None
 
 
 def headroom(peak_bytes: int, frag: Fragmentation, pre: Preallocation) -> tuple[int | None, str]:
@@ -73,7 +95,7 @@ def headroom(peak_bytes: int, frag: Fragmentation, pre: Preallocation) -> tuple[
 
 def setting_for(
     settings: MemorySettings | None, target: Accelerator, needed: int
-) -> tuple[str | None, str | None]:
+) -> tuple[str | None, FitNote | None]:
     """(setting, note): the smallest preallocation that holds `needed` on a GPU,
     in the setting the run's framework declared (the trace's memory_settings)."""
     if target.kind != "gpu":
@@ -87,33 +109,8 @@ def setting_for(
     name, default = settings.fraction_variable, settings.default_fraction
     note = None
     if default is not None and fraction > default:
-        note = f"{name} above its default {default:.2f} is needed on the {target.name}"
+        note = FitNote(ABOVE_DEFAULT, setting=name, default=default, accelerator=target.name)
     return f"{name}={fraction:.2f}", note
-
-
-def _large_padding_note(padding: LayoutPadding) -> str:
-    """What to look at when the padding estimate is out of proportion: the
-    shapes that pad most (tiny arrays, or no dimension that fills 128 lanes)."""
-    extra = padding.extra_bytes or 0  # (a large estimate has one)
-    share = extra / padding.counted_bytes if padding.counted_bytes else 0.0
-    shapes = ", ".join(
-        f"{s.count:,} x {s.shape} {s.dtype} (+{format_bytes(s.extra_bytes)})"
-        for s in padding.largest
-    )
-    return (
-        f"the TPU padding estimate (+{format_bytes(padding.extra_bytes)}) is {share:.0%} of the "
-        f"bytes it was made from; the shapes that pad most: {shapes}. On a TPU, arrays whose "
-        "dimensions are all far below 128, or that are many and small, waste most of their tiles"
-    )
-
-
-def _beyond_note(beyond_bytes: int) -> str:
-    return (
-        f"TPU layout padding not estimated for {format_bytes(beyond_bytes)} live at the peak: "
-        f"their shapes or dtypes are no array's (more than {MAX_RANK} dimensions or "
-        f"2^{MAX_ELEMENTS.bit_length() - 1} elements, or elements of 0 or more than "
-        f"{MAX_ELEMENT_BITS} bits)"
-    )
 
 
 def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> FitAdvice | None:
@@ -138,15 +135,7 @@ def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> 
                 smallest_capacity_bytes=None,  # the model's answer is not XLA:TPU's
                 compiled_for=target.topology,
             )
-        tpu = target.fit
-        what = "running at the peak" if tpu.running_at_peak else "the largest; none ran at the peak"
-        notes.append(
-            f"TPU {target.generation}: compiled for {target.topology} by XLA:TPU: "
-            f"{short_program_name(tpu.program or '')} ({what}) "
-            f"{format_bytes(tpu.program_bytes)} per chip with its "
-            f"code, + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
-            f"({tpu.arrays_label}, in TPU layouts)"
-        )
+        notes.append(FitNote(TPU_COMPILED, target=target))
     return replace(fit, rows=tuple(rows), notes=tuple(notes))
 
 
@@ -170,21 +159,14 @@ def fit_advice(
         return max(d[1] + (d[2] or 0), floors.get(d[0], 0)) + (d[4].extra_bytes or 0)
 
     name, peak, room, room_label, padding = max(devices, key=demand)
-    rows, notes = [], []
+    rows: list[FitRow] = []
+    notes: list[FitNote] = []
     floor = floors.get(name)
     if floor is not None:
-        notes.append(
-            f"the run ran out of memory on {name}: it needs at least {format_bytes(floor)} "
-            "(more than the limit it failed under), and what it needs past the failure it "
-            "never showed"
-        )
+        notes.append(FitNote(RAN_OUT, device=name, bytes=floor))
     modeled_need = (smallest or {}).get(name)
     if modeled_need is not None:
-        notes.append(
-            f"modeled: the BFC allocator model holds the run on {name} in "
-            f"{format_bytes(modeled_need)} at the least; needed counts the larger of that "
-            "and the estimate"
-        )
+        notes.append(FitNote(MODELED_NEED, device=name, bytes=modeled_need))
     for target in table:
         # The model replays the run; the estimate adds headroom: neither is undercut.
         needed = max(peak + (room or 0), floor or 0, modeled_need or 0)
@@ -209,15 +191,15 @@ def fit_advice(
             )
         )
     if room is None:
-        notes.append("fragmentation headroom not counted: no fragmentation figure at the peak")
+        notes.append(FitNote(NO_HEADROOM))
     if padding.beyond_bytes:
-        notes.append(_beyond_note(padding.beyond_bytes))
+        notes.append(FitNote(PADDING_BEYOND, bytes=padding.beyond_bytes))
     if padding.included:
-        notes.append("recorded on a TPU: sizes already hold the TPU layout padding")
+        notes.append(FitNote(PADDING_INCLUDED))
     elif padding.extra_bytes is None and not padding.beyond_bytes:
-        notes.append("TPU layout padding not counted: the trace has no shapes and dtypes")
+        notes.append(FitNote(NO_SHAPES))
     elif padding.large:
-        notes.append(_large_padding_note(padding))
+        notes.append(FitNote(PADDING_LARGE, padding=padding))
     return FitAdvice(
         device=name,
         peak_bytes=peak,

@@ -13,7 +13,7 @@ from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
-from tpumem.report.fit_rows import fit_answer, fit_title
+from tpumem.report.fit_rows import fit_answer, fit_note, fit_title
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes, format_seconds
 
@@ -157,7 +157,7 @@ def _fit(console: Console, comparison: Comparison) -> None:
         table.add_row(label, *(_fit_cell(a.rows[index]) if a else "-" for a in advice))
     console.print(table)
     for name, fit in zip(comparison.names, advice, strict=True):
-        for note in fit.notes if fit else ():
+        for note in map(fit_note, fit.notes if fit else ()):
             console.print(f"[dim]{markup(name)}: {markup(note)}[/]")
 
 

@@ -3,7 +3,11 @@ page and the comparison)."""
 
 from __future__ import annotations
 
-from tpumem.analysis.advisor import FitAdvice, FitRow
+from tpumem.analysis import advisor
+from tpumem.analysis.advisor import FitAdvice, FitNote, FitRow
+from tpumem.analysis.padding import MAX_ELEMENT_BITS, MAX_ELEMENTS, MAX_RANK, LayoutPadding
+from tpumem.analysis.programs import short_program_name
+from tpumem.analysis.tpu import TpuTarget
 from tpumem.units import format_bytes
 
 # What "Would it fit?" weighs, and what its setting is: every format's words.
@@ -59,3 +63,72 @@ def fit_answer(row: FitRow) -> str:
     if row.compiled_for:
         return f"{answer}: compiled for {row.compiled_for} by XLA:TPU, per chip"
     return answer + (" (estimate)" if row.kind == "tpu" else "")
+
+
+def fit_note(note: FitNote) -> str:
+    """A note of the fit advice, in words."""
+    if note.kind == advisor.RAN_OUT:
+        return (
+            f"the run ran out of memory on {note.device}: it needs at least "
+            f"{format_bytes(note.bytes)} (more than the limit it failed under), and what it "
+            "needs past the failure it never showed"
+        )
+    if note.kind == advisor.MODELED_NEED:
+        return (
+            f"modeled: the BFC allocator model holds the run on {note.device} in "
+            f"{format_bytes(note.bytes)} at the least; needed counts the larger of that "
+            "and the estimate"
+        )
+    if note.kind == advisor.ABOVE_DEFAULT:
+        return (
+            f"{note.setting} above its default {note.default:.2f} is needed on the "
+            f"{note.accelerator}"
+        )
+    if note.kind == advisor.PADDING_BEYOND:
+        return (
+            f"TPU layout padding not estimated for {format_bytes(note.bytes)} live at the "
+            f"peak: their shapes or dtypes are no array's (more than {MAX_RANK} dimensions "
+            f"or 2^{MAX_ELEMENTS.bit_length() - 1} elements, or elements of 0 or more than "
+            f"{MAX_ELEMENT_BITS} bits)"
+        )
+    if note.kind == advisor.PADDING_LARGE and note.padding is not None:
+        return _large_padding(note.padding)
+    if note.kind == advisor.TPU_COMPILED and note.target is not None:
+        return _tpu_compiled(note.target)
+    return _PLAIN[note.kind]
+
+
+_PLAIN = {
+    advisor.NO_HEADROOM: "fragmentation headroom not counted: no fragmentation figure at the peak",
+    advisor.PADDING_INCLUDED: "recorded on a TPU: sizes already hold the TPU layout padding",
+    advisor.NO_SHAPES: "TPU layout padding not counted: the trace has no shapes and dtypes",
+}
+
+
+def _large_padding(padding: LayoutPadding) -> str:
+    """What to look at when the padding estimate is out of proportion: the
+    shapes that pad most (tiny arrays, or no dimension that fills 128 lanes)."""
+    extra = padding.extra_bytes or 0  # (a large estimate has one)
+    share = extra / padding.counted_bytes if padding.counted_bytes else 0.0
+    shapes = ", ".join(
+        f"{s.count:,} x {s.shape} {s.dtype} (+{format_bytes(s.extra_bytes)})"
+        for s in padding.largest
+    )
+    return (
+        f"the TPU padding estimate (+{format_bytes(padding.extra_bytes)}) is {share:.0%} of the "
+        f"bytes it was made from; the shapes that pad most: {shapes}. On a TPU, arrays whose "
+        "dimensions are all far below 128, or that are many and small, waste most of their tiles"
+    )
+
+
+def _tpu_compiled(target: TpuTarget) -> str:
+    tpu = target.fit
+    assert tpu is not None  # (noted only for a target XLA:TPU answered)
+    what = "running at the peak" if tpu.running_at_peak else "the largest; none ran at the peak"
+    return (
+        f"TPU {target.generation}: compiled for {target.topology} by XLA:TPU: "
+        f"{short_program_name(tpu.program or '')} ({what}) "
+        f"{format_bytes(tpu.program_bytes)} per chip with its "
+        f"code, + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
+        f"({tpu.arrays_label}, in TPU layouts)"
+    )

@@ -35,6 +35,7 @@ from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.timeline import Timeline
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.analysis.waste import InternalWaste
+from tpumem.report.fit_rows import fit_note
 from tpumem.trace.tpu_rows import MEMORY_FIELDS
 
 SCHEMA = "tpumem-report/1"
@@ -370,7 +371,7 @@ def _fit(fit: FitAdvice) -> dict[str, Any]:
             }
             for row in fit.rows
         ],
-        "notes": list(fit.notes),
+        "notes": [fit_note(note) for note in fit.notes],
     }
 
 

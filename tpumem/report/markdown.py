@@ -12,7 +12,7 @@ from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
 from tpumem.report.escapes import markdown as _cell
-from tpumem.report.fit_rows import fit_table, fit_title
+from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
 from tpumem.report.live_rows import STACK_HEADERS, STACKS_TITLE, group_rows, made_unseen, stack_rows
 from tpumem.report.program_rows import (
@@ -87,7 +87,7 @@ def _tpu(target: TpuTarget) -> list[str]:
 def _fit(fit: FitAdvice) -> list[str]:
     lines = ["", f"## {_cell(fit_title(fit.device))}", ""]
     lines += md_table(*fit_table(fit))
-    return lines + [""] + [f"> {_cell(note)}" for note in fit.notes]
+    return lines + [""] + [f"> {_cell(fit_note(note))}" for note in fit.notes]
 
 
 def _programs(compiled: tuple[CompiledProgram, ...], limit: int | None = TOP_BUFFERS) -> list[str]:

@@ -17,7 +17,7 @@ from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
 from tpumem.report.escapes import markup, visible
-from tpumem.report.fit_rows import fit_table, fit_title
+from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
 from tpumem.report.live_rows import STACK_HEADERS, STACKS_TITLE, group_rows, made_unseen, stack_rows
 from tpumem.report.program_rows import (
@@ -218,7 +218,7 @@ def _fit(console: Console, fit: FitAdvice) -> None:
         table.add_row(*_cells(row))
     console.print(table)
     for note in fit.notes:
-        console.print(f"[dim]{markup(note)}[/]")
+        console.print(f"[dim]{markup(fit_note(note))}[/]")
 
 
 # How the terminal shows each kind of section (report/sections.py orders them).
