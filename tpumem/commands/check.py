@@ -10,7 +10,6 @@ from tpumem.commands.limits import Limits
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.commands.requests import CheckRequest
 from tpumem.errors import TpumemError
-from tpumem.progress import progress
 from tpumem.reading.paths import opened_run
 
 
@@ -66,11 +65,10 @@ def _run_breaches(
     from functools import partial
 
     from tpumem.commands.limits import breach_findings, imbalance_breaches
-    from tpumem.reading.many_traces import analyze_processes
+    from tpumem.commands.rendering import analysed_processes
 
     per_process = partial(breach_findings, limits=limits) if limits.any() else None
-    with progress(f"analysing {len(traces):,} traces of {where}"):
-        run = analyze_processes(traces, capacity=limits.capacity_bytes, per_process=per_process)
+    run = analysed_processes(traces, where, capacity=limits.capacity_bytes, per_process=per_process)
     found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]
     found += [f"left out {path}: {why}" for path, why in run.unreadable]
     if imbalance is not None:

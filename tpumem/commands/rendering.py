@@ -13,10 +13,18 @@ if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
     from tpumem.analysis.programs import CompiledProgram
     from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.reading.many_traces import PerProcess
 
 
-def analysed_processes(traces: list[Path], where: str, series_points: int = 0) -> ProcessRun:
-    """A distributed run's traces analysed, with a spinner that counts them."""
+def analysed_processes(
+    traces: list[Path],
+    where: str,
+    series_points: int = 0,
+    capacity: int | None = None,
+    per_process: PerProcess | None = None,
+) -> ProcessRun:
+    """A distributed run's traces analysed (analyze_processes), with a spinner that
+    counts them."""
     from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.reading.many_traces import analyze_processes
 
@@ -25,6 +33,8 @@ def analysed_processes(traces: list[Path], where: str, series_points: int = 0) -
             traces,
             done=lambda finished, total: tell(f"analysed {finished:,} of {total:,} traces"),
             busiest_points=series_points or SERIES_POINTS,
+            capacity=capacity,
+            per_process=per_process,
         )
 
 

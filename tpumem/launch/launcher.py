@@ -104,8 +104,8 @@ def default_output(request: LaunchRequest) -> Path:
     return Path(f"{stem}.tpumem")
 
 
-def _prepare(request: LaunchRequest) -> tuple[str, Path, int | None, dict[str, str]]:
-    """(framework, trace path, the trace's open descriptor, environment to set). The
+def _prepare(request: LaunchRequest) -> tuple[str, Path, int | None]:
+    """(framework, trace path, the trace's open descriptor). The
     framework is the one named, else empty: the profiled process records the one
     the script imports, as it imports it (adapters/import_watch.py), and sets what
     that framework's adapter needs then. A name with placeholders is the profiled
@@ -127,7 +127,7 @@ def _prepare(request: LaunchRequest) -> tuple[str, Path, int | None, dict[str, s
                 "with --force: -o another name"
             )
         descriptor = create_trace(output, [script], request.force)
-    return framework, output, descriptor, {}
+    return framework, output, descriptor
 
 
 def run_profiled(request: LaunchRequest) -> ProfileOutcome:
@@ -137,14 +137,14 @@ def run_profiled(request: LaunchRequest) -> ProfileOutcome:
         if request.follow:
             framework, output, descriptor = "", _run_directory(request), None
         else:
-            framework, output, descriptor, environment = _prepare(request)
+            framework, output, descriptor = _prepare(request)
         # XLA's program dumps go to a directory this process removes after the run,
         # however the run ends.
         dump_dir = dump_directory() if request.capture.programs else None
         try:
-            if request.follow:
-                environment = _follow_environment(request, output, dump_dir)
-            return _run(request, framework, output, descriptor, environment, dump_dir, signals)
+            environment = _follow_environment(request, output, dump_dir) if request.follow else {}
+            launch = _Launch(request, framework, output, descriptor, environment, dump_dir)
+            return _run(launch, signals)
         finally:
             if dump_dir is not None:
                 shutil.rmtree(dump_dir, ignore_errors=True)
@@ -209,22 +209,27 @@ class _Started:
     named_here: bool  # the trace's name has placeholders, filled in by the child
 
 
-def _run(
-    request: LaunchRequest,
-    framework: str,
-    output: Path,
-    descriptor: int | None,
-    environment: dict[str, str],
-    dump_dir: str | None,
-    signals: HeldSignals,
-) -> ProfileOutcome:
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    """A run as it is started: what was asked, and what was prepared for it."""
+
+    request: LaunchRequest
+    framework: str  # the one --framework named, else empty (the script's import says)
+    output: Path  # the trace; with --follow, the run's directory
+    descriptor: int | None  # the trace, created here and passed open; None: the child's
+    environment: dict[str, str]  # what tpumem sets for the run
+    dump_dir: str | None  # where XLA dumps the programs, removed after the run
+
+
+def _run(launch: _Launch, signals: HeldSignals) -> ProfileOutcome:
+    request, output, descriptor = launch.request, launch.output, launch.descriptor
     # Held open to the end: what this run reports is what its process wrote, even
     # if another file takes the trace's name meanwhile.
     own = OwnTrace.hold(output, descriptor) if descriptor is not None else None
     try:
         follow_tree = request.follow and become_subreaper()
         try:
-            started = _start(request, framework, output, descriptor, environment, dump_dir, signals)
+            started = _start(launch, signals)
             reaped: dict[int, int] = {}
             try:
                 # wait4, not wait(): the child's own peak memory comes with its status.
@@ -240,7 +245,7 @@ def _run(
         ending = read_ending(started.status_read)
         if request.follow:
             reaped[started.child.pid] = status
-            run = environment[RUN_ID_VARIABLE]
+            run = launch.environment[RUN_ID_VARIABLE]
             return _after_followed(output, run, returncode, ending, reaped, tree)
         return _after_one(request, output, own, started, returncode, usage, ending)
     finally:
@@ -248,25 +253,18 @@ def _run(
             own.close()
 
 
-def _start(
-    request: LaunchRequest,
-    framework: str,
-    output: Path,
-    descriptor: int | None,
-    environment: dict[str, str],
-    dump_dir: str | None,
-    signals: HeldSignals,
-) -> _Started:
+def _start(launch: _Launch, signals: HeldSignals) -> _Started:
+    request, descriptor, environment = launch.request, launch.descriptor, launch.environment
     # The runner says how the run ended on this pipe, once, as it exits; a runner
     # that was killed says nothing, and this process records the ending itself.
     status_read, status_write = os.pipe()
     config = RunConfig(
-        output=str(output),
-        framework=framework,
+        output=str(launch.output),
+        framework=launch.framework,
         target=request.target,
         module=request.module,
         args=list(request.args),
-        capture=asdict(replace(request.capture, xla_dump_dir=dump_dir)),
+        capture=asdict(replace(request.capture, xla_dump_dir=launch.dump_dir)),
         environment=environment,
         output_fd=descriptor,
         parent_pid=os.getpid(),

@@ -45,7 +45,7 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
             traces += found
         else:  # (what is not a readable trace, the reader says so in one line)
             traces.append(path)
-    where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
+    where = _called(paths, traces)
     return traces, where, len(traces) > 1 or any(path.is_dir() for path in paths)
 
 
@@ -108,7 +108,7 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
         finally:
             importing.join()  # (not left running as the process ends on an error)
         traces, _, is_run = traces_of(given)
-        where = str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
+        where = _called(paths, traces)
         yield RunInput(traces, where, is_run, None if is_run else where, imported=True)
 
 
@@ -118,3 +118,8 @@ def opened_runs(paths: list[Path]) -> Iterator[list[RunInput]]:
     profile, as `opened_run` reads one."""
     with ExitStack() as stack:
         yield [stack.enter_context(opened_run([path])) for path in paths]
+
+
+def _called(paths: list[Path], traces: list[Path]) -> str:
+    """What to call what a command was given: the one path, else its traces' count."""
+    return str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
