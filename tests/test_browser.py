@@ -140,3 +140,29 @@ def test_the_page_words_the_fit_as_the_text_report_does(tmp_path):
     for row in fit.rows:
         assert fit_answer(row) in dom, fit_answer(row)
     assert "(estimate)" in dom
+
+
+def test_the_page_formats_bytes_as_the_text_report_does(tmp_path):
+    """report.js formats bytes itself (its plots' axes and tips need it for any
+    value): the program it opens says its peak as format_bytes does, and the heap
+    simulator's whole-program figures likewise."""
+    from tpumem.analysis import analyze
+    from tpumem.report.page_words import PAGE_WORDS
+    from tpumem.trace.reader import load
+    from tpumem.units import format_bytes
+
+    trace = GPU / "run" / "vm-1.tpumem"
+    programs = [p for p in analyze(load(trace)).compiled if p.heap]
+    assert programs
+    problems, dom = _page(["report", str(trace), "-o", str(tmp_path / "b.html")])
+    assert problems == []
+    # The page opens the largest program with a heap (the first in peak order).
+    heap = programs[0].heap
+    title = str(PAGE_WORDS["program_peak_title"]).format(programs[0].name, "")
+    assert f"{title.split(':')[0]}: {format_bytes(heap.peak_bytes)} at its peak" in dom
+    note = str(PAGE_WORDS["whole_program_note"]).format(
+        format_bytes(heap.whole_program_bytes),
+        format_bytes(heap.parameter_bytes),
+        format_bytes(heap.output_bytes),
+    )
+    assert note.replace("'", "&#39;") in dom or note in dom, note

@@ -17,6 +17,7 @@ TOP_STACKS = 5
 STACK_FRAMES = 8  # a stack's innermost frames shown; the rest counted
 
 
+GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
 STACK_HEADERS = ("bytes", "buffers", "call stack, innermost first")
 
 

@@ -14,7 +14,14 @@ from tpumem.report import sections
 from tpumem.report.escapes import markdown as _cell
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
-from tpumem.report.live_rows import STACK_HEADERS, STACKS_TITLE, group_rows, made_unseen, stack_rows
+from tpumem.report.live_rows import (
+    GROUP_HEADERS,
+    STACK_HEADERS,
+    STACKS_TITLE,
+    group_rows,
+    made_unseen,
+    stack_rows,
+)
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
     PROGRAM_HEADERS,
@@ -27,7 +34,6 @@ from tpumem.report.program_rows import (
 )
 from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
-from tpumem.report.text import GROUP_HEADERS
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     tpu_notes,

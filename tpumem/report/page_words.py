@@ -5,12 +5,71 @@ theirs, imported, so the two cannot drift apart."""
 
 from __future__ import annotations
 
+from tpumem.analysis.provenance import NOT_AVAILABLE
 from tpumem.report.compare_text import PROGRAMS_TITLE
-from tpumem.report.diff_report import PROCESS_PEAKS_TITLE
-from tpumem.report.run_report import PROCESSES_TITLE, SPREAD_TITLE
+from tpumem.report.diff_report import (
+    BREAKDOWNS,
+    CHANGE_HEADERS,
+    FIGURE_HEADERS,
+    PROCESS_PEAKS_TITLE,
+)
+from tpumem.report.diff_report import PROCESS_HEADERS as DIFF_PROCESS_HEADERS
+from tpumem.report.live_rows import GROUP_HEADERS, NO_STACK
+from tpumem.report.program_rows import BUFFER_HEADERS, PADDING_SUFFIX, PROGRAM_HEADERS
+from tpumem.report.run_report import PROCESS_HEADERS, PROCESSES_TITLE, SPREAD_HEADERS, SPREAD_TITLE
 from tpumem.report.sections import NO_EVENTS_TEXT
+from tpumem.report.tpu_tables import TPU_HEADERS
 
-PAGE_WORDS = {
+PAGE_WORDS: dict[str, object] = {
+    # Column titles: the text report's own (lists).
+    "group_headers": GROUP_HEADERS,
+    "buffer_headers": BUFFER_HEADERS,
+    # The page's program table has no temporaries column (the picked program's
+    # detail shows them).
+    "page_program_headers": tuple(h for h in PROGRAM_HEADERS if h != "temps at peak"),
+    "tpu_headers": TPU_HEADERS,
+    "process_headers": PROCESS_HEADERS,
+    "spread_headers": SPREAD_HEADERS,
+    "diff_process_headers": DIFF_PROCESS_HEADERS,
+    "diff_figure_headers": FIGURE_HEADERS,
+    "change_headers": CHANGE_HEADERS,
+    "breakdowns": BREAKDOWNS,
+    "not_available": NOT_AVAILABLE,
+    "accelerator_head": "accelerator",
+    "memory_head": "memory",
+    "figure_head": "figure",
+    "region_head": "region",
+    "against_first": "{} (vs {})",
+    # Titles, axes and series
+    "report_title": "tpumem report · {}",
+    "compare_title": "tpumem compare · {}",
+    "diff_title": "tpumem diff · {} → {}",
+    "processes_report_title": "tpumem report · {} ({} processes{})",
+    "run_id": ", run {}",
+    "device_title": "{} · fidelity: {} · {} allocations",
+    "every_figure": "{}: every figure and plot",
+    "warning": "warning: {}",
+    "step_axis": "step {}",
+    "event_axis": "event {}",
+    "pool_series": "pool held",
+    "fragmentation_series": "fragmentation ({})",
+    "heap_series": "heap (arguments, outputs, constants and live temporaries)",
+    "padding_suffix": PADDING_SUFFIX,
+    "program_peak_title": "{}: {} at its peak",
+    "program_peak_at": " (at {})",
+    "whole_program_note": "{} live the whole program (arguments {}, outputs {}); x: the heap "
+    "simulator's events in program order.",
+    # The flame graph
+    "no_stack": NO_STACK,
+    "search_frames": "search frames",
+    "flame_hint": "{} (click a frame to zoom, the top bar to zoom out)",
+    "flame_label": "flame graph of the bytes live at the peak",
+    "flame_root": "all live at the peak · {}",
+    "flame_root_two": "all live at the peaks",
+    "frame_share": "{} ({}% of the peak's live bytes) · {} buffers",
+    "frame_change": "before {} → after {} ({})",
+    "matched": "matched: {} ({}% of the live bytes at the peak)",
+    "matched_two": "matched: {} ({}% of the second run's live bytes at the peak)",
     # One run
     "regions_title": "Bytes in use, by region",
     "gaps_note": "Shaded: {} stretches the capture did not see (between profiler sessions); "

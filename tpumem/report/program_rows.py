@@ -17,6 +17,8 @@ SPARK_POINTS = 60  # heap over program order, as characters
 
 PROGRAM_HEADERS = ("program", "peak", "arguments", "outputs", "temps at peak", "peak at")
 BUFFER_HEADERS = ("bytes", "kind", "shape", "source", "op", "instruction")
+# After a buffer's bytes when its layout pads it ({}: the padding).
+PADDING_SUFFIX = " (+{} padding)"
 SOURCE = "XLA's buffer assignment, at compile time"
 
 
@@ -111,7 +113,9 @@ def buffer_rows(heap: ProgramHeap, limit: int | None = TOP_BUFFERS) -> list[tupl
 
 
 def _buffer_row(buffer: HeapBuffer) -> tuple[str, ...]:
-    padding = f" (+{format_bytes(buffer.padding_bytes)} padding)" if buffer.padding_bytes else ""
+    padding = ""
+    if buffer.padding_bytes:
+        padding = PADDING_SUFFIX.format(format_bytes(buffer.padding_bytes))
     return (
         format_bytes(buffer.bytes) + padding,
         buffer.group,

@@ -19,7 +19,14 @@ from tpumem.report import sections
 from tpumem.report.escapes import markup, visible
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
-from tpumem.report.live_rows import STACK_HEADERS, STACKS_TITLE, group_rows, made_unseen, stack_rows
+from tpumem.report.live_rows import (
+    GROUP_HEADERS,
+    STACK_HEADERS,
+    STACKS_TITLE,
+    group_rows,
+    made_unseen,
+    stack_rows,
+)
 from tpumem.report.program_rows import (
     BUFFER_HEADERS,
     PROGRAM_HEADERS,
@@ -40,8 +47,6 @@ from tpumem.report.tpu_tables import (
     tpu_title,
 )
 from tpumem.units import format_bytes, format_seconds
-
-GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
 
 
 def _device(console: Console, device: DeviceAnalysis) -> None:

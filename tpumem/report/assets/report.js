@@ -11,6 +11,8 @@
     let next = 0;
     return data.words[key].replace(/\{\}/g, () => String(args[next++]));
   }
+  // A table's column titles, the text report's own (a list in the words).
+  const heads = (key) => data.words[key];
   const app = document.getElementById("app");
 
   function el(tag, attrs, ...children) {
@@ -233,7 +235,7 @@
     if (!s || !s.time_ns.length) return part;
     const xs = s.time_ns.map((t) => t / 1e9);
     const series = s.regions.map(([name, values]) => ({ name, xs, ys: values, stack: true }));
-    if (s.pool) series.push({ name: "pool held", xs, ys: s.pool, color: "#24292f", dash: true });
+    if (s.pool) series.push({ name: say("pool_series"), xs, ys: s.pool, color: "#24292f", dash: true });
     part.appendChild(el("h3", {}, say("regions_title")));
     const gaps = (s.gaps_ns || []).map(([a, b]) => [a / 1e9, b / 1e9]);
     part.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true, gaps }));
@@ -242,7 +244,7 @@
     }
     if (s.fragmentation.some((v) => v !== null)) {
       part.appendChild(el("h3", {}, say("fragmentation_title")));
-      part.appendChild(chart({ series: [{ name: "fragmentation (" + device.fragmentation.label + ")", xs, ys: s.fragmentation, color: "#bc4c00" }],
+      part.appendChild(chart({ series: [{ name: say("fragmentation_series", device.fragmentation.label), xs, ys: s.fragmentation, color: "#bc4c00" }],
         xFormat: (x) => x.toFixed(2) + " s", yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 160 }));
     }
     part.appendChild(el("p", { class: "note" }, say("thinned_note", count(s.time_ns.length), count(s.events))));
@@ -250,8 +252,7 @@
   }
 
   function groupTable(groups) {
-    const columns = [{ title: "bytes", numeric: true }, { title: "buffers", numeric: true }, { title: "op" },
-      { title: "region" }, { title: "dtype" }, { title: "shape" }, { title: "source" }];
+    const columns = heads("group_headers").map((title, k) => ({ title, numeric: k < 2 }));
     const rows = groups.map((g) => [
       { text: bytes(g.bytes), sort: g.bytes }, { text: count(g.count), sort: g.count },
       ...["op", "region", "dtype", "shape", "source"].map((k) => ({ text: g[k] || "-", sort: g[k] || "" })),
@@ -283,7 +284,7 @@
     const root = { name: "all", code: "", sizes: runs.map(() => 0), buffers: 0, children: new Map(), parent: null };
     runs.forEach((stacks, slot) => {
       for (const stack of stacks) {
-        const frames = stack.frames.length ? stack.frames : [{ file: "(no call stack recorded)", line: null, function: "", code: "" }];
+        const frames = stack.frames.length ? stack.frames : [{ file: say("no_stack"), line: null, function: "", code: "" }];
         let node = root;
         root.sizes[slot] += stack.bytes;
         root.buffers += stack.buffers;
@@ -319,9 +320,9 @@
     })(root);
     const size = (n) => n.width;
     const width = 1100, row = 18, part = el("div", { class: "flame" });
-    const search = el("input", { type: "search", placeholder: "search frames", "aria-label": "search frames" });
+    const search = el("input", { type: "search", placeholder: say("search_frames"), "aria-label": say("search_frames") });
     const status = el("span", { class: "note" });
-    part.appendChild(el("h3", {}, title + " (click a frame to zoom, the top bar to zoom out)"));
+    part.appendChild(el("h3", {}, say("flame_hint", title)));
     part.appendChild(el("div", { class: "flame-bar" }, search, " ", status));
     const box = el("div", { class: "chart" });
     part.appendChild(box);
@@ -338,11 +339,11 @@
     function describe(node, label) {
       const total = size(root) || 1;
       if (!two) {
-        return `${label}\n${bytes(node.sizes[0])} (${(100 * node.sizes[0] / total).toFixed(1)}% of the peak's live bytes) · ${count(node.buffers)} buffers`;
+        return label + "\n" + say("frame_share", bytes(node.sizes[0]), (100 * node.sizes[0] / total).toFixed(1), count(node.buffers));
       }
       const [before, after] = node.sizes;
       const change = after - before;
-      return `${label}\nbefore ${bytes(before)} → after ${bytes(after)} (${change > 0 ? "+" : change < 0 ? "-" : "±"}${bytes(Math.abs(change))})`;
+      return label + "\n" + say("frame_change", bytes(before), bytes(after), (change > 0 ? "+" : change < 0 ? "-" : "±") + bytes(Math.abs(change)));
     }
     function draw() {
       if (graph) graph.remove();
@@ -364,7 +365,7 @@
           offset += w;
         }
       })(focus, 0, base);
-      graph = svg("svg", { width, height: (deepest + 1) * row, role: "img", "aria-label": "flame graph of the bytes live at the peak" });
+      graph = svg("svg", { width, height: (deepest + 1) * row, role: "img", "aria-label": say("flame_label") });
       let matched = 0;
       const counted = new Set();
       const above = rows.slice(0, base).map((n, depth) => [n, 0, depth]);
@@ -379,7 +380,7 @@
         }
         const g = svg("g", { class: "frame" + (hit ? " hit" : "") + (depth < base ? " caller" : "") });
         g.appendChild(svg("rect", { x: x, y: depth * row, width: Math.max(w - 0.5, 0.5), height: row - 1, fill: fill(node, depth, hit) }));
-        const label = node === root ? (two ? "all live at the peaks" : `all live at the peak · ${bytes(node.sizes[0])}`) : node.name;
+        const label = node === root ? (two ? say("flame_root_two") : say("flame_root", bytes(node.sizes[0]))) : node.name;
         const tip = svg("title");
         tip.textContent = describe(node, label + (node.code ? "\n    " + node.code : ""));
         g.appendChild(tip);
@@ -392,7 +393,8 @@
         g.addEventListener("click", () => { focus = node === focus ? (node.parent || root) : node; draw(); });
         graph.appendChild(g);
       }
-      status.textContent = text ? `matched: ${bytes(matched)} (${(100 * matched / (size(root) || 1)).toFixed(1)}% of the ${two ? "second run's " : ""}live bytes at the peak)` : "";
+      const found = bytes(matched), percent = (100 * matched / (size(root) || 1)).toFixed(1);
+      status.textContent = !text ? "" : two ? say("matched_two", found, percent) : say("matched", found, percent);
       box.appendChild(graph);
     }
     search.addEventListener("input", draw);
@@ -408,7 +410,7 @@
     const title = runs.length === 1 ? fitted[0].fit.title : data.fit_title;
     part.appendChild(el("h2", {}, title));
     part.appendChild(el("p", { class: "note" }, fitted[0].fit.explanation));
-    const head = el("tr", {}, el("th", {}, "accelerator"), el("th", { class: "num" }, "memory"), ...names.map((n) => el("th", {}, n)));
+    const head = el("tr", {}, el("th", {}, say("accelerator_head")), el("th", { class: "num" }, say("memory_head")), ...names.map((n) => el("th", {}, n)));
     const table = el("table", {}, el("thead", {}, head));
     data.accelerators.forEach((acc, i) => {
       const cells = runs.map((run) => {
@@ -431,7 +433,7 @@
   function runFacts(run) {
     // The text report's rows, worded once in Python (Ended, Capture, Set by tpumem, ...).
     const part = el("div", {}, figureTable(run.facts.map(([name, value]) => [name, value, ""])));
-    for (const warning of run.warnings) part.appendChild(el("p", { class: "note" }, "warning: " + warning));
+    for (const warning of run.warnings) part.appendChild(el("p", { class: "note" }, say("warning", warning)));
     return part;
   }
 
@@ -451,10 +453,9 @@
   }
 
   function bufferTable(buffers) {
-    const columns = [{ title: "bytes", numeric: true }, { title: "kind" }, { title: "shape" }, { title: "source" },
-      { title: "op" }, { title: "instruction" }];
+    const columns = heads("buffer_headers").map((title, k) => ({ title, numeric: k === 0 }));
     const rows = buffers.map((b) => [
-      { text: bytes(b.bytes) + (b.bytes > b.unpadded_bytes ? ` (+${bytes(b.bytes - b.unpadded_bytes)} padding)` : ""), sort: b.bytes },
+      { text: bytes(b.bytes) + (b.bytes > b.unpadded_bytes ? say("padding_suffix", bytes(b.bytes - b.unpadded_bytes)) : ""), sort: b.bytes },
       ...["kind", "shape", "source", "op", "instruction"].map((k) => ({ text: b[k] || "-", sort: b[k] || "" })),
     ]);
     return el("div", { class: "scroll" }, sortableTable(columns, rows));
@@ -465,17 +466,17 @@
     // (whole-program buffers included), and what is live at its peak.
     const heap = program.heap;
     const part = el("div", { class: "program", "data-program": program.name });
-    part.appendChild(el("h3", {}, `${program.name}: ${bytes(heap.peak_bytes)} at its peak` +
-      (heap.peak_instruction ? ` (at ${heap.peak_instruction})` : "")));
+    part.appendChild(el("h3", {}, say("program_peak_title", program.name, bytes(heap.peak_bytes)) +
+      (heap.peak_instruction ? say("program_peak_at", heap.peak_instruction) : "")));
     if (heap.heap_bytes.length > 1) {
       const xs = heap.heap_bytes.map((_, k) => k);
-      part.appendChild(chart({ series: [{ name: "heap (arguments, outputs, constants and live temporaries)", xs, ys: heap.heap_bytes, color: "#0969da" }],
-        xFormat: (x) => "event " + Math.round(x), yFormat: bytes, yBytes: true, steps: true, height: 200 }));
+      part.appendChild(chart({ series: [{ name: say("heap_series"), xs, ys: heap.heap_bytes, color: "#0969da" }],
+        xFormat: (x) => say("event_axis", Math.round(x)), yFormat: bytes, yBytes: true, steps: true, height: 200 }));
     } else {
       part.appendChild(el("p", { class: "note" }, say("no_heap_note")));
     }
-    part.appendChild(el("p", { class: "note" }, `${bytes(heap.whole_program_bytes)} live the whole program ` +
-      `(arguments ${bytes(heap.parameter_bytes)}, outputs ${bytes(heap.output_bytes)}); x: the heap simulator's events in program order.`));
+    part.appendChild(el("p", { class: "note" }, say("whole_program_note", bytes(heap.whole_program_bytes),
+      bytes(heap.parameter_bytes), bytes(heap.output_bytes))));
     part.appendChild(bufferTable(heap.live_at_peak));
     return part;
   }
@@ -485,8 +486,7 @@
     if (!run.programs.length) return part;
     part.appendChild(el("h2", {}, say("programs_title", count(run.programs.length))));
     part.appendChild(el("p", { class: "note" }, say("programs_note")));
-    const columns = [{ title: "program" }, { title: "peak", numeric: true }, { title: "arguments", numeric: true },
-      { title: "outputs", numeric: true }, { title: "peak at" }];
+    const columns = heads("page_program_headers").map((title, k) => ({ title, numeric: k >= 1 && k <= 3 }));
     const rows = run.programs.map((p) => {
       const h = p.heap;
       const args = h ? h.parameter_bytes : p.argument_bytes, outs = h ? h.output_bytes : p.output_bytes;
@@ -497,7 +497,7 @@
     part.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
     const planned = run.programs.filter((p) => p.heap);
     if (!planned.length) return part;
-    const select = el("select", { "aria-label": "program" });
+    const select = el("select", { "aria-label": heads("page_program_headers")[0] });
     planned.forEach((p, i) => select.appendChild(el("option", { value: String(i) }, `${p.name} · ${bytes(p.peak_bytes)}`)));
     const focus = Math.max(0, planned.findIndex((p) => p.name === data.focus_program));
     select.value = String(focus);
@@ -516,9 +516,7 @@
     const part = el("div");
     for (const target of run.tpu) {
       part.appendChild(el("h2", {}, target.title));
-      const columns = [{ title: "program" }, { title: "chips", numeric: true }, { title: "per chip", numeric: true },
-        { title: "arguments", numeric: true }, { title: "outputs", numeric: true }, { title: "aliased", numeric: true },
-        { title: "temps", numeric: true }, { title: "code", numeric: true }, { title: "padding at peak", numeric: true }];
+      const columns = heads("tpu_headers").map((title, k) => ({ title, numeric: k > 0 }));
       const sized = (n) => ({ text: bytes(n), sort: n || 0 });
       const rows = target.programs.map((p) => [{ text: p.name, sort: p.name }, { text: count(p.chips), sort: p.chips },
         sized(p.need_bytes), sized(p.argument_bytes), sized(p.output_bytes), sized(p.alias_bytes), sized(p.hbm_temp_bytes),
@@ -537,7 +535,7 @@
     part.appendChild(runFacts(run));
     if (!run.devices.length) part.appendChild(el("p", {}, say("no_events")));
     for (const device of run.devices) {
-      part.appendChild(el("h2", {}, `${device.device} · fidelity: ${device.fidelity} · ${count(device.allocations)} allocations`));
+      part.appendChild(el("h2", {}, say("device_title", device.device, device.fidelity, count(device.allocations))));
       part.appendChild(deviceFigures(device));
       part.appendChild(deviceCharts(device));
       part.appendChild(peakTable(device));
@@ -551,7 +549,7 @@
 
   function renderReport() {
     const run = data.runs[0];
-    app.appendChild(el("h1", {}, "tpumem report · " + (run.path || run.framework)));
+    app.appendChild(el("h1", {}, say("report_title", run.path || run.framework)));
     app.appendChild(runSections(run));
     app.appendChild(fitTable([run], [run.framework]));
   }
@@ -560,14 +558,14 @@
   // One column per run: each value, the lowest marked, how it was obtained and
   // its ratio against the first run (compare_json.py's rows).
   function compareTable(cmp, rows) {
-    const head = el("tr", {}, el("th", {}, "figure"), ...cmp.names.map((n, i) =>
+    const head = el("tr", {}, el("th", {}, say("figure_head")), ...cmp.names.map((n, i) =>
       el("th", {}, n, el("span", { class: "label" }, `${cmp.devices[i] || "-"} · ${data.runs[i].path || ""}`))));
     const table = el("table", {}, el("thead", {}, head));
     for (const row of rows) {
       const format = FORMATS[row.unit] || FORMATS.text;
       const cells = row.values.map((value, i) => {
         const notes = [];
-        if (value !== null && row.labels[i] && row.labels[i] !== "not available") notes.push(row.labels[i]);
+        if (value !== null && row.labels[i] && row.labels[i] !== data.words.not_available) notes.push(row.labels[i]);
         if (i > 0 && row.ratios[i] !== null && ["bytes", "count", "per second"].includes(row.unit)) notes.push("×" + row.ratios[i].toFixed(2));
         return el("td", { class: "num" }, el("span", { class: row.best === i ? "best" : null }, format(value)),
           notes.length ? el("span", { class: "label" }, notes.join(", ")) : null);
@@ -579,7 +577,7 @@
 
   function renderCompare() {
     const cmp = data.comparison, names = cmp.names;
-    app.appendChild(el("h1", {}, "tpumem compare · " + names.join(" / ")));
+    app.appendChild(el("h1", {}, say("compare_title", names.join(" / "))));
     app.appendChild(compareTable(cmp, cmp.rows));
     app.appendChild(el("p", { class: "note" }, say("compare_note")));
 
@@ -594,7 +592,7 @@
       useSeries.push({ name: names[i], xs, ys: s.in_use, color: COLORS[i] });
       if (s.fragmentation.some((v) => v !== null)) fragSeries.push({ name: names[i], xs, ys: s.fragmentation, color: COLORS[i] });
     });
-    const xFormat = aligned ? (x) => "step " + x.toFixed(1) : (x) => (100 * x).toFixed(0) + "%";
+    const xFormat = aligned ? (x) => say("step_axis", x.toFixed(1)) : (x) => (100 * x).toFixed(0) + "%";
     app.appendChild(el("h2", {}, say("overlaid_title")));
     app.appendChild(el("p", { class: "note" }, aligned ? say("by_step_note") : say("by_time_note")));
     app.appendChild(chart({ series: useSeries, xFormat, yFormat: bytes, yBytes: true }));
@@ -604,7 +602,7 @@
     }
 
     app.appendChild(el("h2", {}, say("differences_title")));
-    const regionColumns = [{ title: "region" }, ...names.map((n, i) => ({ title: i ? `${n} (vs ${names[0]})` : n, numeric: true }))];
+    const regionColumns = [{ title: say("region_head") }, ...names.map((n, i) => ({ title: i ? say("against_first", n, names[0]) : n, numeric: true }))];
     const regionRows = cmp.regions.map((r) => [{ text: r.region, sort: r.region }, ...r.bytes.map((b, i) => ({
       text: bytes(b) + (i ? ` (${r.change[i] > 0 ? "+" : ""}${r.change[i] ? bytes(r.change[i]) : "="})` : ""), sort: b }))]);
     app.appendChild(sortableTable(regionColumns, regionRows));
@@ -621,7 +619,7 @@
     }
     app.appendChild(fitTable(data.runs, names));
     data.runs.forEach((run, i) => {
-      const details = el("details", {}, el("summary", {}, `${names[i]}: every figure and plot`));
+      const details = el("details", {}, el("summary", {}, say("every_figure", names[i])));
       details.appendChild(runSections(run));
       app.appendChild(details);
     });
@@ -630,18 +628,18 @@
   // ---- two runs of one program (tpumem diff) -------------------------------
   function renderDiff() {
     const diff = data.diff;
-    app.appendChild(el("h1", {}, `tpumem diff · ${diff.before || "?"} → ${diff.after || "?"}`));
+    app.appendChild(el("h1", {}, say("diff_title", diff.before || "?", diff.after || "?")));
     app.appendChild(el("p", { class: "note" }, say("noise_note", bytes(diff.noise_bytes))));
     if (diff.process_rows) {
       app.appendChild(el("h2", {}, say("process_peaks_title")));
-      const table = el("table", {}, el("tr", {}, ...["process", "before", "after", "change"].map((h) => el("th", {}, h))));
+      const table = el("table", {}, el("tr", {}, ...heads("diff_process_headers").map((h) => el("th", {}, h))));
       for (const row of diff.process_rows) table.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
       app.appendChild(table);
       app.appendChild(el("p", {}, diff.pair_note));
     }
     for (const device of diff.devices) {
       app.appendChild(el("h2", {}, device.title));
-      const table = el("table", {}, el("tr", {}, ...["", "before", "after", "change"].map((h) => el("th", {}, h))));
+      const table = el("table", {}, el("tr", {}, ...heads("diff_figure_headers").map((h) => el("th", {}, h))));
       for (const row of device.figures) {
         table.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
       }
@@ -652,7 +650,7 @@
         const s = d && d.series;
         if (!s || !s.time_ns.length) return;
         const total = s.time_ns.map((_, k) => s.regions.reduce((sum, [, values]) => sum + (values[k] || 0), 0));
-        series.push({ name: i ? "after" : "before", xs: s.time_ns.map((t) => t / 1e9), ys: total, color: i ? "#cf222e" : "#0969da" });
+        series.push({ name: heads("diff_figure_headers")[i ? 2 : 1], xs: s.time_ns.map((t) => t / 1e9), ys: total, color: i ? "#cf222e" : "#0969da" });
       });
       if (series.length) {
         app.appendChild(el("h3", {}, say("diff_in_use_title")));
@@ -662,15 +660,15 @@
         const xs = device.steps.map((s) => s.step);
         app.appendChild(el("h3", {}, say("diff_steps_title")));
         app.appendChild(chart({ series: [
-          { name: "before", xs, ys: device.steps.map((s) => s.before), color: "#0969da" },
-          { name: "after", xs, ys: device.steps.map((s) => s.after), color: "#cf222e" },
-        ], xFormat: (x) => "step " + Math.round(x), yFormat: bytes, yBytes: true }));
+          { name: heads("diff_figure_headers")[1], xs, ys: device.steps.map((s) => s.before), color: "#0969da" },
+          { name: heads("diff_figure_headers")[2], xs, ys: device.steps.map((s) => s.after), color: "#cf222e" },
+        ], xFormat: (x) => say("step_axis", Math.round(x)), yFormat: bytes, yBytes: true }));
       }
-      for (const [field, title] of [["by_line", "line"], ["by_stack", "call stack, innermost first"], ["by_op", "op"], ["by_region", "region"]]) {
+      for (const [field, title] of data.words.breakdowns) {
         const changes = device[field];
         if (!changes.length) continue;
         app.appendChild(el("h3", {}, say("diff_live_title", title.split(",")[0])));
-        const columns = [{ title: "change", numeric: true }, { title: "before", numeric: true }, { title: "after", numeric: true }, { title }];
+        const columns = [...heads("change_headers").map((t) => ({ title: t, numeric: true })), { title }];
         const rows = changes.map((c) => [
           { text: (c.change > 0 ? "+" : "-") + bytes(Math.abs(c.change)), sort: c.change },
           { text: bytes(c.before), sort: c.before }, { text: bytes(c.after), sort: c.after }, { text: c.name, sort: c.name }]);
@@ -688,17 +686,17 @@
   // else by the hosts' wall clocks from the earliest start.
   function renderProcesses() {
     const run = data.processes;
-    const ids = run.run_ids.length === 1 ? `, run ${run.run_ids[0]}` : "";
-    app.appendChild(el("h1", {}, `tpumem report · ${run.path} (${run.processes.length} processes${ids})`));
-    for (const note of run.notes) app.appendChild(el("p", { class: "note" }, "warning: " + note));
-    const headers = ["process", "host", "peak", "device", "at step", "pool", "fragmentation", "ended"];
+    const ids = run.run_ids.length === 1 ? say("run_id", run.run_ids[0]) : "";
+    app.appendChild(el("h1", {}, say("processes_report_title", run.path, run.processes.length, ids)));
+    for (const note of run.notes) app.appendChild(el("p", { class: "note" }, say("warning", note)));
+    const headers = heads("process_headers");
     const columns = headers.map((title, k) => ({ title, numeric: k >= 2 && k <= 6 }));
     const sorts = run.processes.map((p) => [p.index, p.host, p.peak_bytes, p.peak_device, p.peak_step, p.pool_bytes, p.fragmentation_at_peak, p.ended]);
     const rows = run.rows.map((row, i) => row.map((text, k) => ({ text, sort: sorts[i][k] === null ? -1 : sorts[i][k] })));
     app.appendChild(el("h2", {}, say("processes_title")));
     app.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
     app.appendChild(el("h2", {}, say("spread_title")));
-    const spread = el("table", {}, el("tr", {}, ...["", "highest", "lowest", "mean", "difference"].map((h) => el("th", {}, h))));
+    const spread = el("table", {}, el("tr", {}, ...heads("spread_headers").map((h) => el("th", {}, h))));
     for (const row of run.spread_rows) spread.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
     app.appendChild(spread);
     app.appendChild(el("p", {}, run.summary));
@@ -709,7 +707,7 @@
     if (series.length) {
       app.appendChild(el("h2", {}, say("process_lines_title")));
       app.appendChild(el("p", { class: "note" }, stepped ? say("process_steps_note") : say("process_clocks_note")));
-      app.appendChild(chart({ series, xFormat: stepped ? (x) => "step " + x.toFixed(1) : (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true }));
+      app.appendChild(chart({ series, xFormat: stepped ? (x) => say("step_axis", x.toFixed(1)) : (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true }));
     }
     app.appendChild(el("h2", {}, run.busiest_title));
     app.appendChild(runSections(data.runs[0]));
