@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tpumem.adapters.import_watch import FRAMEWORKS as ADAPTED
+from tpumem.adapters.import_watch import KERAS_BACKENDS
+
 PACKAGE = Path(__file__).resolve().parent.parent / "tpumem"
-FRAMEWORKS = ("jax", "tensorflow", "torch", "torch_xla", "keras")
+# Every framework tpumem has an adapter for (its registry), Keras and its backends.
+FRAMEWORKS = tuple(sorted({*ADAPTED, *KERAS_BACKENDS, "keras"}))
 
 
 def _modules_loaded(code: str) -> list[str]:
