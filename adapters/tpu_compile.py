@@ -23,7 +23,16 @@ from dataclasses import replace
 from typing import Any
 
 from tpumem.hlo.schema import HloError, parse_hlo_proto
-from tpumem.trace.tpu_rows import TpuCompile, TpuLayouts, compile_row_text, layouts_row_text
+from tpumem.trace.tpu_rows import (
+    TpuBudget,
+    TpuCompile,
+    TpuLayouts,
+    budget_row_text,
+    compile_row_text,
+    layouts_row_text,
+)
+
+MAX_MESSAGE = 64 * 1024  # of XLA's message for a program it refused
 
 
 def _topology(name: str, dims: list[int]) -> list[Any]:
@@ -78,7 +87,8 @@ def _compile(
 
     partitions = int(program["partitions"])
     base = {"program_id": program["program_id"], "module": program["module"]}
-    compiled = TpuCompile(topology=topology, partitions=partitions, **base)
+    kind = devices[0].device_kind if devices else ""
+    compiled = TpuCompile(topology=topology, partitions=partitions, device_kind=kind, **base)
     if partitions > len(devices):
         return replace(
             compiled, error=f"it ran on {partitions} devices; the topology has {len(devices)}"
@@ -100,8 +110,10 @@ def _compile(
             )
         stats = executable.get_compiled_memory_stats()
     except (HloError, OSError, RuntimeError, ValueError) as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return replace(compiled, error=message[:500], seconds=time.perf_counter() - start)
+        # XLA's whole message: past its first line some libtpu releases list the
+        # largest allocations of a program that does not fit, with source lines.
+        message = str(error).strip() or type(error).__name__
+        return replace(compiled, error=message[:MAX_MESSAGE], seconds=time.perf_counter() - start)
     memory = {
         "argument_bytes": stats.argument_size_in_bytes,
         "output_bytes": stats.output_size_in_bytes,
@@ -111,7 +123,6 @@ def _compile(
     }
     return replace(
         compiled,
-        device_kind=chips[0].device_kind,
         memory=memory,
         seconds=time.perf_counter() - start,
         hlo=_optimized(dump, seen),
@@ -201,6 +212,18 @@ def main(request_path: str) -> int:
             out.flush()
         if request["arrays"]:
             out.write(layouts_row_text(_layouts(name, request["arrays"], devices[0])) + "\n")
+            out.flush()
+        if request.get("measure_budget"):
+            # After the programs: the probes' dumps are then never taken for a program's.
+            from importlib.metadata import version
+
+            from tpumem.adapters.tpu_budget import measure
+
+            budget = measure(devices[0])
+            row = TpuBudget(
+                name, budget.usable_bytes, version("libtpu"), devices[0].device_kind, budget.seconds
+            )
+            out.write(budget_row_text(row) + "\n")
     return 0
 
 

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ _lane_guard: LaneGuard | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _lane_guard
     _lane_guard = LaneGuard()
+    # XLA:TPU's budget per chip is cached between runs (tpu/budget_cache.py): one
+    # cache for the suite's run, shared by its workers, none of the user's.
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    cache = Path(tempfile.gettempdir()) / f"tpumem-test-cache-{run}"
+    os.environ["XDG_CACHE_HOME"] = str(cache)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

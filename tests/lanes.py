@@ -217,6 +217,8 @@ LANES: dict[str, Lanes] = {
             UNIT: ["test_libtpu_is_where_only_tpumem_looks"],
         },
     ),
+    "test_tpu_verdict.py": UNIT,
+    "test_tpu_verdict_real.py": FRAMEWORKS,
     "test_trace_file.py": UNIT,
     "test_track.py": FRAMEWORKS,
     "test_unseen_frees.py": (UNIT, {CLI: ["test_the_unseen_row_says_where_those_bytes_were_made"]}),

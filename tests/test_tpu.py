@@ -206,7 +206,13 @@ def test_without_libtpu_the_run_keeps_its_report_and_says_what_tpu_needs(tmp_pat
 
 def test_a_topology_tpumem_does_not_know_is_one_line_before_anything_runs(tmp_path):
     (tmp_path / "never.py").write_text("raise SystemExit('ran')\n")
-    for name, words in (("v9x:2x2", "v5e:2x2"), ("v5e:2x2x2", "NxN"), ("v4", "generation")):
+    for name, words in (
+        ("v9x:2x2", "v5e-8"),
+        ("v5e:2x2x2", "NxN"),
+        ("v4", "generation"),
+        ("v5e-2", "v5e-8"),
+        ("v5p-12", "TensorCores"),
+    ):
         result = run_tpumem("profile", "--tpu", name, str(tmp_path / "never.py"), cwd=tmp_path)
         assert_one_line_error(result, "--tpu", words)
 

@@ -287,6 +287,7 @@ def check(
             "as a share of it (5%) or a size (64MiB).",
         ),
     ] = None,
+    tpu: Tpu = None,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
     from tpumem.commands.check import run_check
@@ -301,6 +302,7 @@ def check(
         baseline=baseline,
         max_increase=max_increase,
         max_imbalance=max_imbalance,
+        tpu=tuple(tpu or ()),
     )
     raise typer.Exit(run_check(request))
 

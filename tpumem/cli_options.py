@@ -63,10 +63,10 @@ Tpu = Annotated[
         "--tpu",
         metavar="TOPOLOGY",
         parser=options.topology,
-        help="Compile the run's programs for this TPU (v5e:2x2, v6e:1x1, v4:2x2x1, v5p:2x2x1) "
-        "with XLA:TPU, ahead of time, on this machine (needs libtpu: tpumem "
-        "install-libtpu): what each program needs per chip, and the fit table from it. "
-        "Repeat for several.",
+        help="Compile the run's programs for this TPU slice (a Cloud name: v5e-8, v5p-8, "
+        "v6e-256; or chips per axis: v5e:2x4, v5p:2x2x2) with XLA:TPU, ahead of time, on "
+        "this machine (needs libtpu: tpumem install-libtpu): whether it fits, against "
+        "XLA:TPU's own limit per chip, and what each program needs. Repeat for several.",
         show_default=False,
     ),
 ]

@@ -115,28 +115,53 @@ def setting_for(
 
 def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> FitAdvice | None:
     """The fit table with each TPU generation the run was compiled for answered
-    from XLA:TPU's compile (a TpuTarget's fit), the estimate kept elsewhere."""
+    from XLA:TPU's compile (a TpuTarget's fit: its need against XLA:TPU's own
+    budget for a chip), the estimate kept elsewhere. A run with no allocation
+    (a script that only compiled its programs) gets those rows alone."""
+    answered = [t for t in targets if t.fit is not None]
     if fit is None:
-        return None
+        if not answered:
+            return None
+        fit = FitAdvice(
+            device="",
+            peak_bytes=0,
+            headroom_bytes=None,
+            headroom_label=provenance.NOT_AVAILABLE,
+            padding_bytes=None,
+            padding_label=provenance.NOT_AVAILABLE,
+            rows=(),
+            notes=(),
+        )
     rows, notes = list(fit.rows), list(fit.notes)
-    for target in targets:
-        if target.fit is None:
-            continue
-        wanted = f"TPU {target.generation}"
-        for index, row in enumerate(rows):
-            if row.accelerator != wanted:
-                continue
-            needed = target.fit.need_bytes
-            rows[index] = replace(
-                row,
-                needed_bytes=needed,
-                fits=needed <= row.memory_bytes,
-                share=needed / row.memory_bytes,
-                smallest_capacity_bytes=None,  # the model's answer is not XLA:TPU's
-                compiled_for=target.topology,
-            )
+    for target in answered:
+        tpu = target.fit
+        assert tpu is not None
+        row = FitRow(
+            accelerator=f"TPU {target.generation}",
+            kind="tpu",
+            memory_bytes=tpu.usable_bytes,
+            needed_bytes=tpu.need_bytes,
+            fits=tpu.fits,
+            share=tpu.need_bytes / tpu.usable_bytes,
+            setting=None,
+            source=_budget_source(target),
+            compiled_for=target.topology,
+        )
+        same = [i for i, r in enumerate(rows) if r.accelerator == row.accelerator]
+        if same:
+            # The model's smallest capacity is not XLA:TPU's answer: not kept.
+            rows[same[0]] = row
+        else:
+            rows.append(row)
         notes.append(FitNote(TPU_COMPILED, target=target))
     return replace(fit, rows=tuple(rows), notes=tuple(notes))
+
+
+def _budget_source(target: TpuTarget) -> str:
+    if target.budget is not None:
+        return f"XLA:TPU's limit per chip (libtpu {target.budget.libtpu or 'of unknown release'})"
+    sheet = next((a for a in ACCELERATORS if a.name == f"TPU {target.generation}"), None)
+    return sheet.source if sheet is not None else provenance.DATASHEET
 
 
 def fit_advice(

@@ -6,4 +6,5 @@ MODELED = "modeled"  # from a model of the allocator replaying measured lifetime
 NOT_AVAILABLE = "not available"
 ESTIMATED = "estimated"  # from shapes and a rule of thumb, not from any allocator
 COMPILE_TIME = "XLA's compile-time analysis"  # compiled programs' own memory figures
+DATASHEET = "datasheet"  # the vendor's memory per chip, not what its compiler allows
 INCLUDED = "included in the recorded sizes"  # TPU padding of a run recorded on a TPU

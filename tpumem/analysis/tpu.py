@@ -6,21 +6,29 @@ TPU buffer assignment but the thread-local ones: arguments, outputs, constants,
 temporaries) plus its generated code; where XLA:TPU's dump gave no plan, its
 memory analysis (arguments + outputs - aliased + temps + code). The run's need on
 a chip is the program running at the run's peak so measured, plus the arrays
-live at the peak outside it, at the sizes XLA:TPU gives their shapes.
+live at the peak outside it, at the sizes XLA:TPU gives their shapes, and never
+less than any one program's own need (a program's arguments need not have been
+arrays of the run: a script that only compiles its step made none).
+
+The verdict weighs that need against XLA:TPU's own budget for a chip (the
+`budget` row, measured from libtpu: tpu/compile.py), else the datasheet's
+memory. A program XLA:TPU refused does not fit, by XLA:TPU's own figures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpumem.analysis import provenance
+from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.padding import parse_shape
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import ProgramHeap, program_heap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak
+from tpumem.hlo.refusals import Refusal, refusal
 from tpumem.hlo.schema import HloError
 from tpumem.trace.model import Trace
-from tpumem.trace.tpu_rows import TpuCompile, TpuLayouts, tpu_rows
+from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, TpuLayouts, TpuRow, tpu_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +77,25 @@ class TpuProgram:
 
 
 @dataclass(frozen=True, slots=True)
+class TpuRefused:
+    """A program XLA:TPU would not compile for the topology: it does not fit."""
+
+    compile: TpuCompile
+    refusal: Refusal  # XLA:TPU's figures, as its message gives them
+
+    @property
+    def name(self) -> str:
+        return self.compile.module
+
+    @property
+    def message(self) -> str:
+        return self.compile.error or ""
+
+
+@dataclass(frozen=True, slots=True)
 class TpuFit:
-    """What one chip of the topology needs for the run, from XLA:TPU."""
+    """What one chip of the topology needs for the run, from XLA:TPU, and whether
+    that fits in what XLA:TPU allows a chip."""
 
     program: str | None  # the program counted: running at the peak, else the largest
     running_at_peak: bool
@@ -78,6 +103,15 @@ class TpuFit:
     arrays_bytes: int  # the arrays at the peak outside the program, in TPU layouts
     arrays_label: str
     need_bytes: int
+    usable_bytes: int  # XLA:TPU's budget (measured), else the datasheet's memory
+    usable_label: str  # provenance.MEASURED with libtpu's budget, else DATASHEET
+    fits: bool
+    refused: str | None = None  # the program XLA:TPU refused (the run's need is then its)
+
+    @property
+    def spare_bytes(self) -> int:
+        """Headroom (positive) or overshoot (negative)."""
+        return self.usable_bytes - self.need_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +121,11 @@ class TpuTarget:
     topology: str
     device_kind: str
     programs: tuple[TpuProgram, ...]  # largest need first
-    failed: tuple[TpuCompile, ...]
+    failed: tuple[TpuCompile, ...]  # not compiled for another reason than their size
     layouts: dict[tuple[tuple[int, ...], str], int]
     seconds: float  # XLA:TPU's compile time, all programs and layouts
+    refused: tuple[TpuRefused, ...] = ()  # too large for a chip, largest first
+    budget: TpuBudget | None = None  # XLA:TPU's own limit per chip, from libtpu
     fit: TpuFit | None = None
 
     @property
@@ -98,27 +134,38 @@ class TpuTarget:
 
 
 def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
-    """Each topology the trace's programs were compiled for."""
-    by_topology: dict[str, list[TpuCompile | TpuLayouts]] = {}
+    """Each topology the trace's programs were compiled for, each with the need of
+    a chip for its programs alone (the run's arrays are weighed by tpu_fit)."""
+    by_topology: dict[str, list[TpuRow]] = {}
     for row in tpu_rows(trace):
         by_topology.setdefault(row.topology, []).append(row)
     targets = []
     for topology, rows in by_topology.items():
         compiles = [r for r in rows if isinstance(r, TpuCompile)]
         layouts = next((r for r in rows if isinstance(r, TpuLayouts)), None)
+        budget = next((r for r in rows if isinstance(r, TpuBudget)), None)
         programs = [TpuProgram(c, _heap(c)) for c in compiles if c.error is None]
         programs.sort(key=lambda p: (-p.need_bytes, p.name))
+        refused, failed = [], []
+        for c in compiles:
+            said = refusal(c.error) if c.error is not None else None
+            if said is not None:
+                refused.append(TpuRefused(c, said))
+            elif c.error is not None:
+                failed.append(c)
+        refused.sort(key=lambda r: -(r.refusal.needed.bytes if r.refusal.needed else 0))
         seconds = sum(c.seconds for c in compiles) + (layouts.seconds if layouts else 0.0)
-        targets.append(
-            TpuTarget(
-                topology=topology,
-                device_kind=next((c.device_kind for c in compiles if c.device_kind), ""),
-                programs=tuple(programs),
-                failed=tuple(c for c in compiles if c.error is not None),
-                layouts=layouts.sizes if layouts else {},
-                seconds=seconds,
-            )
+        target = TpuTarget(
+            topology=topology,
+            device_kind=next((c.device_kind for c in compiles if c.device_kind), ""),
+            programs=tuple(programs),
+            failed=tuple(failed),
+            layouts=layouts.sizes if layouts else {},
+            seconds=seconds,
+            refused=tuple(refused),
+            budget=budget,
         )
+        targets.append(replace(target, fit=tpu_fit(target, 0, (), ())))
     return tuple(targets)
 
 
@@ -143,6 +190,16 @@ def _resized(groups: tuple[LiveGroup, ...], layouts: dict) -> tuple[int, int]:
     return before, after
 
 
+def usable(target: TpuTarget) -> tuple[int, str] | None:
+    """(bytes, provenance) a chip may hold: XLA:TPU's budget where measured, else
+    the datasheet's memory of the generation; None for a generation of neither."""
+    if target.budget is not None:
+        return target.budget.usable_bytes, provenance.MEASURED
+    name = f"TPU {target.generation}"
+    sheet = next((a.memory_bytes for a in ACCELERATORS if a.name == name), None)
+    return None if sheet is None else (sheet, provenance.DATASHEET)
+
+
 def tpu_fit(
     target: TpuTarget,
     peak_bytes: int,
@@ -150,9 +207,35 @@ def tpu_fit(
     running: tuple[RunningAtPeak, ...],
 ) -> TpuFit | None:
     """A chip's need for the run: the program at the peak (else the largest) as
-    XLA:TPU planned it, plus the arrays live at the peak outside that program."""
-    if not target.programs:
+    XLA:TPU planned it, plus the arrays live at the peak outside that program, and
+    at least the largest program's own need; a refused program's need where
+    XLA:TPU refused one. `peak_bytes` 0 and no groups: the programs alone."""
+    limit = usable(target)
+    if limit is None or not (target.programs or target.refused):
         return None
+    usable_bytes, usable_label = limit
+    label = provenance.DERIVED if target.layouts else provenance.ESTIMATED
+    if target.refused:
+        first = target.refused[0]
+        said = first.refusal
+        # What XLA:TPU says the program needs; else its overshoot past the budget.
+        need = (
+            said.needed.bytes
+            if said.needed
+            else usable_bytes + (said.over.bytes if said.over else 1)
+        )
+        return TpuFit(
+            program=first.name,
+            running_at_peak=False,
+            program_bytes=need,
+            arrays_bytes=0,
+            arrays_label=label,
+            need_bytes=need,
+            usable_bytes=usable_bytes,
+            usable_label=usable_label,
+            fits=False,
+            refused=first.name,
+        )
     program, outside = None, peak_bytes
     at_peak = running[0].program if running else None
     if at_peak is not None:
@@ -162,13 +245,17 @@ def tpu_fit(
     counted = program or target.programs[0]
     before, after = _resized(groups, target.layouts)
     arrays = round(outside * (after / before)) if before else outside
-    label = provenance.DERIVED if target.layouts else provenance.ESTIMATED
     if program is None:
         # No program of the run was running at its peak: the arrays then, and the
         # working memory (temps, code) of the program that needs the most.
         need = arrays + counted.temp_bytes + counted.code_bytes
     else:
         need = arrays + counted.need_bytes
+    # Never below a program's own need: its arguments are on the chip while it
+    # runs, whether or not the run ever held them as arrays.
+    largest = target.programs[0]
+    if largest.need_bytes > need:
+        counted, program, arrays, need = largest, None, 0, largest.need_bytes
     return TpuFit(
         program=counted.name,
         running_at_peak=program is not None,
@@ -176,6 +263,9 @@ def tpu_fit(
         arrays_bytes=arrays,
         arrays_label=label,
         need_bytes=need,
+        usable_bytes=usable_bytes,
+        usable_label=usable_label,
+        fits=need <= usable_bytes,
     )
 
 

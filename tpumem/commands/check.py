@@ -9,6 +9,7 @@ from pathlib import Path
 from tpumem.commands.limits import Limits
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.commands.requests import CheckRequest
+from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
 from tpumem.reading.paths import opened_run
 
@@ -26,14 +27,16 @@ def run_check(request: CheckRequest) -> int:
         capacity_bytes=request.capacity,
         max_growth_bytes=request.max_growth_bytes,
         max_increase=request.max_increase or NO_INCREASE,
+        tpu=tuple(t.name for t in request.tpu),
     )
     imbalance = request.max_imbalance
-    if not limits.any() and request.baseline is None and imbalance is None:
+    if not limits.any() and request.baseline is None and imbalance is None and not limits.tpu:
         raise TpumemError(
             "nothing to check: give --max-peak, --max-fragmentation, --capacity, "
-            "--max-growth, --max-imbalance and/or --baseline"
+            "--max-growth, --max-imbalance, --tpu and/or --baseline"
         )
     with opened_run(list(request.paths)) as given:
+        compile_for_tpus(given.traces, request.tpu, quiet=True)
         if given.is_processes:
             if request.baseline is not None:
                 raise TpumemError("--baseline compares one trace with another: give one process's")

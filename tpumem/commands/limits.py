@@ -11,6 +11,7 @@ from tpumem.analysis.processes import ProcessRun
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.report.oom_rows import what, why
+from tpumem.report.tpu_tables import tpu_verdict
 from tpumem.units import format_bytes
 
 
@@ -22,6 +23,7 @@ class Limits:
     max_growth_bytes: int | None = None  # a step, after warm-up
     baseline: RunAnalysis | None = None  # the run this one may not rise above by more than
     max_increase: Increase = NO_INCREASE
+    tpu: tuple[str, ...] = ()  # topologies the run must fit, as XLA:TPU compiled it
 
     def any(self) -> bool:
         return any(
@@ -60,9 +62,9 @@ def breach_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
 
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep)."""
-    lines = []
+    lines = _tpu_breaches(analysis, limits.tpu)
     if not analysis.devices and limits.any():
-        return ["no allocation events in the trace: nothing shows the limits were kept"]
+        return [*lines, "no allocation events in the trace: nothing shows the limits were kept"]
     for check in analysis.capacity:
         if check.failure is not None:
             lines.append(
@@ -92,6 +94,20 @@ def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
             )
     if limits.baseline is not None:
         lines += _baseline_breaches(analysis, limits.baseline, limits.max_increase)
+    return lines
+
+
+def _tpu_breaches(analysis: RunAnalysis, topologies: tuple[str, ...]) -> list[str]:
+    """Each slice asked for that the run does not fit, or that nothing shows it fits."""
+    lines = []
+    for topology in topologies:
+        target = next((t for t in analysis.tpu if t.topology == topology), None)
+        if target is None or target.fit is None:
+            lines.append(
+                f"{topology}: no program of the run compiled by XLA:TPU, so nothing shows it fits"
+            )
+        elif not target.fit.fits:
+            lines.append(tpu_verdict(target) or topology)
     return lines
 
 

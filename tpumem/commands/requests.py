@@ -68,6 +68,7 @@ class CheckRequest:
     baseline: Path | None = None
     max_increase: Increase | None = None  # None: not given (0 where --baseline is)
     max_imbalance: Increase | None = None
+    tpu: tuple[Topology, ...] = ()  # slices the run must fit, compiled by XLA:TPU
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

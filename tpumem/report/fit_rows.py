@@ -21,8 +21,16 @@ FIT_EXPLANATION = (
 )
 
 
+# The title of a fit table answered by XLA:TPU alone (a run that allocated nothing:
+# its programs were compiled, never run).
+FIT_COMPILED = "Would it fit? Each TPU slice, per chip, as XLA:TPU compiled the programs"
+
+
 def fit_title(device: str | None = None) -> str:
-    """The fit table's title: of one run's device, or of runs side by side."""
+    """The fit table's title: of one run's device ("" for a run with none, whose
+    table is XLA:TPU's alone), or of runs side by side (None)."""
+    if device == "":
+        return FIT_COMPILED
     return f"Would it fit? {device}: {FIT_NEEDED}" if device else f"Would it fit? {FIT_NEEDED}"
 
 
@@ -46,7 +54,7 @@ def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     rows: list[tuple[str, ...]] = []
     for row in fit.rows:
         cells: tuple[str, ...] = (
-            f"{row.accelerator} ({format_bytes(row.memory_bytes)})",
+            f"{row.accelerator} ({format_bytes(row.memory_bytes, 2 if row.compiled_for else 1)})",
             fit_answer(row),
             fit_setting(row),
         )
@@ -59,9 +67,13 @@ def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
 def fit_answer(row: FitRow) -> str:
     """One accelerator's answer: fits or not, and the share and bytes it needs."""
     verdict = "fits" if row.fits else "does not fit"
-    answer = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
     if row.compiled_for:
-        return f"{answer}: compiled for {row.compiled_for} by XLA:TPU, per chip"
+        return (
+            f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes, 2)} of "
+            f"{format_bytes(row.memory_bytes, 2)}): compiled for {row.compiled_for} by XLA:TPU, "
+            "per chip"
+        )
+    answer = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
     return answer + (" (estimate)" if row.kind == "tpu" else "")
 
 
@@ -124,11 +136,39 @@ def _large_padding(padding: LayoutPadding) -> str:
 def _tpu_compiled(target: TpuTarget) -> str:
     tpu = target.fit
     assert tpu is not None  # (noted only for a target XLA:TPU answered)
-    what = "running at the peak" if tpu.running_at_peak else "the largest; none ran at the peak"
-    return (
-        f"TPU {target.generation}: compiled for {target.topology} by XLA:TPU: "
-        f"{short_program_name(tpu.program or '')} ({what}) "
-        f"{format_bytes(tpu.program_bytes)} per chip with its "
-        f"code, + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
+    program = short_program_name(tpu.program or "")
+    head = f"TPU {target.generation}: compiled for {target.topology} by XLA:TPU: "
+    if tpu.refused:
+        return f"{head}XLA:TPU refused {program}: it does not fit a chip ({budget_words(target)})"
+    if tpu.running_at_peak:
+        what = f"{program} (running at the peak)"
+    elif tpu.arrays_bytes:
+        what = f"{program} (the largest; none ran at the peak)"
+    else:
+        what = f"{program} (the largest program, with its arguments)"
+    arrays = (
+        f", + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
         f"({tpu.arrays_label}, in TPU layouts)"
+        if tpu.arrays_bytes
+        else ""
+    )
+    return (
+        f"{head}{what} {format_bytes(tpu.program_bytes)} per chip with its code{arrays}; "
+        f"{budget_words(target)}"
+    )
+
+
+def budget_words(target: TpuTarget) -> str:
+    """What a chip may hold, and where that figure is from."""
+    tpu = target.fit
+    assert tpu is not None
+    if target.budget is not None:
+        release = target.budget.libtpu or "of unknown release"
+        return (
+            f"a chip may hold {format_bytes(tpu.usable_bytes, 2)}: XLA:TPU's own limit, "
+            f"measured from libtpu {release}"
+        )
+    return (
+        f"a chip holds {format_bytes(tpu.usable_bytes)} on the datasheet; XLA:TPU allows "
+        "less (its limit was not measured for this trace: compile it again with --tpu)"
     )

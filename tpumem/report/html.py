@@ -26,7 +26,7 @@ from tpumem.report.fit_rows import FIT_EXPLANATION, fit_answer, fit_capacity, fi
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
 from tpumem.report.page_words import PAGE_WORDS
 from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
-from tpumem.report.tpu_tables import tpu_notes, tpu_title
+from tpumem.report.tpu_tables import tpu_notes, tpu_title, tpu_verdict
 
 MAX_GROUPS = 1000  # rows of the peak breakdown table per device
 MAX_STACKS = 2000  # call stacks drawn in the flame graph per device; the rest as one
@@ -76,6 +76,7 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     for target, compiled in zip(body["tpu"], analysis.tpu, strict=True):
         target["title"] = tpu_title(compiled, limit=None)  # the page lists every program
         target["notes"] = tpu_notes(compiled)
+        target["verdict_text"] = tpu_verdict(compiled)
     for device in body["devices"]:
         groups = device["peak"]["groups"]
         device["peak"]["groups_total"] = len(groups)

@@ -33,9 +33,11 @@ from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.series import DeviceSeries
 from tpumem.analysis.stacks import StackBytes
 from tpumem.analysis.timeline import Timeline
-from tpumem.analysis.tpu import TpuTarget
+from tpumem.analysis.tpu import TpuRefused, TpuTarget
 from tpumem.analysis.waste import InternalWaste
+from tpumem.hlo.refusals import Figure
 from tpumem.report.fit_rows import fit_note
+from tpumem.report.tpu_tables import tpu_verdict
 from tpumem.trace.tpu_rows import MEMORY_FIELDS
 
 SCHEMA = "tpumem-report/1"
@@ -89,6 +91,11 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
         "failed": [
             {"name": f.module, "program_id": f.program_id, "error": f.error} for f in target.failed
         ],
+        "refused": [_refused(r) for r in target.refused],
+        "budget": None
+        if target.budget is None
+        else {"usable_bytes": target.budget.usable_bytes, "libtpu": target.budget.libtpu},
+        "verdict": tpu_verdict(target),
         "fit": None
         if fit is None
         else {
@@ -98,7 +105,34 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
             "arrays_bytes": fit.arrays_bytes,
             "arrays_label": fit.arrays_label,
             "need_bytes": fit.need_bytes,
+            "usable_bytes": fit.usable_bytes,
+            "usable_label": fit.usable_label,
+            "fits": fit.fits,
+            "spare_bytes": fit.spare_bytes,
+            "refused": fit.refused,
         },
+    }
+
+
+def _refused(refused: TpuRefused) -> dict[str, Any]:
+    """XLA:TPU's figures as its message rounds them, and the message whole."""
+    figures = refused.refusal
+
+    def figure(value: Figure | None) -> dict[str, int] | None:
+        return (
+            None
+            if value is None
+            else {"bytes": value.bytes, "rounding_bytes": value.rounding_bytes}
+        )
+
+    return {
+        "name": refused.name,
+        "program_id": refused.compile.program_id,
+        "chips": refused.compile.partitions,
+        "needed": figure(figures.needed),
+        "available": figure(figures.available),
+        "over": figure(figures.over),
+        "message": refused.message,
     }
 
 

@@ -40,6 +40,7 @@ from tpumem.report.tpu_tables import (
     tpu_peak_rows,
     tpu_program_rows,
     tpu_title,
+    tpu_verdict,
 )
 
 
@@ -83,6 +84,9 @@ def _device(device: DeviceAnalysis) -> list[str]:
 
 def _tpu(target: TpuTarget) -> list[str]:
     lines = ["", f"## {_cell(tpu_title(target))}", ""]
+    verdict = tpu_verdict(target)
+    if verdict is not None:
+        lines += [f"**{_cell(verdict)}**", ""]
     lines += md_table(TPU_HEADERS, tpu_program_rows(target))
     tpu_peak = tpu_peak_rows(target)
     if tpu_peak is not None:

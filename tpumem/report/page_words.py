@@ -18,7 +18,7 @@ from tpumem.report.live_rows import GROUP_HEADERS, NO_STACK
 from tpumem.report.program_rows import BUFFER_HEADERS, PADDING_SUFFIX, PROGRAM_HEADERS
 from tpumem.report.run_report import PROCESS_HEADERS, PROCESSES_TITLE, SPREAD_HEADERS, SPREAD_TITLE
 from tpumem.report.sections import NO_EVENTS_TEXT
-from tpumem.report.tpu_tables import TPU_HEADERS
+from tpumem.report.tpu_tables import REFUSED_NEED, TPU_HEADERS
 
 PAGE_WORDS: dict[str, object] = {
     # Column titles: the text report's own (lists).
@@ -55,6 +55,7 @@ PAGE_WORDS: dict[str, object] = {
     "fragmentation_series": "fragmentation ({})",
     "heap_series": "heap (arguments, outputs, constants and live temporaries)",
     "padding_suffix": PADDING_SUFFIX,
+    "refused_need": REFUSED_NEED,
     "program_peak_title": "{}: {} at its peak",
     "program_peak_at": " (at {})",
     "whole_program_note": "{} live the whole program (arguments {}, outputs {}); x: the heap "

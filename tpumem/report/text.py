@@ -45,6 +45,7 @@ from tpumem.report.tpu_tables import (
     tpu_peak_rows,
     tpu_program_rows,
     tpu_title,
+    tpu_verdict,
 )
 from tpumem.units import format_bytes, format_seconds
 
@@ -161,6 +162,10 @@ def _other_devices(console: Console, brief: list[tuple[str, ...]]) -> None:
 
 
 def _tpu(console: Console, target: TpuTarget) -> None:
+    verdict = tpu_verdict(target)
+    if verdict is not None:
+        fits = target.fit is not None and target.fit.fits
+        console.print(Text(verdict, style="bold green" if fits else "bold red"))
     _table(console, tpu_title(target), TPU_HEADERS, tpu_program_rows(target))
     peak = tpu_peak_rows(target)
     if peak is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
+from tpumem.report.fit_rows import budget_words
 from tpumem.report.program_rows import TOP_PROGRAMS, buffer_rows
 from tpumem.units import format_bytes
 
@@ -20,10 +21,13 @@ TPU_HEADERS = (
     "padding at peak",
 )
 
+# A refused program's need, as XLA:TPU says it ({}).
+REFUSED_NEED = "{} (refused)"
+
 
 def tpu_title(target: TpuTarget, limit: int | None = TOP_PROGRAMS) -> str:
     """The section's title; `limit`: the programs listed (None: all)."""
-    count = len(target.programs) + len(target.failed)
+    count = len(target.programs) + len(target.failed) + len(target.refused)
     shown = len(target.programs) if limit is None else min(len(target.programs), limit)
     more = f", the {shown} largest shown" if len(target.programs) > shown else ""
     kind = f" ({target.device_kind})" if target.device_kind else ""
@@ -33,8 +37,52 @@ def tpu_title(target: TpuTarget, limit: int | None = TOP_PROGRAMS) -> str:
     )
 
 
+def tpu_verdict(target: TpuTarget) -> str | None:
+    """The answer for the slice, first: fits or not, by how much, against what."""
+    tpu = target.fit
+    if tpu is None:
+        return None
+    spare = tpu.spare_bytes
+    share = abs(spare) / tpu.usable_bytes
+    if tpu.refused:
+        refused = next(r for r in target.refused if r.name == tpu.refused)
+        figures = refused.refusal
+        needed = format_bytes(figures.needed.bytes, 2) if figures.needed else "more"
+        allowed = (
+            format_bytes(figures.available.bytes, 2) if figures.available else "what it allows"
+        )
+        over = f": over by {format_bytes(figures.over.bytes, 2)}" if figures.over else ""
+        more = f" ({len(target.refused) - 1:,} more refused)" if len(target.refused) > 1 else ""
+        return (
+            f"DOES NOT FIT on {target.topology}: XLA:TPU refused "
+            f"{short_program_name(refused.name)}{more}: it needs {needed} of the {allowed} a "
+            f"chip may hold{over} ({share:.1%}), XLA:TPU's own figures"
+        )
+    words = budget_words(target)
+    if tpu.fits:
+        return (
+            f"FITS on {target.topology}: a chip needs {format_bytes(tpu.need_bytes, 2)}, "
+            f"{format_bytes(spare, 2)} ({share:.1%}) to spare; {words}"
+        )
+    return (
+        f"DOES NOT FIT on {target.topology}: a chip needs {format_bytes(tpu.need_bytes, 2)}, "
+        f"over by {format_bytes(-spare, 2)} ({share:.1%}); {words}"
+    )
+
+
 def tpu_program_rows(target: TpuTarget, limit: int = TOP_PROGRAMS) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
+    for refused in target.refused:
+        # What XLA:TPU said it needs; its plan was never made, so no more.
+        needed = refused.refusal.needed
+        rows.append(
+            (
+                short_program_name(refused.name),
+                str(refused.compile.partitions),
+                REFUSED_NEED.format(format_bytes(needed.bytes) if needed else "-"),
+                *["-"] * (len(TPU_HEADERS) - 3),
+            )
+        )
     for program in target.programs[:limit]:
         rows.append(
             (
@@ -56,8 +104,14 @@ def tpu_notes(target: TpuTarget) -> list[str]:
     """What did not compile, and why (what a chip needs for the run is the fit
     table's, with its note)."""
     notes = [
-        f"{short_program_name(failed.module)}: not compiled for {target.topology}: {failed.error}"
+        f"{short_program_name(failed.module)}: not compiled for {target.topology}: "
+        f"{_first_line(failed.error)}"
         for failed in target.failed
+    ]
+    notes += [
+        f"{short_program_name(refused.name)}: XLA:TPU refused it for {target.topology}, "
+        f"in its words:\n{refused.message}"
+        for refused in target.refused
     ]
     if any(p.heap is not None and not p.heap.has_heap_trace for p in target.programs):
         notes.append(
@@ -78,3 +132,7 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
         f"{format_bytes(top.padding_bytes)} of it TPU layout padding; largest first"
     )
     return title, buffer_rows(top.heap)
+
+
+def _first_line(error: str | None) -> str:
+    return (error or "").strip().partition("\n")[0]

@@ -27,11 +27,19 @@ from pathlib import Path
 from tpumem.errors import TpumemError
 from tpumem.hlo.schema import HloError, parse_hlo_proto
 from tpumem.hlo.shardings import partitions
+from tpumem.tpu.budget_cache import cached_budget, remember_budget
 from tpumem.tpu.topology import Topology
 from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import TPU
-from tpumem.trace.tpu_rows import TpuCompile, compile_row_text, read_tpu_row, tpu_rows
+from tpumem.trace.tpu_rows import (
+    TpuBudget,
+    TpuCompile,
+    budget_row_text,
+    compile_row_text,
+    read_tpu_row,
+    tpu_rows,
+)
 
 LIBTPU_VARIABLE = "TPUMEM_LIBTPU"
 NEEDS = (
@@ -61,8 +69,26 @@ def libtpu_path() -> str | None:
     return str(beside) if (beside / "libtpu").is_dir() else None
 
 
-def compiled_topologies(trace: Trace) -> set[str]:
-    return {row.topology for row in tpu_rows(trace)}
+def libtpu_version(libtpu: str) -> str:
+    """The release of the libtpu at `libtpu` (libtpu_path's answer); "" unknown."""
+    if libtpu == "":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("libtpu")
+        except PackageNotFoundError:
+            return ""
+    found = sorted(Path(libtpu).glob("libtpu-*.dist-info"))
+    return found[-1].name[len("libtpu-") : -len(".dist-info")] if found else ""
+
+
+def compiled_topologies(trace: Trace) -> dict[str, bool]:
+    """The topologies the trace's programs were compiled for, each with whether
+    XLA:TPU's budget for it is there too (traces of tpumem before 0.x lack it)."""
+    found: dict[str, bool] = {}
+    for row in tpu_rows(trace):
+        found[row.topology] = found.get(row.topology, False) or isinstance(row, TpuBudget)
+    return found
 
 
 def _programs(trace: Trace, directory: Path) -> tuple[list[dict], dict[str, list[dict]]]:
@@ -145,8 +171,11 @@ def compile_for_tpu(
     from tpumem.trace.amend import append_rows, check_whole
 
     refuse_live(trace_path)
-    if topology.name in compiled_topologies(trace):
+    compiled_before = compiled_topologies(trace)
+    if compiled_before.get(topology.name):
         return CompileOutcome(0, 0, 0.0, already=True)
+    # Compiled before XLA:TPU's budget was kept: the budget alone is added.
+    budget_only = topology.name in compiled_before
     # The compiles are kept in the trace: only in a whole one, where a reader finds them.
     if trace.damaged:
         raise TpumemError(
@@ -159,8 +188,8 @@ def compile_for_tpu(
         raise TpumemError(NEEDS)
     with tempfile.TemporaryDirectory(prefix="tpumem-tpu-") as work:
         directory = Path(work)
-        distinct, every = _programs(trace, directory)
-        if not distinct:
+        distinct, every = ([], {}) if budget_only else _programs(trace, directory)
+        if not distinct and not budget_only:
             raise TpumemError(
                 f"{trace_path}: no program to compile for a TPU: the trace holds no "
                 "program's HLO as its framework handed it to XLA (recorded by tpumem "
@@ -168,24 +197,33 @@ def compile_for_tpu(
             )
         (directory / "dump").mkdir()
         out = directory / "compiled.jsonl"
+        release = libtpu_version(libtpu)
+        known = cached_budget(release, topology.generation)
         request = {
             "topology": topology.name,
             "dims": list(topology.dims),
             "programs": distinct,
-            "arrays": _shapes(trace),
+            "arrays": [] if budget_only else _shapes(trace),
             "dump_dir": str(directory / "dump"),
             "out": str(out),
+            "measure_budget": known is None,
         }
         (directory / "request.json").write_text(json.dumps(request))
         start = time.perf_counter()
-        returncode, error = _run(directory, libtpu, len(distinct), topology, quiet)
+        returncode, error = 0, ""
+        if distinct or known is None:  # (else the cache answers all that is asked)
+            returncode, error = _run(directory, libtpu, len(distinct), topology, quiet)
         seconds = time.perf_counter() - start
         lines = out.read_text().splitlines() if out.exists() else []
+    if known is not None:
+        lines.append(budget_row_text(TpuBudget(topology.name, known, release)))
     rows, failed, compiled = [], 0, 0
     for line in lines:
         record = read_tpu_row(line)
         if record is None:
             continue
+        if isinstance(record, TpuBudget) and known is None:
+            remember_budget(record.libtpu or release, topology.generation, record.usable_bytes)
         texts = [line]
         if isinstance(record, TpuCompile) and compiled < len(distinct):
             # One line per distinct program, in the request's order: every program
@@ -198,7 +236,7 @@ def compile_for_tpu(
     if rows:
         refuse_live(trace_path)  # (a run given its name with --force meanwhile)
         append_rows(trace_path, rows)
-    if returncode != 0 and not compiled:
+    if returncode != 0 and (distinct or budget_only) and not compiled:
         raise TpumemError(f"compiling for {topology.name} failed: {error}")
     failed += len(distinct) - compiled  # those a killed compile never reached
     return CompileOutcome(len(distinct), failed, seconds)

@@ -24,7 +24,24 @@ LONGEST_2D_AXIS = 16
 # ASCII digits only (Python's \d takes any script's digits, which libtpu does
 # not read), at most 5 of them: more name no axis of any slice.
 _NAME = re.compile(r"^(v[0-9]+[a-z]?):([0-9]{1,5}(?:x[0-9]{1,5}){1,2})$")
-EXAMPLES = "v5e:1x1, v5e:2x2, v6e:2x4, v4:2x2x1, v5p:2x2x1"
+# Cloud TPU's slice names: a generation (v5litepod is v5e's accelerator type) and
+# a count: chips for v5e and v6e, TensorCores for v4 and v5p (two a chip, so
+# v5p-8 is 4 chips).
+_SLICE = re.compile(r"^(v4|v5p|v5e|v5litepod|v6e)-([0-9]{1,5})$")
+_CORES_PER_CHIP = {"v4": 2, "v5p": 2, "v5e": 1, "v6e": 1}
+# The 2D slices Cloud TPU offers (v5e and v6e), by chips.
+_SHAPES_2D = {
+    1: (1, 1),
+    4: (2, 2),
+    8: (2, 4),
+    16: (4, 4),
+    32: (4, 8),
+    64: (8, 8),
+    128: (8, 16),
+    256: (16, 16),
+}
+EXAMPLES = "v5e:1x1, v5e:2x4, v4:2x2x1, v5p:2x2x2"
+SLICE_EXAMPLES = "v5e-8, v5p-8, v6e-256"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +55,46 @@ class Topology:
         return math.prod(self.dims)
 
 
+def _slice_dims(text: str, generation: str, count: int) -> list[int]:
+    """A Cloud slice's chips per axis: v5e and v6e as Cloud TPU lays them out; a
+    3D torus from 2x2x1, its shortest axis doubled (the last of equals), which
+    gives Cloud's v4 and v5p shapes (2x2x2, 2x2x4, 2x4x4, 4x4x4, ...)."""
+    per_chip = _CORES_PER_CHIP[generation]
+    chips, odd = divmod(count, per_chip)
+    if GENERATIONS[generation] == 2:
+        if odd or chips not in _SHAPES_2D:
+            sizes = ", ".join(f"{generation}-{n}" for n in _SHAPES_2D)
+            raise TpumemError(f"--tpu {text!r}: {generation} slices are {sizes}")
+        return list(_SHAPES_2D[chips])
+    if odd or chips < 4 or chips & (chips - 1):
+        raise TpumemError(
+            f"--tpu {text!r}: a {generation} slice name counts TensorCores, two a chip, "
+            f"in powers of two from {generation}-8 (4 chips); name another shape by its "
+            f"chips per axis, e.g. {generation}:4x4x12"
+        )
+    dims = [2, 2, 1]
+    while dims[0] * dims[1] * dims[2] < chips:
+        shortest = min(dims)
+        axis = max(i for i, d in enumerate(dims) if d == shortest)
+        dims[axis] *= 2
+    return dims
+
+
 def parse_topology(text: str) -> Topology:
-    """`text` as a Topology; TpumemError naming the accepted forms otherwise."""
+    """`text` (a libtpu topology, `v5e:2x4`, or a Cloud slice name, `v5e-8`) as a
+    Topology; TpumemError naming the accepted forms otherwise."""
+    cloud = _SLICE.match(text.strip().lower())
+    if cloud is not None:
+        generation = "v5e" if cloud.group(1) == "v5litepod" else cloud.group(1)
+        dims = _slice_dims(text, generation, int(cloud.group(2)))
+        return parse_topology(f"{generation}:{'x'.join(map(str, dims))}")
     match = _NAME.match(text.strip().lower())
     generation = match.group(1) if match else None
     if match is None or generation not in GENERATIONS:
         raise TpumemError(
-            f"--tpu {text!r}: not a TPU topology tpumem knows; give a generation "
-            f"({', '.join(GENERATIONS)}) and its chips per axis, e.g. {EXAMPLES}"
+            f"--tpu {text!r}: not a TPU topology tpumem knows; give a Cloud TPU slice "
+            f"({SLICE_EXAMPLES}) or a generation ({', '.join(GENERATIONS)}) and its chips "
+            f"per axis ({EXAMPLES})"
         )
     dims = [int(d) for d in match.group(2).split("x")]
     axes = GENERATIONS[generation]

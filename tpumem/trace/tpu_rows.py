@@ -1,7 +1,8 @@
 """What `--tpu` learned from XLA:TPU, as `tpu` rows: one per program compiled for a
 topology (XLA:TPU's memory analysis, its optimized HloProto with the TPU buffer
 assignment, the compile's seconds, or why it failed), and one per topology with
-the bytes each array shape of the run takes in its TPU layout."""
+the bytes each array shape of the run takes in its TPU layout, and one with the
+bytes of a chip XLA:TPU lets a program use (its budget, measured from libtpu)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ class TpuLayouts:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class TpuBudget:
+    """The most one program may need on a chip of the topology, as XLA:TPU
+    decides (adapters/tpu_budget.py), and the libtpu that decided it."""
+
+    topology: str
+    usable_bytes: int
+    libtpu: str  # libtpu's version
+    device_kind: str = ""
+    seconds: float = 0.0  # 0 where it came from tpumem's cache of earlier measures
+
+
 def compile_row_text(compiled: TpuCompile) -> str:
     return json.dumps(
         {
@@ -72,6 +85,20 @@ def layouts_row_text(layouts: TpuLayouts) -> str:
     return json.dumps({"topology": layouts.topology, "arrays": arrays, "seconds": layouts.seconds})
 
 
+def budget_row_text(budget: TpuBudget) -> str:
+    return json.dumps(
+        {
+            "topology": budget.topology,
+            "budget": {
+                "usable_bytes": budget.usable_bytes,
+                "libtpu": budget.libtpu,
+                "device_kind": budget.device_kind,
+            },
+            "seconds": budget.seconds,
+        }
+    )
+
+
 def _int(value: object, default: int | None = None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
@@ -80,13 +107,28 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def read_tpu_row(text: object) -> TpuCompile | TpuLayouts | None:
+TpuRow = TpuCompile | TpuLayouts | TpuBudget
+
+
+def read_tpu_row(text: object) -> TpuRow | None:
     """A row's record; None for one cut short or not of this form."""
     record = parse_object(text)
     if record is None or not isinstance(record.get("topology"), str):
         return None
     seconds = record.get("seconds")
     seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
+    budget = record.get("budget")
+    if isinstance(budget, dict):
+        usable = _int(budget.get("usable_bytes"))
+        if usable is None or usable <= 0:
+            return None
+        return TpuBudget(
+            record["topology"],
+            usable,
+            _str(budget.get("libtpu")),
+            _str(budget.get("device_kind")),
+            seconds,
+        )
     if isinstance(record.get("arrays"), list):
         sizes = {}
         for array in record["arrays"]:
@@ -114,7 +156,7 @@ def read_tpu_row(text: object) -> TpuCompile | TpuLayouts | None:
     )
 
 
-def tpu_rows(trace: Trace) -> list[TpuCompile | TpuLayouts]:
+def tpu_rows(trace: Trace) -> list[TpuRow]:
     """Every readable `tpu` row, in the order written."""
     rows = [read_tpu_row(t) for t in trace.texts_at(np.flatnonzero(trace.is_kind(TPU)))]
     return [row for row in rows if row is not None]

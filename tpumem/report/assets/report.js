@@ -516,11 +516,20 @@
     const part = el("div");
     for (const target of run.tpu) {
       part.appendChild(el("h2", {}, target.title));
+      if (target.verdict_text) {
+        const fits = target.fit && target.fit.fits;
+        part.appendChild(el("div", { class: fits ? "banner" : "banner failed" }, target.verdict_text));
+      }
       const columns = heads("tpu_headers").map((title, k) => ({ title, numeric: k > 0 }));
       const sized = (n) => ({ text: bytes(n), sort: n || 0 });
       const rows = target.programs.map((p) => [{ text: p.name, sort: p.name }, { text: count(p.chips), sort: p.chips },
         sized(p.need_bytes), sized(p.argument_bytes), sized(p.output_bytes), sized(p.alias_bytes), sized(p.hbm_temp_bytes),
         sized(p.generated_code_bytes), p.heap ? sized(p.padding_at_peak_bytes) : { text: "-", sort: -1 }]);
+      // Refused: XLA:TPU's own need, and no plan to break down.
+      const refused = target.refused.map((r) => [{ text: r.name, sort: r.name }, { text: count(r.chips), sort: r.chips },
+        { text: say("refused_need", r.needed ? bytes(r.needed.bytes) : "-"), sort: r.needed ? r.needed.bytes : 0 },
+        ...columns.slice(3).map(() => ({ text: "-", sort: -1 }))]);
+      rows.unshift(...refused);
       part.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
       for (const note of target.notes) part.appendChild(el("p", { class: "note" }, note));
       const planned = target.programs.filter((p) => p.heap);
