@@ -12,10 +12,8 @@ before the script sees the environment.
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,33 +21,7 @@ from typing import Any
 from tpumem.adapters.import_watch import imported_frameworks
 from tpumem.adapters.launch_protocol import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig, tell
 from tpumem.adapters.run_header import run_metadata
-
-
-def _run_target(config: RunConfig) -> None:
-    if config.module:
-        sys.argv = [config.target, *config.args]  # runpy puts the module's file first
-        sys.path[0] = os.getcwd()
-        runpy.run_module(config.target, run_name="__main__", alter_sys=True)
-        return
-    path = os.path.abspath(config.target)
-    sys.argv = [config.target, *config.args]
-    sys.path[0] = os.path.dirname(os.path.realpath(path))
-    with open(path, "rb") as handle:
-        code = compile(handle.read(), path, "exec", dont_inherit=True)
-    main = types.ModuleType("__main__")
-    main.__file__ = path  # absolute, as Python 3.9+ sets it for a script
-    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
-    sys.modules["__main__"] = main
-    exec(code, main.__dict__)
-
-
-def _user_traceback(error: BaseException) -> types.TracebackType | None:
-    """The traceback from the user's code down, as `python script.py` prints it."""
-    tb = error.__traceback__
-    ours = (__file__, runpy.__file__)
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
-        tb = tb.tb_next
-    return tb
+from tpumem.adapters.script_target import run_target, user_traceback
 
 
 def _exit_code(code: object) -> int:
@@ -136,7 +108,7 @@ class _Recording:
                 )
                 target = self.name.descriptor
             self.writer = TraceWriter(target, metadata)
-            end_walks_at(_run_target.__code__)  # the frames beyond it are this runner's
+            end_walks_at(run_target.__code__)  # the frames beyond it are this runner's
             self.adapter = adapter_class(options)
             if self.name is not None:
                 self.adapter.identified = self.name.settle
@@ -258,7 +230,7 @@ def main() -> None:
     code, error = 0, None
     ending: dict[str, Any] = {"code": 0}
     try:
-        _run_target(config)
+        run_target(config.target, config.args, config.module)
     except _AdapterFailed:
         sys.stdout.flush()
         sys.exit(ADAPTER_FAILED)
@@ -290,7 +262,7 @@ def main() -> None:
         if recording is not None:
             recording.say_failure()
     if error is not None:
-        trimmed = _user_traceback(error)
+        trimmed = user_traceback(error, __file__)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
         if isinstance(error, KeyboardInterrupt):
             # As Python does: die by the signal, so the parent sees how it ended.

@@ -217,6 +217,7 @@ LANES: dict[str, Lanes] = {
             UNIT: ["test_libtpu_is_where_only_tpumem_looks"],
         },
     ),
+    "test_fit.py": FRAMEWORKS,
     "test_tpu_verdict.py": UNIT,
     "test_tpu_verdict_real.py": FRAMEWORKS,
     "test_trace_file.py": UNIT,

@@ -163,7 +163,17 @@ FLOORS = {
 }
 # The commands: each is one module, which imports no other (what two of them
 # share lives in a module of its own beside them).
-COMMANDS = ("check", "compare", "diff", "export", "import_", "install_libtpu", "profile", "report")
+COMMANDS = (
+    "check",
+    "compare",
+    "diff",
+    "export",
+    "fit",
+    "import_",
+    "install_libtpu",
+    "profile",
+    "report",
+)
 ROOTS = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
 
 

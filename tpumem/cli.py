@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn, Optional
 import typer
 from typer import core as typer_core
 
-from tpumem import __version__
+from tpumem import __version__, cli_tpu
 from tpumem.cli_options import (
     Capacity,
     CheckCapacity,
@@ -502,24 +502,15 @@ def export_tensorboard_command(
     run_export(ExportRequest(paths=tuple(traces), logdir=logdir, run=run, force=force))
 
 
-@app.command("install-libtpu", short_help="Install XLA:TPU for --tpu, for tpumem alone.")
-def install_libtpu(
-    target: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--target",
-            metavar="DIR",
-            help="Where to put it (default: libtpu/ in tpumem's environment).",
-        ),
-    ] = None,
-) -> None:
-    """Install libtpu (XLA:TPU, about 700 MB; the release the installed JAX names)
-    where only tpumem's compile for --tpu looks: not in site-packages, where every
-    `import jax` would load it and, without a TPU, print start-up errors."""
-    from tpumem.commands.install_libtpu import run_install_libtpu
-    from tpumem.commands.requests import InstallLibtpuRequest
-
-    raise typer.Exit(run_install_libtpu(InstallLibtpuRequest(target=target)))
+# The TPU slice commands: their options are declared in cli_tpu.py.
+app.command(
+    "fit",
+    short_help="Will the script fit on a TPU slice: compiled by XLA:TPU, never run.",
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)(cli_tpu.fit)
+app.command("install-libtpu", short_help="Install XLA:TPU for --tpu, for tpumem alone.")(
+    cli_tpu.install_libtpu
+)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

@@ -30,6 +30,10 @@ from tpumem.hlo.schema import HloError
 from tpumem.trace.model import Trace
 from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, TpuLayouts, TpuRow, tpu_rows
 
+# How `tpumem fit` counts the arrays a script held beside a program's arguments:
+# each stand-in's shard on one chip, at its shape's bytes (no TPU layout padding).
+BESIDE = "held beside its arguments, unpadded"
+
 
 @dataclass(frozen=True, slots=True)
 class TpuProgram:
@@ -252,10 +256,13 @@ def tpu_fit(
     else:
         need = arrays + counted.need_bytes
     # Never below a program's own need: its arguments are on the chip while it
-    # runs, whether or not the run ever held them as arrays.
-    largest = target.programs[0]
-    if largest.need_bytes > need:
-        counted, program, arrays, need = largest, None, 0, largest.need_bytes
+    # runs, whether or not the run ever held them as arrays; with what `tpumem fit`
+    # saw the script hold beside them as it called the program.
+    largest = max(target.programs, key=lambda p: p.need_bytes + (p.compile.outside_bytes or 0))
+    beside = largest.compile.outside_bytes or 0
+    if largest.need_bytes + beside > need:
+        counted, program, arrays = largest, None, beside
+        need, label = largest.need_bytes + beside, BESIDE
     return TpuFit(
         program=counted.name,
         running_at_peak=program is not None,

@@ -107,3 +107,17 @@ class ImportRequest:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstallLibtpuRequest:
     target: Path | None = None  # None: libtpu/ in tpumem's environment
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitRequest:
+    """`tpumem fit`: the script, compiled for each slice and never run."""
+
+    target: str  # the script (or, with module, the module's name)
+    args: tuple[str, ...] = ()
+    module: bool = False
+    tpu: tuple[Topology, ...] = ()
+    output: Path | None = None  # the trace (None: <script>.fit.tpumem here, numbered)
+    force: bool = False
+    width: int = DEFAULT_WIDTH
+    quiet: bool = False

@@ -7,7 +7,7 @@ from tpumem.analysis import advisor
 from tpumem.analysis.advisor import FitAdvice, FitNote, FitRow
 from tpumem.analysis.padding import MAX_ELEMENT_BITS, MAX_ELEMENTS, MAX_RANK, LayoutPadding
 from tpumem.analysis.programs import short_program_name
-from tpumem.analysis.tpu import TpuTarget
+from tpumem.analysis.tpu import BESIDE, TpuTarget
 from tpumem.units import format_bytes
 
 # What "Would it fit?" weighs, and what its setting is: every format's words.
@@ -142,16 +142,21 @@ def _tpu_compiled(target: TpuTarget) -> str:
         return f"{head}XLA:TPU refused {program}: it does not fit a chip ({budget_words(target)})"
     if tpu.running_at_peak:
         what = f"{program} (running at the peak)"
-    elif tpu.arrays_bytes:
+    elif tpu.arrays_bytes and tpu.arrays_label != BESIDE:
         what = f"{program} (the largest; none ran at the peak)"
     else:
         what = f"{program} (the largest program, with its arguments)"
-    arrays = (
-        f", + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
-        f"({tpu.arrays_label}, in TPU layouts)"
-        if tpu.arrays_bytes
-        else ""
-    )
+    arrays = ""
+    if tpu.arrays_bytes and tpu.arrays_label == BESIDE:
+        arrays = (
+            f", + {format_bytes(tpu.arrays_bytes)} of the script's other arrays as it called "
+            f"the program ({BESIDE})"
+        )
+    elif tpu.arrays_bytes:
+        arrays = (
+            f", + {format_bytes(tpu.arrays_bytes)} of arrays live at the peak outside it "
+            f"({tpu.arrays_label}, in TPU layouts)"
+        )
     return (
         f"{head}{what} {format_bytes(tpu.program_bytes)} per chip with its code{arrays}; "
         f"{budget_words(target)}"

@@ -12,6 +12,7 @@ from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.report.growth_rows import GROWTH_HOW, growth_text
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import (
+    COMPILED_ONLY,
     IMPORTED,
     TRACKED,
     CaptureSummary,
@@ -68,10 +69,11 @@ def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     ]
     if meta.process is not None:
         rows.append(("Process", process_text(meta)))
-    rows += [
-        ("Duration", format_seconds(analysis.duration_ns)),
-        ("Ended", _ending(meta, analysis.complete, analysis.running)),
-    ]
+    if meta.source != COMPILED_ONLY:
+        rows += [
+            ("Duration", format_seconds(analysis.duration_ns)),
+            ("Ended", _ending(meta, analysis.complete, analysis.running)),
+        ]
     if meta.capture is not None and meta.capture.chunks:
         rows.append(("Capture", _capture(meta.capture)))
     book = meta.extra.buffer_book if meta.extra is not None else None

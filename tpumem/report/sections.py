@@ -11,6 +11,7 @@ from typing import Any
 
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report.rows import devices_shown, failure_tables, run_rows
+from tpumem.trace.metadata import COMPILED_ONLY
 
 RUN = "run"  # the run's rows: list of (name, value, how)
 FAILURE = "failure"  # (title, live groups) of a failure
@@ -36,7 +37,7 @@ def report_sections(analysis: RunAnalysis) -> list[Section]:
     sections = [Section(RUN, run_rows(analysis))]
     sections += [Section(FAILURE, table) for table in failure_tables(analysis)]
     sections.append(Section(WARNINGS, tuple(analysis.warnings)))
-    if not analysis.devices:
+    if not analysis.devices and analysis.source != COMPILED_ONLY:
         sections.append(Section(NO_EVENTS, NO_EVENTS_TEXT))
     full, brief, note = devices_shown(analysis)
     if note:

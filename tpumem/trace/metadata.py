@@ -101,6 +101,9 @@ class CaptureSummary:
 
 # The source of a trace `tpumem import` wrote: its clock is the profiler's own.
 IMPORTED = "import"
+# A script compiled for TPU slices by `tpumem fit`, never run: no allocation,
+# no duration, no ending of its own.
+COMPILED_ONLY = "tpumem fit"
 # The source of a trace `tpumem.track` wrote: a block of a process that went on.
 TRACKED = "tpumem.track"
 

@@ -38,6 +38,9 @@ class TpuCompile:
     seconds: float = 0.0
     hlo: bytes | None = None  # XLA:TPU's optimized HloProto, buffer assignment included
     error: str | None = None
+    # `tpumem fit`: bytes per chip of the script's other arrays (stand-ins it still
+    # held, not this call's arguments) when the program was first called.
+    outside_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ def compile_row_text(compiled: TpuCompile) -> str:
             "seconds": compiled.seconds,
             "hlo_proto": None if compiled.hlo is None else pack(compiled.hlo),
             "error": compiled.error,
+            **({} if compiled.outside_bytes is None else {"outside_bytes": compiled.outside_bytes}),
         }
     )
 
@@ -153,6 +157,7 @@ def read_tpu_row(text: object) -> TpuRow | None:
         seconds=seconds,
         hlo=unpack(record.get("hlo_proto")),
         error=error if isinstance(error, str) else None,
+        outside_bytes=_int(record.get("outside_bytes")),
     )
 
 

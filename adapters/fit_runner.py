@@ -1,0 +1,145 @@
+"""The process `tpumem fit` starts: the user's script, compiled for a TPU slice
+and never run (`python -m tpumem.adapters.fit_runner REQUEST.json`).
+
+It runs the script as Python would (script_target.py). When the script's
+`import jax` finishes, it measures XLA:TPU's budget for a chip of the slice
+where tpumem's cache lacks it (tpu_budget.py) and makes the script's devices the
+slice's compile-only ones (jax/compile_only.py). Each compile, the budget and how
+the script ended are written to the request's output file, a JSON line each, as
+they happen. The parent set JAX_PLATFORMS, XLA_FLAGS and libtpu's path before
+this process started, as JAX reads them once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import linecache
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from tpumem.adapters.import_watch import ImportWatch
+from tpumem.adapters.script_target import run_target, user_traceback
+
+
+class NotJax(Exception):
+    """The script imported another framework first: `fit` compiles JAX's programs."""
+
+
+def _slice(request: dict[str, Any], out: TextIO) -> Any:
+    """The slice's compile-only devices, its budget measured where not known, and
+    the compile-only patches installed (just after `import jax` finished)."""
+    from jax.experimental import topologies
+
+    from tpumem.adapters.jax.compile_only import CompileOnly
+
+    name = request["topology"]
+    # libtpu says on stderr, as it starts, that this machine is no TPU VM: true, and
+    # not the script's to show. Said only where the slice's devices are not made.
+    with _quiet_stderr() as said:
+        try:
+            devices: list[Any] = topologies.get_topology_desc(
+                platform="tpu", topology_name=name, chips_per_host_bounds=request["dims"]
+            ).devices
+        except Exception:
+            said.append(True)
+            raise
+    if request.get("measure_budget"):
+        # Before the patches: the probes are plain compiles of their own.
+        from importlib.metadata import version
+
+        from tpumem.adapters.tpu_budget import measure
+        from tpumem.trace.tpu_rows import TpuBudget, budget_row_text
+
+        budget = measure(devices[0])
+        row = TpuBudget(
+            name, budget.usable_bytes, version("libtpu"), devices[0].device_kind, budget.seconds
+        )
+        out.write(budget_row_text(row) + "\n")
+        out.flush()
+    compile_only = CompileOnly(name, list(devices), out, request["dump_dir"])
+    compile_only.install()
+    return compile_only
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[list[bool]]:
+    """File descriptor 2 into a temporary file for the block (libtpu writes there
+    from C++); its text is put back on stderr where the block appends to the list."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        failed: list[bool] = []
+        try:
+            yield failed
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if failed:
+                caught.seek(0)
+                sys.stderr.write(caught.read().decode(errors="replace"))
+
+
+def _where(error: BaseException, script: str) -> str:
+    """The script's line the error came through (its innermost one), with its code."""
+    tb = user_traceback(error, __file__)
+    found = None
+    ours = os.path.dirname(os.path.abspath(__file__))
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name == script or not (name.startswith(sys.prefix) or name.startswith(ours)):
+            found = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = linecache.getline(found[0], found[1]).strip()
+    return f"{os.path.relpath(found[0])}:{found[1]}" + (f": {code}" if code else "")
+
+
+def main(request_path: str) -> int:
+    with open(request_path) as handle:
+        request = json.load(handle)
+    out = open(request["out"], "a")  # noqa: SIM115 (open for the whole run)
+    state: dict[str, Any] = {}
+
+    def begin(framework: str) -> Any:
+        if framework != "jax":  # (raised before its module runs: nothing of it loads)
+            state["framework"] = framework
+            raise NotJax(framework)
+        state["framework"] = "jax"
+        return lambda: state.update(compile_only=_slice(request, out))
+
+    watch = ImportWatch(begin, "jax" if request.get("framework") == "jax" else None)
+    watch.install()
+    script = os.path.abspath(request["target"])
+    ending: dict[str, Any] = {"how": "finished", "code": 0}
+    try:
+        run_target(request["target"], request["args"], bool(request.get("module")))
+    except NotJax as other:
+        ending = {"how": "framework", "framework": str(other)}
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        ending = {"how": "finished", "code": code}
+    except BaseException as error:  # the script stopped: where, and why
+        message = f"{type(error).__name__}: {error}".strip()
+        ending = {
+            "how": "stopped",
+            "error": message.splitlines()[0][:500] if message else type(error).__name__,
+            "where": _where(error, script),
+            # A value the script read from a stand-in: what was compiled stops there.
+            "read": "ShapeDtypeStruct" in message,
+        }
+    ending["framework"] = state.get("framework")
+    if "jax" in sys.modules:
+        ending["framework_version"] = getattr(sys.modules["jax"], "__version__", None)
+    out.write(json.dumps({"ending": ending}) + "\n")
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

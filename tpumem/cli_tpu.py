@@ -1,0 +1,93 @@
+"""The options of the TPU slice commands (`fit`, `install-libtpu`), registered on
+the command line by cli.py, and the call to what each does (tpumem/commands/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tpumem.cli_options import Tpu, Width
+from tpumem.commands.options import DEFAULT_WIDTH
+
+
+def fit(
+    target: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Argument(
+            metavar="SCRIPT",
+            help="The JAX script to compile (or, with -m, its first argument).",
+            show_default=False,
+        ),
+    ] = None,
+    args: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Argument(metavar="ARGS", help="Arguments for the script.", show_default=False),
+    ] = None,
+    module: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "-m",
+            metavar="MODULE",
+            help="Compile a module as `python -m` runs it.",
+            show_default=False,
+        ),
+    ] = None,
+    tpu: Tpu = None,
+    output: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="Trace file (default: <script>.fit.tpumem here, numbered if taken).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the trace file if it exists.")
+    ] = False,
+    width: Width = DEFAULT_WIDTH,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress lines.")] = False,
+) -> None:
+    """Will the script's model fit on each TPU slice (--tpu v5e-8, repeatable)? The
+    script sees the slice's TPU devices; each jitted call is compiled for them by
+    XLA:TPU, on this machine, and returns shaped stand-ins instead of running, so
+    nothing is computed and no device is needed. Exit status 1 where a slice does
+    not fit. Needs libtpu (tpumem install-libtpu)."""
+    from tpumem.commands.fit import run_fit
+    from tpumem.commands.requests import FitRequest
+    from tpumem.errors import TpumemError
+
+    if (target is None) == (module is None):
+        raise TpumemError("fit: give a script, or -m and a module")
+    request = FitRequest(
+        target=module or target or "",
+        args=tuple(([target] if module and target else []) + list(args or [])),
+        module=module is not None,
+        tpu=tuple(tpu or ()),
+        output=output,
+        force=force,
+        width=width,
+        quiet=quiet,
+    )
+    raise typer.Exit(run_fit(request))
+
+
+def install_libtpu(
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--target",
+            metavar="DIR",
+            help="Where to put it (default: libtpu/ in tpumem's environment).",
+        ),
+    ] = None,
+) -> None:
+    """Install libtpu (XLA:TPU, about 700 MB; the release the installed JAX names)
+    where only tpumem's compile for --tpu looks: not in site-packages, where every
+    `import jax` would load it and, without a TPU, print start-up errors."""
+    from tpumem.commands.install_libtpu import run_install_libtpu
+    from tpumem.commands.requests import InstallLibtpuRequest
+
+    raise typer.Exit(run_install_libtpu(InstallLibtpuRequest(target=target)))

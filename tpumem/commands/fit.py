@@ -1,0 +1,234 @@
+"""`tpumem fit SCRIPT --tpu SLICE`: will the script's model fit on that TPU slice,
+compiled by XLA:TPU and never run.
+
+For each slice, the script runs in a process of its own (adapters/fit_runner.py)
+that sees the slice's compile-only TPU devices: each jitted call is compiled for
+them and returns shaped stand-ins. What XLA:TPU said (each program's plan or its
+refusal, and its budget for a chip) becomes a trace (`<script>.fit.tpumem`), whose
+report answers per slice; the exit status is 1 where a slice does not fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tpumem.commands.requests import FitRequest
+from tpumem.errors import TpumemError
+
+
+def run_fit(request: FitRequest) -> int:
+    from tpumem.tpu.compile import NEEDS, libtpu_path, libtpu_version
+
+    if not request.tpu:
+        raise TpumemError("fit: give the slice to fit with --tpu (e.g. --tpu v5e-8)")
+    if not request.module:
+        _check_script(Path(request.target))
+    libtpu = libtpu_path()
+    if libtpu is None:
+        raise TpumemError(NEEDS.replace("--tpu needs", "fit needs"))
+    release = libtpu_version(libtpu)
+    rows: list[str] = []
+    notes: list[str] = []
+    versions: set[str] = set()
+    set_by_tpumem: dict[str, str] = {}
+    for topology in request.tpu:
+        texts, ending, environment = _fit_one(request, topology, libtpu, release)
+        rows += texts
+        set_by_tpumem = environment
+        if ending.get("framework_version"):
+            versions.add(str(ending["framework_version"]))
+        notes += _ending_notes(request, topology.name, ending, compiled=len(texts))
+    trace = _write_trace(request, rows, notes, versions, set_by_tpumem)
+    return _report(request, trace)
+
+
+def _check_script(path: Path) -> None:
+    if not path.exists():
+        raise TpumemError(f"{path}: no such file")
+    if not path.is_file():
+        raise TpumemError(f"{path}: not a regular file, so not a Python script")
+
+
+def _environment(libtpu: str, dump: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(the script's environment, what tpumem set in it): JAX on the CPU (the slice
+    is a compile target, never a device), libtpu on the path, XLA's dump."""
+    env = dict(os.environ)
+    flags = env.get("XLA_FLAGS", "")
+    changes = {
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_proto".strip(),
+        # libtpu asks the cloud metadata server where it runs unless told it runs
+        # alone, and takes a machine-wide lock a compile does not need.
+        "TPU_SKIP_MDS_QUERY": env.get("TPU_SKIP_MDS_QUERY", "1"),
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": env.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+    }
+    if libtpu:
+        paths = [libtpu, env.get("PYTHONPATH", "")]
+        changes["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env.update(changes)
+    return env, changes
+
+
+def _fit_one(
+    request: FitRequest, topology: Any, libtpu: str, release: str
+) -> tuple[list[str], dict[str, Any], dict[str, str]]:
+    """The script compiled for one slice: (its `tpu` rows, how it ended, what
+    tpumem set in its environment)."""
+    from tpumem.tpu.budget_cache import cached_budget, remember_budget
+    from tpumem.trace.tpu_rows import TpuBudget, budget_row_text, read_tpu_row
+
+    known = cached_budget(release, topology.generation)
+    if not request.quiet:
+        print(
+            f"tpumem fit: compiling {request.target} for {topology.name} "
+            f"({_chips(topology.chips)}) with XLA:TPU, never running it",
+            file=sys.stderr,
+            flush=True,
+        )
+    with tempfile.TemporaryDirectory(prefix="tpumem-fit-") as work:
+        directory = Path(work)
+        (directory / "dump").mkdir()
+        out = directory / "compiled.jsonl"
+        order = {
+            "target": request.target,
+            "args": list(request.args),
+            "module": request.module,
+            "topology": topology.name,
+            "dims": list(topology.dims),
+            "out": str(out),
+            "dump_dir": str(directory / "dump"),
+            "measure_budget": known is None,
+        }
+        (directory / "request.json").write_text(json.dumps(order))
+        env, changes = _environment(libtpu, str(directory / "dump"))
+        command = [
+            sys.executable,
+            "-m",
+            "tpumem.adapters.fit_runner",
+            str(directory / "request.json"),
+        ]
+        try:
+            status = subprocess.run(command, env=env).returncode
+        except KeyboardInterrupt:
+            raise TpumemError(f"fit for {topology.name}: interrupted; nothing written") from None
+        lines = out.read_text(errors="replace").splitlines() if out.exists() else []
+    changes["XLA_FLAGS"] = changes["XLA_FLAGS"].replace(
+        str(directory / "dump"), "<a temporary directory>"
+    )
+    texts: list[str] = []
+    ending: dict[str, Any] = {"how": "killed", "status": status}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line a killed process left half written
+        if isinstance(record, dict) and isinstance(record.get("ending"), dict):
+            ending = record["ending"]
+            continue
+        row = read_tpu_row(line)
+        if row is None:
+            continue
+        if isinstance(row, TpuBudget) and known is None:
+            remember_budget(row.libtpu or release, topology.generation, row.usable_bytes)
+        texts.append(line)
+    if known is not None:
+        texts.append(budget_row_text(TpuBudget(topology.name, known, release)))
+    return texts, ending, changes
+
+
+def _ending_notes(
+    request: FitRequest, topology: str, ending: dict[str, Any], compiled: int
+) -> list[str]:
+    """How the script ended under compile-only devices, in words for the report;
+    a script of another framework is an error."""
+    how = ending.get("how")
+    if how == "framework":
+        raise TpumemError(
+            f"{request.target} uses {ending.get('framework')}: tpumem fit compiles JAX "
+            "programs without running them; for TensorFlow and PyTorch/XLA, tpumem profile "
+            "--tpu SLICE runs the script on this machine and compiles its programs for the slice"
+        )
+    if ending.get("framework") is None:
+        raise TpumemError(
+            f"{request.target} never imported JAX: nothing was compiled for {topology}"
+        )
+    where = f" at {ending['where']}" if ending.get("where") else ""
+    if how == "stopped" and ending.get("read"):
+        return [
+            f"{topology}: the script stopped{where}: it read a value that was only compiled "
+            f"({ending.get('error')}); every program it called before that is compiled here"
+        ]
+    if how == "stopped":
+        return [f"{topology}: the script failed{where}: {ending.get('error')}"]
+    if how == "killed":
+        status = ending.get("status")
+        return [f"{topology}: the compiling process ended without a word (status {status})"]
+    if ending.get("code"):
+        return [f"{topology}: the script exited with status {ending['code']}"]
+    return [] if compiled else [f"{topology}: the script called no jitted function"]
+
+
+def _write_trace(
+    request: FitRequest,
+    rows: list[str],
+    notes: list[str],
+    versions: set[str],
+    set_by_tpumem: dict[str, str],
+) -> Path:
+    from tpumem import __version__
+    from tpumem.outputs import create_trace, default_trace
+    from tpumem.trace.metadata import COMPILED_ONLY
+    from tpumem.trace.schema import TPU
+    from tpumem.trace.writer import TraceWriter
+
+    if request.output is not None:
+        path, descriptor = request.output, create_trace(request.output, (), request.force)
+    else:
+        stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
+        path, descriptor = default_trace(Path(f"{stem}.fit.tpumem"), ())
+    metadata = {
+        "framework": "jax",
+        "framework_version": next(iter(versions), None) if len(versions) == 1 else None,
+        "source": COMPILED_ONLY,
+        "command": (*(["-m"] if request.module else []), request.target, *request.args),
+        "cwd": os.getcwd(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "tpumem_version": __version__,
+        "set_by_tpumem": set_by_tpumem,
+        "warnings": (
+            "compiled only, never run: the script saw each slice's compile-only TPU "
+            "devices, and each jitted call was compiled for them by XLA:TPU and returned "
+            "shaped stand-ins",
+            *notes,
+        ),
+    }
+    with TraceWriter(descriptor, metadata) as writer:
+        for text in rows:
+            writer.record(TPU, time_ns=0, text=text)
+    return path
+
+
+def _report(request: FitRequest, trace: Path) -> int:
+    """The report of the slices, on stdout; 0 where every one fits, else 1."""
+    from tpumem.reading.analyses import analysed
+    from tpumem.report import reporter_for
+
+    analysis = analysed(trace, str(trace))
+    color = sys.stdout.isatty()
+    print(reporter_for(None, None).render(analysis, width=request.width, color=color), end="")
+    print(f"tpumem: trace written to {trace}", file=sys.stderr)
+    wanted = {t.name for t in request.tpu}
+    answered = {t.topology: t.fit for t in analysis.tpu if t.topology in wanted}
+    return 0 if len(answered) == len(wanted) and all(f and f.fits for f in answered.values()) else 1
+
+
+def _chips(count: int) -> str:
+    return f"{count:,} chip{'s' if count != 1 else ''}"
