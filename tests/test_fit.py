@@ -83,10 +83,12 @@ print("loss", float(loss))
 # API): 31 layers fit one v5e chip, 32 do not (test_tpu_verdict_real.py checks
 # the same against XLA:TPU's AOT outcome).
 MLP = """
-import sys
+import argparse
 import jax, jax.numpy as jnp
 
-layers = int(sys.argv[1])
+parser = argparse.ArgumentParser()
+parser.add_argument("--layers", type=int, default=31)
+layers = parser.parse_args().layers
 
 def loss(params, x):
     for w in params:
@@ -166,15 +168,30 @@ def test_an_fsdp_step_on_two_slices_equals_jaxs_own_aot_compiles(tmp_path):
 
 
 def test_the_verdict_flips_where_xla_tpu_refuses_and_fit_fails_then(tmp_path):
-    fits = _fit(tmp_path, MLP, "-o", "31.tpumem", "--tpu", "v5e-1", "script.py", "31")
+    fits = _fit(tmp_path, MLP, "-o", "31.tpumem", "--tpu", "v5e-1", "script.py", "--layers", "31")
     assert fits.returncode == 0, fits.stderr[-3000:]
     assert "FITS on v5e:1x1" in fits.stdout and "stepped" in fits.stdout
-    refused = _fit(tmp_path, MLP, "-o", "32.tpumem", "--tpu", "v5e-1", "script.py", "32")
+    refused = _fit(tmp_path, MLP, "-o", "32.tpumem", "--tpu", "v5e-1", "script.py", "--layers=32")
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "DOES NOT FIT on v5e:1x1: XLA:TPU refused jit_step" in refused.stdout
     assert "RESOURCE_EXHAUSTED" in refused.stdout  # XLA:TPU's own words, kept
     # The script went on past the refusal with the shapes the step would have made.
     assert "stepped" in refused.stdout
+
+
+def test_a_sweep_gives_the_largest_value_that_fits(tmp_path):
+    result = _fit(tmp_path, MLP, "--tpu", "v5e-1", "--sweep", "layers=30,32,31", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "v5e:1x1: the largest --layers that fits is 31" in result.stdout
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if "│" in line}
+    assert "fits: " in rows["30"] and "fits: " in rows["31"]
+    assert "does not fit: refused" in rows["32"]
+    for value in ("30", "31", "32"):  # a trace each, for report and check
+        analysis = analyze(load(tmp_path / f"script.fit-layers-{value}.tpumem"))
+        assert analysis.tpu[0].fit is not None
+        assert analysis.metadata.command[-2:] == ("--layers", value)
+    bad = run_tpumem("fit", "--tpu", "v5e-1", "--sweep", "layers", "script.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "NAME=V1,V2" in bad.stderr
 
 
 def test_code_that_lowers_per_platform_is_compiled_in_its_tpu_form(tmp_path):

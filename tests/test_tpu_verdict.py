@@ -154,3 +154,32 @@ def test_a_trace_without_tpu_rows_has_no_targets(make_trace):
     from tpumem.trace.reader import load
 
     assert tpu_targets(load(make_trace([]))) == ()
+
+
+def test_a_sweep_sets_the_scripts_argument_where_it_is_or_adds_it():
+    from tpumem.commands.fit import with_argument
+
+    assert with_argument(("--batch", "8", "--seq", "2"), "batch", "16") == (
+        "--batch",
+        "16",
+        "--seq",
+        "2",
+    )
+    assert with_argument(("--batch=8",), "batch", "16") == ("--batch=16",)
+    assert with_argument(("--seq", "2"), "batch", "16") == ("--seq", "2", "--batch", "16")
+    assert with_argument(("--batch",), "batch", "16") == ("--batch", "--batch", "16")
+
+
+def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
+    from dataclasses import replace
+
+    from tpumem.report.tpu_tables import sweep_largest
+
+    fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
+    answers = [("64", {"v5e:1x1": over}), ("8", {"v5e:1x1": fits}), ("32", {"v5e:1x1": fits})]
+    assert sweep_largest("batch", ["v5e:1x1"], answers) == [
+        "v5e:1x1: the largest --batch that fits is 32"
+    ]
+    assert sweep_largest("batch", ["v5e:1x1"], answers[:1]) == [
+        "v5e:1x1: no value of --batch given fits"
+    ]

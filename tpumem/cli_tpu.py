@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from tpumem.cli_options import Tpu, Width
-from tpumem.commands.options import DEFAULT_WIDTH
+from tpumem.commands import options
+from tpumem.commands.options import DEFAULT_WIDTH, Sweep
 
 
 def fit(
@@ -47,6 +48,15 @@ def fit(
     force: Annotated[
         bool, typer.Option("--force", help="Replace the trace file if it exists.")
     ] = False,
+    sweep: Annotated[
+        Optional[Sweep],  # noqa: UP045
+        typer.Option(
+            metavar="NAME=V1,V2,...",
+            parser=options.sweep,
+            help="Compile the script at each value of its argument --NAME (batch=8,16,32) "
+            "and give the largest that fits each slice; a trace each.",
+        ),
+    ] = None,
     width: Width = DEFAULT_WIDTH,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress lines.")] = False,
 ) -> None:
@@ -70,6 +80,7 @@ def fit(
         force=force,
         width=width,
         quiet=quiet,
+        sweep=sweep,
     )
     raise typer.Exit(run_fit(request))
 

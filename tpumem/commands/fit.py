@@ -16,6 +16,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,44 @@ def run_fit(request: FitRequest) -> int:
 
     if not request.tpu:
         raise TpumemError("fit: give the slice to fit with --tpu (e.g. --tpu v5e-8)")
+    if request.sweep is not None and request.output is not None:
+        raise TpumemError(
+            "--sweep writes a trace per value (<script>.fit-NAME-VALUE.tpumem): give no -o"
+        )
     if not request.module:
         _check_script(Path(request.target))
     libtpu = libtpu_path()
     if libtpu is None:
         raise TpumemError(NEEDS.replace("--tpu needs", "fit needs"))
     release = libtpu_version(libtpu)
+    if request.sweep is None:
+        return _report(request, _compiled(request, libtpu, release, _default_name(request)))
+    results = []
+    name = request.sweep.name
+    for value in request.sweep.values:
+        at = replace(request, args=with_argument(request.args, name, value))
+        trace = _compiled(at, libtpu, release, _default_name(request, f"-{name}-{value}"))
+        results.append((value, trace))
+    return _sweep_report(request, results)
+
+
+def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ...]:
+    """The script's arguments with --NAME set to `value`: in place where given
+    (`--NAME V` or `--NAME=V`), else added at the end."""
+    flag = f"--{name}"
+    changed = list(args)
+    for index, arg in enumerate(changed):
+        if arg == flag and index + 1 < len(changed):
+            changed[index + 1] = value
+            return tuple(changed)
+        if arg.startswith(flag + "="):
+            changed[index] = f"{flag}={value}"
+            return tuple(changed)
+    return (*changed, flag, value)
+
+
+def _compiled(request: FitRequest, libtpu: str, release: str, default: Path) -> Path:
+    """The script compiled for each slice, written as a trace; its path."""
     rows: list[str] = []
     notes: list[str] = []
     versions: set[str] = set()
@@ -45,8 +78,14 @@ def run_fit(request: FitRequest) -> int:
         if ending.get("framework_version"):
             versions.add(str(ending["framework_version"]))
         notes += _ending_notes(request, topology.name, ending, compiled=len(texts))
-    trace = _write_trace(request, rows, notes, versions, set_by_tpumem)
-    return _report(request, trace)
+    return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
+
+
+def _default_name(request: FitRequest, suffix: str = "") -> Path:
+    stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
+    # A value becomes part of a file name: what a name may not hold is left out.
+    kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in suffix)
+    return Path(f"{stem}.fit{kept}.tpumem")
 
 
 def _check_script(path: Path) -> None:
@@ -177,6 +216,7 @@ def _ending_notes(
 
 def _write_trace(
     request: FitRequest,
+    default: Path,
     rows: list[str],
     notes: list[str],
     versions: set[str],
@@ -191,8 +231,7 @@ def _write_trace(
     if request.output is not None:
         path, descriptor = request.output, create_trace(request.output, (), request.force)
     else:
-        stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
-        path, descriptor = default_trace(Path(f"{stem}.fit.tpumem"), ())
+        path, descriptor = default_trace(default, ())
     metadata = {
         "framework": "jax",
         "framework_version": next(iter(versions), None) if len(versions) == 1 else None,
@@ -232,3 +271,34 @@ def _report(request: FitRequest, trace: Path) -> int:
 
 def _chips(count: int) -> str:
     return f"{count:,} chip{'s' if count != 1 else ''}"
+
+
+def _sweep_report(request: FitRequest, results: list[tuple[str, Path]]) -> int:
+    """The sweep's table on stdout; 0 where some value fits every slice, else 1."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from tpumem.reading.analyses import analysed
+    from tpumem.report.tpu_tables import sweep_largest, sweep_table
+
+    assert request.sweep is not None
+    slices = [t.name for t in request.tpu]
+    answers = []
+    for value, trace in results:
+        analysis = analysed(trace, str(trace))
+        answers.append((value, {t.topology: t for t in analysis.tpu}))
+    title, headers, rows = sweep_table(request.sweep.name, slices, answers)
+    table = Table(title=Text(title), title_justify="left")
+    for header in headers:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    console = Console(width=request.width, color_system=None if not sys.stdout.isatty() else "auto")
+    console.print(table)
+    largest = sweep_largest(request.sweep.name, slices, answers)
+    for line in largest:
+        console.print(Text(line))
+    for _, trace in results:
+        print(f"tpumem: trace written to {trace}", file=sys.stderr)
+    return 0 if all("no value" not in line for line in largest) else 1

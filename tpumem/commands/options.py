@@ -7,6 +7,7 @@ imports no analysis, and typer only to say what is wrong."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,6 +72,31 @@ def topology(text: str) -> Topology:
     from tpumem.tpu.topology import parse_topology
 
     return parse_topology(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """`--sweep NAME=V1,V2,...`: the script's argument --NAME, and its values."""
+
+    name: str
+    values: tuple[str, ...]
+
+
+_SWEEP = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]{0,63})=(.+)$")
+
+
+def sweep(text: str) -> Sweep:
+    """NAME=V1,V2,...: a script argument's name and the values to compile it at."""
+    match = _SWEEP.match(text.strip())
+    values = tuple(v.strip() for v in match.group(2).split(",")) if match else ()
+    if match is None or not all(values):
+        raise _bad(
+            "give the script's argument and its values, as NAME=V1,V2,... "
+            "(--sweep batch=8,16,32 compiles the script at --batch 8, 16 and 32)"
+        )
+    if len(values) > 64:
+        raise _bad("at most 64 values: each is a compile of the whole script")
+    return Sweep(match.group(1).lstrip("-"), values)
 
 
 def share_or_size(text: str) -> Increase:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tpumem.commands.options import Increase
     from tpumem.tpu.topology import Topology
 
-from tpumem.commands.options import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH
+from tpumem.commands.options import DEFAULT_NOISE_BYTES, DEFAULT_WIDTH, Sweep
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,3 +121,4 @@ class FitRequest:
     force: bool = False
     width: int = DEFAULT_WIDTH
     quiet: bool = False
+    sweep: Sweep | None = None  # the script's argument to compile at each value

@@ -136,3 +136,54 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
 
 def _first_line(error: str | None) -> str:
     return (error or "").strip().partition("\n")[0]
+
+
+def sweep_cell(target: TpuTarget | None) -> str:
+    """One value's answer on one slice, per chip."""
+    fit = target.fit if target is not None else None
+    if target is None or fit is None:
+        return "no program compiled"
+    share = fit.need_bytes / fit.usable_bytes
+    if fit.refused:
+        return f"does not fit: refused, {format_bytes(fit.need_bytes, 2)} ({share:.1%})"
+    verdict = "fits" if fit.fits else "does not fit"
+    return f"{verdict}: {format_bytes(fit.need_bytes, 2)} ({share:.1%})"
+
+
+def sweep_table(
+    name: str, slices: list[str], answers: list[tuple[str, dict[str, TpuTarget]]]
+) -> tuple[str, tuple[str, ...], list[tuple[str, ...]]]:
+    """(title, headers, a row per value): each slice's answer per chip."""
+    title = f"--{name} on each slice: what a chip needs, compiled by XLA:TPU"
+    rows = [(value, *(sweep_cell(found.get(s)) for s in slices)) for value, found in answers]
+    return title, (name, *slices), rows
+
+
+def sweep_largest(
+    name: str, slices: list[str], answers: list[tuple[str, dict[str, TpuTarget]]]
+) -> list[str]:
+    """The largest value that fits each slice (numbers by value, else the last
+    given)."""
+    lines = []
+    for topology in slices:
+        fitting = [
+            value
+            for value, found in answers
+            if (t := found.get(topology)) is not None and t.fit is not None and t.fit.fits
+        ]
+        if fitting:
+            numbers = [_number(v) for v in fitting]
+            largest = fitting[-1]
+            if all(n is not None for n in numbers):
+                largest = fitting[max(range(len(fitting)), key=lambda i: numbers[i] or 0.0)]
+            lines.append(f"{topology}: the largest --{name} that fits is {largest}")
+        else:
+            lines.append(f"{topology}: no value of --{name} given fits")
+    return lines
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
