@@ -101,7 +101,8 @@ def step(params, x):
     return [w - 0.01 * g for w, g in zip(params, grads)]
 
 params = jax.jit(lambda: [jnp.zeros((8192, 8192), jnp.float32) for _ in range(layers)])()
-params = step(params, jnp.ones((128, 8192), jnp.float32))
+for _ in range(2):
+    params = step(params, jnp.ones((128, 8192), jnp.float32))
 print("stepped")
 """
 
@@ -175,8 +176,11 @@ def test_the_verdict_flips_where_xla_tpu_refuses_and_fit_fails_then(tmp_path):
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "DOES NOT FIT on v5e:1x1: XLA:TPU refused jit_step" in refused.stdout
     assert "RESOURCE_EXHAUSTED" in refused.stdout  # XLA:TPU's own words, kept
-    # The script went on past the refusal with the shapes the step would have made.
+    # The script went on past the refusal with the shapes the step would have made,
+    # and its second step is the same compile: refused once.
     assert "stepped" in refused.stdout
+    (target,) = analyze(load(tmp_path / "32.tpumem")).tpu
+    assert len(target.refused) == 1 and not target.programs[1:]
 
 
 def test_a_sweep_gives_the_largest_value_that_fits(tmp_path):

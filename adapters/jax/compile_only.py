@@ -351,9 +351,14 @@ def _shard_bytes(x: Any) -> int:
 
 
 def _shape_of(info: Any) -> Any:
+    """A refused program's output: its shape, and its sharding where the jit
+    named one (so the next call is the same compile, not another refusal)."""
     import jax
 
-    return jax.ShapeDtypeStruct(info.shape, info.dtype)
+    sharding = getattr(info, "sharding", None)
+    if not isinstance(sharding, jax.sharding.Sharding):
+        sharding = None
+    return _out_stand_in(info, sharding)
 
 
 def _holds_stand_ins(x: Any) -> bool:

@@ -154,7 +154,7 @@ def sweep_table(
     name: str, slices: list[str], answers: list[tuple[str, dict[str, TpuTarget]]]
 ) -> tuple[str, tuple[str, ...], list[tuple[str, ...]]]:
     """(title, headers, a row per value): each slice's answer per chip."""
-    title = f"--{name} on each slice: what a chip needs, compiled by XLA:TPU"
+    title = f"--{name}: a chip's need, compiled by XLA:TPU"
     rows = [(value, *(sweep_cell(found.get(s)) for s in slices)) for value, found in answers]
     return title, (name, *slices), rows
 
