@@ -21,17 +21,25 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from tpumem.adapters.import_watch import ImportWatch
+from tpumem.adapters.import_watch import ImportWatch, imported_frameworks
 from tpumem.adapters.script_target import run_target, user_traceback
 
 
-class NotJax(Exception):
-    """The script imported another framework first: `fit` compiles JAX's programs."""
+class SetupFailed(Exception):
+    """The slice's devices or XLA:TPU's budget could not be had: tpumem's, not the
+    script's, to say."""
 
 
 def _slice(request: dict[str, Any], out: TextIO) -> Any:
     """The slice's compile-only devices, its budget measured where not known, and
     the compile-only patches installed (just after `import jax` finished)."""
+    try:
+        return _made_slice(request, out)
+    except Exception as error:
+        raise SetupFailed(f"{type(error).__name__}: {error}".strip().splitlines()[0]) from error
+
+
+def _made_slice(request: dict[str, Any], out: TextIO) -> Any:
     from jax.experimental import topologies
 
     from tpumem.adapters.jax.compile_only import CompileOnly
@@ -49,15 +57,12 @@ def _slice(request: dict[str, Any], out: TextIO) -> Any:
             raise
     if request.get("measure_budget"):
         # Before the patches: the probes are plain compiles of their own.
-        from importlib.metadata import version
-
         from tpumem.adapters.tpu_budget import measure
         from tpumem.trace.tpu_rows import TpuBudget, budget_row_text
 
         budget = measure(devices[0])
-        row = TpuBudget(
-            name, budget.usable_bytes, version("libtpu"), devices[0].device_kind, budget.seconds
-        )
+        release = request.get("libtpu", "")  # as the parent named it: its cache's key
+        row = TpuBudget(name, budget.usable_bytes, release, devices[0].device_kind, budget.seconds)
         out.write(budget_row_text(row) + "\n")
         out.flush()
     compile_only = CompileOnly(name, list(devices), out, request["dump_dir"])
@@ -84,6 +89,14 @@ def _quiet_stderr() -> Iterator[list[bool]]:
                 sys.stderr.write(caught.read().decode(errors="replace"))
 
 
+def _causes(error: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    while error is not None and len(found) < 32:
+        found.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return found
+
+
 def _where(error: BaseException, script: str) -> str:
     """The script's line the error came through (its innermost one), with its code."""
     tb = user_traceback(error, __file__)
@@ -107,32 +120,41 @@ def main(request_path: str) -> int:
     state: dict[str, Any] = {}
 
     def begin(framework: str) -> Any:
-        if framework != "jax":  # (raised before its module runs: nothing of it loads)
-            state["framework"] = framework
-            raise NotJax(framework)
-        state["framework"] = "jax"
+        state["framework"] = framework
         return lambda: state.update(compile_only=_slice(request, out))
 
-    watch = ImportWatch(begin, "jax" if request.get("framework") == "jax" else None)
+    # JAX's import alone: a JAX script may import TensorFlow first (tf.data,
+    # tensorflow_datasets); one that never imports JAX is said to at its end.
+    watch = ImportWatch(begin, "jax")
     watch.install()
     script = os.path.abspath(request["target"])
     ending: dict[str, Any] = {"how": "finished", "code": 0}
     try:
         run_target(request["target"], request["args"], bool(request.get("module")))
-    except NotJax as other:
-        ending = {"how": "framework", "framework": str(other)}
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        ending = {"how": "finished", "code": code}
+        code = stop.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)  # as Python prints sys.exit("why")
+            code = 1
+        ending = {"how": "finished", "code": code or 0}
     except BaseException as error:  # the script stopped: where, and why
         message = f"{type(error).__name__}: {error}".strip()
-        ending = {
-            "how": "stopped",
-            "error": message.splitlines()[0][:500] if message else type(error).__name__,
-            "where": _where(error, script),
-            # A value the script read from a stand-in: what was compiled stops there.
-            "read": "ShapeDtypeStruct" in message,
-        }
+        setup = next((e for e in _causes(error) if isinstance(e, SetupFailed)), None)
+        if setup is not None:
+            ending = {"how": "setup", "error": str(setup)}
+        else:
+            read = "ShapeDtypeStruct" in message
+            ending = {
+                "how": "stopped",
+                "error": message.splitlines()[0][:500] if message else type(error).__name__,
+                "where": _where(error, script),
+                # A value the script read from a stand-in: what was compiled stops there.
+                "read": read,
+            }
+            if not read:  # the script's own error, shown as Python shows it
+                trimmed = user_traceback(error, __file__)
+                sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+    ending["others"] = [f for f in imported_frameworks() if f != "jax"]
     ending["framework"] = state.get("framework")
     if "jax" in sys.modules:
         ending["framework_version"] = getattr(sys.modules["jax"], "__version__", None)

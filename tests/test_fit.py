@@ -125,6 +125,28 @@ out = f(jnp.ones((16, 4096, 128), jnp.float32), jnp.ones((16, 4096, 128), jnp.fl
 """
 
 
+# A jitted function inside another program (and under jax.grad), and a new
+# Python scalar each step: JAX compiles the step once; so must fit. The script
+# then fails on its own.
+NESTED = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def layer(w, x):
+    return jnp.tanh(x @ w)
+
+@jax.jit
+def step(w, x, lr):
+    return w - lr * jax.grad(lambda w: layer(w, x).sum())(w)
+
+w, x = jnp.zeros((512, 512)), jnp.ones((64, 512))
+for i in range(5):
+    w = step(w, x, 0.1 / (i + 1))
+print("stepped")
+raise ValueError("the script's own error")
+"""
+
+
 def _fit(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "script.py").write_text(script)
     return subprocess.run(
@@ -198,6 +220,19 @@ def test_a_sweep_gives_the_largest_value_that_fits(tmp_path):
     assert bad.returncode == 2 and "NAME=V1,V2" in bad.stderr
 
 
+def test_a_jit_inside_a_program_and_a_new_scalar_each_step_compile_once(tmp_path):
+    result = _fit(tmp_path, NESTED, "--tpu", "v5e-1", "script.py")
+    assert "stepped" in result.stdout
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    assert [p.name for p in target.programs] == ["jit_step"]
+    # The script failed after: said, with its own traceback, and the answer is
+    # not a plain "fits" (exit status 1).
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "ValueError: the script's own error" in result.stderr
+    assert "did not get through on v5e:1x1" in result.stderr
+    assert "the script failed at script.py:16: raise ValueError" in result.stdout
+
+
 def test_code_that_lowers_per_platform_is_compiled_in_its_tpu_form(tmp_path):
     result = _fit(tmp_path, PLATFORM_DEPENDENT, "--tpu", "v5e-1", "script.py")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -210,8 +245,12 @@ def test_code_that_lowers_per_platform_is_compiled_in_its_tpu_form(tmp_path):
 
 def test_a_script_of_another_framework_is_one_line(tmp_path):
     (tmp_path / "tf.py").write_text("import tensorflow\n")
+    # (TensorFlow's start-up lines are the script's: tpumem's is the last.)
     result = run_tpumem("fit", "-q", "--tpu", "v5e-8", str(tmp_path / "tf.py"), cwd=tmp_path)
-    assert_one_line_error(result, "tensorflow", "profile --tpu")  # TensorFlow never loaded
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("tpumem: error: ") and "tensorflow" in last and "profile --tpu" in last
+    assert not list(tmp_path.glob("*.tpumem"))
     missing = run_tpumem("fit", "--tpu", "v5e-8", str(tmp_path / "missing.py"), cwd=tmp_path)
     assert_one_line_error(missing, "no such file")
     no_slice = run_tpumem("fit", str(tmp_path / "tf.py"), cwd=tmp_path)

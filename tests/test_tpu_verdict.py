@@ -167,7 +167,6 @@ def test_a_sweep_sets_the_scripts_argument_where_it_is_or_adds_it():
     )
     assert with_argument(("--batch=8",), "batch", "16") == ("--batch=16",)
     assert with_argument(("--seq", "2"), "batch", "16") == ("--seq", "2", "--batch", "16")
-    assert with_argument(("--batch",), "batch", "16") == ("--batch", "--batch", "16")
 
 
 def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
@@ -183,3 +182,15 @@ def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
     assert sweep_largest("batch", ["v5e:1x1"], answers[:1]) == [
         "v5e:1x1: no value of --batch given fits"
     ]
+
+
+def test_a_program_not_compiled_for_another_reason_leaves_the_answer_unknown():
+    from dataclasses import replace
+
+    from tpumem.report.tpu_tables import tpu_verdict
+
+    failed = TpuCompile("v5e:1x1", 3, "jit_eval", 1, error="UNIMPLEMENTED: a CPU custom call")
+    target = replace(_target(1 * GiB), failed=(failed,))
+    fit = tpu_fit(target, 0, (), ())
+    assert fit is not None and not fit.fits and fit.not_compiled == 1
+    assert (tpu_verdict(replace(target, fit=fit)) or "").startswith("NOT KNOWN on v5e:1x1")

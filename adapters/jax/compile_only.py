@@ -12,10 +12,12 @@ the script sees, and the report says so:
   a value the script reads (float(loss), printing an element) stops it there;
 - `jax.device_put` onto the slice gives stand-ins; `.lower(...).compile()`
   called by the script itself compiles for the slice too, and is recorded.
-Arrays the script makes outside any jitted function are made on the CPU, as
-they would be on a host. Arrays given to a jitted call without a sharding are
-uncommitted, as a fresh array is: XLA:TPU places them with the others (on the
-first chip where nothing decides).
+Arrays the script makes outside any jitted function are made on the CPU (on a
+TPU they would be on its first chip; what the script holds of them is not
+counted, only the stand-ins). Arrays given to a jitted call without a sharding
+are uncommitted, as a fresh array is: XLA:TPU places them with the others (on
+the first chip where nothing decides). A jitted function called while JAX traces
+another (jax.grad, vmap, a jit in a jit) is part of that program, as in JAX.
 
 Each distinct compile is written as soon as it is done (a `tpu` row: XLA:TPU's
 memory analysis and its optimized HLO with the buffer assignment, or its
@@ -24,17 +26,20 @@ refusal whole), so a killed fit keeps what it compiled.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
+from tpumem.adapters.jax import stand_ins
+from tpumem.hlo.refusals import refusal
 from tpumem.trace.tpu_rows import TpuCompile, compile_row_text
 
 # The dump XLA writes for every compile (fit_runner.py sets XLA_FLAGS for it).
 _AFTER = ".after_optimizations.hlo.pb"
+MAX_MESSAGE = 64 * 1024  # of XLA's message for a program it did not compile
 
 
 class CompileOnly:
@@ -52,6 +57,9 @@ class CompileOnly:
         # beside a program's arguments (no weak references to a ShapeDtypeStruct:
         # held means referenced from somewhere but this list).
         self._made: list[Any] = []
+        # Each jitted function's compiles, by call signature: one compile however
+        # many times the script calls it, and however many times it jits it.
+        self.answers: dict[Any, dict[Any, Any]] = {}
 
     # -- the patches ---------------------------------------------------------
     def install(self) -> None:
@@ -93,40 +101,40 @@ class CompileOnly:
         jax.jit = self.jit  # type: ignore[assignment]
         jax.device_put = self.device_put  # type: ignore[assignment]
         original_block = jax.block_until_ready
-        jax.block_until_ready = lambda x: x if _holds_stand_ins(x) else original_block(x)
+        jax.block_until_ready = lambda x: x if stand_ins.holds_stand_ins(x) else original_block(x)
 
     def jit(self, fun: Callable | None = None, **options: Any) -> Any:
         if fun is None:  # @jax.jit(static_argnums=...) and partial(jax.jit, ...)
             return lambda f: self.jit(f, **options)
-        return _Jitted(self, self._original_jit(fun, **options), fun)
+        return _Jitted(self, self._original_jit(fun, **options), fun, options)
 
     def device_put(self, x: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
         import jax
 
-        if device is None or not self._on_slice(device):
+        if stand_ins.has_tracers(x) or not self._on_slice(device):
             return self._original_device_put(x, device, *args, **kwargs)
-        sharding = device
-        if not hasattr(device, "device_set"):  # one device: its own sharding
-            sharding = jax.sharding.SingleDeviceSharding(device)
-        return self.made(jax.tree.map(lambda a: _stand_in(a, sharding), x))
+        if isinstance(device, jax.sharding.Sharding) or not hasattr(device, "device_set"):
+            where = device
+            if not isinstance(device, jax.sharding.Sharding):  # one device: its sharding
+                where = jax.sharding.SingleDeviceSharding(device)
+            return self.made(jax.tree.map(lambda a: stand_ins.stand_in(a, where), x))
+        # A tree of shardings, one per array.
+        return self.made(jax.tree.map(stand_ins.stand_in, x, device))
 
     def _on_slice(self, where: Any) -> bool:
-        devices = getattr(where, "device_set", None) or [where]
-        return any(getattr(d, "platform", "") == "tpu" for d in devices)
+        import jax
+
+        found = []
+        for leaf in jax.tree.leaves(where, is_leaf=lambda x: hasattr(x, "device_set")):
+            found += list(getattr(leaf, "device_set", None) or [leaf])
+        return any(getattr(d, "platform", "") == "tpu" for d in found)
 
     # -- compiling -----------------------------------------------------------
     def specs(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """The call's arrays as shapes: a stand-in as it is, an array made on the
-        host uncommitted (XLA:TPU places it with the others)."""
+        """The call's arrays as shapes (stand_ins.spec)."""
         import jax
-        import numpy as np
 
-        def spec(x: Any) -> Any:
-            if isinstance(x, jax.Array | np.ndarray) and not isinstance(x, jax.core.Tracer):
-                return jax.ShapeDtypeStruct(x.shape, x.dtype)
-            return x
-
-        return jax.tree.map(spec, (args, kwargs))
+        return jax.tree.map(stand_ins.spec, (args, kwargs))
 
     def lower(self, jitted: Any, args: tuple, kwargs: dict) -> Any:
         import jax
@@ -140,6 +148,8 @@ class CompileOnly:
         import jax
 
         self._made += [x for x in jax.tree.leaves(tree) if isinstance(x, jax.ShapeDtypeStruct)]
+        if len(self._made) > 4096:  # a loop of cached calls: those it let go, gone
+            self._let_go()
         return tree
 
     def held_beside(self, args: Any) -> int:
@@ -147,11 +157,16 @@ class CompileOnly:
         import jax
 
         given = {id(x) for x in jax.tree.leaves(args)}
-        # A reference from this list, one from getrefcount's argument: nothing else
-        # (read by index: a loop variable would be one more).
+        self._let_go()
+        return sum(stand_ins.shard_bytes(x) for x in self._made if id(x) not in given)
+
+    def _let_go(self) -> None:
+        # Held: referenced from somewhere but this list (read by index: a loop
+        # variable would be one more reference).
         made = self._made
-        self._made = [made[i] for i in range(len(made)) if sys.getrefcount(made[i]) > 2]
-        return sum(_shard_bytes(x) for x in self._made if id(x) not in given)
+        self._made = [
+            made[i] for i in range(len(made)) if sys.getrefcount(made[i]) > stand_ins.ALONE
+        ]
 
     def compile(
         self, lowered: Any, name: str, chips: int, beside: int | None = None
@@ -170,7 +185,9 @@ class CompileOnly:
         try:
             compiled = lowered.compile()
         except Exception as error:  # XlaRuntimeError: RESOURCE_EXHAUSTED and others
-            row = _replace(base, error=str(error).strip(), seconds=time.perf_counter() - start)
+            said = (str(error).strip() or type(error).__name__)[:MAX_MESSAGE]
+            self._optimized(name)  # (what XLA dumped before it gave up: not a later one's)
+            row = _replace(base, error=said, seconds=time.perf_counter() - start)
             self._record(row)
             return None, row
         stats = compiled.memory_analysis()
@@ -183,7 +200,7 @@ class CompileOnly:
                 "temp_bytes": stats.temp_size_in_bytes,
                 "generated_code_bytes": stats.generated_code_size_in_bytes,
             }
-        hlo = self._optimized()
+        hlo = self._optimized(name)
         shardings = (compiled.input_shardings, compiled.output_shardings)
         row = _replace(
             base,
@@ -203,32 +220,46 @@ class CompileOnly:
         if row.error is None:
             said = f"compiled {row.module} in {row.seconds:.1f} s"
         else:
-            said = f"XLA:TPU refused {row.module}: {row.error.splitlines()[0][:200]}"
+            why = row.error.splitlines()[0][:200]
+            did = "refused" if refusal(row.error) is not None else "did not compile"
+            said = f"XLA:TPU {did} {row.module}: {why}"
         print(f"tpumem fit: {self.topology}: {said}", file=sys.stderr, flush=True)
 
-    def _optimized(self) -> bytes | None:
-        """The HloProto XLA:TPU dumped for the compile just done."""
-        found = None
-        for name in sorted(os.listdir(self._dump)):
-            if name in self._seen_dumps:
+    def _optimized(self, name: str) -> bytes | None:
+        """The HloProto XLA:TPU dumped for the compile of `name` just done: the
+        newest new dump of that module (the CPU's compiles of the script's eager
+        operations dump beside it)."""
+        found: list[tuple[float, str]] = []
+        for entry in os.scandir(self._dump):
+            if entry.name in self._seen_dumps:
                 continue
-            self._seen_dumps.add(name)
-            if name.endswith(_AFTER):
-                found = os.path.join(self._dump, name)
-        if found is None:
+            self._seen_dumps.add(entry.name)
+            if entry.name.endswith(_AFTER):
+                found.append((entry.stat().st_mtime, entry.name))
+        mine = [f for f in found if f".{name}." in f[1]] or found
+        if not mine:
             return None
-        with open(found, "rb") as handle:
+        with open(os.path.join(self._dump, max(mine)[1]), "rb") as handle:
             return handle.read()
 
 
 class _Jitted:
     """A jitted function whose calls compile for the slice and return stand-ins."""
 
-    def __init__(self, owner: CompileOnly, jitted: Any, fun: Callable) -> None:
+    def __init__(self, owner: CompileOnly, jitted: Any, fun: Callable, options: dict) -> None:
         self._owner = owner
         self._jitted = jitted
         self._name = "jit_" + getattr(fun, "__name__", "fun").replace("<lambda>", "_lambda_")
-        self._answers: dict[Any, Any] = {}
+        nums = options.get("static_argnums", ())
+        names = options.get("static_argnames", ())
+        self._static_nums = (nums,) if isinstance(nums, int) else tuple(nums or ())
+        self._static_names = (names,) if isinstance(names, str) else tuple(names or ())
+        try:
+            key: Any = (fun, repr(sorted(options.items())))
+            hash(key)
+        except TypeError:
+            key = id(self)
+        self._answers = owner.answers.setdefault(key, {})
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "fun")
         self.__doc__ = getattr(fun, "__doc__", None)
@@ -238,32 +269,37 @@ class _Jitted:
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         # A jitted method: bound like the function it wraps.
-        if instance is None:
-            return self
-        return lambda *args, **kwargs: self(instance, *args, **kwargs)
+        return self if instance is None else types.MethodType(self, instance)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
+        if stand_ins.has_tracers((args, kwargs)):
+            return self._jitted.lower(*args, **kwargs)
         lowered = self._owner.lower(self._jitted, args, kwargs)
         return _Lowered(self._owner, lowered, self._name, _chips(args, kwargs))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import jax
 
+        if stand_ins.has_tracers((args, kwargs)):
+            return self._jitted(*args, **kwargs)  # inside another program: traced into it
         specs = self._owner.specs(args, kwargs)
-        key = _signature(specs)
+        key = stand_ins.signature(*specs, self._static_nums, self._static_names)
         if key is not None and key in self._answers:
-            return self._owner.made(_fresh(self._answers[key]))  # the step again: compiled once
+            # The step again: compiled once.
+            return self._owner.made(stand_ins.fresh(self._answers[key]))
         lowered = self._owner.lower(self._jitted, args, kwargs)
         beside = self._owner.held_beside((args, kwargs))
         compiled, _ = self._owner.compile(lowered, self._name, _chips(specs), beside)
         if compiled is not None:
-            answer = jax.tree.map(_out_stand_in, compiled.out_info, compiled.output_shardings)
-        else:  # refused: the shapes it would have made, so the script goes on
-            answer = jax.tree.map(_shape_of, lowered.out_info)
+            answer = jax.tree.map(
+                stand_ins.out_stand_in, compiled.out_info, compiled.output_shardings
+            )
+        else:  # not compiled: the shapes it would have made, so the script goes on
+            answer = jax.tree.map(stand_ins.refused_out, lowered.out_info)
         if key is not None:
             self._answers[key] = answer
         # Stand-ins of their own for each call: the cache holds none the script holds.
-        return self._owner.made(_fresh(answer))
+        return self._owner.made(stand_ins.fresh(answer))
 
 
 class _Lowered:
@@ -308,82 +344,6 @@ def _replace(row: TpuCompile, **changes: Any) -> TpuCompile:
     from dataclasses import replace
 
     return replace(row, **changes)
-
-
-def _stand_in(array: Any, sharding: Any) -> Any:
-    import jax
-    import numpy as np
-
-    return jax.ShapeDtypeStruct(np.shape(array), np.result_type(array), sharding=sharding)
-
-
-def _out_stand_in(info: Any, sharding: Any) -> Any:
-    import jax
-
-    # On the first chip because nothing decided otherwise: uncommitted, as a fresh
-    # array is, so that the next call places it with its other arguments.
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        sharding = None
-    return jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding)
-
-
-def _fresh(tree: Any) -> Any:
-    import jax
-
-    def copy(x: Any) -> Any:
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-
-    return jax.tree.map(copy, tree)
-
-
-def _shard_bytes(x: Any) -> int:
-    """One chip's shard of a stand-in, at its shape's bytes."""
-    import math
-
-    import numpy as np
-
-    shape = tuple(x.shape)
-    sharding = x.sharding
-    if sharding is not None and hasattr(sharding, "shard_shape"):
-        with contextlib.suppress(ValueError, TypeError):  # (one that does not divide it)
-            shape = tuple(sharding.shard_shape(shape))
-    return math.prod(shape) * np.dtype(x.dtype).itemsize
-
-
-def _shape_of(info: Any) -> Any:
-    """A refused program's output: its shape, and its sharding where the jit
-    named one (so the next call is the same compile, not another refusal)."""
-    import jax
-
-    sharding = getattr(info, "sharding", None)
-    if not isinstance(sharding, jax.sharding.Sharding):
-        sharding = None
-    return _out_stand_in(info, sharding)
-
-
-def _holds_stand_ins(x: Any) -> bool:
-    import jax
-
-    return any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(x))
-
-
-def _signature(specs: Any) -> Any:
-    """What makes two calls one compile: the tree, each array's shape, dtype and
-    sharding, and every other leaf's value (None where one cannot be a key)."""
-    import jax
-
-    leaves, tree = jax.tree.flatten(specs)
-    key: list[tuple] = []
-    for leaf in leaves:
-        if isinstance(leaf, jax.ShapeDtypeStruct):
-            key.append(("array", leaf.shape, str(leaf.dtype), leaf.sharding))
-        else:
-            key.append(("value", type(leaf).__name__, leaf))
-    try:
-        hash((tree, tuple(key)))
-    except TypeError:
-        return None
-    return tree, tuple(key)
 
 
 def _chips(*trees: Any) -> int:

@@ -109,8 +109,9 @@ class TpuFit:
     need_bytes: int
     usable_bytes: int  # XLA:TPU's budget (measured), else the datasheet's memory
     usable_label: str  # provenance.MEASURED with libtpu's budget, else DATASHEET
-    fits: bool
+    fits: bool  # a need within the budget, every program compiled
     refused: str | None = None  # the program XLA:TPU refused (the run's need is then its)
+    not_compiled: int = 0  # programs XLA:TPU did not compile for another reason
 
     @property
     def spare_bytes(self) -> int:
@@ -222,12 +223,10 @@ def tpu_fit(
     if target.refused:
         first = target.refused[0]
         said = first.refusal
-        # What XLA:TPU says the program needs; else its overshoot past the budget.
-        need = (
-            said.needed.bytes
-            if said.needed
-            else usable_bytes + (said.over.bytes if said.over else 1)
-        )
+        # What XLA:TPU says the program needs, and at least its overshoot past the
+        # budget (its rounded "Used 15.75G" may be under the budget measured).
+        over = usable_bytes + (said.over.bytes if said.over else 1)
+        need = max(said.needed.bytes if said.needed else 0, over)
         return TpuFit(
             program=first.name,
             running_at_peak=False,
@@ -272,7 +271,8 @@ def tpu_fit(
         need_bytes=need,
         usable_bytes=usable_bytes,
         usable_label=usable_label,
-        fits=need <= usable_bytes,
+        fits=need <= usable_bytes and not target.failed,
+        not_compiled=len(target.failed),
     )
 
 

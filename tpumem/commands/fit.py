@@ -39,15 +39,21 @@ def run_fit(request: FitRequest) -> int:
     if libtpu is None:
         raise TpumemError(NEEDS.replace("--tpu needs", "fit needs"))
     release = libtpu_version(libtpu)
+    if request.output is not None and request.output.exists() and not request.force:
+        raise TpumemError(
+            f"{request.output}: exists; use --force to replace it, or -o another name"
+        )
+    short: set[str] = set()
     if request.sweep is None:
-        return _report(request, _compiled(request, libtpu, release, _default_name(request)))
+        trace = _compiled(request, libtpu, release, _default_name(request), short)
+        return _report(request, trace, short)
     results = []
     name = request.sweep.name
     for value in request.sweep.values:
         at = replace(request, args=with_argument(request.args, name, value))
-        trace = _compiled(at, libtpu, release, _default_name(request, f"-{name}-{value}"))
-        results.append((value, trace))
-    return _sweep_report(request, results)
+        default = _default_name(request, f"-{name}-{value}")
+        results.append((value, _compiled(at, libtpu, release, default, short)))
+    return _sweep_report(request, results, short)
 
 
 def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ...]:
@@ -65,8 +71,11 @@ def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ..
     return (*changed, flag, value)
 
 
-def _compiled(request: FitRequest, libtpu: str, release: str, default: Path) -> Path:
-    """The script compiled for each slice, written as a trace; its path."""
+def _compiled(
+    request: FitRequest, libtpu: str, release: str, default: Path, short: set[str]
+) -> Path:
+    """The script compiled for each slice, written as a trace; its path. The
+    slices where the script did not get through are added to `short`."""
     rows: list[str] = []
     notes: list[str] = []
     versions: set[str] = set()
@@ -77,7 +86,10 @@ def _compiled(request: FitRequest, libtpu: str, release: str, default: Path) -> 
         set_by_tpumem = environment
         if ending.get("framework_version"):
             versions.add(str(ending["framework_version"]))
-        notes += _ending_notes(request, topology.name, ending, compiled=len(texts))
+        said, through = _ending_notes(request, topology.name, ending)
+        notes += said
+        if not through:
+            short.add(topology.name)
     return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
 
 
@@ -121,7 +133,7 @@ def _fit_one(
     """The script compiled for one slice: (its `tpu` rows, how it ended, what
     tpumem set in its environment)."""
     from tpumem.tpu.budget_cache import cached_budget, remember_budget
-    from tpumem.trace.tpu_rows import TpuBudget, budget_row_text, read_tpu_row
+    from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, budget_row_text, read_tpu_row
 
     known = cached_budget(release, topology.generation)
     if not request.quiet:
@@ -144,6 +156,7 @@ def _fit_one(
             "out": str(out),
             "dump_dir": str(directory / "dump"),
             "measure_budget": known is None,
+            "libtpu": release,
         }
         (directory / "request.json").write_text(json.dumps(order))
         env, changes = _environment(libtpu, str(directory / "dump"))
@@ -162,6 +175,7 @@ def _fit_one(
         str(directory / "dump"), "<a temporary directory>"
     )
     texts: list[str] = []
+    programs = 0
     ending: dict[str, Any] = {"how": "killed", "status": status}
     for line in lines:
         try:
@@ -177,41 +191,63 @@ def _fit_one(
         if isinstance(row, TpuBudget) and known is None:
             remember_budget(row.libtpu or release, topology.generation, row.usable_bytes)
         texts.append(line)
+        programs += isinstance(row, TpuCompile)
+    ending["programs"] = programs
     if known is not None:
         texts.append(budget_row_text(TpuBudget(topology.name, known, release)))
     return texts, ending, changes
 
 
 def _ending_notes(
-    request: FitRequest, topology: str, ending: dict[str, Any], compiled: int
-) -> list[str]:
-    """How the script ended under compile-only devices, in words for the report;
-    a script of another framework is an error."""
-    how = ending.get("how")
-    if how == "framework":
-        raise TpumemError(
-            f"{request.target} uses {ending.get('framework')}: tpumem fit compiles JAX "
-            "programs without running them; for TensorFlow and PyTorch/XLA, tpumem profile "
-            "--tpu SLICE runs the script on this machine and compiles its programs for the slice"
-        )
+    request: FitRequest, topology: str, ending: dict[str, Any]
+) -> tuple[list[str], bool]:
+    """How the script ended under compile-only devices, in words for the report,
+    and whether it got through (to its end, or to the first value it read); a
+    script that never imported JAX, or a slice tpumem could not set up, is an
+    error."""
+    how, compiled = ending.get("how"), ending.get("programs", 0)
+    if how == "setup":
+        raise TpumemError(f"fit for {topology}: {ending.get('error')}")
     if ending.get("framework") is None:
+        if how == "finished" and ending.get("code"):
+            raise TpumemError(
+                f"{request.target} exited with status {ending['code']} before it imported JAX"
+            )
+        others = ", ".join(ending.get("others") or [])
+        if others and how != "killed":
+            raise TpumemError(
+                f"{request.target} uses {others}, not JAX: tpumem fit compiles JAX programs "
+                "without running them; for TensorFlow and PyTorch/XLA, tpumem profile --tpu "
+                "SLICE runs the script on this machine and compiles its programs for the slice"
+            )
+        if how != "killed":
+            raise TpumemError(
+                f"{request.target} never imported JAX: nothing was compiled for {topology}"
+            )
+    others = ", ".join(ending.get("others") or [])
+    if not compiled and others and how != "killed":
+        # (Keras on TensorFlow imports JAX too: a script that compiled nothing of
+        # JAX's and imported another framework is that framework's.)
         raise TpumemError(
-            f"{request.target} never imported JAX: nothing was compiled for {topology}"
+            f"{request.target} uses {others}, and compiled nothing with JAX: tpumem fit "
+            "compiles JAX programs without running them; for TensorFlow and PyTorch/XLA, "
+            "tpumem profile --tpu SLICE runs the script on this machine and compiles its "
+            "programs for the slice"
         )
     where = f" at {ending['where']}" if ending.get("where") else ""
     if how == "stopped" and ending.get("read"):
         return [
             f"{topology}: the script stopped{where}: it read a value that was only compiled "
             f"({ending.get('error')}); every program it called before that is compiled here"
-        ]
+        ], True
     if how == "stopped":
-        return [f"{topology}: the script failed{where}: {ending.get('error')}"]
+        return [f"{topology}: the script failed{where}: {ending.get('error')}"], False
     if how == "killed":
         status = ending.get("status")
-        return [f"{topology}: the compiling process ended without a word (status {status})"]
+        return [f"{topology}: the compiling process ended without a word (status {status})"], False
     if ending.get("code"):
-        return [f"{topology}: the script exited with status {ending['code']}"]
-    return [] if compiled else [f"{topology}: the script called no jitted function"]
+        return [f"{topology}: the script exited with status {ending['code']}"], False
+    return ([] if compiled else [f"{topology}: the script called no jitted function"]), True
 
 
 def _write_trace(
@@ -255,8 +291,9 @@ def _write_trace(
     return path
 
 
-def _report(request: FitRequest, trace: Path) -> int:
-    """The report of the slices, on stdout; 0 where every one fits, else 1."""
+def _report(request: FitRequest, trace: Path, short: set[str]) -> int:
+    """The report of the slices, on stdout; 0 where every one fits and the script
+    got through, else 1."""
     from tpumem.reading.analyses import analysed
     from tpumem.report import reporter_for
 
@@ -264,16 +301,22 @@ def _report(request: FitRequest, trace: Path) -> int:
     color = sys.stdout.isatty()
     print(reporter_for(None, None).render(analysis, width=request.width, color=color), end="")
     print(f"tpumem: trace written to {trace}", file=sys.stderr)
-    wanted = {t.name for t in request.tpu}
-    answered = {t.topology: t.fit for t in analysis.tpu if t.topology in wanted}
-    return 0 if len(answered) == len(wanted) and all(f and f.fits for f in answered.values()) else 1
+    _say_short(short)
+    answered = {t.topology: t.fit for t in analysis.tpu}
+    fits = all((f := answered.get(t.name)) is not None and f.fits for t in request.tpu)
+    return 0 if fits and not short else 1
 
 
-def _chips(count: int) -> str:
-    return f"{count:,} chip{'s' if count != 1 else ''}"
+def _say_short(short: set[str]) -> None:
+    for topology in sorted(short):
+        print(
+            f"tpumem: the script did not get through on {topology} (the report says where): "
+            "the answer covers only the programs it called before",
+            file=sys.stderr,
+        )
 
 
-def _sweep_report(request: FitRequest, results: list[tuple[str, Path]]) -> int:
+def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: set[str]) -> int:
     """The sweep's table on stdout; 0 where some value fits every slice, else 1."""
     from rich.console import Console
     from rich.table import Table
@@ -294,11 +337,21 @@ def _sweep_report(request: FitRequest, results: list[tuple[str, Path]]) -> int:
         table.add_column(header)
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
-    console = Console(width=request.width, color_system=None if not sys.stdout.isatty() else "auto")
+    console = Console(width=request.width, color_system="auto" if sys.stdout.isatty() else None)
     console.print(table)
-    largest = sweep_largest(request.sweep.name, slices, answers)
-    for line in largest:
+    for line in sweep_largest(request.sweep.name, slices, answers):
         console.print(Text(line))
     for _, trace in results:
         print(f"tpumem: trace written to {trace}", file=sys.stderr)
-    return 0 if all("no value" not in line for line in largest) else 1
+    _say_short(short)
+    fitting = {
+        topology
+        for _, found in answers
+        for topology, target in found.items()
+        if target.fit is not None and target.fit.fits
+    }
+    return 0 if set(slices) <= fitting else 1
+
+
+def _chips(count: int) -> str:
+    return f"{count:,} chip{'s' if count != 1 else ''}"

@@ -110,6 +110,7 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
             "fits": fit.fits,
             "spare_bytes": fit.spare_bytes,
             "refused": fit.refused,
+            "not_compiled": fit.not_compiled,
         },
     }
 

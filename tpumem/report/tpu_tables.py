@@ -59,6 +59,12 @@ def tpu_verdict(target: TpuTarget) -> str | None:
             f"chip may hold{over} ({share:.1%}), XLA:TPU's own figures"
         )
     words = budget_words(target)
+    if tpu.not_compiled:
+        programs = f"{tpu.not_compiled:,} program{'s' if tpu.not_compiled != 1 else ''}"
+        return (
+            f"NOT KNOWN on {target.topology}: {programs} did not compile for it (below); "
+            f"those that did need {format_bytes(tpu.need_bytes, 2)} a chip; {words}"
+        )
     if tpu.fits:
         return (
             f"FITS on {target.topology}: a chip needs {format_bytes(tpu.need_bytes, 2)}, "
@@ -143,6 +149,8 @@ def sweep_cell(target: TpuTarget | None) -> str:
     fit = target.fit if target is not None else None
     if target is None or fit is None:
         return "no program compiled"
+    if fit.not_compiled:
+        return f"not known: {fit.not_compiled:,} did not compile"
     share = fit.need_bytes / fit.usable_bytes
     if fit.refused:
         return f"does not fit: refused, {format_bytes(fit.need_bytes, 2)} ({share:.1%})"

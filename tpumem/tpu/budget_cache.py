@@ -8,6 +8,7 @@ one that cannot be read or written is as if empty (the budget is measured again)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -50,6 +51,10 @@ def remember_budget(libtpu: str, generation: str, usable_bytes: int) -> None:
         # Whole or not at all: another compile may read it meanwhile.
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
             json.dump(known, handle, indent=1, sort_keys=True)
+    except OSError:
+        return  # (kept nowhere: measured again next time)
+    try:
         os.replace(handle.name, path)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.unlink(handle.name)
