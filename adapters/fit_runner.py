@@ -44,13 +44,17 @@ def _made_slice(request: dict[str, Any], out: TextIO) -> Any:
 
     from tpumem.adapters.jax.compile_only import CompileOnly
 
-    name = request["topology"]
+    name = request.get("label") or request["topology"]  # (the trace's name for it)
+    more = {"num_slices": request["slices"]} if request.get("slices", 1) > 1 else {}
     # libtpu says on stderr, as it starts, that this machine is no TPU VM: true, and
     # not the script's to show. Said only where the slice's devices are not made.
     with _quiet_stderr() as said:
         try:
             devices: list[Any] = topologies.get_topology_desc(
-                platform="tpu", topology_name=name, chips_per_host_bounds=request["dims"]
+                platform="tpu",
+                topology_name=request["topology"],
+                chips_per_host_bounds=request["dims"],
+                **more,
             ).devices
         except Exception:
             said.append(True)

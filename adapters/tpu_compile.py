@@ -30,6 +30,7 @@ from tpumem.trace.tpu_rows import (
     budget_row_text,
     compile_row_text,
     layouts_row_text,
+    memory_fields,
 )
 
 MAX_MESSAGE = 64 * 1024  # of XLA's message for a program it refused
@@ -114,13 +115,7 @@ def _compile(
         # largest allocations of a program that does not fit, with source lines.
         message = str(error).strip() or type(error).__name__
         return replace(compiled, error=message[:MAX_MESSAGE], seconds=time.perf_counter() - start)
-    memory = {
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "alias_bytes": stats.alias_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
-    }
+    memory = memory_fields(stats)
     return replace(
         compiled,
         memory=memory,

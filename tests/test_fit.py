@@ -12,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tpu_aot import aot_env
+
 from conftest import assert_one_line_error, run_python, run_tpumem
 from tpumem.analysis import analyze
-from tpumem.tpu.compile import libtpu_path
 from tpumem.trace.reader import load
 
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
@@ -32,8 +33,12 @@ WIDTH, LAYERS, BATCH = 2048, 4, 64
 aot = sys.argv[1:2] == ["aot"]
 if aot:
     from jax.experimental import topologies
+    slices = {"num_slices": int(sys.argv[4])} if len(sys.argv) > 4 else {}
     devices = topologies.get_topology_desc(
-        platform="tpu", topology_name=sys.argv[2], chips_per_host_bounds=json.loads(sys.argv[3])
+        platform="tpu",
+        topology_name=sys.argv[2],
+        chips_per_host_bounds=json.loads(sys.argv[3]),
+        **slices,
     ).devices
 else:
     devices = jax.devices()
@@ -159,13 +164,6 @@ def _fit(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess
     )
 
 
-def _aot_env() -> dict[str, str]:
-    found = libtpu_path()
-    assert found is not None, "libtpu is not installed: make setup puts it in .venv/libtpu"
-    path = os.pathsep.join(p for p in (found, os.environ.get("PYTHONPATH", "")) if p)
-    return {"JAX_PLATFORMS": "cpu", "PYTHONPATH": path, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
-
-
 def test_an_fsdp_step_on_two_slices_equals_jaxs_own_aot_compiles(tmp_path):
     result = _fit(tmp_path, FSDP, "--tpu", "v5e-8", "--tpu", "v5p:2x2x2", "script.py")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -180,7 +178,7 @@ def test_an_fsdp_step_on_two_slices_equals_jaxs_own_aot_compiles(tmp_path):
         assert len(steps) == 1, [p.name for p in compiled.programs]  # compiled once
         assert steps[0].compile.partitions == 8
         independent = run_python(
-            FSDP, tmp_path, env=_aot_env(), args=["aot", target, json.dumps(dims)]
+            FSDP, tmp_path, env=aot_env(), args=["aot", target, json.dumps(dims)]
         )
         assert {k: steps[0].memory(k) for k in MEMORY} == independent
         assert independent["alias_bytes"] > 0  # the donated state
@@ -188,6 +186,19 @@ def test_an_fsdp_step_on_two_slices_equals_jaxs_own_aot_compiles(tmp_path):
     # check gates on the trace fit wrote.
     checked = run_tpumem("check", str(tmp_path / "script.fit.tpumem"), "--tpu", "v5e-8")
     assert checked.returncode == 0, checked.stderr
+
+
+def test_two_slices_of_a_multislice_job_equal_jaxs_own_aot_compile(tmp_path):
+    result = _fit(tmp_path, FSDP, "--tpu", "v5e-8", "--slices", "2", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "FITS on v5e:2x4 x2" in result.stdout
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    (step,) = [p for p in target.programs if p.name == "jit_step"]
+    assert step.compile.partitions == 16  # the FSDP axis over both slices' chips
+    independent = run_python(
+        FSDP, tmp_path, env=aot_env(), args=["aot", "v5e:2x4", "[2, 4, 1]", "2"]
+    )
+    assert {k: step.memory(k) for k in MEMORY} == independent
 
 
 def test_the_verdict_flips_where_xla_tpu_refuses_and_fit_fails_then(tmp_path):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tpu_aot import aot_env
+
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import EXAMPLES, profile, run_compare
 from tpumem.analysis import analyze
@@ -94,14 +96,6 @@ else:
 FOUR_CPUS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 
 
-def _aot_env() -> dict[str, str]:
-    """A JAX process that compiles for TPUs with the libtpu tpumem uses."""
-    found = libtpu_path()
-    assert found is not None, "libtpu is not installed: make setup puts it in .venv/libtpu"
-    path = os.pathsep.join(p for p in (found, os.environ.get("PYTHONPATH", "")) if p)
-    return {"JAX_PLATFORMS": "cpu", "PYTHONPATH": path, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
-
-
 def _tpu_program(analysis, topology: str, name: str):
     (target,) = [t for t in analysis.tpu if t.topology == topology]
     return target, next(p for p in target.programs if p.name == name)
@@ -127,7 +121,7 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     target, step = _tpu_program(analysis, "v5e:1x1", "jit_step")
     assert target.device_kind == "TPU v5 lite" and not target.failed
     script = INDEPENDENT_STEP.format(examples=str(EXAMPLES), args=args)
-    independent = run_python(script, tmp_path, env=_aot_env())
+    independent = run_python(script, tmp_path, env=aot_env())
     assert {k: step.memory(k) for k in MEMORY} == independent
     # The donated parameters and optimizer state alias the outputs on the TPU too.
     assert independent["alias_bytes"] > 0
@@ -164,7 +158,7 @@ def test_a_sharded_step_on_v5e_2x2_equals_an_independent_aot_compile_and_shows_i
     analysis = analyze(load(tmp_path / "run.tpumem"))
     target, step = _tpu_program(analysis, "v5e:2x2", "jit_step")
     assert step.compile.partitions == 4 and not target.failed
-    independent = json.loads(run_aot(tmp_path / "sharded.py", _aot_env()).strip().splitlines()[-1])
+    independent = json.loads(run_aot(tmp_path / "sharded.py", aot_env()).strip().splitlines()[-1])
     assert {k: step.memory(k) for k in MEMORY} == independent
     assert independent["alias_bytes"] > 0  # the donated weight, sharded
     # Per chip: half the 1000 x 4000 weight's columns (split over "a"), padded from
@@ -303,7 +297,7 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         assert step["alias_bytes"] > 0, name  # variables, donated state
         shapes = _entry_parameters(tmp_path / f"{name}.tpumem", step["name"])
         # 64-bit shapes as 64-bit: JAX narrows them to 32 bits unless told.
-        env = {**_aot_env(), "JAX_ENABLE_X64": "1"}
+        env = {**aot_env(), "JAX_ENABLE_X64": "1"}
         sizes = run_python(ARRAY_SIZES, tmp_path, env=env, args=[json.dumps(shapes)])
         assert step["argument_bytes"] == sum(sizes), name
     problems, dom = rendered(tmp_path / "compare.html")

@@ -9,15 +9,15 @@ and a refused compile is a "does not fit" with XLA:TPU's own figures, on which
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
+
+from tpu_aot import aot_env
 
 from conftest import run_python, run_tpumem
 from profiling import profile
 from tpumem.analysis import analyze
 from tpumem.hlo.refusals import refusal
-from tpumem.tpu.compile import libtpu_path
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
 
@@ -74,11 +74,7 @@ MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "genera
 
 
 def _aot(tmp_path: Path, layers: int) -> dict:
-    found = libtpu_path()
-    assert found is not None, "libtpu is not installed: make setup puts it in .venv/libtpu"
-    path = os.pathsep.join(p for p in (found, os.environ.get("PYTHONPATH", "")) if p)
-    env = {"JAX_PLATFORMS": "cpu", "PYTHONPATH": path, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
-    return run_python(MLP_STEP, tmp_path, env=env, args=[str(layers), "aot"])
+    return run_python(MLP_STEP, tmp_path, env=aot_env(), args=[str(layers), "aot"])
 
 
 def _profiled(tmp_path: Path, layers: int, *extra: str):

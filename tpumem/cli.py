@@ -19,9 +19,12 @@ from tpumem.cli_options import (
     Capacity,
     CheckCapacity,
     Force,
+    Module,
     Output,
     PageFormat,
     ReportForce,
+    Script,
+    ScriptArgs,
     Tpu,
     Width,
     either,
@@ -312,24 +315,9 @@ def check(
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
 def profile(
-    target: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Argument(
-            metavar="SCRIPT",
-            help="The script to run (or, with -m, its first argument).",
-            show_default=False,
-        ),
-    ] = None,
-    args: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Argument(metavar="ARGS", help="Arguments for the script.", show_default=False),
-    ] = None,
-    module: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "-m", metavar="MODULE", help="Run a module as `python -m` does.", show_default=False
-        ),
-    ] = None,
+    target: Script = None,
+    args: ScriptArgs = None,
+    module: Module = None,
     output: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(

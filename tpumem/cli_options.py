@@ -61,7 +61,7 @@ Tpu = Annotated[
     Optional[list[Topology]],  # noqa: UP045
     typer.Option(
         "--tpu",
-        metavar="TOPOLOGY",
+        metavar="SLICE",
         parser=options.topology,
         help="Compile the run's programs for this TPU slice (a Cloud name: v5e-8, v5p-8, "
         "v6e-256; or chips per axis: v5e:2x4, v5p:2x2x2) with XLA:TPU, ahead of time, on "
@@ -102,4 +102,25 @@ def file_name(value: str) -> Path:
 Output = Annotated[
     Optional[Path],  # noqa: UP045
     typer.Option("-o", "--output", metavar="FILE", help="Write it to this file.", parser=file_name),
+]
+
+
+# The script a command runs (profile) or compiles (fit), its arguments, or -m.
+Script = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Argument(
+        metavar="SCRIPT",
+        help="The script (or, with -m, its first argument).",
+        show_default=False,
+    ),
+]
+ScriptArgs = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Argument(metavar="ARGS", help="Arguments for the script.", show_default=False),
+]
+Module = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "-m", metavar="MODULE", help="A module, as `python -m` runs it.", show_default=False
+    ),
 ]

@@ -8,33 +8,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from tpumem.cli_options import Tpu, Width
+from tpumem.cli_options import Module, Script, ScriptArgs, Tpu, Width
 from tpumem.commands import options
 from tpumem.commands.options import DEFAULT_WIDTH, Sweep
 
 
 def fit(
-    target: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Argument(
-            metavar="SCRIPT",
-            help="The JAX script to compile (or, with -m, its first argument).",
-            show_default=False,
-        ),
-    ] = None,
-    args: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Argument(metavar="ARGS", help="Arguments for the script.", show_default=False),
-    ] = None,
-    module: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "-m",
-            metavar="MODULE",
-            help="Compile a module as `python -m` runs it.",
-            show_default=False,
-        ),
-    ] = None,
+    target: Script = None,
+    args: ScriptArgs = None,
+    module: Module = None,
     tpu: Tpu = None,
     output: Annotated[
         Optional[Path],  # noqa: UP045
@@ -57,6 +39,16 @@ def fit(
             "and give the largest that fits each slice; a trace each.",
         ),
     ] = None,
+    slices: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=1,
+            max=64,
+            help="N slices of each --tpu, as a multislice job has them: jax.devices() "
+            "holds all of their chips (each with its slice_index).",
+        ),
+    ] = 1,
     width: Width = DEFAULT_WIDTH,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress lines.")] = False,
 ) -> None:
@@ -81,6 +73,7 @@ def fit(
         width=width,
         quiet=quiet,
         sweep=sweep,
+        slices=slices,
     )
     raise typer.Exit(run_fit(request))
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from tpumem.adapters.jax import stand_ins
 from tpumem.hlo.refusals import refusal
-from tpumem.trace.tpu_rows import TpuCompile, compile_row_text
+from tpumem.trace.tpu_rows import TpuCompile, compile_row_text, memory_fields
 
 # The dump XLA writes for every compile (fit_runner.py sets XLA_FLAGS for it).
 _AFTER = ".after_optimizations.hlo.pb"
@@ -190,16 +190,7 @@ class CompileOnly:
             row = _replace(base, error=said, seconds=time.perf_counter() - start)
             self._record(row)
             return None, row
-        stats = compiled.memory_analysis()
-        memory = {}
-        if stats is not None:
-            memory = {
-                "argument_bytes": stats.argument_size_in_bytes,
-                "output_bytes": stats.output_size_in_bytes,
-                "alias_bytes": stats.alias_size_in_bytes,
-                "temp_bytes": stats.temp_size_in_bytes,
-                "generated_code_bytes": stats.generated_code_size_in_bytes,
-            }
+        memory = memory_fields(compiled.memory_analysis())
         hlo = self._optimized(name)
         shardings = (compiled.input_shardings, compiled.output_shardings)
         row = _replace(

@@ -86,10 +86,10 @@ def _compiled(
         set_by_tpumem = environment
         if ending.get("framework_version"):
             versions.add(str(ending["framework_version"]))
-        said, through = _ending_notes(request, topology.name, ending)
+        said, through = _ending_notes(request, label(request, topology), ending)
         notes += said
         if not through:
-            short.add(topology.name)
+            short.add(label(request, topology))
     return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
 
 
@@ -138,8 +138,8 @@ def _fit_one(
     known = cached_budget(release, topology.generation)
     if not request.quiet:
         print(
-            f"tpumem fit: compiling {request.target} for {topology.name} "
-            f"({_chips(topology.chips)}) with XLA:TPU, never running it",
+            f"tpumem fit: compiling {request.target} for {label(request, topology)} "
+            f"({_chips(topology.chips * request.slices)}) with XLA:TPU, never running it",
             file=sys.stderr,
             flush=True,
         )
@@ -152,6 +152,8 @@ def _fit_one(
             "args": list(request.args),
             "module": request.module,
             "topology": topology.name,
+            "label": label(request, topology),
+            "slices": request.slices,
             "dims": list(topology.dims),
             "out": str(out),
             "dump_dir": str(directory / "dump"),
@@ -169,7 +171,9 @@ def _fit_one(
         try:
             status = subprocess.run(command, env=env).returncode
         except KeyboardInterrupt:
-            raise TpumemError(f"fit for {topology.name}: interrupted; nothing written") from None
+            raise TpumemError(
+                f"fit for {label(request, topology)}: interrupted; nothing written"
+            ) from None
         lines = out.read_text(errors="replace").splitlines() if out.exists() else []
     changes["XLA_FLAGS"] = changes["XLA_FLAGS"].replace(
         str(directory / "dump"), "<a temporary directory>"
@@ -194,7 +198,7 @@ def _fit_one(
         programs += isinstance(row, TpuCompile)
     ending["programs"] = programs
     if known is not None:
-        texts.append(budget_row_text(TpuBudget(topology.name, known, release)))
+        texts.append(budget_row_text(TpuBudget(label(request, topology), known, release)))
     return texts, ending, changes
 
 
@@ -303,7 +307,7 @@ def _report(request: FitRequest, trace: Path, short: set[str]) -> int:
     print(f"tpumem: trace written to {trace}", file=sys.stderr)
     _say_short(short)
     answered = {t.topology: t.fit for t in analysis.tpu}
-    fits = all((f := answered.get(t.name)) is not None and f.fits for t in request.tpu)
+    fits = all((f := answered.get(label(request, t))) is not None and f.fits for t in request.tpu)
     return 0 if fits and not short else 1
 
 
@@ -326,7 +330,7 @@ def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: s
     from tpumem.report.tpu_tables import sweep_largest, sweep_table
 
     assert request.sweep is not None
-    slices = [t.name for t in request.tpu]
+    slices = [label(request, t) for t in request.tpu]
     answers = []
     for value, trace in results:
         analysis = analysed(trace, str(trace))
@@ -351,6 +355,12 @@ def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: s
         if target.fit is not None and target.fit.fits
     }
     return 0 if set(slices) <= fitting else 1
+
+
+def label(request: FitRequest, topology: Any) -> str:
+    """The slice as the trace and the report name it: `v5e:2x4`, or with
+    --slices, `v5e:2x4 x2` (its generation still the name's first part)."""
+    return topology.name if request.slices == 1 else f"{topology.name} x{request.slices}"
 
 
 def _chips(count: int) -> str:

@@ -122,3 +122,4 @@ class FitRequest:
     width: int = DEFAULT_WIDTH
     quiet: bool = False
     sweep: Sweep | None = None  # the script's argument to compile at each value
+    slices: int = 1  # of each slice, joined over the data-center network (multislice)

@@ -25,6 +25,16 @@ MEMORY_FIELDS = (
 )
 
 
+def memory_fields(stats: object) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program (`compiled.memory_analysis()`,
+    None where it gave none) as a row's MEMORY_FIELDS."""
+    if stats is None:
+        return {}
+    return {
+        name: getattr(stats, name.replace("_bytes", "_size_in_bytes")) for name in MEMORY_FIELDS
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class TpuCompile:
     """One program compiled for a TPU topology."""
