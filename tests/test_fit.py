@@ -227,6 +227,14 @@ def test_a_sweep_gives_the_largest_value_that_fits(tmp_path):
         analysis = analyze(load(tmp_path / f"script.fit-layers-{value}.tpumem"))
         assert analysis.tpu[0].fit is not None
         assert analysis.metadata.command[-2:] == ("--layers", value)
+    # Two variants side by side: the answers per chip, and no run figures of runs
+    # that never ran.
+    both = run_tpumem(
+        "compare", "script.fit-layers-31.tpumem", "script.fit-layers-32.tpumem", cwd=tmp_path
+    )
+    assert both.returncode == 0, both.stderr
+    assert "Would it fit? Each TPU slice, per chip" in both.stdout
+    assert "Peak in use" not in both.stdout and "does not fit" in both.stdout
     bad = run_tpumem("fit", "--tpu", "v5e-1", "--sweep", "layers", "script.py", cwd=tmp_path)
     assert bad.returncode == 2 and "NAME=V1,V2" in bad.stderr
 

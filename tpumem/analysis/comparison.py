@@ -273,7 +273,9 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
             )
         )
     rows += _capacity_rows(runs, devices)
-    for key, unit in ROWS:
+    # Runs that allocated nothing (scripts `tpumem fit` compiled, never ran) have
+    # no run figures to line up: their answers are the fit table's.
+    for key, unit in ROWS if any(devices) else ():
         entries = [f.get(key, missing) for f in figures]
         rows.append(_row(key, unit, entries, lower_is_better=unit not in (TEXT, TIME)))
     return Comparison(

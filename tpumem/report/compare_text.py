@@ -13,7 +13,7 @@ from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
-from tpumem.report.fit_rows import fit_answer, fit_note, fit_title
+from tpumem.report.fit_rows import fit_answer, fit_note, runs_fit_title
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes, format_seconds
 
@@ -145,7 +145,7 @@ def _fit(console: Console, comparison: Comparison) -> None:
     if not any(advice):
         return
     table = Table(
-        title=fit_title(),
+        title=runs_fit_title(advice),
         title_justify="left",
     )
     table.add_column("accelerator")

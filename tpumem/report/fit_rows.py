@@ -34,6 +34,13 @@ def fit_title(device: str | None = None) -> str:
     return f"Would it fit? {device}: {FIT_NEEDED}" if device else f"Would it fit? {FIT_NEEDED}"
 
 
+def runs_fit_title(advice: list[FitAdvice | None]) -> str:
+    """The fit table's title for runs side by side: XLA:TPU's alone where no run
+    allocated (each device "")."""
+    compiled_only = all(a is None or a.device == "" for a in advice)
+    return fit_title("" if compiled_only else None)
+
+
 def fit_setting(row: FitRow) -> str:
     """The smallest setting that holds the run on that accelerator."""
     return row.setting or ("- (a TPU program gets the whole chip)" if row.kind == "tpu" else "-")

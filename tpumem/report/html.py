@@ -22,7 +22,14 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.compare_json import comparison_data
-from tpumem.report.fit_rows import FIT_EXPLANATION, fit_answer, fit_capacity, fit_setting, fit_title
+from tpumem.report.fit_rows import (
+    FIT_EXPLANATION,
+    fit_answer,
+    fit_capacity,
+    fit_setting,
+    fit_title,
+    runs_fit_title,
+)
 from tpumem.report.json_report import SCHEMA, dump, live_groups_json, report_dict
 from tpumem.report.page_words import PAGE_WORDS
 from tpumem.report.rows import device_rows, fact_rows, failure_tables, headline_rows
@@ -104,7 +111,8 @@ def _fewer_stacks(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def page(title: str, data: dict[str, Any]) -> str:
     data["accelerators"] = [dataclasses.asdict(a) for a in ACCELERATORS]
     data["words"] = PAGE_WORDS
-    data["fit_title"] = fit_title()  # (runs side by side; one run's is its own)
+    # (Runs side by side, unless their page named it; one run's is its own.)
+    data.setdefault("fit_title", fit_title())
     data["accelerators_note"] = "Memory per chip, from: " + " · ".join(
         f"{a.name} {a.source}" for a in ACCELERATORS
     )
@@ -148,6 +156,7 @@ def render_compare_html(comparison: Comparison, *, width: int = 100, color: bool
         "schema": SCHEMA,
         "comparison": comparison_data(comparison),
         "runs": [run_data(run) for run in comparison.runs],
+        "fit_title": runs_fit_title([run.fit for run in comparison.runs]),
     }
     return page(f"tpumem compare · {' / '.join(comparison.names)}", data)
 

@@ -63,8 +63,12 @@ def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
 
 def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     meta = analysis.metadata
+    framework = f"{analysis.framework} (backend: {analysis.backend})"
+    if meta.source == COMPILED_ONLY:
+        version = f" {meta.framework_version}" if meta.framework_version else ""
+        framework = f"{analysis.framework}{version}, compiled for TPU slices, never run"
     rows = [
-        ("Framework", f"{analysis.framework} (backend: {analysis.backend})"),
+        ("Framework", framework),
         ("Source", _source(meta)),
     ]
     if meta.process is not None:
