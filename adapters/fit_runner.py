@@ -40,34 +40,23 @@ def _slice(request: dict[str, Any], out: TextIO) -> Any:
 
 
 def _made_slice(request: dict[str, Any], out: TextIO) -> Any:
-    from jax.experimental import topologies
-
     from tpumem.adapters.jax.compile_only import CompileOnly
+    from tpumem.adapters.tpu_compile import slice_devices
 
     name = request.get("label") or request["topology"]  # (the trace's name for it)
-    more = {"num_slices": request["slices"]} if request.get("slices", 1) > 1 else {}
     # libtpu says on stderr, as it starts, that this machine is no TPU VM: true, and
     # not the script's to show. Said only where the slice's devices are not made.
     with _quiet_stderr() as said:
         try:
-            devices: list[Any] = topologies.get_topology_desc(
-                platform="tpu",
-                topology_name=request["topology"],
-                chips_per_host_bounds=request["dims"],
-                **more,
-            ).devices
+            devices = slice_devices(request["topology"], request["dims"], request["slices"])
         except Exception:
             said.append(True)
             raise
     if request.get("measure_budget"):
         # Before the patches: the probes are plain compiles of their own.
-        from tpumem.adapters.tpu_budget import measure
-        from tpumem.trace.tpu_rows import TpuBudget, budget_row_text
+        from tpumem.adapters.tpu_budget import budget_row
 
-        budget = measure(devices[0])
-        release = request.get("libtpu", "")  # as the parent named it: its cache's key
-        row = TpuBudget(name, budget.usable_bytes, release, devices[0].device_kind, budget.seconds)
-        out.write(budget_row_text(row) + "\n")
+        out.write(budget_row(name, devices[0], request.get("libtpu", "")) + "\n")
         out.flush()
     compile_only = CompileOnly(name, list(devices), out, request["dump_dir"])
     compile_only.install()

@@ -26,24 +26,19 @@ _STEP = 512  # XLA:TPU's allocations grow in steps of this: finer bisection find
 @dataclass(frozen=True, slots=True)
 class Budget:
     usable_bytes: int  # the largest need XLA:TPU compiles on one chip
-    compiles: int
     seconds: float
 
 
 def measure(device: Any) -> Budget:
     """The budget of one chip like `device` (a compile-only TPU device)."""
     start = time.perf_counter()
-    compiles = 0
 
     def need(size: int) -> int | None:
         """The probe's need where XLA:TPU compiles it; None where it refuses."""
-        nonlocal compiles
-        compiles += 1
         outcome = _probe(device, size)
         return outcome if isinstance(outcome, int) else None
 
     refused = _probe(device, _HUGE)
-    compiles += 1
     low, high = 1, _HUGE
     named = refusal(refused) if isinstance(refused, str) else None
     if named is not None and named.available is not None:
@@ -60,7 +55,7 @@ def measure(device: Any) -> Budget:
         else:
             low = middle
     usable = need(low)
-    return Budget(usable or 0, compiles, time.perf_counter() - start)
+    return Budget(usable or 0, time.perf_counter() - start)
 
 
 def _probe(device: Any, size: int) -> int | str:
@@ -87,3 +82,13 @@ def _probe(device: Any, size: int) -> int | str:
         + stats.temp_size_in_bytes
         + stats.generated_code_size_in_bytes
     )
+
+
+def budget_row(topology: str, device: Any, libtpu: str) -> str:
+    """The `tpu` row of the budget measured on `device` (`libtpu`: its release, as
+    the parent names it: the key of its cache)."""
+    from tpumem.trace.tpu_rows import TpuBudget, budget_row_text
+
+    budget = measure(device)
+    row = TpuBudget(topology, budget.usable_bytes, libtpu, device.device_kind, budget.seconds)
+    return budget_row_text(row)

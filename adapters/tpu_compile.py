@@ -24,25 +24,24 @@ from typing import Any
 
 from tpumem.hlo.schema import HloError, parse_hlo_proto
 from tpumem.trace.tpu_rows import (
-    TpuBudget,
+    MAX_ERROR,
     TpuCompile,
     TpuLayouts,
-    budget_row_text,
     compile_row_text,
     layouts_row_text,
     memory_fields,
 )
 
-MAX_MESSAGE = 64 * 1024  # of XLA's message for a program it refused
 
-
-def _topology(name: str, dims: list[int]) -> list[Any]:
+def slice_devices(name: str, dims: list[int], slices: int = 1) -> list[Any]:
+    """The compile-only devices of a topology (`slices` of it: a multislice job's)."""
     from jax.experimental import topologies
 
+    more = {"num_slices": slices} if slices > 1 else {}
     # All chips on one host: libtpu's default host shape (2x2x1) does not divide
     # every topology (v5e:1x1), and one host is all a compile needs.
     return topologies.get_topology_desc(
-        platform="tpu", topology_name=name, chips_per_host_bounds=dims
+        platform="tpu", topology_name=name, chips_per_host_bounds=dims, **more
     ).devices
 
 
@@ -63,18 +62,21 @@ def _options(devices: list[Any]) -> Any:
     return options
 
 
-def _optimized(dump: str, seen: set[str]) -> bytes | None:
-    """The HloProto XLA:TPU dumped for the compile just done (its buffer assignment)."""
-    found = None
-    for name in sorted(os.listdir(dump)):
-        if name in seen:
+def optimized_dump(dump: str, seen: set[str], module: str | None = None) -> bytes | None:
+    """The HloProto XLA:TPU dumped for the compile just done (its buffer
+    assignment): the newest dump not `seen` before, of `module` where one is of it
+    (other compiles may dump beside it: the CPU's, of a script's eager operations)."""
+    found: list[tuple[float, str]] = []
+    for entry in os.scandir(dump):
+        if entry.name in seen:
             continue
-        seen.add(name)
-        if name.endswith(".after_optimizations.hlo.pb"):
-            found = os.path.join(dump, name)
-    if found is None:
+        seen.add(entry.name)
+        if entry.name.endswith(".after_optimizations.hlo.pb"):
+            found.append((entry.stat().st_mtime, entry.name))
+    mine = [f for f in found if module and f".{module}." in f[1]] or found
+    if not mine:
         return None
-    with open(found, "rb") as handle:
+    with open(os.path.join(dump, max(mine)[1]), "rb") as handle:
         return handle.read()
 
 
@@ -114,13 +116,13 @@ def _compile(
         # XLA's whole message: past its first line some libtpu releases list the
         # largest allocations of a program that does not fit, with source lines.
         message = str(error).strip() or type(error).__name__
-        return replace(compiled, error=message[:MAX_MESSAGE], seconds=time.perf_counter() - start)
+        return replace(compiled, error=message[:MAX_ERROR], seconds=time.perf_counter() - start)
     memory = memory_fields(stats)
     return replace(
         compiled,
         memory=memory,
         seconds=time.perf_counter() - start,
-        hlo=_optimized(dump, seen),
+        hlo=optimized_dump(dump, seen, program["module"]),
     )
 
 
@@ -198,7 +200,7 @@ def main(request_path: str) -> int:
     with open(request_path) as handle:
         request = json.load(handle)
     name = request["topology"]
-    devices = _topology(name, request["dims"])
+    devices = slice_devices(name, request["dims"])
     seen: set[str] = set()
     with open(request["out"], "a") as out:
         for program in request["programs"]:
@@ -210,15 +212,9 @@ def main(request_path: str) -> int:
             out.flush()
         if request.get("measure_budget"):
             # After the programs: the probes' dumps are then never taken for a program's.
-            from importlib.metadata import version
+            from tpumem.adapters.tpu_budget import budget_row
 
-            from tpumem.adapters.tpu_budget import measure
-
-            budget = measure(devices[0])
-            row = TpuBudget(
-                name, budget.usable_bytes, version("libtpu"), devices[0].device_kind, budget.seconds
-            )
-            out.write(budget_row_text(row) + "\n")
+            out.write(budget_row(name, devices[0], request.get("libtpu", "")) + "\n")
     return 0
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tpumem.cli_options import Module, Script, ScriptArgs, Tpu, Width
+from tpumem.cli_options import Force, Module, Script, ScriptArgs, Tpu, Width
 from tpumem.commands import options
 from tpumem.commands.options import DEFAULT_WIDTH, Sweep
 
@@ -27,9 +27,7 @@ def fit(
             help="Trace file (default: <script>.fit.tpumem here, numbered if taken).",
         ),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace the trace file if it exists.")
-    ] = False,
+    force: Force = False,
     sweep: Annotated[
         Optional[Sweep],  # noqa: UP045
         typer.Option(

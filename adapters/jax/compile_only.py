@@ -26,20 +26,17 @@ refusal whole), so a killed fit keeps what it compiled.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tpumem.adapters.jax import stand_ins
+from tpumem.adapters.tpu_compile import optimized_dump
 from tpumem.hlo.refusals import refusal
-from tpumem.trace.tpu_rows import TpuCompile, compile_row_text, memory_fields
-
-# The dump XLA writes for every compile (fit_runner.py sets XLA_FLAGS for it).
-_AFTER = ".after_optimizations.hlo.pb"
-MAX_MESSAGE = 64 * 1024  # of XLA's message for a program it did not compile
+from tpumem.trace.tpu_rows import MAX_ERROR, TpuCompile, compile_row_text, memory_fields
 
 
 class CompileOnly:
@@ -52,7 +49,6 @@ class CompileOnly:
         self._dump = dump_dir
         self._seen_dumps: set[str] = set()
         self._count = 0
-        self.compiled: list[TpuCompile] = []
         # Every stand-in handed to the script: those it still holds are counted
         # beside a program's arguments (no weak references to a ShapeDtypeStruct:
         # held means referenced from somewhere but this list).
@@ -185,15 +181,16 @@ class CompileOnly:
         try:
             compiled = lowered.compile()
         except Exception as error:  # XlaRuntimeError: RESOURCE_EXHAUSTED and others
-            said = (str(error).strip() or type(error).__name__)[:MAX_MESSAGE]
-            self._optimized(name)  # (what XLA dumped before it gave up: not a later one's)
-            row = _replace(base, error=said, seconds=time.perf_counter() - start)
+            said = (str(error).strip() or type(error).__name__)[:MAX_ERROR]
+            # (What XLA dumped before it gave up is not a later compile's.)
+            optimized_dump(self._dump, self._seen_dumps, name)
+            row = replace(base, error=said, seconds=time.perf_counter() - start)
             self._record(row)
             return None, row
         memory = memory_fields(compiled.memory_analysis())
-        hlo = self._optimized(name)
+        hlo = optimized_dump(self._dump, self._seen_dumps, name)
         shardings = (compiled.input_shardings, compiled.output_shardings)
-        row = _replace(
+        row = replace(
             base,
             module=_module_name(hlo) or name,
             partitions=max(chips, _chips(shardings)),
@@ -205,7 +202,6 @@ class CompileOnly:
         return compiled, row
 
     def _record(self, row: TpuCompile) -> None:
-        self.compiled.append(row)
         self._out.write(compile_row_text(row) + "\n")
         self._out.flush()
         if row.error is None:
@@ -215,23 +211,6 @@ class CompileOnly:
             did = "refused" if refusal(row.error) is not None else "did not compile"
             said = f"XLA:TPU {did} {row.module}: {why}"
         print(f"tpumem fit: {self.topology}: {said}", file=sys.stderr, flush=True)
-
-    def _optimized(self, name: str) -> bytes | None:
-        """The HloProto XLA:TPU dumped for the compile of `name` just done: the
-        newest new dump of that module (the CPU's compiles of the script's eager
-        operations dump beside it)."""
-        found: list[tuple[float, str]] = []
-        for entry in os.scandir(self._dump):
-            if entry.name in self._seen_dumps:
-                continue
-            self._seen_dumps.add(entry.name)
-            if entry.name.endswith(_AFTER):
-                found.append((entry.stat().st_mtime, entry.name))
-        mine = [f for f in found if f".{name}." in f[1]] or found
-        if not mine:
-            return None
-        with open(os.path.join(self._dump, max(mine)[1]), "rb") as handle:
-            return handle.read()
 
 
 class _Jitted:
@@ -329,12 +308,6 @@ def _parameters(function: Callable) -> list[str]:
         return list(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return []
-
-
-def _replace(row: TpuCompile, **changes: Any) -> TpuCompile:
-    from dataclasses import replace
-
-    return replace(row, **changes)
 
 
 def _chips(*trees: Any) -> int:

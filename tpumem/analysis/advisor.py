@@ -142,7 +142,7 @@ def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> 
             memory_bytes=tpu.usable_bytes,
             needed_bytes=tpu.need_bytes,
             fits=tpu.fits,
-            share=tpu.need_bytes / tpu.usable_bytes,
+            share=tpu.share,
             setting=None,
             source=_budget_source(target),
             compiled_for=target.topology,

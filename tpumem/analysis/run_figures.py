@@ -187,14 +187,14 @@ def _device(
 def _tpu(
     trace: Trace, devices: tuple[DeviceAnalysis, ...], fit: FitAdvice | None
 ) -> tuple[TpuTarget, ...]:
-    """The TPU compiles, each with a chip's need for the device the fit weighs."""
-    targets = tpu_targets(trace)
+    """The TPU compiles, each with a chip's need for the device the fit weighs
+    (for the programs alone where the run allocated nothing)."""
     device = next((d for d in devices if fit is not None and d.device == fit.device), None)
     if device is None:
-        return targets
+        return tuple(replace(t, fit=tpu_fit(t, 0, (), ())) for t in tpu_targets(trace))
     return tuple(
         replace(t, fit=tpu_fit(t, device.peak.bytes, device.peak.groups, device.programs_at_peak))
-        for t in targets
+        for t in tpu_targets(trace)
     )
 
 

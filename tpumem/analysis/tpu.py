@@ -17,7 +17,7 @@ memory. A program XLA:TPU refused does not fit, by XLA:TPU's own figures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS
@@ -118,6 +118,11 @@ class TpuFit:
         """Headroom (positive) or overshoot (negative)."""
         return self.usable_bytes - self.need_bytes
 
+    @property
+    def share(self) -> float:
+        """The need as a share of what a chip may hold."""
+        return self.need_bytes / self.usable_bytes
+
 
 @dataclass(frozen=True, slots=True)
 class TpuTarget:
@@ -139,8 +144,8 @@ class TpuTarget:
 
 
 def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
-    """Each topology the trace's programs were compiled for, each with the need of
-    a chip for its programs alone (the run's arrays are weighed by tpu_fit)."""
+    """Each topology the trace's programs were compiled for (a chip's need for the
+    run is tpu_fit's)."""
     by_topology: dict[str, list[TpuRow]] = {}
     for row in tpu_rows(trace):
         by_topology.setdefault(row.topology, []).append(row)
@@ -170,7 +175,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
             refused=tuple(refused),
             budget=budget,
         )
-        targets.append(replace(target, fit=tpu_fit(target, 0, (), ())))
+        targets.append(target)
     return tuple(targets)
 
 

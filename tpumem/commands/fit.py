@@ -107,32 +107,13 @@ def _check_script(path: Path) -> None:
         raise TpumemError(f"{path}: not a regular file, so not a Python script")
 
 
-def _environment(libtpu: str, dump: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(the script's environment, what tpumem set in it): JAX on the CPU (the slice
-    is a compile target, never a device), libtpu on the path, XLA's dump."""
-    env = dict(os.environ)
-    flags = env.get("XLA_FLAGS", "")
-    changes = {
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_proto".strip(),
-        # libtpu asks the cloud metadata server where it runs unless told it runs
-        # alone, and takes a machine-wide lock a compile does not need.
-        "TPU_SKIP_MDS_QUERY": env.get("TPU_SKIP_MDS_QUERY", "1"),
-        "ALLOW_MULTIPLE_LIBTPU_LOAD": env.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-    }
-    if libtpu:
-        paths = [libtpu, env.get("PYTHONPATH", "")]
-        changes["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    env.update(changes)
-    return env, changes
-
-
 def _fit_one(
     request: FitRequest, topology: Any, libtpu: str, release: str
 ) -> tuple[list[str], dict[str, Any], dict[str, str]]:
     """The script compiled for one slice: (its `tpu` rows, how it ended, what
     tpumem set in its environment)."""
     from tpumem.tpu.budget_cache import cached_budget, remember_budget
+    from tpumem.tpu.compile import compile_environment
     from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, budget_row_text, read_tpu_row
 
     known = cached_budget(release, topology.generation)
@@ -161,7 +142,10 @@ def _fit_one(
             "libtpu": release,
         }
         (directory / "request.json").write_text(json.dumps(order))
-        env, changes = _environment(libtpu, str(directory / "dump"))
+        # The script's own XLA_FLAGS kept, XLA's dump after them.
+        env, changes = compile_environment(
+            libtpu, str(directory / "dump"), os.environ.get("XLA_FLAGS", "")
+        )
         command = [
             sys.executable,
             "-m",
@@ -322,12 +306,8 @@ def _say_short(short: set[str]) -> None:
 
 def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: set[str]) -> int:
     """The sweep's table on stdout; 0 where some value fits every slice, else 1."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     from tpumem.reading.analyses import analysed
-    from tpumem.report.tpu_tables import sweep_largest, sweep_table
+    from tpumem.report.text import render_sweep_text
 
     assert request.sweep is not None
     slices = [label(request, t) for t in request.tpu]
@@ -335,16 +315,9 @@ def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: s
     for value, trace in results:
         analysis = analysed(trace, str(trace))
         answers.append((value, {t.topology: t for t in analysis.tpu}))
-    title, headers, rows = sweep_table(request.sweep.name, slices, answers)
-    table = Table(title=Text(title), title_justify="left")
-    for header in headers:
-        table.add_column(header)
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    console = Console(width=request.width, color_system="auto" if sys.stdout.isatty() else None)
-    console.print(table)
-    for line in sweep_largest(request.sweep.name, slices, answers):
-        console.print(Text(line))
+    color = sys.stdout.isatty()
+    text = render_sweep_text(request.sweep.name, slices, answers, width=request.width, color=color)
+    print(text, end="")
     for _, trace in results:
         print(f"tpumem: trace written to {trace}", file=sys.stderr)
     _say_short(short)

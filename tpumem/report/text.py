@@ -41,6 +41,8 @@ from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
+    sweep_largest,
+    sweep_table,
     tpu_notes,
     tpu_peak_rows,
     tpu_program_rows,
@@ -181,6 +183,23 @@ def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -
     for row in rows:
         table.add_row(*_cells(row))
     console.print(table)
+
+
+def render_sweep_text(
+    name: str,
+    slices: list[str],
+    answers: list[tuple[str, dict[str, TpuTarget]]],
+    *,
+    width: int = 100,
+    color: bool = False,
+) -> str:
+    """`tpumem fit --sweep`: each value's answer on each slice, then the largest
+    value that fits each."""
+    console, buffer = string_console(width, color)
+    _table(console, *sweep_table(name, slices, answers))
+    for line in sweep_largest(name, slices, answers):
+        console.print(Text(line))
+    return buffer.getvalue()
 
 
 def _programs(console: Console, compiled: tuple[CompiledProgram, ...]) -> None:

@@ -43,7 +43,7 @@ def tpu_verdict(target: TpuTarget) -> str | None:
     if tpu is None:
         return None
     spare = tpu.spare_bytes
-    share = abs(spare) / tpu.usable_bytes
+    share = abs(tpu.share - 1)  # of what a chip may hold: to spare, or over
     if tpu.refused:
         refused = next(r for r in target.refused if r.name == tpu.refused)
         figures = refused.refusal
@@ -151,11 +151,10 @@ def sweep_cell(target: TpuTarget | None) -> str:
         return "no program compiled"
     if fit.not_compiled:
         return f"not known: {fit.not_compiled:,} did not compile"
-    share = fit.need_bytes / fit.usable_bytes
+    need = f"{format_bytes(fit.need_bytes, 2)} ({fit.share:.1%})"
     if fit.refused:
-        return f"does not fit: refused, {format_bytes(fit.need_bytes, 2)} ({share:.1%})"
-    verdict = "fits" if fit.fits else "does not fit"
-    return f"{verdict}: {format_bytes(fit.need_bytes, 2)} ({share:.1%})"
+        return f"does not fit: refused, {need}"
+    return f"{'fits' if fit.fits else 'does not fit'}: {need}"
 
 
 def sweep_table(

@@ -133,20 +133,27 @@ def _shapes(trace: Trace) -> list[tuple[list[int], str]]:
     return [(list(dims), dtype) for dims, dtype in list(seen)[:MAX_SHAPES]]
 
 
-def _environment(libtpu: str, dump: str) -> dict[str, str]:
+def compile_environment(
+    libtpu: str, dump: str, flags: str = ""
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(the environment of a process that compiles for TPUs, what was set in it):
+    JAX on the CPU (the TPU is a compile target, never a device), libtpu on the
+    path, XLA's dump of each compile after `flags` (the XLA_FLAGS kept)."""
     env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"  # the TPU is a compile target here, never a device
-    env["XLA_FLAGS"] = f"--xla_dump_to={dump} --xla_dump_hlo_as_proto"
-    # libtpu asks the cloud metadata server where it runs unless told it runs alone.
-    env.setdefault("TPU_SKIP_MDS_QUERY", "1")
-    # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) for the TPU; a compile
-    # touches no TPU, and must work beside another compile or a training job.
-    env.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    changes = {
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_proto".strip(),
+        # libtpu asks the cloud metadata server where it runs unless told it runs alone.
+        "TPU_SKIP_MDS_QUERY": env.get("TPU_SKIP_MDS_QUERY", "1"),
+        # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) for the TPU; a
+        # compile touches no TPU, and must work beside another compile or a training job.
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": env.get("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+    }
     paths = [p for p in (libtpu, env.get("PYTHONPATH", "")) if p]
-    if paths:
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
+    if libtpu:
+        changes["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(changes)
+    return env, changes
 
 
 def refuse_live(trace_path: Path) -> None:
@@ -207,6 +214,7 @@ def compile_for_tpu(
             "dump_dir": str(directory / "dump"),
             "out": str(out),
             "measure_budget": known is None,
+            "libtpu": release,
         }
         (directory / "request.json").write_text(json.dumps(request))
         start = time.perf_counter()
@@ -248,7 +256,8 @@ def _run(
     """Runs the compile process, showing its progress on stderr; (exit status,
     the last line it wrote to stderr)."""
     command = [sys.executable, "-m", "tpumem.adapters.tpu_compile", str(directory / "request.json")]
-    env = _environment(libtpu, str(directory / "dump"))
+    env, _ = compile_environment(libtpu, str(directory / "dump"))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = directory / "compiled.jsonl"
     with open(directory / "stderr.txt", "wb") as errors:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)

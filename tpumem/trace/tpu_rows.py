@@ -16,6 +16,7 @@ from tpumem.trace.model import Trace
 from tpumem.trace.records import parse_object
 from tpumem.trace.schema import TPU
 
+MAX_ERROR = 64 * 1024  # of XLA's message for a program it did not compile
 MEMORY_FIELDS = (
     "argument_bytes",
     "output_bytes",
