@@ -85,7 +85,6 @@ def _compile(
 ) -> TpuCompile:
     from jax._src.interpreters import mlir
     from jax._src.lib import _jax
-    from jax._src.lib import xla_client as xc
     from jax._src.lib.mlir import ir
 
     partitions = int(program["partitions"])
@@ -106,15 +105,15 @@ def _compile(
             stablehlo = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(module.SerializeToString()))
             _drop_copies(stablehlo)
             _donate(stablehlo, donors)
-            executable = chips[0].client.compile(
-                stablehlo,
-                executable_devices=xc.DeviceList(tuple(chips)),
-                compile_options=_options(chips),
-            )
-        stats = executable.get_compiled_memory_stats()
+            try:
+                stats = compile_on(stablehlo, chips).get_compiled_memory_stats()
+            except (RuntimeError, ValueError) as error:
+                # XLA's whole message: past its first line some libtpu releases list
+                # the largest allocations of a program that does not fit.
+                message = (str(error).strip() or type(error).__name__)[:MAX_ERROR]
+                refused = replace(compiled, error=message, seconds=time.perf_counter() - start)
+                return diagnosed(refused, stablehlo, dump, seen)
     except (HloError, OSError, RuntimeError, ValueError) as error:
-        # XLA's whole message: past its first line some libtpu releases list the
-        # largest allocations of a program that does not fit, with source lines.
         message = str(error).strip() or type(error).__name__
         return replace(compiled, error=message[:MAX_ERROR], seconds=time.perf_counter() - start)
     memory = memory_fields(stats)
@@ -124,6 +123,57 @@ def _compile(
         seconds=time.perf_counter() - start,
         hlo=optimized_dump(dump, seen, program["module"]),
     )
+
+
+def compile_on(stablehlo: Any, chips: list[Any]) -> Any:
+    """XLA:TPU's executable of `stablehlo` partitioned over `chips`."""
+    from jax._src.lib import xla_client as xc
+
+    return chips[0].client.compile(
+        stablehlo, executable_devices=xc.DeviceList(tuple(chips)), compile_options=_options(chips)
+    )
+
+
+def diagnosed(refused: TpuCompile, stablehlo: Any, dump: str, seen: set[str]) -> TpuCompile:
+    """A program its slice refused, with the plan XLA:TPU makes for it on as many
+    chips that hold more (tpu/topology.py: diagnostic_topology): what fills it,
+    as near as XLA:TPU can show, its buffers and their source lines. Unchanged
+    where XLA:TPU gave no figures (another error than its size), where no such
+    slice exists, or where that refuses it too."""
+    from tpumem.hlo.refusals import refusal
+    from tpumem.tpu.topology import diagnostic_topology
+
+    # (What XLA dumped before it gave up is not a later compile's.)
+    optimized_dump(dump, seen, refused.module)
+    chips = refused.partitions
+    larger = diagnostic_topology(chips, refused.topology.partition(":")[0])
+    if refusal(refused.error or "") is None or larger is None:
+        return refused
+    print(
+        f"tpumem: {refused.module} does not fit {refused.topology}; compiling it for "
+        f"{larger.name} to show what fills it",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        devices = slice_devices(larger.name, list(larger.dims))
+        compile_on(stablehlo, devices[:chips])
+    except (RuntimeError, ValueError):
+        optimized_dump(dump, seen, refused.module)
+        return refused
+    hlo = optimized_dump(dump, seen, refused.module)
+    return refused if hlo is None else replace(refused, hlo=hlo, diagnostic=larger.name)
+
+
+def partitions_of(stablehlo: Any) -> int | None:
+    """The devices a JAX lowering partitions its program over (None where the
+    module does not say: an HLO's, whose row names them)."""
+    from jax._src.lib.mlir import ir
+
+    attributes = stablehlo.operation.attributes
+    if "mhlo.num_partitions" not in attributes:
+        return None
+    return ir.IntegerAttr(attributes["mhlo.num_partitions"]).value
 
 
 def _drop_copies(module: Any) -> None:

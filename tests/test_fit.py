@@ -15,6 +15,7 @@ from pathlib import Path
 from tpu_aot import aot_env
 
 from conftest import assert_one_line_error, run_python, run_tpumem
+from profiling import profile
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
@@ -24,12 +25,14 @@ MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "genera
 # the state made by a jitted init, the step jitted with its shardings and donated
 # state, a loop, and the loss read at the end. `aot SLICE DIMS`: the same step
 # compiled with JAX's own AOT API for the slice's devices, its figures printed.
+# FSDP_SIZE=WIDTH,LAYERS: another size.
 FSDP = """
-import json, sys
+import json, os, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-WIDTH, LAYERS, BATCH = 2048, 4, 64
+WIDTH, LAYERS = (int(n) for n in os.environ.get("FSDP_SIZE", "2048,4").split(","))
+BATCH = 64
 aot = sys.argv[1:2] == ["aot"]
 if aot:
     from jax.experimental import topologies
@@ -152,14 +155,16 @@ raise ValueError("the script's own error")
 """
 
 
-def _fit(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+def _fit(
+    tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     (tmp_path / "script.py").write_text(script)
     return subprocess.run(
         [sys.executable, "-m", "tpumem", "fit", "--width", "200", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
         timeout=600,
     )
 
@@ -214,6 +219,25 @@ def test_the_verdict_flips_where_xla_tpu_refuses_and_fit_fails_then(tmp_path):
     assert "stepped" in refused.stdout
     (target,) = analyze(load(tmp_path / "32.tpumem")).tpu
     assert len(target.refused) == 1 and not target.programs[1:]
+    assert target.refused[0].diagnostic == "v5p:1x1x1" and "what fills it" in refused.stdout
+
+
+def test_a_refused_sharded_step_is_shown_as_larger_chips_would_hold_it(tmp_path):
+    """40 f32[32768,32768] layers over 8 chips: 20 GiB of state a chip, which no
+    v5e chip holds; what fills a chip is the plan for as many v5p chips, whose
+    state per chip is JAX's own AOT compile's there."""
+    size = {"FSDP_SIZE": "32768,40"}
+    result = _fit(tmp_path, FSDP, "--tpu", "v5e-8", "script.py", env=size)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "DOES NOT FIT on v5e:2x4: XLA:TPU refused" in result.stdout
+    assert "as XLA:TPU plans it for v5p:2x2x2" in result.stdout
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    (step,) = [r for r in target.refused if r.name == "jit_step"]
+    assert step.diagnostic == "v5p:2x2x2" and step.heap is not None
+    independent = run_python(
+        FSDP, tmp_path, env={**aot_env(), **size}, args=["aot", "v5p:2x2x2", "[2, 2, 2]"]
+    )
+    assert step.heap.parameter_bytes == independent["argument_bytes"]
 
 
 def test_a_sweep_gives_the_largest_value_that_fits(tmp_path):
@@ -274,3 +298,26 @@ def test_a_script_of_another_framework_is_one_line(tmp_path):
     assert_one_line_error(missing, "no such file")
     no_slice = run_tpumem("fit", str(tmp_path / "tf.py"), cwd=tmp_path)
     assert_one_line_error(no_slice, "--tpu")
+
+
+def test_profile_tpu_names_the_code_it_compiled_in_the_cpus_form(tmp_path):
+    """`profile --tpu` compiles the CPU run's lowering: a platform_dependent
+    branch the CPU chose and the CPU's LAPACK kernels are named, with their lines;
+    fit, which lowers for the slice, has none to name."""
+    script = PLATFORM_DEPENDENT.replace("(16, 4096, 128)", "(2, 4096, 128)")
+    script += "inverse = jax.jit(jnp.linalg.inv)(jnp.eye(64) * 2.0)\n"
+    (tmp_path / "script.py").write_text(script)
+    result = profile(tmp_path, "-q", "--tpu", "v5e-1", "-o", "run.tpumem", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (target,) = analyze(load(tmp_path / "run.tpumem")).tpu
+    forms = {(f.program, f.what.split(" (")[0]): f.sources for f in target.cpu_forms}
+    branch = forms[("jit_attention", "a branch chosen for the CPU as it was lowered")]
+    line = 1 + script.splitlines().index("    def materialized():")  # its body's line
+    assert [s.rsplit(":", 1)[1] for s in branch] == [str(line + 1)]
+    assert ("jit_inv", "custom call lapack_sgetrf_ffi") in forms
+    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--width", "300")
+    assert "jit_attention: lowered for the CPU and compiled for v5e:1x1 as it is" in report.stdout
+    fitted = _fit(tmp_path, script, "--tpu", "v5e-1", "script.py")
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    (compiled,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    assert compiled.cpu_forms == () and "lowered for the CPU" not in fitted.stdout

@@ -12,7 +12,7 @@ from tpumem.analysis.tpu import TpuProgram, TpuRefused, TpuTarget, tpu_fit, tpu_
 from tpumem.errors import TpumemError
 from tpumem.hlo.refusals import Figure, refusal
 from tpumem.tpu.budget_cache import cache_file, cached_budget, remember_budget
-from tpumem.tpu.topology import parse_topology
+from tpumem.tpu.topology import diagnostic_topology, parse_topology
 from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, budget_row_text, read_tpu_row
 
 GiB = 1 << 30
@@ -194,3 +194,26 @@ def test_a_program_not_compiled_for_another_reason_leaves_the_answer_unknown():
     fit = tpu_fit(target, 0, (), ())
     assert fit is not None and not fit.fits and fit.not_compiled == 1
     assert (tpu_verdict(replace(target, fit=fit)) or "").startswith("NOT KNOWN on v5e:1x1")
+
+
+def test_a_refused_program_is_planned_on_as_many_chips_of_the_largest_generation():
+    """The diagnostic compile's slice: v5p chips (95 GiB), as many as refused it;
+    none where the refusing slice is v5p's or no v5p slice has that many chips."""
+    assert diagnostic_topology(1, "v5e") == parse_topology("v5p:1x1x1")
+    assert diagnostic_topology(8, "v5e") == parse_topology("v5p:2x2x2")
+    assert diagnostic_topology(256, "v6e") == parse_topology("v5p-512")
+    assert diagnostic_topology(8, "v5p") is None
+    assert diagnostic_topology(6, "v5e") is None
+    assert diagnostic_topology(16384, "v4") is None
+
+
+def test_a_diagnostic_plan_keeps_its_topology_in_the_trace():
+    from tpumem.trace.tpu_rows import compile_row_text
+
+    row = TpuCompile(
+        "v5e:2x4", 3, "jit_step", 8, error="RESOURCE_EXHAUSTED", diagnostic="v5p:2x2x2"
+    )
+    assert read_tpu_row(compile_row_text(row)) == row
+    assert (
+        read_tpu_row(compile_row_text(TpuCompile("v5e:2x4", 3, "jit_step", 8))).diagnostic is None
+    )

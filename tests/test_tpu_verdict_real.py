@@ -27,7 +27,8 @@ from chromium_check import rendered
 # An MLP train step of N f32[8192,8192] layers: 31 fit a v5e chip, 32 do not
 # (XLA:TPU's own outcome, checked in the test). `--keep` also runs one small
 # array, so the run has allocations of its own; `aot` compiles it for v5e:1x1
-# with JAX's own API instead, and prints XLA:TPU's figures or its refusal.
+# with JAX's own API instead (`aot v5p`: for v5p:1x1x1), and prints XLA:TPU's
+# figures or its refusal.
 MLP_STEP = """
 import json, sys
 import jax, jax.numpy as jnp
@@ -47,8 +48,9 @@ where = {}
 if "aot" in sys.argv:
     from jax.experimental import topologies
     from jax.sharding import SingleDeviceSharding
+    name = "v5p:1x1x1" if "v5p" in sys.argv else "v5e:1x1"
     chip = topologies.get_topology_desc(
-        platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
+        platform="tpu", topology_name=name, chips_per_host_bounds=[1, 1, 1]
     ).devices[0]
     where = {"sharding": SingleDeviceSharding(chip)}
 params = [jax.ShapeDtypeStruct((8192, 8192), jnp.float32, **where) for _ in range(layers)]
@@ -73,8 +75,8 @@ else:
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 
-def _aot(tmp_path: Path, layers: int) -> dict:
-    return run_python(MLP_STEP, tmp_path, env=aot_env(), args=[str(layers), "aot"])
+def _aot(tmp_path: Path, layers: int, *on: str) -> dict:
+    return run_python(MLP_STEP, tmp_path, env=aot_env(), args=[str(layers), "aot", *on])
 
 
 def _profiled(tmp_path: Path, layers: int, *extra: str):
@@ -125,13 +127,24 @@ def test_the_verdict_flips_where_xla_tpus_compile_does(tmp_path):
     assert target.fit.refused == "jit_step"
     (row,) = [r for r in analysis.fit.rows if r.compiled_for == "v5e:1x1"]
     assert not row.fits
+    # What fills it: the plan XLA:TPU makes for it on a v5p chip (95 GiB), whose
+    # state is the independent v5p compile's, its buffers with the script's lines.
+    assert refused.diagnostic == "v5p:1x1x1" and refused.heap is not None
+    on_v5p = _aot(tmp_path, 32, "v5p")
+    assert refused.heap.parameter_bytes == on_v5p["argument_bytes"]
+    assert refused.heap.output_bytes == on_v5p["output_bytes"]
     report = run_tpumem("report", str(trace), "--width", "200")
     assert report.returncode == 0, report.stderr
     assert "DOES NOT FIT on v5e:1x1: XLA:TPU refused jit_step" in report.stdout
     assert f"over by {format_bytes(said.over.bytes, 2)}" in report.stdout
+    assert "as XLA:TPU plans it for v5p:1x1x1" in report.stdout
+    assert "not v5e:1x1's own plan" in report.stdout and "mlp_step.py:" in report.stdout
     as_json = json.loads(run_tpumem("report", str(trace), "-f", "json").stdout)
     (tpu,) = as_json["tpu"]
     assert tpu["refused"][0]["over"]["bytes"] == said.over.bytes and not tpu["fit"]["fits"]
+    diagnostic = tpu["refused"][0]["diagnostic"]
+    assert diagnostic["topology"] == "v5p:1x1x1"
+    assert diagnostic["heap"]["peak_bytes"] == refused.heap.peak_bytes
     checked = run_tpumem("check", str(trace), "--tpu", "v5e:1x1")
     assert checked.returncode == 1
     assert "tpumem: breach: DOES NOT FIT on v5e:1x1" in checked.stderr

@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpumem.adapters.jax import stand_ins
-from tpumem.adapters.tpu_compile import optimized_dump
+from tpumem.adapters.tpu_compile import diagnosed, optimized_dump, partitions_of
 from tpumem.hlo.refusals import refusal
 from tpumem.trace.tpu_rows import MAX_ERROR, TpuCompile, compile_row_text, memory_fields
 
@@ -182,10 +182,16 @@ class CompileOnly:
             compiled = lowered.compile()
         except Exception as error:  # XlaRuntimeError: RESOURCE_EXHAUSTED and others
             said = (str(error).strip() or type(error).__name__)[:MAX_ERROR]
-            # (What XLA dumped before it gave up is not a later compile's.)
-            optimized_dump(self._dump, self._seen_dumps, name)
-            row = replace(base, error=said, seconds=time.perf_counter() - start)
-            self._record(row)
+            stablehlo = lowered.compiler_ir("stablehlo")
+            row = replace(
+                base,
+                partitions=partitions_of(stablehlo) or chips,
+                error=said,
+                seconds=time.perf_counter() - start,
+            )
+            self._say(row)
+            row = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
+            self._write(row)
             return None, row
         memory = memory_fields(compiled.memory_analysis())
         hlo = optimized_dump(self._dump, self._seen_dumps, name)
@@ -202,8 +208,14 @@ class CompileOnly:
         return compiled, row
 
     def _record(self, row: TpuCompile) -> None:
+        self._write(row)
+        self._say(row)
+
+    def _write(self, row: TpuCompile) -> None:
         self._out.write(compile_row_text(row) + "\n")
         self._out.flush()
+
+    def _say(self, row: TpuCompile) -> None:
         if row.error is None:
             said = f"compiled {row.module} in {row.seconds:.1f} s"
         else:

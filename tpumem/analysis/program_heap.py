@@ -109,7 +109,7 @@ def _whole_program(allocation: Any) -> bool:
     return _group(allocation) != TEMPORARY
 
 
-def _source(instruction: Any, frames: Any) -> tuple[str | None, str]:
+def instruction_source(instruction: Any, frames: Any) -> tuple[str | None, str]:
     """(file:line, the stack as file:line:column lines), as XProf reads them: the
     metadata's own file and line first, else the innermost stack frame."""
     stack = []
@@ -166,7 +166,7 @@ class _Buffers:
         instruction = self.instructions[buffer.defined_at.instruction_id]
         index = list(buffer.defined_at.shape_index)
         shape = subshape(instruction.shape, index)
-        source, stack = _source(instruction, self.frames)
+        source, stack = instruction_source(instruction, self.frames)
         name = instruction.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
         made = self._made[buffer_id] = HeapBuffer(
             logical_buffer_id=buffer.id,

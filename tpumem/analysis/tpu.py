@@ -21,12 +21,14 @@ from dataclasses import dataclass
 
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS
+from tpumem.analysis.cpu_forms import CpuForm, cpu_forms
 from tpumem.analysis.padding import parse_shape
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import ProgramHeap, program_heap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak
 from tpumem.hlo.refusals import Refusal, refusal
 from tpumem.hlo.schema import HloError
+from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, TpuLayouts, TpuRow, tpu_rows
 
@@ -86,10 +88,17 @@ class TpuRefused:
 
     compile: TpuCompile
     refusal: Refusal  # XLA:TPU's figures, as its message gives them
+    # Its plan on a larger chip (the compile's `diagnostic` topology), where made.
+    heap: ProgramHeap | None = None
 
     @property
     def name(self) -> str:
         return self.compile.module
+
+    @property
+    def diagnostic(self) -> str | None:
+        """The topology the plan is of (never the refusing one)."""
+        return self.compile.diagnostic if self.heap is not None else None
 
     @property
     def message(self) -> str:
@@ -137,6 +146,8 @@ class TpuTarget:
     refused: tuple[TpuRefused, ...] = ()  # too large for a chip, largest first
     budget: TpuBudget | None = None  # XLA:TPU's own limit per chip, from libtpu
     fit: TpuFit | None = None
+    # Code of the programs the run lowered in the CPU's form, compiled so (not fit's).
+    cpu_forms: tuple[CpuForm, ...] = ()
 
     @property
     def generation(self) -> str:
@@ -149,6 +160,9 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
     by_topology: dict[str, list[TpuRow]] = {}
     for row in tpu_rows(trace):
         by_topology.setdefault(row.topology, []).append(row)
+    if not by_topology:
+        return ()
+    forms = _cpu_forms(trace)
     targets = []
     for topology, rows in by_topology.items():
         compiles = [r for r in rows if isinstance(r, TpuCompile)]
@@ -160,7 +174,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
         for c in compiles:
             said = refusal(c.error) if c.error is not None else None
             if said is not None:
-                refused.append(TpuRefused(c, said))
+                refused.append(TpuRefused(c, said, _heap(c)))
             elif c.error is not None:
                 failed.append(c)
         refused.sort(key=lambda r: -(r.refusal.needed.bytes if r.refusal.needed else 0))
@@ -174,9 +188,20 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
             seconds=seconds,
             refused=tuple(refused),
             budget=budget,
+            cpu_forms=tuple(f for c in compiles for f in forms.get(c.program_id, ())),
         )
         targets.append(target)
     return tuple(targets)
+
+
+def _cpu_forms(trace: Trace) -> dict[int | None, tuple[CpuForm, ...]]:
+    """Each run program's code in the CPU's form, by its id (none for fit, whose
+    programs the script lowered for the TPU and which keeps no run's HLO)."""
+    found: dict[int | None, tuple[CpuForm, ...]] = {}
+    for row in hlo_rows(trace):
+        if row is not None and row.input_data is not None and row.program_id not in found:
+            found[row.program_id] = cpu_forms(row.program_id, row.input_data)
+    return found
 
 
 def _heap(compiled: TpuCompile) -> ProgramHeap | None:

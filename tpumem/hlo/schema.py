@@ -40,6 +40,7 @@ _MESSAGES: dict[str, list[Field]] = {
         ("metadata", 7, MSG, "OpMetadata", False),
         ("parameter_number", 9, I64, None, False),
         ("id", 35, I64, None, False),
+        ("custom_call_target", 28, STR, None, False),
         ("sharding", 40, MSG, "OpSharding", False),
     ],
     "OpSharding": [

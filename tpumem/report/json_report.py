@@ -92,6 +92,10 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
             {"name": f.module, "program_id": f.program_id, "error": f.error} for f in target.failed
         ],
         "refused": [_refused(r) for r in target.refused],
+        "cpu_forms": [
+            {"program": f.program, "what": f.what, "sources": list(f.sources)}
+            for f in target.cpu_forms
+        ],
         "budget": None
         if target.budget is None
         else {"usable_bytes": target.budget.usable_bytes, "libtpu": target.budget.libtpu},
@@ -134,6 +138,10 @@ def _refused(refused: TpuRefused) -> dict[str, Any]:
         "available": figure(figures.available),
         "over": figure(figures.over),
         "message": refused.message,
+        # Its plan on larger chips (not the target's own), where one was made.
+        "diagnostic": None
+        if refused.heap is None
+        else {"topology": refused.diagnostic, "heap": _heap(refused.heap)},
     }
 
 

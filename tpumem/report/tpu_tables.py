@@ -3,6 +3,9 @@ every format shows."""
 
 from __future__ import annotations
 
+import os
+
+from tpumem.analysis.cpu_forms import CpuForm
 from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report.fit_rows import budget_words
@@ -119,6 +122,7 @@ def tpu_notes(target: TpuTarget) -> list[str]:
         f"in its words:\n{refused.message}"
         for refused in target.refused
     ]
+    notes += _cpu_form_notes(target)
     if any(p.heap is not None and not p.heap.has_heap_trace for p in target.programs):
         notes.append(
             "XLA:TPU's dump holds no HBM heap simulation for some programs: their "
@@ -128,7 +132,17 @@ def tpu_notes(target: TpuTarget) -> list[str]:
 
 
 def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None:
-    """The largest program's buffers at its peak in the TPU plan, with its title."""
+    """The largest program's buffers at its peak in the TPU plan, with its title:
+    where the slice refused a program, that program's in its diagnostic plan."""
+    refused = next((r for r in target.refused if r.heap is not None), None)
+    if refused is not None and refused.heap is not None:
+        title = (
+            f"{short_program_name(refused.name)}, refused on {target.topology}: what fills "
+            f"it, as XLA:TPU plans it for {refused.diagnostic} (a diagnostic compile on "
+            f"larger chips, not {target.topology}'s own plan): "
+            f"{format_bytes(refused.heap.peak_bytes)} at its peak; largest first"
+        )
+        return title, buffer_rows(refused.heap)
     top = next((p for p in target.programs if p.heap is not None), None)
     if top is None or top.heap is None:
         return None
@@ -138,6 +152,25 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
         f"{format_bytes(top.padding_bytes)} of it TPU layout padding; largest first"
     )
     return title, buffer_rows(top.heap)
+
+
+def _cpu_form_notes(target: TpuTarget) -> list[str]:
+    """One note a program: what of it is the CPU's form, where."""
+    by_program: dict[str, list[CpuForm]] = {}
+    for form in target.cpu_forms:
+        by_program.setdefault(form.program, []).append(form)
+    notes = []
+    for program, forms in by_program.items():
+        said = []
+        for form in forms:
+            where = ", ".join(os.path.basename(s) for s in form.sources)
+            said.append(f"{form.what} ({where})" if where else form.what)
+        notes.append(
+            f"{short_program_name(program)}: lowered for the CPU and compiled for "
+            f"{target.topology} as it is: {'; '.join(said)}; the TPU's lowering differs "
+            "there (tpumem fit lowers a JAX script for the slice)"
+        )
+    return notes
 
 
 def _first_line(error: str | None) -> str:

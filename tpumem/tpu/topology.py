@@ -111,3 +111,24 @@ def parse_topology(text: str) -> Topology:
     name = "x".join(str(d) for d in dims)  # "02x2" is libtpu's 2x2
     dims += [1] * (3 - len(dims))
     return Topology(f"{generation}:{name}", generation, (dims[0], dims[1], dims[2]))
+
+
+# Where a program its slice refused is compiled once more, to show what fills it:
+# of the generations libtpu compiles for with one device a chip, the one whose
+# chip holds the most (v5p: 95 GiB, against 16 on v5e and 32 on v6e).
+DIAGNOSTIC_GENERATION = "v5p"
+
+
+def diagnostic_topology(chips: int, refused_on: str) -> Topology | None:
+    """A DIAGNOSTIC_GENERATION topology of `chips` chips for a program a
+    `refused_on` slice refused; None where no such topology would hold more (the
+    refusing slice is of it) or none has that many chips (counts past 2 that are no
+    power of two)."""
+    if refused_on == DIAGNOSTIC_GENERATION or chips < 1:
+        return None
+    if chips <= 2:
+        return parse_topology(f"{DIAGNOSTIC_GENERATION}:{chips}x1x1")
+    if chips & (chips - 1) or chips > LARGEST_SLICE_CHIPS[DIAGNOSTIC_GENERATION]:
+        return None
+    per_chip = _CORES_PER_CHIP[DIAGNOSTIC_GENERATION]
+    return parse_topology(f"{DIAGNOSTIC_GENERATION}-{chips * per_chip}")

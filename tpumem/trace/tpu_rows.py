@@ -52,6 +52,9 @@ class TpuCompile:
     # `tpumem fit`: bytes per chip of the script's other arrays (stand-ins it still
     # held, not this call's arguments) when the program was first called.
     outside_bytes: int | None = None
+    # A program the topology refused: the topology of the diagnostic compile whose
+    # plan `hlo` holds (a larger chip's, to show what fills it; not the target's).
+    diagnostic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ def compile_row_text(compiled: TpuCompile) -> str:
             "hlo_proto": None if compiled.hlo is None else pack(compiled.hlo),
             "error": compiled.error,
             **({} if compiled.outside_bytes is None else {"outside_bytes": compiled.outside_bytes}),
+            **({} if compiled.diagnostic is None else {"diagnostic": compiled.diagnostic}),
         }
     )
 
@@ -169,6 +173,7 @@ def read_tpu_row(text: object) -> TpuRow | None:
         hlo=unpack(record.get("hlo_proto")),
         error=error if isinstance(error, str) else None,
         outside_bytes=_int(record.get("outside_bytes")),
+        diagnostic=_str(record.get("diagnostic")) or None,
     )
 
 
