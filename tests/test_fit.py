@@ -12,13 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tpu_aot import aot_env
+from tpu_aot import ARRAY_SIZES, aot_env, entry_parameters
 
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import profile
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
 MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 # An FSDP train step as a training script writes it: a mesh over jax.devices(),
@@ -286,17 +288,73 @@ def test_code_that_lowers_per_platform_is_compiled_in_its_tpu_form(tmp_path):
     assert program.temp_bytes < 256 << 20, program.temp_bytes
 
 
-def test_a_script_of_another_framework_is_one_line(tmp_path):
-    (tmp_path / "tf.py").write_text("import tensorflow\n")
-    # (TensorFlow's start-up lines are the script's: tpumem's is the last.)
-    result = run_tpumem("fit", "-q", "--tpu", "v5e-8", str(tmp_path / "tf.py"), cwd=tmp_path)
+def test_tensorflow_goes_the_hlo_route_with_figures_of_independent_compiles(tmp_path):
+    """TensorFlow cannot lower for devices it does not have: fit runs the script
+    here (profile --tpu) and compiles its programs for the slice, says so, and the
+    step's arguments on the chip are its parameters at the sizes independent
+    identity compiles give their shapes."""
+    script = EXAMPLES / "tf_transformer.py"
+    args = [*TINY, "--steps", "2", "--jit-compile"]
+    result = _fit(tmp_path, "", "-o", "tf.tpumem", "--tpu", "v5e-1", str(script), *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "uses TensorFlow, which cannot compile for devices it does not have" in result.stderr
+    assert "FITS on v5e:1x1" in result.stdout and "fit ran the script" in result.stdout
+    (target,) = analyze(load(tmp_path / "tf.tpumem")).tpu
+    (step,) = [p for p in target.programs if p.name.startswith("a_inference_train_step_")]
+    shapes = entry_parameters(tmp_path / "tf.tpumem", step.name)
+    env = {**aot_env(), "JAX_ENABLE_X64": "1"}
+    sizes = run_python(ARRAY_SIZES, tmp_path, env=env, args=[json.dumps(shapes)])
+    assert step.memory("argument_bytes") == sum(sizes) and step.memory("alias_bytes") > 0
+
+
+# A PyTorch/XLA FSDP-style step under SPMD: its mesh over every device it has.
+TORCH_XLA_SPMD = """
+import numpy as np, torch
+import torch_xla, torch_xla.runtime as xr
+import torch_xla.distributed.spmd as xs
+
+xr.use_spmd()
+count = xr.global_runtime_device_count()
+mesh = xs.Mesh(np.arange(count), (count, 1), ("fsdp", "model"))
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256))
+model = model.to(torch_xla.device())
+for p in model.parameters():
+    xs.mark_sharding(p, mesh, ("fsdp",) + (None,) * (p.dim() - 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.ones(64, 256).to(torch_xla.device())
+for _ in range(2):
+    model(x).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch_xla.sync()
+print("devices", count)
+"""
+
+
+def test_pytorch_xla_goes_the_hlo_route_on_as_many_devices_as_the_slice_has(tmp_path):
+    result = _fit(tmp_path, TORCH_XLA_SPMD, "--tpu", "v5e-4", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "devices 4" in result.stdout and "FITS on v5e:2x2" in result.stdout
+    trace = load(tmp_path / "script.fit.tpumem")
+    assert trace.metadata.set_by_tpumem["CPU_NUM_DEVICES"] == "4"  # and the report says so
+    (target,) = analyze(trace).tpu
+    assert target.programs and {p.compile.partitions for p in target.programs} == {4}
+    # Each chip holds a quarter of each weight: the sharded step's arguments are
+    # under the whole model's 2 x 256 x 1024 f32.
+    step = max(target.programs, key=lambda p: p.memory("argument_bytes"))
+    assert step.memory("argument_bytes") < 2 * 256 * 1024 * 4
+
+
+def test_a_script_that_never_imports_jax_is_one_line(tmp_path):
+    (tmp_path / "plain.py").write_text("print('no framework')\n")
+    result = run_tpumem("fit", "-q", "--tpu", "v5e-8", str(tmp_path / "plain.py"), cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("tpumem: error: ") and "tensorflow" in last and "profile --tpu" in last
+    assert last.startswith("tpumem: error: ") and "never imported JAX" in last
     assert not list(tmp_path.glob("*.tpumem"))
     missing = run_tpumem("fit", "--tpu", "v5e-8", str(tmp_path / "missing.py"), cwd=tmp_path)
     assert_one_line_error(missing, "no such file")
-    no_slice = run_tpumem("fit", str(tmp_path / "tf.py"), cwd=tmp_path)
+    no_slice = run_tpumem("fit", str(tmp_path / "plain.py"), cwd=tmp_path)
     assert_one_line_error(no_slice, "--tpu")
 
 

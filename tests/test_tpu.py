@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tpu_aot import aot_env
+from tpu_aot import ARRAY_SIZES, aot_env, entry_parameters
 
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import EXAMPLES, profile, run_compare
@@ -211,55 +211,6 @@ def test_a_topology_tpumem_does_not_know_is_one_line_before_anything_runs(tmp_pa
         assert_one_line_error(result, "--tpu", words)
 
 
-# XLA:TPU's size of each array shape on one v5e chip: an identity program over it,
-# compiled by JAX's own AOT path. Arguments: a JSON list of [dims, dtype].
-ARRAY_SIZES = """
-import json, sys
-import jax, jax.numpy as jnp
-from jax.experimental import topologies
-from jax.sharding import SingleDeviceSharding
-chip = topologies.get_topology_desc(
-    platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
-).devices[0]
-sizes = []
-for dims, dtype in json.loads(sys.argv[1]):
-    spec = jax.ShapeDtypeStruct(tuple(dims), jnp.dtype(dtype), sharding=SingleDeviceSharding(chip))
-    analysis = jax.jit(lambda x: x).lower(spec).compile().memory_analysis()
-    sizes.append(analysis.argument_size_in_bytes)
-print(json.dumps(sizes))
-"""
-_DTYPES = {
-    "f32": "float32",
-    "f64": "float64",
-    "bf16": "bfloat16",
-    "s32": "int32",
-    "s64": "int64",
-    "pred": "bool",
-}
-
-
-def _entry_parameters(trace: Path, module: str) -> list[tuple[list[int], str]]:
-    """The shapes of the program's parameters, as its framework handed it to XLA."""
-    from tpumem.hlo.schema import parse_hlo_proto
-    from tpumem.hlo.shapes import element_name
-    from tpumem.trace.hlo_rows import hlo_rows
-
-    for row in hlo_rows(load(trace)):
-        hlo = parse_hlo_proto(row.input_data).hlo_module
-        if hlo.name != module:
-            continue
-        (entry,) = [c for c in hlo.computations if c.id == hlo.entry_computation_id]
-        parameters = sorted(
-            (i for i in entry.instructions if i.opcode == "parameter"),
-            key=lambda i: i.parameter_number,
-        )
-        return [
-            (list(i.shape.dimensions), _DTYPES[element_name(i.shape.element_type)])
-            for i in parameters
-        ]
-    raise AssertionError(f"no HLO of {module} in {trace}")
-
-
 def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
     """`compare --tpu`: the training step of the same transformer in TensorFlow
     (jit_compile), JAX and PyTorch/XLA, each compiled for v5e by XLA:TPU from the
@@ -295,7 +246,7 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         (step,) = [p for p in target["programs"] if p["name"].startswith(names[index])]
         assert per_chip[index] == step["need_bytes"] > 0
         assert step["alias_bytes"] > 0, name  # variables, donated state
-        shapes = _entry_parameters(tmp_path / f"{name}.tpumem", step["name"])
+        shapes = entry_parameters(tmp_path / f"{name}.tpumem", step["name"])
         # 64-bit shapes as 64-bit: JAX narrows them to 32 bits unless told.
         env = {**aot_env(), "JAX_ENABLE_X64": "1"}
         sizes = run_python(ARRAY_SIZES, tmp_path, env=env, args=[json.dumps(shapes)])

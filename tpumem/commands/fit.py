@@ -1,11 +1,13 @@
 """`tpumem fit SCRIPT --tpu SLICE`: will the script's model fit on that TPU slice,
 compiled by XLA:TPU and never run.
 
-For each slice, the script runs in a process of its own (adapters/fit_runner.py)
+For each slice, a JAX script runs in a process of its own (adapters/fit_runner.py)
 that sees the slice's compile-only TPU devices: each jitted call is compiled for
 them and returns shaped stand-ins. What XLA:TPU said (each program's plan or its
 refusal, and its budget for a chip) becomes a trace (`<script>.fit.tpumem`), whose
 report answers per slice; the exit status is 1 where a slice does not fit.
+TensorFlow and PyTorch/XLA cannot lower for devices they do not have: a script of
+theirs takes the HLO route (HLO_ROUTE), a run here by `tpumem profile --tpu`.
 """
 
 from __future__ import annotations
@@ -44,16 +46,113 @@ def run_fit(request: FitRequest) -> int:
             f"{request.output}: exists; use --force to replace it, or -o another name"
         )
     short: set[str] = set()
+    framework = None if request.module else _hlo_framework(Path(request.target))
     if request.sweep is None:
-        trace = _compiled(request, libtpu, release, _default_name(request), short)
+        trace = _compiled(request, libtpu, release, _default_name(request), short, framework)
         return _report(request, trace, short)
     results = []
     name = request.sweep.name
     for value in request.sweep.values:
         at = replace(request, args=with_argument(request.args, name, value))
         default = _default_name(request, f"-{name}-{value}")
-        results.append((value, _compiled(at, libtpu, release, default, short)))
+        results.append((value, _compiled(at, libtpu, release, default, short, framework)))
     return _sweep_report(request, results, short)
+
+
+# The frameworks fit takes the HLO route for: what they hand XLA is compiled for
+# the slice after a run on this machine (profile --tpu), as neither can lower a
+# program for devices it does not have. Their names as imported.
+HLO_ROUTE = {"tensorflow": "TensorFlow", "torch_xla": "PyTorch/XLA"}
+
+
+class _NotJax(Exception):
+    """The script turned out to be another framework's (named)."""
+
+
+def _hlo_framework(script: Path) -> str | None:
+    """The framework of HLO_ROUTE the script imports where it imports no JAX or
+    Keras (whose backend may be JAX); None otherwise, or where it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(script.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    if names & {"jax", "keras", "flax"}:
+        return None
+    return next((f for f in ("torch_xla", "tensorflow") if f in names), None)
+
+
+def _through_a_run(request: FitRequest, default: Path, framework: str) -> Path:
+    """The HLO route: the script run on this machine by `tpumem profile --tpu`,
+    its programs compiled for each slice; PyTorch/XLA given as many CPU devices as
+    a slice has chips (CPU_NUM_DEVICES), so its meshes are the slice's."""
+    name = HLO_ROUTE[framework]
+    chips = {t.chips for t in request.tpu}
+    if request.slices > 1 or (framework == "torch_xla" and len(chips) > 1):
+        raise TpumemError(
+            f"fit of a {name} script: give slices of one size and no --slices "
+            f"({name} is run here, with one device count a run)"
+        )
+    env = dict(os.environ)
+    devices = ""
+    if framework == "torch_xla" and "CPU_NUM_DEVICES" not in env:
+        env["CPU_NUM_DEVICES"] = str(next(iter(chips)))
+        devices = f", on {env['CPU_NUM_DEVICES']} CPU devices (CPU_NUM_DEVICES)"
+    if not request.quiet:
+        print(
+            f"tpumem fit: {request.target} uses {name}, which cannot compile for devices "
+            f"it does not have: running it here{devices} (tpumem profile --tpu) and "
+            f"compiling its programs for the slice as {name} handed them to XLA",
+            file=sys.stderr,
+            flush=True,
+        )
+    path = request.output
+    if path is None:
+        from tpumem.outputs import default_trace
+
+        # (The name taken now, replaced by profile's trace: --force below.)
+        path, descriptor = default_trace(default, ())
+        os.close(descriptor)
+    command = [sys.executable, "-m", "tpumem", "profile", "-q", "--force", "-o", str(path)]
+    command += [arg for t in request.tpu for arg in ("--tpu", t.name)]
+    command += [*(["-m"] if request.module else []), request.target, *request.args]
+    status = subprocess.run(command, env=env).returncode
+    if status != 0 and not path.exists():
+        raise TpumemError(f"fit: the {name} run ended with status {status}, nothing written")
+    said = [
+        f"fit ran the script on this machine's CPU ({name} cannot compile for devices it "
+        f"does not have) and compiled its programs for the slice as {name} handed them to XLA"
+    ]
+    if framework == "tensorflow" and max(chips) > 1:
+        said.append(
+            "TensorFlow ran on one CPU device: each program is compiled for one chip of the "
+            "slice, as one replica of a data-parallel job holds it"
+        )
+    _say_routed(path, said, {k: env[k] for k in ("CPU_NUM_DEVICES",) if devices})
+    return path
+
+
+def _say_routed(path: Path, said: list[str], set_here: dict[str, str]) -> None:
+    """The trace says how fit got its programs, and what fit set for the run."""
+    from tpumem.trace.amend import append_metadata
+    from tpumem.trace.reader import load
+
+    try:
+        metadata = load(path).metadata
+    except (TpumemError, OSError):
+        return  # (the report of it says what is wrong with it)
+    append_metadata(
+        path,
+        set_by_tpumem={**(metadata.set_by_tpumem or {}), **set_here},
+        warnings=tuple(said),  # (a patch's warnings add to the trace's)
+    )
 
 
 def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ...]:
@@ -72,10 +171,27 @@ def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ..
 
 
 def _compiled(
-    request: FitRequest, libtpu: str, release: str, default: Path, short: set[str]
+    request: FitRequest,
+    libtpu: str,
+    release: str,
+    default: Path,
+    short: set[str],
+    framework: str | None = None,
 ) -> Path:
     """The script compiled for each slice, written as a trace; its path. The
-    slices where the script did not get through are added to `short`."""
+    slices where the script did not get through are added to `short`. A script
+    of a framework of HLO_ROUTE goes that route."""
+    if framework is not None:
+        return _through_a_run(request, default, framework)
+    try:
+        return _compiled_jax(request, libtpu, release, default, short)
+    except _NotJax as found:
+        return _through_a_run(request, default, str(found))
+
+
+def _compiled_jax(
+    request: FitRequest, libtpu: str, release: str, default: Path, short: set[str]
+) -> Path:
     rows: list[str] = []
     notes: list[str] = []
     versions: set[str] = set()
@@ -201,27 +317,18 @@ def _ending_notes(
             raise TpumemError(
                 f"{request.target} exited with status {ending['code']} before it imported JAX"
             )
-        others = ", ".join(ending.get("others") or [])
-        if others and how != "killed":
-            raise TpumemError(
-                f"{request.target} uses {others}, not JAX: tpumem fit compiles JAX programs "
-                "without running them; for TensorFlow and PyTorch/XLA, tpumem profile --tpu "
-                "SLICE runs the script on this machine and compiles its programs for the slice"
-            )
+        routed = [f for f in ending.get("others") or [] if f in HLO_ROUTE]
+        if routed and how != "killed":
+            raise _NotJax(routed[0])
         if how != "killed":
             raise TpumemError(
                 f"{request.target} never imported JAX: nothing was compiled for {topology}"
             )
-    others = ", ".join(ending.get("others") or [])
-    if not compiled and others and how != "killed":
+    routed = [f for f in ending.get("others") or [] if f in HLO_ROUTE]
+    if not compiled and routed and how != "killed":
         # (Keras on TensorFlow imports JAX too: a script that compiled nothing of
         # JAX's and imported another framework is that framework's.)
-        raise TpumemError(
-            f"{request.target} uses {others}, and compiled nothing with JAX: tpumem fit "
-            "compiles JAX programs without running them; for TensorFlow and PyTorch/XLA, "
-            "tpumem profile --tpu SLICE runs the script on this machine and compiles its "
-            "programs for the slice"
-        )
+        raise _NotJax(routed[0])
     where = f" at {ending['where']}" if ending.get("where") else ""
     if how == "stopped" and ending.get("read"):
         return [
