@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -82,7 +83,10 @@ def optimized_dump(dump: str, seen: set[str], module: str | None = None) -> byte
 
 def _compile(
     topology: str, program: dict, devices: list[Any], dump: str, seen: set[str]
-) -> TpuCompile:
+) -> Iterator[TpuCompile]:
+    """The program compiled for the topology's first chips: its row; for a
+    refusal, its row as soon as XLA:TPU refused (a diagnostic compile may take
+    long, or die), then the diagnosis, where one was made."""
     from jax._src.interpreters import mlir
     from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
@@ -92,9 +96,10 @@ def _compile(
     kind = devices[0].device_kind if devices else ""
     compiled = TpuCompile(topology=topology, partitions=partitions, device_kind=kind, **base)
     if partitions > len(devices):
-        return replace(
+        yield replace(
             compiled, error=f"it ran on {partitions} devices; the topology has {len(devices)}"
         )
+        return
     chips = devices[:partitions]
     start = time.perf_counter()
     try:
@@ -112,12 +117,17 @@ def _compile(
                 # the largest allocations of a program that does not fit.
                 message = (str(error).strip() or type(error).__name__)[:MAX_ERROR]
                 refused = replace(compiled, error=message, seconds=time.perf_counter() - start)
-                return diagnosed(refused, stablehlo, dump, seen)
+                yield refused
+                diagnosis = diagnosed(refused, stablehlo, dump, seen)
+                if diagnosis.diagnostic is not None:
+                    yield diagnosis
+                return
     except (HloError, OSError, RuntimeError, ValueError) as error:
         message = str(error).strip() or type(error).__name__
-        return replace(compiled, error=message[:MAX_ERROR], seconds=time.perf_counter() - start)
+        yield replace(compiled, error=message[:MAX_ERROR], seconds=time.perf_counter() - start)
+        return
     memory = memory_fields(stats)
-    return replace(
+    yield replace(
         compiled,
         memory=memory,
         seconds=time.perf_counter() - start,
@@ -135,7 +145,8 @@ def compile_on(stablehlo: Any, chips: list[Any]) -> Any:
 
 
 def diagnosed(refused: TpuCompile, stablehlo: Any, dump: str, seen: set[str]) -> TpuCompile:
-    """A program its slice refused, with the plan XLA:TPU makes for it on as many
+    """A program its slice refused (its row written before: this one, written
+    after it, replaces it in the analysis), with the plan XLA:TPU makes for it on as many
     chips that hold more (tpu/topology.py: diagnostic_topology): what fills it,
     as near as XLA:TPU can show, its buffers and their source lines. Unchanged
     where XLA:TPU gave no figures (another error than its size), where no such
@@ -254,9 +265,9 @@ def main(request_path: str) -> int:
     seen: set[str] = set()
     with open(request["out"], "a") as out:
         for program in request["programs"]:
-            compiled = _compile(name, program, devices, request["dump_dir"], seen)
-            out.write(compile_row_text(compiled) + "\n")
-            out.flush()
+            for compiled in _compile(name, program, devices, request["dump_dir"], seen):
+                out.write(compile_row_text(compiled) + "\n")
+                out.flush()
         if request["arrays"]:
             out.write(layouts_row_text(_layouts(name, request["arrays"], devices[0])) + "\n")
             out.flush()

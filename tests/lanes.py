@@ -219,6 +219,7 @@ LANES: dict[str, Lanes] = {
     ),
     "test_fit.py": FRAMEWORKS,
     "test_tpu_verdict.py": UNIT,
+    "test_cpu_forms.py": FRAMEWORKS,
     "test_tpu_verdict_real.py": FRAMEWORKS,
     "test_trace_file.py": UNIT,
     "test_track.py": FRAMEWORKS,

@@ -217,3 +217,18 @@ def test_a_diagnostic_plan_keeps_its_topology_in_the_trace():
     assert (
         read_tpu_row(compile_row_text(TpuCompile("v5e:2x4", 3, "jit_step", 8))).diagnostic is None
     )
+
+
+def test_a_refusal_written_before_its_diagnosis_is_replaced_by_it():
+    """The refusal's row comes first (a diagnostic compile may die); a later row
+    with the diagnosis takes its place, and a refusal without one stands."""
+    from tpumem.analysis.tpu import _diagnosed
+
+    refused = TpuCompile("v5e:2x4", 3, "jit_step", 8, error="RESOURCE_EXHAUSTED: ...")
+    other = TpuCompile("v5e:2x4", 4, "jit_init", 8, error="RESOURCE_EXHAUSTED: ...")
+    fine = TpuCompile("v5e:2x4", 5, "jit_eval", 8, memory={"argument_bytes": 1})
+    diagnosis = TpuCompile(
+        "v5e:2x4", 3, "jit_step", 8, error="RESOURCE_EXHAUSTED: ...", diagnostic="v5p:2x2x2"
+    )
+    assert _diagnosed([refused, other, fine, diagnosis]) == [diagnosis, other, fine]
+    assert _diagnosed([refused, other]) == [refused, other]

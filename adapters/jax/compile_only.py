@@ -189,9 +189,10 @@ class CompileOnly:
                 error=said,
                 seconds=time.perf_counter() - start,
             )
-            self._say(row)
-            row = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
-            self._write(row)
+            self._record(row)  # (at once: a diagnostic compile may take long, or die)
+            diagnosis = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
+            if diagnosis.diagnostic is not None:
+                self._write(diagnosis)
             return None, row
         memory = memory_fields(compiled.memory_analysis())
         hlo = optimized_dump(self._dump, self._seen_dumps, name)

@@ -165,7 +165,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
     forms = _cpu_forms(trace)
     targets = []
     for topology, rows in by_topology.items():
-        compiles = [r for r in rows if isinstance(r, TpuCompile)]
+        compiles = _diagnosed([r for r in rows if isinstance(r, TpuCompile)])
         layouts = next((r for r in rows if isinstance(r, TpuLayouts)), None)
         budget = next((r for r in rows if isinstance(r, TpuBudget)), None)
         programs = [TpuProgram(c, _heap(c)) for c in compiles if c.error is None]
@@ -174,7 +174,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
         for c in compiles:
             said = refusal(c.error) if c.error is not None else None
             if said is not None:
-                refused.append(TpuRefused(c, said, _heap(c)))
+                refused.append(TpuRefused(c, said, _heap(c) if c.diagnostic else None))
             elif c.error is not None:
                 failed.append(c)
         refused.sort(key=lambda r: -(r.refusal.needed.bytes if r.refusal.needed else 0))
@@ -192,6 +192,22 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
         )
         targets.append(target)
     return tuple(targets)
+
+
+def _diagnosed(compiles: list[TpuCompile]) -> list[TpuCompile]:
+    """The compiles, each refusal replaced by its diagnosis where a later row
+    holds one (the refusal is written first: a diagnostic compile may die)."""
+    kept: list[TpuCompile] = []
+    refusals: dict[tuple[int | None, str], int] = {}  # where each refusal is in `kept`
+    for row in compiles:
+        key = (row.program_id, row.module)
+        if row.diagnostic is not None and key in refusals:
+            kept[refusals.pop(key)] = row
+            continue
+        if row.error is not None and row.diagnostic is None:
+            refusals[key] = len(kept)
+        kept.append(row)
+    return kept
 
 
 def _cpu_forms(trace: Trace) -> dict[int | None, tuple[CpuForm, ...]]:

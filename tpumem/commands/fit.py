@@ -86,26 +86,49 @@ def _hlo_framework(script: Path) -> str | None:
             names.add(node.module.split(".")[0])
     if names & {"jax", "keras", "flax"}:
         return None
+    # A module of the script's own may import JAX: then the run decides.
+    here = script.resolve().parent
+    if any((here / f"{n}.py").exists() or (here / n).is_dir() for n in names):
+        return None
     return next((f for f in ("torch_xla", "tensorflow") if f in names), None)
 
 
-def _through_a_run(request: FitRequest, default: Path, framework: str) -> Path:
+def _through_a_run(request: FitRequest, default: Path, framework: str, short: set[str]) -> Path:
     """The HLO route: the script run on this machine by `tpumem profile --tpu`,
     its programs compiled for each slice; PyTorch/XLA given as many CPU devices as
-    a slice has chips (CPU_NUM_DEVICES), so its meshes are the slice's."""
+    a slice has chips (CPU_NUM_DEVICES), so its meshes are the slice's. A run that
+    fails adds the slices to `short`: the answer covers what it compiled."""
     name = HLO_ROUTE[framework]
     chips = {t.chips for t in request.tpu}
-    if request.slices > 1 or (framework == "torch_xla" and len(chips) > 1):
+    if request.slices > 1:
+        raise TpumemError(f"fit of a {name} script: no --slices ({name} is run here)")
+    if framework == "torch_xla" and len(chips) > 1:
         raise TpumemError(
-            f"fit of a {name} script: give slices of one size and no --slices "
-            f"({name} is run here, with one device count a run)"
+            f"fit of a {name} script: give slices of one size ({name} is run here, "
+            "on one count of devices a run)"
         )
     env = dict(os.environ)
-    devices = ""
-    if framework == "torch_xla" and "CPU_NUM_DEVICES" not in env:
-        env["CPU_NUM_DEVICES"] = str(next(iter(chips)))
-        devices = f", on {env['CPU_NUM_DEVICES']} CPU devices (CPU_NUM_DEVICES)"
+    said = [
+        f"fit ran the script on this machine ({name} cannot compile for devices it does "
+        f"not have) and compiled its programs for the slice as {name} handed them to XLA"
+    ]
+    set_here: dict[str, str] = {}
+    wanted = str(max(chips))
+    if framework == "torch_xla":
+        if env.get("CPU_NUM_DEVICES", wanted) != wanted:
+            said.append(
+                f"CPU_NUM_DEVICES={env['CPU_NUM_DEVICES']} (yours) kept: the slice has "
+                f"{wanted} chips, so a mesh over every device is not the slice's"
+            )
+        elif "CPU_NUM_DEVICES" not in env:
+            env["CPU_NUM_DEVICES"] = set_here["CPU_NUM_DEVICES"] = wanted
+    elif max(chips) > 1:
+        said.append(
+            "TensorFlow ran on one device: each program is compiled for one chip of the "
+            "slice, as one replica of a data-parallel job holds it"
+        )
     if not request.quiet:
+        devices = f", on {wanted} CPU devices (CPU_NUM_DEVICES)" if set_here else ""
         print(
             f"tpumem fit: {request.target} uses {name}, which cannot compile for devices "
             f"it does not have: running it here{devices} (tpumem profile --tpu) and "
@@ -124,18 +147,13 @@ def _through_a_run(request: FitRequest, default: Path, framework: str) -> Path:
     command += [arg for t in request.tpu for arg in ("--tpu", t.name)]
     command += [*(["-m"] if request.module else []), request.target, *request.args]
     status = subprocess.run(command, env=env).returncode
-    if status != 0 and not path.exists():
+    if path.exists() and path.stat().st_size == 0:
+        path.unlink()  # (the name taken above, never written)
+    if not path.exists():
         raise TpumemError(f"fit: the {name} run ended with status {status}, nothing written")
-    said = [
-        f"fit ran the script on this machine's CPU ({name} cannot compile for devices it "
-        f"does not have) and compiled its programs for the slice as {name} handed them to XLA"
-    ]
-    if framework == "tensorflow" and max(chips) > 1:
-        said.append(
-            "TensorFlow ran on one CPU device: each program is compiled for one chip of the "
-            "slice, as one replica of a data-parallel job holds it"
-        )
-    _say_routed(path, said, {k: env[k] for k in ("CPU_NUM_DEVICES",) if devices})
+    if status != 0:
+        short.update(label(request, t) for t in request.tpu)
+    _say_routed(path, said, set_here)
     return path
 
 
@@ -182,11 +200,11 @@ def _compiled(
     slices where the script did not get through are added to `short`. A script
     of a framework of HLO_ROUTE goes that route."""
     if framework is not None:
-        return _through_a_run(request, default, framework)
+        return _through_a_run(request, default, framework, short)
     try:
         return _compiled_jax(request, libtpu, release, default, short)
     except _NotJax as found:
-        return _through_a_run(request, default, str(found))
+        return _through_a_run(request, default, str(found), short)
 
 
 def _compiled_jax(

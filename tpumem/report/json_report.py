@@ -93,7 +93,12 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
         ],
         "refused": [_refused(r) for r in target.refused],
         "cpu_forms": [
-            {"program": f.program, "what": f.what, "sources": list(f.sources)}
+            {
+                "program": f.program,
+                "program_id": f.program_id,
+                "what": f.what,
+                "sources": list(f.sources),
+            }
             for f in target.cpu_forms
         ],
         "budget": None

@@ -156,18 +156,18 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
 
 def _cpu_form_notes(target: TpuTarget) -> list[str]:
     """One note a program: what of it is the CPU's form, where."""
-    by_program: dict[str, list[CpuForm]] = {}
+    by_program: dict[tuple[int | None, str], list[CpuForm]] = {}
     for form in target.cpu_forms:
-        by_program.setdefault(form.program, []).append(form)
+        by_program.setdefault((form.program_id, form.program), []).append(form)
     notes = []
-    for program, forms in by_program.items():
+    for (_, program), forms in by_program.items():
         said = []
         for form in forms:
             where = ", ".join(os.path.basename(s) for s in form.sources)
             said.append(f"{form.what} ({where})" if where else form.what)
         notes.append(
             f"{short_program_name(program)}: lowered for the CPU and compiled for "
-            f"{target.topology} as it is: {'; '.join(said)}; the TPU's lowering differs "
+            f"{target.topology} as it is: {'; '.join(said)}; the TPU's lowering may differ "
             "there (tpumem fit lowers a JAX script for the slice)"
         )
     return notes
