@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tpu_aot import ARRAY_SIZES, aot_env, entry_parameters
+from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import profile
@@ -22,14 +22,15 @@ from tpumem.units import format_bytes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
-MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 # An FSDP train step as a training script writes it: a mesh over jax.devices(),
 # the state made by a jitted init, the step jitted with its shardings and donated
 # state, a loop, and the loss read at the end. `aot SLICE DIMS`: the same step
 # compiled with JAX's own AOT API for the slice's devices, its figures printed.
 # FSDP_SIZE=WIDTH,LAYERS: another size.
-FSDP = """
+FSDP = (
+    PRINT_MEMORY
+    + """
 import json, os, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -74,14 +75,7 @@ train_step = jax.jit(
 if aot:
     specs = [jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32, sharding=s) for s in weights]
     x = jax.ShapeDtypeStruct((BATCH, WIDTH), jnp.float32, sharding=batch)
-    stats = train_step.lower(specs, x).compile().memory_analysis()
-    print(json.dumps({
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "alias_bytes": stats.alias_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
-    }))
+    print_memory(train_step.lower(specs, x).compile())
     raise SystemExit
 params = jax.jit(init, out_shardings=weights)(jax.random.key(0))
 x = jax.device_put(np.ones((BATCH, WIDTH), np.float32), batch)
@@ -89,6 +83,7 @@ for _ in range(3):
     params, loss = train_step(params, x)
 print("loss", float(loss))
 """
+)
 
 # An MLP step of N f32[8192,8192] layers called as a script calls it (no AOT
 # API): 31 layers fit one v5e chip, 32 do not (test_tpu_verdict_real.py checks
@@ -270,7 +265,9 @@ def test_a_sweep_gives_the_largest_value_that_fits(tmp_path):
 
 # A step with and without rematerialization, of shapes no TPU tile divides
 # (padded on the chip). `aot TOPOLOGY`: JAX's own AOT compile for one chip of it.
-REMAT = """
+REMAT = (
+    PRINT_MEMORY
+    + """
 import json, sys
 import jax, jax.numpy as jnp
 
@@ -297,18 +294,12 @@ if sys.argv[1:2] == ["aot"]:
     on = SingleDeviceSharding(chip)
     params = [jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32, sharding=on)] * LAYERS
     x = jax.ShapeDtypeStruct((BATCH, WIDTH), jnp.float32, sharding=on)
-    stats = step.lower(params, x).compile().memory_analysis()
-    print(json.dumps({
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "alias_bytes": stats.alias_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
-    }))
+    print_memory(step.lower(params, x).compile())
     raise SystemExit
 params = [jnp.zeros((WIDTH, WIDTH), jnp.float32)] * LAYERS
 grads = step(params, jnp.ones((BATCH, WIDTH), jnp.float32))
 """
+)
 
 
 def test_a_remat_variant_beside_the_plain_one_equals_jaxs_own_aot_compiles(tmp_path):

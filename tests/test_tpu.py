@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tpu_aot import ARRAY_SIZES, aot_env, entry_parameters
+from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import EXAMPLES, profile, run_compare
@@ -22,7 +22,6 @@ from tpumem.units import format_bytes
 sys.path.insert(0, str(Path(__file__).parent / "browser"))
 from chromium_check import rendered
 
-MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
 
 # XLA:TPU's own figures for the example's train step, compiled by JAX's AOT path.
@@ -44,20 +43,15 @@ def spec(tree):
     return jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(chip)), tree
     )
-stats = step.lower(spec(params), spec(adam_init(params)), spec(inputs), spec(targets)).compile()
-stats = stats.memory_analysis()
-print(json.dumps({{
-    "argument_bytes": stats.argument_size_in_bytes,
-    "output_bytes": stats.output_size_in_bytes,
-    "alias_bytes": stats.alias_size_in_bytes,
-    "temp_bytes": stats.temp_size_in_bytes,
-    "generated_code_bytes": stats.generated_code_size_in_bytes,
-}}))
+lowered = step.lower(spec(params), spec(adam_init(params)), spec(inputs), spec(targets))
+print_memory(lowered.compile())
 """
 
 # A step sharded over a 2x2 mesh, run on four CPU devices (FOUR_CPUS); its weight's
 # shards of 2000 columns pad on a TPU (its lanes are 128 wide), and it is donated.
-SHARDED = """
+SHARDED = (
+    PRINT_MEMORY
+    + """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -77,20 +71,14 @@ if sys.argv[1:] == ["aot"]:
         platform="tpu", topology_name="v5e:2x2", chips_per_host_bounds=[2, 2, 1]
     ).devices
     specs = [jax.ShapeDtypeStruct(s, d, sharding=h) for (s, d), h in zip(shapes, shardings(chips))]
-    stats = jitted.lower(*specs).compile().memory_analysis()
-    print(json.dumps({
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "alias_bytes": stats.alias_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
-    }))
+    print_memory(jitted.lower(*specs).compile())
 else:
     placed = zip(shapes, shardings(jax.devices()))
     w, x = (jax.device_put(jnp.ones(s, d), h) for (s, d), h in placed)
     loss, w = jitted(w, x)
     print(float(loss))
 """
+)
 
 
 FOUR_CPUS = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -120,7 +108,7 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     analysis = analyze(load(tmp_path / "run.tpumem"))
     target, step = _tpu_program(analysis, "v5e:1x1", "jit_step")
     assert target.device_kind == "TPU v5 lite" and not target.failed
-    script = INDEPENDENT_STEP.format(examples=str(EXAMPLES), args=args)
+    script = PRINT_MEMORY + INDEPENDENT_STEP.format(examples=str(EXAMPLES), args=args)
     independent = run_python(script, tmp_path, env=aot_env())
     assert {k: step.memory(k) for k in MEMORY} == independent
     # The donated parameters and optimizer state alias the outputs on the TPU too.

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from tpu_aot import aot_env
+from tpu_aot import MEMORY, PRINT_MEMORY, aot_env
 
 from conftest import run_python, run_tpumem
 from profiling import profile
@@ -29,7 +29,9 @@ from chromium_check import rendered
 # array, so the run has allocations of its own; `aot` compiles it for v5e:1x1
 # with JAX's own API instead (`aot v5p`: for v5p:1x1x1), and prints XLA:TPU's
 # figures or its refusal.
-MLP_STEP = """
+MLP_STEP = (
+    PRINT_MEMORY
+    + """
 import json, sys
 import jax, jax.numpy as jnp
 
@@ -58,21 +60,15 @@ x = jax.ShapeDtypeStruct((128, 8192), jnp.float32, **where)
 if "--keep" in sys.argv:
     kept = jnp.ones((1024, 1024), jnp.float32).block_until_ready()
 try:
-    stats = jax.jit(step).lower(params, x).compile().memory_analysis()
+    compiled = jax.jit(step).lower(params, x).compile()
 except Exception as error:
     if "aot" not in sys.argv:
         raise
     print(json.dumps({"refused": str(error)}))
 else:
-    print(json.dumps({
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "alias_bytes": stats.alias_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "generated_code_bytes": stats.generated_code_size_in_bytes,
-    }))
+    print_memory(compiled)
 """
-MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+)
 
 
 def _aot(tmp_path: Path, layers: int, *on: str) -> dict:

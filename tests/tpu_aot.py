@@ -9,6 +9,22 @@ from pathlib import Path
 from tpumem.tpu.compile import libtpu_path
 from tpumem.trace.reader import load
 
+# XLA's memory analysis as tpumem's rows name its fields (trace/tpu_rows.py).
+MEMORY = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+# For the tests' scripts (put before them): a compile's memory analysis, one JSON line.
+PRINT_MEMORY = """
+def print_memory(compiled):
+    import json
+    stats = compiled.memory_analysis()
+    print(json.dumps({
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+    }))
+"""
+
 
 def aot_env() -> dict[str, str]:
     found = libtpu_path()
