@@ -106,6 +106,17 @@ def _where(error: BaseException, script: str) -> str:
     return f"{os.path.relpath(found[0])}:{found[1]}" + (f": {code}" if code else "")
 
 
+# What JAX says when an operation outside any jitted function runs on a device
+# that only compiles (under `jax.set_mesh` of the slice's devices, eager
+# operations run on them), and what to do about it.
+EAGER_ON_THE_SLICE = "'Executable' object has no attribute"
+EAGER_WHY = (
+    "an operation outside a jitted function ran on the slice's devices, which only "
+    "compile: under jax.set_mesh, JAX runs eager operations on the mesh; make the "
+    "values inside a jitted function (jax.jit(init)) or before the mesh is set"
+)
+
+
 def main(request_path: str) -> int:
     with open(request_path) as handle:
         request = json.load(handle)
@@ -137,9 +148,12 @@ def main(request_path: str) -> int:
             ending = {"how": "setup", "error": str(setup)}
         else:
             read = "ShapeDtypeStruct" in message
+            said = message.splitlines()[0][:500] if message else type(error).__name__
+            if EAGER_ON_THE_SLICE in message:
+                said = f"{said} ({EAGER_WHY})"
             ending = {
                 "how": "stopped",
-                "error": message.splitlines()[0][:500] if message else type(error).__name__,
+                "error": said,
                 "where": _where(error, script),
                 # A value the script read from a stand-in: what was compiled stops there.
                 "read": read,

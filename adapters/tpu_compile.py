@@ -176,6 +176,14 @@ def diagnosed(refused: TpuCompile, stablehlo: Any, dump: str, seen: set[str]) ->
     return refused if hlo is None else replace(refused, hlo=hlo, diagnostic=larger.name)
 
 
+def name_of(stablehlo: Any) -> str | None:
+    """The module's name, as XLA names the program (`jit_train_step`)."""
+    from jax._src.lib.mlir import ir
+
+    attributes = stablehlo.operation.attributes
+    return ir.StringAttr(attributes["sym_name"]).value if "sym_name" in attributes else None
+
+
 def partitions_of(stablehlo: Any) -> int | None:
     """The devices a JAX lowering partitions its program over (None where the
     module does not say: an HLO's, whose row names them)."""

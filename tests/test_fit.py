@@ -89,7 +89,7 @@ print("loss", float(loss))
 # API): 31 layers fit one v5e chip, 32 do not (test_tpu_verdict_real.py checks
 # the same against XLA:TPU's AOT outcome).
 MLP = """
-import argparse
+import argparse, functools
 import jax, jax.numpy as jnp
 
 parser = argparse.ArgumentParser()
@@ -101,14 +101,16 @@ def loss(params, x):
         x = jnp.tanh(x @ w)
     return (x ** 2).mean()
 
-@jax.jit
-def step(params, x):
+def step(params, x, lr):
     grads = jax.grad(loss)(params, x)
-    return [w - 0.01 * g for w, g in zip(params, grads)]
+    return [w - lr * g for w, g in zip(params, grads)]
 
+# Named by the function the partial holds (JAX's jit_step), as Flax and optax
+# code wraps its steps.
+train = jax.jit(functools.partial(step, lr=0.01))
 params = jax.jit(lambda: [jnp.zeros((8192, 8192), jnp.float32) for _ in range(layers)])()
 for _ in range(2):
-    params = step(params, jnp.ones((128, 8192), jnp.float32))
+    params = train(params, jnp.ones((128, 8192), jnp.float32))
 print("stepped")
 """
 
@@ -131,9 +133,10 @@ out = f(jnp.ones((16, 4096, 128), jnp.float32), jnp.ones((16, 4096, 128), jnp.fl
 """
 
 
-# A jitted function inside another program (and under jax.grad), and a new
-# Python scalar each step: JAX compiles the step once; so must fit. The script
-# then fails on its own.
+# A jitted function inside another program (and under jax.grad), a new Python
+# scalar each step, and a step counter that starts as a Python int and goes on
+# as the step's weakly typed output (as a TrainState's): JAX compiles the step
+# once; so must fit. The script then fails on its own.
 NESTED = """
 import jax, jax.numpy as jnp
 
@@ -142,12 +145,12 @@ def layer(w, x):
     return jnp.tanh(x @ w)
 
 @jax.jit
-def step(w, x, lr):
-    return w - lr * jax.grad(lambda w: layer(w, x).sum())(w)
+def step(w, x, lr, count):
+    return w - lr * jax.grad(lambda w: layer(w, x).sum())(w), count + 1
 
-w, x = jnp.zeros((512, 512)), jnp.ones((64, 512))
+w, x, count = jnp.zeros((512, 512)), jnp.ones((64, 512)), 0
 for i in range(5):
-    w = step(w, x, 0.1 / (i + 1))
+    w, count = step(w, x, 0.1 / (i + 1), count)
 print("stepped")
 raise ValueError("the script's own error")
 """
@@ -340,6 +343,20 @@ def test_a_jit_inside_a_program_and_a_new_scalar_each_step_compile_once(tmp_path
     assert "ValueError: the script's own error" in result.stderr
     assert "did not get through on v5e:1x1" in result.stderr
     assert "the script failed at script.py:16: raise ValueError" in result.stdout
+
+
+def test_an_eager_operation_under_set_mesh_says_what_to_change(tmp_path):
+    script = (
+        "import jax, numpy as np\n"
+        "mesh = jax.sharding.Mesh(np.array(jax.devices()), ('fsdp',))\n"
+        "with jax.set_mesh(mesh):\n"
+        "    key = jax.random.key(0)\n"
+    )
+    result = _fit(tmp_path, script, "--tpu", "v5e-4", "script.py")
+    assert result.returncode == 1, result.stderr[-3000:]
+    said = " ".join(result.stdout.split())  # (the report wraps its lines)
+    assert "the script failed at script.py:4" in said
+    assert "under jax.set_mesh, JAX runs eager operations on the mesh" in said
 
 
 def test_code_that_lowers_per_platform_is_compiled_in_its_tpu_form(tmp_path):

@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpumem.adapters.jax import stand_ins
-from tpumem.adapters.tpu_compile import diagnosed, optimized_dump, partitions_of
+from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
 from tpumem.hlo.refusals import refusal
 from tpumem.trace.tpu_rows import MAX_ERROR, TpuCompile, compile_row_text, memory_fields
 
@@ -185,6 +185,7 @@ class CompileOnly:
             stablehlo = lowered.compiler_ir("stablehlo")
             row = replace(
                 base,
+                module=name_of(stablehlo) or name,
                 partitions=partitions_of(stablehlo) or chips,
                 error=said,
                 seconds=time.perf_counter() - start,
@@ -279,6 +280,7 @@ class _Jitted:
             )
         else:  # not compiled: the shapes it would have made, so the script goes on
             answer = jax.tree.map(stand_ins.refused_out, lowered.out_info)
+        answer = stand_ins.weak_as_lowered(answer, lowered)
         if key is not None:
             self._answers[key] = answer
         # Stand-ins of their own for each call: the cache holds none the script holds.

@@ -62,6 +62,28 @@ def refused_out(info: Any) -> Any:
     return out_stand_in(info, getattr(info, "sharding", None))
 
 
+def weak_as_lowered(tree: Any, lowered: Any) -> Any:
+    """The outputs `tree` with the weak types the program's outputs have: a
+    step's counter (`step + 1` of a Python int) stays weakly typed as in a run,
+    so the next call is the same compile. XLA's output info has no weak types;
+    JAX's lowering keeps its output avals (a private field: without it, as
+    they are)."""
+    import jax
+
+    try:
+        avals = lowered._lowering.compile_args["global_out_avals"]
+    except (AttributeError, KeyError, TypeError):
+        return tree
+    leaves, structure = jax.tree.flatten(tree)
+    if len(avals) != len(leaves):
+        return tree
+    weak = [
+        jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding, weak_type=_weak(a))
+        for x, a in zip(leaves, avals, strict=True)
+    ]
+    return jax.tree.unflatten(structure, weak)
+
+
 def fresh(tree: Any) -> Any:
     """New stand-ins like `tree`'s: each call's own, none shared with a cache."""
     import jax
@@ -104,8 +126,8 @@ def signature(
     args: tuple, kwargs: dict, static_nums: Collection[int], static_names: Collection[str]
 ) -> Any:
     """What makes two calls one compile, as JAX decides: the tree of the
-    arguments, each array's shape, dtype, weak type and sharding, each Python or
-    numpy scalar's type (its value is traced, not compiled in), and the static
+    arguments, each array's shape, dtype, weak type and sharding (a Python or
+    numpy scalar's as JAX abstracts it: its value is traced, not compiled in), the static
     arguments' values. None where a value cannot be a key."""
     import jax
     import numpy as np
@@ -120,10 +142,10 @@ def signature(
     for leaf in leaves:
         if isinstance(leaf, jax.ShapeDtypeStruct):
             key.append(("array", leaf.shape, str(leaf.dtype), _weak(leaf), leaf.sharding))
-        elif isinstance(leaf, bool | int | float | complex):
-            key.append(("scalar", type(leaf).__name__))
-        elif isinstance(leaf, np.generic):
-            key.append(("scalar", str(leaf.dtype)))
+        elif isinstance(leaf, bool | int | float | complex | np.generic):
+            # As JAX sees it: a Python int is a weak int32, as `step + 1` is.
+            aval = jax.typeof(leaf)
+            key.append(("array", (), str(aval.dtype), _weak(aval), None))
         else:
             key.append(("value", type(leaf).__name__, leaf))
     fixed = tuple(sorted((i, args[i]) for i in static)) + tuple(

@@ -92,9 +92,17 @@ def peak_title(program: CompiledProgram) -> str:
     )
 
 
-def buffer_rows(heap: ProgramHeap, limit: int | None = TOP_BUFFERS) -> list[tuple[str, ...]]:
+# Where the buffers past a table's rows are: a run's program (report --program)
+# and a program compiled for a TPU (the JSON report's heap).
+MORE_OF_A_PROGRAM = "(--program NAME lists them all)"
+MORE_ON_A_TPU = "(-f json lists them all)"
+
+
+def buffer_rows(
+    heap: ProgramHeap, limit: int | None = TOP_BUFFERS, more: str = MORE_OF_A_PROGRAM
+) -> list[tuple[str, ...]]:
     """The buffers live at the program's peak, largest first; past `limit`, one
-    row for the rest."""
+    row for the rest, saying where they are (`more`)."""
     shown = heap.live_at_peak if limit is None else heap.live_at_peak[:limit]
     rows = [_buffer_row(buffer) for buffer in shown]
     rest = heap.live_at_peak[len(shown) :]
@@ -105,7 +113,7 @@ def buffer_rows(heap: ProgramHeap, limit: int | None = TOP_BUFFERS) -> list[tupl
                 f"{len(rest):,} more",
                 "-",
                 "-",
-                "(--program NAME lists them all)",
+                more,
                 "-",
             )
         )

@@ -9,7 +9,7 @@ from tpumem.analysis.cpu_forms import CpuForm
 from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report.fit_rows import budget_words
-from tpumem.report.program_rows import TOP_PROGRAMS, buffer_rows
+from tpumem.report.program_rows import MORE_ON_A_TPU, TOP_PROGRAMS, buffer_rows
 from tpumem.units import format_bytes
 
 TPU_HEADERS = (
@@ -123,9 +123,17 @@ def tpu_notes(target: TpuTarget) -> list[str]:
         for refused in target.refused
     ]
     notes += _cpu_form_notes(target)
-    if any(p.heap is not None and not p.heap.has_heap_trace for p in target.programs):
+    unsimulated = [
+        short_program_name(p.name)
+        for p in target.programs
+        if p.heap is not None and not p.heap.has_heap_trace
+    ]
+    if unsimulated:
+        named = ", ".join(unsimulated[:3]) + (
+            f" and {len(unsimulated) - 3:,} more" if len(unsimulated) > 3 else ""
+        )
         notes.append(
-            "XLA:TPU's dump holds no HBM heap simulation for some programs: their "
+            f"XLA:TPU's dump holds no HBM heap simulation for {named}: their "
             "temporaries count as their whole allocation"
         )
     return notes
@@ -142,7 +150,7 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
             f"larger chips, not {target.topology}'s own plan): "
             f"{format_bytes(refused.heap.peak_bytes)} at its peak; largest first"
         )
-        return title, buffer_rows(refused.heap)
+        return title, buffer_rows(refused.heap, more=MORE_ON_A_TPU)
     top = next((p for p in target.programs if p.heap is not None), None)
     if top is None or top.heap is None:
         return None
@@ -151,7 +159,7 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
         f"{format_bytes(top.heap.peak_bytes)} at its peak, "
         f"{format_bytes(top.padding_bytes)} of it TPU layout padding; largest first"
     )
-    return title, buffer_rows(top.heap)
+    return title, buffer_rows(top.heap, more=MORE_ON_A_TPU)
 
 
 def _cpu_form_notes(target: TpuTarget) -> list[str]:
