@@ -173,7 +173,9 @@ def test_torch_xla_launch_followed_from_the_parent(tmp_path):
     assert list(traces) == [worker]
     report = json.loads(run_tpumem("report", str(traces[worker]), "-f", "json").stdout)
     peaks = {d["device"]: d["peak"]["bytes"] for d in report["devices"]}
-    assert sorted(peaks) == ["CPU:0", "CPU:1"]
+    # (Once beside two CPU burners only CPU:0 was there: the worker's lines, and
+    # what the trace holds, say which thread ran on which device if it recurs.)
+    assert sorted(peaks) == ["CPU:0", "CPU:1"], (found, report["devices"])
     assert peaks["CPU:0"] >= MiB and peaks["CPU:1"] >= 2 * MiB
 
 
