@@ -108,10 +108,11 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
             "on one count of devices a run)"
         )
     env = dict(os.environ)
-    said = [
-        f"fit ran the script on this machine ({name} cannot compile for devices it does "
-        f"not have) and compiled its programs for the slice as {name} handed them to XLA"
-    ]
+    how = (
+        f"({name} cannot compile for devices it does not have) and compiled its programs "
+        f"for the slice as {name} handed them to XLA"
+    )
+    said = [f"fit ran the script on this machine {how}"]
     set_here: dict[str, str] = {}
     wanted = str(max(chips))
     if framework == "torch_xla":
@@ -130,9 +131,8 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
     if not request.quiet:
         devices = f", on {wanted} CPU devices (CPU_NUM_DEVICES)" if set_here else ""
         print(
-            f"tpumem fit: {request.target} uses {name}, which cannot compile for devices "
-            f"it does not have: running it here{devices} (tpumem profile --tpu) and "
-            f"compiling its programs for the slice as {name} handed them to XLA",
+            f"tpumem fit: {request.target}: running it here{devices} with tpumem profile "
+            f"--tpu {how}",
             file=sys.stderr,
             flush=True,
         )
