@@ -25,6 +25,7 @@ TEMP = "temp"  # a compiled program's working memory while it runs
 FOUND = "array"  # found by a poll, made where no hook runs
 PARAMETER = "parameter"  # a model's parameter (torch.nn.Parameter)
 GRADIENT = "gradient"  # a parameter's .grad
+OPTIMIZER = "optimizer state"  # what an optimizer keeps in its state (torch.optim's .state)
 
 
 def shape_text(shape: Iterable[int]) -> str:

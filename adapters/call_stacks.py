@@ -186,6 +186,10 @@ class CallStacks:
             found = self._by_frames[frames] = (source, stack_id)
             return found
 
+    def record(self, kind: str, **values: Any) -> None:
+        """A row of the trace the stacks go to (rows that name stacks by id)."""
+        self._writer.record(kind, **values)
+
     def _source(self, frames: tuple[NamedFrame, ...]) -> str | None:
         """The innermost user frame's file:line."""
         user = [f for f in frames if f[0] in self._user_files]

@@ -11,6 +11,7 @@ import sysconfig
 import types
 
 import tpumem
+from tpumem.trace.source_paths import user_path
 
 # tpumem's own code: the profiler's frames, never the program's.
 PROFILER_PLACES = (
@@ -89,9 +90,7 @@ class SourceLines:
             return None
         # Relative to the working directory, as the user typed the script's path,
         # unless that climbs far out of it.
-        relative = os.path.relpath(os.path.abspath(filename), self._cwd)
-        far = os.path.join(os.pardir, os.pardir, os.pardir)
-        return filename if relative.startswith(far) else relative
+        return user_path(filename, self._cwd)
 
     def _on_library_path(self, filename: str) -> bool:
         """Whether the file lies under an entry of sys.path outside the user's

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import run_tpumem
 from hostile_traces import HTML, _header, _rows, cases, write
+from profiling import EXAMPLES, profile
 
 sys.path.insert(0, str(Path(__file__).parent / "browser"))
 from chromium_check import rendered
@@ -39,6 +40,30 @@ def test_the_report_page_of_a_real_trace(tmp_path):
     assert problems == []
     assert 'data-rendered="ok"' in dom
     assert "GPU:0" in dom
+    assert page.with_suffix(".png").stat().st_size > 10_000  # a screenshot to look at
+
+
+def test_the_page_opens_with_the_answer(tmp_path):
+    """The JAX example: the page's first screen is the peak, its kinds, the lines
+    inside the step that hold it and what to change, in the text report's words."""
+    sizes = ["--width", "64", "--layers", "1", "--seq", "32", "--steps", "3"]
+    script = str(EXAMPLES / "jax_transformer.py")
+    result = profile(tmp_path, "-q", "-o", "jax.tpumem", script, *sizes)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace, page = tmp_path / "jax.tpumem", tmp_path / "jax.html"
+    problems, dom = _page(["report", str(trace), "-o", str(page)])
+    assert problems == []
+    text = run_tpumem("report", str(trace), "--width", "400").stdout
+    headline = text.splitlines()[1]
+    assert headline.startswith("Peak ")
+    body = dom[dom.index("<body") :]
+    # The first heading under the title is the headline, then the answer's tables.
+    first = body.index("<h2>")
+    assert body[first + len("<h2>") :].startswith(headline), body[first : first + 200]
+    answer = body[first : body.index("Framework")]
+    for title in ("What the peak is", "Lines holding the peak", "What to change"):
+        assert title in answer, title
+    assert "examples/jax_transformer.py:" in answer  # a line inside the step
     assert page.with_suffix(".png").stat().st_size > 10_000  # a screenshot to look at
 
 

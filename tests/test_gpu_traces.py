@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_tpumem
 from tpumem.analysis import analyze
-from tpumem.report.rows import device_rows, run_rows
+from tpumem.report.rows import device_rows, fact_rows
 from tpumem.trace.reader import load
 
 GPU = Path(__file__).parent / "data" / "gpu"
@@ -64,7 +64,7 @@ def test_a_real_out_of_memory_is_reported_with_its_limit():
     assert limit == pytest.approx(0.02 * 85e9, rel=0.01)
     # The 1 GiB array fit; the 4 GiB one did not, and was never allocated.
     assert 2**30 <= gpu.peak.bytes < limit < 2**30 + 4 * 2**30
-    ended = dict(run_rows(analysis))["Ended"]
+    ended = dict(fact_rows(analysis))["Ended"]
     assert ended.startswith("uncaught exception: JaxRuntimeError: RESOURCE_EXHAUSTED: Out of")
 
 

@@ -14,9 +14,10 @@ from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.analysis.peak import NO_REGION
 from tpumem.report import HTML_SERIES_POINTS
+from tpumem.report.answer_rows import KINDS_TITLE
 from tpumem.report.fit_rows import fit_answer, fit_title
 from tpumem.report.html import DATA_ID
-from tpumem.report.rows import device_rows, run_rows
+from tpumem.report.rows import device_rows, fact_rows, headline_rows
 from tpumem.trace.reader import load
 
 HOSTILE = "</script><script>alert(1)</script>"
@@ -95,6 +96,7 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     device["peak"].pop("groups_total")
     facts, figures = run.pop("facts"), device.pop("figures")
     headline, tables = run.pop("headline"), run.pop("failure_tables")
+    answer = run.pop("answer")
     report["devices"][0].pop("series")
     fit_words = {key: run["fit"].pop(key) for key in ("title", "explanation")}
     rows_words = [
@@ -108,7 +110,10 @@ def test_the_report_page_embeds_the_analysis(make_trace, tmp_path):
     assert fit_words["title"] == fit_title(analysis.fit.device)
     assert [w["answer"] for w in rows_words] == [fit_answer(r) for r in analysis.fit.rows]
     # The page's rows are the text report's, word for word.
-    assert headline + facts == [list(row) for row in run_rows(analysis)]
+    assert headline + facts == [list(row) for row in headline_rows(analysis) + fact_rows(analysis)]
+    assert answer["headline"] == "Peak 14.0 KiB on CPU:0 at 0.000 s, step 17 (derived)"
+    # (No line: the trace recorded none, so no table of lines.)
+    assert [t["title"] for t in answer["tables"]] == [KINDS_TITLE]
     assert headline == tables == []  # the run neither failed nor was asked a capacity
     assert figures == [list(row) for row in device_rows(analysis.devices[0])]
     expected = analysis.devices[0].series

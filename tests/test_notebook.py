@@ -21,6 +21,7 @@ from sample_traces import buffer_rows
 from tpumem.analysis import analyze
 from tpumem.errors import TpumemError
 from tpumem.trace.reader import load
+from tpumem.units import format_bytes
 
 MiB = 1 << 20
 
@@ -101,6 +102,10 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
         assert run["devices"][0]["peak"]["bytes"] == analysis.devices[0].peak.bytes
         assert run["path"] == Path(analysis.path).name  # the kernel names it as it was made
         assert "Peak in use" in shown["data"]["text/plain"]
+        # The answer first, the whole page folded under it.
+        summary = shown["data"]["text/html"]
+        assert summary.startswith(f"<p><b>Peak {format_bytes(analysis.devices[0].peak.bytes)}")
+        assert summary.index("<details") > summary.index("What the peak is")
     # The comparison of the two cells, as the value of the cell.
     (compared,) = [o for o in outputs[4] if o["output_type"] == "execute_result"]
     names = [f"{framework} (cell)", f"{framework} (cell-2)"]

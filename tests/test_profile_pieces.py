@@ -23,7 +23,7 @@ from tpumem.adapters.xspace_chunks import ChunkConverter
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps
 from tpumem.launch.stderr_filter import StderrFilter
-from tpumem.report.rows import run_rows
+from tpumem.report.rows import fact_rows
 from tpumem.trace.amend import append_metadata
 from tpumem.trace.columns import record_batch
 from tpumem.trace.metadata import ExitStatus
@@ -247,9 +247,9 @@ def test_the_capture_row_says_when_sessions_ran_long(make_trace):
     capture = {"chunks": 1, "chunk_s": 1.0, "gaps": 0, "sessions_overrun": 0}
     long = {**capture, "chunks": 4, "sessions_overrun": 2, "longest_session_ns": 17_700_000_000}
     rows = [{"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 1, "bytes": 8}]
-    once = dict(run_rows(analyze(load(make_trace(rows, {"capture": capture}, "a.tpumem")))))
+    once = dict(fact_rows(analyze(load(make_trace(rows, {"capture": capture}, "a.tpumem")))))
     assert once["Capture"] == "1 profiler session of 1 s"
-    text = dict(run_rows(analyze(load(make_trace(rows, {"capture": long}, "b.tpumem")))))
+    text = dict(fact_rows(analyze(load(make_trace(rows, {"capture": long}, "b.tpumem")))))
     assert text["Capture"].startswith("4 profiler sessions of 1 s; 2 sessions ran long")
     assert "17.700 s" in text["Capture"]
 

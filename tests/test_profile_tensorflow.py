@@ -374,7 +374,7 @@ raise RuntimeError("\\x1b[31mfailed\\x1b[0m to load\\nthe second line\\nthe thir
 
 def test_host_data_and_a_colourful_failure_are_reported_plainly(tmp_path):
     (tmp_path / "host.py").write_text(HOST_DATA)
-    result = profile(tmp_path, "host.py")
+    result = profile(tmp_path, "--width", "200", "host.py")
     assert result.returncode == 1, result.stderr[-3000:]
     report = result.stderr.split("tpumem report")[1]
     assert "Ended          uncaught exception: RuntimeError: failed to load … (exit status 1)" in (

@@ -97,7 +97,7 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     # Parameters, their gradients and Adam's two moments, all float32.
     assert regions["parameter"] == 4 * printed["params"]
     assert regions["gradient"] == 4 * printed["params"]
-    assert regions["output"] >= 2 * 4 * printed["params"]
+    assert regions["optimizer state"] == 2 * 4 * printed["params"]
     aliased = 3 * 4 * printed["params"] - PRECISION_BYTES
     steady = [p for p in analysis.programs if p.alias_bytes >= aliased]
     assert steady, "the step graph aliases parameters and both moments"
@@ -301,7 +301,14 @@ def test_optimizer_steps_keep_what_their_state_holds(tmp_path):
     (device,) = analysis.devices
     regions = dict(device.peak.by_region)
     regions.pop("temp", None)
-    assert regions == {"parameter": MiB, "gradient": MiB, "output": 6 * MiB}
+    # What the optimizers keep in their state (Adam's moments, SGD's momentum), as
+    # such; what Doubler keeps elsewhere and `after` are outputs.
+    assert regions == {
+        "parameter": MiB,
+        "gradient": MiB,
+        "optimizer state": 3 * MiB,
+        "output": 3 * MiB,
+    }
     lines = OPTIMIZER_STEPS.splitlines()
 
     def source(start: str) -> str:

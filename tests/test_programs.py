@@ -17,32 +17,10 @@ from tpumem.analysis import analyze
 from tpumem.analysis.program_heap import program_heap
 from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError
 from tpumem.trace.reader import load
+from xprof_runner import memory_viewer as _memory_viewer
 
 MiB = 1 << 20
 SMALL = 16 * 1024  # XProf's memory_viewer lumps buffers below this together
-
-# XProf's memory_viewer, as TensorBoard runs it, on every program of a profile dir.
-MEMORY_VIEWER = """
-import json, pathlib
-from xprof.convert.raw_to_tool_data import xspace_to_tool_data, xspace_to_tool_names
-directory = pathlib.Path({directory!r})
-xplane = str(next(directory.glob("*.xplane.pb")))
-# As TensorBoard does: listing the tools extracts the programs the XSpace carries.
-tools = xspace_to_tool_names([xplane])
-out = {{}}
-for path in sorted(directory.glob("*.hlo_proto.pb")):
-    module = path.name.removesuffix(".hlo_proto.pb")
-    data, _ = xspace_to_tool_data([xplane], "memory_viewer", {{"module_name": module}})
-    out[module] = json.loads(data)
-print(json.dumps({{"tools": list(tools), "modules": out}}))
-"""
-
-
-def _memory_viewer(profile_dir: Path) -> dict:
-    """Each program's memory_viewer data, by the name XProf gives it."""
-    found = run_python(MEMORY_VIEWER.format(directory=str(profile_dir)), profile_dir)
-    assert "memory_viewer" in found["tools"]
-    return found["modules"]
 
 
 def _as_bytes(mib: float) -> int:

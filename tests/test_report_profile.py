@@ -100,7 +100,7 @@ def test_a_profiles_processes_go_by_the_profiles_name_not_a_scratch_file(tmp_pat
     """A logdir of two hosts, diffed and compared: each process named after the
     logdir and its host; the scratch traces it was imported into never show."""
     logdir = _two_host_logdir(tmp_path)
-    diffed = run_tpumem("diff", str(logdir), str(logdir))
+    diffed = run_tpumem("diff", str(logdir), str(logdir), "--width", "400")
     assert diffed.returncode == 0, diffed.stderr
     title = diffed.stdout.splitlines()[0]
     assert f"{logdir} (host" in title and "tpumem-" not in title, title

@@ -13,21 +13,23 @@ from tpumem.analysis import analyze
 from tpumem.errors import TpumemError
 from tpumem.report import REPORT, reporter, reporter_for
 from tpumem.report.live_rows import group_rows
-from tpumem.report.rows import device_rows, one_line, run_rows
+from tpumem.report.rows import device_rows, fact_rows, one_line
 from tpumem.trace.reader import load
 
-GOLDEN = Path(__file__).parent / "data" / "report_buffer_trace.txt"
+GOLDEN = str(Path(__file__).parent / "data" / "report_buffer_trace_{}.txt")
 
 
-def _text(make_trace) -> str:
+def _text(make_trace, width: int) -> str:
     path = make_trace(buffer_rows(), metadata={"command": ["python", "train.py"]})
-    text = reporter(REPORT, "text").render(analyze(load(path)), width=100)
+    text = reporter(REPORT, "text").render(analyze(load(path)), width=width)
     return text.replace(str(path), "TRACE")
 
 
-def test_text_report_matches_golden_at_width_100(make_trace):
-    lines = [line.rstrip() for line in _text(make_trace).splitlines()]
-    assert lines == GOLDEN.read_text().splitlines()
+@pytest.mark.parametrize("width", [80, 120])
+def test_text_report_matches_golden(make_trace, width):
+    lines = [line.rstrip() for line in _text(make_trace, width).splitlines()]
+    assert lines == Path(GOLDEN.format(width)).read_text().splitlines()
+    assert max(len(line) for line in lines) <= width
 
 
 def test_json_report_carries_the_analysis_figures(make_trace):
@@ -123,7 +125,7 @@ def test_the_ending_is_one_plain_line(make_trace):
     exception = "OOM: \x1b[1;31mResourceExhausted\x1b[0m\n\n  at op MatMul\n" + "x" * 400
     rows = [{"kind": "alloc", "time_ns": 1, "device": "CPU:0", "buffer_id": 1, "bytes": 8}]
     path = make_trace(rows, {"exit": {"code": 1, "exception": exception}})
-    ended = dict(run_rows(analyze(load(path))))["Ended"]
+    ended = dict(fact_rows(analyze(load(path))))["Ended"]
     assert ended == "uncaught exception: OOM: ResourceExhausted … (exit status 1)"
     assert one_line("a" * 400).endswith("…") and len(one_line("a" * 400)) == 160
 

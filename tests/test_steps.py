@@ -74,7 +74,7 @@ def test_a_loop_nothing_marks_is_told_how_to_mark_it(tmp_path):
     (tmp_path / "plain.py").write_text(
         "import jax.numpy as jnp\nfor i in range(8):\n    x = jnp.ones((256, 256)) * i\n"
     )
-    result = profile(tmp_path, "plain.py")
+    result = profile(tmp_path, "--width", "200", "plain.py")
     assert result.returncode == 0, result.stderr[-3000:]
     text = " ".join(result.stderr.split())
     assert "Growth across steps not checked: no step marks (5 needed)" in text

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 from profiling import QUIET
 
 XPROF = """
@@ -51,3 +52,27 @@ def run_python(code: str, *args: str) -> dict:
 
 def xprof_memory_profile(*paths: Path) -> dict:
     return run_python(XPROF, *map(str, paths))
+
+
+# XProf's memory_viewer, as TensorBoard runs it, on every program of a profile dir.
+MEMORY_VIEWER = """
+import json, pathlib
+from xprof.convert.raw_to_tool_data import xspace_to_tool_data, xspace_to_tool_names
+directory = pathlib.Path({directory!r})
+xplane = str(next(directory.glob("*.xplane.pb")))
+# As TensorBoard does: listing the tools extracts the programs the XSpace carries.
+tools = xspace_to_tool_names([xplane])
+out = {{}}
+for path in sorted(directory.glob("*.hlo_proto.pb")):
+    module = path.name.removesuffix(".hlo_proto.pb")
+    data, _ = xspace_to_tool_data([xplane], "memory_viewer", {{"module_name": module}})
+    out[module] = json.loads(data)
+print(json.dumps({{"tools": list(tools), "modules": out}}))
+"""
+
+
+def memory_viewer(profile_dir: Path) -> dict:
+    """Each program's memory_viewer data, by the name XProf gives it."""
+    found = conftest.run_python(MEMORY_VIEWER.format(directory=str(profile_dir)), profile_dir)
+    assert "memory_viewer" in found["tools"]
+    return found["modules"]

@@ -30,8 +30,14 @@ def finite(value: float | None) -> float | None:
 # The text report's width in columns: narrower cannot hold its tables, wider is
 # more than any terminal shows.
 Width = Annotated[
-    int,
-    typer.Option(help="Width of the text report, in columns.", min=40, max=1000, metavar="N"),
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        help="Width of the text report, in columns [default: the terminal's, else 80].",
+        min=40,
+        max=1000,
+        metavar="N",
+        show_default=False,
+    ),
 ]
 
 

@@ -11,4 +11,6 @@ MEMORY_SETTINGS = MemorySettings(
         GrowthSetting("XLA_PYTHON_CLIENT_PREALLOCATE", ("false", "0")),
         GrowthSetting("XLA_PYTHON_CLIENT_ALLOCATOR", ("platform",)),  # malloc per buffer
     ),
+    # Each buffer malloc'ed and freed on its own: no pool to fragment (and slower).
+    defragment_setting="XLA_PYTHON_CLIENT_ALLOCATOR=platform",
 )

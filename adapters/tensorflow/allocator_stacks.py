@@ -21,6 +21,7 @@ every eager op off its C++ fast path):
 from __future__ import annotations
 
 import collections
+import json
 import re
 import sys
 import threading
@@ -34,7 +35,7 @@ import pyarrow as pa
 from tpumem.adapters.base import Patches
 from tpumem.adapters.call_stacks import CallStacks, NamedFrame, Where
 from tpumem.trace.arrow_arrays import dictionary_codes, equal_to, filled
-from tpumem.trace.schema import ALLOC
+from tpumem.trace.schema import ALLOC, OP_STACKS
 
 # An op Grappler rewrote is named "<Optimizer>/<Rewrite>_<the op's name>".
 _GRAPPLER_NAME = re.compile(r"[A-Za-z]+Optimizer/[A-Za-z0-9]+_(.+)")
@@ -81,7 +82,10 @@ class TfStacks:
         def from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
             made = original_from_graph(name, graph, *args, **kwargs)
             try:
-                self._traced(name, graph, sys._getframe(1))
+                function = self._traced(name, graph, sys._getframe(1))
+                attrs = kwargs.get("attrs", args[0] if args else None)
+                if _compiled_by_xla(attrs):
+                    self._record_op_stacks(function)
             except Exception:  # (a graph TensorFlow changed) its buffers keep the call's stack
                 self.unread_functions += 1
             return made
@@ -112,7 +116,7 @@ class TfStacks:
 
         return execute
 
-    def _traced(self, name: Any, graph: Any, frame: Any) -> None:
+    def _traced(self, name: Any, graph: Any, frame: Any) -> tuple[str, _Function]:
         """Keeps each op's frames inside the body of the function just made."""
         name = name.decode() if isinstance(name, bytes) else str(name)
         stacks = self.stacks
@@ -127,6 +131,22 @@ class TfStacks:
             self._functions[name] = function
             for op_name in function.frames_by_op:
                 self._op_owner.setdefault(op_name, name)
+        return name, function
+
+    def _record_op_stacks(self, traced: tuple[str, _Function]) -> None:
+        """For a function XLA compiles (jit_compile): each op's frames in its body,
+        as a stack, by op name. XLA's program names its instructions after those
+        ops and gives TensorFlow's own line for each (where it made the op), so
+        the analysis finds the user's line here instead."""
+        name, function = traced
+        by_op = {
+            op: stack_id
+            for op, frames in function.frames_by_op.items()
+            if (stack_id := self.stacks.intern(frames)[1]) is not None
+        }
+        if by_op:
+            text = json.dumps({"function": name, "stacks": by_op})
+            self.stacks.record(OP_STACKS, op=name, text=text)
 
     def _op_frames(self, function: str, op: str) -> tuple[NamedFrame, ...]:
         """The frames of `op` below a call of `function`: its own op's body
@@ -239,6 +259,12 @@ class TfStacks:
             found = self.stacks.intern(self.stacks.frames(where[1]) + inner) if inner else where
             self._joins[key] = found
         return found
+
+
+def _compiled_by_xla(attrs: Any) -> bool:
+    """Whether a function's attributes ask XLA to compile it (`jit_compile=True`)."""
+    value = attrs.get("_XlaMustCompile") if isinstance(attrs, dict) else None
+    return bool(getattr(value, "b", value)) if value is not None else False
 
 
 def _past(frames: tuple[NamedFrame, ...], prefix: tuple[NamedFrame, ...]) -> tuple:

@@ -12,4 +12,6 @@ MEMORY_SETTINGS = MemorySettings(
         GrowthSetting("memory growth", ("true",), name_ends=True),
     ),
     no_program="no XLA program: TensorFlow compiles with XLA only functions with jit_compile=True",
+    # CUDA's own stream-ordered allocator in place of TensorFlow's BFC pool.
+    defragment_setting="TF_GPU_ALLOCATOR=cuda_malloc_async",
 )

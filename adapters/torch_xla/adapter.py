@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tpumem.adapters.base import Adapter, CaptureOptions, Every, Patches, Sampler, register
-from tpumem.adapters.book_rows import WRITE_EVERY_S
+from tpumem.adapters.book_rows import OPTIMIZER, WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.launch_protocol import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
@@ -349,7 +349,8 @@ class TorchXlaAdapter(Adapter):
         used = [t for t in read if t.is_xla and not reads(t, False)]
         if made or used:
             op = f"{type(optimizer).__name__}.step"
-            self.book.seen(made, used, self._now(), op, self.op_stacks.capture(), False)
+            where = self.op_stacks.capture()
+            self.book.seen(made, used, self._now(), op, where, False, region=OPTIMIZER)
 
     # -- the sampler ---------------------------------------------------------------
 

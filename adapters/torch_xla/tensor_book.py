@@ -86,6 +86,7 @@ class _Seen:
     # How many autograd runs had begun when an op autograd recorded made or
     # read it (autograd may keep its buffer for the next run); -1: none did.
     saved: int = -1
+    region: str | None = None  # what the op that made it says it is for
 
 
 @dataclass(slots=True)
@@ -169,13 +170,15 @@ class TensorBook:
         op: str | None,
         where: Where,
         recorded: bool,
+        region: str | None = None,
     ) -> None:
         """The tensors an op made and those it used that are not in the book or
         seen yet (the hot path: no framework calls). `recorded`: autograd
-        recorded the op."""
+        recorded the op; `region`: what the op's made tensors are for, where
+        the op says (an optimizer's step: its state)."""
         refs, seen = self._seen_refs, self._seen
         saved = self._autograd_runs if recorded else -1
-        for tensors, label in ((made, op), (used, None)):
+        for tensors, label, kind in ((made, op, region), (used, None, None)):
             for tensor in tensors or ():
                 key = id(tensor)
                 item = refs.get(key)
@@ -183,7 +186,7 @@ class TensorBook:
                     if recorded:
                         item.saved = saved
                     continue
-                item = refs[key] = _Seen(weakref.ref(tensor), time_ns, label, where, saved)
+                item = refs[key] = _Seen(weakref.ref(tensor), time_ns, label, where, saved, kind)
                 seen.append(item)
 
     def knows(self, tensor: Any) -> bool:
@@ -620,6 +623,8 @@ def _is_parameter(tensor: Any) -> bool:
 def _region(tensor: Any, item: _Seen) -> str:
     if _is_parameter(tensor):
         return PARAMETER
+    if item.region is not None:
+        return item.region
     if item.op == "backward":
         return GRADIENT
     return OUTPUT

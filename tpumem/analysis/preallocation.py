@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.trace.metadata import SETTINGS_VARIABLES, RunMetadata
+from tpumem.trace.metadata import SETTINGS_OF, SETTINGS_VARIABLES, RunMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Preallocation:
 def _settings(metadata: RunMetadata) -> dict[str, str]:
     settings = {str(k): str(v) for k, v in (metadata.allocator_settings or {}).items()}
     environment = metadata.env or {}
-    for name in SETTINGS_VARIABLES:
+    for name in SETTINGS_OF.get(metadata.framework, SETTINGS_VARIABLES):
         if name in environment:
             settings[name] = str(environment[name])
     return settings

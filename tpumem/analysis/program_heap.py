@@ -21,6 +21,7 @@ from typing import Any
 
 from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError, parse_hlo_proto
 from tpumem.hlo.shapes import dims_text, element_name, shape_text, subshape, unpadded_bytes
+from tpumem.trace.stack_rows import Frame, Stack
 
 HBM = 0  # memory space (color) of the device's main memory
 _OUTER_JIT = re.compile(r"^jit\([^()]*\)/")
@@ -45,6 +46,10 @@ class HeapBuffer:
     stack: str  # the source frames XLA kept, innermost first, one per line
     group: str  # PARAMETER, OUTPUT, CONSTANT or TEMPORARY
     allocation: int  # index of its buffer allocation
+    frames: Stack = ()  # the same frames with their functions, outermost first
+    # Its allocation may be live out: an output, or an argument an output aliases
+    # (a donated argument: the output takes its memory).
+    live_out: bool = False
 
     @property
     def padding_bytes(self) -> int:
@@ -112,7 +117,15 @@ def _whole_program(allocation: Any) -> bool:
 def instruction_source(instruction: Any, frames: Any) -> tuple[str | None, str]:
     """(file:line, the stack as file:line:column lines), as XProf reads them: the
     metadata's own file and line first, else the innermost stack frame."""
-    stack = []
+    source, stack, _ = instruction_frames(instruction, frames)
+    return source, stack
+
+
+def instruction_frames(instruction: Any, frames: Any) -> tuple[str | None, str, Stack]:
+    """instruction_source's two, and the stack's frames with their functions,
+    outermost first (what a flame graph draws under the call that ran the program)."""
+    stack: list[str] = []
+    found: list[Frame] = []
     frame_id = instruction.metadata.stack_frame_id
     seen = set()
     while 0 < frame_id <= len(frames.stack_frames) and frame_id not in seen:
@@ -123,16 +136,22 @@ def instruction_source(instruction: Any, frames: Any) -> tuple[str | None, str]:
         if not 0 < location_id <= len(frames.file_locations):
             continue
         location = frames.file_locations[location_id - 1]
-        name_id = location.file_name_id
-        name = frames.file_names[name_id - 1] if 0 < name_id <= len(frames.file_names) else ""
+        name = _indexed(frames.file_names, location.file_name_id)
         stack.append(f"{name}:{location.line}:{location.column}")
+        function = _indexed(frames.function_names, location.function_name_id)
+        found.append(Frame(name, location.line, function))
     metadata = instruction.metadata
+    outermost_first = tuple(reversed(found))
     if metadata.source_file:
-        return f"{metadata.source_file}:{metadata.source_line}", "\n".join(stack)
+        return f"{metadata.source_file}:{metadata.source_line}", "\n".join(stack), outermost_first
     if stack:
         file, line, _ = stack[0].rsplit(":", 2)
-        return f"{file}:{line}", "\n".join(stack)
-    return None, ""
+        return f"{file}:{line}", "\n".join(stack), outermost_first
+    return None, "", ()
+
+
+def _indexed(names: Any, one_based: int) -> str:
+    return names[one_based - 1] if 0 < one_based <= len(names) else ""
 
 
 class _Buffers:
@@ -166,7 +185,7 @@ class _Buffers:
         instruction = self.instructions[buffer.defined_at.instruction_id]
         index = list(buffer.defined_at.shape_index)
         shape = subshape(instruction.shape, index)
-        source, stack = instruction_source(instruction, self.frames)
+        source, stack, frames = instruction_frames(instruction, self.frames)
         name = instruction.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
         made = self._made[buffer_id] = HeapBuffer(
             logical_buffer_id=buffer.id,
@@ -182,6 +201,8 @@ class _Buffers:
             stack=stack,
             group=_group(self.allocation_of[buffer_id]),
             allocation=self.allocation_of[buffer_id].index,
+            frames=frames,
+            live_out=bool(self.allocation_of[buffer_id].maybe_live_out),
         )
         return made
 

@@ -22,6 +22,8 @@ from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.records import ProgramRecord, decode_record, parse_object
 from tpumem.trace.schema import PROGRAM
+from tpumem.trace.source_paths import user_path
+from tpumem.trace.stack_rows import Stack, call_stacks, op_stacks
 from tpumem.units import format_bytes
 
 # TensorFlow names a jit_compile function's module after the function and then
@@ -153,6 +155,7 @@ def _heaps(trace: Trace) -> list[tuple[ProgramHeap | None, str | None, int | Non
     (None, why, None) for one that cannot be read."""
     found: list[tuple[ProgramHeap | None, str | None, int | None]] = []
     cwd = trace.metadata.cwd
+    ops, (stacks, _) = op_stacks(trace), call_stacks(trace)
     for row in hlo_rows(trace):
         if row is None:
             found.append((None, "an hlo row cut short or not of tpumem's form", None))
@@ -163,7 +166,8 @@ def _heaps(trace: Trace) -> list[tuple[ProgramHeap | None, str | None, int | Non
             found.append((None, f"{row.origin}: {error}", None))
             continue
         program_id = row.program_id if row.program_id is not None else heap.module_id
-        found.append((_relative_sources(heap, cwd), None, program_id))
+        heap = _lines_of_ops(_relative_sources(heap, cwd), ops, stacks)
+        found.append((heap, None, program_id))
     found.sort(key=lambda item: -1 if item[2] is None else item[2])
     return found
 
@@ -173,14 +177,45 @@ def _relative_sources(heap: ProgramHeap, cwd: str | None) -> ProgramHeap:
     adapters name the lines of the buffers they record."""
     if not cwd:
         return heap
-    prefix = cwd.rstrip(os.sep) + os.sep
+
+    def name(file: str) -> str:
+        # Absolute paths only: "<frozen runpy>" and the like are no file's.
+        return user_path(file, cwd) if os.path.isabs(file) else file
 
     def relative(buffer: HeapBuffer) -> HeapBuffer:
-        if buffer.source and buffer.source.startswith(prefix):
-            return replace(buffer, source=buffer.source[len(prefix) :])
-        return buffer
+        source = buffer.source
+        if source:
+            file, _, line = source.rpartition(":")
+            source = f"{name(file)}:{line}" if file else source
+        return replace(
+            buffer,
+            source=source,
+            frames=tuple(replace(frame, file=name(frame.file)) for frame in buffer.frames),
+        )
 
     return replace(heap, live_at_peak=tuple(relative(b) for b in heap.live_at_peak))
+
+
+def _lines_of_ops(
+    heap: ProgramHeap, ops: dict[str, dict[str, int]], stacks: dict[int, Stack]
+) -> ProgramHeap:
+    """A TensorFlow function's program with each buffer at the user's line that
+    built its op: XLA's metadata names the op and gives TensorFlow's own line,
+    and the adapter recorded the op's frames in the function's body (an `op
+    stacks` row, by the function's name: the module's, `a_inference_f_12...`,
+    is `__inference_f_12`'s, as a name may not begin with "_")."""
+    name = short_program_name(heap.module)
+    by_op = ops.get("_" + name[1:]) if name.startswith("a_") else None
+    if not by_op:
+        return heap
+
+    def placed(buffer: HeapBuffer) -> HeapBuffer:
+        frames = stacks.get(by_op.get(buffer.op_name, -1), ())
+        if not frames:
+            return buffer
+        return replace(buffer, source=frames[-1].location, frames=frames)
+
+    return replace(heap, live_at_peak=tuple(placed(b) for b in heap.live_at_peak))
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +241,20 @@ def running_at_peak(
             temps[group.op] = temps.get(group.op, 0) + group.bytes
     found = []
     for op, live in temps.items():
-        module = "a" + op[1:] if op.startswith("_") else op
-        for program in compiled:
-            names = {program.name, program.memory.name if program.memory else None}
-            if op in names or f"jit({op})" in names or module == short_program_name(program.name):
-                found.append(RunningAtPeak(program, live))
-                break
+        program = program_named(op, compiled)
+        if program is not None:
+            found.append(RunningAtPeak(program, live))
     return tuple(sorted(found, key=lambda r: -r.temp_bytes))
+
+
+def program_named(op: str, compiled: tuple[CompiledProgram, ...]) -> CompiledProgram | None:
+    """The program a temp buffer's op names, by the rules running_at_peak gives."""
+    module = "a" + op[1:] if op.startswith("_") else op
+    for program in compiled:
+        names = {program.name, program.memory.name if program.memory else None}
+        if op in names or f"jit({op})" in names or module == short_program_name(program.name):
+            return program
+    return None
 
 
 def largest_temp(found: tuple[ProgramMemory, ...]) -> ProgramMemory | None:

@@ -9,11 +9,14 @@ import numpy as np
 from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom, with_tpu_compiles
 from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
+from tpumem.analysis.by_line import PeakLines, peak_lines
 from tpumem.analysis.capacity import CapacityCheck, check_capacity
+from tpumem.analysis.changes import Change, what_to_change
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.growth import Growth, step_growth
+from tpumem.analysis.kinds import PeakKinds, peak_kinds
 from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
 from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
@@ -58,6 +61,9 @@ class DeviceAnalysis:
     series: DeviceSeries | None = None  # for drawing; only when asked for
     # Compiled programs whose temporaries were live at the peak (programs.py).
     programs_at_peak: tuple[RunningAtPeak, ...] = ()
+    # The peak by line and by stack, the programs running there opened (by_line.py).
+    lines: PeakLines | None = None
+    kinds: PeakKinds | None = None  # the peak by kind of memory (kinds.py)
     growth: Growth | None = None  # bytes live at each step's end (growth.py)
     step_marks: int = 0  # steps the trace marks (growth needs MIN_STEPS + 1)
 
@@ -83,6 +89,7 @@ class RunAnalysis:
     out_of_memory: tuple[OutOfMemory, ...] = ()  # the allocations that failed
     capacity: tuple[CapacityCheck, ...] = ()  # per device, where a capacity was asked about
     tpu: tuple[TpuTarget, ...] = ()  # the programs compiled for TPU topologies (--tpu)
+    changes: tuple[Change, ...] = ()  # what to change, each with its figure (changes.py)
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -184,6 +191,24 @@ def _device(
     return DeviceEventFigures(analysis, events, frag.values, pool)
 
 
+def _with_programs(
+    trace: Trace, figures: DeviceEventFigures, compiled: tuple[CompiledProgram, ...]
+) -> DeviceAnalysis:
+    """A device's figures with the programs running at its peak: which, and the
+    peak by line and stack with their temporaries opened up (the stacks the
+    reports and the flame graph show)."""
+    device = figures.analysis
+    live = live_at(figures.events, device.peak.event_index)
+    lines = peak_lines(trace, figures.events, live, compiled)
+    return replace(
+        device,
+        programs_at_peak=running_at_peak(device.peak.groups, compiled),
+        lines=lines,
+        kinds=peak_kinds(trace, figures.events, live, compiled, device.peak),
+        peak=replace(device.peak, stacks=lines.stacks),
+    )
+
+
 def _tpu(
     trace: Trace, devices: tuple[DeviceAnalysis, ...], fit: FitAdvice | None
 ) -> tuple[TpuTarget, ...]:
@@ -230,10 +255,7 @@ def analyze_with_events(
     figures = [_device(trace, d, bins, series_points) for d in devices]
     memory = programs(trace)
     compiled = compiled_programs(trace, memory)
-    analysed = tuple(
-        replace(f.analysis, programs_at_peak=running_at_peak(f.analysis.peak.groups, compiled))
-        for f in figures
-    )
+    analysed = tuple(_with_programs(trace, f, compiled) for f in figures)
     failures = out_of_memory(trace, devices, {d.device: d.peak_label for d in analysed})
     checks = () if capacity is None else tuple(check_capacity(trace, d, capacity) for d in devices)
     fit = fit_advice(
@@ -268,5 +290,8 @@ def analyze_with_events(
         out_of_memory=failures,
         capacity=checks,
         tpu=targets,
+        changes=what_to_change(
+            trace.framework, metadata.backend, metadata.memory_settings, analysed, targets
+        ),
     )
     return run, figures

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpumem.commands.options import text_width
 from tpumem.commands.requests import CompareRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
@@ -39,7 +40,11 @@ def run_compare(request: CompareRequest) -> None:
                     analysed(trace, shown_as, series_points=points, capacity=request.capacity)
                 )
     comparison = compare(analyses)
-    sys.stdout.write(chosen.render(comparison, width=request.width, color=sys.stdout.isatty()))
+    sys.stdout.write(
+        chosen.render(
+            comparison, width=text_width(request.width, sys.stdout), color=sys.stdout.isatty()
+        )
+    )
     if request.html is not None:
         page = reporter(COMPARISON, "html").render(comparison)
         emit(page, request.html, [s.trace for s in sources], request.force)

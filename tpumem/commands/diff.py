@@ -6,6 +6,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from tpumem.commands.options import text_width
 from tpumem.commands.requests import DiffRequest
 from tpumem.errors import TpumemError
 from tpumem.outputs import emit
@@ -38,7 +39,7 @@ def run_diff(request: DiffRequest) -> None:
                 )
     diff = replace(diff_runs(runs[0], runs[1], request.noise_bytes), processes=processes)
     color = page.output is None and sys.stdout.isatty()
-    text = chosen.render(diff, width=page.width, color=color)
+    text = chosen.render(diff, width=text_width(page.width, sys.stdout), color=color)
     emit(text, page.output, inputs, page.force)
 
 

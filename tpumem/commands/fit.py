@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tpumem.commands.options import text_width
 from tpumem.commands.requests import FitRequest
 from tpumem.errors import TpumemError
 
@@ -412,7 +413,12 @@ def _report(request: FitRequest, trace: Path, short: set[str]) -> int:
 
     analysis = analysed(trace, str(trace))
     color = sys.stdout.isatty()
-    print(reporter_for(None, None).render(analysis, width=request.width, color=color), end="")
+    print(
+        reporter_for(None, None).render(
+            analysis, width=text_width(request.width, sys.stdout), color=color
+        ),
+        end="",
+    )
     print(f"tpumem: trace written to {trace}", file=sys.stderr)
     _say_short(short)
     answered = {t.topology: t.fit for t in analysis.tpu}
@@ -441,7 +447,13 @@ def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: s
         analysis = analysed(trace, str(trace))
         answers.append((value, {t.topology: t for t in analysis.tpu}))
     color = sys.stdout.isatty()
-    text = render_sweep_text(request.sweep.name, slices, answers, width=request.width, color=color)
+    text = render_sweep_text(
+        request.sweep.name,
+        slices,
+        answers,
+        width=text_width(request.width, sys.stdout),
+        color=color,
+    )
     print(text, end="")
     for _, trace in results:
         print(f"tpumem: trace written to {trace}", file=sys.stderr)

@@ -7,16 +7,18 @@ imports no analysis, and typer only to say what is wrong."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from tpumem.units import format_bytes
 
 if TYPE_CHECKING:
     from tpumem.tpu.topology import Topology
 
-DEFAULT_WIDTH = 100  # columns of a text report
+DEFAULT_WIDTH = None  # columns of a text report: the terminal's (text_width)
+FALLBACK_WIDTH = 80  # where no terminal says its own
 # diff: changes of live bytes at the peak within this are noise, not listed as
 # changes: runs of one program differ by what the allocator rounds and by which
 # small buffer is live at the very moment of the peak (docs/figures.md, "tpumem diff").
@@ -111,3 +113,17 @@ def share_or_size(text: str) -> Increase:
     if not 0 <= share < float("inf"):
         raise _bad(f"{text!r} is not a share such as 5%")
     return Increase(share=share)
+
+
+def text_width(asked: int | None, stream: TextIO) -> int:
+    """The columns a text report takes: those asked for, else the terminal's that
+    `stream` writes to, else $COLUMNS (as rich reads it), else FALLBACK_WIDTH."""
+    if asked is not None:
+        return asked
+    try:
+        if stream.isatty():
+            return max(40, os.get_terminal_size(stream.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
+        pass
+    columns = os.environ.get("COLUMNS", "")
+    return max(40, int(columns)) if columns.isdigit() else FALLBACK_WIDTH

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpumem.commands.options import text_width
 from tpumem.commands.requests import ProfileRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.commands.unrecorded import unrecorded_line
@@ -67,7 +68,9 @@ def run_profile(request: ProfileRequest) -> int:
         return 2
     if follow:
         assert outcome.trace is not None
-        _after_followed_run(outcome.trace, request.quiet, fmt, request.width)
+        _after_followed_run(
+            outcome.trace, request.quiet, fmt, text_width(request.width, sys.stderr)
+        )
         return outcome.returncode
     if outcome.unrecorded is not None:
         print(f"tpumem: error: {unrecorded_line(launch.target, outcome)}", file=sys.stderr)
@@ -82,7 +85,9 @@ def run_profile(request: ProfileRequest) -> int:
         compile_for_tpus([outcome.trace], tpu, request.quiet)
     if not request.quiet or request.tensorboard is not None:
         quiet_or = None if request.quiet else reporter
-        _after_run(outcome.trace, quiet_or, request.width, request.tensorboard)
+        _after_run(
+            outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard
+        )
     return outcome.returncode
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from tpumem.commands.options import text_width
 from tpumem.commands.requests import ReportRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
@@ -35,7 +36,7 @@ def run_report(request: ReportRequest) -> None:
 
             run = analysed_processes(given.traces, given.where, chosen.series_points)
             text = reporter(PROCESSES, chosen.name).render(
-                run, width=page.width, color=color, where=given.where
+                run, width=text_width(page.width, sys.stdout), color=color, where=given.where
             )
             emit(text, page.output, [*paths, *given.traces], page.force)
             return
@@ -51,12 +52,12 @@ def run_report(request: ReportRequest) -> None:
                 capacity=request.capacity,
             )
     if request.program is None:
-        text = chosen.render(analysis, width=page.width, color=color)
+        text = chosen.render(analysis, width=text_width(page.width, sys.stdout), color=color)
     else:
         from tpumem.commands.rendering import program_named
 
         found = program_named(analysis, request.program)
         text = reporter(PROGRAM, chosen.name).render(
-            found, width=page.width, color=color, analysis=analysis
+            found, width=text_width(page.width, sys.stdout), color=color, analysis=analysis
         )
     emit(text, page.output, [*paths, *given.traces], page.force)

@@ -25,7 +25,7 @@ class Page:
 
     fmt: str | None = None
     output: Path | None = None
-    width: int = DEFAULT_WIDTH
+    width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
     force: bool = False
 
 
@@ -44,7 +44,7 @@ class CompareRequest:
     fmt: str = "text"
     html: Path | None = None
     output_dir: Path = Path(".")  # where profiled scripts' traces go
-    width: int = DEFAULT_WIDTH
+    width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
     force: bool = False  # --html may replace a file that is not a page of tpumem's
     capacity: int | None = None
     tpu: tuple[Topology, ...] = ()
@@ -81,7 +81,7 @@ class ProfileRequest:
     capture: CaptureOptions | None = None  # None: the adapters' defaults
     quiet: bool = False
     fmt: str = "text"
-    width: int = DEFAULT_WIDTH
+    width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
     force: bool = False
     tensorboard: Path | None = None  # also export the trace to this logdir
     tpu: tuple[Topology, ...] = ()
@@ -119,7 +119,7 @@ class FitRequest:
     tpu: tuple[Topology, ...] = ()
     output: Path | None = None  # the trace (None: <script>.fit.tpumem here, numbered)
     force: bool = False
-    width: int = DEFAULT_WIDTH
+    width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
     quiet: bool = False
     sweep: Sweep | None = None  # the script's argument to compile at each value
     slices: int = 1  # of each slice, joined over the data-center network (multislice)

@@ -52,6 +52,22 @@ def element_name(element_type: int) -> str:
     return PRIMITIVE_TYPES.get(element_type, (f"type{element_type}", 0))[0]
 
 
+# XLA's element names as numpy (and so JAX, PyTorch and TensorFlow) name them,
+# which is how a trace's rows name a buffer's dtype.
+_NUMPY_NAMES = {"pred": "bool", "bf16": "bfloat16", "c64": "complex64", "c128": "complex128"}
+_NUMPY_PREFIXES = {"s": "int", "u": "uint", "f": "float"}
+
+
+def numpy_dtype(xla_name: str) -> str:
+    """`f32` as `float32`, `s8` as `int8`, `pred` as `bool`; others as they are."""
+    if xla_name in _NUMPY_NAMES:
+        return _NUMPY_NAMES[xla_name]
+    prefix, bits = xla_name[:1], xla_name[1:]
+    if prefix in _NUMPY_PREFIXES and bits.isdigit():
+        return _NUMPY_PREFIXES[prefix] + bits
+    return xla_name
+
+
 def subshape(shape: Any, index: list[int] | tuple[int, ...]) -> Any:
     """The shape at a shape index (a tuple element), as XProf resolves it: the last
     index into the outer tuple, else the shape itself."""

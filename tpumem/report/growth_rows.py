@@ -30,12 +30,12 @@ def growth_text(growth: Growth) -> str:
             f"+{format_bytes(round(growth.per_step_bytes))} a step from step {first} to "
             f"step {last}" + (f" ({warmup.strip()})" if warmup else "")
         )
-    low, high = growth.settled_range
+    low, high = (format_bytes(b) for b in growth.settled_range)
     if high == low:
-        return f"none{warmup}: {format_bytes(low)} stays from step {first} to step {last}"
+        return f"no growth{warmup}: {low} stays from step {first} to step {last}"
     return (
-        f"none{warmup}: what stays between steps {first} and {last} moves between "
-        f"{format_bytes(low)} and {format_bytes(high)} with no upward trend"
+        f"no growth{warmup}: from step {first} to step {last}, what stays goes up and "
+        f"down between {low} and {high} with no upward trend"
     )
 
 

@@ -21,6 +21,18 @@ from tpumem.analysis.difference import RunDiff
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
+from tpumem.report.answer_rows import (
+    KIND_HEADERS,
+    KINDS_TITLE,
+    LINE_HEADERS,
+    LINES_TITLE,
+    answer_device,
+    headline,
+    kind_rows,
+    line_rows,
+    lines_note,
+)
+from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.fit_rows import (
     FIT_EXPLANATION,
@@ -66,6 +78,7 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     # what tpumem set, what the framework does not expose).
     body["headline"] = [list(row) for row in headline_rows(analysis)]
     body["facts"] = [list(row) for row in fact_rows(analysis)]
+    body["answer"] = answer_data(analysis)
     body["failure_tables"] = [
         {"title": title, "groups": live_groups_json(groups)}
         for title, groups in failure_tables(analysis)
@@ -90,6 +103,28 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
         device["peak"]["groups"] = groups[:MAX_GROUPS]
         device["peak"]["stacks"] = _fewer_stacks(device["peak"]["stacks"])
     return body
+
+
+def answer_data(analysis: RunAnalysis) -> dict[str, Any] | None:
+    """The answer the page opens with, in the text report's words (answer_rows.py,
+    change_rows.py): the peak, its kinds, the lines that hold it, what to change."""
+    device = answer_device(analysis)
+    if device is None:
+        return None
+    return {
+        "headline": headline(device),
+        "tables": [
+            {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
+            for title, headers, rows in (
+                (KINDS_TITLE, KIND_HEADERS, kind_rows(device)),
+                (LINES_TITLE, LINE_HEADERS, line_rows(device.lines)),
+            )
+            if rows
+        ],
+        "note": lines_note(device.lines),
+        "changes_title": CHANGES_TITLE,
+        "changes": [list(c) for c in change_lines(analysis.changes, analysis.framework)],
+    }
 
 
 def _fewer_stacks(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:

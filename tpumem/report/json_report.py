@@ -19,7 +19,9 @@ import math
 from typing import Any
 
 from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.by_line import PeakLines
 from tpumem.analysis.capacity import CapacityCheck
+from tpumem.analysis.changes import Change
 from tpumem.analysis.counters import Counters
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.growth import Growth
@@ -65,6 +67,55 @@ def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
         "out_of_memory": [_out_of_memory(oom) for oom in analysis.out_of_memory],
         "capacity": [_capacity(check) for check in analysis.capacity],
         "tpu": [_tpu(target) for target in analysis.tpu],
+        "changes": [_change(change) for change in analysis.changes],
+    }
+
+
+def _change(change: Change) -> dict[str, Any]:
+    return {
+        "key": change.key,
+        "device": change.device,
+        "bytes": change.bytes,
+        "how": change.how,
+        "program": change.program,
+        "line": change.line,
+        "names": list(change.names),
+        "ops": list(change.ops),
+        "start_bytes": change.start_bytes,
+        "end_bytes": change.end_bytes,
+        "pool_bytes": change.pool_bytes,
+        "before_bytes": change.before_bytes,
+        "topology": change.topology,
+    }
+
+
+def _lines(lines: PeakLines) -> dict[str, Any]:
+    return {
+        "lines": [
+            {
+                "line": line.line,
+                "bytes": line.bytes,
+                "buffers": line.buffers,
+                "program": line.program,
+                "ops": list(line.ops),
+                "unplaced": line.unplaced,
+                "at_call": line.at_call,
+                "regions": list(line.regions),
+            }
+            for line in lines.lines
+        ],
+        "programs": [
+            {
+                "program": p.name,
+                "call": p.call,
+                "temp_bytes": p.temp_bytes,
+                "planned_bytes": p.planned_bytes,
+                "rest_bytes": p.rest_bytes,
+                "scale": p.scale,
+                "opened": p.opened,
+            }
+            for p in lines.programs
+        ],
     }
 
 
@@ -176,6 +227,10 @@ def _device(device: DeviceAnalysis) -> dict[str, Any]:
             for r in device.programs_at_peak
         ],
         "growth": None if device.growth is None else _growth(device.growth),
+        "lines": None if device.lines is None else _lines(device.lines),
+        "kinds": None
+        if device.kinds is None
+        else [{"kind": k.kind, "bytes": k.bytes, "how": list(k.how)} for k in device.kinds.kinds],
     }
 
 

@@ -17,7 +17,7 @@ TOP_STACKS = 5
 STACK_FRAMES = 8  # a stack's innermost frames shown; the rest counted
 
 
-GROUP_HEADERS = ("bytes", "buffers", "op", "region", "dtype", "shape", "source")
+GROUP_HEADERS = ("bytes", "buffers", "op", "region", "shape", "source")  # shape: dtype[dims]
 STACK_HEADERS = ("bytes", "buffers", "call stack, innermost first")
 
 
@@ -41,7 +41,7 @@ def group_rows(
     for size, group in sized:
         if group is None:
             where = unseen_where or UNSEEN_WHERE
-            rows.append((format_bytes(size), "-", UNSEEN, "-", "-", "-", where))
+            rows.append((format_bytes(size), "-", UNSEEN, "-", "-", where))
             continue
         rows.append(
             (
@@ -49,8 +49,7 @@ def group_rows(
                 f"{group.count:,}",
                 group.op or "-",
                 group.region or "-",
-                group.dtype or "-",
-                group.shape or "-",
+                f"{group.dtype or ''}{group.shape or ''}" or "-",
                 group.source or "-",
             )
         )

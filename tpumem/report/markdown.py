@@ -11,6 +11,18 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
+from tpumem.report.answer_rows import (
+    KIND_HEADERS,
+    KINDS_TITLE,
+    LINE_HEADERS,
+    LINES_TITLE,
+    answer_device,
+    headline,
+    kind_rows,
+    line_rows,
+    lines_note,
+)
+from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.escapes import markdown as _cell
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
@@ -56,6 +68,27 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     for section in report_sections(analysis):
         lines += _SECTIONS[section.kind](section.value)
     return "\n".join(lines) + "\n"
+
+
+def _answer(analysis: RunAnalysis) -> list[str]:
+    device = answer_device(analysis)
+    if device is None:
+        return []
+    lines = [f"**{_cell(headline(device))}**", ""]
+    kinds = kind_rows(device)
+    if kinds:
+        lines += [f"{KINDS_TITLE}:", "", *md_table(KIND_HEADERS, kinds), ""]
+    rows = line_rows(device.lines)
+    if rows:
+        lines += [f"{LINES_TITLE}:", "", *md_table(LINE_HEADERS, rows), ""]
+    note = lines_note(device.lines)
+    lines += [f"> {_cell(note)}", ""] if note else []
+    changes = change_lines(analysis.changes, analysis.framework)
+    if changes:
+        lines += [f"{CHANGES_TITLE}:", ""]
+        lines += [f"- **{_cell(figure)}** {_cell(sentence)}" for figure, sentence in changes]
+        lines.append("")
+    return lines
 
 
 def _failure(table: tuple[str, tuple[LiveGroup, ...]]) -> list[str]:
@@ -125,6 +158,8 @@ def render_program_markdown(
 
 # How markdown shows each kind of section (report/sections.py orders them).
 _SECTIONS: dict[str, Callable[[Any], list[str]]] = {
+    sections.ANSWER: _answer,
+    sections.HEADLINE: lambda rows: md_table(("", ""), rows),
     sections.RUN: lambda rows: md_table(("", ""), rows),
     sections.FAILURE: _failure,
     sections.WARNINGS: lambda warnings: [""] + [f"> warning: {_cell(w)}" for w in warnings],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from tpumem.analysis.growth import MIN_STEPS
@@ -55,10 +56,6 @@ def failure_tables(analysis: RunAnalysis) -> list[tuple[str, tuple[LiveGroup, ..
         if check.failure is not None
     ]
     return [(title, groups) for title, groups in tables if groups]
-
-
-def run_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
-    return [*headline_rows(analysis), *fact_rows(analysis)]
 
 
 def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
@@ -426,7 +423,18 @@ def _counter_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     return [("Allocator's own peak", value, "measured (its running peak)")]
 
 
-def sparkline(values: tuple[float | int | None, ...], top: float | None = None) -> str:
+def sparkline(
+    values: tuple[float | int | None, ...], top: float | None = None, width: int | None = None
+) -> str:
+    """Values as a line of block marks; in at most `width` marks, each the most
+    of the values it stands for (a peak stays seen)."""
+    if width is not None and 0 < width < len(values):
+        edges = [round(i * len(values) / width) for i in range(width + 1)]
+        merged = []
+        for low, high in itertools.pairwise(edges):
+            known_here = [v for v in values[low:high] if v is not None]
+            merged.append(max(known_here) if known_here else None)
+        values = tuple(merged)
     known = [v for v in values if v is not None]
     ceiling = top if top is not None else max(known, default=0)
     if not ceiling:

@@ -1,6 +1,7 @@
-"""A run's report as sections, in the order every format shows them: the run's
-rows, what failed, the warnings, each device in full (and the rest in brief), the
-compiled programs, what XLA:TPU compiled, whether it would fit. The text and
+"""A run's report as sections, in the order every format shows them: how the run
+failed, where it did; the answer (the peak, the lines that hold it); the run's
+facts, what failed, the warnings, each device in full (and the rest in brief),
+the compiled programs, what XLA:TPU compiled, whether it would fit. The text and
 markdown reports render each kind of section their own way; the order and what
 each section holds are decided here, once."""
 
@@ -10,10 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpumem.analysis.run_figures import RunAnalysis
-from tpumem.report.rows import devices_shown, failure_tables, run_rows
+from tpumem.report.rows import devices_shown, fact_rows, failure_tables, headline_rows
 from tpumem.trace.metadata import COMPILED_ONLY
 
-RUN = "run"  # the run's rows: list of (name, value, how)
+HEADLINE = "headline"  # what ended the run, what a capacity asked about gives: (name, value)
+ANSWER = "answer"  # the RunAnalysis, as the answer opens the report (answer_rows.py)
+RUN = "run"  # the run's facts: list of (name, value): list of (name, value, how)
 FAILURE = "failure"  # (title, live groups) of a failure
 WARNINGS = "warnings"  # the run's warnings (a tuple of text; there, if empty)
 NO_EVENTS = "no events"  # the trace holds no allocation event
@@ -24,7 +27,20 @@ PROGRAMS = "programs"  # the compiled programs (a tuple of CompiledProgram)
 TPU = "tpu"  # a TpuTarget: what XLA:TPU compiled for one topology
 FIT = "fit"  # the FitAdvice
 NO_EVENTS_TEXT = "No allocation events in this trace."
-KINDS = (RUN, FAILURE, WARNINGS, NO_EVENTS, LEFT_OUT, DEVICE, OTHER_DEVICES, PROGRAMS, TPU, FIT)
+KINDS = (
+    HEADLINE,
+    ANSWER,
+    RUN,
+    FAILURE,
+    WARNINGS,
+    NO_EVENTS,
+    LEFT_OUT,
+    DEVICE,
+    OTHER_DEVICES,
+    PROGRAMS,
+    TPU,
+    FIT,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +50,11 @@ class Section:
 
 
 def report_sections(analysis: RunAnalysis) -> list[Section]:
-    sections = [Section(RUN, run_rows(analysis))]
+    headline = headline_rows(analysis)
+    sections = [Section(HEADLINE, headline)] if headline else []
+    if analysis.devices:
+        sections.append(Section(ANSWER, analysis))
+    sections.append(Section(RUN, fact_rows(analysis)))
     sections += [Section(FAILURE, table) for table in failure_tables(analysis)]
     sections.append(Section(WARNINGS, tuple(analysis.warnings)))
     if not analysis.devices and analysis.source != COMPILED_ONLY:

@@ -16,6 +16,18 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
+from tpumem.report.answer_rows import (
+    KIND_HEADERS,
+    KINDS_TITLE,
+    LINE_HEADERS,
+    LINES_TITLE,
+    answer_device,
+    headline,
+    kind_rows,
+    line_rows,
+    lines_note,
+)
+from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.escapes import markup, visible
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
@@ -39,6 +51,7 @@ from tpumem.report.program_rows import (
 )
 from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
+from tpumem.report.shorten import from_left, last_parts
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     sweep_largest,
@@ -59,8 +72,8 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     )
     figures = Table(show_header=False, box=None, pad_edge=False)
     figures.add_column(style="bold")
-    figures.add_column()
-    figures.add_column(style="dim")
+    figures.add_column(overflow="fold")
+    figures.add_column(style="dim", overflow="fold")  # (a long name folds, whole)
     for row in device_rows(device):
         figures.add_row(*_cells(row))
     console.print(figures)
@@ -77,9 +90,11 @@ def _device(console: Console, device: DeviceAnalysis) -> None:
     line = device.timeline
     if line.in_use_max:
         top = format_bytes(max(line.in_use_max))
-        console.print(f"Bytes in use    {sparkline(line.in_use_max)}  max {top}")
+        marks = console.width - 16 - len(f"  max {top}")  # (16: the label's columns)
+        console.print(f"Bytes in use    {sparkline(line.in_use_max, width=marks)}  max {top}")
         if any(v is not None for v in line.fragmentation_max):
-            console.print(f"Fragmentation   {sparkline(line.fragmentation_max, top=1.0)}  0..1")
+            frag = sparkline(line.fragmentation_max, top=1.0, width=marks)
+            console.print(f"Fragmentation   {frag}  0..1")
         console.print(
             f"                {format_seconds(line.start_ns)} … {format_seconds(line.end_ns)}",
             style="dim",
@@ -105,17 +120,98 @@ def _groups(
     unseen_bytes: int = 0,
     unseen_where: str = "",
 ) -> None:
-    table = Table(title=Text(title), title_justify="left")
-    for header in GROUP_HEADERS:
-        table.add_column(header, justify="right" if header in ("bytes", "buffers") else "left")
-    for row in group_rows(groups, unseen_bytes, unseen_where):
-        table.add_row(*_cells(row))
-    console.print(table)
+    rows = group_rows(groups, unseen_bytes, unseen_where)
+    console.print(_fitted_table(title, GROUP_HEADERS, rows, console.width))
 
 
 def _cells(row: tuple[str, ...]) -> list[Text]:
     """Cells as plain text: what a trace named shows as it is, never as markup."""
     return [Text(visible(cell)) for cell in row]
+
+
+# Columns whose long values are cut where they stay told apart (shorten.py);
+# rich would wrap them or cut their ends, the file:line or the op's own name.
+_CUT = {"source": from_left, "line": from_left, "op": last_parts}
+_CUT_FLOORS = {"source": 14, "line": 14, "op": 10}  # a cut column narrowed no further
+_FLOOR = 8  # nor another column
+# Right-justified where a table is made here, and never narrowed.
+_NUMBERS = ("bytes", "buffers", "share")
+
+
+def _fitted_table(title: str, headers: tuple[str, ...], rows: list, width: int) -> Table:
+    """A table of plain-text cells that fits `width`: where it would not, the
+    columns are narrowed from their natural widths towards a floor (_FLOOR, or
+    _CUT_FLOORS'), the others first, in proportion, then the cut ones, and held
+    at those widths (rich's own narrowing cuts the ends of paths); a cut
+    column's values are cut to it (shorten.py), the others' wrapped at spaces
+    or ended in an ellipsis."""
+    table = Table(title=Text(title), title_justify="left")
+    rows = [tuple(visible(cell) for cell in row) for row in rows]
+    natural = [
+        max(len(header), *(len(row[i]) for row in rows)) if rows else len(header)
+        for i, header in enumerate(headers)
+    ]
+    available = width - (3 * len(headers) + 1)
+    widths: list[int | None] = [None] * len(headers)
+    if sum(natural) > available:
+        floor = [
+            n if h in _NUMBERS else min(n, _CUT_FLOORS.get(h, _FLOOR))
+            for n, h in zip(natural, headers, strict=True)
+        ]
+        narrowed = list(natural)
+        # The other columns first (rich wraps their text), then the cut ones.
+        for cut in (False, True):
+            columns = [i for i, h in enumerate(headers) if (h in _CUT) == cut]
+            excess = sum(narrowed) - available
+            room = sum(narrowed[i] - floor[i] for i in columns)
+            if excess <= 0 or not room:
+                continue
+            share = min(1.0, excess / room)
+            for i in columns:
+                narrowed[i] -= -int(-(narrowed[i] - floor[i]) * share // 1)
+        widest = max(range(len(headers)), key=lambda i: natural[i])
+        narrowed[widest] += max(0, available - sum(narrowed))  # what rounding left
+        widths = list(narrowed)
+    for i, header in enumerate(headers):
+        table.add_column(
+            header,
+            justify="right" if header in _NUMBERS else "left",
+            width=widths[i],
+            overflow="ellipsis",
+        )
+    for row in rows:
+        table.add_row(*(Text(_cut(headers[i], cell, widths[i])) for i, cell in enumerate(row)))
+    return table
+
+
+def _cut(header: str, cell: str, width: int | None) -> str:
+    return _CUT[header](cell, width) if header in _CUT and width is not None else cell
+
+
+def _answer(console: Console, analysis: RunAnalysis) -> None:
+    """The first screen: the peak, the lines that hold it."""
+    device = answer_device(analysis)
+    if device is None:
+        return
+    console.print(Text(visible(headline(device)), style="bold"))
+    kinds = kind_rows(device)
+    if kinds:
+        _table(console, KINDS_TITLE, KIND_HEADERS, kinds)
+    rows = line_rows(device.lines)
+    if rows:
+        _table(console, LINES_TITLE, LINE_HEADERS, rows)
+    note = lines_note(device.lines)
+    if note:
+        console.print(Text(note), style="dim")
+    changes = change_lines(analysis.changes, analysis.framework)
+    if changes:
+        console.print(Text(CHANGES_TITLE, style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column()
+        for figure, sentence in changes:
+            grid.add_row(Text(figure, style="bold"), Text(visible(sentence)))
+        console.print(grid)
 
 
 def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
@@ -134,7 +230,8 @@ def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
 
 def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     console, buffer = string_console(width, color)
-    console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}")
+    # (One line whatever its length: a path is copied whole.)
+    console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}", soft_wrap=True)
     for section in report_sections(analysis):
         _SECTIONS[section.kind](console, section.value)
     return buffer.getvalue()
@@ -177,12 +274,7 @@ def _tpu(console: Console, target: TpuTarget) -> None:
 
 
 def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -> None:
-    table = Table(title=Text(title), title_justify="left")
-    for header in headers:
-        table.add_column(header)
-    for row in rows:
-        table.add_row(*_cells(row))
-    console.print(table)
+    console.print(_fitted_table(title, headers, rows, console.width))
 
 
 def render_sweep_text(
@@ -214,9 +306,9 @@ def _program_peak(console: Console, program: CompiledProgram, limit: int | None)
     assert heap is not None
     _table(console, peak_title(program), BUFFER_HEADERS, buffer_rows(heap, limit))
     points = heap_points(heap)
-    console.print(
-        f"Heap over program order {sparkline(points)}  max {format_bytes(heap.peak_bytes)}"
-    )
+    top = f"  max {format_bytes(heap.peak_bytes)}"
+    marks = console.width - len("Heap over program order ") - len(top)
+    console.print(f"Heap over program order {sparkline(points, width=marks)}{top}")
 
 
 def render_program_text(
@@ -252,6 +344,8 @@ def _fit(console: Console, fit: FitAdvice) -> None:
 
 # How the terminal shows each kind of section (report/sections.py orders them).
 _SECTIONS: dict[str, Callable[[Console, Any], None]] = {
+    sections.ANSWER: _answer,
+    sections.HEADLINE: _run,
     sections.RUN: _run,
     sections.FAILURE: lambda console, table: _groups(console, *table),
     sections.WARNINGS: _warnings,

@@ -154,10 +154,12 @@ def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None
     top = next((p for p in target.programs if p.heap is not None), None)
     if top is None or top.heap is None:
         return None
+    # (The program's own peak: a chip's need adds what the run holds beside it.)
     title = (
         f"{short_program_name(top.name)} on {target.topology}: "
-        f"{format_bytes(top.heap.peak_bytes)} at its peak, "
-        f"{format_bytes(top.padding_bytes)} of it TPU layout padding; largest first"
+        f"{format_bytes(top.heap.peak_bytes)} at the program's own peak (a chip's need "
+        f"adds the arrays held beside it), {format_bytes(top.padding_bytes)} of it TPU "
+        "layout padding; largest first"
     )
     return title, buffer_rows(top.heap, more=MORE_ON_A_TPU)
 

@@ -34,6 +34,9 @@ class MemorySettings:
     growth_settings: tuple[GrowthSetting, ...] = ()
     # Why a run has no compiled program to show, and what to change; None: no advice.
     no_program: str | None = None
+    # The setting, as written (NAME=value), with which the allocator's free memory
+    # does not fragment (what the advice names where free memory was in pieces).
+    defragment_setting: str | None = None
 
 
 # What the adapters declared when they began writing these facts: traces recorded

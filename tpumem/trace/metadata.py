@@ -41,6 +41,13 @@ SETTINGS_VARIABLES = (
     "TF_GPU_HOST_MEM_LIMIT_IN_MB",
     "PJRT_DEVICE",
 )
+# Whose allocator each of them sets: a report names a run's own framework's alone
+# (a notebook's kernel holds every variable its environment had).
+SETTINGS_OF = {
+    "jax": SETTINGS_VARIABLES[:4],
+    "tensorflow": SETTINGS_VARIABLES[4:9],
+    "torch_xla": SETTINGS_VARIABLES[9:],
+}
 
 
 @dataclass(frozen=True, slots=True)

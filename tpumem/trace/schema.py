@@ -28,7 +28,10 @@ HLO = "hlo"  # a compiled program as XLA dumped it (HloProto), JSON in `text` (h
 META = "meta"  # a metadata patch (exit status, warnings), JSON in `text`
 TPU = "tpu"  # a program compiled ahead of time for a TPU by --tpu, JSON in `text` (tpu_rows.py)
 STACK = "stack"  # a Python call stack, `stack` its id, its frames JSON in `text` (stack_rows.py)
-KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK)
+# The stacks that built a compiled function's ops, by op name: `op` names the
+# function, `text` is JSON {"function": name, "stacks": {op: stack id}} (stack_rows.py).
+OP_STACKS = "op stacks"
+KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK, OP_STACKS)
 
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.trace.model import Trace
-from tpumem.trace.schema import STACK
+from tpumem.trace.records import parse_object
+from tpumem.trace.schema import OP_STACKS, STACK
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +82,27 @@ def call_stacks(trace: Trace) -> tuple[dict[int, Stack], int]:
         return stacks, unreadable
 
     return trace.derived("call stacks", read)
+
+
+def op_stacks(trace: Trace) -> dict[str, dict[str, int]]:
+    """Each compiled function's ops and the ids of the stacks that built them
+    (TensorFlow's, whose XLA programs name their ops after the function's ops
+    but give no line of the user's); rows not of that form are left out."""
+
+    def read() -> dict[str, dict[str, int]]:
+        found: dict[str, dict[str, int]] = {}
+        for text in trace.texts_at(np.flatnonzero(trace.is_kind(OP_STACKS))):
+            record = parse_object(text)
+            if record is None:
+                continue
+            function, stacks = record.get("function"), record.get("stacks")
+            if not isinstance(function, str) or not isinstance(stacks, dict):
+                continue
+            found.setdefault(function, {}).update(
+                (op, stack)
+                for op, stack in stacks.items()
+                if isinstance(stack, int) and not isinstance(stack, bool) and stack >= 0
+            )
+        return found
+
+    return trace.derived("op stacks", read)

@@ -255,7 +255,10 @@
     const columns = heads("group_headers").map((title, k) => ({ title, numeric: k < 2 }));
     const rows = groups.map((g) => [
       { text: bytes(g.bytes), sort: g.bytes }, { text: count(g.count), sort: g.count },
-      ...["op", "region", "dtype", "shape", "source"].map((k) => ({ text: g[k] || "-", sort: g[k] || "" })),
+      ...["op", "region", "shape", "source"].map((k) => {
+        const text = k === "shape" ? (g.dtype || "") + (g.shape || "") : g[k];
+        return { text: text || "-", sort: text || "" };
+      }),
     ]);
     return el("div", { class: "scroll" }, sortableTable(columns, rows));
   }
@@ -538,9 +541,33 @@
     return part;
   }
 
+  function answerSection(run) {
+    // The answer first, worded in Python: the peak, its kinds, the lines that
+    // hold it, what to change with the figure for each.
+    const answer = run.answer;
+    const part = el("div", { class: "answer" });
+    if (!answer) return part;
+    part.appendChild(el("h2", {}, answer.headline));
+    for (const table of answer.tables) {
+      part.appendChild(el("h3", {}, table.title));
+      const columns = table.headers.map((title, k) => ({ title, numeric: k === 0 }));
+      // (Largest first as worded: the first column sorts by that order.)
+      const rows = table.rows.map((row, i) => row.map((text, k) => ({ text, sort: k === 0 ? -i : text })));
+      part.appendChild(el("div", { class: "scroll" }, sortableTable(columns, rows)));
+    }
+    if (answer.note) part.appendChild(el("p", { class: "note" }, answer.note));
+    if (answer.changes.length) {
+      part.appendChild(el("h3", {}, answer.changes_title));
+      part.appendChild(el("ul", { class: "changes" }, ...answer.changes.map(([figure, sentence]) =>
+        el("li", {}, el("strong", {}, figure), " ", sentence))));
+    }
+    return part;
+  }
+
   function runSections(run) {
     const part = el("div");
     part.appendChild(banner(run));
+    part.appendChild(answerSection(run));
     part.appendChild(runFacts(run));
     if (!run.devices.length) part.appendChild(el("p", {}, say("no_events")));
     for (const device of run.devices) {

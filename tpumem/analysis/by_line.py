@@ -1,0 +1,269 @@
+"""The peak by line: the bytes live at a device's peak by the source line that
+made them, and by call stack, with each compiled program running there opened up.
+
+A program's working memory is one allocation to the run (a `temp` buffer named
+after the program): the line that holds it is the call that ran the program,
+which says nothing of what inside the program needs the memory. XLA's buffer
+assignment says: the temporaries live at the program's own peak (program_heap.py),
+each at the line XLA's metadata gives it. Those stand in for the program's
+allocation here, each under the Python stack of the call, after a frame for the
+program and the frames XLA kept inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.program_heap import TEMPORARY, HeapBuffer
+from tpumem.analysis.programs import CompiledProgram, program_named
+from tpumem.analysis.stacks import NO_STACK, StackBytes, stack_bytes
+from tpumem.trace.model import Trace
+from tpumem.trace.stack_rows import Frame, Stack, call_stacks
+
+TOP_OPS = 3  # ops named per line, most bytes first
+# The program's frame in a stack: where no call stack was recorded, it stands alone.
+NO_CALL = "(compiled program)"
+PLAN = "XLA's buffer assignment at the program's peak (compile-time)"
+
+
+@dataclass(frozen=True, slots=True)
+class LineBytes:
+    """Bytes live at the peak that one line made."""
+
+    line: str | None  # file:line; None where neither the run nor XLA names one
+    bytes: int
+    buffers: int
+    program: str | None  # the program whose temporaries these are; None: the run's arrays
+    ops: tuple[str, ...]  # the ops that made them, most bytes first
+    # A program's temporary allocation beyond the buffers its peak holds (XLA's
+    # packing): the program's, at no line.
+    unplaced: bool = False
+    regions: tuple[str, ...] = ()  # the regions the adapter gave them, most bytes first
+    # A program's temporaries XLA's metadata names no line for (PyTorch/XLA's,
+    # copies XLA added): at the line of the call that ran the program.
+    at_call: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedProgram:
+    """A program whose temporaries were live at the peak, and how they were opened."""
+
+    name: str  # as the reports name it
+    call: str | None  # the line that ran it (file:line), as the run recorded it
+    temp_bytes: int  # its temporaries live at the peak, as the run recorded them
+    planned_bytes: int  # XLA's plan: temporaries live at the program's own peak
+    # temp_bytes - planned_bytes where the plan holds less: the allocation's
+    # bytes no buffer held at the program's peak (XLA's packing); a line of its own.
+    rest_bytes: int
+    # The plan holds more than the run recorded (a framework that gives its temp
+    # size to a precision): each buffer is scaled by this to the recorded total.
+    scale: float
+    opened: bool  # False: no plan with a heap to open it by (the call's line holds it)
+
+
+@dataclass(frozen=True, slots=True)
+class PeakLines:
+    lines: tuple[LineBytes, ...]  # largest first
+    stacks: tuple[StackBytes, ...]  # the peak's call stacks, programs opened up
+    programs: tuple[OpenedProgram, ...]
+
+
+def peak_lines(
+    trace: Trace,
+    events: DeviceEvents,
+    live: np.ndarray,
+    compiled: tuple[CompiledProgram, ...],
+) -> PeakLines:
+    """The allocations `live` (indices into `events`, the peak's) by line and by
+    stack, the temporaries of each program among them opened up."""
+    if not len(live):
+        return PeakLines((), (), ())
+    rows = events.row[live]
+    op_codes, op_values = trace.codes_at("op", rows)
+    source_codes, source_values = trace.codes_at("source", rows)
+    sizes = events.bytes[live]
+    program_of, found = programs_of(trace, rows, compiled)
+
+    arrays = program_of < 0
+    region_codes, region_values = trace.codes_at("region", rows)
+    lines = _array_lines(
+        source_codes[arrays],
+        source_values,
+        (op_codes[arrays], op_values),
+        (region_codes[arrays], region_values),
+        sizes[arrays],
+    )
+    stacks = list(stack_bytes(trace, events, live[arrays]))
+    opened = []
+    known_stacks, _ = call_stacks(trace)
+    stack_ids = trace.numbers_at("stack", rows, -1)
+    for index, program in enumerate(found):
+        mine = program_of == index
+        # The call that ran it: the stack and line holding most of its bytes.
+        weights = sizes[mine]
+        largest = int(np.argmax(weights))
+        call_stack = known_stacks.get(int(stack_ids[mine][largest]), NO_STACK)
+        source = int(source_codes[mine][largest])
+        call = source_values[source] if source >= 0 else None
+        program_lines, program_stacks, how = _open(
+            program, int(weights.sum()), int(mine.sum()), call, call_stack
+        )
+        lines += program_lines
+        stacks += program_stacks
+        opened.append(how)
+    return PeakLines(
+        lines=tuple(sorted(lines, key=lambda x: (-x.bytes, x.line or "", x.program or ""))),
+        stacks=_merged(stacks),
+        programs=tuple(sorted(opened, key=lambda p: -p.temp_bytes)),
+    )
+
+
+def programs_of(
+    trace: Trace, rows: np.ndarray, compiled: tuple[CompiledProgram, ...]
+) -> tuple[np.ndarray, list[CompiledProgram]]:
+    """For each allocation row, the index in the list returned of the program
+    whose temporaries it holds (a `temp` buffer, or one of no region, named
+    after the program: programs.py's rule), -1 for the rest."""
+    op_codes, op_values = trace.codes_at("op", rows)
+    region_codes, region_values = trace.codes_at("region", rows)
+    program_of = np.full(len(rows), -1, np.int64)
+    found: list[CompiledProgram] = []
+    temp_regions = [i for i, name in enumerate(region_values) if name == "temp"]
+    for code in np.unique(op_codes[op_codes >= 0]).tolist():
+        program = program_named(op_values[code], compiled)
+        if program is None:
+            continue
+        in_program = (op_codes == code) & np.isin(region_codes, [-1, *temp_regions])
+        if in_program.any():
+            program_of[in_program] = len(found)
+            found.append(program)
+    return program_of, found
+
+
+def _array_lines(
+    sources: np.ndarray,
+    source_values: list[str],
+    ops: tuple[np.ndarray, list[str]],
+    regions: tuple[np.ndarray, list[str]],
+    sizes: np.ndarray,
+) -> list[LineBytes]:
+    """The run's own buffers, by the line the trace gives each, with the ops
+    that made them and the regions the adapter gave them."""
+    lines = []
+    for code in np.unique(sources).tolist():
+        here = sources == code
+        lines.append(
+            LineBytes(
+                line=source_values[code] if code >= 0 else None,
+                bytes=int(sizes[here].sum()),
+                buffers=int(here.sum()),
+                program=None,
+                ops=_named(*ops, here, sizes),
+                regions=_named(*regions, here, sizes),
+            )
+        )
+    return lines
+
+
+def _named(codes: np.ndarray, values: list[str], here: np.ndarray, sizes: np.ndarray) -> tuple:
+    """The names of `codes` where `here`, most bytes first."""
+    by_name: dict[str, int] = {}
+    for code, size in zip(codes[here].tolist(), sizes[here].tolist(), strict=True):
+        if code >= 0:
+            by_name[values[code]] = by_name.get(values[code], 0) + int(size)
+    return _largest(by_name)
+
+
+def _largest(by_op: dict[str, int]) -> tuple[str, ...]:
+    return tuple(op for op, _ in sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_OPS])
+
+
+def _open(
+    program: CompiledProgram, temp_bytes: int, buffers: int, call: str | None, call_stack: Stack
+) -> tuple[list[LineBytes], list[StackBytes], OpenedProgram]:
+    name = program.shown_name
+    here = _program_frame(name, call_stack)
+    temps = [b for b in program.heap.live_at_peak if b.group == TEMPORARY] if program.heap else []
+    planned = sum(b.bytes for b in temps)
+    if not temps:
+        how = OpenedProgram(name, call, temp_bytes, 0, temp_bytes, 1.0, opened=False)
+        line = LineBytes(call, temp_bytes, buffers, name, ())
+        return [line], [StackBytes(here, temp_bytes, buffers)], how
+    scale = min(1.0, temp_bytes / planned)
+    shares = _scaled([b.bytes for b in temps], scale)
+    rest = temp_bytes - sum(shares)
+    by_line: dict[tuple[str | None, bool], tuple[int, int, dict[str, int]]] = {}
+    by_stack: dict[Stack, tuple[int, int]] = {}
+    for buffer, share in zip(temps, shares, strict=True):
+        where = (buffer.source, False) if buffer.source else (call, True)
+        total, count, ops = by_line.get(where, (0, 0, {}))
+        op = buffer.short_op or buffer.opcode
+        ops[op] = ops.get(op, 0) + share
+        by_line[where] = (total + share, count + 1, ops)
+        frames = here + _inside(buffer, call_stack)
+        total, count = by_stack.get(frames, (0, 0))
+        by_stack[frames] = (total + share, count + 1)
+    lines = [
+        LineBytes(line, total, count, name, _largest(ops), at_call=at_call)
+        for (line, at_call), (total, count, ops) in by_line.items()
+    ]
+    stacks = [StackBytes(frames, total, count) for frames, (total, count) in by_stack.items()]
+    if rest:
+        lines.append(LineBytes(None, rest, 0, name, (), unplaced=True))
+        stacks.append(StackBytes(here, rest, 0))
+    how = OpenedProgram(name, call, temp_bytes, planned, rest, scale, opened=True)
+    return lines, stacks, how
+
+
+def _scaled(sizes: list[int], scale: float) -> list[int]:
+    """Sizes times `scale` (at most 1) in whole bytes, summing to the scaled total."""
+    if scale >= 1.0:
+        return sizes
+    scaled = [int(size * scale) for size in sizes]
+    short = round(sum(sizes) * scale) - sum(scaled)
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i])[: max(0, short)]:
+        scaled[index] += 1
+    return scaled
+
+
+def _program_frame(name: str, call_stack: Stack) -> Stack:
+    """The call's frames, then the program's: at the call's line, named after it."""
+    if not call_stack:
+        return (Frame(NO_CALL, 0, name),)
+    call = call_stack[-1]
+    return (*call_stack, Frame(call.file, call.line, name, "compiled program"))
+
+
+def _inside(buffer: HeapBuffer, call_stack: Stack) -> Stack:
+    """The frames XLA kept for a buffer's instruction below the call that ran the
+    program: JAX's are the whole traceback when the program was traced, through
+    the same call, so what follows the call's own frame is inside the program.
+    Where the call is not among them (traced from another call), the innermost
+    frame alone; without frames, the metadata's line."""
+    frames = buffer.frames
+    if call_stack and frames:
+        call = call_stack[-1]
+        for index in range(len(frames) - 1, -1, -1):
+            if frames[index].file == call.file and frames[index].line == call.line:
+                return frames[index + 1 :]
+        return frames[-1:]
+    if frames:
+        return frames[-1:]
+    if buffer.source:
+        file, _, line = buffer.source.rpartition(":")
+        if line.isdigit():
+            return (Frame(file, int(line), buffer.short_op or buffer.opcode),)
+    return ()
+
+
+def _merged(stacks: list[StackBytes]) -> tuple[StackBytes, ...]:
+    """Stacks of the same frames as one, largest first."""
+    merged: dict[Stack, tuple[int, int]] = {}
+    for stack in stacks:
+        total, count = merged.get(stack.frames, (0, 0))
+        merged[stack.frames] = (total + stack.bytes, count + stack.buffers)
+    ordered = sorted(merged.items(), key=lambda kv: (-kv[1][0], [f.location for f in kv[0]]))
+    return tuple(StackBytes(frames, total, count) for frames, (total, count) in ordered)

@@ -1,0 +1,283 @@
+"""What to change: each change the trace gives a figure for, with that figure.
+No generic tips: a change is named only where the run shows the bytes it is
+about, at the peak of the device that peaked highest (or, for growth, on the
+device that grows).
+
+- DONATE: a JAX program running at the peak whose outputs have the shapes of
+  arguments it was not given to reuse (`donate_argnums`): its outputs take memory
+  of their own while the arguments stay live, the outputs' bytes twice at the peak
+  (XLA's buffer assignment: an output aliased to an argument shares its allocation).
+- REMAT: a line whose forward-pass values are live at a program's own peak in the
+  backward pass: activations kept for the gradient, what rematerialization
+  recomputes instead of keeping (op_passes.py); at most what it would free.
+- BF16: on a TPU slice (`--tpu`), the f32 parameters and optimizer state the
+  program running at the peak takes as arguments (by JAX's names for them), in
+  XLA:TPU's plan, against the same arrays in bfloat16 in XLA:TPU's layouts
+  (padding.py's rule, held to libtpu's own sizes by the suite).
+- PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
+  tiles pad most (its plan: each buffer's bytes and its elements').
+- GROWTH: bytes that stay from step to step and grow, at the line that holds
+  them (growth.py).
+- POOL: an allocator that held far more than the run needed (its own pool,
+  measured), with the setting that holds it to the need.
+- HEADROOM: free memory at the peak in pieces too small to use, where it is a
+  large share of the peak and the framework declares a setting that avoids it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tpumem.analysis import provenance
+from tpumem.analysis.kinds import OPTIMIZER, PARAMETERS, argument_kind
+from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
+from tpumem.analysis.padding import parse_shape, tiled_bytes
+from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
+from tpumem.analysis.programs import CompiledProgram, short_program_name
+from tpumem.analysis.tpu import TpuProgram, TpuTarget
+from tpumem.trace.memory_settings import MemorySettings
+
+if TYPE_CHECKING:
+    from tpumem.analysis.run_figures import DeviceAnalysis
+
+DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
+BF16, PADDING = "bf16", "padding"
+KEYS = (DONATE, REMAT, BF16, PADDING, GROWTH, POOL, HEADROOM)
+
+# Below these a change is not worth a line: a share of the device's peak, and bytes.
+SMALLEST_SHARE = 0.05
+SMALLEST_BYTES = 64 * 1024
+REMAT_LINES = 2  # the lines holding most activations, at most
+POOL_RATIO = 2.0  # a pool this many times the peak, and POOL_EXCESS above it
+POOL_EXCESS = 256 << 20
+HEADROOM_SHARE = 0.10
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    key: str  # DONATE, REMAT, GROWTH, POOL or HEADROOM
+    device: str
+    bytes: int  # what it is about at the peak (GROWTH: a step's growth)
+    how: str  # how the figure was obtained (provenance)
+    program: str | None = None  # DONATE, REMAT: the program
+    line: str | None = None  # REMAT, GROWTH: the line (file:line)
+    # DONATE, BF16: the arguments; POOL, HEADROOM: settings; PADDING: the shape
+    names: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()  # REMAT: the ops whose values are kept
+    start_bytes: int | None = None  # GROWTH: what the line held after warm-up
+    end_bytes: int | None = None  # GROWTH: what it held at the last step read
+    pool_bytes: int | None = None  # POOL: what the allocator held
+    # BF16: the arguments' bytes in f32 (PADDING: the buffers' bytes with padding)
+    before_bytes: int | None = None
+    topology: str | None = None  # BF16, PADDING: the TPU slice
+
+
+def what_to_change(
+    framework: str,
+    backend: str,
+    settings: MemorySettings | None,
+    devices: tuple[DeviceAnalysis, ...],
+    targets: tuple[TpuTarget, ...] = (),
+) -> tuple[Change, ...]:
+    """The changes the run gives figures for, largest first within each key, in
+    the order of the keys above. The allocator's settings (POOL, HEADROOM) are a
+    GPU's: on a CPU and a TPU there is none to give."""
+    found: list[Change] = []
+    for target in targets:
+        program = _fitted(target)
+        if program is not None and program.heap is not None:
+            need = target.fit.need_bytes if target.fit is not None else program.need_bytes
+            found += [
+                c
+                for c in (_bf16(target, program.heap), _padding(target, program.heap))
+                if c is not None and _worth(c, need)
+            ]
+    if not devices:
+        return tuple(found)
+    device = max(devices, key=lambda d: d.peak.bytes)
+    running = [r.program for r in device.programs_at_peak]
+    if framework == "jax":
+        found += [c for p in running if (c := _donate(device, p)) is not None]
+    found += [c for p in running for c in _remat(device, p)]
+    found += [c for d in devices for c in _growth(d)]
+    if backend == "gpu":
+        found += [c for c in (_pool(device, settings), _headroom(device, settings)) if c]
+    kept = [c for c in found if c.topology is not None or _worth(c, device.peak.bytes)]
+    return tuple(sorted(kept, key=lambda c: KEYS.index(c.key)))
+
+
+def _fitted(target: TpuTarget) -> TpuProgram | None:
+    """The program a chip's need counts (running at the peak, else the largest)."""
+    name = target.fit.program if target.fit is not None else None
+    return next((p for p in target.programs if p.name == name), None)
+
+
+def _bf16(target: TpuTarget, heap: ProgramHeap) -> Change | None:
+    arguments = [b for b in heap.live_at_peak if b.group == PARAMETER]
+    if len({b.op_name for b in arguments}) < 2:
+        return None  # no names to tell parameters and optimizer state by
+    f32 = [
+        b
+        for b in arguments
+        if b.dtype == "f32"
+        and argument_kind(b.op_name, b.live_out) in (PARAMETERS, OPTIMIZER)
+        and parse_shape(b.dims) is not None
+    ]
+    if not f32:
+        return None
+    before = sum(b.bytes for b in f32)
+    after = sum(tiled_bytes(parse_shape(b.dims) or (), 16).best for b in f32)
+    names = dict.fromkeys(_argument(b.op_name) for b in f32)
+    return Change(
+        BF16,
+        target.topology,
+        before - after,
+        "XLA:TPU's plan of the f32 arguments; bfloat16 in XLA:TPU's layouts",
+        program=short_program_name(heap.module),
+        names=tuple(n for n in names if n),
+        before_bytes=before,
+        topology=target.topology,
+    )
+
+
+def _padding(target: TpuTarget, heap: ProgramHeap) -> Change | None:
+    by_shape: dict[str, tuple[int, int]] = {}
+    for buffer in heap.live_at_peak:
+        if buffer.padding_bytes and buffer.dims:
+            key = f"{buffer.dtype}{buffer.dims}"
+            padded, total = by_shape.get(key, (0, 0))
+            by_shape[key] = (padded + buffer.padding_bytes, total + buffer.bytes)
+    if not by_shape:
+        return None
+    shape, (padded, total) = max(by_shape.items(), key=lambda kv: (kv[1][0], kv[0]))
+    return Change(
+        PADDING,
+        target.topology,
+        padded,
+        "XLA:TPU's plan: each buffer's bytes against its elements'",
+        program=short_program_name(heap.module),
+        names=(shape,),
+        before_bytes=total,
+        topology=target.topology,
+    )
+
+
+def _worth(change: Change, peak: int) -> bool:
+    if change.key == GROWTH:
+        return change.bytes > 0
+    return change.bytes >= max(SMALLEST_BYTES, SMALLEST_SHARE * peak)
+
+
+def _donate(device: DeviceAnalysis, program: CompiledProgram) -> Change | None:
+    """The program's outputs matched, largest first, to its arguments of the same
+    dtype and dimensions that no output shares an allocation with."""
+    heap = program.heap
+    if heap is None:
+        return None
+    arguments: dict[tuple[str, str], list[HeapBuffer]] = {}
+    for buffer in heap.live_at_peak:
+        if buffer.group == PARAMETER and not buffer.live_out:  # (live out: donated)
+            arguments.setdefault((buffer.dtype, buffer.dims), []).append(buffer)
+    twice, names = 0, dict[str, None]()
+    outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]
+    for output in sorted(outputs, key=lambda b: -b.bytes):
+        same = arguments.get((output.dtype, output.dims))
+        if same:
+            argument = same.pop(0)
+            twice += output.bytes
+            names[_argument(argument.op_name)] = None
+    if not twice:
+        return None
+    return Change(
+        DONATE,
+        device.device,
+        twice,
+        "XLA's buffer assignment of the program (compile-time)",
+        program=program.shown_name,
+        names=tuple(n for n in names if n),
+    )
+
+
+def _argument(op_name: str) -> str:
+    """The argument's name in JAX's metadata of a parameter (`params['w1']`,
+    `state.opt_state[0].mu`): the Python argument it is part of."""
+    for stop in ("[", ".", "("):
+        op_name = op_name.split(stop, 1)[0]
+    return op_name
+
+
+def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
+    """The lines holding most forward-pass values at the program's own peak."""
+    heap = program.heap
+    if heap is None:
+        return []
+    temps = [b for b in heap.live_at_peak if b.group == TEMPORARY]
+    tape = has_tape([b.op_name for b in temps])
+    by_line: dict[str, tuple[int, dict[str, None]]] = {}
+    for buffer in temps:
+        if buffer.source and op_pass(buffer.short_op, tape) == FORWARD:
+            total, ops = by_line.get(buffer.source, (0, {}))
+            ops[buffer.short_op] = None
+            by_line[buffer.source] = (total + buffer.bytes, ops)
+    largest = sorted(by_line.items(), key=lambda kv: (-kv[1][0], kv[0]))[:REMAT_LINES]
+    return [
+        Change(
+            REMAT,
+            device.device,
+            total,
+            "XLA's buffer assignment at the program's peak (compile-time)",
+            program=program.shown_name,
+            line=line,
+            ops=tuple(ops),
+        )
+        for line, (total, ops) in largest
+    ]
+
+
+def _growth(device: DeviceAnalysis) -> list[Change]:
+    growth = device.growth
+    if growth is None or not growth.growing:
+        return []
+    return [
+        Change(
+            GROWTH,
+            device.device,
+            round(stack.per_step_bytes),
+            provenance.MEASURED,
+            line=stack.frames[-1].location if stack.frames else None,
+            start_bytes=stack.start_bytes,
+            end_bytes=stack.end_bytes,
+        )
+        for stack in growth.stacks[:1]
+    ]
+
+
+def _pool(device: DeviceAnalysis, settings: MemorySettings | None) -> Change | None:
+    """The allocator's own pool, far above the peak: the setting that lets it grow
+    as needed (the framework's growth setting), else its share to the need."""
+    pre = device.preallocation
+    pool, peak = pre.pool_peak_bytes, device.peak.bytes
+    if pool is None or pre.pool_label != provenance.MEASURED:
+        return None
+    if pool < POOL_RATIO * peak or pool - peak < POOL_EXCESS:
+        return None
+    names: list[str] = []
+    if settings is not None and settings.growth_settings:
+        grow = settings.growth_settings[0]
+        names.append(f"{grow.name}={grow.values[0]}")
+    if settings is not None and settings.fraction_variable and pre.smallest_fraction:
+        names.append(f"{settings.fraction_variable}={pre.smallest_fraction:.2f}")
+    return Change(
+        POOL, device.device, pool - peak, pre.pool_source, names=tuple(names), pool_bytes=pool
+    )
+
+
+def _headroom(device: DeviceAnalysis, settings: MemorySettings | None) -> Change | None:
+    room = device.headroom_bytes
+    if room is None or room < HEADROOM_SHARE * device.peak.bytes:
+        return None
+    setting = settings.defragment_setting if settings is not None else None
+    if not setting:
+        return None  # (the fit advice counts it; there is nothing to set)
+    return Change(HEADROOM, device.device, room, device.headroom_label, names=(setting,))

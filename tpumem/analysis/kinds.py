@@ -1,0 +1,199 @@
+"""What kind of memory the peak is: parameters, gradients, optimizer state,
+activations and temporaries, inputs, and what no one says, each with how it was
+told. The parts add up to the peak.
+
+Where each kind comes from:
+- the adapter's regions: PyTorch/XLA's book marks a torch.nn.Parameter, its
+  .grad, what a torch.optim optimizer keeps in its state, and host data put on
+  the device;
+- a compiled program running at the peak: its temporaries (XLA's plan), and its
+  arguments by the names JAX gives them in XLA's metadata (the step function's
+  argument and its pytree path: `params['w']`, `state['mu']['w']`, `batch[0]`),
+  matched to the run's live arrays by dtype and shape. An argument whose shape
+  an output of the program has is state carried from step to step; its name
+  says which state; one no output has is an input. The program's own new outputs
+  are of the kind of the argument they replace;
+- the bytes in use that no buffer seen holds (made before the capture, or in its
+  gaps) and the runtime's own (a TPU program's stack).
+What is left is the run's other arrays, which the framework does not say the use of.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis.by_line import programs_of
+from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.peak import PeakBreakdown
+from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
+from tpumem.analysis.programs import CompiledProgram
+from tpumem.hlo.shapes import numpy_dtype
+from tpumem.trace.model import Trace
+
+PARAMETERS = "parameters"
+GRADIENTS = "gradients"
+OPTIMIZER = "optimizer state"
+ACTIVATIONS = "activations and temporaries"
+INPUTS = "inputs"
+STATE = "other state carried between steps"
+RUNTIME = "framework and runtime"
+OTHER = "other arrays"
+UNATTRIBUTED = "unattributed"
+KINDS = (
+    PARAMETERS,
+    GRADIENTS,
+    OPTIMIZER,
+    ACTIVATIONS,
+    INPUTS,
+    STATE,
+    RUNTIME,
+    OTHER,
+    UNATTRIBUTED,
+)
+
+# How each kind was told.
+BY_ADAPTER = "the adapter's record of each tensor"
+BY_PLAN = "XLA's plan of the program running"
+BY_NAME = "argument names in XLA's metadata"
+BY_SHAPE = "program arguments, by shape"
+BY_COUNTERS = "in use, in no buffer seen"
+BY_RUNTIME = "the runtime's own reservation (a program's stack)"
+NOT_TOLD = "not told by the framework"
+
+# The regions adapters give (adapters/book_rows.py) that tell a kind.
+_REGIONS = {
+    "parameter": PARAMETERS,
+    "gradient": GRADIENTS,
+    "optimizer state": OPTIMIZER,
+    "input": INPUTS,
+    "temp": ACTIVATIONS,
+}
+# Words of an argument's path that tell its kind (split at anything not a letter
+# or digit: `opt_state`, `optimizer_variables`, `exp_avg`).
+_OPTIMIZER_WORDS = frozenset(
+    {"opt", "optim", "optimizer", "mu", "nu", "m", "v", "momentum", "velocity", "exp", "slots"}
+)
+_PARAMETER_WORDS = frozenset(
+    {"params", "param", "parameters", "weights", "variables", "trainable", "model", "kernel"}
+)
+_WORDS = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class KindBytes:
+    kind: str
+    bytes: int
+    how: tuple[str, ...]  # how it was told (the BY_ texts above)
+
+
+@dataclass(frozen=True, slots=True)
+class PeakKinds:
+    kinds: tuple[KindBytes, ...]  # in KINDS' order, those with bytes
+
+
+def argument_kind(name: str, carried: bool) -> str:
+    """The kind an argument's name tells: its path's words, else whether an
+    output replaces it (state) or not (an input)."""
+    words = set(_WORDS.split(name.lower()))
+    if words & _OPTIMIZER_WORDS:
+        return OPTIMIZER
+    if any(word.startswith("grad") for word in words):
+        return GRADIENTS
+    if words & _PARAMETER_WORDS:
+        return PARAMETERS
+    return STATE if carried else INPUTS
+
+
+def peak_kinds(
+    trace: Trace,
+    events: DeviceEvents,
+    live: np.ndarray,
+    compiled: tuple[CompiledProgram, ...],
+    peak: PeakBreakdown,
+) -> PeakKinds:
+    totals: dict[str, int] = {}
+    hows: dict[str, dict[str, None]] = {}
+
+    def add(kind: str, size: int, how: str) -> None:
+        if size:
+            totals[kind] = totals.get(kind, 0) + size
+            hows.setdefault(kind, {})[how] = None
+
+    kind_of = np.full(len(live), "", object)
+    if len(live):
+        rows = events.row[live]
+        sizes = events.bytes[live]
+        region_codes, region_values = trace.codes_at("region", rows)
+        program_of, running = programs_of(trace, rows, compiled)
+        kind_of[program_of >= 0] = ACTIVATIONS
+        for code, name in enumerate(region_values):
+            if name in _REGIONS:
+                kind_of[(region_codes == code) & (kind_of == "")] = _REGIONS[name]
+        told = kind_of != ""
+        for kind in KINDS:
+            mine = told & (kind_of == kind)
+            how = BY_PLAN if kind == ACTIVATIONS else BY_ADAPTER
+            add(kind, int(sizes[mine].sum()), how)
+        for program in running:
+            for position, kind, how in _matched(trace, events, live, kind_of, program):
+                kind_of[position] = kind
+                add(kind, int(sizes[position]), how)
+        add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
+    add(UNATTRIBUTED, peak.unattributed_bytes, BY_COUNTERS)
+    add(RUNTIME, peak.stack_bytes, BY_RUNTIME)
+    return PeakKinds(
+        tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
+    )
+
+
+def _matched(
+    trace: Trace,
+    events: DeviceEvents,
+    live: np.ndarray,
+    kind_of: np.ndarray,
+    program: CompiledProgram,
+) -> list[tuple[int, str, str]]:
+    """(position in `live`, kind, how) of the live arrays not yet told that are
+    the program's arguments (of each dtype and shape, the earliest made) and its
+    new outputs (the latest)."""
+    heap = program.heap
+    if heap is None:
+        return []
+    rows = events.row[live]
+    dtype_codes, dtype_values = trace.codes_at("dtype", rows)
+    shape_codes, shape_values = trace.codes_at("shape", rows)
+    waiting: dict[tuple[str, str], list[int]] = {}
+    for position in np.flatnonzero(kind_of == "").tolist():
+        d, s = int(dtype_codes[position]), int(shape_codes[position])
+        if d >= 0 and s >= 0:
+            waiting.setdefault((dtype_values[d], shape_values[s]), []).append(position)
+
+    def key_of(buffer: HeapBuffer) -> tuple[str, str]:
+        return (numpy_dtype(buffer.dtype), buffer.dims)
+
+    arguments = [b for b in heap.live_at_peak if b.group == PARAMETER]
+    outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]
+    replaced = {key_of(b) for b in outputs}
+    # A name all the arguments share (TensorFlow's "XLA_Args") names none of them.
+    named = len({b.op_name for b in arguments}) > 1
+    found: list[tuple[int, str, str]] = []
+    # The kinds of the carried arguments of each dtype and shape: the outputs of
+    # one replace them one for one (a step returns the state it was given).
+    carried: dict[tuple[str, str], list[str]] = {}
+    for argument in arguments:
+        key = key_of(argument)
+        carries = key in replaced or argument.live_out
+        kind = argument_kind(argument.op_name if named else "", carries)
+        if carries:
+            carried.setdefault(key, []).append(kind)
+        if waiting.get(key):
+            found.append((waiting[key].pop(0), kind, BY_NAME if named else BY_SHAPE))
+    for output in outputs:
+        key = key_of(output)
+        if waiting.get(key) and carried.get(key):
+            kind = carried[key].pop(0)
+            found.append((waiting[key].pop(), kind, BY_NAME if named else BY_SHAPE))
+    return found

@@ -1,0 +1,96 @@
+"""What to change, in words: each change the analysis found (analysis/changes.py)
+as one sentence that starts with its figure and names what to set or edit."""
+
+from __future__ import annotations
+
+from tpumem.analysis.changes import (
+    BF16,
+    DONATE,
+    GROWTH,
+    HEADROOM,
+    PADDING,
+    POOL,
+    REMAT,
+    Change,
+)
+from tpumem.report.shorten import op_tail
+from tpumem.units import format_bytes
+
+CHANGES_TITLE = "What to change"
+
+# How each framework recomputes a function's values in the backward pass.
+_REMAT = {
+    "jax": "jax.checkpoint",
+    "tensorflow": "tf.recompute_grad",
+    "torch_xla": "torch.utils.checkpoint",
+}
+
+
+def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str, str]]:
+    """(figure, sentence) for each change, in the analysis' order."""
+    return [(_figure(c), _sentence(c, framework)) for c in changes]
+
+
+def _figure(change: Change) -> str:
+    if change.key == GROWTH:
+        return f"+{format_bytes(change.bytes)}/step"
+    return format_bytes(change.bytes)
+
+
+def _sentence(change: Change, framework: str) -> str:
+    if change.key == DONATE:
+        names = ", ".join(change.names) or "its arguments"
+        return (
+            f"{change.program} returns new arrays of the shapes of {names} while those stay "
+            f"live: {format_bytes(change.bytes)} held twice at the peak. Donate them "
+            f"(jax.jit(..., donate_argnames={_tuple(change.names)})) and its outputs reuse "
+            "their memory."
+        )
+    if change.key == REMAT:
+        ops = ", ".join(dict.fromkeys(op_tail(op) for op in change.ops[:4]))
+        how = _REMAT.get(framework, "rematerialization (recomputing in the backward pass)")
+        return (
+            f"{change.line} keeps forward values ({ops}) live at {change.program}'s peak for "
+            f"the backward pass: {how} around it recomputes them there, up to "
+            f"{format_bytes(change.bytes)} less at the peak."
+        )
+    if change.key == BF16:
+        names = ", ".join(change.names)
+        return (
+            f"On {change.topology}, {change.program} takes {names} as float32: "
+            f"{format_bytes(change.before_bytes)} a chip; in bfloat16, "
+            f"{format_bytes(change.bytes)} less (XLA:TPU's layouts; keep an f32 master copy "
+            "where the optimizer needs one)."
+        )
+    if change.key == PADDING:
+        return (
+            f"On {change.topology}, {change.names[0]} buffers at {change.program}'s peak take "
+            f"{format_bytes(change.before_bytes)}, {format_bytes(change.bytes)} of it XLA:TPU's "
+            "tile padding: dimensions that are multiples of 128 (the last) and 8 (the one "
+            "before it) pad least."
+        )
+    if change.key == GROWTH:
+        return (
+            f"{change.line or 'A line with no stack recorded'} keeps more each step, "
+            f"{format_bytes(change.start_bytes)} to {format_bytes(change.end_bytes)}: "
+            "something holds every step's arrays (a list, a cache, a metric kept on the device)."
+        )
+    if change.key == POOL:
+        setting = " or ".join(change.names) or "its preallocation setting"
+        return (
+            f"The allocator held {format_bytes(change.pool_bytes)}, "
+            f"{format_bytes(change.bytes)} more than the run used at its peak: {setting} "
+            "holds it to the need (for other processes on the device; the run needs no more)."
+        )
+    if change.key == HEADROOM:
+        return (
+            f"{format_bytes(change.bytes)} of the free memory at the peak was in pieces "
+            f"no larger request could use (fragmentation): {change.names[0]} allocates "
+            "without a pool to fragment."
+        )
+    return change.key
+
+
+def _tuple(names: tuple[str, ...]) -> str:
+    quoted = ", ".join(repr(n) for n in names)
+    return f"({quoted},)" if len(names) == 1 else f"({quoted})"
