@@ -11,7 +11,7 @@ import sysconfig
 import types
 
 import tpumem
-from tpumem.trace.source_paths import user_path
+from tpumem.trace.source_paths import LIBRARY_DIRS, user_path
 
 # tpumem's own code: the profiler's frames, never the program's.
 PROFILER_PLACES = (
@@ -20,8 +20,7 @@ PROFILER_PLACES = (
 )
 # Frames from these places are a framework's or tpumem's, not the user's.
 _NOT_USER = (
-    os.sep + "site-packages" + os.sep,
-    os.sep + "dist-packages" + os.sep,
+    *LIBRARY_DIRS,
     *PROFILER_PLACES,
     sysconfig.get_paths()["stdlib"] + os.sep,
     "<frozen ",

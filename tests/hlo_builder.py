@@ -15,6 +15,7 @@ def hlo_proto(
     names: Callable[[int], str] = lambda i: f"i{i}",
     op: Callable[[int], str] = lambda i: f"op{i}",
     source: str = "/work/model.py",
+    module_name: str = "handmade",
 ) -> bytes:
     """An HloProto with one instruction per logical buffer; `whole`: buffers in
     whole-program allocations (id -> "parameter"/"output"), the rest in one temp
@@ -22,7 +23,7 @@ def hlo_proto(
     m = hlo_messages()
     proto = m["HloProto"]()
     module = proto.hlo_module
-    module.name, module.id = "handmade", 7
+    module.name, module.id = module_name, 7
     computation = module.computations.add(name="main")
     for buffer_id, size in sizes.items():
         instruction = computation.instructions.add(

@@ -39,6 +39,7 @@ LANES: dict[str, Lanes] = {
     "test_advisor.py": UNIT,
     "test_analysis.py": UNIT,
     "test_answer.py": FRAMEWORKS,
+    "test_answer_rules.py": UNIT,
     "test_arrow_arrays.py": UNIT,
     "test_bad_input.py": CLI,
     "test_browser.py": FRAMEWORKS,  # Chromium, slow as a framework is

@@ -33,8 +33,8 @@ Width = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
         help="Width of the text report, in columns [default: the terminal's, else 80].",
-        min=40,
-        max=1000,
+        min=options.MIN_WIDTH,
+        max=options.MAX_WIDTH,
         metavar="N",
         show_default=False,
     ),

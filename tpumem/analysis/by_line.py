@@ -18,15 +18,18 @@ import numpy as np
 
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.program_heap import TEMPORARY, HeapBuffer
-from tpumem.analysis.programs import CompiledProgram, program_named
+from tpumem.analysis.programs import CompiledProgram, programs_named
 from tpumem.analysis.stacks import NO_STACK, StackBytes, stack_bytes
 from tpumem.trace.model import Trace
+from tpumem.trace.source_paths import library_file
 from tpumem.trace.stack_rows import Frame, Stack, call_stacks
 
 TOP_OPS = 3  # ops named per line, most bytes first
+# Why a program was not opened: no buffer assignment of it in the trace, or one
+# with no temporary live at its peak.
+NO_PLAN, NO_TEMPORARIES = "no plan", "no temporaries at its peak"
 # The program's frame in a stack: where no call stack was recorded, it stands alone.
 NO_CALL = "(compiled program)"
-PLAN = "XLA's buffer assignment at the program's peak (compile-time)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,8 @@ class OpenedProgram:
     # The plan holds more than the run recorded (a framework that gives its temp
     # size to a precision): each buffer is scaled by this to the recorded total.
     scale: float
-    opened: bool  # False: no plan with a heap to open it by (the call's line holds it)
+    opened: bool  # False: not opened (`why`); the call's line holds its temporaries
+    why: str = ""  # NO_PLAN or NO_TEMPORARIES where not opened
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +75,52 @@ class PeakLines:
     programs: tuple[OpenedProgram, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ProgramsAtPeak:
+    """Which of the peak's allocations hold a compiled program's temporaries."""
+
+    program_of: np.ndarray  # per live allocation: an index into `found`, -1 for the rest
+    found: tuple[CompiledProgram, ...]
+
+
+def programs_at_peak(
+    trace: Trace, events: DeviceEvents, live: np.ndarray, compiled: tuple[CompiledProgram, ...]
+) -> ProgramsAtPeak:
+    """A `temp` buffer, or one of no region, named after a program (programs.py's
+    rule: programs_named) holds that program's temporaries; of programs of one
+    name (a step compiled again), the one whose planned temporaries come nearest
+    the bytes the run recorded for it. Each distinct op is looked up once."""
+    rows = events.row[live]
+    op_codes, op_values = trace.codes_at("op", rows)
+    region_codes, region_values = trace.codes_at("region", rows)
+    temp = [-1, *(i for i, name in enumerate(region_values) if name == "temp")]
+    candidates = np.isin(region_codes, temp) & (op_codes >= 0)
+    program_of = np.full(len(rows), -1, np.int64)
+    if not candidates.any():
+        return ProgramsAtPeak(program_of, ())
+    codes, inverse = np.unique(op_codes[candidates], return_inverse=True)
+    recorded = np.bincount(inverse, weights=events.bytes[live][candidates])
+    found: list[CompiledProgram] = []
+    index_of_code = np.full(len(codes), -1, np.int64)
+    for k, code in enumerate(codes.tolist()):
+        named = programs_named(op_values[code], compiled)
+        if named:
+            program = min(named, key=lambda p: abs(_planned_temp(p) - recorded[k]))
+            if program not in found:
+                found.append(program)
+            index_of_code[k] = found.index(program)
+    program_of[candidates] = index_of_code[inverse]
+    return ProgramsAtPeak(program_of, tuple(found))
+
+
+def _planned_temp(program: CompiledProgram) -> int:
+    if program.heap is not None:
+        return program.heap.total_allocation_bytes - program.heap.whole_program_bytes
+    return (program.memory.temp_bytes or 0) if program.memory is not None else 0
+
+
 def peak_lines(
-    trace: Trace,
-    events: DeviceEvents,
-    live: np.ndarray,
-    compiled: tuple[CompiledProgram, ...],
+    trace: Trace, events: DeviceEvents, live: np.ndarray, running: ProgramsAtPeak
 ) -> PeakLines:
     """The allocations `live` (indices into `events`, the peak's) by line and by
     stack, the temporaries of each program among them opened up."""
@@ -84,11 +129,10 @@ def peak_lines(
     rows = events.row[live]
     op_codes, op_values = trace.codes_at("op", rows)
     source_codes, source_values = trace.codes_at("source", rows)
-    sizes = events.bytes[live]
-    program_of, found = programs_of(trace, rows, compiled)
-
-    arrays = program_of < 0
     region_codes, region_values = trace.codes_at("region", rows)
+    sizes = events.bytes[live]
+    program_of = running.program_of
+    arrays = program_of < 0
     lines = _array_lines(
         source_codes[arrays],
         source_values,
@@ -100,16 +144,18 @@ def peak_lines(
     opened = []
     known_stacks, _ = call_stacks(trace)
     stack_ids = trace.numbers_at("stack", rows, -1)
-    for index, program in enumerate(found):
-        mine = program_of == index
+    order = np.argsort(program_of, kind="stable")
+    bounds = np.searchsorted(program_of[order], np.arange(len(running.found) + 1))
+    for index, program in enumerate(running.found):
+        mine = order[bounds[index] : bounds[index + 1]]
         # The call that ran it: the stack and line holding most of its bytes.
         weights = sizes[mine]
-        largest = int(np.argmax(weights))
-        call_stack = known_stacks.get(int(stack_ids[mine][largest]), NO_STACK)
-        source = int(source_codes[mine][largest])
+        largest = mine[int(np.argmax(weights))]
+        call_stack = known_stacks.get(int(stack_ids[largest]), NO_STACK)
+        source = int(source_codes[largest])
         call = source_values[source] if source >= 0 else None
         program_lines, program_stacks, how = _open(
-            program, int(weights.sum()), int(mine.sum()), call, call_stack
+            program, int(weights.sum()), len(mine), call, call_stack
         )
         lines += program_lines
         stacks += program_stacks
@@ -121,28 +167,6 @@ def peak_lines(
     )
 
 
-def programs_of(
-    trace: Trace, rows: np.ndarray, compiled: tuple[CompiledProgram, ...]
-) -> tuple[np.ndarray, list[CompiledProgram]]:
-    """For each allocation row, the index in the list returned of the program
-    whose temporaries it holds (a `temp` buffer, or one of no region, named
-    after the program: programs.py's rule), -1 for the rest."""
-    op_codes, op_values = trace.codes_at("op", rows)
-    region_codes, region_values = trace.codes_at("region", rows)
-    program_of = np.full(len(rows), -1, np.int64)
-    found: list[CompiledProgram] = []
-    temp_regions = [i for i, name in enumerate(region_values) if name == "temp"]
-    for code in np.unique(op_codes[op_codes >= 0]).tolist():
-        program = program_named(op_values[code], compiled)
-        if program is None:
-            continue
-        in_program = (op_codes == code) & np.isin(region_codes, [-1, *temp_regions])
-        if in_program.any():
-            program_of[in_program] = len(found)
-            found.append(program)
-    return program_of, found
-
-
 def _array_lines(
     sources: np.ndarray,
     source_values: list[str],
@@ -151,30 +175,41 @@ def _array_lines(
     sizes: np.ndarray,
 ) -> list[LineBytes]:
     """The run's own buffers, by the line the trace gives each, with the ops
-    that made them and the regions the adapter gave them."""
-    lines = []
-    for code in np.unique(sources).tolist():
-        here = sources == code
-        lines.append(
-            LineBytes(
-                line=source_values[code] if code >= 0 else None,
-                bytes=int(sizes[here].sum()),
-                buffers=int(here.sum()),
-                program=None,
-                ops=_named(*ops, here, sizes),
-                regions=_named(*regions, here, sizes),
-            )
+    that made them and the regions the adapter gave them (sorts, no pass per line)."""
+    if not len(sources):
+        return []
+    codes, line_of, counts = np.unique(sources, return_inverse=True, return_counts=True)
+    totals = np.bincount(line_of, weights=sizes).astype(np.int64)
+    op_names = _named_by_group(line_of, len(codes), *ops, sizes)
+    region_names = _named_by_group(line_of, len(codes), *regions, sizes)
+    return [
+        LineBytes(
+            line=source_values[code] if code >= 0 else None,
+            bytes=int(totals[k]),
+            buffers=int(counts[k]),
+            program=None,
+            ops=op_names[k],
+            regions=region_names[k],
         )
-    return lines
+        for k, code in enumerate(codes.tolist())
+    ]
 
 
-def _named(codes: np.ndarray, values: list[str], here: np.ndarray, sizes: np.ndarray) -> tuple:
-    """The names of `codes` where `here`, most bytes first."""
-    by_name: dict[str, int] = {}
-    for code, size in zip(codes[here].tolist(), sizes[here].tolist(), strict=True):
-        if code >= 0:
-            by_name[values[code]] = by_name.get(values[code], 0) + int(size)
-    return _largest(by_name)
+def _named_by_group(
+    group: np.ndarray, groups: int, codes: np.ndarray, values: list[str], sizes: np.ndarray
+) -> list[tuple[str, ...]]:
+    """For each group, the names its `codes` give, most bytes first (TOP_OPS)."""
+    named = codes >= 0
+    found: list[dict[str, int]] = [{} for _ in range(groups)]
+    if named.any():
+        width = len(values) + 1
+        pairs = group[named].astype(np.int64) * width + codes[named]
+        unique, inverse = np.unique(pairs, return_inverse=True)
+        totals = np.bincount(inverse, weights=sizes[named]).astype(np.int64)
+        for pair, total in zip(unique.tolist(), totals.tolist(), strict=True):
+            k, code = divmod(pair, width)
+            found[k][values[code]] = total
+    return [_largest(by_name) for by_name in found]
 
 
 def _largest(by_op: dict[str, int]) -> tuple[str, ...]:
@@ -189,7 +224,8 @@ def _open(
     temps = [b for b in program.heap.live_at_peak if b.group == TEMPORARY] if program.heap else []
     planned = sum(b.bytes for b in temps)
     if not temps:
-        how = OpenedProgram(name, call, temp_bytes, 0, temp_bytes, 1.0, opened=False)
+        why = NO_PLAN if program.heap is None else NO_TEMPORARIES
+        how = OpenedProgram(name, call, temp_bytes, 0, 0, 1.0, opened=False, why=why)
         line = LineBytes(call, temp_bytes, buffers, name, ())
         return [line], [StackBytes(here, temp_bytes, buffers)], how
     scale = min(1.0, temp_bytes / planned)
@@ -198,7 +234,10 @@ def _open(
     by_line: dict[tuple[str | None, bool], tuple[int, int, dict[str, int]]] = {}
     by_stack: dict[Stack, tuple[int, int]] = {}
     for buffer, share in zip(temps, shares, strict=True):
-        where = (buffer.source, False) if buffer.source else (call, True)
+        # A line in a library (TensorFlow's own, where no op stack placed it) is
+        # none of the user's: at the call, as a buffer XLA names no line for.
+        inside = bool(buffer.source) and not library_file(buffer.source or "")
+        where = (buffer.source, False) if inside else (call, True)
         total, count, ops = by_line.get(where, (0, 0, {}))
         op = buffer.short_op or buffer.opcode
         ops[op] = ops.get(op, 0) + share
@@ -234,7 +273,7 @@ def _program_frame(name: str, call_stack: Stack) -> Stack:
     if not call_stack:
         return (Frame(NO_CALL, 0, name),)
     call = call_stack[-1]
-    return (*call_stack, Frame(call.file, call.line, name, "compiled program"))
+    return (*call_stack, Frame(call.file, call.line, name))
 
 
 def _inside(buffer: HeapBuffer, call_stack: Stack) -> Stack:

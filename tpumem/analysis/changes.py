@@ -33,6 +33,7 @@ from tpumem.analysis import provenance
 from tpumem.analysis.kinds import OPTIMIZER, PARAMETERS, argument_kind
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.padding import parse_shape, tiled_bytes
+from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram, short_program_name
 from tpumem.analysis.tpu import TpuProgram, TpuTarget
@@ -56,7 +57,7 @@ HEADROOM_SHARE = 0.10
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    key: str  # DONATE, REMAT, GROWTH, POOL or HEADROOM
+    key: str  # one of KEYS
     device: str
     bytes: int  # what it is about at the peak (GROWTH: a step's growth)
     how: str  # how the figure was obtained (provenance)
@@ -80,8 +81,8 @@ def what_to_change(
     devices: tuple[DeviceAnalysis, ...],
     targets: tuple[TpuTarget, ...] = (),
 ) -> tuple[Change, ...]:
-    """The changes the run gives figures for, largest first within each key, in
-    the order of the keys above. The allocator's settings (POOL, HEADROOM) are a
+    """The changes the run gives figures for, in the order of KEYS, largest first
+    within each key. The allocator's settings (POOL, HEADROOM) are a
     GPU's: on a CPU and a TPU there is none to give."""
     found: list[Change] = []
     for target in targets:
@@ -95,16 +96,16 @@ def what_to_change(
             ]
     if not devices:
         return tuple(found)
-    device = max(devices, key=lambda d: d.peak.bytes)
+    device = highest(devices)
     running = [r.program for r in device.programs_at_peak]
     if framework == "jax":
         found += [c for p in running if (c := _donate(device, p)) is not None]
     found += [c for p in running for c in _remat(device, p)]
-    found += [c for d in devices for c in _growth(d)]
+    found += _one_a_line([c for d in devices for c in _growth(d)])
     if backend == "gpu":
         found += [c for c in (_pool(device, settings), _headroom(device, settings)) if c]
     kept = [c for c in found if c.topology is not None or _worth(c, device.peak.bytes)]
-    return tuple(sorted(kept, key=lambda c: KEYS.index(c.key)))
+    return tuple(sorted(kept, key=lambda c: (KEYS.index(c.key), -c.bytes)))
 
 
 def _fitted(target: TpuTarget) -> TpuProgram | None:
@@ -133,7 +134,7 @@ def _bf16(target: TpuTarget, heap: ProgramHeap) -> Change | None:
         BF16,
         target.topology,
         before - after,
-        "XLA:TPU's plan of the f32 arguments; bfloat16 in XLA:TPU's layouts",
+        "f32: XLA:TPU's plan; bfloat16: estimated in XLA:TPU's tiles (padding.py)",
         program=short_program_name(heap.module),
         names=tuple(n for n in names if n),
         before_bytes=before,
@@ -208,12 +209,24 @@ def _argument(op_name: str) -> str:
 
 
 def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
-    """The lines holding most forward-pass values at the program's own peak."""
+    """The lines holding most forward-pass values at the program's own peak, in
+    a program with a backward pass (a training step; an inference program's
+    values are nobody's to recompute): values kept for the gradient. Their bytes
+    as the lines table gives them (scaled where the run recorded the program's
+    temporaries to a precision)."""
     heap = program.heap
-    if heap is None:
+    if heap is None or not heap.has_backward:
         return []
     temps = [b for b in heap.live_at_peak if b.group == TEMPORARY]
     tape = has_tape([b.op_name for b in temps])
+    scale = next(
+        (
+            p.scale
+            for p in (device.lines.programs if device.lines else ())
+            if p.name == program.shown_name
+        ),
+        1.0,
+    )
     by_line: dict[str, tuple[int, dict[str, None]]] = {}
     for buffer in temps:
         if buffer.source and op_pass(buffer.short_op, tape) == FORWARD:
@@ -225,7 +238,7 @@ def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
         Change(
             REMAT,
             device.device,
-            total,
+            round(total * scale),
             "XLA's buffer assignment at the program's peak (compile-time)",
             program=program.shown_name,
             line=line,
@@ -233,6 +246,16 @@ def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
         )
         for line, (total, ops) in largest
     ]
+
+
+def _one_a_line(changes: list[Change]) -> list[Change]:
+    """A line that grows on several devices (the processes of a host) once: on
+    the device where it grows most."""
+    kept: dict[str | None, Change] = {}
+    for change in changes:
+        if change.line not in kept or change.bytes > kept[change.line].bytes:
+            kept[change.line] = change
+    return list(kept.values())
 
 
 def _growth(device: DeviceAnalysis) -> list[Change]:

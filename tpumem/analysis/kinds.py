@@ -20,12 +20,13 @@ What is left is the run's other arrays, which the framework does not say the use
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.by_line import programs_of
+from tpumem.analysis.by_line import ProgramsAtPeak
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.peak import PeakBreakdown
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
@@ -57,8 +58,9 @@ KINDS = (
 # How each kind was told.
 BY_ADAPTER = "the adapter's record of each tensor"
 BY_PLAN = "XLA's plan of the program running"
-BY_NAME = "argument names in XLA's metadata"
-BY_SHAPE = "program arguments, by shape"
+BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
+BY_NAME = "guessed from words in argument names"
+BY_SHAPE = "matched to arguments by shape"
 BY_COUNTERS = "in use, in no buffer seen"
 BY_RUNTIME = "the runtime's own reservation (a program's stack)"
 NOT_TOLD = "not told by the framework"
@@ -69,13 +71,16 @@ _REGIONS = {
     "gradient": GRADIENTS,
     "optimizer state": OPTIMIZER,
     "input": INPUTS,
-    "temp": ACTIVATIONS,
+    "temp": ACTIVATIONS,  # (a program's working memory, or an op's own: TensorFlow)
 }
-# Words of an argument's path that tell its kind (split at anything not a letter
-# or digit: `opt_state`, `optimizer_variables`, `exp_avg`).
-_OPTIMIZER_WORDS = frozenset(
-    {"opt", "optim", "optimizer", "mu", "nu", "m", "v", "momentum", "velocity", "exp", "slots"}
-)
+# Words of an argument's path that tell its kind, read from the left (the
+# argument's own name first, then its keys): the first that tells decides, so
+# `params['attn']['v_proj']` is a parameter whatever its keys say. A moment's
+# short name (`mu`, `nu`, `m`, `v`) tells only inside a state (`state['mu']`):
+# elsewhere `v` is as likely a value projection.
+_OPTIMIZER_WORDS = frozenset({"opt", "optim", "optimizer", "slots", "momentum", "velocity"})
+_MOMENT_WORDS = frozenset({"mu", "nu", "m", "v", "exp"})
+_STATE_WORDS = frozenset({"state", "states"})
 _PARAMETER_WORDS = frozenset(
     {"params", "param", "parameters", "weights", "variables", "trainable", "model", "kernel"}
 )
@@ -95,15 +100,17 @@ class PeakKinds:
 
 
 def argument_kind(name: str, carried: bool) -> str:
-    """The kind an argument's name tells: its path's words, else whether an
-    output replaces it (state) or not (an input)."""
-    words = set(_WORDS.split(name.lower()))
-    if words & _OPTIMIZER_WORDS:
-        return OPTIMIZER
-    if any(word.startswith("grad") for word in words):
-        return GRADIENTS
-    if words & _PARAMETER_WORDS:
-        return PARAMETERS
+    """The kind an argument's name tells (its path's words, from the left), else
+    whether an output replaces it (state) or not (an input)."""
+    in_state = False
+    for word in _WORDS.split(name.lower()):
+        if word in _OPTIMIZER_WORDS or (in_state and word in _MOMENT_WORDS):
+            return OPTIMIZER
+        if word.startswith("grad"):
+            return GRADIENTS
+        if word in _PARAMETER_WORDS:
+            return PARAMETERS
+        in_state = in_state or word in _STATE_WORDS
     return STATE if carried else INPUTS
 
 
@@ -111,7 +118,7 @@ def peak_kinds(
     trace: Trace,
     events: DeviceEvents,
     live: np.ndarray,
-    compiled: tuple[CompiledProgram, ...],
+    running: ProgramsAtPeak,
     peak: PeakBreakdown,
 ) -> PeakKinds:
     totals: dict[str, int] = {}
@@ -127,17 +134,18 @@ def peak_kinds(
         rows = events.row[live]
         sizes = events.bytes[live]
         region_codes, region_values = trace.codes_at("region", rows)
-        program_of, running = programs_of(trace, rows, compiled)
-        kind_of[program_of >= 0] = ACTIVATIONS
+        program_of = running.program_of
+        for index, program in enumerate(running.found):
+            mine = program_of == index
+            kind_of[mine] = ACTIVATIONS
+            planned = program.heap is not None and program.heap.temp_peak_bytes > 0
+            add(ACTIVATIONS, int(sizes[mine].sum()), BY_PLAN if planned else BY_TEMP_SIZE)
         for code, name in enumerate(region_values):
             if name in _REGIONS:
-                kind_of[(region_codes == code) & (kind_of == "")] = _REGIONS[name]
-        told = kind_of != ""
-        for kind in KINDS:
-            mine = told & (kind_of == kind)
-            how = BY_PLAN if kind == ACTIVATIONS else BY_ADAPTER
-            add(kind, int(sizes[mine].sum()), how)
-        for program in running:
+                mine = (region_codes == code) & (kind_of == "")
+                kind_of[mine] = _REGIONS[name]
+                add(_REGIONS[name], int(sizes[mine].sum()), BY_ADAPTER)
+        for program in running.found:
             for position, kind, how in _matched(trace, events, live, kind_of, program):
                 kind_of[position] = kind
                 add(kind, int(sizes[position]), how)
@@ -165,11 +173,13 @@ def _matched(
     rows = events.row[live]
     dtype_codes, dtype_values = trace.codes_at("dtype", rows)
     shape_codes, shape_values = trace.codes_at("shape", rows)
-    waiting: dict[tuple[str, str], list[int]] = {}
+    waiting: dict[tuple[str, str], collections.deque[int]] = {}
     for position in np.flatnonzero(kind_of == "").tolist():
         d, s = int(dtype_codes[position]), int(shape_codes[position])
         if d >= 0 and s >= 0:
-            waiting.setdefault((dtype_values[d], shape_values[s]), []).append(position)
+            waiting.setdefault((dtype_values[d], shape_values[s]), collections.deque()).append(
+                position
+            )
 
     def key_of(buffer: HeapBuffer) -> tuple[str, str]:
         return (numpy_dtype(buffer.dtype), buffer.dims)
@@ -182,18 +192,18 @@ def _matched(
     found: list[tuple[int, str, str]] = []
     # The kinds of the carried arguments of each dtype and shape: the outputs of
     # one replace them one for one (a step returns the state it was given).
-    carried: dict[tuple[str, str], list[str]] = {}
+    carried: dict[tuple[str, str], collections.deque[str]] = {}
     for argument in arguments:
         key = key_of(argument)
         carries = key in replaced or argument.live_out
         kind = argument_kind(argument.op_name if named else "", carries)
         if carries:
-            carried.setdefault(key, []).append(kind)
+            carried.setdefault(key, collections.deque()).append(kind)
         if waiting.get(key):
-            found.append((waiting[key].pop(0), kind, BY_NAME if named else BY_SHAPE))
+            found.append((waiting[key].popleft(), kind, BY_NAME if named else BY_SHAPE))
     for output in outputs:
         key = key_of(output)
         if waiting.get(key) and carried.get(key):
-            kind = carried[key].pop(0)
+            kind = carried[key].popleft()
             found.append((waiting[key].pop(), kind, BY_NAME if named else BY_SHAPE))
     return found

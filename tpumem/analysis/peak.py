@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -130,6 +132,20 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         by_region=tuple(sorted(by_region.items(), key=lambda kv: -kv[1])),
         stacks=stack_bytes(trace, events, live),
     )
+
+
+class _Peaked(Protocol):
+    @property
+    def peak(self) -> PeakBreakdown: ...
+
+
+Peaked = TypeVar("Peaked", bound=_Peaked)
+
+
+def highest(devices: Sequence[Peaked]) -> Peaked:
+    """The device whose peak is highest (the first of equal ones): the one a
+    report's answer and what to change are about."""
+    return max(devices, key=lambda device: device.peak.bytes)
 
 
 def total_peak(devices: list[DeviceEvents]) -> tuple[int, int]:

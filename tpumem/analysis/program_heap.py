@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tpumem.analysis.op_passes import BACKWARD, has_tape, op_pass
 from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError, parse_hlo_proto
 from tpumem.hlo.shapes import dims_text, element_name, shape_text, subshape, unpadded_bytes
 from tpumem.trace.stack_rows import Frame, Stack
@@ -87,6 +88,9 @@ class ProgramHeap:
     heap_instructions: tuple[str, ...]  # the instruction of each event ("" at the end)
     live_at_peak: tuple[HeapBuffer, ...]  # largest first
     has_heap_trace: bool  # False: XLA recorded no heap simulation (temps not placed)
+    # Some instruction is of a backward pass (op_passes.py): a training step, whose
+    # forward values live at its peak are kept for the gradient.
+    has_backward: bool = False
 
     @property
     def temp_peak_bytes(self) -> int:
@@ -283,7 +287,14 @@ def program_heap(data: bytes, color: int = HBM) -> ProgramHeap:
         heap_instructions=tuple(heap.instructions),
         live_at_peak=tuple(live),
         has_heap_trace=trace is not None,
+        has_backward=_has_backward(buffers),
     )
+
+
+def _has_backward(buffers: _Buffers) -> bool:
+    names = [i.metadata.op_name for i in buffers.instructions.values()]
+    tape = has_tape(names)
+    return any(op_pass(name, tape) == BACKWARD for name in names)
 
 
 class _Simulation:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap, program_heap
 from tpumem.hlo.schema import HloError
 from tpumem.trace.hlo_rows import hlo_rows
@@ -155,7 +154,7 @@ def _heaps(trace: Trace) -> list[tuple[ProgramHeap | None, str | None, int | Non
     (None, why, None) for one that cannot be read."""
     found: list[tuple[ProgramHeap | None, str | None, int | None]] = []
     cwd = trace.metadata.cwd
-    ops, (stacks, _) = op_stacks(trace), call_stacks(trace)
+    (ops, _), (stacks, _) = op_stacks(trace), call_stacks(trace)
     for row in hlo_rows(trace):
         if row is None:
             found.append((None, "an hlo row cut short or not of tpumem's form", None))
@@ -227,34 +226,19 @@ class RunningAtPeak:
     temp_bytes: int  # its temporaries live at the peak, as the trace has them
 
 
-def running_at_peak(
-    groups: tuple[LiveGroup, ...], compiled: tuple[CompiledProgram, ...]
-) -> tuple[RunningAtPeak, ...]:
-    """The programs running at the peak: those whose temp buffers (region "temp",
-    named after the program as the framework calls it) were live there.
-    TensorFlow gives the buffers of a jit_compile function's launch no region and
-    the function's name (`__inference_step_12`), whose module XLA names
+def programs_named(op: str, compiled: tuple[CompiledProgram, ...]) -> list[CompiledProgram]:
+    """The programs a temp buffer's op names: the program as its framework names
+    it (`jit(step)`, PyTorch/XLA's `graph <hash>`), its module's name, or, for
+    TensorFlow, which gives the buffers of a jit_compile function's launch no
+    region and the function's name (`__inference_step_12`), the module XLA names
     `a_inference_step_12...` (a name may not begin with "_")."""
-    temps: dict[str, int] = {}
-    for group in groups:
-        if group.region in ("temp", None) and group.op:
-            temps[group.op] = temps.get(group.op, 0) + group.bytes
-    found = []
-    for op, live in temps.items():
-        program = program_named(op, compiled)
-        if program is not None:
-            found.append(RunningAtPeak(program, live))
-    return tuple(sorted(found, key=lambda r: -r.temp_bytes))
-
-
-def program_named(op: str, compiled: tuple[CompiledProgram, ...]) -> CompiledProgram | None:
-    """The program a temp buffer's op names, by the rules running_at_peak gives."""
     module = "a" + op[1:] if op.startswith("_") else op
+    found = []
     for program in compiled:
         names = {program.name, program.memory.name if program.memory else None}
         if op in names or f"jit({op})" in names or module == short_program_name(program.name):
-            return program
-    return None
+            found.append(program)
+    return found
 
 
 def largest_temp(found: tuple[ProgramMemory, ...]) -> ProgramMemory | None:

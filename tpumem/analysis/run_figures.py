@@ -9,7 +9,7 @@ import numpy as np
 from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom, with_tpu_compiles
 from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
-from tpumem.analysis.by_line import PeakLines, peak_lines
+from tpumem.analysis.by_line import PeakLines, peak_lines, programs_at_peak
 from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.changes import Change, what_to_change
 from tpumem.analysis.counters import Counters, counters
@@ -28,7 +28,6 @@ from tpumem.analysis.programs import (
     beyond_the_peak,
     compiled_programs,
     programs,
-    running_at_peak,
 )
 from tpumem.analysis.series import DeviceSeries, device_series
 from tpumem.analysis.stacks import stack_warnings
@@ -199,12 +198,28 @@ def _with_programs(
     reports and the flame graph show)."""
     device = figures.analysis
     live = live_at(figures.events, device.peak.event_index)
-    lines = peak_lines(trace, figures.events, live, compiled)
+    running = programs_at_peak(trace, figures.events, live, compiled)
+    lines = peak_lines(trace, figures.events, live, running)
+    held = running.program_of >= 0
+    temps = (
+        np.bincount(
+            running.program_of[held],
+            weights=figures.events.bytes[live][held],
+            minlength=len(running.found),
+        )
+        .astype(np.int64)
+        .tolist()
+    )
     return replace(
         device,
-        programs_at_peak=running_at_peak(device.peak.groups, compiled),
+        programs_at_peak=tuple(
+            sorted(
+                (RunningAtPeak(p, t) for p, t in zip(running.found, temps, strict=True)),
+                key=lambda r: -r.temp_bytes,
+            )
+        ),
         lines=lines,
-        kinds=peak_kinds(trace, figures.events, live, compiled, device.peak),
+        kinds=peak_kinds(trace, figures.events, live, running, device.peak),
         peak=replace(device.peak, stacks=lines.stacks),
     )
 

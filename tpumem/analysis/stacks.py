@@ -9,7 +9,7 @@ import numpy as np
 
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.trace.model import Trace
-from tpumem.trace.stack_rows import Stack, call_stacks
+from tpumem.trace.stack_rows import Stack, call_stacks, op_stacks
 
 # Buffers whose stack the capture did not record (allocator events with no Python
 # call around them, imports, traces from before stacks): drawn as one block.
@@ -24,13 +24,19 @@ class StackBytes:
 
 
 def stack_warnings(trace: Trace) -> list[str]:
-    _, unreadable = call_stacks(trace)
-    if not unreadable:
-        return []
-    return [
-        f"left out {unreadable:,} call stacks that were not readable; their buffers "
-        "show no call stack"
-    ]
+    (_, unreadable), (_, unread_ops) = call_stacks(trace), op_stacks(trace)
+    said = []
+    if unreadable:
+        said.append(
+            f"left out {unreadable:,} call stacks that were not readable; their buffers "
+            "show no call stack"
+        )
+    if unread_ops:
+        said.append(
+            f"left out {unread_ops:,} records of compiled functions' op stacks that were not "
+            "readable; those programs' buffers show the lines XLA's metadata gives"
+        )
+    return said
 
 
 def stack_bytes(

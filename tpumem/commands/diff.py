@@ -39,7 +39,9 @@ def run_diff(request: DiffRequest) -> None:
                 )
     diff = replace(diff_runs(runs[0], runs[1], request.noise_bytes), processes=processes)
     color = page.output is None and sys.stdout.isatty()
-    text = chosen.render(diff, width=text_width(page.width, sys.stdout), color=color)
+    text = chosen.render(
+        diff, width=text_width(page.width, None if page.output else sys.stdout), color=color
+    )
     emit(text, page.output, inputs, page.force)
 
 

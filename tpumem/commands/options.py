@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 DEFAULT_WIDTH = None  # columns of a text report: the terminal's (text_width)
 FALLBACK_WIDTH = 80  # where no terminal says its own
+MIN_WIDTH, MAX_WIDTH = 40, 1000  # what --width takes: narrower cannot hold the tables
 # diff: changes of live bytes at the peak within this are noise, not listed as
 # changes: runs of one program differ by what the allocator rounds and by which
 # small buffer is live at the very moment of the peak (docs/figures.md, "tpumem diff").
@@ -115,15 +116,21 @@ def share_or_size(text: str) -> Increase:
     return Increase(share=share)
 
 
-def text_width(asked: int | None, stream: TextIO) -> int:
+def text_width(asked: int | None, stream: TextIO | None) -> int:
     """The columns a text report takes: those asked for, else the terminal's that
-    `stream` writes to, else $COLUMNS (as rich reads it), else FALLBACK_WIDTH."""
+    `stream` writes to (None: a file, which has none), else $COLUMNS (as rich
+    reads it), else FALLBACK_WIDTH; within what --width allows."""
     if asked is not None:
         return asked
+    if stream is None:
+        return FALLBACK_WIDTH
+    columns: int | None = None
     try:
         if stream.isatty():
-            return max(40, os.get_terminal_size(stream.fileno()).columns)
+            columns = os.get_terminal_size(stream.fileno()).columns
     except (OSError, ValueError, AttributeError):
         pass
-    columns = os.environ.get("COLUMNS", "")
-    return max(40, int(columns)) if columns.isdigit() else FALLBACK_WIDTH
+    if columns is None:
+        variable = os.environ.get("COLUMNS", "")
+        columns = int(variable) if variable.isdigit() and len(variable) < 6 else FALLBACK_WIDTH
+    return min(MAX_WIDTH, max(MIN_WIDTH, columns))

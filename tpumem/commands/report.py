@@ -23,6 +23,7 @@ def run_report(request: ReportRequest) -> None:
     chosen = reporter_for(page.output, page.fmt)
     color = page.output is None and sys.stdout.isatty()
     paths = list(request.paths)
+    width = text_width(page.width, None if page.output else sys.stdout)  # (a file: none)
     with opened_run(paths, (*_ANALYSIS, chosen.module)) as given:
         if given.is_processes:
             for option, value in (
@@ -36,7 +37,10 @@ def run_report(request: ReportRequest) -> None:
 
             run = analysed_processes(given.traces, given.where, chosen.series_points)
             text = reporter(PROCESSES, chosen.name).render(
-                run, width=text_width(page.width, sys.stdout), color=color, where=given.where
+                run,
+                width=width,
+                color=color,
+                where=given.where,
             )
             emit(text, page.output, [*paths, *given.traces], page.force)
             return
@@ -52,12 +56,15 @@ def run_report(request: ReportRequest) -> None:
                 capacity=request.capacity,
             )
     if request.program is None:
-        text = chosen.render(analysis, width=text_width(page.width, sys.stdout), color=color)
+        text = chosen.render(analysis, width=width, color=color)
     else:
         from tpumem.commands.rendering import program_named
 
         found = program_named(analysis, request.program)
         text = reporter(PROGRAM, chosen.name).render(
-            found, width=text_width(page.width, sys.stdout), color=color, analysis=analysis
+            found,
+            width=width,
+            color=color,
+            analysis=analysis,
         )
     emit(text, page.output, [*paths, *given.traces], page.force)

@@ -4,7 +4,8 @@ lines inside it), and, in the sections that follow in every format, the rest."""
 
 from __future__ import annotations
 
-from tpumem.analysis.by_line import LineBytes, PeakLines
+from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, PeakLines
+from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.report.shorten import op_tail
 from tpumem.units import format_bytes, format_seconds
@@ -15,14 +16,11 @@ KINDS_TITLE = "What the peak is"
 LINE_HEADERS = ("bytes", "line", "what")
 LINES_TITLE = "Lines holding the peak, largest first"
 NO_LINE = "(no line recorded)"
-NO_PROGRAM_LINE = "(no line in XLA's metadata)"
 
 
 def answer_device(analysis: RunAnalysis) -> DeviceAnalysis | None:
     """The device whose peak the answer is about: the highest (the first on a tie)."""
-    if not analysis.devices:
-        return None
-    return max(analysis.devices, key=lambda d: d.peak.bytes)
+    return highest(analysis.devices) if analysis.devices else None
 
 
 def headline(device: DeviceAnalysis) -> str:
@@ -61,8 +59,12 @@ def _share(share: float) -> str:
 def line_rows(lines: PeakLines | None, limit: int = TOP_LINES) -> list[tuple[str, str, str]]:
     """The largest lines, then what the rest hold together."""
     if lines is None or not any(line.line for line in lines.lines):
-        return []  # the capture recorded no lines (a profiler's allocator events)
-    rows = [(format_bytes(line.bytes), _where(line), _what(line)) for line in lines.lines[:limit]]
+        return []  # (no_lines says why)
+    why = {p.name: p.why for p in lines.programs}
+    rows = [
+        (format_bytes(line.bytes), _where(line), _what(line, why.get(line.program or "", "")))
+        for line in lines.lines[:limit]
+    ]
     rest = lines.lines[limit:]
     if rest:
         count = len(rest)
@@ -70,13 +72,21 @@ def line_rows(lines: PeakLines | None, limit: int = TOP_LINES) -> list[tuple[str
     return rows
 
 
+def no_lines(lines: PeakLines | None) -> str | None:
+    """Why there is no table of lines, where there is none for a peak."""
+    if lines is None or not lines.lines or any(line.line for line in lines.lines):
+        return None
+    return (
+        "No source line for the bytes live at the peak: the capture recorded none "
+        "(a profiler's allocator events carry an op's name, not a Python line)"
+    )
+
+
 def _where(line: LineBytes) -> str:
-    if line.line:
-        return line.line
-    return NO_PROGRAM_LINE if line.program and not line.unplaced else NO_LINE
+    return line.line or NO_LINE
 
 
-def _what(line: LineBytes) -> str:
+def _what(line: LineBytes, why: str) -> str:
     ops = ", ".join(dict.fromkeys(op_tail(op) for op in line.ops))
     if line.program is None:
         arrays = f"{line.buffers:,} array" + ("" if line.buffers == 1 else "s")
@@ -84,11 +94,16 @@ def _what(line: LineBytes) -> str:
             arrays += f" ({', '.join(line.regions)})"
         return f"{arrays} made by {ops}" if ops else arrays
     if line.unplaced:
-        return f"{line.program}: its temporary allocation beyond the buffers at its peak"
-    if not ops:  # the program's temporaries, no plan to open them by
-        return f"{line.program}: its temporaries (XLA's plan of them was not recorded)"
-    if line.at_call:  # (the call's line: XLA's metadata names none inside)
-        return f"{line.program} temporaries, no line inside in XLA's metadata: {ops}"
+        return (
+            f"{line.program}: its allocations beyond the buffers at its peak (XLA's packing, "
+            "or buffers the framework allocated with them)"
+        )
+    if why == NO_PLAN:
+        return f"{line.program}: its temporaries (the trace has no plan of the program)"
+    if why == NO_TEMPORARIES:
+        return f"{line.program}: its temporaries (its plan has none live at its peak)"
+    if line.at_call:  # (the call's line: XLA's metadata names none of the user's inside)
+        return f"{line.program} temporaries, no line of yours inside in its metadata: {ops}"
     return f"{line.program} temporaries: {ops}"
 
 
@@ -103,7 +118,8 @@ def lines_note(lines: PeakLines | None) -> str | None:
     scaled = [p.name for p in opened if p.scale < 1.0]
     note = (
         f"Temporaries of {names}: the buffers live at the program's own peak in XLA's "
-        "buffer assignment, at the lines XLA's metadata gives them (compile-time)"
+        "buffer assignment (compile-time), at the lines XLA's metadata gives them "
+        "(TensorFlow's: the lines its ops were built at, as the adapter recorded them)"
     )
     if scaled:
         note += (

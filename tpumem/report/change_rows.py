@@ -26,9 +26,10 @@ _REMAT = {
 }
 
 
-def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str, str]]:
-    """(figure, sentence) for each change, in the analysis' order."""
-    return [(_figure(c), _sentence(c, framework)) for c in changes]
+def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str, str, str]]:
+    """(figure, sentence, how the figure was obtained) for each change, in the
+    analysis' order."""
+    return [(_figure(c), _sentence(c, framework), c.how) for c in changes]
 
 
 def _figure(change: Change) -> str:
@@ -40,11 +41,15 @@ def _figure(change: Change) -> str:
 def _sentence(change: Change, framework: str) -> str:
     if change.key == DONATE:
         names = ", ".join(change.names) or "its arguments"
+        donate = (
+            f"jax.jit(..., donate_argnames={_tuple(change.names)})"
+            if change.names
+            else "jax.jit(..., donate_argnums=...)"
+        )
         return (
             f"{change.program} returns new arrays of the shapes of {names} while those stay "
             f"live: {format_bytes(change.bytes)} held twice at the peak. Donate them "
-            f"(jax.jit(..., donate_argnames={_tuple(change.names)})) and its outputs reuse "
-            "their memory."
+            f"({donate}) and its outputs reuse their memory."
         )
     if change.key == REMAT:
         ops = ", ".join(dict.fromkeys(op_tail(op) for op in change.ops[:4]))
@@ -59,8 +64,8 @@ def _sentence(change: Change, framework: str) -> str:
         return (
             f"On {change.topology}, {change.program} takes {names} as float32: "
             f"{format_bytes(change.before_bytes)} a chip; in bfloat16, "
-            f"{format_bytes(change.bytes)} less (XLA:TPU's layouts; keep an f32 master copy "
-            "where the optimizer needs one)."
+            f"{format_bytes(change.bytes)} less (keep an f32 master copy where the optimizer "
+            "needs one)."
         )
     if change.key == PADDING:
         return (
@@ -85,8 +90,8 @@ def _sentence(change: Change, framework: str) -> str:
     if change.key == HEADROOM:
         return (
             f"{format_bytes(change.bytes)} of the free memory at the peak was in pieces "
-            f"no larger request could use (fragmentation): {change.names[0]} allocates "
-            "without a pool to fragment."
+            f"no larger request could use (fragmentation): {change.names[0]} replaces the "
+            "allocator whose free memory fragmented."
         )
     return change.key
 

@@ -31,6 +31,7 @@ from tpumem.report.answer_rows import (
     kind_rows,
     line_rows,
     lines_note,
+    no_lines,
 )
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.compare_json import comparison_data
@@ -107,21 +108,33 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
 
 def answer_data(analysis: RunAnalysis) -> dict[str, Any] | None:
     """The answer the page opens with, in the text report's words (answer_rows.py,
-    change_rows.py): the peak, its kinds, the lines that hold it, what to change."""
+    change_rows.py): the peak, its kinds, the lines that hold it, what to change;
+    with each table's values to sort its rows by (bytes, not their words)."""
     device = answer_device(analysis)
     if device is None:
         return None
+    kinds = device.kinds.kinds if device.kinds is not None else ()
+    lines = device.lines.lines if device.lines is not None else ()
+    tables = []
+    for title, headers, rows, sizes in (
+        (KINDS_TITLE, KIND_HEADERS, kind_rows(device), [k.bytes for k in kinds]),
+        (LINES_TITLE, LINE_HEADERS, line_rows(device.lines), [x.bytes for x in lines]),
+    ):
+        if rows:
+            # (Rows past the sizes, a padding row or the rest of the lines, sort last.)
+            sizes = (sizes + [0] * len(rows))[: len(rows)]
+            tables.append(
+                {
+                    "title": title,
+                    "headers": list(headers),
+                    "rows": [list(r) for r in rows],
+                    "bytes": sizes,
+                }
+            )
     return {
         "headline": headline(device),
-        "tables": [
-            {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
-            for title, headers, rows in (
-                (KINDS_TITLE, KIND_HEADERS, kind_rows(device)),
-                (LINES_TITLE, LINE_HEADERS, line_rows(device.lines)),
-            )
-            if rows
-        ],
-        "note": lines_note(device.lines),
+        "tables": tables,
+        "notes": [n for n in (lines_note(device.lines), no_lines(device.lines)) if n],
         "changes_title": CHANGES_TITLE,
         "changes": [list(c) for c in change_lines(analysis.changes, analysis.framework)],
     }

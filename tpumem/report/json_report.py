@@ -113,6 +113,7 @@ def _lines(lines: PeakLines) -> dict[str, Any]:
                 "rest_bytes": p.rest_bytes,
                 "scale": p.scale,
                 "opened": p.opened,
+                "why": p.why or None,
             }
             for p in lines.programs
         ],

@@ -21,6 +21,7 @@ from tpumem.report.answer_rows import (
     kind_rows,
     line_rows,
     lines_note,
+    no_lines,
 )
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.escapes import markdown as _cell
@@ -81,12 +82,15 @@ def _answer(analysis: RunAnalysis) -> list[str]:
     rows = line_rows(device.lines)
     if rows:
         lines += [f"{LINES_TITLE}:", "", *md_table(LINE_HEADERS, rows), ""]
-    note = lines_note(device.lines)
-    lines += [f"> {_cell(note)}", ""] if note else []
+    for note in (lines_note(device.lines), no_lines(device.lines)):
+        lines += [f"> {_cell(note)}", ""] if note else []
     changes = change_lines(analysis.changes, analysis.framework)
     if changes:
         lines += [f"{CHANGES_TITLE}:", ""]
-        lines += [f"- **{_cell(figure)}** {_cell(sentence)}" for figure, sentence in changes]
+        lines += [
+            f"- **{_cell(figure)}** {_cell(sentence)} ({_cell(how)})"
+            for figure, sentence, how in changes
+        ]
         lines.append("")
     return lines
 

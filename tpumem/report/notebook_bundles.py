@@ -62,10 +62,12 @@ def answer_html(analysis: RunAnalysis) -> str:
             f"<div>{html.escape(table['title'])}</div>"
             f'<table style="{_TABLE}"><tr>{head}</tr>{body}</table>'
         )
+    parts += [f"<p><i>{html.escape(note)}</i></p>" for note in answer["notes"]]
     if answer["changes"]:
         items = "".join(
-            f"<li><b>{html.escape(figure)}</b> {html.escape(sentence)}</li>"
-            for figure, sentence in answer["changes"]
+            f"<li><b>{html.escape(figure)}</b> {html.escape(sentence)} "
+            f"<i>({html.escape(how)})</i></li>"
+            for figure, sentence, how in answer["changes"]
         )
         parts.append(f"<div>{html.escape(answer['changes_title'])}</div><ul>{items}</ul>")
     return "".join(parts)

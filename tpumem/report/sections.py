@@ -16,7 +16,7 @@ from tpumem.trace.metadata import COMPILED_ONLY
 
 HEADLINE = "headline"  # what ended the run, what a capacity asked about gives: (name, value)
 ANSWER = "answer"  # the RunAnalysis, as the answer opens the report (answer_rows.py)
-RUN = "run"  # the run's facts: list of (name, value): list of (name, value, how)
+RUN = "run"  # the run's facts: list of (name, value)
 FAILURE = "failure"  # (title, live groups) of a failure
 WARNINGS = "warnings"  # the run's warnings (a tuple of text; there, if empty)
 NO_EVENTS = "no events"  # the trace holds no allocation event

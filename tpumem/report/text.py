@@ -6,6 +6,7 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -26,6 +27,7 @@ from tpumem.report.answer_rows import (
     kind_rows,
     line_rows,
     lines_note,
+    no_lines,
 )
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.escapes import markup, visible
@@ -105,7 +107,7 @@ def _stack_table(console: Console, title: str, headers: tuple[str, ...], rows: l
     """Figures and a call stack per row, its frames one per line."""
     if not rows:
         return
-    table = Table(title=Text(title), title_justify="left")
+    table = Table(title=Text(visible(title)), title_justify="left")
     for header in headers:
         table.add_column(header, justify="left" if header == headers[-1] else "right")
     for *figures, frames in rows:
@@ -131,9 +133,11 @@ def _cells(row: tuple[str, ...]) -> list[Text]:
 
 # Columns whose long values are cut where they stay told apart (shorten.py);
 # rich would wrap them or cut their ends, the file:line or the op's own name.
-_CUT = {"source": from_left, "line": from_left, "op": last_parts}
-_CUT_FLOORS = {"source": 14, "line": 14, "op": 10}  # a cut column narrowed no further
+# A shape keeps its dimensions (`…[512,128]`), cut from the left as a path.
+_CUT = {"source": from_left, "line": from_left, "op": last_parts, "shape": from_left}
+_CUT_FLOORS = {"source": 14, "line": 14, "op": 10, "shape": 10}  # narrowed no further
 _FLOOR = 8  # nor another column
+_LEAST = 3  # where even the floors do not fit: a column keeps this many
 # Right-justified where a table is made here, and never narrowed.
 _NUMBERS = ("bytes", "buffers", "share")
 
@@ -145,10 +149,10 @@ def _fitted_table(title: str, headers: tuple[str, ...], rows: list, width: int) 
     at those widths (rich's own narrowing cuts the ends of paths); a cut
     column's values are cut to it (shorten.py), the others' wrapped at spaces
     or ended in an ellipsis."""
-    table = Table(title=Text(title), title_justify="left")
+    table = Table(title=Text(visible(title)), title_justify="left")
     rows = [tuple(visible(cell) for cell in row) for row in rows]
     natural = [
-        max(len(header), *(len(row[i]) for row in rows)) if rows else len(header)
+        max(cell_len(header), *(cell_len(row[i]) for row in rows)) if rows else len(header)
         for i, header in enumerate(headers)
     ]
     available = width - (3 * len(headers) + 1)
@@ -158,6 +162,14 @@ def _fitted_table(title: str, headers: tuple[str, ...], rows: list, width: int) 
             n if h in _NUMBERS else min(n, _CUT_FLOORS.get(h, _FLOOR))
             for n, h in zip(natural, headers, strict=True)
         ]
+        flexible = [i for i, h in enumerate(headers) if h not in _NUMBERS]
+        room = available - sum(f for i, f in enumerate(floor) if i not in flexible)
+        if sum(floor[i] for i in flexible) > room:
+            # Not even the floors fit: the numbers keep their width, the other
+            # columns share what is left in proportion to their floors.
+            scale = max(0, room) / max(1, sum(floor[i] for i in flexible))
+            for i in flexible:
+                floor[i] = max(_LEAST, int(floor[i] * scale))
         narrowed = list(natural)
         # The other columns first (rich wraps their text), then the cut ones.
         for cut in (False, True):
@@ -200,17 +212,19 @@ def _answer(console: Console, analysis: RunAnalysis) -> None:
     rows = line_rows(device.lines)
     if rows:
         _table(console, LINES_TITLE, LINE_HEADERS, rows)
-    note = lines_note(device.lines)
-    if note:
-        console.print(Text(note), style="dim")
+    for note in (lines_note(device.lines), no_lines(device.lines)):
+        if note:
+            console.print(Text(visible(note)), style="dim")
     changes = change_lines(analysis.changes, analysis.framework)
     if changes:
         console.print(Text(CHANGES_TITLE, style="bold"))
         grid = Table.grid(padding=(0, 1))
         grid.add_column(justify="right", no_wrap=True)
         grid.add_column()
-        for figure, sentence in changes:
-            grid.add_row(Text(figure, style="bold"), Text(visible(sentence)))
+        for figure, sentence, how in changes:
+            said = Text(visible(sentence))
+            said.append(f" ({visible(how)})", style="dim")
+            grid.add_row(Text(figure, style="bold"), said)
         console.print(grid)
 
 
@@ -264,13 +278,13 @@ def _tpu(console: Console, target: TpuTarget) -> None:
     verdict = tpu_verdict(target)
     if verdict is not None:
         fits = target.fit is not None and target.fit.fits
-        console.print(Text(verdict, style="bold green" if fits else "bold red"))
+        console.print(Text(visible(verdict), style="bold green" if fits else "bold red"))
     _table(console, tpu_title(target), TPU_HEADERS, tpu_program_rows(target))
     peak = tpu_peak_rows(target)
     if peak is not None:
         _table(console, peak[0], BUFFER_HEADERS, peak[1])
     for note in tpu_notes(target):
-        console.print(Text(note), style="dim")
+        console.print(Text(visible(note)), style="dim")
 
 
 def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -> None:
@@ -290,7 +304,7 @@ def render_sweep_text(
     console, buffer = string_console(width, color)
     _table(console, *sweep_table(name, slices, answers))
     for line in sweep_largest(name, slices, answers):
-        console.print(Text(line))
+        console.print(Text(visible(line)))
     return buffer.getvalue()
 
 

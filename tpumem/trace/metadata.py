@@ -29,25 +29,26 @@ from tpumem.trace.records import OTHER, decode_record, encode, hints
 # Environment variables that decide how much a framework reserves up front: a
 # profiled run's metadata records those set (`env`), and those its framework's
 # memory_settings name (run_header.py).
-SETTINGS_VARIABLES = (
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR",
-    "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_CPU_ALLOCATOR_USE_BFC",
-    "TF_CPU_BFC_MEM_LIMIT_IN_MB",
-    "TF_GPU_ALLOCATOR",
-    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
-    "PJRT_DEVICE",
-)
-# Whose allocator each of them sets: a report names a run's own framework's alone
-# (a notebook's kernel holds every variable its environment had).
+# Whose allocator each of the variables tpumem records sets: a report names a
+# run's own framework's alone (a notebook's kernel holds every variable its
+# environment had).
 SETTINGS_OF = {
-    "jax": SETTINGS_VARIABLES[:4],
-    "tensorflow": SETTINGS_VARIABLES[4:9],
-    "torch_xla": SETTINGS_VARIABLES[9:],
+    "jax": (
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "XLA_CLIENT_MEM_FRACTION",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+        "XLA_PYTHON_CLIENT_ALLOCATOR",
+    ),
+    "tensorflow": (
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "TF_CPU_ALLOCATOR_USE_BFC",
+        "TF_CPU_BFC_MEM_LIMIT_IN_MB",
+        "TF_GPU_ALLOCATOR",
+        "TF_GPU_HOST_MEM_LIMIT_IN_MB",
+    ),
+    "torch_xla": ("PJRT_DEVICE",),
 }
+SETTINGS_VARIABLES = tuple(name for names in SETTINGS_OF.values() for name in names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,3 +12,12 @@ def user_path(filename: str, cwd: str) -> str:
     relative = os.path.relpath(os.path.abspath(filename), cwd)
     far = os.path.join(os.pardir, os.pardir, os.pardir)
     return filename if relative.startswith(far) else relative
+
+
+# Where installed packages live: a file there is a framework's or a library's,
+# never the user's (the adapters leave such frames out of a stack).
+LIBRARY_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+def library_file(path: str) -> bool:
+    return any(part in path for part in LIBRARY_DIRS)

@@ -84,25 +84,27 @@ def call_stacks(trace: Trace) -> tuple[dict[int, Stack], int]:
     return trace.derived("call stacks", read)
 
 
-def op_stacks(trace: Trace) -> dict[str, dict[str, int]]:
+def op_stacks(trace: Trace) -> tuple[dict[str, dict[str, int]], int]:
     """Each compiled function's ops and the ids of the stacks that built them
     (TensorFlow's, whose XLA programs name their ops after the function's ops
-    but give no line of the user's); rows not of that form are left out."""
+    but give no line of the user's), and how many rows were not of that form
+    (left out: those programs keep XLA's lines)."""
 
-    def read() -> dict[str, dict[str, int]]:
+    def read() -> tuple[dict[str, dict[str, int]], int]:
         found: dict[str, dict[str, int]] = {}
+        unreadable = 0
         for text in trace.texts_at(np.flatnonzero(trace.is_kind(OP_STACKS))):
             record = parse_object(text)
-            if record is None:
-                continue
-            function, stacks = record.get("function"), record.get("stacks")
+            function = record.get("function") if record is not None else None
+            stacks = record.get("stacks") if record is not None else None
             if not isinstance(function, str) or not isinstance(stacks, dict):
+                unreadable += 1
                 continue
             found.setdefault(function, {}).update(
                 (op, stack)
                 for op, stack in stacks.items()
                 if isinstance(stack, int) and not isinstance(stack, bool) and stack >= 0
             )
-        return found
+        return found, unreadable
 
     return trace.derived("op stacks", read)

@@ -551,15 +551,15 @@
     for (const table of answer.tables) {
       part.appendChild(el("h3", {}, table.title));
       const columns = table.headers.map((title, k) => ({ title, numeric: k === 0 }));
-      // (Largest first as worded: the first column sorts by that order.)
-      const rows = table.rows.map((row, i) => row.map((text, k) => ({ text, sort: k === 0 ? -i : text })));
+      // The byte columns sort by the bytes Python gives; the rest by their words.
+      const rows = table.rows.map((row, i) => row.map((text, k) => ({ text, sort: k === 0 ? table.bytes[i] : text })));
       part.appendChild(el("div", { class: "scroll" }, sortableTable(columns, rows)));
     }
-    if (answer.note) part.appendChild(el("p", { class: "note" }, answer.note));
+    for (const note of answer.notes) part.appendChild(el("p", { class: "note" }, note));
     if (answer.changes.length) {
       part.appendChild(el("h3", {}, answer.changes_title));
-      part.appendChild(el("ul", { class: "changes" }, ...answer.changes.map(([figure, sentence]) =>
-        el("li", {}, el("strong", {}, figure), " ", sentence))));
+      part.appendChild(el("ul", { class: "changes" }, ...answer.changes.map(([figure, sentence, how]) =>
+        el("li", {}, el("strong", {}, figure), " ", sentence, " ", el("span", { class: "dim" }, `(${how})`)))));
     }
     return part;
   }
