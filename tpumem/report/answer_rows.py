@@ -4,9 +4,12 @@ lines inside it), and, in the sections that follow in every format, the rest."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, PeakLines
 from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.shorten import op_tail
 from tpumem.units import format_bytes, format_seconds
 
@@ -127,3 +130,47 @@ def lines_note(lines: PeakLines | None) -> str | None:
             "framework gives to a precision"
         )
     return note
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerTable:
+    title: str
+    headers: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    bytes: list[int]  # each row's bytes, to sort by (0 for a row of none: padding, the rest)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What every format opens with, worded once: the headline, the kinds and the
+    lines, the notes on how they were told, what to change."""
+
+    headline: str
+    tables: tuple[AnswerTable, ...]
+    notes: tuple[str, ...]
+    changes_title: str
+    changes: list[tuple[str, str, str]]  # (figure, sentence, how it was obtained)
+
+
+def answer(analysis: RunAnalysis) -> Answer | None:
+    device = answer_device(analysis)
+    if device is None:
+        return None
+    kinds = device.kinds.kinds if device.kinds is not None else ()
+    lines = device.lines.lines if device.lines is not None else ()
+    tables = []
+    candidates: tuple[tuple[str, tuple[str, ...], list[tuple[str, ...]], list[int]], ...] = (
+        (KINDS_TITLE, KIND_HEADERS, list(kind_rows(device)), [k.bytes for k in kinds]),
+        (LINES_TITLE, LINE_HEADERS, list(line_rows(device.lines)), [x.bytes for x in lines]),
+    )
+    for title, headers, rows, sizes in candidates:
+        if rows:
+            tables.append(AnswerTable(title, headers, rows, (sizes + [0] * len(rows))[: len(rows)]))
+    notes = (lines_note(device.lines), no_lines(device.lines))
+    return Answer(
+        headline=headline(device),
+        tables=tuple(tables),
+        notes=tuple(note for note in notes if note),
+        changes_title=CHANGES_TITLE,
+        changes=change_lines(analysis.changes, analysis.framework),
+    )

@@ -21,19 +21,7 @@ from tpumem.analysis.difference import RunDiff
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
-from tpumem.report.answer_rows import (
-    KIND_HEADERS,
-    KINDS_TITLE,
-    LINE_HEADERS,
-    LINES_TITLE,
-    answer_device,
-    headline,
-    kind_rows,
-    line_rows,
-    lines_note,
-    no_lines,
-)
-from tpumem.report.change_rows import CHANGES_TITLE, change_lines
+from tpumem.report.answer_rows import answer
 from tpumem.report.compare_json import comparison_data
 from tpumem.report.fit_rows import (
     FIT_EXPLANATION,
@@ -107,36 +95,25 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
 
 
 def answer_data(analysis: RunAnalysis) -> dict[str, Any] | None:
-    """The answer the page opens with, in the text report's words (answer_rows.py,
-    change_rows.py): the peak, its kinds, the lines that hold it, what to change;
-    with each table's values to sort its rows by (bytes, not their words)."""
-    device = answer_device(analysis)
-    if device is None:
+    """The answer the page opens with, in the text report's words (answer_rows.py),
+    each table with its rows' bytes to sort them by."""
+    said = answer(analysis)
+    if said is None:
         return None
-    kinds = device.kinds.kinds if device.kinds is not None else ()
-    lines = device.lines.lines if device.lines is not None else ()
-    tables = []
-    for title, headers, rows, sizes in (
-        (KINDS_TITLE, KIND_HEADERS, kind_rows(device), [k.bytes for k in kinds]),
-        (LINES_TITLE, LINE_HEADERS, line_rows(device.lines), [x.bytes for x in lines]),
-    ):
-        if rows:
-            # (Rows past the sizes, a padding row or the rest of the lines, sort last.)
-            sizes = (sizes + [0] * len(rows))[: len(rows)]
-            tables.append(
-                {
-                    "title": title,
-                    "headers": list(headers),
-                    "rows": [list(r) for r in rows],
-                    "bytes": sizes,
-                }
-            )
     return {
-        "headline": headline(device),
-        "tables": tables,
-        "notes": [n for n in (lines_note(device.lines), no_lines(device.lines)) if n],
-        "changes_title": CHANGES_TITLE,
-        "changes": [list(c) for c in change_lines(analysis.changes, analysis.framework)],
+        "headline": said.headline,
+        "tables": [
+            {
+                "title": t.title,
+                "headers": list(t.headers),
+                "rows": [list(r) for r in t.rows],
+                "bytes": t.bytes,
+            }
+            for t in said.tables
+        ],
+        "notes": list(said.notes),
+        "changes_title": said.changes_title,
+        "changes": [list(c) for c in said.changes],
     }
 
 

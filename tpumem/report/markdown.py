@@ -11,19 +11,7 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
-from tpumem.report.answer_rows import (
-    KIND_HEADERS,
-    KINDS_TITLE,
-    LINE_HEADERS,
-    LINES_TITLE,
-    answer_device,
-    headline,
-    kind_rows,
-    line_rows,
-    lines_note,
-    no_lines,
-)
-from tpumem.report.change_rows import CHANGES_TITLE, change_lines
+from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markdown as _cell
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
@@ -72,24 +60,18 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
 
 
 def _answer(analysis: RunAnalysis) -> list[str]:
-    device = answer_device(analysis)
-    if device is None:
+    said = answer(analysis)
+    if said is None:
         return []
-    lines = [f"**{_cell(headline(device))}**", ""]
-    kinds = kind_rows(device)
-    if kinds:
-        lines += [f"{KINDS_TITLE}:", "", *md_table(KIND_HEADERS, kinds), ""]
-    rows = line_rows(device.lines)
-    if rows:
-        lines += [f"{LINES_TITLE}:", "", *md_table(LINE_HEADERS, rows), ""]
-    for note in (lines_note(device.lines), no_lines(device.lines)):
-        lines += [f"> {_cell(note)}", ""] if note else []
-    changes = change_lines(analysis.changes, analysis.framework)
-    if changes:
-        lines += [f"{CHANGES_TITLE}:", ""]
+    lines = [f"**{_cell(said.headline)}**", ""]
+    for table in said.tables:
+        lines += [f"{_cell(table.title)}:", "", *md_table(table.headers, table.rows), ""]
+    lines += [line for note in said.notes for line in (f"> {_cell(note)}", "")]
+    if said.changes:
+        lines += [f"{said.changes_title}:", ""]
         lines += [
             f"- **{_cell(figure)}** {_cell(sentence)} ({_cell(how)})"
-            for figure, sentence, how in changes
+            for figure, sentence, how in said.changes
         ]
         lines.append("")
     return lines

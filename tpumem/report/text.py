@@ -17,19 +17,7 @@ from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
-from tpumem.report.answer_rows import (
-    KIND_HEADERS,
-    KINDS_TITLE,
-    LINE_HEADERS,
-    LINES_TITLE,
-    answer_device,
-    headline,
-    kind_rows,
-    line_rows,
-    lines_note,
-    no_lines,
-)
-from tpumem.report.change_rows import CHANGES_TITLE, change_lines
+from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markup, visible
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
@@ -201,30 +189,24 @@ def _cut(header: str, cell: str, width: int | None) -> str:
 
 
 def _answer(console: Console, analysis: RunAnalysis) -> None:
-    """The first screen: the peak, the lines that hold it."""
-    device = answer_device(analysis)
-    if device is None:
+    """The first screen: the peak, its kinds and lines, what to change."""
+    said = answer(analysis)
+    if said is None:
         return
-    console.print(Text(visible(headline(device)), style="bold"))
-    kinds = kind_rows(device)
-    if kinds:
-        _table(console, KINDS_TITLE, KIND_HEADERS, kinds)
-    rows = line_rows(device.lines)
-    if rows:
-        _table(console, LINES_TITLE, LINE_HEADERS, rows)
-    for note in (lines_note(device.lines), no_lines(device.lines)):
-        if note:
-            console.print(Text(visible(note)), style="dim")
-    changes = change_lines(analysis.changes, analysis.framework)
-    if changes:
-        console.print(Text(CHANGES_TITLE, style="bold"))
+    console.print(Text(visible(said.headline), style="bold"))
+    for table in said.tables:
+        _table(console, table.title, table.headers, table.rows)
+    for note in said.notes:
+        console.print(Text(visible(note)), style="dim")
+    if said.changes:
+        console.print(Text(said.changes_title, style="bold"))
         grid = Table.grid(padding=(0, 1))
         grid.add_column(justify="right", no_wrap=True)
         grid.add_column()
-        for figure, sentence, how in changes:
-            said = Text(visible(sentence))
-            said.append(f" ({visible(how)})", style="dim")
-            grid.add_row(Text(figure, style="bold"), said)
+        for figure, sentence, how in said.changes:
+            words = Text(visible(sentence))
+            words.append(f" ({visible(how)})", style="dim")
+            grid.add_row(Text(figure, style="bold"), words)
         console.print(grid)
 
 
