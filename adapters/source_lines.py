@@ -11,7 +11,7 @@ import sysconfig
 import types
 
 import tpumem
-from tpumem.trace.source_paths import LIBRARY_DIRS, user_path
+from tpumem.trace.source_paths import LIBRARY_DIRS, library_file, user_path
 
 # tpumem's own code: the profiler's frames, never the program's.
 PROFILER_PLACES = (
@@ -25,23 +25,6 @@ _NOT_USER = (
     sysconfig.get_paths()["stdlib"] + os.sep,
     "<frozen ",
 )
-
-
-# Top-level packages of frameworks and the libraries around them: a file under a
-# directory of one of these names is library code wherever it lies.
-LIBRARY_PACKAGES = frozenset(
-    {
-        "absl", "chex", "clu", "datasets", "einops", "equinox", "flax", "haiku", "jax",
-        "jaxlib", "keras", "ml_collections", "numpy", "optax", "optree", "orbax",
-        "tensorflow", "tensorflow_datasets", "tf_keras", "torch", "torch_xla",
-        "torchvision", "transformers", "tree",
-    }
-)  # fmt: skip
-
-
-def _in_library(filename: str) -> bool:
-    directories = os.path.dirname(filename).split(os.sep)
-    return any(part in LIBRARY_PACKAGES for part in directories)
 
 
 class SourceLines:
@@ -85,7 +68,7 @@ class SourceLines:
             return cell
         if any(part in filename for part in _NOT_USER) or filename.startswith("<"):
             return None
-        if _in_library(os.path.abspath(filename)) or self._on_library_path(filename):
+        if library_file(os.path.abspath(filename)) or self._on_library_path(filename):
             return None
         # Relative to the working directory, as the user typed the script's path,
         # unless that climbs far out of it.

@@ -111,6 +111,32 @@ def test_op_stacks_not_of_their_form_leave_xlas_lines(make_trace, text):
     assert device.lines.lines[0].line == "/work/model.py:2"
 
 
+def test_a_launch_that_allocates_its_outputs_with_its_temporaries_has_them_as_state(make_trace):
+    """TensorFlow allocates a jit_compile launch's outputs (the variables' new
+    values) with its temporaries: beyond the plan's temporaries, the outputs'
+    bytes are state, not working memory."""
+    proto = hlo_proto(
+        {1: 400, 2: 800, 3: 200, 4: 600},
+        [(ALLOC, 2), (ALLOC, 3), (FREE, 2), (FREE, 3)],
+        {1: "parameter", 4: "output"},
+        module_name=MODULE,
+    )
+    rows = [
+        {"kind": "hlo", "time_ns": 1, "text": hlo_row_text("dump", proto, 3)},
+        {
+            "kind": "alloc",
+            "time_ns": 2,
+            "device": "CPU:0",
+            "buffer_id": 1,
+            "bytes": 1600,
+            "op": FUNCTION,
+            "source": "train.py:9",
+        },
+    ]
+    (device,) = analyze(load(make_trace(rows))).devices
+    assert {k.kind: k.bytes for k in device.kinds.kinds} == {ACTIVATIONS: 1000, STATE: 600}
+
+
 @pytest.mark.parametrize(
     ("name", "carried", "kind"),
     [
@@ -131,6 +157,9 @@ def test_op_stacks_not_of_their_form_leave_xlas_lines(make_trace, text):
         ("params['gradient_scale']", True, PARAMETERS),
         # A moment's short name tells only inside a state.
         ("batch['m']", False, INPUTS),
+        # A step's data by its usual names, even where an output has its shape.
+        ("x", True, INPUTS),
+        ("batch['labels']", True, INPUTS),
         ("state['step']", True, STATE),
     ],
 )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
-from tpumem.analysis.kinds import OPTIMIZER, PARAMETERS, argument_kind
+from tpumem.analysis.kinds import INPUTS, OPTIMIZER, PARAMETERS, argument_kind
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.padding import parse_shape, tiled_bytes
 from tpumem.analysis.peak import highest
@@ -178,7 +178,11 @@ def _donate(device: DeviceAnalysis, program: CompiledProgram) -> Change | None:
         return None
     arguments: dict[tuple[str, str], list[HeapBuffer]] = {}
     for buffer in heap.live_at_peak:
-        if buffer.group == PARAMETER and not buffer.live_out:  # (live out: donated)
+        if (
+            buffer.group == PARAMETER
+            and not buffer.live_out  # (live out: donated)
+            and argument_kind(buffer.op_name, True) != INPUTS  # (a batch is not state)
+        ):
             arguments.setdefault((buffer.dtype, buffer.dims), []).append(buffer)
     twice, names = 0, dict[str, None]()
     outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]

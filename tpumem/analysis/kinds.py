@@ -59,6 +59,7 @@ KINDS = (
 BY_ADAPTER = "the adapter's record of each tensor"
 BY_PLAN = "XLA's plan of the program running"
 BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
+BY_OUTPUTS = "the program's outputs (its plan), allocated with its launch"
 BY_NAME = "guessed from words in argument names"
 BY_SHAPE = "matched to arguments by shape"
 BY_COUNTERS = "in use, in no buffer seen"
@@ -83,6 +84,11 @@ _MOMENT_WORDS = frozenset({"mu", "nu", "m", "v", "exp"})
 _STATE_WORDS = frozenset({"state", "states"})
 _PARAMETER_WORDS = frozenset(
     {"params", "param", "parameters", "weights", "variables", "trainable", "model", "kernel"}
+)
+# A step's data, by the names people give it: an input even where an output has
+# its shape (a batch's predictions), never state to donate.
+_INPUT_WORDS = frozenset(
+    {"x", "y", "batch", "inputs", "input", "targets", "labels", "data", "images", "tokens"}
 )
 _WORDS = re.compile(r"[^a-z0-9]+")
 
@@ -110,6 +116,8 @@ def argument_kind(name: str, carried: bool) -> str:
             return GRADIENTS
         if word in _PARAMETER_WORDS:
             return PARAMETERS
+        if word in _INPUT_WORDS:
+            return INPUTS
         in_state = in_state or word in _STATE_WORDS
     return STATE if carried else INPUTS
 
@@ -138,8 +146,11 @@ def peak_kinds(
         for index, program in enumerate(running.found):
             mine = program_of == index
             kind_of[mine] = ACTIVATIONS
+            held = int(sizes[mine].sum())
+            outputs = _launched_outputs(program, held)
             planned = program.heap is not None and program.heap.temp_peak_bytes > 0
-            add(ACTIVATIONS, int(sizes[mine].sum()), BY_PLAN if planned else BY_TEMP_SIZE)
+            add(ACTIVATIONS, held - outputs, BY_PLAN if planned else BY_TEMP_SIZE)
+            add(STATE, outputs, BY_OUTPUTS)
         for code, name in enumerate(region_values):
             if name in _REGIONS:
                 mine = (region_codes == code) & (kind_of == "")
@@ -155,6 +166,19 @@ def peak_kinds(
     return PeakKinds(
         tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
     )
+
+
+def _launched_outputs(program: CompiledProgram, held: int) -> int:
+    """The bytes of a program's outputs among the temp buffers the run recorded
+    for it: TensorFlow allocates a jit_compile launch's outputs (the variables'
+    new values) with its temporaries, so the buffers hold more than the plan's
+    temporaries by about the outputs' size; JAX's and PyTorch/XLA's outputs are
+    arrays of their own, and their temp buffer is the plan's temporaries."""
+    heap = program.heap
+    if heap is None or not heap.output_bytes:
+        return 0
+    beyond = held - heap.temp_peak_bytes
+    return min(beyond, heap.output_bytes) if beyond >= heap.output_bytes // 2 else 0
 
 
 def _matched(

@@ -21,7 +21,7 @@ from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.records import ProgramRecord, decode_record, parse_object
 from tpumem.trace.schema import PROGRAM
-from tpumem.trace.source_paths import user_path
+from tpumem.trace.source_paths import library_file, user_path
 from tpumem.trace.stack_rows import Stack, call_stacks, op_stacks
 from tpumem.units import format_bytes
 
@@ -172,8 +172,9 @@ def _heaps(trace: Trace) -> list[tuple[ProgramHeap | None, str | None, int | Non
 
 
 def _relative_sources(heap: ProgramHeap, cwd: str | None) -> ProgramHeap:
-    """Source files under the run's working directory, named from there, as the
-    adapters name the lines of the buffers they record."""
+    """Source files named as the trace names them (source_paths.py), as the
+    adapters name the lines of the buffers they record, and a buffer XLA puts at
+    a library's line at the user's line that called it."""
     if not cwd:
         return heap
 
@@ -186,11 +187,13 @@ def _relative_sources(heap: ProgramHeap, cwd: str | None) -> ProgramHeap:
         if source:
             file, _, line = source.rpartition(":")
             source = f"{name(file)}:{line}" if file else source
-        return replace(
-            buffer,
-            source=source,
-            frames=tuple(replace(frame, file=name(frame.file)) for frame in buffer.frames),
-        )
+        frames = tuple(replace(frame, file=name(frame.file)) for frame in buffer.frames)
+        if source and library_file(source):
+            # A library's own line (a Flax or Keras layer's): the user's is the
+            # innermost frame of theirs that called into it, where XLA kept one.
+            user = [f for f in frames if not library_file(f.file) and not f.file.startswith("<")]
+            source = user[-1].location if user else source
+        return replace(buffer, source=source, frames=frames)
 
     return replace(heap, live_at_peak=tuple(relative(b) for b in heap.live_at_peak))
 

@@ -11,6 +11,7 @@ from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.shorten import op_tail
+from tpumem.report.tpu_tables import tpu_verdict
 from tpumem.units import format_bytes, format_seconds
 
 TOP_LINES = 8
@@ -110,7 +111,7 @@ def _what(line: LineBytes, why: str) -> str:
     return f"{line.program} temporaries: {ops}"
 
 
-def lines_note(lines: PeakLines | None) -> str | None:
+def lines_note(lines: PeakLines | None, framework: str = "") -> str | None:
     """How the programs' temporaries were placed at lines, where any were."""
     if lines is None:
         return None
@@ -119,10 +120,14 @@ def lines_note(lines: PeakLines | None) -> str | None:
         return None
     names = ", ".join(p.name for p in opened[:3])
     scaled = [p.name for p in opened if p.scale < 1.0]
+    where = (
+        "at the lines their ops were built at, as the adapter recorded them"
+        if framework == "tensorflow"
+        else "at the lines XLA's metadata gives them"
+    )
     note = (
         f"Temporaries of {names}: the buffers live at the program's own peak in XLA's "
-        "buffer assignment (compile-time), at the lines XLA's metadata gives them "
-        "(TensorFlow's: the lines its ops were built at, as the adapter recorded them)"
+        f"buffer assignment (compile-time), {where}"
     )
     if scaled:
         note += (
@@ -146,6 +151,7 @@ class Answer:
     lines, the notes on how they were told, what to change."""
 
     headline: str
+    verdicts: tuple[str, ...]  # on each TPU slice asked about (--tpu): fits or not
     tables: tuple[AnswerTable, ...]
     notes: tuple[str, ...]
     changes_title: str
@@ -166,9 +172,11 @@ def answer(analysis: RunAnalysis) -> Answer | None:
     for title, headers, rows, sizes in candidates:
         if rows:
             tables.append(AnswerTable(title, headers, rows, (sizes + [0] * len(rows))[: len(rows)]))
-    notes = (lines_note(device.lines), no_lines(device.lines))
+    notes = (lines_note(device.lines, analysis.framework), no_lines(device.lines))
+    verdicts = [v for v in (tpu_verdict(target) for target in analysis.tpu) if v]
     return Answer(
         headline=headline(device),
+        verdicts=tuple(verdicts),
         tables=tuple(tables),
         notes=tuple(note for note in notes if note),
         changes_title=CHANGES_TITLE,

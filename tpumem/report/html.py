@@ -102,6 +102,7 @@ def answer_data(analysis: RunAnalysis) -> dict[str, Any] | None:
         return None
     return {
         "headline": said.headline,
+        "verdicts": list(said.verdicts),
         "tables": [
             {
                 "title": t.title,

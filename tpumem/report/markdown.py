@@ -64,6 +64,7 @@ def _answer(analysis: RunAnalysis) -> list[str]:
     if said is None:
         return []
     lines = [f"**{_cell(said.headline)}**", ""]
+    lines += [line for verdict in said.verdicts for line in (f"**{_cell(verdict)}**", "")]
     for table in said.tables:
         lines += [f"{_cell(table.title)}:", "", *md_table(table.headers, table.rows), ""]
     lines += [line for note in said.notes for line in (f"> {_cell(note)}", "")]

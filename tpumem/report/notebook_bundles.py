@@ -52,6 +52,7 @@ def answer_html(analysis: RunAnalysis) -> str:
     if answer is None:
         return ""
     parts = [f"<p><b>{html.escape(answer['headline'])}</b></p>"]
+    parts += [f"<p><b>{html.escape(verdict)}</b></p>" for verdict in answer["verdicts"]]
     for table in answer["tables"]:
         head = "".join(f'<th style="{_CELL}">{html.escape(h)}</th>' for h in table["headers"])
         body = "".join(

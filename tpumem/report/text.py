@@ -194,6 +194,8 @@ def _answer(console: Console, analysis: RunAnalysis) -> None:
     if said is None:
         return
     console.print(Text(visible(said.headline), style="bold"))
+    for verdict in said.verdicts:
+        console.print(Text(visible(verdict), style="bold"))
     for table in said.tables:
         _table(console, table.title, table.headers, table.rows)
     for note in said.notes:
@@ -202,7 +204,7 @@ def _answer(console: Console, analysis: RunAnalysis) -> None:
         console.print(Text(said.changes_title, style="bold"))
         grid = Table.grid(padding=(0, 1))
         grid.add_column(justify="right", no_wrap=True)
-        grid.add_column()
+        grid.add_column(overflow="fold")  # (a long path folds whole, never cut)
         for figure, sentence, how in said.changes:
             words = Text(visible(sentence))
             words.append(f" ({visible(how)})", style="dim")

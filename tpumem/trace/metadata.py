@@ -46,9 +46,10 @@ SETTINGS_OF = {
         "TF_GPU_ALLOCATOR",
         "TF_GPU_HOST_MEM_LIMIT_IN_MB",
     ),
-    "torch_xla": ("PJRT_DEVICE",),
+    "torch_xla": ("PJRT_ALLOCATOR_PREALLOCATE", "PJRT_ALLOCATOR_FRACTION"),
 }
-SETTINGS_VARIABLES = tuple(name for names in SETTINGS_OF.values() for name in names)
+# Recorded too: the device PyTorch/XLA runs on, which is no allocator's setting.
+SETTINGS_VARIABLES = (*(name for names in SETTINGS_OF.values() for name in names), "PJRT_DEVICE")
 
 
 @dataclass(frozen=True, slots=True)

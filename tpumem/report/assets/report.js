@@ -548,6 +548,7 @@
     const part = el("div", { class: "answer" });
     if (!answer) return part;
     part.appendChild(el("h2", {}, answer.headline));
+    for (const verdict of answer.verdicts) part.appendChild(el("p", {}, el("strong", {}, verdict)));
     for (const table of answer.tables) {
       part.appendChild(el("h3", {}, table.title));
       const columns = table.headers.map((title, k) => ({ title, numeric: k === 0 }));
