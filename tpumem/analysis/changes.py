@@ -176,18 +176,19 @@ def _donate(device: DeviceAnalysis, program: CompiledProgram) -> Change | None:
     heap = program.heap
     if heap is None:
         return None
-    arguments: dict[tuple[str, str], list[HeapBuffer]] = {}
+    # By dtype and size: XLA may give an output back as a bitcast of another shape.
+    arguments: dict[tuple[str, int], list[HeapBuffer]] = {}
     for buffer in heap.live_at_peak:
         if (
             buffer.group == PARAMETER
             and not buffer.live_out  # (live out: donated)
             and argument_kind(buffer.op_name, True) != INPUTS  # (a batch is not state)
         ):
-            arguments.setdefault((buffer.dtype, buffer.dims), []).append(buffer)
+            arguments.setdefault((buffer.dtype, buffer.bytes), []).append(buffer)
     twice, names = 0, dict[str, None]()
     outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]
     for output in sorted(outputs, key=lambda b: -b.bytes):
-        same = arguments.get((output.dtype, output.dims))
+        same = arguments.get((output.dtype, output.bytes))
         if same:
             argument = same.pop(0)
             twice += output.bytes

@@ -189,24 +189,24 @@ def _matched(
     program: CompiledProgram,
 ) -> list[tuple[int, str, str]]:
     """(position in `live`, kind, how) of the live arrays not yet told that are
-    the program's arguments (of each dtype and shape, the earliest made) and its
-    new outputs (the latest)."""
+    the program's arguments (of each dtype and size, the earliest made) and its
+    new outputs (the latest). By size, not shape: XLA may hand an output back as
+    a bitcast of another shape ([8,64,128] for a [512,128] parameter)."""
     heap = program.heap
     if heap is None:
         return []
     rows = events.row[live]
+    sizes = events.bytes[live]
     dtype_codes, dtype_values = trace.codes_at("dtype", rows)
-    shape_codes, shape_values = trace.codes_at("shape", rows)
-    waiting: dict[tuple[str, str], collections.deque[int]] = {}
+    waiting: dict[tuple[str, int], collections.deque[int]] = {}
     for position in np.flatnonzero(kind_of == "").tolist():
-        d, s = int(dtype_codes[position]), int(shape_codes[position])
-        if d >= 0 and s >= 0:
-            waiting.setdefault((dtype_values[d], shape_values[s]), collections.deque()).append(
-                position
-            )
+        d = int(dtype_codes[position])
+        if d >= 0:
+            key = (dtype_values[d], int(sizes[position]))
+            waiting.setdefault(key, collections.deque()).append(position)
 
-    def key_of(buffer: HeapBuffer) -> tuple[str, str]:
-        return (numpy_dtype(buffer.dtype), buffer.dims)
+    def key_of(buffer: HeapBuffer) -> tuple[str, int]:
+        return (numpy_dtype(buffer.dtype), buffer.bytes)
 
     arguments = [b for b in heap.live_at_peak if b.group == PARAMETER]
     outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]
@@ -214,9 +214,9 @@ def _matched(
     # A name all the arguments share (TensorFlow's "XLA_Args") names none of them.
     named = len({b.op_name for b in arguments}) > 1
     found: list[tuple[int, str, str]] = []
-    # The kinds of the carried arguments of each dtype and shape: the outputs of
+    # The kinds of the carried arguments of each dtype and size: the outputs of
     # one replace them one for one (a step returns the state it was given).
-    carried: dict[tuple[str, str], collections.deque[str]] = {}
+    carried: dict[tuple[str, int], collections.deque[str]] = {}
     for argument in arguments:
         key = key_of(argument)
         carries = key in replaced or argument.live_out
