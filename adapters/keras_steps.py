@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 from tpumem.adapters.base import Patches
+from tpumem.trace.schema import KERAS_STEP
 from tpumem.trace.writer import TraceWriter
 
 KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
-KERAS_STEP = "keras train batch"  # the marks' name
 
 
 class KerasSteps:

@@ -341,3 +341,18 @@ def test_a_programs_name_with_terminal_escapes_reaches_the_terminal_escaped(make
         text = reporter(REPORT, "text").render(analysis, width=width)
         assert "\x1b" not in text and "\x07" not in text
         assert "\\x1b" in text  # shown as its escape
+
+
+@pytest.mark.parametrize(
+    ("name", "keras", "kind"),
+    [
+        ("state[0][3]", True, PARAMETERS),
+        ("state[1][0]", True, STATE),
+        ("state[2][7]", True, OPTIMIZER),
+        ("state[3][1]", True, STATE),
+        ("data[0]", True, INPUTS),
+        ("state[2][7]", False, STATE),  # outside Keras' fit, no layout to read
+    ],
+)
+def test_keras_fit_tells_its_states_kinds_by_its_trainers_layout(name, keras, kind):
+    assert argument_kind(name, True, keras) == kind

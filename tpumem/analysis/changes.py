@@ -224,17 +224,16 @@ def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
         return []
     temps = [b for b in heap.live_at_peak if b.group == TEMPORARY]
     tape = has_tape([b.op_name for b in temps])
-    scale = next(
-        (
-            p.scale
-            for p in (device.lines.programs if device.lines else ())
-            if p.name == program.shown_name
-        ),
-        1.0,
-    )
+    opened = [
+        p for p in (device.lines.programs if device.lines else ()) if p.name == program.shown_name
+    ]
+    scale = opened[0].scale if opened else 1.0
+    # The line that ran the program is no line inside it (Keras' fit: the values
+    # are its layers'; nothing of the user's to wrap).
+    call = opened[0].call if opened else None
     by_line: dict[str, tuple[int, dict[str, None]]] = {}
     for buffer in temps:
-        if buffer.source and op_pass(buffer.short_op, tape) == FORWARD:
+        if buffer.source and buffer.source != call and op_pass(buffer.short_op, tape) == FORWARD:
             total, ops = by_line.get(buffer.source, (0, {}))
             ops[buffer.short_op] = None
             by_line[buffer.source] = (total + buffer.bytes, ops)

@@ -33,6 +33,7 @@ from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.hlo.shapes import numpy_dtype
 from tpumem.trace.model import Trace
+from tpumem.trace.schema import KERAS_STEP, MARK
 
 PARAMETERS = "parameters"
 GRADIENTS = "gradients"
@@ -61,6 +62,7 @@ BY_PLAN = "XLA's plan of the program running"
 BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
 BY_OUTPUTS = "the program's outputs (its plan), allocated with its launch"
 BY_NAME = "guessed from words in argument names"
+BY_KERAS = "Keras' trainer's state layout"
 BY_SHAPE = "matched to arguments by shape"
 BY_COUNTERS = "in use, in no buffer seen"
 BY_RUNTIME = "the runtime's own reservation (a program's stack)"
@@ -105,9 +107,20 @@ class PeakKinds:
     kinds: tuple[KindBytes, ...]  # in KINDS' order, those with bytes
 
 
-def argument_kind(name: str, carried: bool) -> str:
-    """The kind an argument's name tells (its path's words, from the left), else
-    whether an output replaces it (state) or not (an input)."""
+# Keras 3's JAX trainer: `state[k]` of its train step is, by k, its trainable,
+# non-trainable, optimizer and metrics variables; `data` its batch.
+_KERAS_STATE = re.compile(r"^state\[(\d)\]")
+_KERAS_KINDS = {"0": PARAMETERS, "1": STATE, "2": OPTIMIZER, "3": STATE}
+
+
+def argument_kind(name: str, carried: bool, keras: bool = False) -> str:
+    """The kind an argument's name tells (its path's words, from the left; under
+    Keras' fit, its trainer's layout), else whether an output replaces it
+    (state) or not (an input)."""
+    if keras:
+        index = _KERAS_STATE.match(name)
+        if index is not None and index[1] in _KERAS_KINDS:
+            return _KERAS_KINDS[index[1]]
     in_state = False
     for word in _WORDS.split(name.lower()):
         if word in _OPTIMIZER_WORDS or (in_state and word in _MOMENT_WORDS):
@@ -156,8 +169,9 @@ def peak_kinds(
                 mine = (region_codes == code) & (kind_of == "")
                 kind_of[mine] = _REGIONS[name]
                 add(_REGIONS[name], int(sizes[mine].sum()), BY_ADAPTER)
+        keras = KERAS_STEP in _mark_names(trace)
         for program in running.found:
-            for position, kind, how in _matched(trace, events, live, kind_of, program):
+            for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
                 kind_of[position] = kind
                 add(kind, int(sizes[position]), how)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
@@ -181,12 +195,17 @@ def _launched_outputs(program: CompiledProgram, held: int) -> int:
     return min(beyond, heap.output_bytes) if beyond >= heap.output_bytes // 2 else 0
 
 
+def _mark_names(trace: Trace) -> set[str]:
+    return {t for t in trace.texts_at(np.flatnonzero(trace.is_kind(MARK))) if isinstance(t, str)}
+
+
 def _matched(
     trace: Trace,
     events: DeviceEvents,
     live: np.ndarray,
     kind_of: np.ndarray,
     program: CompiledProgram,
+    keras: bool,
 ) -> list[tuple[int, str, str]]:
     """(position in `live`, kind, how) of the live arrays not yet told that are
     the program's arguments (of each dtype and size, the earliest made) and its
@@ -216,18 +235,21 @@ def _matched(
     found: list[tuple[int, str, str]] = []
     # The kinds of the carried arguments of each dtype and size: the outputs of
     # one replace them one for one (a step returns the state it was given).
-    carried: dict[tuple[str, int], collections.deque[str]] = {}
+    carried: dict[tuple[str, int], collections.deque[tuple[str, str]]] = {}
     for argument in arguments:
         key = key_of(argument)
         carries = key in replaced or argument.live_out
-        kind = argument_kind(argument.op_name if named else "", carries)
+        kind = argument_kind(argument.op_name if named else "", carries, keras)
+        how = BY_NAME if named else BY_SHAPE
+        if keras and _KERAS_STATE.match(argument.op_name):
+            how = BY_KERAS
         if carries:
-            carried.setdefault(key, collections.deque()).append(kind)
+            carried.setdefault(key, collections.deque()).append((kind, how))
         if waiting.get(key):
-            found.append((waiting[key].popleft(), kind, BY_NAME if named else BY_SHAPE))
+            found.append((waiting[key].popleft(), kind, how))
     for output in outputs:
         key = key_of(output)
         if waiting.get(key) and carried.get(key):
-            kind = carried[key].popleft()
-            found.append((waiting[key].pop(), kind, BY_NAME if named else BY_SHAPE))
+            kind, how = carried[key].popleft()
+            found.append((waiting[key].pop(), kind, how))
     return found

@@ -33,6 +33,10 @@ STACK = "stack"  # a Python call stack, `stack` its id, its frames JSON in `text
 OP_STACKS = "op stacks"
 KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK, OP_STACKS)
 
+# The mark (its `text`) of a training batch Keras' fit() started: its JAX trainer
+# runs `train_step(state, data)`, its state the tuple of trainable, non-trainable,
+# optimizer and metrics variables (keras/src/backend/jax/trainer.py).
+KERAS_STEP = "keras train batch"
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"
 CAPTURE_RESUMED = "capture resumed"
