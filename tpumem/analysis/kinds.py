@@ -169,7 +169,7 @@ def peak_kinds(
                 mine = (region_codes == code) & (kind_of == "")
                 kind_of[mine] = _REGIONS[name]
                 add(_REGIONS[name], int(sizes[mine].sum()), BY_ADAPTER)
-        keras = KERAS_STEP in _mark_names(trace)
+        keras = bool(running.found) and KERAS_STEP in _mark_names(trace)
         for program in running.found:
             for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
                 kind_of[position] = kind
