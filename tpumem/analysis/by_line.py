@@ -58,14 +58,20 @@ class OpenedProgram:
     call: str | None  # the line that ran it (file:line), as the run recorded it
     temp_bytes: int  # its temporaries live at the peak, as the run recorded them
     planned_bytes: int  # XLA's plan: temporaries live at the program's own peak
-    # temp_bytes - planned_bytes where the plan holds less: the allocation's
-    # bytes no buffer held at the program's peak (XLA's packing); a line of its own.
-    rest_bytes: int
-    # The plan holds more than the run recorded (a framework that gives its temp
-    # size to a precision): each buffer is scaled by this to the recorded total.
-    scale: float
     opened: bool  # False: not opened (`why`); the call's line holds its temporaries
     why: str = ""  # NO_PLAN or NO_TEMPORARIES where not opened
+
+    @property
+    def rest_bytes(self) -> int:
+        """Where the plan holds less than the run recorded: the allocation's bytes
+        no buffer held at the program's peak (XLA's packing); a line of its own."""
+        return max(0, self.temp_bytes - self.planned_bytes) if self.opened else 0
+
+    @property
+    def scale(self) -> float:
+        """Where the plan holds more than the run recorded (a framework that gives
+        its temp size to a precision): what each buffer is scaled by to the total."""
+        return min(1.0, self.temp_bytes / self.planned_bytes) if self.opened else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,7 @@ class ProgramsAtPeak:
 
     program_of: np.ndarray  # per live allocation: an index into `found`, -1 for the rest
     found: tuple[CompiledProgram, ...]
+    temp_bytes: tuple[int, ...] = ()  # each found program's, as the run recorded them
 
 
 def programs_at_peak(
@@ -110,7 +117,9 @@ def programs_at_peak(
                 found.append(program)
             index_of_code[k] = found.index(program)
     program_of[candidates] = index_of_code[inverse]
-    return ProgramsAtPeak(program_of, tuple(found))
+    held = program_of >= 0
+    temps = np.bincount(program_of[held], weights=events.bytes[live][held], minlength=len(found))
+    return ProgramsAtPeak(program_of, tuple(found), tuple(temps.astype(np.int64).tolist()))
 
 
 def _planned_temp(program: CompiledProgram) -> int:
@@ -149,13 +158,12 @@ def peak_lines(
     for index, program in enumerate(running.found):
         mine = order[bounds[index] : bounds[index + 1]]
         # The call that ran it: the stack and line holding most of its bytes.
-        weights = sizes[mine]
-        largest = mine[int(np.argmax(weights))]
+        largest = mine[int(np.argmax(sizes[mine]))]
         call_stack = known_stacks.get(int(stack_ids[largest]), NO_STACK)
         source = int(source_codes[largest])
         call = source_values[source] if source >= 0 else None
         program_lines, program_stacks, how = _open(
-            program, int(weights.sum()), len(mine), call, call_stack
+            program, running.temp_bytes[index], len(mine), call, call_stack
         )
         lines += program_lines
         stacks += program_stacks
@@ -225,7 +233,7 @@ def _open(
     planned = sum(b.bytes for b in temps)
     if not temps:
         why = NO_PLAN if program.heap is None else NO_TEMPORARIES
-        how = OpenedProgram(name, call, temp_bytes, 0, 0, 1.0, opened=False, why=why)
+        how = OpenedProgram(name, call, temp_bytes, 0, opened=False, why=why)
         line = LineBytes(call, temp_bytes, buffers, name, ())
         return [line], [StackBytes(here, temp_bytes, buffers)], how
     scale = min(1.0, temp_bytes / planned)
@@ -253,7 +261,7 @@ def _open(
     if rest:
         lines.append(LineBytes(None, rest, 0, name, (), unplaced=True))
         stacks.append(StackBytes(here, rest, 0))
-    how = OpenedProgram(name, call, temp_bytes, planned, rest, scale, opened=True)
+    how = OpenedProgram(name, call, temp_bytes, planned, opened=True)
     return lines, stacks, how
 
 

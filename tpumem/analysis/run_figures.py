@@ -200,21 +200,14 @@ def _with_programs(
     live = live_at(figures.events, device.peak.event_index)
     running = programs_at_peak(trace, figures.events, live, compiled)
     lines = peak_lines(trace, figures.events, live, running)
-    held = running.program_of >= 0
-    temps = (
-        np.bincount(
-            running.program_of[held],
-            weights=figures.events.bytes[live][held],
-            minlength=len(running.found),
-        )
-        .astype(np.int64)
-        .tolist()
-    )
     return replace(
         device,
         programs_at_peak=tuple(
             sorted(
-                (RunningAtPeak(p, t) for p, t in zip(running.found, temps, strict=True)),
+                (
+                    RunningAtPeak(p, t)
+                    for p, t in zip(running.found, running.temp_bytes, strict=True)
+                ),
                 key=lambda r: -r.temp_bytes,
             )
         ),

@@ -22,11 +22,6 @@ LINES_TITLE = "Lines holding the peak, largest first"
 NO_LINE = "(no line recorded)"
 
 
-def answer_device(analysis: RunAnalysis) -> DeviceAnalysis | None:
-    """The device whose peak the answer is about: the highest (the first on a tie)."""
-    return highest(analysis.devices) if analysis.devices else None
-
-
 def headline(device: DeviceAnalysis) -> str:
     """The peak in one line: how much, where, when, while what ran."""
     peak = device.peak
@@ -159,9 +154,9 @@ class Answer:
 
 
 def answer(analysis: RunAnalysis) -> Answer | None:
-    device = answer_device(analysis)
-    if device is None:
+    if not analysis.devices:
         return None
+    device = highest(analysis.devices)  # the device whose peak the answer is about
     kinds = device.kinds.kinds if device.kinds is not None else ()
     lines = device.lines.lines if device.lines is not None else ()
     tables = []
