@@ -136,6 +136,7 @@ LANES: dict[str, Lanes] = {
     ),
     "test_json_schema.py": (UNIT, {CLI: ["test_a_comparison_keeps_to_its_schema"]}),
     "test_memory_settings.py": UNIT,
+    "test_moments.py": UNIT,
     "test_notebook.py": (
         FRAMEWORKS,
         {CLI: ["test_tpumem_imported_inside_ipython_shows_its_values"]},
@@ -212,6 +213,7 @@ LANES: dict[str, Lanes] = {
     ),
     "test_stacks.py": FRAMEWORKS,
     "test_steps.py": FRAMEWORKS,
+    "test_timeline_page.py": FRAMEWORKS,  # Chromium, slow as a framework is
     "test_tpu.py": (
         FRAMEWORKS,
         {

@@ -170,14 +170,20 @@ def test_names_from_traces_stay_text(make_trace, tmp_path):
     page = page_path.read_text()
     assert "<script>alert" not in page
     assert "<img" not in page
-    assert page.count("</script>") == 2  # the data's element and the code's
+    assert page.count("</script>") == 3  # the data's element and the code's two
     group = embedded(page)["runs"][0]["devices"][0]["peak"]["groups"]
     assert {g["op"] for g in group} >= {HOSTILE}
     assert {g["source"] for g in group} >= {HOSTILE_SOURCE}
     # The code inserts trace names as text only.
-    code = page[page.rindex("<script>") :]
+    code = _code(page)
     assert "innerHTML" not in code and "insertAdjacentHTML" not in code
     assert "document.write" not in code
+
+
+def _code(page: str) -> str:
+    """The page's scripts: all that follows the data's element."""
+    data_end = page.index("</script>", page.index(f'id="{DATA_ID}"'))
+    return page[data_end:]
 
 
 def test_the_page_fetches_nothing(make_trace, tmp_path):
@@ -200,7 +206,7 @@ def test_the_page_fetches_nothing(make_trace, tmp_path):
         assert fetching not in page, fetching
     # The only address in the code is SVG's namespace name; the accelerators'
     # sources are shown as text in the data.
-    code = page[page.rindex("<script>") :]
+    code = _code(page)
     assert re.findall(r"https?://[^\s\"']+", code) == ["http://www.w3.org/2000/svg"]
 
 
@@ -228,7 +234,8 @@ def test_the_page_says_only_the_words_python_gives_it():
     each asked for with as many values as it has blanks."""
     from tpumem.report.page_words import PAGE_WORDS
 
-    script = (Path(__file__).parent.parent / "tpumem/report/assets/report.js").read_text()
+    assets = Path(__file__).parent.parent / "tpumem/report/assets"
+    script = "\n".join(path.read_text() for path in sorted(assets.glob("*.js")))
     calls = [
         (m.group(1), _arguments(script, m.end())) for m in re.finditer(r'say\("(\w+)"', script)
     ]
@@ -245,7 +252,8 @@ def test_the_page_says_only_the_words_python_gives_it():
     # class's, never a title (comments aside).
     code = "\n".join(line.split("//")[0] for line in script.splitlines())
     worded = re.findall(r'"([a-z]+(?: [a-z]+)+)"', code)
-    assert set(worded) <= {"per second", "banner failed", "scroll short", "use strict"}, worded
+    classes = {"banner failed", "scroll short", "chart timeline", "chart buffers"}
+    assert set(worded) <= {"per second", "use strict", *classes}, worded
 
 
 def _arguments(script: str, start: int) -> int:

@@ -21,3 +21,14 @@ def bin_max(bins: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
     known = ~np.isnan(values)
     np.fmax.at(out, bins[known], values[known])
     return out
+
+
+def highest_of_bins(bins: np.ndarray, in_use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the index of each non-empty bin's highest event, the first of equal ones;
+    the index each non-empty bin starts at), for `bins` in order."""
+    starts = np.flatnonzero(np.diff(bins, prepend=-1))
+    highest = np.maximum.reduceat(in_use, starts)
+    owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(bins))))
+    hits = np.flatnonzero(in_use == highest[owner])
+    _, first = np.unique(owner[hits], return_index=True)
+    return hits[first], starts

@@ -127,7 +127,11 @@ def device_event_figures(trace: Trace) -> list[DeviceEventFigures]:
 
 
 def _device(
-    trace: Trace, events: DeviceEvents, bins: int, series_points: int
+    trace: Trace,
+    events: DeviceEvents,
+    bins: int,
+    series_points: int,
+    span_ns: tuple[int, int] = (0, 0),
 ) -> DeviceEventFigures:
     peak = peak_breakdown(trace, events)
     model = _model(trace, events)
@@ -183,7 +187,7 @@ def _device(
         counters=reported,
         growth=step_growth(trace, events),
         step_marks=len(step_marks(trace)[0]),
-        series=device_series(trace, events, frag.values, pool, series_points)
+        series=device_series(trace, events, frag.values, pool, series_points, span_ns, explore=True)
         if series_points
         else None,
     )
@@ -231,15 +235,15 @@ def _tpu(
     )
 
 
-def _duration(trace: Trace, times: np.ndarray) -> int:
-    """From the start of the trace's clock: a recorded run's starts with its
-    recording (a run killed before it wrote its end too, whose peak time is read
-    on the same clock); an imported profile's is the profiler's, from its first
-    event."""
+def _span(trace: Trace, times: np.ndarray) -> tuple[int, int]:
+    """(start, end) of the run on the trace's clock: a recorded run's starts at 0,
+    with its recording (a run killed before it wrote its end too, whose peak time
+    is read on the same clock); an imported profile's is the profiler's, from its
+    first event."""
     end = trace.metadata.end_time_ns
     if end is not None or trace.metadata.source != IMPORTED:
-        return max(end or 0, int(times.max(initial=0)))
-    return int(times.max() - times.min()) if len(times) else 0
+        return 0, max(end or 0, int(times.max(initial=0)))
+    return (int(times.min()), int(times.max())) if len(times) else (0, 0)
 
 
 def analyze(
@@ -260,7 +264,8 @@ def analyze_with_events(
     times = trace.numbers("time_ns")
     total_bytes, total_time = total_peak(devices)
     metadata = trace.metadata
-    figures = [_device(trace, d, bins, series_points) for d in devices]
+    span = _span(trace, times)
+    figures = [_device(trace, d, bins, series_points, span) for d in devices]
     memory = programs(trace)
     compiled = compiled_programs(trace, memory)
     analysed = tuple(_with_programs(trace, f, compiled) for f in figures)
@@ -281,7 +286,7 @@ def analyze_with_events(
         complete=trace.complete,
         running=trace.running,
         metadata=metadata,
-        duration_ns=_duration(trace, times),
+        duration_ns=span[1] - span[0],
         devices=analysed,
         total_peak_bytes=total_bytes,
         total_peak_time_ns=total_time,

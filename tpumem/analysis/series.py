@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_max, bin_of
+from tpumem.analysis.bins import bin_max, bin_of, highest_of_bins
+from tpumem.analysis.detail import DetailLevel, detail_levels
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
+from tpumem.analysis.largest_buffers import LargestBuffers, largest_buffers
+from tpumem.analysis.moments import Moments, moment_indices, moments
 from tpumem.analysis.peak import NO_REGION, STACK, UNSEEN
 from tpumem.trace.model import Trace
 
@@ -32,16 +35,12 @@ class DeviceSeries:
     fragmentation: tuple[float | None, ...]
     # Stretches the capture did not see (start, end): drawn as such, not as a line.
     gaps_ns: tuple[tuple[int, int], ...] = ()
-
-
-def _chosen(bins: np.ndarray, in_use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each non-empty bin's highest event, bin start indices)."""
-    starts = np.flatnonzero(np.diff(bins, prepend=-1))
-    highest = np.maximum.reduceat(in_use, starts)
-    owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(bins))))
-    hits = np.flatnonzero(in_use == highest[owner])
-    _, first = np.unique(owner[hits], return_index=True)
-    return hits[first], starts
+    # The run's clock from its start to its end: a chart spans the whole run,
+    # however few events a short one had.
+    span_ns: tuple[int, int] = (0, 0)
+    detail: tuple[DetailLevel, ...] = ()  # finer drawings of in_use, for zooming in
+    moments: Moments | None = None  # what was live at moments, for "what was live here?"
+    largest: LargestBuffers | None = None  # the largest buffers over their lives
 
 
 def _region_stack(
@@ -104,12 +103,16 @@ def device_series(
     fragmentation: np.ndarray,
     pool: np.ndarray | None,
     points: int,
+    span_ns: tuple[int, int] = (0, 0),
+    explore: bool = False,
 ) -> DeviceSeries:
+    """With `explore`, what a page needs to be explored too: finer levels,
+    moments, the largest buffers."""
     gaps = tuple((int(start), int(end)) for start, end in events.gaps_ns.tolist())
     if not len(events):
-        return DeviceSeries(0, (), None, (), (), None, (), gaps)
+        return DeviceSeries(0, (), None, (), (), None, (), gaps, span_ns)
     bins = bin_of(events.time_ns, points)
-    chosen, starts = _chosen(bins, events.in_use)
+    chosen, starts = highest_of_bins(bins, events.in_use)
     present = bins[starts]  # the bins that hold events
     frag = bin_max(bins, fragmentation, points)[present]
     pool_points = None
@@ -130,4 +133,8 @@ def device_series(
         pool=pool_points,
         fragmentation=tuple(None if np.isnan(v) else round(float(v), 5) for v in frag),
         gaps_ns=gaps,
+        span_ns=span_ns,
+        detail=detail_levels(events, points, len(chosen)) if explore else (),
+        moments=moments(trace, events, moment_indices(events)) if explore else None,
+        largest=largest_buffers(trace, events) if explore else None,
     )

@@ -149,6 +149,7 @@ def page(title: str, data: dict[str, Any]) -> str:
         f"<title>{html.escape(title)}</title>\n<style>\n{_asset('report.css')}</style>\n"
         '</head>\n<body>\n<main id="app"><p>This report needs JavaScript.</p></main>\n'
         f'<script type="application/json" id="{DATA_ID}">{embed_json(data)}</script>\n'
+        f"<script>\n{_asset('timeline.js')}</script>\n"
         f"<script>\n{_asset('report.js')}</script>\n</body>\n</html>\n"
     )
 

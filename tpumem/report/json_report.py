@@ -25,9 +25,11 @@ from tpumem.analysis.changes import Change
 from tpumem.analysis.counters import Counters
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.growth import Growth
+from tpumem.analysis.largest_buffers import LargestBuffers
+from tpumem.analysis.moments import Moments
 from tpumem.analysis.oom import OutOfMemory
 from tpumem.analysis.padding import LayoutPadding
-from tpumem.analysis.peak import LiveGroup, PeakBreakdown
+from tpumem.analysis.peak import GROUP_KEYS, LiveGroup, PeakBreakdown
 from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram
@@ -392,6 +394,52 @@ def _series(series: DeviceSeries) -> dict[str, Any]:
         "pool": None if series.pool is None else list(series.pool),
         "fragmentation": list(series.fragmentation),
         "gaps_ns": [[start, end] for start, end in series.gaps_ns],
+        "span_ns": list(series.span_ns),
+        "detail": [
+            {
+                "stretches": level.stretches,
+                "time_ns": list(level.time_ns),
+                "high": list(level.high),
+                "low": list(level.low),
+            }
+            for level in series.detail
+        ],
+        "moments": None if series.moments is None else _moments(series.moments),
+        "largest": None if series.largest is None else _largest(series.largest),
+    }
+
+
+def _moments(moments: Moments) -> dict[str, Any]:
+    return {
+        "groups": [dict(zip(GROUP_KEYS, key, strict=True)) for key in moments.groups],
+        "event_index": list(moments.event_index),
+        "time_ns": list(moments.time_ns),
+        "until_ns": list(moments.until_ns),
+        "in_use": list(moments.in_use),
+        "live_bytes": list(moments.live_bytes),
+        "live_buffers": list(moments.live_buffers),
+        "unattributed": list(moments.unattributed),
+        # Per moment, [group, bytes, buffers] of its largest groups.
+        "top": [[list(row) for row in rows] for rows in moments.top],
+        "peak": moments.peak,
+    }
+
+
+def _largest(largest: LargestBuffers) -> dict[str, Any]:
+    return {
+        "allocations": largest.allocations,
+        "stacks": [_frames_json(stack) for stack in largest.stacks],
+        "buffers": [
+            {
+                "start_ns": b.start_ns,
+                "end_ns": b.end_ns,
+                "bytes": b.bytes,
+                "offset": b.offset,
+                "stack": b.stack,
+                **dict(zip(GROUP_KEYS, b.labels, strict=True)),
+            }
+            for b in largest.buffers
+        ],
     }
 
 

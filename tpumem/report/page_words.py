@@ -72,7 +72,38 @@ PAGE_WORDS: dict[str, object] = {
     "matched": "matched: {} ({}% of the live bytes at the peak)",
     "matched_two": "matched: {} ({}% of the second run's live bytes at the peak)",
     # One run
-    "regions_title": "Bytes in use, by region",
+    "timeline_title": "Bytes in use over the run",
+    "timeline_hint": "Drag across a stretch to zoom into it, the wheel to zoom, shift+wheel "
+    "or the arrows to pan, a double click for the whole run. Click a moment: what was live "
+    "there shows below.",
+    "timeline_regions": "Drawn: bytes in use by region, from {} points",
+    "timeline_detail": "Drawn: bytes in use, the highest (line) and lowest (band) of each "
+    "stretch, the run cut into {} stretches",
+    "view_range": "showing {} to {} of {} to {}",
+    "zoom_in": "Zoom in",
+    "zoom_out": "Zoom out",
+    "pan_left": "\u25c0",
+    "pan_right": "\u25b6",
+    "whole_run": "Whole run",
+    "peak_mark": "peak {}",
+    "pool_above": "- - pool held: {}, above the chart",
+    "in_use_tip": "in use {}",
+    "live_title_peak": "Live at the peak, {}",
+    "live_at_title": "Live at {}",
+    "live_figures": "{} in use; the buffers the trace saw made and live: {} in {} buffers",
+    "live_unattributed": "; {} in use that none of them accounts for (made unseen, or "
+    "reserved outside the heap)",
+    "live_rest": "(the smaller groups)",
+    "unchanged_until": "the same until the next event, at {}",
+    "unchanged_to_end": "the same to the end of the trace (its last event)",
+    "moments_note": "The analysis took what was live at {} moments: the highest event of "
+    "each stretch of the run, the peak and the last event. A click shows the one whose live "
+    "set still holds at the time clicked (nothing changed between them), elsewhere the "
+    "nearest; it is marked on the chart.",
+    "largest_title": "The {} largest buffers of {} allocations, over their lives",
+    "largest_note": "Each block is a buffer, as wide as its life and as tall as its size, "
+    "stacked where it first fits in the order they were made (not device addresses). Hover "
+    "over one for the stack that made it.",
     "gaps_note": "Shaded: {} stretches the capture did not see (between profiler sessions); "
     "what happened in them is not drawn.",
     "fragmentation_title": "Fragmentation",

@@ -152,6 +152,7 @@
         xMin = Math.min(xMin, s.xs[0]); xMax = Math.max(xMax, s.xs[s.xs.length - 1]);
         for (const y of topOf(s)) if (y !== null && y > yMax) yMax = y;
       }
+      if (spec.span) { xMin = Math.min(xMin, spec.span[0]); xMax = Math.max(xMax, spec.span[1]); }
       if (!isFinite(xMin)) { xMin = 0; xMax = 1; }
       if (xMax === xMin) xMax = xMin + 1;
       if (!yMax) yMax = 1;
@@ -233,19 +234,14 @@
     const s = device.series;
     const part = el("div");
     if (!s || !s.time_ns.length) return part;
+    const helpers = { el, svg, bytes, count, say, niceStep, bytesStep, groupTable, COLORS };
+    part.appendChild(window.tpumemTimeline(helpers, device));
     const xs = s.time_ns.map((t) => t / 1e9);
-    const series = s.regions.map(([name, values]) => ({ name, xs, ys: values, stack: true }));
-    if (s.pool) series.push({ name: say("pool_series"), xs, ys: s.pool, color: "#24292f", dash: true });
-    part.appendChild(el("h3", {}, say("regions_title")));
-    const gaps = (s.gaps_ns || []).map(([a, b]) => [a / 1e9, b / 1e9]);
-    part.appendChild(chart({ series, xFormat: (x) => x.toFixed(2) + " s", yFormat: bytes, yBytes: true, steps: true, gaps }));
-    if (gaps.length) {
-      part.appendChild(el("p", { class: "note" }, say("gaps_note", count(gaps.length))));
-    }
+    const span = [s.span_ns[0] / 1e9, s.span_ns[1] / 1e9];
     if (s.fragmentation.some((v) => v !== null)) {
       part.appendChild(el("h3", {}, say("fragmentation_title")));
       part.appendChild(chart({ series: [{ name: say("fragmentation_series", device.fragmentation.label), xs, ys: s.fragmentation, color: "#bc4c00" }],
-        xFormat: (x) => x.toFixed(2) + " s", yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 160 }));
+        xFormat: (x) => x.toFixed(2) + " s", yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 160, steps: true, span }));
     }
     part.appendChild(el("p", { class: "note" }, say("thinned_note", count(s.time_ns.length), count(s.events))));
     return part;
@@ -632,10 +628,10 @@
     const xFormat = aligned ? (x) => say("step_axis", x.toFixed(1)) : (x) => (100 * x).toFixed(0) + "%";
     app.appendChild(el("h2", {}, say("overlaid_title")));
     app.appendChild(el("p", { class: "note" }, aligned ? say("by_step_note") : say("by_time_note")));
-    app.appendChild(chart({ series: useSeries, xFormat, yFormat: bytes, yBytes: true }));
+    app.appendChild(chart({ series: useSeries, xFormat, yFormat: bytes, yBytes: true, steps: true }));
     if (fragSeries.length) {
       app.appendChild(el("h2", {}, say("fragmentation_overlaid_title")));
-      app.appendChild(chart({ series: fragSeries, xFormat, yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 180 }));
+      app.appendChild(chart({ series: fragSeries, xFormat, yFormat: (y) => (y === null ? "-" : y.toFixed(2)), yMax: 1, height: 180, steps: true }));
     }
 
     app.appendChild(el("h2", {}, say("differences_title")));
