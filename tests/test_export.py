@@ -6,6 +6,8 @@ installed)."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -90,8 +92,9 @@ def test_scalars_read_back_with_tensorboards_reader(make_trace, tmp_path):
     )
     scalars = run_python(SCALARS, str(tmp_path / "loop"))
     # One point per training step: the step's largest bytes in use.
-    assert scalars["tpumem/CPU:0/bytes_in_use"] == [[1, 4096.0], [2, 8192.0], [3, 12288.0]]
-    assert set(scalars) >= {"tpumem/CPU:0/fragmentation", "tpumem/CPU:0/pool_bytes"}
+    # In MiB, as the SCALARS tab's axis shows them (float32: 4 KiB exactly).
+    assert scalars["tpumem/CPU:0/in_use_MiB"] == [[1, 4 / 1024], [2, 8 / 1024], [3, 12 / 1024]]
+    assert set(scalars) >= {"tpumem/CPU:0/fragmentation", "tpumem/CPU:0/pool_MiB"}
 
 
 def test_hosts_of_one_imported_run_export_as_one_run(make_trace, tmp_path):
@@ -177,6 +180,30 @@ def test_three_frameworks_export_and_a_tensorboard_server_serves_them(tmp_path):
                 assert round(viewer["peakHeapMib"] * (1 << 20)) == heap.peak_bytes
         scalar_runs = json.loads(get(f"{base}/data/runs"))
         assert set(runs) <= set(scalar_runs)
+        # Where the export says each run's memory is, Chromium lands on the Memory
+        # Profile with the run's peak, not on the Overview page.
+        opened = re.findall(r"http://localhost:6006(\S+)", result.stderr)
+        assert len(opened) == 1 and "run=torch_xla_mlp" in opened[0]
+        text = _page_text(base + opened[0])
+        assert "Memory Profile Summary" in text, text[:2000]
+        peak = runs["torch_xla_mlp"].devices[0].peak.bytes
+        assert f"{peak / 2**20:.2f} MiB" in text
+
+
+def _page_text(url: str) -> str:
+    """The text a headless Chromium shows at `url`, once XProf has drawn."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url, wait_until="networkidle")
+        page.get_by_text("Memory Profile Summary").wait_for(timeout=60_000)
+        text = page.locator("body").inner_text()
+        browser.close()
+    return text
 
 
 def test_exporting_imports_no_framework_and_no_tensorboard(make_trace, tmp_path):

@@ -23,4 +23,4 @@ def run_export(request: ExportRequest) -> None:
         run = safe_name(directories[0].resolve().name)
     with opened_run(paths) as given, progress(f"exporting to {request.logdir}"):
         exported = export_tensorboard(given.traces, request.logdir, run, request.force)
-    print(exported_lines(exported), file=sys.stderr)
+    print(exported_lines(exported, request.logdir), file=sys.stderr)

@@ -149,6 +149,6 @@ def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path 
 
         try:
             exported = export_loaded([(trace, loaded, figures)], logdir)
-            print(exported_lines(exported), file=sys.stderr)
+            print(exported_lines(exported, logdir), file=sys.stderr)
         except TpumemError as error:
             print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)

@@ -7,7 +7,7 @@ plugin (XProf) find them.
 
 Traces imported from one multi-host profile (same `run` in their metadata,
 different hosts) export as one run with a file per host, as XProf expects.
-Scalars per device: bytes in use, pool held and fragmentation, the maximum of
+Scalars per device: bytes in use and pool held in MiB, and fragmentation, the maximum of
 each training step where the trace has step marks (step = the training step), else
 the drawing points of the analysis (step = the point's number).
 """
@@ -15,6 +15,8 @@ the drawing points of the analysis (step = the point's number).
 from __future__ import annotations
 
 import re
+import shlex
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,10 @@ from tpumem.trace.reader import load
 from tpumem.xplane.hlo_protos import module_file_name
 
 POINTS = 1000  # scalar points per device for traces without step marks
+# Sizes as TensorBoard's SCALARS tab shows them: in MiB (its axes would print
+# bytes as 5.5e+7), the unit in the tag's name.
+MIB = float(1 << 20)
+IN_USE, POOL, FRAGMENTATION = "in_use_MiB", "pool_MiB", "fragmentation"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _UNSAFE_FILE = re.compile(r"[^A-Za-z0-9._()-]+")
 
@@ -46,12 +52,29 @@ class ExportedRun:
     programs: tuple[str, ...] = ()  # modules XProf's memory_viewer lists
 
 
-def exported_lines(exported: list[ExportedRun]) -> str:
-    """A line per run exported, with its files."""
-    return "\n".join(
-        f"tpumem: run {item.run}: {', '.join(str(p) for p in (*item.xplanes, *item.scalars))}"
-        for item in exported
+def memory_tool_path(run: str, host: str, tool: str = "memory_profile") -> str:
+    """Where in TensorBoard the profile plugin opens on a memory tool for `run`:
+    its page with the run, tool and host asked for (XProf reads them there); its
+    PROFILE tab opens on the Overview page, which says nothing of memory."""
+    query = urllib.parse.urlencode({"run": run, "tag": tool, "host": host})
+    return f"/data/plugin/profile/index.html?{query}"
+
+
+def exported_lines(exported: list[ExportedRun], logdir: Path) -> str:
+    """A line per run exported, with its files; then how to look, and where
+    TensorBoard opens on each run's memory (on its default port)."""
+    lines = []
+    for item in exported:
+        files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
+        lines.append(f"tpumem: run {item.run}: {files}")
+    lines.append(
+        f"tpumem: to look: tensorboard --logdir {shlex.quote(str(logdir))}; its PROFILE tab "
+        "opens on XProf's Overview page, these on each run's Memory Profile:"
     )
+    for item in exported:
+        host = item.xplanes[0].name.removesuffix(".xplane.pb")
+        lines.append(f"tpumem:   http://localhost:6006{memory_tool_path(item.run, host)}")
+    return "\n".join(lines)
 
 
 def _file_safe(text: str) -> str:
@@ -102,11 +125,11 @@ def _scalars(
         events, name = device.events, f"{prefix}{device.events.device}"
         pool = device.pool
         columns = {
-            "bytes_in_use": events.in_use.astype(np.float64),
-            "fragmentation": device.fragmentation,
+            IN_USE: events.in_use.astype(np.float64) / MIB,
+            FRAGMENTATION: device.fragmentation,
         }
         if pool is not None and len(pool) == len(events):
-            columns["pool_bytes"] = pool.astype(np.float64)
+            columns[POOL] = pool.astype(np.float64) / MIB
         if len(step_times) >= 2:
             for figure, column in columns.items():
                 for step, value in per_step_max(events.time_ns, column, step_times, step_numbers):
@@ -115,12 +138,12 @@ def _scalars(
             continue
         series = device_series(trace, events, device.fragmentation, pool, POINTS)
         for index, time_ns in enumerate(series.time_ns):
-            values = {f"{name}/bytes_in_use": float(series.in_use[index])}
+            values = {f"{name}/{IN_USE}": series.in_use[index] / MIB}
             fragmentation = series.fragmentation[index]
             if fragmentation is not None:
-                values[f"{name}/fragmentation"] = float(fragmentation)
+                values[f"{name}/{FRAGMENTATION}"] = float(fragmentation)
             if series.pool is not None:
-                values[f"{name}/pool_bytes"] = float(series.pool[index])
+                values[f"{name}/{POOL}"] = series.pool[index] / MIB
             writer.add(start_s + time_ns / 1e9, index, values)
     for step in sorted(by_step):
         wall, values = by_step[step]

@@ -584,8 +584,12 @@ def finite(value: Any) -> Any:
 
 
 def dump(body: Any, **options: Any) -> str:
-    """Strict JSON."""
-    return json.dumps(finite(body), allow_nan=False, **options)
+    """Strict JSON. (Walked for NaNs only where the encoder found one: a page's
+    arrays hold a million numbers.)"""
+    try:
+        return json.dumps(body, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(finite(body), allow_nan=False, **options)
 
 
 def render_program_json(
