@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
         [--steps 100] [--repeats 5]
         [--anchor plain|no-programs|no-stacks|tf-profiler|tf-profiler-sessions]
-        [--through profile|track]
+        [--through profile|track] [--live]
         [-- EXAMPLE ARGS]
 
 Runs the anchor (the plain script; or, for what recording the compiled programs
@@ -20,7 +20,9 @@ times each, and prints the medians, their spreads and the ratios profiled / anch
 - the whole command's wall time, start-up, capture, last chunk and report included.
 `--through track` records through the Python API instead: the example run inside
 `tpumem.track` with JAX in use before the block, as in a notebook
-(track_example.py; JAX examples only).
+(track_example.py; JAX examples only). `--live`: what the live line costs: the
+profiled run on a pseudo-terminal (the live line on, its stdout and stderr passed
+through the launcher), against the anchor `tpumem profile -q` (no line, no terminal).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pty
+import re
 import statistics
 import subprocess
 import sys
@@ -40,17 +44,47 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PJRT_DEVICE = os.environ.get("PJRT_DEVICE", "CPU")
 
 
-def run(command: list[str]) -> tuple[float, float, float]:
+def _on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """(exit status, what the terminal showed) of `command` on a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(
+        command, stdin=follower, stdout=follower, stderr=follower, cwd=WORK, env=env
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal's last holder closed it
+            break
+        if not data:
+            break
+        shown += data
+    os.close(leader)
+    return child.wait(), shown.decode(errors="replace")
+
+
+def run(command: list[str], terminal: bool = False) -> tuple[float, float, float]:
     """(the loop's seconds and its CPU seconds as the example reports them, the
     command's wall time)."""
     start = time.perf_counter()
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": PJRT_DEVICE}
+    if terminal:
+        status, shown = _on_a_terminal(command, env)
+        wall = time.perf_counter() - start
+        if status != 0:
+            sys.exit(f"{' '.join(command)} failed:\n{shown[-2000:]}")
+        # The example's last JSON line, among the live line's redraws and the report.
+        lines = [part.strip() for part in re.split(r"[\r\n]|\x1b\[K", shown)]
+        printed = json.loads(next(p for p in reversed(lines) if '"steps_seconds"' in p))
+        return printed["steps_seconds"], printed["steps_cpu_seconds"], wall
     result = subprocess.run(
         command,
         capture_output=True,
         text=True,
         cwd=WORK,
         # PyTorch/XLA: the device tpumem would pick, for the plain run too.
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": PJRT_DEVICE},
+        env=env,
         check=False,
     )
     wall = time.perf_counter() - start
@@ -71,6 +105,7 @@ def main() -> None:
         default="plain",
     )
     parser.add_argument("--through", choices=("profile", "track"), default="profile")
+    parser.add_argument("--live", action="store_true", help="the live line's cost")
     parser.add_argument("rest", nargs="*", help="more arguments for the example")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
@@ -82,6 +117,15 @@ def main() -> None:
         api = Path(__file__).resolve().parent / "track_example.py"
         profiled_command = [sys.executable, str(api), str(WORK / "track.tpumem"), *script]
     plain_command = [sys.executable, *script]
+    if args.live:
+        plain_command = profiled_command
+        profiled_command = [
+            *[p for p in profile if p != "-q"],
+            "-o",
+            str(WORK / "live.tpumem"),
+            *script,
+        ]
+        args.anchor = "profile -q"
     if args.anchor.startswith("tf-profiler"):
         alone = Path(__file__).resolve().parent / "tf_profiler_alone.py"
         sessions = ["--sessions-of", "1"] if args.anchor == "tf-profiler-sessions" else []
@@ -94,11 +138,11 @@ def main() -> None:
         # In turns, the order switched every pair (ABBA): whatever one run leaves
         # the next (dirty pages written back, caches) falls on both sides alike.
         if repeat % 2:
-            profiled.append(run(profiled_command))
+            profiled.append(run(profiled_command, args.live))
             plain.append(run(plain_command))
         else:
             plain.append(run(plain_command))
-            profiled.append(run(profiled_command))
+            profiled.append(run(profiled_command, args.live))
         print(
             f"run {repeat + 1}/{args.repeats}: loop {plain[-1][0]:.2f} s {args.anchor}, "
             f"{profiled[-1][0]:.2f} s profiled",

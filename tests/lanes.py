@@ -228,6 +228,7 @@ LANES: dict[str, Lanes] = {
     "test_trace_file.py": UNIT,
     "test_track.py": FRAMEWORKS,
     "test_unseen_frees.py": (UNIT, {CLI: ["test_the_unseen_row_says_where_those_bytes_were_made"]}),
+    "test_watch.py": FRAMEWORKS,
     "test_xplane_wire.py": UNIT,
 }
 

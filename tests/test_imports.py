@@ -173,6 +173,7 @@ COMMANDS = (
     "install_libtpu",
     "profile",
     "report",
+    "watch",
 )
 ROOTS = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
 

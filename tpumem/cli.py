@@ -490,6 +490,27 @@ def export_tensorboard_command(
     run_export(ExportRequest(paths=tuple(traces), logdir=logdir, run=run, force=force))
 
 
+@app.command(short_help="Watch a run's memory while another process writes its trace.")
+def watch(
+    trace: Annotated[
+        Path, typer.Argument(metavar="TRACE", help="The trace (.tpumem) being written.")
+    ],
+    interval: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS", help="How often the figures are read again.", min=0.05, max=60
+        ),
+    ] = 0.5,
+) -> None:
+    """Follow a trace while another process writes it (`tpumem profile -o TRACE` in
+    another terminal, or on a host whose disk this one shares): bytes in use, the
+    peak so far and the line that reached it, and a chart, until the run ends; then
+    its peak from the whole trace. A trace not yet there is waited for."""
+    from tpumem.commands.watch import run_watch
+
+    run_watch(trace, interval)
+
+
 # The TPU slice commands: their options are declared in cli_tpu.py.
 app.command(
     "fit",

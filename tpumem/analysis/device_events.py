@@ -6,6 +6,7 @@ the peak (its peak is bytes_reserved + bytes_allocated), and so does tpumem."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,8 +125,12 @@ class _Columns:
         return self.numbers(name, fill)
 
 
-def split_by_device(trace: Trace) -> list[DeviceEvents]:
-    """One DeviceEvents per device that has allocation events, sorted by name."""
+def split_by_device(
+    trace: Trace, heap_before: Mapping[str, int] | None = None
+) -> list[DeviceEvents]:
+    """One DeviceEvents per device that has allocation events, sorted by name.
+    `heap_before`: per device, the bytes in use summed before the trace's first
+    row, where `trace` is the rest of a run read so far (a run followed live)."""
     is_alloc_all, is_free_all = trace.is_kind(ALLOC), trace.is_kind(FREE)
     is_memory = is_alloc_all | is_free_all
     if not is_memory.any():
@@ -150,7 +155,7 @@ def split_by_device(trace: Trace) -> list[DeviceEvents]:
         heap = (
             reported
             if reported is not None and measured
-            else np.cumsum(np.where(is_alloc, size, -size))
+            else np.cumsum(np.where(is_alloc, size, -size)) + (heap_before or {}).get(name, 0)
         )
         # XProf reads a missing bytes_reserved as 0, event by event: so does this.
         reserved = columns.reported("bytes_reserved", 0)

@@ -13,6 +13,7 @@ from tpumem.commands.unrecorded import unrecorded_line
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.launch.status_line import LiveView
     from tpumem.report import Reporter
     from tpumem.tpu.topology import Topology
 
@@ -62,6 +63,7 @@ def run_profile(request: ProfileRequest) -> int:
         force=request.force,
         capture=capture,
         follow=follow,
+        live=_live_view() if not request.quiet and not follow and sys.stderr.isatty() else None,
     )
     outcome = run_profiled(launch)
     if outcome.adapter_failed:
@@ -89,6 +91,12 @@ def run_profile(request: ProfileRequest) -> int:
             outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard
         )
     return outcome.returncode
+
+
+def _live_view() -> LiveView:
+    from tpumem.commands.live_view import follow
+
+    return follow
 
 
 def _check_follow_options(

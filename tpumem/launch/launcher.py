@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ from tpumem.launch.host_memory import memory_limit_bytes, oom_kills
 from tpumem.launch.module_path import module_file
 from tpumem.launch.own_trace import OwnTrace
 from tpumem.launch.signals import HeldSignals, held
+from tpumem.launch.status_line import LiveView, StatusLine
 from tpumem.launch.stderr_filter import StderrFilter, filter_available
 from tpumem.launch.tree import TreeEnd, become_subreaper, end_tree, said
 from tpumem.outputs import create_trace, default_trace, free_name, literal_name, placeholders
@@ -68,6 +70,7 @@ class LaunchRequest:
     force: bool = False  # replace an existing trace at `output`
     stdout_to_stderr: bool = False  # the script's stdout (compare keeps its own for the table)
     follow: bool = False  # every process that imports a framework, a trace each in `output`/
+    live: LiveView | None = None  # a live line on the terminal while it runs (status_line.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,16 @@ class _Started:
     stderr: StderrFilter | None
     kills_before: int | None  # the control group's OOM kills when it started
     named_here: bool  # the trace's name has placeholders, filled in by the child
+    stdout: StderrFilter | None = None  # with a live line: the script's stdout, under it
+    stop_live: Callable[[], None] | None = None
+
+    def finish(self) -> None:
+        """After the child ended: its output passed on, the live line gone."""
+        for output in (self.stderr, self.stdout):
+            if output is not None:
+                output.finish()
+        if self.stop_live is not None:
+            self.stop_live()
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,8 +249,7 @@ def _run(launch: _Launch, signals: HeldSignals) -> ProfileOutcome:
                 status, usage = signals.wait(started.child.pid, reaped if follow_tree else None)
                 tree = end_tree(signals, reaped) if follow_tree else None
             finally:
-                if started.stderr is not None:
-                    started.stderr.finish()
+                started.finish()
         finally:
             if follow_tree:
                 become_subreaper(False)
@@ -275,9 +287,15 @@ def _start(launch: _Launch, signals: HeldSignals) -> _Started:
         unblock_signals=signals.unblock,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
-    stderr = StderrFilter() if filter_available() else None
+    # The live line needs the trace's name (given) and both of the script's
+    # outputs that reach the terminal to pass through here, to go above it.
+    live = request.live is not None and descriptor is not None and filter_available()
+    status = StatusLine() if live and os.isatty(2) else None
+    stderr = StderrFilter(status=status) if filter_available() else None
     if stderr is not None:
         env[QUIET_VARIABLE] = "1"
+    stdout_to = 2 if request.stdout_to_stderr else 1
+    stdout = StderrFilter(stdout_to, status) if status and os.isatty(stdout_to) else None
     start_ns = time.time_ns()
     try:
         # The trace goes to the child open: another run given the same name (with
@@ -286,7 +304,9 @@ def _start(launch: _Launch, signals: HeldSignals) -> _Started:
         child = subprocess.Popen(
             [sys.executable, "-m", "tpumem.adapters.runner"],
             env=env,
-            stdout=sys.stderr.fileno() if request.stdout_to_stderr else None,
+            stdout=stdout.child_fd
+            if stdout is not None
+            else (sys.stderr.fileno() if request.stdout_to_stderr else None),
             stderr=stderr.child_fd if stderr is not None else None,
             pass_fds=tuple(fd for fd in (descriptor, status_write) if fd is not None),
         )
@@ -294,9 +314,15 @@ def _start(launch: _Launch, signals: HeldSignals) -> _Started:
         if descriptor is not None:
             os.close(descriptor)
         os.close(status_write)
-        if stderr is not None:
-            stderr.start()
-    return _Started(child, status_read, start_ns, stderr, oom_kills(), config.named_here)
+        for output in (stderr, stdout):
+            if output is not None:
+                output.start()
+    stop_live = None
+    if status is not None and request.live is not None:
+        stop_live = request.live(launch.output, status)
+    return _Started(
+        child, status_read, start_ns, stderr, oom_kills(), config.named_here, stdout, stop_live
+    )
 
 
 def _after_followed(

@@ -22,6 +22,7 @@ import threading
 
 from tpumem.adapters.launch_protocol import ANNOUNCEMENT
 from tpumem.launch.oom_log import OomLogReader
+from tpumem.launch.status_line import StatusLine
 
 # absl: "I1123 10:43:57.349421   12878 file.cc:150] message" (and "I0000 00:00:..."
 # before absl is initialized); the thread id is the third field.
@@ -33,8 +34,9 @@ class StderrFilter:
     """Owns the write end the child gets as its stderr, and a thread that passes
     what it reads on to this process's stderr."""
 
-    def __init__(self, destination: int = 2) -> None:
+    def __init__(self, destination: int = 2, status: StatusLine | None = None) -> None:
         self.destination = destination
+        self.status = status  # the live line the output goes above, on a terminal
         self.dropped = 0
         self._threads: set[bytes] = set()
         if os.isatty(destination):
@@ -99,6 +101,9 @@ class StderrFilter:
         return True
 
     def _write(self, data: bytes) -> None:
+        if self.status is not None:
+            self.status.passing(self.destination, data)
+            return
         while data:
             try:
                 written = os.write(self.destination, data)

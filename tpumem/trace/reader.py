@@ -232,6 +232,22 @@ def load(path: str | Path, shown_as: str | None = None) -> Trace:
     )
 
 
+def batches_trace(batches: list[pa.RecordBatch], schema: pa.Schema, name: str) -> Trace:
+    """Rows of a trace read while it is written (trace/tail.py), checked as load
+    checks a file's: what a run's live figures are read from."""
+    header = _header(schema, name)
+    _columns(schema, name)
+    table = _conform(pa.Table.from_batches(batches, schema), name)
+    table, notes = sane(table)
+    return Trace(
+        path=name,
+        metadata=_metadata(header, table).with_warnings(*notes),
+        table=table,
+        complete=False,
+        running=True,
+    )
+
+
 def _releaser(mapping: mmap.mmap) -> Callable[[], None]:
     """Gives back the pages of the file read so far (checking a large trace reads
     it all); they come back from the page cache when the analysis reads them."""

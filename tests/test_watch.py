@@ -1,0 +1,117 @@
+"""Watching a run: `tpumem watch TRACE` follows a trace a real profiled JAX run is
+writing and ends with the run's peak, as the analysis of the whole trace gives it;
+`tpumem profile` on a (pseudo-)terminal shows one live line under the script's own
+output, gone when the report prints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import run_tpumem
+from profiling import EXAMPLES, InATerminal, profile
+from tpumem.launch.status_line import CLEAR
+from tpumem.units import format_bytes, format_seconds
+
+SIZES = ["--width", "64", "--layers", "1", "--seq", "32"]
+
+
+def _peak_said(trace) -> str:
+    report = json.loads(run_tpumem("report", str(trace), "--format", "json").stdout)
+    device = max(report["devices"], key=lambda d: d["peak"]["bytes"])
+    peak = device["peak"]
+    return (
+        f"peak {format_bytes(peak['bytes'])} on {device['device']} at "
+        f"{format_seconds(peak['time_ns'])}, step {peak['step']:,}"
+    )
+
+
+def test_watch_follows_a_run_to_its_end_and_its_peak(tmp_path):
+    trace = tmp_path / "run.tpumem"
+    # Watching first: the trace it names is waited for.
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "tpumem", "watch", str(trace), "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    time.sleep(1)
+    assert watch.poll() is None  # still waiting for the trace
+    script = str(EXAMPLES / "jax_transformer.py")
+    result = profile(tmp_path, "-q", "-o", str(trace), script, *SIZES, "--steps", "40")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out, err = watch.communicate(timeout=120)
+    assert watch.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[-1].startswith("tpumem: the run ended (closed by its writer): ")
+    assert _peak_said(trace) in lines[-1]
+    # The last live line: the steps the run marked, and the peak where the report has it.
+    assert "step 39" in lines[-2] and " in use " in lines[-2], lines[-2]
+
+
+def test_watch_of_a_killed_run_says_so(tmp_path, make_trace):
+    """A trace whose writer died without closing it: watch ends at once."""
+    complete = make_trace(
+        [{"kind": "alloc", "time_ns": 5, "device": "GPU:0", "buffer_id": 1, "bytes": 4096}]
+    )
+    cut = tmp_path / "cut.tpumem"
+    cut.write_bytes(complete.read_bytes()[:-8])  # no end-of-stream marker
+    result = run_tpumem("watch", str(cut))
+    assert result.returncode == 0, result.stderr
+    assert "its writer ended without closing it" in result.stdout
+    assert "peak 4.0 KiB on GPU:0" in result.stdout
+
+
+def test_watch_of_a_file_that_is_not_a_trace_is_one_line(tmp_path):
+    bad = tmp_path / "bad.tpumem"
+    bad.write_bytes(b"not a trace at all" * 10)
+    result = run_tpumem("watch", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.startswith("tpumem: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_profile_shows_a_live_line_on_a_terminal(tmp_path):
+    script = str(EXAMPLES / "jax_transformer.py")
+    terminal = InATerminal(tmp_path, "profile", "-o", "run.tpumem", script, *SIZES, "--steps", "60")
+    shown = terminal.finish(timeout_s=240)
+    assert terminal.process.returncode == 0, shown[-3000:]
+    clear = CLEAR.decode()
+    lines = [part for part in shown.split(clear) if part.startswith("tpumem: ")]
+    live = [line for line in lines if " in use " in line]
+    assert live, shown[-3000:]
+    # It reads the trace as it grows: the step moves on, the peak is there.
+    assert len({line.split(" · ")[1] for line in live if " · step " in line}) >= 2, live
+    assert all(" peak " in line for line in live)
+    # The script's own line is whole, above it; the report comes after the line is gone.
+    assert "JAX transformer: " in shown and "parameters" in shown
+    report = shown.index("Peak ")
+    assert shown.rindex(clear, 0, report) > shown.rindex(" in use ", 0, report)
+    assert clear + "tpumem: " not in shown[report:]
+    peak = _peak_said(tmp_path / "run.tpumem").split(" on ")[0]
+    assert shown[report:].startswith("P" + peak[1:])
+
+
+def test_no_live_line_without_a_terminal(tmp_path):
+    script = str(EXAMPLES / "jax_transformer.py")
+    result = profile(tmp_path, "-o", "run.tpumem", script, *SIZES, "--steps", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert CLEAR.decode() not in result.stderr
+    assert not [line for line in result.stderr.splitlines() if " · peak " in line]
+
+
+def test_watch_shows_a_hostile_line_escaped(make_trace):
+    """Names from a trace reach the terminal as escapes, never as control codes."""
+    hostile = "train.py:7\x1b]0;pwned\x07\u202e"
+    trace = make_trace(
+        [
+            {"kind": "alloc", "time_ns": 5, "device": "GPU:0\x1b[2J", "buffer_id": 1,
+             "bytes": 4096, "source": hostile},
+        ]
+    )  # fmt: skip
+    result = run_tpumem("watch", str(trace))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "train.py:7\\x1b]0;pwned\\x07\\u202e" in result.stdout
