@@ -76,6 +76,9 @@ bench: setup
 	$(BIN)/python benchmarks/torch_xla_op_cost.py
 	$(BIN)/python benchmarks/compare_html.py
 	$(BIN)/python benchmarks/export_tensorboard.py
+	$(BIN)/python benchmarks/page_scale.py
+	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py --live
+	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py --watch
 	$(BIN)/python benchmarks/trace_shapes.py
 	$(BIN)/python benchmarks/diff_scale.py
 	$(BIN)/python benchmarks/run_scale.py

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
         [--steps 100] [--repeats 5]
         [--anchor plain|no-programs|no-stacks|tf-profiler|tf-profiler-sessions]
-        [--through profile|track] [--live]
+        [--through profile|track] [--live | --watch]
         [-- EXAMPLE ARGS]
 
 Runs the anchor (the plain script; or, for what recording the compiled programs
@@ -23,6 +23,8 @@ times each, and prints the medians, their spreads and the ratios profiled / anch
 (track_example.py; JAX examples only). `--live`: what the live line costs: the
 profiled run on a pseudo-terminal (the live line on, its stdout and stderr passed
 through the launcher), against the anchor `tpumem profile -q` (no line, no terminal).
+`--watch`: what `tpumem watch` costs the run it follows: `tpumem profile -q` with
+a `tpumem watch` of its trace running beside it, against the same without.
 """
 
 from __future__ import annotations
@@ -64,11 +66,24 @@ def _on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     return child.wait(), shown.decode(errors="replace")
 
 
-def run(command: list[str], terminal: bool = False) -> tuple[float, float, float]:
+def run(
+    command: list[str], terminal: bool = False, watched: Path | None = None
+) -> tuple[float, float, float]:
     """(the loop's seconds and its CPU seconds as the example reports them, the
-    command's wall time)."""
+    command's wall time); `watched`: a trace `tpumem watch` follows meanwhile."""
     start = time.perf_counter()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PJRT_DEVICE": PJRT_DEVICE}
+    if watched is not None:
+        watched.unlink(missing_ok=True)
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "tpumem", "watch", str(watched)],
+            stdout=subprocess.DEVNULL,
+            cwd=WORK,
+        )
+        try:
+            return run(command)
+        finally:
+            watch.wait(timeout=120)
     if terminal:
         status, shown = _on_a_terminal(command, env)
         wall = time.perf_counter() - start
@@ -106,6 +121,7 @@ def main() -> None:
     )
     parser.add_argument("--through", choices=("profile", "track"), default="profile")
     parser.add_argument("--live", action="store_true", help="the live line's cost")
+    parser.add_argument("--watch", action="store_true", help="what tpumem watch costs the run")
     parser.add_argument("rest", nargs="*", help="more arguments for the example")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
@@ -126,6 +142,12 @@ def main() -> None:
             *script,
         ]
         args.anchor = "profile -q"
+    watched = None
+    if args.watch:
+        plain_command = profiled_command
+        watched = WORK / "watched.tpumem"
+        profiled_command = [*profile, "-o", str(watched), *script]
+        args.anchor = "profile -q"
     if args.anchor.startswith("tf-profiler"):
         alone = Path(__file__).resolve().parent / "tf_profiler_alone.py"
         sessions = ["--sessions-of", "1"] if args.anchor == "tf-profiler-sessions" else []
@@ -138,11 +160,11 @@ def main() -> None:
         # In turns, the order switched every pair (ABBA): whatever one run leaves
         # the next (dirty pages written back, caches) falls on both sides alike.
         if repeat % 2:
-            profiled.append(run(profiled_command, args.live))
+            profiled.append(run(profiled_command, args.live, watched))
             plain.append(run(plain_command))
         else:
             plain.append(run(plain_command))
-            profiled.append(run(profiled_command, args.live))
+            profiled.append(run(profiled_command, args.live, watched))
         print(
             f"run {repeat + 1}/{args.repeats}: loop {plain[-1][0]:.2f} s {args.anchor}, "
             f"{profiled[-1][0]:.2f} s profiled",

@@ -125,3 +125,20 @@ def test_a_short_run_spans_its_real_length(make_trace):
     (device,) = analyze(trace, series_points=1500).devices
     assert device.series.span_ns == (0, 200_000_000)
     assert device.series.moments.top[0] == ((0, 8, 1),)
+
+
+def test_sizes_near_the_largest_a_trace_holds_sum_exactly(make_trace):
+    """Sizes up to 2^50 each (trace/values.py's bound): their sums pass a float's
+    53 bits, and stay exact."""
+    sizes = [(1 << 50) - k for k in range(1, 21)]
+    rows = [
+        {"kind": "alloc", "time_ns": k, "device": "GPU:0", "buffer_id": k, "bytes": size,
+         "op": f"op{k % 3}"}
+        for k, size in enumerate(sizes)
+    ]  # fmt: skip
+    trace = load(make_trace(rows))
+    (events,) = split_by_device(trace)
+    taken = moments(trace, events, moment_indices(events))
+    assert taken.live_bytes[-1] == sum(sizes)
+    shown = [(taken.groups[g], b, c) for g, b, c in taken.top[-1]]
+    assert shown == _expected(trace, events, len(events) - 1)
