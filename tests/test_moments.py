@@ -89,7 +89,7 @@ def test_finer_levels_keep_every_spike_and_dip(make_trace):
     trace = load(make_trace(_random_rows(5, 5000, 5)))
     (events,) = split_by_device(trace)
     levels = detail_levels(events, 20, drawn=20)
-    assert [level.stretches for level in levels] == [80, 320, 1280]
+    assert [level.stretches for level in levels] == [160, 1280]
     for level in levels:
         assert max(level.high) == int(events.in_use.max())
         assert min(level.low) == int(events.in_use.min())
@@ -97,6 +97,10 @@ def test_finer_levels_keep_every_spike_and_dip(make_trace):
         # Each point is a real event's time and bytes.
         at = {(int(t), int(v)) for t, v in zip(events.time_ns, events.in_use, strict=True)}
         assert set(zip(level.time_ns, level.high, strict=True)) <= at
+        # And each stretch's last event, after its highest, with what it left in use.
+        assert set(zip(level.last_ns, level.last, strict=True)) <= at
+        assert all(e >= t for t, e in zip(level.time_ns, level.last_ns, strict=True))
+        assert level.last[-1] == int(events.in_use[-1])
     # A level that already drew every event has none below it.
     assert detail_levels(events, 20, drawn=len(events)) == ()
 

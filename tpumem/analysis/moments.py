@@ -3,10 +3,10 @@ here?" anywhere on its timeline: at each chosen event, the buffers live just aft
 it, grouped as the peak's are (peak.GROUP_KEYS), largest first; the first
 MOMENT_GROUPS groups named, the rest summed.
 
-The moments are the highest event of each of MOMENT_BINS stretches of the run
-(bins.py), the peak among them, plus the last event: at any zoom a click lands
-near the top of the stretch it points at. A trace of fewer events has every event
-as a moment.
+The moments are the highest and the last event of each of MOMENT_BINS stretches
+of the run (bins.py), the peak among them: a click lands near the top of the
+stretch it points at, and in a quiet time between stretches on the live set that
+holds there. A trace of fewer events has every event as a moment.
 
 One sweep serves all moments. An allocation is live at the moments from its own
 event up to its end (DeviceEvents.ends, the one rule for liveness), a contiguous
@@ -25,7 +25,7 @@ from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.peak import GROUP_KEYS
 from tpumem.trace.model import Trace
 
-MOMENT_BINS = 6000  # stretches of the run whose highest event is a moment
+MOMENT_BINS = 4000  # stretches of the run whose highest and last events are moments
 MOMENT_GROUPS = 10  # groups named per moment; the rest summed
 _CELLS = 1 << 22  # cells of one block of the (group x moment) table
 _HALF = 26  # bits: sizes (at most 2^50, trace/values.py) are summed in two halves
@@ -58,8 +58,10 @@ def moment_indices(events: DeviceEvents, bins: int = MOMENT_BINS) -> np.ndarray:
         return np.zeros(0, np.int64)
     if len(events) <= bins:
         return np.arange(len(events))
-    chosen, _ = highest_of_bins(bin_of(events.time_ns, bins), events.in_use)
-    return np.union1d(chosen, [len(events) - 1])
+    chosen, starts = highest_of_bins(bin_of(events.time_ns, bins), events.in_use)
+    # Each stretch's last event too: its live set holds until the next stretch's
+    # first event, so a click in a quiet time is answered exactly.
+    return np.union1d(chosen, np.append(starts[1:], len(events)) - 1)
 
 
 def _group_ids(

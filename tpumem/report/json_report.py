@@ -398,15 +398,28 @@ def _series(series: DeviceSeries) -> dict[str, Any]:
         "detail": [
             {
                 "stretches": level.stretches,
-                "time_ns": list(level.time_ns),
+                # Times as steps from the one before (the first from 0), the last
+                # event after the highest, the lowest and last bytes below the
+                # highest: small numbers, a small page.
+                "time_step_ns": _steps(level.time_ns),
                 "high": list(level.high),
-                "low": list(level.low),
+                "low_below": _below(level.high, level.low),
+                "last_after_ns": [e - t for t, e in zip(level.time_ns, level.last_ns, strict=True)],
+                "last_below": _below(level.high, level.last),
             }
             for level in series.detail
         ],
         "moments": None if series.moments is None else _moments(series.moments),
         "largest": None if series.largest is None else _largest(series.largest),
     }
+
+
+def _steps(times: tuple[int, ...]) -> list[int]:
+    return [t - before for before, t in zip((0, *times[:-1]), times, strict=True)]
+
+
+def _below(high: tuple[int, ...], values: tuple[int, ...]) -> list[int]:
+    return [h - v for h, v in zip(high, values, strict=True)]
 
 
 def _moments(moments: Moments) -> dict[str, Any]:

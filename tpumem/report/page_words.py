@@ -96,9 +96,11 @@ PAGE_WORDS: dict[str, object] = {
     "live_rest": "(the smaller groups)",
     "unchanged_until": "the same until the next event, at {}",
     "unchanged_to_end": "the same to the end of the trace (its last event)",
-    "moments_note": "The analysis took what was live at {} moments: the highest event of "
-    "each stretch of the run, the peak and the last event. A click shows the one whose live "
-    "set still holds at the time clicked (nothing changed between them), elsewhere the "
+    "nearest_moment": "the moment the analysis took nearest to {}, where the click fell ({})",
+    "largest_in_view": "{} of the {} live in this view",
+    "moments_note": "The analysis took what was live at {} moments: the highest and the "
+    "last event of each stretch of the run (the peak among them). A click shows the one whose "
+    "live set still holds at the time clicked (nothing changed between them), elsewhere the "
     "nearest; it is marked on the chart.",
     "largest_title": "The {} largest buffers of {} allocations, over their lives",
     "largest_note": "Each block is a buffer, as wide as its life and as tall as its size, "

@@ -20,11 +20,20 @@ window.tpumemTimeline = function (h, device) {
   const minWidth = Math.max((whole[1] - whole[0]) / 1e8, 1e-9);
   let view = whole.slice();
   const overview = { xs: s.time_ns.map(toS), high: s.in_use, regions: s.regions, pool: s.pool };
-  const levels = [overview, ...s.detail.map((l) => ({ xs: l.time_ns.map(toS), high: l.high, low: l.low, stretches: l.stretches }))];
+  // (Times come as steps from the one before, bytes below the highest: to keep a
+  // large run's page small.)
+  const levels = [overview, ...s.detail.map((l) => {
+    let t = 0;
+    const times = l.time_step_ns.map((step) => (t += step));
+    return { xs: times.map(toS), lastXs: times.map((time, k) => toS(time + l.last_after_ns[k])),
+      high: l.high, low: l.high.map((h, k) => h - l.low_below[k]),
+      last: l.high.map((h, k) => h - l.last_below[k]), stretches: l.stretches };
+  })];
   const moments = s.moments;
   const momentXs = moments ? moments.time_ns.map(toS) : [];
   const peak = device.peak;
   let selected = null; // index into moments
+  let clickedNs = null; // the time of the last click, on the trace's clock
 
   function lowerBound(xs, x) {
     let lo = 0, hi = xs.length;
@@ -74,6 +83,7 @@ window.tpumemTimeline = function (h, device) {
   const panel = el("div", { class: "moment" });
   const buffersBox = el("div", { class: "chart buffers" });
   const buffersTip = el("div", { class: "tip" });
+  const blocksCaption = el("div", { class: "timeline-caption" });
   let graph = null, blocks = null, pending = false;
   let down = null, brush = null; // where a drag started (px), and its rectangle
   let drawnLevel = null; // the level the chart draws now
@@ -88,6 +98,17 @@ window.tpumemTimeline = function (h, device) {
   }
   function zoom(factor, at) { setView(at - (at - view[0]) * factor, at + (view[1] - at) * factor); }
   function pan(share) { const d = (view[1] - view[0]) * share; setView(view[0] + d, view[1] + d); }
+
+  // Grid lines and their labels, at round numbers of the unit shown.
+  function bytesAxis(target, yMax, Y) {
+    const yStep = bytesStep(yMax);
+    for (let y = 0; y <= yMax; y += yStep) {
+      target.appendChild(svg("line", { x1: left, x2: W - right, y1: Y(y), y2: Y(y), class: "axis" }));
+      const label = svg("text", { x: left - 6, y: Y(y) + 4, "text-anchor": "end" });
+      label.textContent = bytes(y);
+      target.appendChild(label);
+    }
+  }
 
   const X = (x) => left + ((x - view[0]) / (view[1] - view[0])) * plotW;
   const fromPx = (px) => view[0] + ((px - left) / plotW) * (view[1] - view[0]);
@@ -106,6 +127,28 @@ window.tpumemTimeline = function (h, device) {
     out.push([X(Math.min(view[1], hi < xs.length ? xs[hi] : whole[1])), Y(prev)]);
     return out;
   }
+  // A finer level's outlines, upper (its highest) and lower (its lowest): before
+  // its first event nothing is in use; each stretch rises to its highest at that
+  // event's time, spans its range to its last event, then holds what that left
+  // until the next stretch.
+  function ranged(level, lo, hi, Y) {
+    const at = (x) => X(Math.min(Math.max(x, view[0]), view[1]));
+    // The stretch before the view is drawn only where it reaches into it.
+    const first = lo > 0 && level.lastXs[lo - 1] > view[0] ? lo - 1 : lo;
+    let carry = first > 0 ? level.last[first - 1] : 0;
+    const start = at(first > 0 ? level.lastXs[first - 1] : whole[0]);
+    const upper = [[start, Y(carry)]], lower = [[start, Y(carry)]];
+    for (let k = first; k < hi; k++) {
+      const t = at(level.xs[k]), e = at(level.lastXs[k]);
+      upper.push([t, Y(carry)], [t, Y(level.high[k])], [e, Y(level.high[k])], [e, Y(level.last[k])]);
+      lower.push([t, Y(carry)], [t, Y(level.low[k])], [e, Y(level.low[k])], [e, Y(level.last[k])]);
+      carry = level.last[k];
+    }
+    const end = at(hi < level.xs.length ? level.xs[hi] : whole[1]);
+    upper.push([end, Y(carry)]);
+    lower.push([end, Y(carry)]);
+    return [upper, lower];
+  }
   const points = (list) => list.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
 
   function draw() {
@@ -123,7 +166,9 @@ window.tpumemTimeline = function (h, device) {
       }
     }
     let yMax = 0;
-    const from = Math.max(0, lo - 1), to = Math.min(level.xs.length, hi + 1);
+    // Scaled to what the view shows: the value carried into it and its own points
+    // (the next point, past its right edge, is not drawn in it).
+    const from = Math.max(0, lo - 1), to = hi;
     // Scaled to bytes in use: a pool far above them (a preallocating framework's)
     // would flatten them; its line is labelled where it runs above the chart.
     const series = k === 0 ? shown.map((r) => r.tops) : [level.high];
@@ -138,13 +183,7 @@ window.tpumemTimeline = function (h, device) {
     // (Nothing needs clipping: the outlines start and end at the view's edges, and
     // the pool's line is held at the chart's top where it runs above it.)
     const plot = svg("g");
-    const yStep = bytesStep(yMax);
-    for (let y = 0; y <= yMax; y += yStep) {
-      graph.appendChild(svg("line", { x1: left, x2: W - right, y1: Y(y), y2: Y(y), class: "axis" }));
-      const label = svg("text", { x: left - 6, y: Y(y) + 4, "text-anchor": "end" });
-      label.textContent = bytes(y);
-      graph.appendChild(label);
-    }
+    bytesAxis(graph, yMax, Y);
     const xStep = niceStep(b - a, 6), xFormat = timeFormat(xStep);
     for (let x = Math.ceil(a / xStep) * xStep; x <= b; x += xStep) {
       const label = svg("text", { x: X(x), y: H - 8, "text-anchor": "middle" });
@@ -173,8 +212,8 @@ window.tpumemTimeline = function (h, device) {
       }
       caption.textContent = say("timeline_regions", count(level.xs.length));
     } else {
-      const upper = stepped(level.xs, level.high, lo, hi, Y);
-      const lower = stepped(level.xs, level.low, lo, hi, Y).reverse();
+      const [upper, lower] = ranged(level, lo, hi, Y);
+      lower.reverse();
       plot.appendChild(svg("polygon", { points: points(upper.concat(lower)), fill: COLORS[0], "fill-opacity": 0.25, stroke: "none" }));
       plot.appendChild(svg("polyline", { points: points(upper), fill: "none", stroke: COLORS[0], "stroke-width": 1.5, class: "in-use" }));
       caption.textContent = say("timeline_detail", count(level.stretches));
@@ -243,7 +282,9 @@ window.tpumemTimeline = function (h, device) {
     const level = drawnLevel, x = fromPx(px), i = Math.max(0, lowerBound(level.xs, x + 1e-12) - 1);
     tip.textContent = "";
     tip.appendChild(el("div", { class: "dim" }, timeFormat(niceStep(view[1] - view[0], 60))(x)));
-    if (level.xs.length) tip.appendChild(el("div", {}, say("in_use_tip", bytes(level.high[i]))));
+    // (A finer level's stretch holds what its last event left, once past it.)
+    const value = level.last && x >= level.lastXs[i] ? level.last[i] : level.high[i];
+    if (level.xs.length) tip.appendChild(el("div", {}, say("in_use_tip", bytes(value))));
     tip.style.display = "block";
     tip.style.left = Math.min(px + 12, W - 220) + "px";
     tip.style.top = "40px";
@@ -269,6 +310,7 @@ window.tpumemTimeline = function (h, device) {
     const until = before >= 0 ? moments.until_ns[before] : null;
     selected = before >= 0 && (until === null || ns < until) ? before : nearestIndex(times, ns);
     panel.setAttribute("data-clicked-ns", ns);
+    clickedNs = ns;
     showMoment();
     draw();
   }
@@ -277,11 +319,15 @@ window.tpumemTimeline = function (h, device) {
     const j = selected;
     panel.setAttribute("data-event-index", moments.event_index[j]);
     panel.setAttribute("data-time-ns", moments.time_ns[j]);
-    const when = (moments.time_ns[j] / 1e9).toFixed(6) + " s";
+    const at = (ns) => (ns / 1e9).toFixed(6) + " s";
+    const when = at(moments.time_ns[j]), until = moments.until_ns[j];
     const title = j === moments.peak ? say("live_title_peak", when) : say("live_at_title", when);
     panel.appendChild(el("h3", {}, title));
-    const until = moments.until_ns[j];
-    panel.appendChild(el("p", { class: "dim" }, until === null ? say("unchanged_to_end") : say("unchanged_until", (until / 1e9).toFixed(6) + " s")));
+    // Where the click fell, and whether this live set still held there.
+    const clicked = clickedNs === null ? moments.time_ns[j] : clickedNs;
+    const holds = clicked >= moments.time_ns[j] && (until === null || clicked < until);
+    const span = until === null ? say("unchanged_to_end") : say("unchanged_until", at(until));
+    panel.appendChild(el("p", { class: "dim" }, holds ? span : say("nearest_moment", at(clicked), span)));
     let line = say("live_figures", bytes(moments.in_use[j]), bytes(moments.live_bytes[j]), count(moments.live_buffers[j]));
     if (moments.unattributed[j] > 0) line += say("live_unattributed", bytes(moments.unattributed[j]));
     panel.appendChild(el("p", {}, line));
@@ -303,13 +349,7 @@ window.tpumemTimeline = function (h, device) {
     const Y = (y) => 8 + (1 - y / yMax) * plotB;
     if (blocks) blocks.remove();
     blocks = svg("svg", { width: W, height: BH, viewBox: `0 0 ${W} ${BH}` });
-    const yStep = bytesStep(yMax);
-    for (let y = 0; y <= yMax; y += yStep) {
-      blocks.appendChild(svg("line", { x1: left, x2: W - right, y1: Y(y), y2: Y(y), class: "axis" }));
-      const label = svg("text", { x: left - 6, y: Y(y) + 4, "text-anchor": "end" });
-      label.textContent = bytes(y);
-      blocks.appendChild(label);
-    }
+    bytesAxis(blocks, yMax, Y);
     const colors = new Map();
     let drawn = 0;
     largest.buffers.forEach((b) => {
@@ -338,6 +378,7 @@ window.tpumemTimeline = function (h, device) {
       drawn++;
     });
     blocks.setAttribute("data-blocks", drawn);
+    blocksCaption.textContent = say("largest_in_view", count(drawn), count(largest.buffers.length));
     buffersBox.insertBefore(blocks, buffersTip);
   }
 
@@ -354,6 +395,7 @@ window.tpumemTimeline = function (h, device) {
   if (s.largest && s.largest.buffers.length) {
     part.appendChild(el("h3", {}, say("largest_title", count(s.largest.buffers.length), count(s.largest.allocations))));
     part.appendChild(el("p", { class: "note" }, say("largest_note")));
+    buffersBox.appendChild(blocksCaption);
     buffersBox.appendChild(buffersTip);
     part.appendChild(buffersBox);
   }
