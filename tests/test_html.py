@@ -12,6 +12,7 @@ import numpy as np
 from conftest import run_tpumem
 from sample_traces import buffer_rows
 from tpumem.analysis import analyze
+from tpumem.analysis.device_events import split_by_device
 from tpumem.analysis.peak import NO_REGION
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.answer_rows import KINDS_TITLE
@@ -157,8 +158,13 @@ def test_the_page_has_the_runs_rows_and_its_capture_gaps(make_trace, tmp_path):
 def test_drawing_points_are_thinned_but_keep_the_peak(make_trace):
     analysis = analyze(load(make_trace(_loop_rows(steps=200))), series_points=50)
     series = analysis.devices[0].series
-    assert len(series.time_ns) <= 50 < series.events
+    # Each of 50 stretches by its highest event and its last.
+    assert len(series.time_ns) <= 2 * 50 < series.events
     assert max(series.in_use) == analysis.devices[0].peak.bytes
+    # The last point is the run's last event: a quiet end is drawn as it was.
+    events = split_by_device(load(make_trace(_loop_rows(steps=200), name="again.tpumem")))[0]
+    assert series.in_use[-1] == int(events.in_use[-1])
+    assert series.time_ns[-1] == int(events.time_ns[-1])
 
 
 def test_names_from_traces_stay_text(make_trace, tmp_path):

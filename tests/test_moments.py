@@ -59,7 +59,7 @@ def _expected(trace, events, index):
     [
         (1, 400, 3, 10_000, 1 << 22),  # every event a moment
         (2, 3000, 40, 300, 1 << 22),  # the highest of each stretch
-        (3, 3000, 40, 300, 64),  # groups a block of one or two at a time
+        (3, 3000, 40, 300, 2048),  # many blocks of the groups' stretches
         (4, 2000, 200, 50, 1 << 22),  # more groups than a moment names
     ],
 )
@@ -81,6 +81,9 @@ def test_each_moment_is_the_live_set_after_its_event(
         assert taken.live_bytes[j] == sum(b for _, b, _ in expected)
         assert taken.live_buffers[j] == sum(c for _, _, c in expected)
         assert taken.in_use[j] == int(events.in_use[index])
+        rest = expected[MOMENT_GROUPS:]
+        assert taken.rest_bytes[j] == sum(b for _, b, _ in rest)
+        assert taken.rest_buffers[j] == sum(c for _, _, c in rest)
         following = int(events.time_ns[index + 1]) if index + 1 < len(events) else None
         assert taken.until_ns[j] == following
 
@@ -146,3 +149,21 @@ def test_sizes_near_the_largest_a_trace_holds_sum_exactly(make_trace):
     assert taken.live_bytes[-1] == sum(sizes)
     shown = [(taken.groups[g], b, c) for g, b, c in taken.top[-1]]
     assert shown == _expected(trace, events, len(events) - 1)
+
+
+def test_a_moment_counts_the_stack_apart_as_the_peak_does(make_trace):
+    """Bytes reserved outside the heap (a TPU program's stack) are the stack's at a
+    moment as at the peak, not bytes no buffer accounts for."""
+    rows = [
+        {"kind": "alloc", "time_ns": 1, "device": "TPU:0", "buffer_id": 1, "bytes": 1000,
+         "bytes_in_use": 1000, "bytes_reserved": 500},
+        {"kind": "alloc", "time_ns": 2, "device": "TPU:0", "buffer_id": 2, "bytes": 24,
+         "bytes_in_use": 1024, "bytes_reserved": 500},
+    ]  # fmt: skip
+    trace = load(make_trace(rows))
+    (device,) = analyze(trace, series_points=1500).devices
+    taken = device.series.moments
+    j = taken.peak
+    assert taken.stack[j] == device.peak.stack_bytes == 500
+    assert taken.unattributed[j] == device.peak.unattributed_bytes == 0
+    assert taken.in_use[j] == device.peak.bytes == 1524

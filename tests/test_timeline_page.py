@@ -154,6 +154,21 @@ def test_a_clicked_moment_shows_the_analysis_live_set(tmp_path, browser, name):
     page.mouse.dblclick(left + width * 0.5, middle)
     page.wait_for_timeout(100)
     assert view() == whole
+    # A sideways wheel pans too (where shift+wheel arrives as one); the buttons
+    # zoom and pan and pick no moment.
+    page.mouse.move(left + width * 0.5, middle)
+    page.mouse.wheel(0, -400)
+    page.wait_for_timeout(100)
+    before = view()
+    page.mouse.wheel(200, 0)
+    page.wait_for_timeout(100)
+    assert view()[0] > before[0]
+    picked = panel.get_attribute("data-event-index")
+    for action in ("pan_left", "pan_right", "zoom_out", "whole_run"):
+        part.locator(f'button[data-action="{action}"]').click()
+        page.wait_for_timeout(100)
+        assert panel.get_attribute("data-event-index") == picked, action
+    assert view() == whole
 
     # A click: the moment nearest the clicked time, and what was live after it.
     for share in (0.2, 0.55, 0.9):

@@ -6,6 +6,7 @@ output, gone when the report prints."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -115,3 +116,45 @@ def test_watch_shows_a_hostile_line_escaped(make_trace):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     assert "train.py:7\\x1b]0;pwned\\x07\\u202e" in result.stdout
+
+
+def test_watch_of_a_damaged_batch_ends_there(tmp_path):
+    """A batch whose values are not valid (a device code past its dictionary): watch
+    reads up to it, as report does, and says so; no traceback."""
+    import pyarrow as pa
+
+    from hostile_traces import _rows, _table_with, write
+    from tpumem.trace.columns import rows_to_batch
+
+    index_type = rows_to_batch(_rows()).schema.field("device").type.index_type
+    codes = pa.array([0, 5, 100000, 0, 0], type=index_type)
+    devices = pa.DictionaryArray.from_arrays(codes, pa.array(["GPU:0"]), safe=False)
+    trace = write(tmp_path / "damaged.tpumem", batch=_table_with("device", devices))
+    result = run_tpumem("watch", str(trace))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "damaged after its first 0 rows" in result.stdout
+
+
+def test_the_live_line_keeps_the_scripts_outputs_in_order(tmp_path):
+    """A script that writes to stdout and stderr in turn, on a terminal: under the
+    live line they come out in the order it wrote them, as on the terminal."""
+    (tmp_path / "turns.py").write_text(
+        "import sys, time\n"
+        "import jax.numpy as jnp\n"
+        "kept = jnp.ones(1024)\n"
+        "for i in range(30):\n"
+        "    print(f'out {i}', flush=True)\n"
+        "    print(f'err {i}', file=sys.stderr, flush=True)\n"
+        "    time.sleep(0.05)\n"
+    )
+    terminal = InATerminal(tmp_path, "profile", "-o", "turns.tpumem", "turns.py")
+    shown = terminal.finish(timeout_s=120)
+    assert terminal.process.returncode == 0, shown[-3000:]
+    clear = CLEAR.decode()
+    assert clear + "tpumem: " in shown  # the live line was there
+    text = re.sub(re.escape(clear) + r"(tpumem: [^\r\n]*)?", "", shown)
+    said = [
+        line.strip() for line in text.splitlines() if re.fullmatch(r"(out|err) \d+", line.strip())
+    ]
+    assert said == [f"{k} {i}" for i in range(30) for k in ("out", "err")]

@@ -43,12 +43,15 @@ class Moments:
     in_use: tuple[int, ...]  # the line's figure at the moment (heap + reserved)
     live_bytes: tuple[int, ...]  # of the buffers the trace saw made and live
     live_buffers: tuple[int, ...]
-    # Bytes in use that no live buffer the trace saw accounts for (made unseen,
-    # reserved outside the heap): in_use - live_bytes, as at the peak.
+    stack: tuple[int, ...]  # reserved outside the heap (a TPU program's stack), as at the peak
+    # Bytes in the heap that no live buffer the trace saw accounts for (made
+    # unseen): in_use - stack - live_bytes, as peak.py counts it.
     unattributed: tuple[int, ...]
     # Per moment, (group, bytes, buffers) of its largest groups, largest first
-    # (equal bytes: in the groups' order), at most MOMENT_GROUPS.
+    # (equal bytes: in the groups' order), at most MOMENT_GROUPS; and the rest's.
     top: tuple[tuple[tuple[int, int, int], ...], ...]
+    rest_bytes: tuple[int, ...]
+    rest_buffers: tuple[int, ...]
     peak: int  # the moment that is the peak (peak.py's event)
 
 
@@ -105,6 +108,8 @@ def moments(trace: Trace, events: DeviceEvents, indices: np.ndarray) -> Moments:
     rename = np.full(len(keys) + 1, -1, np.int64)
     rename[named] = np.arange(len(named))
     in_use = events.in_use[indices].astype(np.int64)
+    stack = np.zeros(m, np.int64) if events.reserved is None else events.reserved[indices]
+    shown_bytes = np.where(top_count > 0, top_bytes, 0).sum(axis=0)
     top = []
     for j in range(m):
         shown = top_count[:, j] > 0
@@ -128,8 +133,11 @@ def moments(trace: Trace, events: DeviceEvents, indices: np.ndarray) -> Moments:
         in_use=tuple(in_use.tolist()),
         live_bytes=tuple(live_bytes.tolist()),
         live_buffers=tuple(live_buffers.tolist()),
-        unattributed=tuple(np.maximum(in_use - live_bytes, 0).tolist()),
+        stack=tuple(stack.tolist()),
+        unattributed=tuple(np.maximum(in_use - stack - live_bytes, 0).tolist()),
         top=tuple(top),
+        rest_bytes=tuple((live_bytes - shown_bytes).tolist()),
+        rest_buffers=tuple((live_buffers - top_count.sum(axis=0)).tolist()),
         peak=int(np.searchsorted(indices, int(np.argmax(events.in_use)))) if m else -1,
     )
 
@@ -156,34 +164,89 @@ def _largest(
     ids: np.ndarray, groups: int, first: np.ndarray, after: np.ndarray, sizes: np.ndarray, m: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(group, bytes, buffers) of the MOMENT_GROUPS largest groups at each moment,
-    each (MOMENT_GROUPS, m), largest first; buffers 0 where a moment has fewer."""
+    each (MOMENT_GROUPS, m), largest first (equal bytes: the lower group first);
+    buffers 0 where a moment has fewer.
+
+    Each group is summed only over the stretches of moments where one of its
+    buffers is live (its buffers' spans joined where they touch, a cell a moment
+    and one past the end): the work is what was live, not groups times moments,
+    so a trace of many short-lived groups (a shape per batch) costs what it holds."""
     k = MOMENT_GROUPS
     best_ids = np.full((k, m), groups, np.int64)  # `groups`: no group
     best_bytes = np.full((k, m), -1, np.int64)
     best_count = np.zeros((k, m), np.int64)
     if not len(ids) or not m:
         return best_ids, best_bytes, best_count
-    order = np.argsort(ids, kind="stable")
+    order = np.lexsort((first, ids))
     ids, first, after, sizes = ids[order], first[order], after[order], sizes[order]
-    block = max(1, _CELLS // (m + 1))
-    bounds = np.searchsorted(ids, np.arange(0, groups + block, block))
-    for lo in range(0, groups, block):
-        part = slice(bounds[lo // block], bounds[lo // block + 1])
-        rows = min(block, groups - lo)
-        cell_first = (ids[part] - lo) * (m + 1) + first[part]
-        cell_after = (ids[part] - lo) * (m + 1) + after[part]
-        cells = rows * (m + 1)
-        table = _changes(cell_first, cell_after, sizes[part], cells)
-        counts = np.bincount(cell_first, minlength=cells) - np.bincount(cell_after, minlength=cells)
-        table = np.cumsum(table.reshape(rows, m + 1), axis=1)[:, :m]
-        counts = np.cumsum(counts.reshape(rows, m + 1), axis=1)[:, :m]
-        table[counts == 0] = -1  # a group with no buffer live there is not shown
-        # Stable sorts keep equal bytes in the groups' order: earlier blocks first.
-        all_bytes = np.concatenate([best_bytes, table])
-        all_ids = np.concatenate([best_ids, np.arange(lo, lo + rows)[:, None].repeat(m, axis=1)])
-        all_count = np.concatenate([best_count, counts])
-        pick = np.argsort(-all_bytes, axis=0, kind="stable")[:k]
-        best_bytes = np.take_along_axis(all_bytes, pick, axis=0)
-        best_ids = np.take_along_axis(all_ids, pick, axis=0)
-        best_count = np.take_along_axis(all_count, pick, axis=0)
+    # A group's stretches: a new one where a buffer starts after every earlier
+    # buffer of the group has ended (the keys keep groups apart in one running max).
+    reach = np.maximum.accumulate(ids * (m + 2) + after) - ids * (m + 2)
+    new = np.ones(len(ids), bool)
+    new[1:] = (ids[1:] != ids[:-1]) | (first[1:] > reach[:-1])
+    starts = np.flatnonzero(new)
+    present = ids[starts]  # each stretch's group
+    span_lo = first[starts]
+    span_cells = np.maximum.reduceat(after, starts) - span_lo + 1
+    # Blocks of groups of at most _CELLS cells (a group longer than that, alone).
+    ends = np.cumsum(span_cells)
+    candidates = []
+    lo_group = 0
+    while lo_group < len(present):
+        base = ends[lo_group - 1] if lo_group else 0
+        hi_group = max(lo_group + 1, int(np.searchsorted(ends, base + _CELLS, side="right")))
+        candidates.append(
+            _block_candidates(
+                ids, first, after, sizes, starts, present, span_lo, span_cells, lo_group, hi_group
+            )
+        )
+        lo_group = hi_group
+    j, g, v, c = (np.concatenate(parts) for parts in zip(*candidates, strict=True))
+    # The first k of each moment, by bytes, then the group's order.
+    order = np.lexsort((g, -v, j))
+    j, g, v, c = j[order], g[order], v[order], c[order]
+    rank = np.arange(len(j)) - np.searchsorted(j, j, side="left")
+    kept = rank < k
+    best_ids[rank[kept], j[kept]] = g[kept]
+    best_bytes[rank[kept], j[kept]] = v[kept]
+    best_count[rank[kept], j[kept]] = c[kept]
     return best_ids, best_bytes, best_count
+
+
+def _block_candidates(
+    ids: np.ndarray,
+    first: np.ndarray,
+    after: np.ndarray,
+    sizes: np.ndarray,
+    starts: np.ndarray,
+    present: np.ndarray,
+    span_lo: np.ndarray,
+    span_cells: np.ndarray,
+    lo_group: int,
+    hi_group: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(moment, group, bytes, buffers) of each group of the block at each moment
+    of its span where a buffer of it is live: at most MOMENT_GROUPS per moment."""
+    rows = slice(starts[lo_group], starts[hi_group] if hi_group < len(starts) else len(ids))
+    cells = span_cells[lo_group:hi_group]
+    offset = np.concatenate([[0], np.cumsum(cells)[:-1]])
+    # Where each group's cells start, for each allocation of the block.
+    local = np.repeat(
+        np.arange(hi_group - lo_group), np.diff(np.append(starts[lo_group:hi_group], rows.stop))
+    )
+    base = offset[local] - span_lo[lo_group + local]
+    cell_first, cell_after = base + first[rows], base + after[rows]
+    total = int(cells.sum())
+    # (Each group's changes add up to nothing over its cells: one cumsum serves all.)
+    value = np.cumsum(_changes(cell_first, cell_after, sizes[rows], total))
+    count = np.cumsum(
+        np.bincount(cell_first, minlength=total) - np.bincount(cell_after, minlength=total)
+    )
+    live = np.flatnonzero(count > 0)
+    owner = np.searchsorted(offset, live, side="right") - 1
+    j = span_lo[lo_group + owner] + (live - offset[owner])
+    g, v, c = present[lo_group + owner], value[live], count[live]
+    order = np.lexsort((g, -v, j))
+    j, g, v, c = j[order], g[order], v[order], c[order]
+    kept = np.arange(len(j)) - np.searchsorted(j, j, side="left") < MOMENT_GROUPS
+    return j[kept], g[kept], v[kept], c[kept]

@@ -3,7 +3,8 @@ its pool and fragmentation, cut down to at most `points` points.
 
 Each point stands for a stretch of time and is the moment of that stretch where
 bytes in use were highest, so no spike (the peak least of all) falls between two
-points; the region stack is read at that same moment, so it adds up to the line.
+points; for a page, each stretch's last event too, whose bytes hold until the next
+stretch. The region stack is read at the same moments, so it adds up to the line.
 Only drawing is cut down: every figure in a report comes from all events.
 """
 
@@ -106,18 +107,23 @@ def device_series(
     span_ns: tuple[int, int] = (0, 0),
     explore: bool = False,
 ) -> DeviceSeries:
-    """With `explore`, what a page needs to be explored too: finer levels,
-    moments, the largest buffers."""
+    """With `explore`, what a page needs to be explored too: each stretch's last
+    event among the points, finer levels, moments, the largest buffers."""
     gaps = tuple((int(start), int(end)) for start, end in events.gaps_ns.tolist())
     if not len(events):
         return DeviceSeries(0, (), None, (), (), None, (), gaps, span_ns)
     bins = bin_of(events.time_ns, points)
-    chosen, starts = highest_of_bins(bins, events.in_use)
-    present = bins[starts]  # the bins that hold events
-    frag = bin_max(bins, fragmentation, points)[present]
+    highest, starts = highest_of_bins(bins, events.in_use)
+    chosen = highest
+    if explore:
+        # Each stretch's last event too: what it left in use holds until the next
+        # stretch, so a quiet time (an evaluation, the run's end) is drawn as it was.
+        chosen = np.union1d(highest, np.append(starts[1:], len(events)) - 1)
+    point_bin = bins[chosen]  # each point's stretch: its pool and fragmentation are the stretch's
+    frag = bin_max(bins, fragmentation, points)[point_bin]
     pool_points = None
     if pool is not None and len(pool) == len(events):
-        pool_points = tuple(int(v) for v in bin_max(bins, pool, points)[present])
+        pool_points = tuple(int(v) for v in bin_max(bins, pool, points)[point_bin])
     elif pool is not None and len(pool):
         pool_points = (int(pool.max()),) * len(chosen)
     times = events.time_ns[chosen]

@@ -12,6 +12,7 @@ from pathlib import Path
 from tpumem.launch.status_line import StatusLine
 from tpumem.reading.following import RunFollower
 from tpumem.report.live_line import live_line
+from tpumem.threads import leave_signals_to_the_script
 
 EVERY_S = 0.5  # how often the line is read again
 
@@ -22,8 +23,12 @@ def follow(trace: Path, status: StatusLine) -> Callable[[], None]:
     done = threading.Event()
 
     def keep() -> None:
+        leave_signals_to_the_script()
         while not done.wait(EVERY_S):
             figures = follower.update()
+            if follower.error is not None:
+                status.close()  # (the run goes on; its report says what the trace holds)
+                return
             if follower.started:
                 status.show(f"tpumem: {live_line(figures, follower.elapsed_s())}")
 

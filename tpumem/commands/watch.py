@@ -48,6 +48,8 @@ def run_watch(path: Path, interval_s: float) -> None:
                 live.update(shown(), refresh=True)
         else:
             last = 0.0
+            if not path.exists():
+                print(f"tpumem: waiting for {visible(path)} to be written", flush=True)
             while not follower.ended.wait(interval_s):
                 if follower.started and time.monotonic() - last >= NOT_A_TERMINAL_EVERY_S:
                     print(f"tpumem: {line()}", flush=True)
@@ -56,6 +58,11 @@ def run_watch(path: Path, interval_s: float) -> None:
         follower.close()
     if follower.error is not None:
         raise TpumemError(follower.error)
+    if follower.replaced():
+        raise TpumemError(
+            f"{visible(path)}: another file took its name while it was watched: tpumem "
+            "report it for that run's figures"
+        )
     if not sys.stdout.isatty():  # (a terminal still shows the last one)
         print(f"tpumem: {line()}")
     _ended(path)
@@ -71,6 +78,8 @@ def _ended(path: Path) -> None:
 
     trace = load(path)
     how = "closed by its writer" if trace.complete else "its writer ended without closing it"
+    if trace.damaged:
+        how += f"; damaged after its first {trace.table.num_rows:,} rows, read up to there"
     analysis = analyze(trace)
     if not analysis.devices:
         print(f"tpumem: the run ended ({how}); it allocated nothing")

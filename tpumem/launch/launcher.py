@@ -210,14 +210,12 @@ class _Started:
     stderr: StderrFilter | None
     kills_before: int | None  # the control group's OOM kills when it started
     named_here: bool  # the trace's name has placeholders, filled in by the child
-    stdout: StderrFilter | None = None  # with a live line: the script's stdout, under it
     stop_live: Callable[[], None] | None = None
 
     def finish(self) -> None:
         """After the child ended: its output passed on, the live line gone."""
-        for output in (self.stderr, self.stdout):
-            if output is not None:
-                output.finish()
+        if self.stderr is not None:
+            self.stderr.finish()
         if self.stop_live is not None:
             self.stop_live()
 
@@ -242,7 +240,7 @@ def _run(launch: _Launch, signals: HeldSignals) -> ProfileOutcome:
     try:
         follow_tree = request.follow and become_subreaper()
         try:
-            started = _start(launch, signals)
+            started = _start(launch, signals, own)
             reaped: dict[int, int] = {}
             try:
                 # wait4, not wait(): the child's own peak memory comes with its status.
@@ -265,7 +263,7 @@ def _run(launch: _Launch, signals: HeldSignals) -> ProfileOutcome:
             own.close()
 
 
-def _start(launch: _Launch, signals: HeldSignals) -> _Started:
+def _start(launch: _Launch, signals: HeldSignals, own: OwnTrace | None = None) -> _Started:
     request, descriptor, environment = launch.request, launch.descriptor, launch.environment
     # The runner says how the run ended on this pipe, once, as it exits; a runner
     # that was killed says nothing, and this process records the ending itself.
@@ -287,15 +285,18 @@ def _start(launch: _Launch, signals: HeldSignals) -> _Started:
         unblock_signals=signals.unblock,
     )
     env = {**os.environ, **environment, CONFIG_VARIABLE: config.to_json()}
-    # The live line needs the trace's name (given) and both of the script's
-    # outputs that reach the terminal to pass through here, to go above it.
+    # The live line needs the trace's name (given) and what the script writes to
+    # the terminal to pass through here, to go above it.
     live = request.live is not None and descriptor is not None and filter_available()
     status = StatusLine() if live and os.isatty(2) else None
     stderr = StderrFilter(status=status) if filter_available() else None
     if stderr is not None:
         env[QUIET_VARIABLE] = "1"
-    stdout_to = 2 if request.stdout_to_stderr else 1
-    stdout = StderrFilter(stdout_to, status) if status and os.isatty(stdout_to) else None
+    stdout = sys.stderr.fileno() if request.stdout_to_stderr else None
+    if status is not None and stderr is not None and (stdout is not None or _same_terminal(1, 2)):
+        # Its stdout on that terminal shares its stderr's pseudo-terminal: one
+        # stream, as on the terminal itself, so the two keep their order.
+        stdout = stderr.child_fd
     start_ns = time.time_ns()
     try:
         # The trace goes to the child open: another run given the same name (with
@@ -304,9 +305,7 @@ def _start(launch: _Launch, signals: HeldSignals) -> _Started:
         child = subprocess.Popen(
             [sys.executable, "-m", "tpumem.adapters.runner"],
             env=env,
-            stdout=stdout.child_fd
-            if stdout is not None
-            else (sys.stderr.fileno() if request.stdout_to_stderr else None),
+            stdout=stdout,
             stderr=stderr.child_fd if stderr is not None else None,
             pass_fds=tuple(fd for fd in (descriptor, status_write) if fd is not None),
         )
@@ -314,15 +313,27 @@ def _start(launch: _Launch, signals: HeldSignals) -> _Started:
         if descriptor is not None:
             os.close(descriptor)
         os.close(status_write)
-        for output in (stderr, stdout):
-            if output is not None:
-                output.start()
+        if stderr is not None:
+            stderr.start()
     stop_live = None
     if status is not None and request.live is not None:
-        stop_live = request.live(launch.output, status)
-    return _Started(
-        child, status_read, start_ns, stderr, oom_kills(), config.named_here, stdout, stop_live
-    )
+        # The file this run created, not whatever comes to bear its name.
+        followed = launch.output
+        if own is not None and os.path.isdir("/proc/self/fd"):
+            followed = Path(f"/proc/self/fd/{own.descriptor}")
+        try:
+            stop_live = request.live(followed, status)
+        except Exception:  # (the line is a nicety; the run it watches is not)
+            status.close()
+    return _Started(child, status_read, start_ns, stderr, oom_kills(), config.named_here, stop_live)
+
+
+def _same_terminal(first: int, second: int) -> bool:
+    """Whether two descriptors are one terminal (a script's stdout and stderr on it)."""
+    try:
+        return os.isatty(first) and os.path.samestat(os.fstat(first), os.fstat(second))
+    except OSError:
+        return False
 
 
 def _after_followed(

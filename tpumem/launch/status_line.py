@@ -2,17 +2,18 @@
 while the script runs (what it says is the command's: commands/live_view.py),
 gone when the report prints.
 
-The script's output goes above it: its stdout and stderr pass through the
-launcher (stderr_filter.py, each on a pseudo-terminal, so the script still sees a
-terminal), which takes the line away before each write and puts it back after,
-when the script's output ended a line. While the script holds a line unfinished
-(a progress bar redrawn with \\r), the live line waits for it to end.
+The script's output goes above it: its stderr passes through the launcher
+(stderr_filter.py, on a pseudo-terminal, so the script still sees a terminal),
+and so does its stdout where it is the same terminal (the same pseudo-terminal:
+one stream, so the two keep their order). The launcher takes the line away before
+each write and puts it back after, when the script's output ended a line. While
+the script holds a line unfinished (a progress bar redrawn with \\r), the live
+line waits for it to end.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,11 @@ class StatusLine:
         self._closed = False
 
     def show(self, text: str) -> None:
-        width = shutil.get_terminal_size((80, 24)).columns
+        try:
+            width = os.get_terminal_size(self._fd).columns  # (the line's own terminal)
+        except OSError:
+            width = 0
+        width = width if width >= 20 else 80  # (a terminal that gives no size: 0)
         with self._lock:
             self._text = text[: max(1, width - 1)].encode("utf-8", "replace")
             if self._at_line_start and not self._closed:

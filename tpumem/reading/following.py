@@ -5,6 +5,7 @@ it reads the file only, so the profiled process does no work for it."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from tpumem.analysis.live_figures import RunningFigures
 from tpumem.errors import TpumemError
+from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.live import writing_process_at
 from tpumem.trace.reader import batches_trace
 from tpumem.trace.tail import TraceTail, wait_for
@@ -28,6 +30,7 @@ class RunFollower:
         self.started = False  # the trace's start was read
         self.start_time_ns: int | None = None  # the run's start, by the wall clock (its header)
         self.written = False  # a process was writing it when it was first read
+        self.identity: tuple[int, int] | None = None  # (device, inode) of the file followed
         self._schema: pa.Schema | None = None
         self._pending: list[pa.RecordBatch] = []
         self._lock = threading.Lock()
@@ -38,10 +41,12 @@ class RunFollower:
         return self
 
     def _read(self) -> None:
+        leave_signals_to_the_script()
         try:
             if not wait_for(self.path, self.stop):
                 return
             self.written = writing_process_at(self.path) is not None
+            self.identity = _identity(self.path)
             tail = TraceTail(self.path, self.stop)
             self._schema = tail.schema
             self.started = True
@@ -53,6 +58,8 @@ class RunFollower:
                 tail.close()
         except (TpumemError, OSError) as error:
             self.error = str(error)
+        except Exception as error:  # (a follower never fails its caller)
+            self.error = f"{self.path}: could not be followed: {error}"
         finally:
             self.ended.set()
 
@@ -68,7 +75,14 @@ class RunFollower:
             except TpumemError as error:  # (a header unlike a trace's)
                 self.error = str(error)
                 self.stop.set()
+            except Exception as error:  # (rows it cannot read end the following)
+                self.error = f"{self.path}: rows that could not be read: {error}"
+                self.stop.set()
         return self.figures
+
+    def replaced(self) -> bool:
+        """Whether another file now bears the name of the one followed."""
+        return self.identity is not None and _identity(self.path) != self.identity
 
     def elapsed_s(self) -> float:
         """How long the run has run: by the wall clock from its start while it
@@ -80,3 +94,11 @@ class RunFollower:
     def close(self, timeout_s: float = 2.0) -> None:
         self.stop.set()
         self._thread.join(timeout_s)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino

@@ -20,7 +20,8 @@ PROGRAM = "program"  # one compiled program (CompiledProgram), with its `analysi
 COMPARISON = "compare"  # runs side by side (Comparison)
 DIFF = "diff"  # two runs of one program (RunDiff)
 
-# The HTML page draws 1,500 points per device; the figures use every event.
+# The HTML page draws 1,500 stretches of time per device (each by its highest and
+# its last event); the figures use every event.
 HTML_SERIES_POINTS = 1500
 
 

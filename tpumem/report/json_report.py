@@ -431,9 +431,12 @@ def _moments(moments: Moments) -> dict[str, Any]:
         "in_use": list(moments.in_use),
         "live_bytes": list(moments.live_bytes),
         "live_buffers": list(moments.live_buffers),
+        "stack": list(moments.stack),
         "unattributed": list(moments.unattributed),
-        # Per moment, [group, bytes, buffers] of its largest groups.
+        # Per moment, [group, bytes, buffers] of its largest groups, and the rest's.
         "top": [[list(row) for row in rows] for rows in moments.top],
+        "rest_bytes": list(moments.rest_bytes),
+        "rest_buffers": list(moments.rest_buffers),
         "peak": moments.peak,
     }
 

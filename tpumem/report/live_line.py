@@ -38,4 +38,5 @@ def chart_line(figures: RunningFigures, width: int) -> str:
     history = device.history
     step = max(1, -(-len(history) // width))
     points = [max(history[i : i + step]) for i in range(0, len(history), step)]
-    return "".join(BARS[round(v / device.peak * (len(BARS) - 1))] for v in points)
+    top = len(BARS) - 1
+    return "".join(BARS[min(top, max(0, round(v / device.peak * top)))] for v in points)

@@ -74,8 +74,8 @@ PAGE_WORDS: dict[str, object] = {
     # One run
     "timeline_title": "Bytes in use over the run",
     "timeline_hint": "Drag across a stretch to zoom into it, the wheel to zoom, shift+wheel "
-    "or the arrows to pan, a double click for the whole run. Click a moment: what was live "
-    "there shows below.",
+    "or the \u25c0 \u25b6 buttons to pan, a double click for the whole run. Click a moment: "
+    "what was live there shows below.",
     "timeline_regions": "Drawn: bytes in use by region, from {} points",
     "timeline_detail": "Drawn: bytes in use, the highest (line) and lowest (band) of each "
     "stretch, the run cut into {} stretches",
@@ -88,11 +88,14 @@ PAGE_WORDS: dict[str, object] = {
     "peak_mark": "peak {}",
     "pool_above": "- - pool held: {}, above the chart",
     "in_use_tip": "in use {}",
+    "before_first_tip": "before the first event",
+    "in_use_series": "bytes in use",
     "live_title_peak": "Live at the peak, {}",
     "live_at_title": "Live at {}",
     "live_figures": "{} in use; the buffers the trace saw made and live: {} in {} buffers",
-    "live_unattributed": "; {} in use that none of them accounts for (made unseen, or "
-    "reserved outside the heap)",
+    "live_stack": "; {} reserved outside the heap (the program's stack)",
+    "live_unattributed": "; {} in the heap that none of them accounts for (allocated unseen: "
+    "the capture did not see it made)",
     "live_rest": "(the smaller groups)",
     "unchanged_until": "the same until the next event, at {}",
     "unchanged_to_end": "the same to the end of the trace (its last event)",
@@ -109,9 +112,10 @@ PAGE_WORDS: dict[str, object] = {
     "gaps_note": "Shaded: {} stretches the capture did not see (between profiler sessions); "
     "what happened in them is not drawn.",
     "fragmentation_title": "Fragmentation",
-    "thinned_note": "Drawn from {} points standing for {} events: each point is the moment "
-    "of its stretch of time where bytes in use were highest, so no peak falls between "
-    "points. Only the drawing is thinned; every figure in the tables comes from all events.",
+    "thinned_note": "Drawn from {} points standing for {} events: each stretch of time's "
+    "highest event, so no peak falls between points, and its last, whose bytes hold until "
+    "the next stretch. Only the drawing is thinned; every figure in the tables comes from all "
+    "events.",
     "live_title": "Live at the peak (click a heading to sort)",
     "groups_note": "The {} largest of {} groups.",
     "no_heap_note": "XLA recorded no heap simulation for this program: only its "

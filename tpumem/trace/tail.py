@@ -68,17 +68,24 @@ class TraceTail:
             self._reader = pa.ipc.open_stream(self._source)
         except (pa.ArrowException, OSError, ValueError):
             self._source.close()
+            with open(path, "rb") as start:
+                if start.read(4) == b"\xff\xff\xff\xff":  # (as load says it)
+                    raise TpumemError(f"{path}: truncated before the end of its header") from None
             raise TpumemError(f"{path}: not a tpumem trace (not an Arrow stream)") from None
         self.schema: pa.Schema = self._reader.schema
+        self.cut = False  # it ended on a batch not whole or not valid
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         while True:
             try:
-                yield self._reader.read_next_batch()
+                batch = self._reader.read_next_batch()
+                batch.validate(full=True)  # (as load checks each: a damaged one ends it)
             except StopIteration:
                 return
             except (pa.ArrowException, OSError, ValueError):
-                return  # cut mid-batch
+                self.cut = True
+                return  # cut mid-batch, or damaged
+            yield batch
 
     def close(self) -> None:
         self._source.close()

@@ -77,8 +77,10 @@ window.tpumemTimeline = function (h, device) {
     button.addEventListener("click", act);
     bar.appendChild(button);
   }
+  const legend = el("div", { class: "legend" });
   box.appendChild(bar);
   box.appendChild(caption);
+  box.appendChild(legend);
   box.appendChild(tip);
   const panel = el("div", { class: "moment" });
   const buffersBox = el("div", { class: "chart buffers" });
@@ -168,11 +170,17 @@ window.tpumemTimeline = function (h, device) {
     let yMax = 0;
     // Scaled to what the view shows: the value carried into it and its own points
     // (the next point, past its right edge, is not drawn in it).
-    const from = Math.max(0, lo - 1), to = hi;
     // Scaled to bytes in use: a pool far above them (a preallocating framework's)
     // would flatten them; its line is labelled where it runs above the chart.
-    const series = k === 0 ? shown.map((r) => r.tops) : [level.high];
-    for (const ys of series) for (let i = from; i < to; i++) if (ys[i] > yMax) yMax = ys[i];
+    if (k === 0) {
+      for (const r of shown) for (let i = Math.max(0, lo - 1); i < hi; i++) yMax = Math.max(yMax, r.tops[i]);
+    } else {
+      // A finer level: what its stretch before the view left, or that stretch
+      // itself where it reaches into the view.
+      const reaches = lo > 0 && level.lastXs[lo - 1] > a;
+      if (lo > 0) yMax = reaches ? level.high[lo - 1] : level.last[lo - 1];
+      for (let i = lo; i < hi; i++) yMax = Math.max(yMax, level.high[i]);
+    }
     if (peak.time_ns !== null && toS(peak.time_ns) >= a && toS(peak.time_ns) <= b) yMax = Math.max(yMax, peak.bytes);
     yMax = yMax * 1.05 || 1;
     const Y = (y) => top + (1 - y / yMax) * plotH;
@@ -205,18 +213,23 @@ window.tpumemTimeline = function (h, device) {
         const held = (y) => Math.max(top, Y(y));
         plot.appendChild(svg("polyline", { points: points(stepped(level.xs, level.pool, lo, hi, held)), fill: "none", stroke: "#24292f", "stroke-dasharray": "5 3" }));
         let poolMax = 0;
-        for (let i = from; i < to; i++) poolMax = Math.max(poolMax, level.pool[i]);
+        for (let i = Math.max(0, lo - 1); i < hi; i++) poolMax = Math.max(poolMax, level.pool[i]);
         const label = svg("text", { x: left + 6, y: top + 12, class: "pool-label" });
         label.textContent = poolMax > yMax ? say("pool_above", bytes(poolMax)) : say("pool_series");
         graph.appendChild(label);
       }
       caption.textContent = say("timeline_regions", count(level.xs.length));
+      legend.textContent = "";
+      shown.forEach((r, i) => legend.appendChild(el("span", {}, el("i", { style: "background:" + COLORS[i % COLORS.length] }), r.name)));
+      if (level.pool) legend.appendChild(el("span", {}, el("i", { class: "dashed" }), say("pool_series")));
     } else {
       const [upper, lower] = ranged(level, lo, hi, Y);
       lower.reverse();
       plot.appendChild(svg("polygon", { points: points(upper.concat(lower)), fill: COLORS[0], "fill-opacity": 0.25, stroke: "none" }));
       plot.appendChild(svg("polyline", { points: points(upper), fill: "none", stroke: COLORS[0], "stroke-width": 1.5, class: "in-use" }));
       caption.textContent = say("timeline_detail", count(level.stretches));
+      legend.textContent = "";
+      legend.appendChild(el("span", {}, el("i", { style: "background:" + COLORS[0] }), say("in_use_series")));
     }
     if (peak.time_ns !== null) {
       const px = X(toS(peak.time_ns));
@@ -266,7 +279,12 @@ window.tpumemTimeline = function (h, device) {
   });
   // Listened to on the chart's box, which stays while each draw replaces the
   // chart: a double click's two clicks land on one element.
-  const inPlot = (event) => { const px = pxOf(event); return px >= left && px <= W - right; };
+  // In the plot itself: not the buttons above it, nor the axes' labels.
+  const inPlot = (event) => {
+    const bounds = graph.getBoundingClientRect();
+    const px = pxOf(event), py = (event.clientY - bounds.top) * (H / bounds.height);
+    return px >= left && px <= W - right && py >= top && py <= H - bottom;
+  };
   box.addEventListener("mousedown", (event) => {
     if (!graph || !inPlot(event)) return;
     down = pxOf(event);
@@ -279,22 +297,33 @@ window.tpumemTimeline = function (h, device) {
       brush.setAttribute("x", Math.min(px, down)); brush.setAttribute("width", Math.abs(px - down));
       brush.setAttribute("visibility", "visible");
     }
-    const level = drawnLevel, x = fromPx(px), i = Math.max(0, lowerBound(level.xs, x + 1e-12) - 1);
+    const level = drawnLevel, x = fromPx(px), i = lowerBound(level.xs, x + 1e-12) - 1;
     tip.textContent = "";
     tip.appendChild(el("div", { class: "dim" }, timeFormat(niceStep(view[1] - view[0], 60))(x)));
-    // (A finer level's stretch holds what its last event left, once past it.)
-    const value = level.last && x >= level.lastXs[i] ? level.last[i] : level.high[i];
-    if (level.xs.length) tip.appendChild(el("div", {}, say("in_use_tip", bytes(value))));
+    if (i < 0) {
+      tip.appendChild(el("div", {}, say("before_first_tip")));  // (drawn as nothing in use)
+    } else if (level.regions) {
+      // The drawn point's regions, as the legend names them, and their sum.
+      tip.appendChild(el("div", {}, say("in_use_tip", bytes(level.high[i]))));
+      level.regions.forEach(([name, values], r) => {
+        if (values[i]) tip.appendChild(el("div", {}, el("i", { class: "swatch", style: "background:" + COLORS[r % COLORS.length] }), `${name}: ${bytes(values[i])}`));
+      });
+    } else {
+      // (A finer level's stretch holds what its last event left, once past it.)
+      const value = x >= level.lastXs[i] ? level.last[i] : level.high[i];
+      tip.appendChild(el("div", {}, say("in_use_tip", bytes(value))));
+    }
     tip.style.display = "block";
     tip.style.left = Math.min(px + 12, W - 220) + "px";
-    tip.style.top = "40px";
+    tip.style.top = graph.offsetTop + top + plotH / 3 + "px";  // (below the peak's label)
   });
   box.addEventListener("mouseleave", () => { tip.style.display = "none"; });
   box.addEventListener("wheel", (event) => {
     if (!graph || !inPlot(event)) return;
     event.preventDefault();
     if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) {
-      pan((event.shiftKey ? event.deltaY : event.deltaX) / 500);
+      // (Some systems turn shift+wheel into a sideways wheel: deltaX, deltaY 0.)
+      pan((event.shiftKey ? event.deltaX || event.deltaY : event.deltaX) / 500);
     } else {
       zoom(Math.exp(event.deltaY * 0.002), fromPx(pxOf(event)));
     }
@@ -329,12 +358,11 @@ window.tpumemTimeline = function (h, device) {
     const span = until === null ? say("unchanged_to_end") : say("unchanged_until", at(until));
     panel.appendChild(el("p", { class: "dim" }, holds ? span : say("nearest_moment", at(clicked), span)));
     let line = say("live_figures", bytes(moments.in_use[j]), bytes(moments.live_bytes[j]), count(moments.live_buffers[j]));
+    if (moments.stack[j] > 0) line += say("live_stack", bytes(moments.stack[j]));
     if (moments.unattributed[j] > 0) line += say("live_unattributed", bytes(moments.unattributed[j]));
     panel.appendChild(el("p", {}, line));
     const rows = moments.top[j].map(([g, b, c]) => Object.assign({}, moments.groups[g], { bytes: b, count: c }));
-    const restBytes = moments.live_bytes[j] - rows.reduce((t, r) => t + r.bytes, 0);
-    const restCount = moments.live_buffers[j] - rows.reduce((t, r) => t + r.count, 0);
-    if (restCount > 0) rows.push({ bytes: restBytes, count: restCount, op: say("live_rest") });
+    if (moments.rest_buffers[j] > 0) rows.push({ bytes: moments.rest_bytes[j], count: moments.rest_buffers[j], op: say("live_rest") });
     panel.appendChild(groupTable(rows));
     panel.appendChild(el("p", { class: "note" }, say("moments_note", count(moments.time_ns.length))));
   }
