@@ -208,6 +208,16 @@ def render_diff_html(diff: RunDiff, *, width: int = 100, color: bool = False) ->
         "kind": "diff",
         "schema": SCHEMA,
         "diff": body,
-        "runs": [run_data(diff.before), run_data(diff.after)],
+        "runs": [_drawn_only(run_data(diff.before)), _drawn_only(run_data(diff.after))],
     }
     return page(f"tpumem diff · {diff.before.path} → {diff.after.path}", data)
+
+
+def _drawn_only(run: dict[str, Any]) -> dict[str, Any]:
+    """A run as a diff's page draws it: its lines, not the explorable timeline
+    (finer levels, moments, largest buffers), which only a run's own page has."""
+    for device in run["devices"]:
+        series = device.get("series")
+        if series is not None:
+            series.update(detail=[], moments=None, largest=None)
+    return run
