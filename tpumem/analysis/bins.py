@@ -32,3 +32,10 @@ def highest_of_bins(bins: np.ndarray, in_use: np.ndarray) -> tuple[np.ndarray, n
     hits = np.flatnonzero(in_use == highest[owner])
     _, first = np.unique(owner[hits], return_index=True)
     return hits[first], starts
+
+
+def highest_and_last_of_bins(bins: np.ndarray, in_use: np.ndarray) -> np.ndarray:
+    """Each non-empty bin's highest event and its last, in order: the highest keep
+    every spike, and the last what stays in use until the next bin's first event."""
+    highest, starts = highest_of_bins(bins, in_use)
+    return np.union1d(highest, np.append(starts[1:], len(bins)) - 1)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_of, highest_of_bins
+from tpumem.analysis.bins import bin_of, highest_and_last_of_bins
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.peak import GROUP_KEYS
 from tpumem.trace.model import Trace
@@ -61,10 +61,9 @@ def moment_indices(events: DeviceEvents, bins: int = MOMENT_BINS) -> np.ndarray:
         return np.zeros(0, np.int64)
     if len(events) <= bins:
         return np.arange(len(events))
-    chosen, starts = highest_of_bins(bin_of(events.time_ns, bins), events.in_use)
-    # Each stretch's last event too: its live set holds until the next stretch's
-    # first event, so a click in a quiet time is answered exactly.
-    return np.union1d(chosen, np.append(starts[1:], len(events)) - 1)
+    # (The last of each: its live set holds until the next stretch's first event,
+    # so a click in a quiet time is answered exactly.)
+    return highest_and_last_of_bins(bin_of(events.time_ns, bins), events.in_use)
 
 
 def _group_ids(

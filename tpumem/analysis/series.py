@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_max, bin_of, highest_of_bins
+from tpumem.analysis.bins import bin_max, bin_of, highest_and_last_of_bins, highest_of_bins
 from tpumem.analysis.detail import DetailLevel, detail_levels
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.largest_buffers import LargestBuffers, largest_buffers
@@ -113,12 +113,12 @@ def device_series(
     if not len(events):
         return DeviceSeries(0, (), None, (), (), None, (), gaps, span_ns)
     bins = bin_of(events.time_ns, points)
-    highest, starts = highest_of_bins(bins, events.in_use)
-    chosen = highest
     if explore:
         # Each stretch's last event too: what it left in use holds until the next
         # stretch, so a quiet time (an evaluation, the run's end) is drawn as it was.
-        chosen = np.union1d(highest, np.append(starts[1:], len(events)) - 1)
+        chosen = highest_and_last_of_bins(bins, events.in_use)
+    else:
+        chosen, _ = highest_of_bins(bins, events.in_use)
     point_bin = bins[chosen]  # each point's stretch: its pool and fragmentation are the stretch's
     frag = bin_max(bins, fragmentation, points)[point_bin]
     pool_points = None
