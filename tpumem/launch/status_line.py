@@ -48,7 +48,7 @@ class StatusLine:
             if self._drawn:
                 self._write(CLEAR)
                 self._drawn = False
-            _write_all(fd, data)
+            write_all(fd, data)
             if data:
                 self._at_line_start = data.endswith(b"\n")
             if self._at_line_start and self._text and not self._closed:
@@ -62,15 +62,15 @@ class StatusLine:
             self._drawn, self._closed = False, True
 
     def _write(self, data: bytes) -> None:
-        _write_all(self._fd, data)
+        write_all(self._fd, data)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     while data:
         try:
             written = os.write(fd, data)
         except OSError:
-            return  # our own terminal is gone: nothing to show things on
+            return  # our own terminal (or stderr) is gone: nothing to write things on
         data = data[written:]
 
 

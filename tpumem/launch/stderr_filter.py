@@ -22,7 +22,7 @@ import threading
 
 from tpumem.adapters.launch_protocol import ANNOUNCEMENT
 from tpumem.launch.oom_log import OomLogReader
-from tpumem.launch.status_line import StatusLine
+from tpumem.launch.status_line import StatusLine, write_all
 
 # absl: "I1123 10:43:57.349421   12878 file.cc:150] message" (and "I0000 00:00:..."
 # before absl is initialized); the thread id is the third field.
@@ -103,13 +103,8 @@ class StderrFilter:
     def _write(self, data: bytes) -> None:
         if self.status is not None:
             self.status.passing(self.destination, data)
-            return
-        while data:
-            try:
-                written = os.write(self.destination, data)
-            except OSError:
-                return  # our own stderr is gone: nothing to pass things on to
-            data = data[written:]
+        else:
+            write_all(self.destination, data)
 
 
 def _could_log(partial: bytes) -> bool:

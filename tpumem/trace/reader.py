@@ -182,6 +182,14 @@ def _open(name: str) -> tuple[mmap.mmap, int | None]:
         raise TpumemError(f"{name}: cannot read: {error.strerror or error}") from None
 
 
+def not_a_stream(name: str, start: bytes) -> TpumemError:
+    """Why a file whose Arrow stream does not open is no trace, from its first
+    bytes: a stream's start (a continuation marker) cut short, or something else."""
+    if start == b"\xff\xff\xff\xff":
+        return TpumemError(f"{name}: truncated before the end of its header")
+    return TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)")
+
+
 def load(path: str | Path, shown_as: str | None = None) -> Trace:
     """Reads a trace. A file cut short (its writer was killed), still being written
     or damaged loads up to its last whole, valid record batch and says so in its
@@ -193,9 +201,7 @@ def load(path: str | Path, shown_as: str | None = None) -> Trace:
     try:
         reader = pa.ipc.open_stream(source)
     except (pa.ArrowException, OSError, ValueError) as error:
-        if source.size() >= 4 and mapping[:4] == b"\xff\xff\xff\xff":
-            raise TpumemError(f"{name}: truncated before the end of its header") from error
-        raise TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)") from error
+        raise not_a_stream(name, mapping[:4]) from error
     header = _header(reader.schema, name)
     _columns(reader.schema, name)
     release = _releaser(mapping)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tpumem.errors import TpumemError
 from tpumem.trace.live import writing_process
+from tpumem.trace.reader import not_a_stream
 
 POLL_S = 0.1  # how often a wait for more bytes looks again (the writer flushes every 0.1 s)
 
@@ -69,9 +69,7 @@ class TraceTail:
         except (pa.ArrowException, OSError, ValueError):
             self._source.close()
             with open(path, "rb") as start:
-                if start.read(4) == b"\xff\xff\xff\xff":  # (as load says it)
-                    raise TpumemError(f"{path}: truncated before the end of its header") from None
-            raise TpumemError(f"{path}: not a tpumem trace (not an Arrow stream)") from None
+                raise not_a_stream(str(path), start.read(4)) from None
         self.schema: pa.Schema = self._reader.schema
         self.cut = False  # it ended on a batch not whole or not valid
 

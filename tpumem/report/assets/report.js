@@ -113,7 +113,8 @@
       const mid = (lo + hi) >> 1;
       if (xs[mid] < x) lo = mid + 1; else hi = mid;
     }
-    return lo > 0 && Math.abs(xs[lo - 1] - x) < Math.abs(xs[lo] - x) ? lo - 1 : lo;
+    // (Of two as near, the earlier.)
+    return lo > 0 && Math.abs(xs[lo - 1] - x) <= Math.abs(xs[lo] - x) ? lo - 1 : lo;
   }
 
   // spec: {series: [{name, xs, ys, color, stack, dash}], xFormat, yFormat, yMax, height}
@@ -234,7 +235,7 @@
     const s = device.series;
     const part = el("div");
     if (!s || !s.time_ns.length) return part;
-    const helpers = { el, svg, bytes, count, say, niceStep, bytesStep, groupTable, COLORS };
+    const helpers = { el, svg, bytes, count, say, niceStep, bytesStep, nearest, groupTable, COLORS };
     part.appendChild(window.tpumemTimeline(helpers, device));
     const xs = s.time_ns.map((t) => t / 1e9);
     const span = [s.span_ns[0] / 1e9, s.span_ns[1] / 1e9];

@@ -7,7 +7,7 @@
 // with the stack that made it on hover. What is drawn is chosen for the zoom
 // (series.detail); every figure shown is the analysis' own, never the script's.
 window.tpumemTimeline = function (h, device) {
-  const { el, svg, bytes, count, say, niceStep, bytesStep, groupTable, COLORS } = h;
+  const { el, svg, bytes, count, say, niceStep, bytesStep, nearest, groupTable, COLORS } = h;
   const s = device.series;
   const W = 1100, H = 260, left = 72, right = 12, top = 16, bottom = 26;
   const plotW = W - left - right, plotH = H - top - bottom;
@@ -39,11 +39,6 @@ window.tpumemTimeline = function (h, device) {
     let lo = 0, hi = xs.length;
     while (lo < hi) { const mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid + 1; else hi = mid; }
     return lo;
-  }
-  function nearestIndex(xs, x) {
-    const k = lowerBound(xs, x);
-    if (k >= xs.length) return xs.length - 1;
-    return k > 0 && x - xs[k - 1] <= xs[k] - x ? k - 1 : k;
   }
   function timeFormat(step) {
     const digits = Math.min(9, Math.max(0, -Math.floor(Math.log10(step))));
@@ -337,7 +332,7 @@ window.tpumemTimeline = function (h, device) {
     const ns = Math.round(x * 1e9), times = moments.time_ns;
     const before = lowerBound(times, ns + 1) - 1;
     const until = before >= 0 ? moments.until_ns[before] : null;
-    selected = before >= 0 && (until === null || ns < until) ? before : nearestIndex(times, ns);
+    selected = before >= 0 && (until === null || ns < until) ? before : nearest(times, ns);
     panel.setAttribute("data-clicked-ns", ns);
     clickedNs = ns;
     showMoment();
