@@ -9,7 +9,7 @@ EXTRAS := test,jax,tensorflow-cpu,torch-xla,tensorboard
 
 .PHONY: setup test test-fast lint browser demo html-check tensorboard-check bench clean
 
-$(BIN)/.installed: pyproject.toml tpumem/xplane/event_kernels.c
+$(BIN)/.installed: pyproject.toml tpumem/xplane/event_kernels.c tpumem/snapshots/pickle_walk.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --progress-bar off -e ".[$(EXTRAS)]"

@@ -186,6 +186,7 @@ class _Recording:
             "wanted": self.config.framework or None,
             "imported": imported_frameworks(),
             "keras_backend": keras_backend() if self.watch.passed else None,
+            "torch_cuda": _torch_used_cuda(),
         }
 
     def say_failure(self) -> None:
@@ -210,6 +211,19 @@ def _watch_imports(config: RunConfig) -> _Recording:
     )
     recording.watch.install()
     return recording
+
+
+def _torch_used_cuda() -> bool | None:
+    """Whether the script's PyTorch used a CUDA device (None: it imported no
+    torch). Asked at the end, of a torch already loaded: is_initialized starts
+    nothing, where is_available would start CUDA's driver."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:  # (a torch too broken to say: as if no CUDA)
+        return False
 
 
 def main() -> None:

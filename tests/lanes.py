@@ -211,6 +211,15 @@ LANES: dict[str, Lanes] = {
             FRAMEWORKS: ["test_a_brace_written_twice_is_one_brace_in_the_traces_name"],
         },
     ),
+    "test_snapshot_import.py": (
+        UNIT,
+        {
+            CLI: [
+                "test_a_bad_snapshot_leaves_no_trace_and_says_one_line",
+                "test_importing_a_snapshot_names_the_trace_after_it",
+            ]
+        },
+    ),
     "test_stacks.py": FRAMEWORKS,
     "test_steps.py": FRAMEWORKS,
     "test_timeline_page.py": FRAMEWORKS,  # Chromium, slow as a framework is

@@ -102,6 +102,19 @@ def test_a_script_that_fails_before_its_framework_says_so(tmp_path):
     assert not list(tmp_path.glob("*.tpumem"))
 
 
+def test_pytorch_without_cuda_is_one_line_that_says_so(tmp_path):
+    """A plain PyTorch script on this machine (no CUDA device): it runs as it
+    would, and the line says why nothing was recorded and what tpumem reads."""
+    (tmp_path / "cpu_torch.py").write_text(
+        "import torch\nprint(int((torch.ones(4, 4) @ torch.ones(4, 4)).sum()))\n"
+    )
+    result = profile(tmp_path, "cpu_torch.py")
+    assert result.stdout == "64\n"
+    assert_one_line_error(result, "cpu_torch.py ran PyTorch without a CUDA device")
+    assert "tpumem import" in result.stderr
+    assert not list(tmp_path.glob("*.tpumem"))
+
+
 def test_a_script_without_a_framework_is_one_line(tmp_path):
     (tmp_path / "plain.py").write_text("print('hello')\n")
     result = profile(tmp_path, "plain.py")

@@ -147,6 +147,7 @@ FLOORS = {
     # what XLA:TPU said into it: a floor of the commands' reading)
     "tpumem.tpu": ("tpumem.report", "tpumem.export", *UPPER),
     "tpumem.importer": ("tpumem.analysis", *ABOVE_ANALYSIS),
+    "tpumem.snapshots": ("tpumem.analysis", *ABOVE_ANALYSIS),
     "tpumem.adapters": ("tpumem.analysis", *ABOVE_ANALYSIS),
     # (the analysis reads no file and starts no process: what it is given, it reads)
     "tpumem.analysis": (

@@ -26,7 +26,10 @@ from tpumem.analysis.oom_messages import (
 )
 from tpumem.analysis.padding import element_bits, parse_shape
 from tpumem.analysis.peak import LiveGroup, live_at, live_groups, step_at
+from tpumem.trace.cuda_blocks import block_sizes
 from tpumem.trace.model import Trace
+from tpumem.trace.source_paths import library_file
+from tpumem.trace.stack_rows import Stack, call_stacks
 from tpumem.units import format_bytes
 
 NOT_ENOUGH = "not enough memory"
@@ -192,8 +195,73 @@ def out_of_memory(
                 compiled_largest=message.largest,
             )
         )
+    found += _recorded(trace, devices, in_use_labels)
+    found.sort(key=lambda failure: failure.time_ns if failure.time_ns is not None else -1)
     killed = _killed(trace, devices)
     return (*found, killed) if killed is not None else tuple(found)
+
+
+def _recorded(
+    trace: Trace, devices: list[DeviceEvents], in_use_labels: dict[str, str]
+) -> list[OutOfMemory]:
+    """The failures the allocator's own history holds (a PyTorch snapshot's `oom`
+    entries): what was asked, what CUDA had free and what the allocator held. More
+    free than asked means a limit refused it (set_per_process_memory_fraction,
+    which no snapshot records) or no piece was large enough: the verdict is left
+    open, the figures said."""
+    found = []
+    for oom in trace.metadata.allocator_ooms or ():
+        events = next((d for d in devices if d.device == oom.device), None)
+        if events is None or not len(events) or oom.time_ns is None:
+            continue
+        index = max(0, int(np.searchsorted(events.time_ns, oom.time_ns, side="right")) - 1)
+        in_use = int(events.in_use[index])
+        asked = int(block_sizes(np.array([oom.requested_bytes or 0]))[0])
+        cached = None if oom.pool_bytes is None else max(0, oom.pool_bytes - in_use)
+        free = None
+        if oom.device_free_bytes is not None and cached is not None:
+            free = oom.device_free_bytes + cached
+        said = [f"could not allocate {format_bytes(asked)} on {oom.device}"]
+        if oom.device_free_bytes is not None:
+            said.append(f"CUDA had {format_bytes(oom.device_free_bytes)} free")
+        if cached is not None:
+            said.append(f"the allocator held {format_bytes(cached)} unused")
+        why, short = verdict(asked, free)
+        if why == FRAGMENTED:  # (or a limit: the snapshot cannot tell which)
+            why = None
+        stacks, _ = call_stacks(trace)
+        stack = stacks.get(oom.stack) if oom.stack is not None else None
+        found.append(
+            OutOfMemory(
+                phase="run",
+                source="the allocator's history (the snapshot's oom entry)",
+                message="; ".join(said),
+                device=oom.device,
+                time_ns=oom.time_ns,
+                step=step_at(trace, oom.time_ns),
+                op=None,
+                shape=None,
+                dtype=None,
+                requested_bytes=oom.requested_bytes,
+                in_use_bytes=in_use,
+                in_use_label=in_use_labels.get(oom.device, provenance.DERIVED),
+                limit_bytes=None,
+                free_bytes=free,
+                largest_free_block_bytes=None,
+                verdict=why,
+                short_by_bytes=short,
+                live=live_groups(trace, events, live_at(events, index)),
+                location=_user_line(stack) if stack else None,
+            )
+        )
+    return found
+
+
+def _user_line(stack: Stack) -> str | None:
+    for frame in reversed(stack):  # (outermost first: the innermost of the user's)
+        if not library_file(frame.file):
+            return frame.location
+    return None
 
 
 def _requested(message: OomMessage) -> int | None:

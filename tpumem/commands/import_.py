@@ -9,6 +9,8 @@ from tpumem.errors import TpumemError
 from tpumem.importer import find_profiles, import_profile
 from tpumem.outputs import check_target, create_trace, default_trace
 from tpumem.progress import progress
+from tpumem.snapshots.importing import import_snapshot, is_snapshot
+from tpumem.units import format_bytes
 
 
 def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
@@ -18,6 +20,9 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
 
 
 def run_import(request: ImportRequest) -> None:
+    if is_snapshot(request.path):
+        _import_snapshot(request)
+        return
     path, output, force = request.path, request.output, request.force
     run_name, hosts = find_profiles(path, request.run)
     inputs = [host.path for host in hosts]
@@ -46,3 +51,32 @@ def run_import(request: ImportRequest) -> None:
             written, count, programs = import_profile(host, run_name, create)
         held = f", {programs:,} compiled programs" if programs else ""
         print(f"{written}: {count:,} memory events{held} from {host.path}")
+
+
+def _import_snapshot(request: ImportRequest) -> None:
+    """A PyTorch memory snapshot: one trace, its devices in it."""
+    path, output = request.path, request.output
+    if request.run is not None:
+        raise TpumemError("--run picks a run of a TensorBoard logdir; a snapshot has one")
+    if output is not None and check_target(output, [path]) and not request.force:
+        raise TpumemError(f"{output}: exists; use --force to replace it, or -o another name")
+    size = path.stat().st_size
+
+    def create() -> tuple[Path, int]:
+        if output is None:
+            return default_trace(Path(f"{path.stem}.tpumem"), [path])
+        return output, create_trace(output, [path], request.force)
+
+    with progress(f"importing {path}") as say:
+        written, converted = import_snapshot(
+            path, create, lambda read: say(f"{read / max(size, 1):.0%} of {format_bytes(size)}")
+        )
+    said = f"{written}: {converted.entries:,} trace entries ({converted.allocations:,} allocations)"
+    if converted.before:
+        said += (
+            f", {converted.before:,} allocations ({format_bytes(converted.before_bytes)}) "
+            "live before the first"
+        )
+    if converted.ooms:
+        said += f", {converted.ooms} out of memory"
+    print(f"{said} from {path}")

@@ -24,6 +24,19 @@ def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
             f"{said['keras_backend']}, which it never imported: nothing was recorded "
             "(--framework tensorflow records TensorFlow)"
         )
+    elif said.get("torch_cuda") is False:
+        nothing = (
+            f"{target} ran PyTorch without a CUDA device (none here, or the script kept to "
+            "the CPU): nothing was recorded; tpumem reads PyTorch's memory on CUDA GPUs "
+            "(from its snapshots: tpumem import) and records PyTorch/XLA"
+        )
+    elif said.get("torch_cuda"):
+        nothing = (
+            f"{target} ran PyTorch on CUDA, which `tpumem profile` does not record yet: save "
+            "torch.cuda.memory._dump_snapshot('run.pickle') after "
+            "torch.cuda.memory._record_memory_history() and `tpumem import run.pickle`; "
+            "nothing was recorded"
+        )
     else:
         nothing = (
             f"{target} imported none of the frameworks tpumem profiles ({frameworks}): "

@@ -67,6 +67,12 @@ def why(oom: OutOfMemory) -> str:
     if oom.verdict == COMPILE:
         short = f", {format_bytes(oom.short_by_bytes)} too much" if oom.short_by_bytes else ""
         return f"the compiled program does not fit the device{short}"
+    if oom.free_bytes is not None:  # (more was free than asked, and still it failed)
+        return (
+            f"{free} free in all, more than the {asked} asked for: a limit refused it "
+            "(PyTorch: set_per_process_memory_fraction, which a snapshot does not record) "
+            "or no free piece was large enough"
+        )
     return "cannot tell: neither the message nor the trace says how much was free"
 
 

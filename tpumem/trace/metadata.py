@@ -167,6 +167,19 @@ class AllocatorLog:
     largest_free_chunk_bytes: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class AllocatorOom:
+    """An allocation the allocator failed, as its own history recorded it (a
+    PyTorch snapshot's `oom` entry), on the trace clock."""
+
+    device: str = ""
+    time_ns: int | None = None
+    requested_bytes: int | None = None  # the size asked for
+    device_free_bytes: int | None = None  # what CUDA said was free on the device
+    pool_bytes: int | None = None  # what the allocator held from the device then
+    stack: int | None = None  # the call stack that asked (a stack row's id)
+
+
 # What only one adapter records, one class per adapter. On the file their fields
 # stand beside the common ones (the format's keys since version 1).
 @dataclass(frozen=True, slots=True)
@@ -218,6 +231,8 @@ class RunMetadata:
     recorded_by: str | None = None  # who recorded the exit, when not the runner
     # Allocation failures the allocator logged, as `tpumem profile` read them.
     allocator_oom_logs: tuple[AllocatorLog, ...] | None = None
+    # Allocation failures the allocator's own history holds (imported snapshots).
+    allocator_ooms: tuple[AllocatorOom, ...] | None = None
     devices: tuple[DeviceInfo, ...] | None = None
     fidelity: Mapping[str, str] | None = None  # per device: allocator, buffer, counter
     allocator_settings: Mapping[str, str | int | float | None] | None = None

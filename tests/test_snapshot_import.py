@@ -1,0 +1,326 @@
+"""PyTorch memory snapshots into traces (`tpumem import SNAPSHOT.pickle`).
+
+The snapshots in tests/data/torch_cuda were recorded by PyTorch itself on an
+NVIDIA H200 (tests/tools/record_torch_snapshots.py), each beside what PyTorch's
+own counters said (PART.json): the trace's figures must equal those counters.
+Others are built here from the format, for what a recording cannot show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import assert_valid_json
+from tpumem.analysis import analyze
+from tpumem.errors import TpumemError
+from tpumem.outputs import create_trace
+from tpumem.report.json_report import report_dict
+from tpumem.snapshots import walker
+from tpumem.snapshots.importing import import_snapshot
+from tpumem.snapshots.walker import ACTION, SnapshotWalk
+from tpumem.trace.cuda_blocks import block_sizes, divisions_by_interval
+from tpumem.trace.reader import load
+
+DATA = Path(__file__).parent / "data" / "torch_cuda"
+PARTS = ("mlp", "oom", "overflow", "expandable", "state", "bare", "gpt2")
+# Recorded from before the first allocation: the peak is the whole run's.
+FROM_THE_START = ("mlp", "oom", "expandable", "gpt2")
+
+
+def _counters(part: str) -> dict:
+    return json.loads((DATA / f"{part}.json").read_text())
+
+
+def _imported(source: Path, tmp_path: Path):
+    target = tmp_path / f"{source.stem}.tpumem"
+    written, converted = import_snapshot(source, lambda: (target, create_trace(target, (), False)))
+    return analyze(load(written)), converted
+
+
+def _rows(path: Path, unpickle: bool, monkeypatch) -> tuple[dict, list, dict, tuple]:
+    if unpickle:
+        monkeypatch.setattr(walker, "_library", lambda: None)
+    with SnapshotWalk(path) as walk:
+        pieces = list(walk.rows())
+        columns = {
+            name: np.concatenate([getattr(p, name) for p in pieces]) if pieces else np.zeros(0)
+            for name in ("device", "action", "category", "addr", "size", "stream", "time_us")
+        }
+        buffers = np.concatenate([p.buffer for p in pieces]) if pieces else np.zeros(0)
+        frames = [walk.frames(int(f)) for p in pieces for f in p.frames] if pieces else []
+        columns["buffer"] = buffers
+        return columns, frames, walk.rest, tuple(a.tolist() for a in walk.live())
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_the_walker_reads_what_the_unpickler_reads(part, monkeypatch):
+    """The C walker (streaming) and the fallback (pickle.load of plain data)
+    give the same rows, frames, state and live allocations."""
+    assert walker.walker_built()
+    path = DATA / f"{part}.pickle"
+    streamed = _rows(path, False, monkeypatch)
+    unpickled = _rows(path, True, monkeypatch)
+    for name in streamed[0]:
+        assert np.array_equal(streamed[0][name], unpickled[0][name]), name
+    assert streamed[1:] == unpickled[1:]
+    snapshot = pickle.loads(path.read_bytes())
+    assert len(streamed[0]["action"]) == sum(len(t) for t in snapshot["device_traces"])
+    assert streamed[2]["segments"] == snapshot["segments"]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_the_peak_and_pool_are_pytorchs_own(part, tmp_path):
+    analysis, converted = _imported(DATA / f"{part}.pickle", tmp_path)
+    counters = _counters(part)
+    (gpu,) = analysis.devices
+    assert gpu.device == "GPU:0" and gpu.fidelity == "allocator"
+    assert analysis.framework == "pytorch" and analysis.backend == "gpu"
+    # The segments at the end, less the trace's segment entries: the pool.
+    assert gpu.preallocation.pool_peak_bytes == counters["max_memory_reserved"]
+    if part in FROM_THE_START:
+        assert converted.before == 0
+        assert gpu.peak.bytes == counters["max_memory_allocated"]  # byte for byte
+    if part == "bare":  # (no history: the state when the snapshot was taken)
+        assert gpu.peak.bytes == counters["memory_allocated"]
+        assert any("holds no history" in w for w in analysis.metadata.warnings)
+
+
+def test_a_wrapped_ring_buffer_is_said_and_its_lost_allocations_placed(tmp_path):
+    """max_entries=300: the history starts mid-run. What it frees without having
+    allocated, and what is live at the end without an allocation, were live
+    before its first entry; with them the peak is still PyTorch's."""
+    analysis, converted = _imported(DATA / "overflow.pickle", tmp_path)
+    counters = _counters("overflow")
+    snapshot = pickle.loads((DATA / "overflow.pickle").read_bytes())
+    trace = snapshot["device_traces"][0]
+    live, orphans = set(), 0
+    for entry in trace:
+        if entry["action"] == "alloc":
+            live.add(entry["addr"])
+        elif entry["action"] == "free_completed":
+            orphans += entry["addr"] not in live
+            live.discard(entry["addr"])
+    live_unseen = [
+        b
+        for s in snapshot["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_allocated" and b["address"] not in live
+    ]
+    assert orphans and live_unseen and converted.before == orphans + len(live_unseen)
+    assert any(
+        "were live before the snapshot's first entry" in w for w in analysis.metadata.warnings
+    )
+    (gpu,) = analysis.devices
+    assert gpu.peak.bytes == counters["max_memory_allocated"]
+
+
+def test_expandable_segments_map_and_unmap_the_pool(tmp_path):
+    analysis, _ = _imported(DATA / "expandable.pickle", tmp_path)
+    snapshot = pickle.loads((DATA / "expandable.pickle").read_bytes())
+    actions = {e["action"] for e in snapshot["device_traces"][0]}
+    assert {"segment_map", "segment_unmap"} <= actions
+    assert snapshot["allocator_settings"]["expandable_segments"] is True
+    counters = _counters("expandable")
+    (gpu,) = analysis.devices
+    assert gpu.preallocation.pool_peak_bytes == counters["max_memory_reserved"]
+    settings = analysis.metadata.allocator_settings
+    assert settings["expandable_segments"] == "true"
+
+
+def test_a_real_out_of_memory_is_explained_with_pytorchs_figures(tmp_path):
+    """The oom entry: what was asked, what was in use (PyTorch's message says
+    429.47 MiB allocated), what CUDA had free (138.63 GiB), at the line."""
+    analysis, converted = _imported(DATA / "oom.pickle", tmp_path)
+    counters = _counters("oom")
+    assert converted.ooms == 1
+    (failure,) = analysis.out_of_memory
+    assert failure.requested_bytes == counters["observer"]["alloc"]
+    assert f"{failure.in_use_bytes / 2**20:.2f} MiB is allocated by PyTorch" in counters["message"]
+    free = counters["oom_entries"][0]["device_free"]
+    assert free <= failure.free_bytes < free + 2**20 * 20  # (CUDA's, and the cached)
+    assert f"{free / 2**30:.2f} GiB is free" in counters["message"]
+    assert failure.location.endswith("record_torch_snapshots.py:208")
+    assert failure.verdict is None  # a memory fraction refused it: no snapshot says so
+    assert_valid_json("report", json.dumps(report_dict(analysis)))
+
+
+def test_the_caching_allocators_rounding():
+    sizes = np.array([0, 1, 512, 513, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 5])
+    assert block_sizes(sizes).tolist() == [
+        512,
+        512,
+        512,
+        1024,
+        1 << 20,
+        (1 << 20) + 512,
+        3 * (1 << 20) + 512,
+    ]
+    # roundup_power2_divisions: 4 steps between 2 and 4 MiB for the interval [2, 4).
+    divisions = divisions_by_interval({"2": 4})
+    three_and_a_bit = np.array([3 * (1 << 20) + 5, 2 << 20, (2 << 20) + 1])
+    assert block_sizes(three_and_a_bit, divisions).tolist() == [
+        (3 << 20) + (1 << 19),
+        2 << 20,
+        (2 << 20) + (1 << 19),
+    ]
+
+
+# Snapshots built from the format (torch/csrc/cuda/Module.cpp's layout).
+
+
+def _frames(line: int) -> list[dict]:
+    return [
+        {"name": "forward", "filename": "/site-packages/torch/nn/modules/linear.py", "line": 125},
+        {"name": "step", "filename": "/home/me/train.py", "line": line},
+    ]
+
+
+def _entry(action: str, addr: int, size: int, t: int, frames=None) -> dict:
+    entry = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t}
+    if frames is not None:
+        entry["frames"] = frames
+    return entry
+
+
+def _snapshot(traces: list[list[dict]], segments=(), **rest) -> dict:
+    return {"segments": list(segments), "device_traces": traces, **rest}
+
+
+def _write(tmp_path: Path, snapshot: object, name: str = "s.pickle", protocol: int = 4) -> Path:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(snapshot, protocol=protocol))
+    return path
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_two_devices_each_in_its_own_list(tmp_path, protocol):
+    """Entries belong to the list they are in: device 1's, not device 0's, and
+    a device with no entries between them shifts nothing."""
+    shared = _frames(10)
+    traces = [
+        [
+            _entry("alloc", 0x1000, 1000, 1, shared),
+            _entry("free_completed", 0x1000, 1000, 2, shared),
+        ],
+        [],
+        [_entry("alloc", 0x9000, 5 << 20, 3, _frames(20))],
+    ]
+    path = _write(tmp_path, _snapshot(traces), protocol=protocol)
+    analysis, converted = _imported(path, tmp_path)
+    devices = {d.device: d for d in analysis.devices}
+    assert set(devices) == {"GPU:0", "GPU:2"}
+    assert devices["GPU:0"].peak.bytes == 1024
+    assert devices["GPU:2"].peak.bytes == 5 << 20
+    assert devices["GPU:2"].peak.groups[0].source == "/home/me/train.py:20"
+    assert converted.entries == 3 and converted.allocations == 2
+
+
+def test_a_snapshot_that_would_run_code_is_refused_and_does_not(tmp_path):
+    """pickle.load of this file runs a command; the walker (and the fallback's
+    unpickler) refuse it in one line, and nothing runs."""
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    path = _write(tmp_path, _snapshot([[_entry("alloc", 1, 2, 3)]], annotations=Evil()))
+    for unpickle in (False, True):
+        with pytest.raises(TpumemError, match="more than plain data"), SnapshotWalk(path) as walk:
+            if unpickle:
+                walk._library = None
+            list(walk.rows())
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "trailing", "memo", "deep", "long_int", "long_string", "not_a_dict"],
+)
+def test_damaged_snapshots_are_one_clear_error(tmp_path, damage):
+    good = pickle.dumps(_snapshot([[_entry("alloc", 1, 2, 3, _frames(1))] * 3]), protocol=4)
+    data = {
+        "truncated": good[: len(good) // 2],
+        "trailing": good + b"more",
+        # BINGET of a slot never filled, then STOP.
+        "memo": b"\x80\x04h\x07.",
+        "deep": b"\x80\x04" + b"]" * 100 + b"a" * 99 + b".",
+        # LONG1 of 20 bytes.
+        "long_int": b"\x80\x04\x8a\x14" + b"\x01" * 20 + b".",
+        # BINUNICODE8 claiming more than any file holds.
+        "long_string": b"\x80\x04\x8d" + (1 << 40).to_bytes(8, "little") + b"x",
+        "not_a_dict": pickle.dumps([1, 2, 3], protocol=4),
+    }[damage]
+    path = tmp_path / "damaged.pickle"
+    path.write_bytes(data)
+    with pytest.raises(TpumemError) as raised, SnapshotWalk(path) as walk:
+        list(walk.rows())
+    assert str(raised.value).startswith(str(path))
+    assert "\n" not in str(raised.value)
+
+
+def test_mangled_recorded_snapshots_read_or_are_refused(tmp_path):
+    """Bytes changed, cut out and put in at random in the recorded snapshots: each
+    reads, or is refused with a TpumemError; nothing else escapes (the C walker
+    was also run so under AddressSanitizer)."""
+    rng = random.Random(52)
+    sources = [(DATA / f"{part}.pickle").read_bytes() for part in ("oom", "overflow", "state")]
+    path = tmp_path / "mangled.pickle"
+    for _ in range(300):
+        data = bytearray(rng.choice(sources))
+        for _ in range(rng.randrange(1, 6)):
+            at = rng.randrange(len(data))
+            if rng.random() < 0.5:
+                data[at] = rng.randrange(256)
+            elif rng.random() < 0.5:
+                del data[at : at + rng.randrange(1, 64)]
+            else:
+                data[at:at] = rng.randbytes(rng.randrange(1, 16))
+        path.write_bytes(bytes(data))
+        try:
+            with SnapshotWalk(path) as walk:
+                for _ in walk.rows():
+                    pass
+                walk.live()
+        except TpumemError as error:
+            assert "\n" not in str(error)
+
+
+def test_a_bad_snapshot_leaves_no_trace_and_says_one_line(tmp_path):
+    entries = [_entry("alloc", 4096 * i, 2, i) for i in range(5000)]
+    good = pickle.dumps(_snapshot([entries]), protocol=4)
+    path = tmp_path / "cut.pickle"
+    path.write_bytes(good[: len(good) - 7])
+    target = tmp_path / "cut.tpumem"
+    done = subprocess.run(
+        [sys.executable, "-m", "tpumem", "import", str(path), "-o", str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and not target.exists()
+    assert done.stderr.count("\n") == 1 and "truncated" in done.stderr, done.stderr
+
+
+def test_importing_a_snapshot_names_the_trace_after_it(tmp_path):
+    path = _write(tmp_path, _snapshot([[_entry("alloc", 4096, 100, 1, _frames(3))]]), "run7.pickle")
+    done = subprocess.run(
+        [sys.executable, "-m", "tpumem", "import", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run7.tpumem").exists()
+    assert "1 trace entries (1 allocations)" in done.stdout
+    assert ACTION["alloc"] == 1

@@ -1,0 +1,54 @@
+"""`tpumem import SNAPSHOT.pickle`: a PyTorch memory snapshot into a trace file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tpumem.errors import TpumemError
+from tpumem.snapshots.convert import Converted, write_snapshot
+from tpumem.trace.writer import TraceWriter
+
+# A pickle of protocol 2 to 5 starts with PROTO and its number: what
+# `torch.cuda.memory._dump_snapshot` writes (no XSpace starts so).
+_PICKLE_STARTS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
+
+
+def is_snapshot(path: Path) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(2) in _PICKLE_STARTS
+    except OSError:
+        return False
+
+
+def import_snapshot(
+    path: Path,
+    create: Callable[[], tuple[Path, int]],
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[Path, Converted]:
+    """Writes the snapshot's trace in the file `create` makes once the snapshot's
+    first part was read; a snapshot that turns out unreadable later leaves no
+    file behind (half a history would read as a whole one)."""
+    made: list[Path] = []
+
+    def writer_for(metadata: dict[str, Any]) -> TraceWriter:
+        output, descriptor = create()
+        made.append(output)
+        return TraceWriter(descriptor, metadata, flush_interval_s=0)
+
+    try:
+        converted = write_snapshot(path, writer_for, on_progress)
+    except (TpumemError, MemoryError):
+        for output in made:
+            _remove(output)
+        raise
+    return made[0], converted
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
