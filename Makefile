@@ -83,6 +83,7 @@ bench: setup
 	$(BIN)/python benchmarks/diff_scale.py
 	$(BIN)/python benchmarks/run_scale.py
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py --steps 60 --anchor no-stacks
+	$(BIN)/python benchmarks/snapshot_scale.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

@@ -217,6 +217,7 @@ LANES: dict[str, Lanes] = {
             CLI: [
                 "test_a_bad_snapshot_leaves_no_trace_and_says_one_line",
                 "test_importing_a_snapshot_names_the_trace_after_it",
+                "test_jax_and_pytorch_on_one_gpu_side_by_side",
             ]
         },
     ),

@@ -224,6 +224,65 @@ def test_two_devices_each_in_its_own_list(tmp_path, protocol):
     assert converted.entries == 3 and converted.allocations == 2
 
 
+def test_a_device_whose_history_starts_first_keeps_its_allocations(tmp_path):
+    """Each device has its own ring buffer: device 1's history may start before
+    device 0's. Its allocation made before its history (freed at 30) still
+    counts, at the trace's start, before everything else."""
+    device0 = [_entry("alloc", 0x1000, 1 << 20, 1000)]
+    device1 = [
+        _entry("alloc", 0x90000, 1 << 20, 10),
+        _entry("free_completed", 0x90000, 1 << 20, 20),
+        _entry("free_completed", 0xA00000, 4 << 20, 30),
+    ]
+    analysis, _ = _imported(_write(tmp_path, _snapshot([device0, device1])), tmp_path)
+    peaks = {d.device: d.peak.bytes for d in analysis.devices}
+    assert peaks == {"GPU:0": 1 << 20, "GPU:1": 5 << 20}
+    assert analysis.metadata.start_time_ns == 9 * 1000  # (1 us before the earliest)
+
+
+def test_rounding_set_by_the_allocators_settings_is_applied(tmp_path):
+    """roundup_power2_divisions comes after the entries: the import reads again
+    with it. 4 steps between 2 and 4 MiB: 2 MiB + 1 byte takes 2.5 MiB."""
+    settings = {"roundup_power2_divisions": {"2": 4}, "expandable_segments": False}
+    traces = [[_entry("alloc", 0x1000, (2 << 20) + 1, 1, _frames(5))]]
+    path = _write(tmp_path, _snapshot(traces, allocator_settings=settings))
+    analysis, _ = _imported(path, tmp_path)
+    (gpu,) = analysis.devices
+    assert gpu.peak.bytes == (2 << 20) + (1 << 19)
+    assert "2:4" in analysis.metadata.allocator_settings["roundup_power2_divisions"]
+
+
+def test_torch_profilers_categories_become_regions(tmp_path):
+    """_memory_viz._profile_to_snapshot names each allocation's category and
+    gives no times: regions, and a microsecond apart."""
+    traces = [
+        [
+            {**_entry("alloc", 0x1000, 4096, -1), "category": "parameter"},
+            {**_entry("alloc", 0x3000, 8192, -1), "category": "activation"},
+        ]
+    ]
+    for entry in traces[0]:
+        del entry["time_us"]
+    analysis, _ = _imported(_write(tmp_path, _snapshot(traces)), tmp_path)
+    (device,) = analysis.devices
+    assert device.device == "device:0"
+    regions = {g.region: g.bytes for g in device.peak.groups}
+    assert regions == {"parameter": 4096, "activation": 8192}
+    assert any("carry no times" in w for w in analysis.metadata.warnings)
+
+
+def test_pieces_cut_anywhere_read_the_same(monkeypatch):
+    """An opcode cut at the end of a piece is read again with the next: pieces of
+    any size give the rows 8 MiB pieces give."""
+    path = DATA / "gpt2.pickle"
+    whole = _rows(path, False, monkeypatch)
+    for size in (997, 4096, 65537):
+        monkeypatch.setattr(walker, "PIECE_BYTES", size)
+        cut = _rows(path, False, monkeypatch)
+        assert all(np.array_equal(whole[0][k], cut[0][k]) for k in whole[0])
+        assert cut[1:] == whole[1:]
+
+
 def test_a_snapshot_that_would_run_code_is_refused_and_does_not(tmp_path):
     """pickle.load of this file runs a command; the walker (and the fallback's
     unpickler) refuse it in one line, and nothing runs."""
@@ -244,7 +303,7 @@ def test_a_snapshot_that_would_run_code_is_refused_and_does_not(tmp_path):
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncated", "trailing", "memo", "deep", "long_int", "long_string", "not_a_dict"],
+    ["truncated", "trailing", "memo", "deep", "long_int", "long_string", "not_a_dict", "huge_int"],
 )
 def test_damaged_snapshots_are_one_clear_error(tmp_path, damage):
     good = pickle.dumps(_snapshot([[_entry("alloc", 1, 2, 3, _frames(1))] * 3]), protocol=4)
@@ -259,6 +318,7 @@ def test_damaged_snapshots_are_one_clear_error(tmp_path, damage):
         # BINUNICODE8 claiming more than any file holds.
         "long_string": b"\x80\x04\x8d" + (1 << 40).to_bytes(8, "little") + b"x",
         "not_a_dict": pickle.dumps([1, 2, 3], protocol=4),
+        "huge_int": pickle.dumps(_snapshot([[_entry("alloc", 2**63 + 5, 2, 3)]]), protocol=4),
     }[damage]
     path = tmp_path / "damaged.pickle"
     path.write_bytes(data)
@@ -324,3 +384,35 @@ def test_importing_a_snapshot_names_the_trace_after_it(tmp_path):
     assert (tmp_path / "run7.tpumem").exists()
     assert "1 trace entries (1 allocations)" in done.stdout
     assert ACTION["alloc"] == 1
+
+
+def test_jax_and_pytorch_on_one_gpu_side_by_side(tmp_path):
+    """The reference MLP (4 x 512, batch 64, Adam) on the same H200: JAX's trace
+    as `tpumem profile` recorded it, PyTorch's from its snapshot."""
+    _, converted = _imported(DATA / "mlp.pickle", tmp_path)
+    assert converted.allocations
+    jax_trace = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
+    page = tmp_path / "both.html"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpumem",
+            "compare",
+            str(jax_trace),
+            str(tmp_path / "mlp.tpumem"),
+            "--html",
+            str(page),
+            "--width",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "Framework" in line)
+    assert "jax (gpu)" in header and "pytorch (gpu)" in header
+    peak = next(line for line in done.stdout.splitlines() if "Peak in use" in line)
+    assert "111.3 MiB" in peak and "85.3 MiB" in peak  # (JAX's allocator; PyTorch's own)
+    assert page.stat().st_size > 0

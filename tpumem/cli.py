@@ -553,6 +553,8 @@ def main() -> None:
         _fail(error.format_message(), error.exit_code)
     except TpumemError as error:
         _fail(str(error), error.exit_code)
+    except MemoryError:  # (what was written before stays; the machine had no more)
+        _fail("out of memory: this machine has too little for the work asked", 1)
     except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
     except OSError as error:

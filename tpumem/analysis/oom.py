@@ -28,8 +28,8 @@ from tpumem.analysis.padding import element_bits, parse_shape
 from tpumem.analysis.peak import LiveGroup, live_at, live_groups, step_at
 from tpumem.trace.cuda_blocks import block_sizes
 from tpumem.trace.model import Trace
-from tpumem.trace.source_paths import library_file
-from tpumem.trace.stack_rows import Stack, call_stacks
+from tpumem.trace.source_paths import first_user_location
+from tpumem.trace.stack_rows import call_stacks
 from tpumem.units import format_bytes
 
 NOT_ENOUGH = "not enough memory"
@@ -210,12 +210,15 @@ def _recorded(
     which no snapshot records) or no piece was large enough: the verdict is left
     open, the figures said."""
     found = []
+    stacks, _ = call_stacks(trace)
     for oom in trace.metadata.allocator_ooms or ():
         events = next((d for d in devices if d.device == oom.device), None)
-        if events is None or not len(events) or oom.time_ns is None:
-            continue
-        index = max(0, int(np.searchsorted(events.time_ns, oom.time_ns, side="right")) - 1)
-        in_use = int(events.in_use[index])
+        # The failure came after the last event at or before its time (none: it
+        # was the device's first allocation, with nothing in use).
+        index = -1
+        if events is not None and len(events) and oom.time_ns is not None:
+            index = int(np.searchsorted(events.time_ns, oom.time_ns, side="right")) - 1
+        in_use = int(events.in_use[index]) if events is not None and index >= 0 else 0
         asked = int(block_sizes(np.array([oom.requested_bytes or 0]))[0])
         cached = None if oom.pool_bytes is None else max(0, oom.pool_bytes - in_use)
         free = None
@@ -229,8 +232,8 @@ def _recorded(
         why, short = verdict(asked, free)
         if why == FRAGMENTED:  # (or a limit: the snapshot cannot tell which)
             why = None
-        stacks, _ = call_stacks(trace)
         stack = stacks.get(oom.stack) if oom.stack is not None else None
+        live = live_at(events, index) if events is not None and index >= 0 else None
         found.append(
             OutOfMemory(
                 phase="run",
@@ -238,30 +241,29 @@ def _recorded(
                 message="; ".join(said),
                 device=oom.device,
                 time_ns=oom.time_ns,
-                step=step_at(trace, oom.time_ns),
+                step=step_at(trace, oom.time_ns) if oom.time_ns is not None else None,
                 op=None,
                 shape=None,
                 dtype=None,
                 requested_bytes=oom.requested_bytes,
                 in_use_bytes=in_use,
-                in_use_label=in_use_labels.get(oom.device, provenance.DERIVED),
+                in_use_label=in_use_labels.get(oom.device, provenance.DERIVED)
+                if events is not None
+                else provenance.NOT_AVAILABLE,
                 limit_bytes=None,
                 free_bytes=free,
                 largest_free_block_bytes=None,
                 verdict=why,
                 short_by_bytes=short,
-                live=live_groups(trace, events, live_at(events, index)),
-                location=_user_line(stack) if stack else None,
+                live=live_groups(trace, events, live)
+                if events is not None and live is not None
+                else (),
+                location=first_user_location((f.file, f.line) for f in reversed(stack))
+                if stack
+                else None,
             )
         )
     return found
-
-
-def _user_line(stack: Stack) -> str | None:
-    for frame in reversed(stack):  # (outermost first: the innermost of the user's)
-        if not library_file(frame.file):
-            return frame.location
-    return None
 
 
 def _requested(message: OomMessage) -> int | None:

@@ -67,7 +67,12 @@ def why(oom: OutOfMemory) -> str:
     if oom.verdict == COMPILE:
         short = f", {format_bytes(oom.short_by_bytes)} too much" if oom.short_by_bytes else ""
         return f"the compiled program does not fit the device{short}"
-    if oom.free_bytes is not None:  # (more was free than asked, and still it failed)
+    free_and_refused = (
+        oom.free_bytes is not None
+        and oom.requested_bytes is not None
+        and oom.free_bytes >= oom.requested_bytes
+    )
+    if free_and_refused:  # (more was free than asked, and still it failed)
         return (
             f"{free} free in all, more than the {asked} asked for: a limit refused it "
             "(PyTorch: set_per_process_memory_fraction, which a snapshot does not record) "

@@ -18,12 +18,13 @@ its pool, what was live before its first entry, and its out-of-memory entries.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +33,9 @@ from tpumem.snapshots.walker import ACTION, EntryRows, SnapshotWalk
 from tpumem.trace.cuda_blocks import block_sizes, divisions_by_interval
 from tpumem.trace.metadata import IMPORTED, AllocatorOom, metadata_json
 from tpumem.trace.schema import ALLOC, ALLOCATOR, FREE, META, STACK
-from tpumem.trace.source_paths import library_file
+from tpumem.trace.source_paths import first_user_location
 from tpumem.trace.stack_rows import stack_text
+from tpumem.trace.values import MAX_ADDRESS, MAX_BYTES
 from tpumem.trace.writer import TraceWriter
 from tpumem.units import format_bytes
 
@@ -45,6 +47,7 @@ _POOL_DOWN = (ACTION["segment_free"], ACTION["segment_unmap"])
 # "file(line): function" and leaves its filename "none".
 _PROFILER_FRAME = re.compile(r"(?P<file>.+)\((?P<line>\d+)\): (?P<function>.+)")
 _LEAD_US = 1  # the trace starts this long before the first entry: what was live before
+_LIVE_STATES = ("active_allocated", "active_pending_free")
 
 
 @dataclass
@@ -93,7 +96,7 @@ class _Stacks:
         if not frames:
             return -1
         stack_id = len(self.sources)
-        self.sources.append(_user_line(frames))
+        self.sources.append(first_user_location((file, line) for file, line, _ in frames))
         self.pending.append((stack_id, stack_text(frames[::-1])))
         return stack_id
 
@@ -122,13 +125,6 @@ def _frames_of(frames: Any) -> list[tuple[str, int, str]]:
     return result
 
 
-def _user_line(frames: list[tuple[str, int, str]]) -> str | None:
-    for file, line, _ in frames:  # (innermost first)
-        if not library_file(file) and not file.startswith("<frozen"):
-            return f"{file}:{line}"
-    return None
-
-
 def device_name(index: int, timed: bool) -> str:
     # torch.profiler's conversion (untimed) holds the host's memory too, in its
     # last list: its lists are not all GPUs.
@@ -142,19 +138,40 @@ def write_snapshot(
 ) -> Converted:
     """Reads the snapshot at `path` and writes its trace through the writer
     `writer_for(metadata)` makes (after the first piece was read: a file that is
-    no snapshot leaves none behind)."""
+    no snapshot leaves none behind). Read a second time, and written again from
+    the start, where the first reading learned too late what the writing needed:
+    another device's history starting before the first's, or request rounding
+    set (roundup_power2_divisions, whose setting comes after the entries)."""
     with SnapshotWalk(path, on_progress) as walk:
-        return _Conversion(path, walk).run(writer_for)
+        try:
+            return _Conversion(path, walk).run(writer_for)
+        except _Again as again:
+            learned = again
+    with SnapshotWalk(path, on_progress) as walk:
+        return _Conversion(path, walk, learned.start_us, learned.divisions).run(writer_for)
+
+
+class _Again(Exception):
+    def __init__(self, start_us: int | None, divisions: np.ndarray | None) -> None:
+        self.start_us, self.divisions = start_us, divisions
 
 
 class _Conversion:
-    def __init__(self, path: Path, walk: SnapshotWalk) -> None:
+    def __init__(
+        self,
+        path: Path,
+        walk: SnapshotWalk,
+        start_us: int | None = None,
+        divisions: np.ndarray | None = None,
+    ) -> None:
         self.path = path
         self.walk = walk
         self.stacks = _Stacks(walk)
         self.devices: dict[int, _Device] = {}
         self.writer: TraceWriter | None = None
-        self.start_us: int | None = None
+        self.start_us = start_us
+        self.earliest_us: int | None = None  # of every device's entries
+        self.divisions = divisions
         self.timed = True
         self.entries = self.allocations = 0
         self.ooms: list[AllocatorOom] = []
@@ -175,8 +192,9 @@ class _Conversion:
             }
         )
         with self.writer as writer:
-            for piece in _chain([first] if first is not None else [], rows):
+            for piece in itertools.chain([first] if first is not None else [], rows):
                 self._piece(piece)
+            self._check_learned()
             before, before_bytes = self._before(writer)
             self._pool(writer)
             self._finish(writer, before, before_bytes)
@@ -185,7 +203,25 @@ class _Conversion:
     def _clock(self, first: EntryRows) -> None:
         known = first.time_us[first.time_us >= 0]
         self.timed = bool(len(known))
-        self.start_us = int(known[0]) - _LEAD_US if len(known) else 0
+        if self.start_us is None:  # (the first device's first entry, until told)
+            self.start_us = int(known[0]) - _LEAD_US if len(known) else 0
+
+    def _check_learned(self) -> None:
+        """Raises _Again where the trace written so far is not the snapshot's."""
+        settings = self.walk.rest.get("allocator_settings")
+        setting = (
+            settings.get("roundup_power2_divisions") if isinstance(settings, Mapping) else None
+        )
+        divisions = divisions_by_interval(setting)
+        early = (
+            self.timed
+            and self.earliest_us is not None
+            and self.earliest_us - _LEAD_US < (self.start_us or 0)
+        )
+        rounded_otherwise = divisions.any() and self.divisions is None
+        if early or rounded_otherwise:
+            start = self.earliest_us - _LEAD_US if early and self.earliest_us else self.start_us
+            raise _Again(start, divisions if divisions.any() else None)
 
     def _device(self, index: int) -> _Device:
         if index not in self.devices:
@@ -201,6 +237,10 @@ class _Conversion:
     def _piece(self, piece: EntryRows) -> None:
         assert self.writer is not None
         self.entries += len(piece)
+        known = piece.time_us[piece.time_us >= 0]
+        if len(known):
+            least = int(known.min())
+            self.earliest_us = least if self.earliest_us is None else min(self.earliest_us, least)
         time_ns = self._times(piece)
         action = piece.action
         is_alloc = action == ACTION["alloc"]
@@ -210,7 +250,7 @@ class _Conversion:
         # allocation is written at the end (_before), with the same id.
         buffer = np.where(orphan, np.arange(len(piece)) + piece.first_row, piece.buffer)
         stacks = self.stacks.ids(piece.frames)
-        size = block_sizes(piece.size)
+        size = block_sizes(piece.size, self.divisions)
         for code in np.unique(piece.device).tolist():
             device = self._device(code)
             on = piece.device == code
@@ -299,10 +339,12 @@ class _Conversion:
         for segment in _segments(self.walk.rest):
             device = self._device(segment["device"])
             for block in segment.get("blocks", ()):
-                if not isinstance(block, dict) or block.get("state") != "active_allocated":
+                # (a block freed but awaiting its streams is live until free_completed,
+                # as the trace counts it)
+                if not isinstance(block, dict) or block.get("state") not in _LIVE_STATES:
                     continue
                 addr, block_size = block.get("address"), block.get("size")
-                if not isinstance(addr, int) or not isinstance(block_size, int) or addr in live:
+                if not (_in(addr, MAX_ADDRESS) and _in(block_size, MAX_BYTES)) or addr in live:
                     continue
                 stack = self.stacks.new(block.get("frames"))
                 self._write_stacks()
@@ -350,7 +392,7 @@ class _Conversion:
         held: dict[int, int] = {}
         for segment in _segments(self.walk.rest):
             size = segment.get("total_size")
-            if isinstance(size, int):
+            if _in(size, MAX_BYTES):
                 held[segment["device"]] = held.get(segment["device"], 0) + size
         for index in sorted(set(held) | set(self.devices)):
             device = self._device(index)
@@ -372,11 +414,6 @@ class _Conversion:
                 "snapshot's first entry: its history (a ring buffer of max_entries) had dropped "
                 "them, or recording began after they were made. They are placed at the "
                 "trace's start"
-            )
-        if divisions_by_interval(settings.get("roundup_power2_divisions")).any():
-            warnings.append(
-                "roundup_power2_divisions is set: blocks are counted rounded to 512 bytes, "
-                "where PyTorch rounded requests above 1 MiB further; figures may be low"
             )
         if not self.entries:
             warnings.append(
@@ -401,16 +438,17 @@ class _Conversion:
         writer.record(META, time_ns=0, text=json.dumps(metadata_json(fields)))
 
 
+def _in(value: object, most: int) -> TypeGuard[int]:
+    """An integer of the range a trace holds (trace/values.py): a snapshot's
+    value outside it is no device's, and is left out as the trace would."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+
 def _segments(rest: Mapping[str, Any]) -> list[dict[str, Any]]:
     segments = rest.get("segments")
     if not isinstance(segments, list):
         return []
     return [s for s in segments if isinstance(s, dict) and isinstance(s.get("device"), int)]
-
-
-def _chain(first: list[EntryRows], rest: Iterable[EntryRows]) -> Iterable[EntryRows]:
-    yield from first
-    yield from rest
 
 
 def _flat_settings(settings: Mapping[str, Any]) -> dict[str, str | int | float | None]:

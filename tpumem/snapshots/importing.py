@@ -34,19 +34,41 @@ def import_snapshot(
     first part was read; a snapshot that turns out unreadable later leaves no
     file behind (half a history would read as a whole one)."""
     made: list[Path] = []
+    writers: list[TraceWriter] = []
 
     def writer_for(metadata: dict[str, Any]) -> TraceWriter:
+        for output in made:  # (written again from the start: write_snapshot)
+            _remove(output)
+        made.clear()
         output, descriptor = create()
         made.append(output)
-        return TraceWriter(descriptor, metadata, flush_interval_s=0)
+        writers.append(TraceWriter(descriptor, metadata, flush_interval_s=0))
+        return writers[-1]
 
     try:
         converted = write_snapshot(path, writer_for, on_progress)
-    except (TpumemError, MemoryError):
-        for output in made:
-            _remove(output)
+        failed = writers[-1].failed if writers else None
+        if failed is not None:
+            raise TpumemError(
+                f"{made[0]}: writing failed ({failed.strerror or failed}); nothing was kept"
+            )
+    except TpumemError:
+        _remove_all(made)
+        raise
+    except Exception as error:  # (a value no snapshot holds, found late: one line)
+        _remove_all(made)
+        raise TpumemError(
+            f"{path}: not a readable PyTorch memory snapshot: {type(error).__name__}: {error}"
+        ) from None
+    except BaseException:
+        _remove_all(made)
         raise
     return made[0], converted
+
+
+def _remove_all(paths: list[Path]) -> None:
+    for path in paths:
+        _remove(path)
 
 
 def _remove(path: Path) -> None:

@@ -33,7 +33,7 @@ enum {
     T_STACKREF, /* a frames list made among the entries, dropped for its stack (v) */
 };
 
-/* The trace entry actions, as the rows carry them (snapshots.py names them). */
+/* The trace entry actions, as the rows carry them (walker.py's ACTIONS names them). */
 enum {
     A_OTHER = 0, A_ALLOC, A_FREE_REQUESTED, A_FREE_COMPLETED, A_SEGMENT_ALLOC,
     A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_OOM, A_SNAPSHOT,
@@ -157,6 +157,19 @@ static int64_t new_container(Walker *w, int32_t tag) {
     c->stack = -1;
     c->late = w->rows_before + w->n_rows > 0;
     return id;
+}
+
+/* Frees a container's items and gives its slot to the next container made. It is
+ * marked taken until then: a reference to it still on the stack reads as one. */
+static int recycle(Walker *w, int64_t id) {
+    Container *c = &w->containers[id];
+    free(c->items);
+    c->items = NULL;
+    c->count = c->cap = 0;
+    c->tag = T_TAKEN;
+    if (grow((void **)&w->free_slots, &w->free_cap, w->n_free + 1, sizeof(int64_t))) return -1;
+    w->free_slots[w->n_free++] = id;
+    return 0;
 }
 
 static int add_items(Walker *w, int64_t id, const Value *items, int64_t n) {
@@ -324,19 +337,19 @@ static int64_t stack_of(Walker *w, int64_t id) {
         if (w->s_hash[k] == h && same_items(&w->containers[w->s_list[k]], c)) {
             /* One list a stack is kept; this one (every allocation has its own)
              * answers for it from now on, its items freed. Made among the entries,
-             * only entries and the memo refer to it: the memo slot then names the
-             * stack, and the list is gone; else it stays, an alias. */
-            free(c->items);
-            c->items = NULL;
-            c->count = c->cap = 0;
+             * PyTorch's layout refers to it from entries and the memo alone: the
+             * memo slot then names the stack, and the list is gone (a dict that is
+             * no entry holding it would read an empty list: not PyTorch's layout);
+             * made before, it stays, an alias. */
             c->stack = k;
             if (c->late && c->memo_at >= 0) {
                 Value ref = {k, T_STACKREF, 0};
                 w->memo[c->memo_at] = ref;
-                if (grow((void **)&w->free_slots, &w->free_cap, w->n_free + 1, sizeof(int64_t)))
-                    return -2;
-                w->free_slots[w->n_free++] = id;
+                if (recycle(w, id)) return -2;
             } else {
+                free(c->items);
+                c->items = NULL;
+                c->count = c->cap = 0;
                 c->device = ALIAS;
             }
             return k;
@@ -359,14 +372,15 @@ static int64_t stack_of(Walker *w, int64_t id) {
 /* Reads the entry dict `id` of device `device` into a row, then drops it. */
 static int take_entry(Walker *w, int64_t id, int32_t device) {
     Container *c = &w->containers[id];
-    int64_t addr = -1, size = -1, stream = 0, time = -1, frames = -1;
+    int64_t addr = -1, device_free = -1, size = -1, stream = 0, time = -1, frames = -1;
     int16_t category = -1;
     int action = A_OTHER;
     for (int64_t i = 0; i + 1 < c->count; i += 2) {
         Value k = c->items[i], v = c->items[i + 1];
         if (k.tag != T_STR) continue;
         if (str_is(w, k, "action")) action = action_code(w, v);
-        else if (v.tag == T_INT && (str_is(w, k, "addr") || str_is(w, k, "device_free"))) addr = v.v;
+        else if (v.tag == T_INT && str_is(w, k, "addr")) addr = v.v;
+        else if (v.tag == T_INT && str_is(w, k, "device_free")) device_free = v.v;
         else if (v.tag == T_INT && str_is(w, k, "size")) size = v.v;
         else if (v.tag == T_INT && str_is(w, k, "stream")) stream = v.v;
         else if (v.tag == T_INT && str_is(w, k, "time_us")) time = v.v;
@@ -379,6 +393,7 @@ static int take_entry(Walker *w, int64_t id, int32_t device) {
         }
         else if (str_is(w, k, "category")) category = category_code(w, v);
     }
+    if (action == A_OOM) addr = device_free; /* (an OOM has no address: what CUDA had free) */
     int64_t row = w->rows_before + w->n_rows, buffer = -1;
     if (action == A_ALLOC) {
         if (hash_put(w, addr, row)) return -1;
@@ -411,12 +426,7 @@ static int take_entry(Walker *w, int64_t id, int32_t device) {
     w->r_buffer[r] = buffer;
     /* drop the dict: its memo slot now says it was taken */
     if (c->memo_at >= 0) w->memo[c->memo_at].tag = T_TAKEN;
-    free(c->items);
-    c->items = NULL;
-    c->count = c->cap = 0;
-    if (grow((void **)&w->free_slots, &w->free_cap, w->n_free + 1, sizeof(int64_t))) return -1;
-    w->free_slots[w->n_free++] = id;
-    return 0;
+    return recycle(w, id);
 }
 
 static int is_entry(const Walker *w, Value v) {
@@ -432,6 +442,9 @@ static int append(Walker *w, int64_t at, const Value *items, int64_t n, int64_t 
     if (at < 0 || w->stack[at].tag != T_LIST) return fail(w, "APPEND to something not a list", pos);
     int64_t id = w->stack[at].v;
     for (int64_t i = 0; i < n; i++) {
+        if ((items[i].tag == T_DICT || items[i].tag == T_LIST) &&
+            w->containers[items[i].v].tag == T_TAKEN)
+            return fail(w, "refers back to a trace entry (not how PyTorch writes snapshots)", pos);
         if (is_entry(w, items[i])) {
             int32_t device = device_of(w, id, at);
             if (device >= 0) {
@@ -508,12 +521,12 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
         Value v = {0, 0, 0};
         switch (op) {
         case 0x80: /* PROTO */
-            if (left < 1) return i;
+            if (left < 1) goto cut;
             if (arg[0] < 2 || arg[0] > 5) return fail(w, "pickle protocol not 2 to 5", pos);
             used = 2;
             break;
         case 0x95: /* FRAME: a length; the opcodes inside follow as usual */
-            if (left < 8) return i;
+            if (left < 8) goto cut;
             used = 9;
             break;
         case '(':
@@ -579,7 +592,7 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
             break;
         case 'q': case 'r': { /* BINPUT, LONG_BINPUT */
             int n = op == 'q' ? 1 : 4;
-            if (left < n) return i;
+            if (left < n) goto cut;
             if (!w->sp || w->stack[w->sp - 1].tag == T_MARK) return fail(w, "PUT of nothing", pos);
             if (set_memo(w, n == 1 ? arg[0] : (int64_t)(uint32_t)little(arg, 4), w->stack[w->sp - 1], pos)) return -1;
             used = 1 + n;
@@ -587,14 +600,14 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
         }
         case 'h': case 'j': { /* BINGET, LONG_BINGET */
             int n = op == 'h' ? 1 : 4;
-            if (left < n) return i;
+            if (left < n) goto cut;
             if (get_memo(w, n == 1 ? arg[0] : (int64_t)(uint32_t)little(arg, 4), pos)) return -1;
             used = 1 + n;
             break;
         }
         case 'K': case 'M': case 'J': { /* BININT1, BININT2, BININT */
             int n = op == 'K' ? 1 : op == 'M' ? 2 : 4;
-            if (left < n) return i;
+            if (left < n) goto cut;
             v.tag = T_INT;
             v.v = n == 4 ? (int64_t)(int32_t)(uint32_t)little(arg, 4) : little(arg, n);
             if (push(w, v)) return fail(w, "out of memory", pos);
@@ -603,14 +616,15 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
         }
         case 0x8a: case 0x8b: { /* LONG1, LONG4: little-endian two's complement */
             int head = op == 0x8a ? 1 : 4;
-            if (left < head) return i;
+            if (left < head) goto cut;
             int64_t n = head == 1 ? arg[0] : (int64_t)(uint32_t)little(arg, 4);
-            if (n > 9) return fail(w, "an integer beyond 64 bits", pos);
-            if (left < head + n) return i;
-            if (n == 9 && arg[head + 8] != 0) return fail(w, "an integer beyond 64 bits", pos);
+            /* (a snapshot's integers are int64: 8 bytes; Python writes 2**63 and
+             * above in 9, which no field of a snapshot holds) */
+            if (n > 8) return fail(w, "an integer beyond 64 bits", pos);
+            if (left < head + n) goto cut;
             int64_t x = 0;
             if (n) {
-                int k = n > 8 ? 8 : (int)n;
+                int k = (int)n;
                 x = little(arg + head, k);
                 if (k < 8 && (arg[head + k - 1] & 0x80)) x |= (int64_t)(~(uint64_t)0 << (8 * k));
             }
@@ -623,7 +637,7 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
         case 0x88: v.tag = T_TRUE; if (push(w, v)) return fail(w, "out of memory", pos); break;
         case 0x89: v.tag = T_FALSE; if (push(w, v)) return fail(w, "out of memory", pos); break;
         case 'G': { /* BINFLOAT, big-endian */
-            if (left < 8) return i;
+            if (left < 8) goto cut;
             uint64_t x = 0;
             for (int k = 0; k < 8; k++) x = (x << 8) | arg[k];
             v.tag = T_FLOAT; v.v = (int64_t)x;
@@ -634,10 +648,10 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
         case 0x8c: case 'X': case 0x8d: /* SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 */
         case 'C': case 'B': case 0x8e: { /* SHORT_BINBYTES, BINBYTES, BINBYTES8 */
             int head = (op == 0x8c || op == 'C') ? 1 : (op == 'X' || op == 'B') ? 4 : 8;
-            if (left < head) return i;
+            if (left < head) goto cut;
             int64_t n = head == 1 ? arg[0] : head == 4 ? (int64_t)(uint32_t)little(arg, 4) : little(arg, 8);
             if (n < 0 || n > INT32_MAX) return fail(w, "string longer than 2 GiB", pos);
-            if (left < head + n) return i;
+            if (left < head + n) goto cut;
             int32_t tag = (op == 0x8c || op == 'X' || op == 0x8d) ? T_STR : T_BYTES;
             if (push_string(w, tag, arg + head, n, pos)) return -1;
             used = 1 + head + n;
@@ -659,6 +673,7 @@ int64_t tpumem_walker_feed(void *handle, const uint8_t *buf, int64_t size) {
         }
         i += used;
     }
+cut: /* (the piece is read, or an opcode is cut at its end: read again with the next) */
     w->position += i;
     return i;
 }
@@ -740,9 +755,7 @@ int tpumem_walker_category(void *handle, int index, int64_t *offset, int32_t *le
     return 0;
 }
 
-/* The stacks named so far, and the frames list that stands for each. */
-int64_t tpumem_walker_stacks(void *handle) { return ((Walker *)handle)->n_stacks; }
-
+/* The frames list that stands for a stack. */
 int64_t tpumem_walker_stack_list(void *handle, int64_t stack) {
     Walker *w = handle;
     return stack >= 0 && stack < w->n_stacks ? w->s_list[stack] : -1;

@@ -5,7 +5,7 @@ Read by the C walker of pickle_walk.c where the install built it: in memory the
 size of the allocator's state plus a few bytes an entry, never executing the
 pickle. Without it, the snapshot is unpickled whole (no object but plain data is
 allowed to load) and its entries turned into the same rows: the same answers, in
-several times the file's size of memory. tests/test_snapshot_walk.py holds the
+several times the file's size of memory. tests/test_snapshot_import.py holds the
 two to the same rows.
 """
 
@@ -45,6 +45,7 @@ ACTIONS = (
 )
 ACTION = {name: code for code, name in enumerate(ACTIONS)}
 _MOST_NESTED = 64  # a snapshot's values nest 6 deep; deeper is not one
+MAX_CATEGORIES = 64  # (pickle_walk.c's): torch.profiler's conversion names a dozen
 
 _P, _I64, _I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
 _T_NONE, _T_FALSE, _T_TRUE, _T_INT, _T_FLOAT, _T_STR, _T_BYTES = range(1, 8)
@@ -124,18 +125,24 @@ class SnapshotWalk:
         self.path = path
         self._on_progress = on_progress
         self.rest: dict[str, Any] = {}
-        self.categories: tuple[str, ...] = ()
         self._library = _library()
         self._handle: int | None = None
         self._values: dict[int, Any] = {}
         self._loaded: _Unpickled | None = None
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """The `category` strings the rows' codes name, as read so far."""
+        if self._loaded is not None:
+            return self._loaded.categories
+        return self._read_categories() if self._handle else ()
 
     def rows(self) -> Iterator[EntryRows]:
         with _open(self.path) as file:
             if self._library is None:
                 self._loaded = _Unpickled(self.path, file)
                 yield from self._loaded.rows()
-                self.rest, self.categories = self._loaded.rest, self._loaded.categories
+                self.rest = self._loaded.rest
                 return
             yield from self._walk(file)
 
@@ -164,9 +171,9 @@ class SnapshotWalk:
                 first_row += count
             if self._on_progress is not None:
                 self._on_progress(read)
-        if pending.strip(b"\x00") or file.read(1):
+        # (a file copied in blocks may end in zeros: nothing of a pickle's)
+        if pending.strip(b"\x00") or file.read(1).strip(b"\x00"):
             raise TpumemError(f"{self.path}: holds more after the snapshot's end")
-        self.categories = self._read_categories()
         root = self._root()
         if not isinstance(root, dict):
             raise TpumemError(f"{self.path}: not a PyTorch memory snapshot (no dict of parts)")
@@ -327,6 +334,8 @@ class _Unpickled:
             raise TpumemError(
                 f"{path}: not a readable PyTorch memory snapshot: {error or 'truncated'}"
             ) from None
+        if file.read(1).strip(b"\x00"):
+            raise TpumemError(f"{path}: holds more after the snapshot's end")
         if not isinstance(snapshot, dict):
             raise TpumemError(f"{path}: not a PyTorch memory snapshot (no dict of parts)")
         self.rest = snapshot
@@ -352,7 +361,8 @@ class _Unpickled:
                     kept.append(entry)
                     continue
                 code = ACTION.get(action, 0)
-                addr = entry.get("addr", entry.get("device_free", -1))
+                # (as the walker: an OOM's address is what CUDA had free)
+                addr = _integer(entry.get("device_free" if code == ACTION["oom"] else "addr"))
                 buffer = -1
                 if code == ACTION["alloc"]:
                     self._live[addr] = buffer = row
@@ -369,15 +379,15 @@ class _Unpickled:
                     if frames_id == len(self._frames):
                         self._frames.append(frames)
                 category = entry.get("category")
+                if isinstance(category, str) and len(categories) < MAX_CATEGORIES:
+                    categories.setdefault(category, len(categories))
                 values = {
                     "device": device,
                     "action": code,
-                    "category": categories.setdefault(category, len(categories))
-                    if isinstance(category, str)
-                    else -1,
-                    "addr": _integer(addr),
+                    "category": categories.get(category, -1) if isinstance(category, str) else -1,
+                    "addr": addr,
                     "size": _integer(entry.get("size", -1)),
-                    "stream": _integer(entry.get("stream", 0)),
+                    "stream": _integer(entry.get("stream"), missing=0),
                     "time_us": _integer(entry.get("time_us", -1)),
                     "frames": frames_id,
                     "buffer": buffer,
@@ -386,7 +396,7 @@ class _Unpickled:
                     columns[name].append(value)
                 row += 1
             trace[:] = kept
-        self.categories = tuple(categories)
+        self.categories = tuple(categories)  # (before the rows: they name them)
         types = {"device": np.int32, "action": np.int8, "category": np.int16}
         yield EntryRows(
             0, **{name: np.array(v, dtype=types.get(name, np.int64)) for name, v in columns.items()}
@@ -403,8 +413,9 @@ class _Unpickled:
         return self._frames[frames_id] if 0 <= frames_id < len(self._frames) else []
 
 
-def _integer(value: object) -> int:
-    """An int64 column's value: what is no integer (or beyond 64 bits) reads as -1."""
+def _integer(value: object, missing: int = -1) -> int:
+    """An int64 column's value, as the walker reads it: what is no integer (or
+    beyond 64 bits, which the walker refuses) reads as `missing`."""
     if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
         return value
-    return -1
+    return missing

@@ -1,7 +1,7 @@
 """PyTorch's CUDA caching allocator: the size of the block it hands out for a
 request (c10/cuda/CUDACachingAllocator.cpp, `round_size`). One rule, read by the
 snapshot import (a snapshot's `alloc` entries carry the size asked for) and by
-the allocator model.
+the analysis of its out-of-memory entries.
 
 Every request is rounded up to a multiple of 512 bytes (kMinBlockSize). With
 `roundup_power2_divisions` set for a size's power-of-two interval (from 1 MiB
@@ -44,7 +44,9 @@ def block_sizes(requested: np.ndarray, divisions: np.ndarray | None = None) -> n
     if divisions is None or not divisions.any():
         return rounded
     log = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)
-    interval = np.clip(log - 20, 0, _INTERVALS - 1)
+    # (PyTorch's index is a size_t: below 1 MiB it wraps, and is clamped to the
+    # last interval, not the first)
+    interval = np.where(log < 20, _INTERVALS - 1, np.minimum(log - 20, _INTERVALS - 1))
     parts = divisions[interval]
     use = (parts > 1) & (size > MIN_BLOCK * parts)
     floor = np.left_shift(np.int64(1), np.clip(log, 0, 62))

@@ -6,6 +6,7 @@ buffers they record so, and the analysis the lines XLA's metadata gives."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 
 def user_path(filename: str, cwd: str) -> str:
@@ -38,3 +39,12 @@ def library_file(path: str) -> bool:
     if any(part in path for part in LIBRARY_DIRS) or GENERATED in path:
         return True
     return any(part in LIBRARY_PACKAGES for part in os.path.dirname(path).split(os.sep))
+
+
+def first_user_location(frames: Iterable[tuple[str, int]]) -> str | None:
+    """The user's line in a call stack given innermost first as (file, line): the
+    first frame that is not a library's nor the interpreter's own."""
+    for file, line in frames:
+        if not library_file(file) and not file.startswith("<frozen"):
+            return f"{file}:{line}"
+    return None
