@@ -43,6 +43,7 @@ LANES: dict[str, Lanes] = {
     "test_arrow_arrays.py": UNIT,
     "test_bad_input.py": CLI,
     "test_browser.py": FRAMEWORKS,  # Chromium, slow as a framework is
+    "test_caching_allocator.py": UNIT,
     "test_capacity.py": (
         UNIT,
         {
@@ -218,6 +219,7 @@ LANES: dict[str, Lanes] = {
                 "test_a_bad_snapshot_leaves_no_trace_and_says_one_line",
                 "test_importing_a_snapshot_names_the_trace_after_it",
                 "test_jax_and_pytorch_on_one_gpu_side_by_side",
+                "test_check_fails_a_run_that_ran_out_of_memory",
             ]
         },
     ),

@@ -69,10 +69,16 @@ def _root(
     """Device-memory profiler for JAX, TensorFlow and PyTorch/XLA."""
 
 
-@app.command("import", short_help="Import XSpace profiles (.xplane.pb) as traces.")
+@app.command(
+    "import", short_help="Import XSpace profiles (.xplane.pb) or PyTorch memory snapshots."
+)
 def import_command(
     path: Annotated[
-        Path, typer.Argument(help="An .xplane.pb file, or a TensorBoard logdir holding them.")
+        Path,
+        typer.Argument(
+            help="An .xplane.pb file, a TensorBoard logdir holding them, or a PyTorch memory "
+            "snapshot (.pickle, from torch.cuda.memory._dump_snapshot)."
+        ),
     ],
     output: Annotated[
         Optional[Path],  # noqa: UP045 - typer reads the annotation at run time
@@ -91,8 +97,9 @@ def import_command(
     force: Force = False,
 ) -> None:
     """Import the allocator events of XSpace profiles written by TensorFlow's, JAX's or
-    PyTorch/XLA's profiler (one trace file per host). Without -o, the trace is named
-    after the run (or file), numbered if that name is taken."""
+    PyTorch/XLA's profiler (one trace file per host), or a PyTorch CUDA memory
+    snapshot. Without -o, the trace is named after the run (or file), numbered if
+    that name is taken."""
     from tpumem.commands.import_ import run_import
     from tpumem.commands.requests import ImportRequest
 

@@ -41,6 +41,7 @@ class ReplayResult:
     # Under a memory limit: the allocation that found no room (out of memory). The
     # arrays then end with the event before it, as the run would.
     failed_at: int | None = None
+    source: str = "BFC allocator model"  # which model, in words
 
     @property
     def chunk_bytes(self) -> np.ndarray:

@@ -18,18 +18,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis import provenance
+from tpumem.analysis import caching_allocator, provenance
 from tpumem.analysis.bfc import MIN_ALLOCATION, UNLIMITED, rounded_bytes
 from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.oom import OutOfMemory, verdict
 from tpumem.analysis.peak import live_at, live_groups, step_at
+from tpumem.trace.cuda_blocks import block_sizes
 from tpumem.trace.metadata import RunMetadata
 from tpumem.trace.model import Trace
 from tpumem.units import format_bytes
 
 GROWTH = "grown in regions as needed (allow_growth)"
 PREALLOCATED = "one region of the whole capacity (preallocated)"
+# PyTorch on CUDA: its caching allocator's model (caching_allocator.py).
+SEGMENTS = "PyTorch's caching allocator, segments taken as needed"
 MODEL_SOURCE = "the BFC allocator model"
 
 # The smallest capacity is searched to within this share of it (and never finer
@@ -41,7 +44,7 @@ SEARCH_PRECISION = 0.001
 class CapacityCheck:
     device: str
     capacity_bytes: int
-    pool_growth: str  # GROWTH or PREALLOCATED
+    pool_growth: str  # GROWTH, PREALLOCATED or SEGMENTS: which model, and its pool
     failure: OutOfMemory | None  # the first allocation with no room, as a real OOM reads
     # Where it holds: capacity minus the most the model had in use (in BFC's
     # chunks, which round and may hand out more than asked), and when that was.
@@ -61,6 +64,8 @@ def pool_growth(metadata: RunMetadata) -> str:
     unless the run's settings turned that off (the settings its framework declared,
     in the trace's memory_settings); regions grown as needed elsewhere
     (TensorFlow's CPU BFC allocator grows; the model stands in for the others)."""
+    if caching_allocator.models(metadata):
+        return SEGMENTS
     if metadata.backend != "gpu":
         return GROWTH
     settings = {k: str(v).lower() for k, v in (metadata.env or {}).items()}
@@ -112,6 +117,11 @@ def _stream(trace: Trace, events: DeviceEvents) -> _Stream:
 
 
 def _replay(stream: _Stream, capacity: int, growth: str) -> ReplayResult:
+    if growth == SEGMENTS:
+        limit = None if capacity >= UNLIMITED else capacity
+        return caching_allocator.as_replay_result(
+            stream.is_alloc, stream.sizes, stream.buffer_id, limit
+        )
     return replay(
         stream.is_alloc,
         stream.sizes,
@@ -129,7 +139,7 @@ def check_capacity(trace: Trace, events: DeviceEvents, capacity: int) -> Capacit
     result = _replay(stream, capacity, growth)
     failure = headroom = tightest_time = tightest_step = None
     if result.failed_at is not None:
-        failure = _failure(trace, events, stream, result, capacity)
+        failure = _failure(trace, events, stream, result, capacity, growth)
     elif len(result.in_use):
         tightest = int(np.argmax(result.in_use))
         headroom = capacity - int(result.in_use[tightest])
@@ -149,14 +159,21 @@ def check_capacity(trace: Trace, events: DeviceEvents, capacity: int) -> Capacit
 
 
 def _failure(
-    trace: Trace, events: DeviceEvents, stream: _Stream, result: ReplayResult, capacity: int
+    trace: Trace,
+    events: DeviceEvents,
+    stream: _Stream,
+    result: ReplayResult,
+    capacity: int,
+    growth: str,
 ) -> OutOfMemory:
     """The allocation the model found no room for, in the form of a real failure:
     what it asked (rounded as BFC rounds), what was in use and free under the
     capacity, the largest free block (a free chunk, or the room left to grow)."""
     assert result.failed_at is not None
     index = int(stream.origin[result.failed_at])
-    asked = rounded_bytes(int(stream.sizes[result.failed_at]))
+    size = int(stream.sizes[result.failed_at])
+    caching = growth == SEGMENTS
+    asked = int(block_sizes(np.array([size]))[0]) if caching else rounded_bytes(size)
     before = len(result.in_use) - 1
     in_use = int(result.in_use[before]) if before >= 0 else 0
     pool = int(result.pool[before]) if before >= 0 else 0
@@ -175,7 +192,7 @@ def _failure(
     time_ns = int(events.time_ns[index])
     return OutOfMemory(
         phase="run",
-        source=MODEL_SOURCE,
+        source=caching_allocator.SOURCE if caching else MODEL_SOURCE,
         message=(
             f"modeled: no free chunk of {format_bytes(asked)}, and no room to grow the pool "
             f"within {format_bytes(capacity)}"

@@ -115,7 +115,7 @@ def fragmentation(
             values,
             peak_index,
             provenance.MODELED,
-            "BFC allocator model replaying lifetimes",
+            f"{model.source} replaying lifetimes",
         )
         return FragmentationSeries(values, model.pool, figure)
     empty = np.full(len(events), np.nan)

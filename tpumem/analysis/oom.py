@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis import provenance
+from tpumem.analysis.caching_allocator import segment_size
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.oom_messages import (
     CompiledAllocation,
@@ -35,6 +36,9 @@ from tpumem.units import format_bytes
 NOT_ENOUGH = "not enough memory"
 FRAGMENTED = "fragmentation"
 COMPILE = "the compiled program does not fit"
+# The device had room for the segment the allocator asked for, and still it
+# failed: a limit of the framework's own refused it (PyTorch's memory fraction).
+LIMIT = "a limit set for the allocator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +234,11 @@ def _recorded(
         if cached is not None:
             said.append(f"the allocator held {format_bytes(cached)} unused")
         why, short = verdict(asked, free)
-        if why == FRAGMENTED:  # (or a limit: the snapshot cannot tell which)
+        if why == FRAGMENTED:  # (or a limit: the snapshot cannot tell which, unless...)
             why = None
+            device_free = oom.device_free_bytes
+            if device_free is not None and device_free >= segment_size(asked):
+                why = LIMIT  # (...CUDA had room for the very segment it would take)
         stack = stacks.get(oom.stack) if oom.stack is not None else None
         live = live_at(events, index) if events is not None and index >= 0 else None
         found.append(

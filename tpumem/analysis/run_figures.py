@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tpumem.analysis import provenance
+from tpumem.analysis import caching_allocator, provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom, with_tpu_compiles
 from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
 from tpumem.analysis.by_line import PeakLines, peak_lines, programs_at_peak
@@ -92,9 +92,12 @@ class RunAnalysis:
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
-    """The BFC model runs where the allocator reported nothing of its own."""
+    """The allocator's model runs where the allocator reported nothing of its own:
+    PyTorch's caching allocator's for PyTorch on CUDA, else the BFC model."""
     if events.reported_fragmentation is not None:
         return None
+    if caching_allocator.models(trace.metadata):
+        return caching_allocator.replay_result(events)
     sizes = replay_sizes(events.requested, events.bytes)
     steps = np.searchsorted(events.time_ns, step_marks(trace)[0])
     starts = repeat_candidates(steps, events.is_alloc)
@@ -141,7 +144,7 @@ def _device(
         pool, pool_label = np.array([reported.pool_bytes]), provenance.MEASURED
         pool_source = "the allocator's own pool_bytes"
     elif model is not None:
-        pool, pool_label, pool_source = model.pool, provenance.MODELED, "BFC allocator model"
+        pool, pool_label, pool_source = model.pool, provenance.MODELED, model.source
     elif frag.pool is not None:
         pool, pool_label = frag.pool, provenance.DERIVED
         pool_source = f"address map, BFC regions ({frag.figure.check_schedule})"

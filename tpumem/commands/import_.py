@@ -60,6 +60,10 @@ def _import_snapshot(request: ImportRequest) -> None:
         raise TpumemError("--run picks a run of a TensorBoard logdir; a snapshot has one")
     if output is not None and check_target(output, [path]) and not request.force:
         raise TpumemError(f"{output}: exists; use --force to replace it, or -o another name")
+    if not path.exists():
+        raise TpumemError(f"{path}: no such file or directory")
+    if path.is_dir():
+        raise TpumemError(f"{path}: a directory, not a snapshot file")
     size = path.stat().st_size
 
     def create() -> tuple[Path, int]:

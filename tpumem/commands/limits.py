@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpumem.analysis.growth import MIN_STEPS, Growth
+from tpumem.analysis.oom import KILLED
 from tpumem.analysis.processes import ProcessRun
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
@@ -65,6 +66,9 @@ def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     lines = _tpu_breaches(analysis, limits.tpu)
     if not analysis.devices and limits.any():
         return [*lines, "no allocation events in the trace: nothing shows the limits were kept"]
+    for failure in analysis.out_of_memory:  # (the run itself failed: no limit holds it)
+        if failure.phase != KILLED:
+            lines.append(f"the run ran out of memory {what(failure)}")
     for check in analysis.capacity:
         if check.failure is not None:
             lines.append(

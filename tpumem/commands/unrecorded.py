@@ -13,7 +13,7 @@ def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
     a framework (a syntax error, a crash), or imported none that tpumem records."""
     said = outcome.unrecorded or {}
     frameworks = "jax, tensorflow, torch_xla"
-    if outcome.returncode and not said.get("imported"):
+    if outcome.returncode and not said.get("imported") and said.get("torch_cuda") is None:
         how = said.get("how") or f"ended with status {outcome.returncode}"
         return f"{target} {how} before it imported a framework: nothing was recorded"
     if said.get("wanted"):

@@ -94,7 +94,7 @@ def fit_note(note: FitNote) -> str:
         )
     if note.kind == advisor.MODELED_NEED:
         return (
-            f"modeled: the BFC allocator model holds the run on {note.device} in "
+            f"modeled: the allocator's model holds the run on {note.device} in "
             f"{format_bytes(note.bytes)} at the least; needed counts the larger of that "
             "and the estimate"
         )

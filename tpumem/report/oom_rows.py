@@ -3,8 +3,8 @@ and what a capacity asked about would give (the allocator model's replay)."""
 
 from __future__ import annotations
 
-from tpumem.analysis.capacity import CapacityCheck
-from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, NOT_ENOUGH, OutOfMemory
+from tpumem.analysis.capacity import SEGMENTS, CapacityCheck
+from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
 from tpumem.units import format_bytes, format_seconds
 
 SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
@@ -67,6 +67,12 @@ def why(oom: OutOfMemory) -> str:
     if oom.verdict == COMPILE:
         short = f", {format_bytes(oom.short_by_bytes)} too much" if oom.short_by_bytes else ""
         return f"the compiled program does not fit the device{short}"
+    if oom.verdict == LIMIT:
+        return (
+            f"a limit refused it: the device had room ({free} free with what the allocator "
+            f"held unused) for the {asked} asked; raise the limit "
+            "(torch.cuda.set_per_process_memory_fraction) or keep less"
+        )
     free_and_refused = (
         oom.free_bytes is not None
         and oom.requested_bytes is not None
@@ -122,7 +128,11 @@ def capacity_rows(checks: tuple[CapacityCheck, ...]) -> list[tuple[str, str]]:
             if check.smallest_bytes is not None
             else "none found: the model does not hold the run even unlimited"
         )
-        model = f"modeled: BFC's pool {check.pool_growth}"
+        model = (
+            f"modeled: {SEGMENTS}"
+            if check.pool_growth == SEGMENTS
+            else f"modeled: BFC's pool {check.pool_growth}"
+        )
         if check.unplaced_frees:
             model += (
                 f"; {check.unplaced_frees:,} frees of buffers allocated before the capture "

@@ -184,7 +184,8 @@ class _Conversion:
         self.writer = writer_for(
             {
                 "framework": "pytorch",
-                "backend": "gpu",
+                # (torch.profiler's conversion, untimed, is mostly the host's memory)
+                "backend": "gpu" if self.timed else "cpu",
                 "source": IMPORTED,
                 "imported_from": str(self.path),
                 "run": self.path.stem,
@@ -282,7 +283,8 @@ class _Conversion:
                 )
         self.allocations += int(is_alloc.sum())
         self._write_stacks()
-        rows = np.flatnonzero(is_alloc | is_free)
+        # (an entry without an address or a size is no allocation a device made)
+        rows = np.flatnonzero((is_alloc | is_free) & (piece.addr >= 0) & (piece.size >= 0))
         if not len(rows):
             return
         stack = stacks[rows]
@@ -336,7 +338,7 @@ class _Conversion:
                 count, total = count + 1, total + size
         live = set(self.walk.live()[0].tolist())
         next_id = self.entries
-        for segment in _segments(self.walk.rest):
+        for segment in _segments(self.walk.rest, self.timed):
             device = self._device(segment["device"])
             for block in segment.get("blocks", ()):
                 # (a block freed but awaiting its streams is live until free_completed,
@@ -389,8 +391,10 @@ class _Conversion:
     def _pool(self, writer: TraceWriter) -> None:
         """The pool: the segments' sizes at the end, less what the trace's segment
         entries changed, then each change."""
+        if not self.timed:
+            return
         held: dict[int, int] = {}
-        for segment in _segments(self.walk.rest):
+        for segment in _segments(self.walk.rest, self.timed):
             size = segment.get("total_size")
             if _in(size, MAX_BYTES):
                 held[segment["device"]] = held.get(segment["device"], 0) + size
@@ -413,9 +417,9 @@ class _Conversion:
                 f"{before:,} allocations ({format_bytes(before_bytes)}) were live before the "
                 "snapshot's first entry: its history (a ring buffer of max_entries) had dropped "
                 "them, or recording began after they were made. They are placed at the "
-                "trace's start"
+                "trace's start; a peak before the first entry is not in it"
             )
-        if not self.entries:
+        if not self.allocations:
             warnings.append(
                 "the snapshot holds no history (recorded without "
                 "torch.cuda.memory._record_memory_history, or with enabled='state'): its "
@@ -424,7 +428,8 @@ class _Conversion:
         if not self.timed and self.entries:
             warnings.append(
                 "the snapshot's entries carry no times (torch.profiler's conversion): they are "
-                "placed a microsecond apart, in their order; its last list is the host's memory"
+                "placed a microsecond apart, in their order; its last list is the host's "
+                "memory, it has no pool, and its lines are where each function begins"
             )
         fields: dict[str, Any] = {
             "fidelity": {d.name: ALLOCATOR for d in self.devices.values()},
@@ -444,8 +449,10 @@ def _in(value: object, most: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
 
 
-def _segments(rest: Mapping[str, Any]) -> list[dict[str, Any]]:
-    segments = rest.get("segments")
+def _segments(rest: Mapping[str, Any], timed: bool = True) -> list[dict[str, Any]]:
+    """The snapshot's segments; none of torch.profiler's conversion (untimed),
+    whose one segment a device spans the addresses it saw: no pool."""
+    segments = rest.get("segments") if timed else None
     if not isinstance(segments, list):
         return []
     return [s for s in segments if isinstance(s, dict) and isinstance(s.get("device"), int)]

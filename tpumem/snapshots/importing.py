@@ -18,6 +18,10 @@ _PICKLE_STARTS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
 
 
 def is_snapshot(path: Path) -> bool:
+    """A pickle by its first bytes, or by its name (then a damaged one is told
+    as a snapshot, not as an XSpace)."""
+    if path.suffix in (".pickle", ".pkl") and not path.is_dir():
+        return True
     try:
         with open(path, "rb") as file:
             return file.read(2) in _PICKLE_STARTS

@@ -174,10 +174,7 @@ class SnapshotWalk:
         # (a file copied in blocks may end in zeros: nothing of a pickle's)
         if pending.strip(b"\x00") or file.read(1).strip(b"\x00"):
             raise TpumemError(f"{self.path}: holds more after the snapshot's end")
-        root = self._root()
-        if not isinstance(root, dict):
-            raise TpumemError(f"{self.path}: not a PyTorch memory snapshot (no dict of parts)")
-        self.rest = root
+        self.rest = _snapshot_parts(self.path, self._root())
 
     def _unreadable(self, why: str) -> TpumemError:
         return TpumemError(f"{self.path}: not a readable PyTorch memory snapshot: {why}")
@@ -336,9 +333,7 @@ class _Unpickled:
             ) from None
         if file.read(1).strip(b"\x00"):
             raise TpumemError(f"{path}: holds more after the snapshot's end")
-        if not isinstance(snapshot, dict):
-            raise TpumemError(f"{path}: not a PyTorch memory snapshot (no dict of parts)")
-        self.rest = snapshot
+        self.rest = _snapshot_parts(path, snapshot)
         self.categories: tuple[str, ...] = ()
         self._frames: list[list[Any]] = []
         self._live: dict[int, int] = {}
@@ -411,6 +406,18 @@ class _Unpickled:
 
     def frames(self, frames_id: int) -> list[Any]:
         return self._frames[frames_id] if 0 <= frames_id < len(self._frames) else []
+
+
+def _snapshot_parts(path: Path, value: object) -> dict[str, Any]:
+    """The snapshot's dict of parts; what has neither of a snapshot's lists is none."""
+    if not isinstance(value, dict) or not any(
+        isinstance(value.get(part), list) for part in ("device_traces", "segments")
+    ):
+        raise TpumemError(
+            f"{path}: not a PyTorch memory snapshot (a pickle without device_traces or "
+            "segments: write one with torch.cuda.memory._dump_snapshot)"
+        )
+    return value
 
 
 def _integer(value: object, missing: int = -1) -> int:

@@ -187,6 +187,11 @@ def not_a_stream(name: str, start: bytes) -> TpumemError:
     bytes: a stream's start (a continuation marker) cut short, or something else."""
     if start == b"\xff\xff\xff\xff":
         return TpumemError(f"{name}: truncated before the end of its header")
+    if start[:1] == b"\x80" and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return TpumemError(
+            f"{name}: a pickle, not a tpumem trace (a PyTorch memory snapshot? "
+            f"tpumem import {name} reads it into one)"
+        )
     return TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)")
 
 
