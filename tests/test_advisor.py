@@ -137,7 +137,7 @@ def test_the_advisor_counts_padding_on_tpus_only(make_trace):
     assert fit["A100 40GB"].needed_bytes == peak + room  # no TPU padding on a GPU
     # 17.0037 GiB of 40 GiB is 0.4251: the smallest fraction that holds it is 0.43.
     assert fit["A100 40GB"].setting == "XLA_CLIENT_MEM_FRACTION=0.43"
-    assert fit["H200"].share == pytest.approx((peak + room) / 141e9)
+    assert fit["H200"].share == pytest.approx((peak + room) / 150_109_880_320)
 
 
 def test_headroom_is_the_free_pool_outside_its_largest_block(make_trace):

@@ -1,9 +1,10 @@
 """Accelerators the fit advisor weighs a run against: memory per chip, with the
 page each figure comes from. Vendors write GB; Google's TPU pages mean GiB (the
 v5p page says so: 96 GiB physical, 95 GiB left to programs), NVIDIA's A100 and
-H100 pages mean GiB (nvidia-smi shows 40,960 and 81,920 MiB for the A100s), and
-the H200's 141 GB is decimal. What a program can use is a little less on every
-one: the runtime and, on GPUs, the CUDA context keep some."""
+H100 pages mean GiB (nvidia-smi shows 40,960 and 81,920 MiB for the A100s). The
+H200's is what CUDA reported on one (150,109,880,320 bytes, 139.8 GiB, recorded in
+tests/data/torch_cuda): its page's 141 GB is less. What a program can use is a
+little less on every one: the runtime and, on GPUs, the CUDA context keep some."""
 
 from __future__ import annotations
 
@@ -28,5 +29,5 @@ ACCELERATORS: tuple[Accelerator, ...] = (
     Accelerator("A100 40GB", "gpu", 40 * GiB, "https://www.nvidia.com/en-us/data-center/a100/"),
     Accelerator("A100 80GB", "gpu", 80 * GiB, "https://www.nvidia.com/en-us/data-center/a100/"),
     Accelerator("H100 80GB", "gpu", 80 * GiB, "https://www.nvidia.com/en-us/data-center/h100/"),
-    Accelerator("H200", "gpu", 141 * 10**9, "https://www.nvidia.com/en-us/data-center/h200/"),
+    Accelerator("H200", "gpu", 150_109_880_320, "torch.cuda.get_device_properties(0).total_memory"),
 )

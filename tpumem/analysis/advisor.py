@@ -104,6 +104,8 @@ def setting_for(
     if settings is not None and settings.limit_mib_setting is not None:
         mib = -(-needed // (1 << 20))
         return f"{settings.limit_mib_setting}={mib} (MiB)", None
+    if settings is not None and settings.fraction_function is not None:
+        return f"{settings.fraction_function}({fraction:.2f})", None
     if settings is None or settings.fraction_variable is None:
         return f"fraction {fraction:.2f}", None
     name, default = settings.fraction_variable, settings.default_fraction

@@ -331,8 +331,9 @@ def _fit(console: Console, fit: FitAdvice) -> None:
         title_justify="left",
     )
     headers, rows = fit_table(fit)
-    for header in headers:
-        table.add_column(header)
+    for index, header in enumerate(headers):
+        # (a setting is one word, a call or NAME=value: folded, never cut short)
+        table.add_column(header, overflow="fold" if index == 2 else "ellipsis")
     for row in rows:
         table.add_row(*_cells(row))
     console.print(table)

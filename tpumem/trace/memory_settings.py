@@ -28,6 +28,8 @@ class MemorySettings:
 
     # The variable that sets the share of a GPU preallocated, and its default.
     fraction_variable: str | None = None
+    # Where a function call sets the share instead (PyTorch): its name.
+    fraction_function: str | None = None
     default_fraction: float | None = None
     # Where the pool is set as a limit in MiB instead of a share: the setting's name.
     limit_mib_setting: str | None = None
@@ -60,6 +62,12 @@ DECLARED_BEFORE_WRITTEN = {
         ),
         no_program="no XLA program: TensorFlow compiles with XLA only functions with "
         "jit_compile=True",
+    ),
+    # PyTorch on CUDA (snapshots): its caching allocator takes segments as it needs
+    # them, up to a share of the GPU the script may set.
+    "pytorch": MemorySettings(
+        fraction_function="torch.cuda.set_per_process_memory_fraction",
+        defragment_setting="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     ),
     "torch_xla": MemorySettings(
         fraction_variable="PJRT_ALLOCATOR_FRACTION",
