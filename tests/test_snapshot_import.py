@@ -12,14 +12,12 @@ import json
 import os
 import pickle
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import assert_valid_json
+from conftest import assert_valid_json, run_tpumem
 from tpumem.analysis import analyze
 from tpumem.analysis.oom import LIMIT
 from tpumem.errors import TpumemError
@@ -365,25 +363,14 @@ def test_a_bad_snapshot_leaves_no_trace_and_says_one_line(tmp_path):
     path = tmp_path / "cut.pickle"
     path.write_bytes(good[: len(good) - 7])
     target = tmp_path / "cut.tpumem"
-    done = subprocess.run(
-        [sys.executable, "-m", "tpumem", "import", str(path), "-o", str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_tpumem("import", str(path), "-o", str(target))
     assert done.returncode == 2 and not target.exists()
     assert done.stderr.count("\n") == 1 and "truncated" in done.stderr, done.stderr
 
 
 def test_importing_a_snapshot_names_the_trace_after_it(tmp_path):
     path = _write(tmp_path, _snapshot([[_entry("alloc", 4096, 100, 1, _frames(3))]]), "run7.pickle")
-    done = subprocess.run(
-        [sys.executable, "-m", "tpumem", "import", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-    )
+    done = run_tpumem("import", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run7.tpumem").exists()
     assert "1 trace entries (1 allocations)" in done.stdout
@@ -397,22 +384,14 @@ def test_jax_and_pytorch_on_one_gpu_side_by_side(tmp_path):
     assert converted.allocations
     jax_trace = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
     page = tmp_path / "both.html"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tpumem",
-            "compare",
-            str(jax_trace),
-            str(tmp_path / "mlp.tpumem"),
-            "--html",
-            str(page),
-            "--width",
-            "120",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    done = run_tpumem(
+        "compare",
+        str(jax_trace),
+        str(tmp_path / "mlp.tpumem"),
+        "--html",
+        str(page),
+        "--width",
+        "120",
     )
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines() if "Framework" in line)
@@ -425,19 +404,6 @@ def test_jax_and_pytorch_on_one_gpu_side_by_side(tmp_path):
 def test_check_fails_a_run_that_ran_out_of_memory(tmp_path):
     """A gate passes no run that failed, whatever its peak."""
     _imported(DATA / "oom.pickle", tmp_path)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tpumem",
-            "check",
-            str(tmp_path / "oom.tpumem"),
-            "--max-peak",
-            "1GiB",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_tpumem("check", str(tmp_path / "oom.tpumem"), "--max-peak", "1GiB")
     assert done.returncode == 1, done.stderr
     assert "the run ran out of memory" in done.stderr and "asked for 400.0 MiB" in done.stderr

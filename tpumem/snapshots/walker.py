@@ -12,8 +12,6 @@ two to the same rows.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-import os
 import pickle
 import struct
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from tpumem import c_library
 from tpumem.errors import TpumemError
 
 MODULE = "tpumem.snapshots._pickle_walk"
@@ -77,17 +76,7 @@ class EntryRows:
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    if os.environ.get(UNPICKLER_ONLY_VARIABLE):
-        return None
-    spec = importlib.util.find_spec(MODULE)
-    if spec is None or not spec.origin:
-        return None
-    try:
-        library = ctypes.CDLL(spec.origin)
-        _declare(library)
-    except (OSError, AttributeError):  # (damaged or older: the unpickler reads instead)
-        return None
-    return library
+    return c_library.load(MODULE, UNPICKLER_ONLY_VARIABLE, _declare)
 
 
 def _declare(library: ctypes.CDLL) -> None:

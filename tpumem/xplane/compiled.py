@@ -10,12 +10,12 @@ build it, and ctypes lets go of the GIL for each call.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-import os
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+
+from tpumem import c_library
 
 MODULE = "tpumem.xplane._event_kernels"
 # Set (to anything) to read with the numpy decoder although the kernels are built.
@@ -26,17 +26,7 @@ _POINTER, _SIZE = ctypes.c_void_p, ctypes.c_int64
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    if os.environ.get(NUMPY_ONLY_VARIABLE):
-        return None
-    spec = importlib.util.find_spec(MODULE)
-    if spec is None or not spec.origin:
-        return None
-    try:
-        library = ctypes.CDLL(spec.origin)
-        _declare(library)
-    except (OSError, AttributeError):  # (built for another machine, damaged or from an
-        return None  # older source that lacks a kernel: numpy reads instead)
-    return library
+    return c_library.load(MODULE, NUMPY_ONLY_VARIABLE, _declare)
 
 
 def _declare(library: ctypes.CDLL) -> None:
