@@ -54,8 +54,8 @@ def test_the_model_takes_the_segments_pytorch_took(part):
     snapshot, history, _ = _history(part)
     counters = json.loads((DATA / f"{part}.json").read_text())
     result = replay(*history)
-    taken = [e for e in snapshot["device_traces"][0] if e["action"] == "segment_alloc"]
-    assert result.segments == len(taken)
+    taken = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "segment_alloc"]
+    assert result.segments == tuple(taken)  # the same segments, in the same order
     assert result.reserved.max() == counters["max_memory_reserved"]
     assert result.allocated.max() == counters["max_memory_allocated"]
 
@@ -84,7 +84,10 @@ def test_the_model_fails_where_pytorch_failed():
     _, history, failed = _history("oom", with_oom=True)
     counters = json.loads((DATA / "oom.json").read_text())
     assert "512.00 MiB allowed" in counters["message"]
-    assert replay(*history, capacity=512 * MiB).failed_at == failed
+    limited = replay(*history, capacity=512 * MiB)
+    assert limited.failed_at == failed
+    # Having given back its free segments first, as PyTorch did before it failed.
+    assert limited.reserved[failed] == counters["memory_reserved"]
     assert replay(*history, capacity=1024 * MiB).failed_at == -1
 
 

@@ -85,7 +85,7 @@ class Replay:
     reserved: np.ndarray
     largest_free: np.ndarray
     failed_at: int
-    segments: int  # segments taken from the device over the run
+    segments: tuple[int, ...]  # the sizes of the segments taken from the device, in order
 
     @property
     def fragmentation(self) -> np.ndarray:
@@ -105,11 +105,13 @@ class CachingAllocator:
         self.reserved = 0
         self.allocated = 0
         self.segments: dict[int, tuple[int, int]] = {}  # id -> (address, size)
-        self.segments_taken = 0
+        self.taken: list[int] = []  # each segment's size, as it was taken
         self._next_address = 1 << 32
 
-    def malloc(self, requested: int, event: int = -1) -> _Block:
-        size = int(block_sizes(np.array([requested]))[0])
+    def malloc(self, requested: int, event: int = -1, size: int | None = None) -> _Block:
+        """A block for `requested` bytes (`size`: its block size, where known)."""
+        if size is None:
+            size = int(block_sizes(np.array([requested]))[0])
         pool = self.pools[size > SMALL_SIZE]
         block = self._best_fit(pool, size)
         if block is None:
@@ -180,8 +182,8 @@ class CachingAllocator:
             self._release_free_segments()
             if self.reserved + grant > self.capacity:
                 raise OutOfMemory(event, size, self.reserved)
-        segment = self.segments_taken
-        self.segments_taken += 1
+        segment = len(self.taken)
+        self.taken.append(grant)
         address = self._next_address
         self._next_address += grant + (1 << 21)  # (segments are not neighbours)
         self.segments[segment] = (address, grant)
@@ -216,10 +218,13 @@ def replay(
     model = CachingAllocator(capacity)
     live: dict[int, _Block] = {}
     failed_at = -1
+    sizes = block_sizes(requested).tolist()  # (rounded once: a call an event costs 5 us)
     for index in range(count):
         if is_alloc[index]:
             try:
-                live[int(buffer_id[index])] = model.malloc(int(requested[index]), index)
+                live[int(buffer_id[index])] = model.malloc(
+                    int(requested[index]), index, sizes[index]
+                )
             except OutOfMemory:
                 failed_at = index
                 break
@@ -234,20 +239,24 @@ def replay(
         allocated[failed_at:] = model.allocated
         reserved[failed_at:] = model.reserved
         largest[failed_at:] = model.largest_free()
-    return Replay(allocated, reserved, largest, failed_at, model.segments_taken)
+    return Replay(allocated, reserved, largest, failed_at, tuple(model.taken))
 
 
 SOURCE = "PyTorch caching allocator model"
 
 
 def models(metadata: RunMetadata) -> bool:
-    """Whether this model is the run's allocator's: PyTorch on CUDA, its segments
-    not expandable (which the model does not follow)."""
-    settings = metadata.allocator_settings or {}
+    """Whether this model is the run's allocator's: PyTorch on CUDA with the
+    settings the model follows (the defaults: no expandable segments, no
+    max_split_size, no garbage collection threshold, no rounding divisions)."""
+    settings = {k: str(v).lower() for k, v in (metadata.allocator_settings or {}).items()}
     return (
         metadata.framework == "pytorch"
         and metadata.backend == "gpu"
-        and str(settings.get("expandable_segments", "false")).lower() != "true"
+        and settings.get("expandable_segments", "false") == "false"
+        and settings.get("max_split_size", "-1") in ("-1", str(2**64 - 1))
+        and float(settings.get("garbage_collection_threshold", "0") or 0) == 0
+        and settings.get("roundup_power2_divisions", "none") in ("none", "")
     )
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from tpumem.analysis import caching_allocator, provenance
 from tpumem.analysis.bfc import MIN_ALLOCATION, UNLIMITED, rounded_bytes
 from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
+from tpumem.analysis.caching_allocator import segment_size
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.oom import OutOfMemory, verdict
 from tpumem.analysis.peak import live_at, live_groups, step_at
@@ -141,8 +142,10 @@ def check_capacity(trace: Trace, events: DeviceEvents, capacity: int) -> Capacit
     if result.failed_at is not None:
         failure = _failure(trace, events, stream, result, capacity, growth)
     elif len(result.in_use):
-        tightest = int(np.argmax(result.in_use))
-        headroom = capacity - int(result.in_use[tightest])
+        # (PyTorch's allocator is bound by its segments, not by what they hold)
+        held = result.pool if growth == SEGMENTS else result.in_use
+        tightest = int(np.argmax(held))
+        headroom = capacity - int(held[tightest])
         tightest_time = int(events.time_ns[min(stream.origin[tightest], len(events) - 1)])
         tightest_step = step_at(trace, tightest_time)
     return CapacityCheck(
@@ -178,6 +181,8 @@ def _failure(
     in_use = int(result.in_use[before]) if before >= 0 else 0
     pool = int(result.pool[before]) if before >= 0 else 0
     room = (capacity - pool) // MIN_ALLOCATION * MIN_ALLOCATION
+    if caching and room < segment_size(asked):
+        room = 0  # (PyTorch grows by whole segments: room short of one holds nothing)
     largest = max(int(result.largest_free[before]) if before >= 0 else 0, room)
     free = max(0, capacity - in_use)
     why, short = verdict(asked, free)

@@ -33,6 +33,9 @@ from tpumem.trace.source_paths import first_user_location
 from tpumem.trace.stack_rows import call_stacks
 from tpumem.units import format_bytes
 
+# Where a failure was told: these two by the exception that ended the run.
+ENDED_BY_EXCEPTION = "the exception that ended the run"
+ENDED_BY_EXCEPTION_AND_LOG = "the exception and the allocator's log"
 NOT_ENOUGH = "not enough memory"
 FRAGMENTED = "fragmentation"
 COMPILE = "the compiled program does not fit"
@@ -68,6 +71,12 @@ class OutOfMemory:
     def live_bytes(self) -> int:
         return sum(group.bytes for group in self.live)
 
+    @property
+    def ended_the_run(self) -> bool:
+        """Whether the run ended on this failure (its exception), not only met it
+        (a failed allocation a script may catch and go on from)."""
+        return self.source in (ENDED_BY_EXCEPTION, ENDED_BY_EXCEPTION_AND_LOG)
+
 
 def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
     """(message, source, time on the trace clock) of each failure the trace holds.
@@ -87,8 +96,8 @@ def _messages(trace: Trace) -> list[tuple[OomMessage, str, int | None]]:
         return logs
     if logs and exception.phase == "run":
         logged, _, at = logs.pop()
-        return [*logs, (combine(exception, logged), "the exception and the allocator's log", at)]
-    return [*logs, (exception, "the exception that ended the run", None)]
+        return [*logs, (combine(exception, logged), ENDED_BY_EXCEPTION_AND_LOG, at)]
+    return [*logs, (exception, ENDED_BY_EXCEPTION, None)]
 
 
 # A process killed by SIGKILL whose memory came this close to what the machine

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpumem.analysis.growth import MIN_STEPS, Growth
-from tpumem.analysis.oom import KILLED
 from tpumem.analysis.processes import ProcessRun
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
@@ -64,11 +63,13 @@ def breach_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep)."""
     lines = _tpu_breaches(analysis, limits.tpu)
+    # A run that ended out of memory keeps no limit (one that met a failed
+    # allocation and went on, as a snapshot's oom entry may be, is judged on).
+    for failure in analysis.out_of_memory:
+        if failure.ended_the_run:
+            lines.append(f"the run ended out of memory: {what(failure)} ({why(failure)})")
     if not analysis.devices and limits.any():
         return [*lines, "no allocation events in the trace: nothing shows the limits were kept"]
-    for failure in analysis.out_of_memory:  # (the run itself failed: no limit holds it)
-        if failure.phase != KILLED:
-            lines.append(f"the run ran out of memory {what(failure)}")
     for check in analysis.capacity:
         if check.failure is not None:
             lines.append(
