@@ -136,3 +136,22 @@ class InATerminal:
                 self.process.kill()
             self.process.wait()
         return output.decode(errors="replace")
+
+
+def until_written(marker: str = "[512,1024]") -> str:
+    """A script's lines that wait until its trace, bad.tpumem, holds `marker` (a
+    shape as the trace writes it, "[512,1024]", never so in the script's source;
+    or a line's code, which the trace keeps with the buffer the line made): a
+    fixed wait for the writer is too short on a busy machine."""
+    return f"""
+def written():
+    try:
+        with open("bad.tpumem", "rb") as trace:
+            return {marker.encode()!r} in trace.read()
+    except FileNotFoundError:
+        return False
+
+deadline = time.monotonic() + 120
+while not written() and time.monotonic() < deadline:
+    time.sleep(0.1)
+"""

@@ -10,7 +10,15 @@ import textwrap
 import pytest
 
 from jax_scripts import COUNTS_ITSELF, KNOWN_LINES
-from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending, run_plain
+from profiling import (
+    BAD_ENDINGS,
+    EXAMPLES,
+    last_json,
+    profile,
+    profile_bad_ending,
+    run_plain,
+    until_written,
+)
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 
@@ -146,13 +154,17 @@ def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
     assert "Compiled programs" in result.stderr and "Buffers" in result.stderr
 
 
-BEFORE_THE_END = """
+BEFORE_THE_END = (
+    """
 import time
 import jax.numpy as jnp
-kept = jnp.ones((512, 1024))  # 2 MiB, [512,1024]
-time.sleep(0.5)  # the book's rows are written
+kept = jnp.ones((512, 1024))  # 2 MiB
+"""
+    + until_written()  # (the book's rows are written)
+    + """
 {ending}
 """
+)
 
 
 @pytest.mark.parametrize("ending", sorted(BAD_ENDINGS))

@@ -20,6 +20,7 @@ from profiling import (
     profile,
     profile_bad_ending,
     run_plain,
+    until_written,
 )
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import (
@@ -142,13 +143,17 @@ ENDINGS = {
         "uncaught exception: ResourceExhaustedError",
     ),
 }
-BEFORE_THE_END = """
+BEFORE_THE_END = (
+    """
 import time
 import tensorflow as tf
-kept = tf.ones([512, 1024])  # 2 MiB, [512,1024]
-time.sleep(0.6)  # a profiler chunk ends and is written
+kept = tf.ones([512, 1024])  # 2 MiB
+"""
+    + until_written()  # (a profiler chunk that holds it ends and is written)
+    + """
 {ending}
 """
+)
 
 
 @pytest.mark.parametrize("ending", sorted(ENDINGS))

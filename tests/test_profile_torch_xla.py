@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending
+from profiling import BAD_ENDINGS, EXAMPLES, last_json, profile, profile_bad_ending, until_written
 from tpumem.adapters.torch_xla.debug_log import PRECISION_BYTES
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
@@ -174,15 +174,19 @@ def test_a_dead_tensors_buffer_lives_until_the_graph_that_reads_it_has_run(tmp_p
     assert analyze(trace).metadata.extra.buffer_book.freed_after_their_graph == 1
 
 
-BEFORE_THE_END = """
+BEFORE_THE_END = (
+    """
 import time
 import torch, torch_xla
-kept = torch.ones(512, 1024).to(torch_xla.device())  # 2 MiB, [512,1024]
+kept = torch.ones(512, 1024).to(torch_xla.device())  # 2 MiB
 doubled = kept * 2
 torch_xla.sync()
-time.sleep(0.5)  # the book's rows are written
+"""
+    + until_written("doubled = kept * 2")  # (the book's rows are written, its last)
+    + """
 {ending}
 """
+)
 
 
 @pytest.mark.parametrize("ending", sorted(BAD_ENDINGS))
