@@ -40,7 +40,6 @@ from tpumem.trace.writer import TraceWriter
 from tpumem.units import format_bytes
 
 ALLOCATOR_NAME = "CUDACachingAllocator"
-SOURCE = "PyTorch memory snapshot"
 _POOL_UP = (ACTION["segment_alloc"], ACTION["segment_map"])
 _POOL_DOWN = (ACTION["segment_free"], ACTION["segment_unmap"])
 # torch.profiler's conversion (_memory_viz._profile_to_snapshot) names a frame
@@ -73,12 +72,12 @@ class _Stacks:
 
     def __init__(self, walk: SnapshotWalk) -> None:
         self._walk = walk
-        self._ids: dict[int, int] = {}  # walker frames id -> stack id (-1: no frames)
+        self._ids: dict[int, int] = {}  # the walker's stack id -> the trace's (-1: none)
         self.sources: list[str | None] = []  # by stack id: the user's file:line
         self.pending: list[tuple[int, str]] = []  # stack rows to write
 
     def ids(self, frames: np.ndarray) -> np.ndarray:
-        """Stack ids (-1: none) for the rows' frames ids."""
+        """The trace's stack ids (-1: none) for the rows' stacks, as the walker named them."""
         unique, inverse = np.unique(frames, return_inverse=True)
         mapped = np.array([self._stack(int(f)) for f in unique.tolist()], np.int64)
         return mapped[inverse.ravel()]
