@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpumem.analysis.bfc_model import ReplayResult
+from tpumem.analysis.bfc_model import ReplayResult, replay_sizes
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.trace.cuda_blocks import MIN_BLOCK, block_sizes
 from tpumem.trace.metadata import RunMetadata
@@ -86,14 +86,6 @@ class Replay:
     largest_free: np.ndarray
     failed_at: int
     segments: tuple[int, ...]  # the sizes of the segments taken from the device, in order
-
-    @property
-    def fragmentation(self) -> np.ndarray:
-        """External fragmentation, the BFC definition tpumem uses everywhere:
-        free in the pool, less its largest piece, over free (0 where none)."""
-        free = (self.reserved - self.allocated).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(free > 0, (free - self.largest_free) / free, 0.0)
 
 
 class CachingAllocator:
@@ -263,7 +255,7 @@ def models(metadata: RunMetadata) -> bool:
 def replay_result(events: DeviceEvents) -> ReplayResult:
     """A device's events through the model, as the analysis reads a model's
     replay: bytes in use, pool and largest free block after each event."""
-    asked = np.where(events.requested >= 0, events.requested, events.bytes)
+    asked = replay_sizes(events.requested, events.bytes)
     return as_replay_result(events.is_alloc, asked, events.buffer_id)
 
 

@@ -10,11 +10,8 @@ from typing import Any
 
 from tpumem.errors import TpumemError
 from tpumem.snapshots.convert import Converted, write_snapshot
+from tpumem.trace.reader import PICKLE_STARTS
 from tpumem.trace.writer import TraceWriter
-
-# A pickle of protocol 2 to 5 starts with PROTO and its number: what
-# `torch.cuda.memory._dump_snapshot` writes (no XSpace starts so).
-_PICKLE_STARTS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
 
 
 def is_snapshot(path: Path) -> bool:
@@ -24,7 +21,7 @@ def is_snapshot(path: Path) -> bool:
         return True
     try:
         with open(path, "rb") as file:
-            return file.read(2) in _PICKLE_STARTS
+            return file.read(2) in PICKLE_STARTS  # (no XSpace starts so)
     except OSError:
         return False
 

@@ -182,12 +182,17 @@ def _open(name: str) -> tuple[mmap.mmap, int | None]:
         raise TpumemError(f"{name}: cannot read: {error.strerror or error}") from None
 
 
+# A pickle of protocol 2 to 5 starts with PROTO and its number: what PyTorch's
+# memory snapshots are (`tpumem import` reads them; snapshots/importing.py).
+PICKLE_STARTS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
+
+
 def not_a_stream(name: str, start: bytes) -> TpumemError:
     """Why a file whose Arrow stream does not open is no trace, from its first
     bytes: a stream's start (a continuation marker) cut short, or something else."""
     if start == b"\xff\xff\xff\xff":
         return TpumemError(f"{name}: truncated before the end of its header")
-    if start[:1] == b"\x80" and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+    if start[:2] in PICKLE_STARTS:
         return TpumemError(
             f"{name}: a pickle, not a tpumem trace (a PyTorch memory snapshot? "
             f"tpumem import {name} reads it into one)"
