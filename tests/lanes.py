@@ -225,6 +225,16 @@ LANES: dict[str, Lanes] = {
     ),
     "test_stacks.py": FRAMEWORKS,
     "test_steps.py": FRAMEWORKS,
+    "test_summaries.py": (
+        UNIT,
+        {
+            CLI: [
+                "test_run_reports_equal_field_by_field_and_say_what_was_read_in_full",
+                "test_check_from_summaries_reads_no_trace_but_the_busiest",
+                "test_a_summary_that_no_longer_stands_for_its_trace_is_not_used",
+            ],
+        },
+    ),
     "test_timeline_page.py": FRAMEWORKS,  # Chromium, slow as a framework is
     "test_tpu.py": (
         FRAMEWORKS,

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from run_summaries import assert_summaries_stand_for_the_traces
+
 from conftest import run_tpumem
 from tpumem.trace.reader import load
 from xprof_runner import xprof_memory_profile
@@ -128,6 +130,9 @@ def test_jax_distributed_processes_each_trace_their_shard_and_read_as_one_run(tm
         # At the peak also jnp.zeros' scalar (4 B), live while it was broadcast.
         assert device["peak"]["bytes"] == held["bytes"] + 4
     assert len(run_ids) == 1 and None not in run_ids  # agreed through JAX's coordinator
+    # Each process's `tpumem profile` left its summary: the run reads as it would
+    # from the traces alone.
+    assert_summaries_stand_for_the_traces(run, tmp_path / "bare")
 
     result = run_tpumem("report", str(run), "-f", "json")
     assert result.returncode == 0, result.stderr
@@ -232,6 +237,7 @@ def test_tensorflow_multi_worker_processes_read_as_one_run(tmp_path):
         assert (process.index, process.count, process.source) == (task, 2, "TF_CONFIG")
         run_ids.add(meta.run)
     assert len(run_ids) == 1 and None not in run_ids  # agreed through the coordination service
+    assert_summaries_stand_for_the_traces(tmp_path / "run", tmp_path / "bare")
     result = run_tpumem("report", str(tmp_path / "run"), "-f", "json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -293,6 +299,7 @@ def test_torchrun_processes_of_pytorch_xla_read_as_one_run(tmp_path):
     assert [(m.process.index, m.process.count) for m in metadata] == [(0, 2), (1, 2)]
     assert {m.process.source for m in metadata} == {"RANK"}
     assert len({m.run for m in metadata}) == 1 and metadata[0].run.startswith("torchrun:")
+    assert_summaries_stand_for_the_traces(tmp_path / "run", tmp_path / "bare")
     report = json.loads(run_tpumem("report", str(tmp_path / "run"), "-f", "json").stdout)
     peak = _spread(report, "peak")
     assert peak["difference"] == 8 * MiB

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from run_summaries import assert_summaries_stand_for_the_traces
 
 from conftest import run_tpumem
 from profiling import profile
@@ -129,6 +130,8 @@ def test_torchrun_followed_from_the_parent(tmp_path):
         assert (meta.process.index, meta.process.count, meta.process.source) == (rank, 2, "RANK")
         assert _peak(trace) >= (rank + 1) * MiB
     assert "2 traces written to run" in result.stderr
+    # The followed processes' summaries, written from the run's own report.
+    assert_summaries_stand_for_the_traces(tmp_path / "run", tmp_path / "bare")
 
 
 LAUNCHED = textwrap.dedent(

@@ -84,7 +84,11 @@ def test_compare_diff_and_export_take_a_profile_as_report_does(tmp_path):
     exported = run_tpumem("export", "tensorboard", str(TF_PROFILE), "--logdir", str(logdir))
     assert exported.returncode == 0, exported.stderr
     assert list(logdir.rglob("*.xplane.pb"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["imported.tpumem", "tb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "imported.tpumem",
+        "imported.tpumem.summary.json",
+        "tb",
+    ]
 
 
 def _two_host_logdir(tmp_path: Path) -> Path:

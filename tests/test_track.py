@@ -11,6 +11,8 @@ import pytest
 from conftest import run_python
 from jax_scripts import COUNTS_ITSELF, KNOWN_LINES
 from tpumem.analysis import analyze
+from tpumem.analysis.processes import ProcessSummary
+from tpumem.reading.summary_files import read_summary
 from tpumem.trace.reader import load
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -131,6 +133,11 @@ def test_one_at_a_time_a_block_that_raises_keeps_its_trace_and_each_call_its_own
     assert raised.devices[0].peak.bytes >= 4 * MiB
     # The decorated function: a trace per call, the second numbered.
     assert (tmp_path / "each.tpumem").exists() and (tmp_path / "each-2.tpumem").exists()
+    # Each recording left its summary as it stopped, standing for its trace.
+    for name in ("outer", "raised", "each", "each-2"):
+        summary = read_summary(tmp_path / f"{name}.tpumem")
+        assert isinstance(summary, ProcessSummary), summary
+    assert summary.source == "tpumem.track" and summary.made_from == "summary"
 
 
 def test_without_a_framework_imported_track_says_what_to_do(tmp_path):

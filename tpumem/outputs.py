@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -152,6 +153,19 @@ def fill_placeholders(pattern: str, host: str, rank: int | None, pid: int) -> Pa
     )
 
 
+def summary_of(trace: Path) -> Path:
+    """Where a trace's summary is kept: beside it, `rank0.tpumem.summary.json`
+    (reading/summary_files.py)."""
+    return trace.with_name(trace.name + ".summary.json")
+
+
+def _drop_summary(trace: Path) -> None:
+    """A new trace under a name takes its summary with it: an older trace's summary
+    there would stand for one that is gone."""
+    with contextlib.suppress(OSError):
+        summary_of(trace).unlink(missing_ok=True)
+
+
 def create_trace_at(path: Path, force: bool) -> int:
     """A profiled process's own trace (a name with placeholders, filled in): the
     directories it needs are made first."""
@@ -170,6 +184,7 @@ def rename_trace(old: Path, new: Path, force: bool) -> None:
             os.replace(old, new)
         except OSError as error:
             raise TpumemError(f"{new}: cannot rename {old} to it: {_why(error)}") from None
+        _drop_summary(new)
         return
     try:
         os.link(old, new)  # fails where `new` exists: nothing is replaced silently
@@ -191,11 +206,13 @@ def create_trace(path: Path, inputs: Iterable[Path | str], force: bool) -> int:
         except OSError as error:
             raise TpumemError(f"{path}: cannot replace: {_why(error)}") from None
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except FileExistsError:
         raise TpumemError(f"{path}: another process created it just now; not replaced") from None
     except OSError as error:
         raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
+    _drop_summary(path)
+    return descriptor
 
 
 def default_trace(path: Path, inputs: Iterable[Path | str]) -> tuple[Path, int]:

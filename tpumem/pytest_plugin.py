@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,15 +90,17 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if memory is None and fragmentation is None and not config.getoption("tpumem"):
         return (yield)
     from tpumem.analysis.comparison import busiest
+    from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.commands.limits import Limits, breaches
     from tpumem.errors import TpumemError
+    from tpumem.reading.summary_files import summarise_beside
     from tpumem.tracking import Tracker
 
     kept = config.getoption("tpumem_dir")
     directory = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="tpumem-test-"))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{_file_name(item.nodeid)}.tpumem"
-    run = Tracker(path, force=True)
+    run = Tracker(path, force=True, summary=False)  # (made below, where the trace is kept)
     try:
         run.start()
     except TpumemError as error:
@@ -121,10 +124,14 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
             )
         return outcome
     try:
-        analysis = run.analysis(series_points=0)
+        analysis = run.analysis(series_points=SERIES_POINTS if kept else 0)
     finally:
         if not kept:
             _discard(path, directory)
+    if kept:
+        unwritten = summarise_beside(path, analysis)
+        if unwritten is not None:
+            print(f"tpumem: {unwritten}", file=sys.stderr)
     device = busiest(analysis)
     config.stash[_RECORDED].append(
         _Recorded(

@@ -100,11 +100,15 @@ class Tracker:
         framework: str | None = None,
         force: bool = False,
         programs: bool = True,
+        summary: bool = True,
     ) -> None:
         self.output = Path(output) if output is not None else None
         self.framework = framework
         self.force = force
         self.programs = programs
+        # The recording's summary beside its trace, made when it stops (an analysis
+        # of the trace, in this process): a run of many hosts is read from them.
+        self.summary = summary
         self.path: Path | None = None  # the trace, once started
         self._writer: TraceWriter | None = None
         self._adapter: Adapter | None = None
@@ -129,6 +133,7 @@ class Tracker:
                 framework=self.framework,
                 force=self.force,
                 programs=self.programs,
+                summary=self.summary,
             ):
                 return function(*args, **kwargs)
 
@@ -251,6 +256,12 @@ class Tracker:
             self._writer = self._adapter = None
             with _lock:
                 _running = None
+        if self.summary and self.path is not None:
+            from tpumem.reading.summary_files import summarise_beside
+
+            unwritten = summarise_beside(self.path)
+            if unwritten is not None:
+                print(f"tpumem: {unwritten}", file=sys.stderr)
 
     # -- what it recorded ------------------------------------------------------
 

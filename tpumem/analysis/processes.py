@@ -13,13 +13,16 @@ The processes' lines share one axis: by step when every process marked its steps
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tpumem.analysis.oom import OutOfMemory
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.trace.metadata import ExitStatus
 
 SERIES_POINTS = 200  # per process, for the page's lines
+TOP_LINES = 10  # lines a process's summary keeps of each device's peak
+LIVE_GROUPS = 10  # live groups it keeps of each failed allocation
 STEP_AXIS, CLOCK_AXIS = "step", "wall clock"
 
 
@@ -30,6 +33,34 @@ class ProcessLine:
     time_ns: tuple[int, ...]  # wall clock (the trace's start + its own time)
     step_position: tuple[float, ...] | None  # where each point sits in the loop
     in_use: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LineAtPeak:
+    """Bytes one line made that were live at a device's peak."""
+
+    line: str | None  # file:line; None where nothing names one
+    bytes: int
+    buffers: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSummary:
+    """One device of a process, as the run report and `tpumem check` read it."""
+
+    device: str
+    peak_bytes: int
+    peak_label: str
+    peak_step: int | None
+    peak_time_ns: int  # the trace's own clock
+    pool_bytes: int | None
+    fragmentation_at_peak: float | None
+    fragmentation_label: str
+    fragmentation_source: str
+    growth_per_step_bytes: float | None  # None: too few steps marked to tell
+    growing: bool
+    growing_at: str | None  # "file:line in function" of what grows most
+    lines: tuple[LineAtPeak, ...]  # largest first, at most TOP_LINES
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +90,12 @@ class ProcessSummary:
     steps: int
     warnings: int
     line: ProcessLine | None
+    device_summaries: tuple[DeviceSummary, ...] = ()
+    out_of_memory: tuple[OutOfMemory, ...] = ()  # live groups cut to LIVE_GROUPS
     findings: tuple[str, ...] = ()  # what a caller's `per_process` said of its analysis
+    # Where the figures were made: "summary" (beside the trace, where it was
+    # recorded) or "trace" (summarised from the trace where it was read).
+    made_from: str = "trace"
 
     @property
     def name(self) -> str:
@@ -101,6 +137,9 @@ class ProcessRun:
     missing_ranks: tuple[int, ...]  # ranks below the run's count with no trace
     repeated_ranks: tuple[int, ...]  # ranks more than one trace claims
     unreadable: tuple[tuple[str, str], ...] = ()  # (trace, why): left out of the run
+    # (trace, why): processes summarised from their traces where the run was read,
+    # not from the summary their recording left (none, stale, newer, unreadable).
+    summarised_here: tuple[tuple[str, str], ...] = ()
 
     @property
     def peak(self) -> Spread:
@@ -117,6 +156,33 @@ def _line(device: DeviceAnalysis | None, start_ns: int) -> ProcessLine | None:
         return None
     return ProcessLine(
         tuple(start_ns + t for t in series.time_ns), series.step_position, series.in_use
+    )
+
+
+def _device_summary(device: DeviceAnalysis) -> DeviceSummary:
+    growth, lines = device.growth, device.lines
+    top = (
+        growth.stacks[0].frames[-1]
+        if growth and growth.stacks and growth.stacks[0].frames
+        else None
+    )
+    return DeviceSummary(
+        device=device.device,
+        peak_bytes=device.peak.bytes,
+        peak_label=device.peak_label,
+        peak_step=device.peak.step,
+        peak_time_ns=device.peak.time_ns,
+        pool_bytes=device.preallocation.pool_peak_bytes,
+        fragmentation_at_peak=device.fragmentation.at_peak,
+        fragmentation_label=device.fragmentation.label,
+        fragmentation_source=device.fragmentation.source,
+        growth_per_step_bytes=growth.per_step_bytes if growth is not None else None,
+        growing=growth is not None and growth.growing,
+        growing_at=f"{top.location} in {top.function}" if top is not None else None,
+        lines=tuple(
+            LineAtPeak(line.line, line.bytes, line.buffers)
+            for line in (lines.lines[:TOP_LINES] if lines is not None else ())
+        ),
     )
 
 
@@ -149,6 +215,10 @@ def summarize(analysis: RunAnalysis) -> ProcessSummary:
         steps=analysis.steps,
         warnings=len(analysis.warnings),
         line=_line(device, meta.start_time_ns or 0),
+        device_summaries=tuple(_device_summary(d) for d in analysis.devices),
+        out_of_memory=tuple(
+            replace(failure, live=failure.live[:LIVE_GROUPS]) for failure in analysis.out_of_memory
+        ),
     )
 
 
@@ -179,6 +249,7 @@ def process_run(
     processes: tuple[ProcessSummary, ...],
     unreadable: tuple[tuple[str, str], ...],
     busiest_analysis: RunAnalysis,
+    summarised_here: tuple[tuple[str, str], ...] = (),
 ) -> ProcessRun:
     """The run the processes make together: `processes` in process_order, and the
     full analysis of the busiest of them (`busiest`)."""
@@ -200,6 +271,7 @@ def process_run(
         missing_ranks=missing,
         repeated_ranks=repeated,
         unreadable=unreadable,
+        summarised_here=summarised_here,
     )
 
 

@@ -67,11 +67,19 @@ def _run_breaches(
     """Every process against the limits, and the spread of their peaks."""
     from functools import partial
 
-    from tpumem.commands.limits import breach_findings, imbalance_breaches
+    from tpumem.commands.limits import analysis_findings, imbalance_breaches, summary_findings
     from tpumem.commands.rendering import analysed_processes
 
-    per_process = partial(breach_findings, limits=limits) if limits.any() else None
-    run = analysed_processes(traces, where, capacity=limits.capacity_bytes, per_process=per_process)
+    # The summaries the recordings left answer the limits on their figures; a
+    # capacity and the TPU slices need each process's trace.
+    in_full = limits.capacity_bytes is not None or bool(limits.tpu)
+    run = analysed_processes(
+        traces,
+        where,
+        capacity=limits.capacity_bytes,
+        per_process=partial(analysis_findings, limits=limits) if in_full else None,
+        per_summary=partial(summary_findings, limits=limits),
+    )
     found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]
     found += [f"left out {path}: {why}" for path, why in run.unreadable]
     if imbalance is not None:

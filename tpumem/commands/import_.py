@@ -51,6 +51,7 @@ def run_import(request: ImportRequest) -> None:
             written, count, programs = import_profile(host, run_name, create)
         held = f", {programs:,} compiled programs" if programs else ""
         print(f"{written}: {count:,} memory events{held} from {host.path}")
+        _summarise(written)
 
 
 def _import_snapshot(request: ImportRequest) -> None:
@@ -84,3 +85,17 @@ def _import_snapshot(request: ImportRequest) -> None:
     if converted.ooms:
         said += f", {converted.ooms} out of memory"
     print(f"{said} from {path}")
+    _summarise(written)
+
+
+def _summarise(trace: Path) -> None:
+    """The imported trace's summary beside it, as a recording's (a host's profile,
+    imported where it was written, is then read by the run from its summary)."""
+    import sys
+
+    from tpumem.reading.summary_files import summarise_beside
+
+    with progress(f"summarising {trace}"):
+        unwritten = summarise_beside(trace)
+    if unwritten is not None:
+        print(f"tpumem: {unwritten}", file=sys.stderr)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpumem.analysis.growth import MIN_STEPS, Growth
-from tpumem.analysis.processes import ProcessRun
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.growth import MIN_STEPS
+from tpumem.analysis.processes import DeviceSummary, ProcessRun, ProcessSummary, summarize
+from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.report.oom_rows import what, why
 from tpumem.report.tpu_tables import tpu_verdict
@@ -54,30 +54,38 @@ def imbalance_breaches(run: ProcessRun, allowed: Increase) -> list[str]:
     ]
 
 
-def breach_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
-    """`breaches`, as a process's summary keeps them (made in a worker: a
+def summary_findings(summary: ProcessSummary, limits: Limits) -> tuple[str, ...]:
+    """`summary_breaches`, as a process's summary keeps them."""
+    return tuple(summary_breaches(summary, limits))
+
+
+def analysis_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
+    """What only a process's full analysis answers (the slices it must fit, the
+    allocator model at a capacity), as its summary keeps them (made in a worker: a
     module-level function, so that it can be sent there)."""
-    return tuple(breaches(analysis, limits))
+    return tuple(_tpu_breaches(analysis, limits.tpu) + _capacity_breaches(analysis))
 
 
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep)."""
-    lines = _tpu_breaches(analysis, limits.tpu)
+    lines = [*analysis_findings(analysis, limits), *summary_breaches(summarize(analysis), limits)]
+    if limits.baseline is not None and analysis.devices:
+        lines += _baseline_breaches(analysis, limits.baseline, limits.max_increase)
+    return lines
+
+
+def summary_breaches(summary: ProcessSummary, limits: Limits) -> list[str]:
+    """A process's figures, as its summary holds them, against the limits."""
+    lines = []
     # A run that ended out of memory keeps no limit (one that met a failed
     # allocation and went on, as a snapshot's oom entry may be, is judged on).
-    for failure in analysis.out_of_memory:
+    for failure in summary.out_of_memory:
         if failure.ended_the_run:
             lines.append(f"the run ended out of memory: {what(failure)} ({why(failure)})")
-    if not analysis.devices and limits.any():
+    if not summary.device_summaries and limits.any():
         return [*lines, "no allocation events in the trace: nothing shows the limits were kept"]
-    for check in analysis.capacity:
-        if check.failure is not None:
-            lines.append(
-                f"{check.device}: at {format_bytes(check.capacity_bytes)} the allocator model "
-                f"runs out of memory {what(check.failure)} ({why(check.failure)})"
-            )
-    for device in analysis.devices:
-        peak = device.peak.bytes
+    for device in summary.device_summaries:
+        peak = device.peak_bytes
         if limits.max_peak_bytes is not None and peak > limits.max_peak_bytes:
             lines.append(
                 f"{device.device}: peak {format_bytes(peak)} ({peak:,} bytes) is over the "
@@ -86,20 +94,28 @@ def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
         lines += _growth_breaches(device, limits.max_growth_bytes)
         if limits.max_fragmentation is None:
             continue
-        frag = device.fragmentation
-        if frag.at_peak is None:
+        frag = device.fragmentation_at_peak
+        if frag is None:
             lines.append(
                 f"{device.device}: fragmentation at the peak is not available "
-                f"({frag.source}), so the limit {limits.max_fragmentation:g} cannot be checked"
+                f"({device.fragmentation_source}), so the limit {limits.max_fragmentation:g} "
+                "cannot be checked"
             )
-        elif frag.at_peak > limits.max_fragmentation:
+        elif frag > limits.max_fragmentation:
             lines.append(
-                f"{device.device}: fragmentation at the peak {frag.at_peak:.3f} ({frag.label}) "
-                f"is over the limit {limits.max_fragmentation:g}"
+                f"{device.device}: fragmentation at the peak {frag:.3f} "
+                f"({device.fragmentation_label}) is over the limit {limits.max_fragmentation:g}"
             )
-    if limits.baseline is not None:
-        lines += _baseline_breaches(analysis, limits.baseline, limits.max_increase)
     return lines
+
+
+def _capacity_breaches(analysis: RunAnalysis) -> list[str]:
+    return [
+        f"{check.device}: at {format_bytes(check.capacity_bytes)} the allocator model "
+        f"runs out of memory {what(check.failure)} ({why(check.failure)})"
+        for check in analysis.capacity
+        if check.failure is not None
+    ]
 
 
 def _tpu_breaches(analysis: RunAnalysis, topologies: tuple[str, ...]) -> list[str]:
@@ -116,29 +132,23 @@ def _tpu_breaches(analysis: RunAnalysis, topologies: tuple[str, ...]) -> list[st
     return lines
 
 
-def _growth_breaches(device: DeviceAnalysis, limit: int | None) -> list[str]:
+def _growth_breaches(device: DeviceSummary, limit: int | None) -> list[str]:
     if limit is None:
         return []
-    growth = device.growth
-    if growth is None:
+    per_step = device.growth_per_step_bytes
+    if per_step is None:
         return [
             f"{device.device}: fewer than {MIN_STEPS} steps with step marks, so growth across "
             f"steps cannot be checked against {format_bytes(limit)}"
         ]
-    if growth.growing and growth.per_step_bytes > limit:
+    if device.growing and per_step > limit:
+        most = f" (most from {device.growing_at})" if device.growing_at else ""
         return [
             f"{device.device}: the bytes that stay from step to step grow by "
-            f"{format_bytes(round(growth.per_step_bytes))} a step, over the limit "
-            f"{format_bytes(limit)} a step{_largest_growing(growth)}"
+            f"{format_bytes(round(per_step))} a step, over the limit "
+            f"{format_bytes(limit)} a step{most}"
         ]
     return []
-
-
-def _largest_growing(growth: Growth) -> str:
-    if not growth.stacks or not growth.stacks[0].frames:
-        return ""
-    frame = growth.stacks[0].frames[-1]
-    return f" (most from {frame.location} in {frame.function})"
 
 
 def _baseline_breaches(

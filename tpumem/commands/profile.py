@@ -13,6 +13,7 @@ from tpumem.commands.unrecorded import unrecorded_line
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.analysis.processes import ProcessRun
     from tpumem.launch.status_line import LiveView
     from tpumem.report import Reporter
     from tpumem.tpu.topology import Topology
@@ -85,11 +86,8 @@ def run_profile(request: ProfileRequest) -> int:
     if outcome.trace.exists():
         # After the run, in a process of its own: the run's time is its own.
         compile_for_tpus([outcome.trace], tpu, request.quiet)
-    if not request.quiet or request.tensorboard is not None:
-        quiet_or = None if request.quiet else reporter
-        _after_run(
-            outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard
-        )
+    quiet_or = None if request.quiet else reporter
+    _after_run(outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard)
     return outcome.returncode
 
 
@@ -124,10 +122,15 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> N
             file=sys.stderr,
         )
         return
+    try:
+        run = analysed_processes(traces, str(directory))
+    except TpumemError as error:
+        print(f"tpumem: no report: {error}", file=sys.stderr)
+        return
+    _leave_summaries(run)
     if quiet:
         return
     try:
-        run = analysed_processes(traces, str(directory))
         text = reporter(PROCESSES, fmt).render(
             run, width=width, color=sys.stderr.isatty(), where=str(directory)
         )
@@ -138,16 +141,39 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> N
     print(f"tpumem: {len(traces):,} traces written to {directory}", file=sys.stderr)
 
 
+def _leave_summaries(run: ProcessRun) -> None:
+    """Each process's summary beside its trace, as the run's report made it (the
+    summaries of a run read from summaries are there already)."""
+    from dataclasses import replace
+
+    from tpumem.reading.summary_files import write_summary
+
+    for process in run.processes:
+        if process.made_from != "trace":
+            continue
+        trace = Path(process.path)
+        try:
+            write_summary(trace, replace(process, findings=()))
+        except OSError as error:
+            print(f"tpumem: no summary written beside {trace}: {error}", file=sys.stderr)
+
+
 def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:
-    """The report and the export of a profiled run, from one analysis of its trace.
-    The run and its trace stand whatever happens here; a failure is one line."""
+    """The summary beside the trace, the report and the export of a profiled run,
+    from one analysis of its trace. The run and its trace stand whatever happens
+    here; a failure is one line."""
+    from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.reading.analyses import analysed_with_events
+    from tpumem.reading.summary_files import summarise_beside
 
     try:
-        loaded, analysis, figures = analysed_with_events(trace)
+        loaded, analysis, figures = analysed_with_events(trace, series_points=SERIES_POINTS)
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return
+    unwritten = summarise_beside(trace, analysis)
+    if unwritten is not None:
+        print(f"tpumem: {unwritten}", file=sys.stderr)
     if reporter is not None:
         color = sys.stderr.isatty()
         sys.stderr.write(reporter.render(analysis, width=width, color=color))

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
     from tpumem.analysis.programs import CompiledProgram
     from tpumem.analysis.run_figures import RunAnalysis
-    from tpumem.reading.many_traces import PerProcess
+    from tpumem.reading.many_traces import PerProcess, PerSummary
 
 
 def analysed_processes(
@@ -22,6 +22,7 @@ def analysed_processes(
     series_points: int = 0,
     capacity: int | None = None,
     per_process: PerProcess | None = None,
+    per_summary: PerSummary | None = None,
 ) -> ProcessRun:
     """A distributed run's traces analysed (analyze_processes), with a spinner that
     counts them."""
@@ -35,6 +36,7 @@ def analysed_processes(
             busiest_points=series_points or SERIES_POINTS,
             capacity=capacity,
             per_process=per_process,
+            per_summary=per_summary,
         )
 
 

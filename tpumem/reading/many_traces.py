@@ -24,6 +24,7 @@ from tpumem.analysis.processes import (
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.errors import TpumemError
 from tpumem.reading.analyses import analysed
+from tpumem.reading.summary_files import read_summary
 
 # Below this many bytes of traces in all, worker processes cost more than they save.
 _PARALLEL_FROM_BYTES = 64 * 1024 * 1024
@@ -32,6 +33,9 @@ _PARALLEL_FROM_BYTES = 64 * 1024 * 1024
 # What a caller asks of each process's full analysis, where it is made (a worker):
 # a module-level function (or a partial of one), so that it can be sent there.
 PerProcess = Callable[[RunAnalysis], tuple[str, ...]]
+# What a caller asks of each process's summary: answered from the summary its
+# recording left, where the traces need not be read.
+PerSummary = Callable[[ProcessSummary], tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +43,28 @@ class _Task:
     points: int = SERIES_POINTS
     capacity: int | None = None
     per_process: PerProcess | None = None
+    per_summary: PerSummary | None = None
+
+    @property
+    def from_summaries(self) -> bool:
+        """Whether the recordings' summaries answer what is asked: not a capacity
+        (the allocator model replays the trace) nor what needs the full analysis."""
+        return self.capacity is None and self.per_process is None
 
     def analyse(self, path: str, points: int | None = None) -> RunAnalysis:
         return analysed(path, series_points=points or self.points, capacity=self.capacity)
 
     def summarize(self, analysis: RunAnalysis) -> ProcessSummary:
-        summary = summarize(analysis)
-        if self.per_process is None:
-            return summary
-        return replace(summary, findings=self.per_process(analysis))
+        return self.found(summarize(analysis), analysis)
+
+    def found(self, summary: ProcessSummary, analysis: RunAnalysis | None = None) -> ProcessSummary:
+        """The summary with what the caller asks of it (of its analysis, where made)."""
+        findings: tuple[str, ...] = ()
+        if self.per_summary is not None:
+            findings += self.per_summary(summary)
+        if self.per_process is not None and analysis is not None:
+            findings += self.per_process(analysis)
+        return replace(summary, findings=findings) if findings else summary
 
     def __call__(self, path: str) -> ProcessSummary | str:
         """In a worker: one trace in, its summary out (the trace and its analysis
@@ -74,18 +91,54 @@ def analyze_processes(
     busiest_points: int = SERIES_POINTS,
     capacity: int | None = None,
     per_process: PerProcess | None = None,
+    per_summary: PerSummary | None = None,
 ) -> ProcessRun:
-    """The run the traces make together. `workers`: worker processes (0: this one,
-    None: workers_for); `done(finished, total)` is told as each trace is summarised;
-    `busiest_points`: drawing points of the busiest process' full analysis;
-    `capacity`: asked of each process (analyze's); `per_process`: findings of
-    each process's analysis, kept in its summary."""
-    task = _Task(capacity=capacity, per_process=per_process)
-    processes, unreadable, kept = _read(paths, workers, done, task)
-    most = busiest(processes)
-    reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
-    analysis = kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
-    return process_run(processes, unreadable, analysis)
+    """The run the traces make together: from the summaries their recordings left
+    where those answer (summary_files.py), the rest analysed. `workers`: worker
+    processes for those (0: this one, None: workers_for); `done(finished, total)`
+    is told as each trace is summarised; `busiest_points`: drawing points of the
+    busiest process' full analysis; `capacity`: asked of each process (analyze's);
+    `per_process`: findings of each process's full analysis, and `per_summary` of
+    its summary, kept in its summary."""
+    task = _Task(capacity=capacity, per_process=per_process, per_summary=per_summary)
+    read = _read(paths, workers, done, task)
+    processes, said = read.processes, read.summarised_here
+    kept = read.kept
+    while True:
+        most = busiest(processes)
+        reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
+        analysis = kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
+        if most.made_from != "summary":
+            break
+        processes, said = _held_to_its_trace(most, analysis, processes, said, task)
+        if busiest(processes).path == most.path:
+            break
+        # (its summary overstated its peak: the busiest is another, read in full in turn)
+    return process_run(processes, read.unreadable, analysis, said)
+
+
+def _held_to_its_trace(
+    kept: ProcessSummary,
+    analysis: RunAnalysis,
+    processes: tuple[ProcessSummary, ...],
+    said: tuple[tuple[str, str], ...],
+    task: _Task,
+) -> tuple[tuple[ProcessSummary, ...], tuple[tuple[str, str], ...]]:
+    """The busiest process, read in full anyway, against the summary that stood for
+    it: where they disagree, the trace wins and the run says so."""
+    fresh = replace(task.summarize(analysis), path=kept.path, made_from="trace")
+    figures = ("peak_bytes", "pool_bytes", "peak_device", "steps", "complete")
+    differ = [name for name in figures if getattr(fresh, name) != getattr(kept, name)]
+    if not differ:
+        return processes, said
+    name = differ[0]
+    why = (
+        f"its summary disagrees with its trace ({name.replace('_', ' ')} "
+        f"{getattr(kept, name)!r} in the summary, {getattr(fresh, name)!r} in the trace): "
+        "the trace wins"
+    )
+    replaced = tuple(fresh if p is kept else p for p in processes)
+    return replaced, (*said, (kept.path, why))
 
 
 def _summaries(
@@ -124,19 +177,48 @@ def _summaries(
     return results, None
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    processes: tuple[ProcessSummary, ...]  # in the order of processes (rank, host, pid)
+    unreadable: tuple[tuple[str, str], ...]  # (trace, why)
+    kept: RunAnalysis | None  # the busiest analysis, where one was made here
+    summarised_here: tuple[tuple[str, str], ...]  # (trace, why its summary was not used)
+
+
 def _read(
     paths: Sequence[Path],
     workers: int | None,
     done: Callable[[int, int], None] | None,
     task: _Task,
-) -> tuple[tuple[ProcessSummary, ...], tuple[tuple[str, str], ...], RunAnalysis | None]:
-    """The readable traces' summaries in the order of processes (rank, host, pid),
-    the unreadable ones with why, and the busiest analysis kept where one was; one
-    line for a run none of whose traces can be read."""
+) -> _Read:
+    """The traces' summaries: the ones their recordings left where they answer, the
+    rest made from the traces; one line for a run none of whose traces can be read."""
     if not paths:
         raise TpumemError("no traces in this run")
-    workers = workers_for(paths) if workers is None else workers
-    results, kept = _summaries(paths, workers, done, task)
+    results: list[ProcessSummary | str | None] = [None] * len(paths)
+    said: list[tuple[str, str]] = []
+    if task.from_summaries:
+        for number, path in enumerate(paths):
+            kept_summary = read_summary(path)
+            if isinstance(kept_summary, ProcessSummary):
+                results[number] = task.found(kept_summary)
+            else:
+                said.append((str(path), kept_summary))
+    left = [number for number, result in enumerate(results) if result is None]
+    if left:
+        from_summaries = len(paths) - len(left)
+        tell = None
+        if done is not None:
+            tell = lambda finished, total: done(from_summaries + finished, len(paths))  # noqa: E731
+        rest = [paths[number] for number in left]
+        chosen = workers_for(rest) if workers is None else workers
+        made, kept = _summaries(rest, chosen, tell, task)
+        for number, result in zip(left, made, strict=True):
+            results[number] = result
+    else:
+        kept = None
+        if done is not None:
+            done(len(paths), len(paths))
     found = tuple(sorted((r for r in results if isinstance(r, ProcessSummary)), key=process_order))
     unreadable = tuple(
         (str(path), r) for path, r in zip(paths, results, strict=True) if isinstance(r, str)
@@ -148,9 +230,12 @@ def _read(
             if len(unreadable) == 1
             else f"none of the {len(paths)} traces could be read ({why})"
         )
-    return found, unreadable, kept
+    unread = {path for path, _ in unreadable}
+    here = tuple((path, why) for path, why in said if path not in unread)
+    return _Read(found, unreadable, kept, here)
 
 
 def summaries_of(paths: Sequence[Path]) -> tuple[ProcessSummary, ...]:
-    """Each readable trace's summary, in the order of processes (rank, host, pid)."""
-    return _read(paths, None, None, _Task())[0]
+    """Each readable trace's summary, in the order of processes (rank, host, pid):
+    the one its recording left where it stands, else made from the trace."""
+    return _read(paths, None, None, _Task()).processes

@@ -111,6 +111,22 @@ def notes(run: ProcessRun) -> list[str]:
         said.append(f"more than one trace says it is {_ranks(run.repeated_ranks)}")
     for path, why in run.unreadable:
         said.append(f"left out {path}: {why}")
+    return said + _summarised_here(run)
+
+
+def _summarised_here(run: ProcessRun) -> list[str]:
+    """The processes read from their traces here, not from their recordings'
+    summaries: one line for each reason, naming the first few."""
+    by_why: dict[str, list[str]] = {}
+    for path, why in run.summarised_here:
+        by_why.setdefault(why, []).append(path)
+    said = []
+    for why, paths in by_why.items():
+        if len(paths) == 1:
+            said.append(f"{paths[0]} was read in full here: {why}")
+            continue
+        named = ", ".join(paths[:3]) + (f" and {len(paths) - 3:,} more" if len(paths) > 3 else "")
+        said.append(f"{len(paths):,} traces were read in full here ({named}): {why}")
     return said
 
 
@@ -189,6 +205,7 @@ def _process(process: ProcessSummary) -> dict[str, Any]:
         "pool_bytes": process.pool_bytes,
         "fragmentation_at_peak": process.fragmentation_at_peak,
         "steps": process.steps,
+        "made_from": process.made_from,
     }
 
 

@@ -1,0 +1,215 @@
+"""The summary a recording leaves beside its trace, and a run read from them: the
+figures equal the trace's own, field by field; a summary that no longer stands
+for its trace (changed, newer, damaged, missing) is not used, the trace is read
+and the run says why; and what a summary answers is answered without the trace."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from run_summaries import assert_summaries_stand_for_the_traces, bare_copy
+
+from conftest import run_tpumem
+from hostile_traces import _header, write
+from tpumem.analysis.processes import SERIES_POINTS, summarize
+from tpumem.outputs import create_trace, summary_of
+from tpumem.reading.analyses import analysed
+from tpumem.reading.many_traces import analyze_processes
+from tpumem.reading.plain_json import Unreadable, from_plain, to_plain
+from tpumem.reading.summary_files import (
+    FORMAT,
+    VERSION,
+    read_summary,
+    summarise_beside,
+    write_summary,
+)
+from tpumem.trace.stack_rows import stack_text
+
+KiB = 1024
+
+
+LEAK = 128 * KiB  # what each step keeps
+
+
+def _trace(path: Path, peak_kib: int, rank: int, steps: int = 0) -> Path:
+    """A trace whose one device peaks at `peak_kib` KiB (two buffers, one freed),
+    with `steps` step marks, each keeping LEAK more (a leak)."""
+    rows = [
+        {"kind": "alloc", "time_ns": 10, "device": "CPU:0", "buffer_id": 1, "bytes": KiB},
+        {"kind": "alloc", "time_ns": 20, "device": "CPU:0", "buffer_id": 2,
+         "bytes": (peak_kib - 1) * KiB, "source": "train.py:7"},
+        {"kind": "free", "time_ns": 30, "device": "CPU:0", "buffer_id": 2,
+         "bytes": (peak_kib - 1) * KiB},
+    ]  # fmt: skip
+    frames = [("train.py", 3, "<module>"), ("train.py", 9, "step")]
+    rows.insert(0, {"kind": "stack", "time_ns": 0, "stack": 1, "text": stack_text(frames)})
+    for step in range(steps):
+        time = 100 + step * 100
+        rows += [
+            {"kind": "mark", "time_ns": time, "text": "step", "step": step},
+            {"kind": "alloc", "time_ns": time + 10, "device": "CPU:0",
+             "buffer_id": 10 + step, "bytes": LEAK, "stack": 1},
+        ]  # fmt: skip
+    process = {"index": rank, "count": 3, "source": "RANK"}
+    return write(path, rows, header=_header(host="h", pid=1000 + rank, run="r", process=process))
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """Three ranks' traces, each with the summary its recording leaves."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    for rank, peak in ((0, 6400), (1, 9600), (2, 8000)):
+        trace = _trace(directory / f"h-{rank}.tpumem", peak, rank, steps=6)
+        assert summarise_beside(trace) is None
+    return directory
+
+
+def test_a_summary_reads_back_as_the_figures_it_was_written_from(run):
+    for trace in sorted(run.glob("*.tpumem")):
+        fresh = summarize(analysed(trace, series_points=SERIES_POINTS))
+        kept = read_summary(trace)
+        assert not isinstance(kept, str), kept
+        assert kept.made_from == "summary" and fresh.made_from == "trace"
+        assert replace(kept, made_from="trace") == fresh  # every field, the line's points too
+        (device,) = kept.device_summaries
+        assert device.lines[0].line is not None and device.growth_per_step_bytes == LEAK
+        assert device.growing and device.growing_at is not None
+
+
+def test_the_run_from_summaries_is_the_run_from_traces(run, tmp_path):
+    from_summaries = analyze_processes(sorted(run.glob("*.tpumem")), workers=0)
+    from_traces = analyze_processes(
+        sorted(bare_copy(run, tmp_path / "bare").glob("*.tpumem")), workers=0
+    )
+    assert {p.made_from for p in from_summaries.processes} == {"summary"}
+    assert {p.made_from for p in from_traces.processes} == {"trace"}
+    assert from_summaries.summarised_here == ()
+    assert len(from_traces.summarised_here) == 3
+    for a, b in zip(from_summaries.processes, from_traces.processes, strict=True):
+        assert replace(a, made_from="trace", path=b.path) == b
+    assert from_summaries.spreads == from_traces.spreads
+    assert from_summaries.busiest.devices == from_traces.busiest.devices
+
+
+def test_run_reports_equal_field_by_field_and_say_what_was_read_in_full(run, tmp_path):
+    assert_summaries_stand_for_the_traces(run, tmp_path / "bare")
+    full = json.loads(run_tpumem("report", str(tmp_path / "bare"), "-f", "json").stdout)
+    (note,) = full["notes"]
+    assert note.startswith("3 traces were read in full here (") and "no summary beside" in note
+
+
+def test_check_from_summaries_reads_no_trace_but_the_busiest(run):
+    """A trace replaced by as many bytes of garbage is never opened: its summary
+    answers for it (the busiest, read in full for the report, is not touched)."""
+    quiet = run / "h-0.tpumem"
+    quiet.write_bytes(b"\0" * quiet.stat().st_size)
+    check = run_tpumem("check", str(run), "--max-peak", "9000KiB", "--max-growth", "64KiB")
+    assert check.returncode == 1, check.stderr
+    lines = check.stderr.strip().splitlines()
+    assert sum("rank 1 (" in line and "peak 9.4 MiB" in line for line in lines) == 1
+    assert sum("grow by 128.0 KiB a step" in line for line in lines) == 3
+    assert all("most from train.py:9" in line for line in lines if "grow by" in line)
+    assert "left out" not in check.stderr
+
+
+def test_a_summary_that_no_longer_stands_for_its_trace_is_not_used(run):
+    # rank 0's trace replaced by another of the same name: its summary is stale
+    _trace(run / "h-0.tpumem", 5000, 0)
+    # rank 2's summary is of a newer version; rank 1's (the busiest) overstates its
+    # peak, which makes it the one read in full (one that understates it cannot be
+    # told from its summary alone)
+    newer = summary_of(run / "h-2.tpumem")
+    kept = json.loads(newer.read_text())
+    newer.write_text(json.dumps({**kept, "version": VERSION + 1}))
+    wrong = summary_of(run / "h-1.tpumem")
+    kept = json.loads(wrong.read_text())
+    kept["summary"]["peak_bytes"] = 50000 * KiB
+    wrong.write_text(json.dumps(kept))
+    report = json.loads(run_tpumem("report", str(run), "-f", "json").stdout)
+    peaks = {p["index"]: p["peak_bytes"] for p in report["processes"]}
+    assert peaks == {0: 5000 * KiB, 1: 9600 * KiB, 2: 8000 * KiB}  # the traces win
+    notes = " | ".join(report["notes"])
+    assert "h-0.tpumem was read in full here: the trace has changed since its summary" in notes
+    assert f"h-2.tpumem was read in full here: its summary is of version {VERSION + 1}" in notes
+    assert "h-1.tpumem was read in full here: its summary disagrees with its trace" in notes
+    assert "(peak bytes 51200000 in the summary, 9830400 in the trace): the trace wins" in notes
+    assert report["busiest"].endswith("h-1.tpumem")
+    assert report["busiest_report"]["devices"][0]["peak"]["bytes"] == 9600 * KiB
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda text: text[: len(text) // 2], "not JSON"),
+        (lambda text: "[1, 2]", "not a tpumem summary"),
+        (lambda text: text.replace('"peak_bytes":', '"peak_bytes":"x","x":'), "does not read"),
+        (lambda text: text.replace('"steps":6', '"steps":true'), "is not a int"),
+        (lambda text: text.replace(f'"format":"{FORMAT}"', '"format":"other"'), "not a tpumem"),
+        (lambda text: text.replace('"version":1', '"version":0'), "not one tpumem knows"),
+        (lambda text: "\udcff", "not UTF-8"),
+    ],
+)
+def test_a_damaged_summary_says_why_and_the_trace_is_read(run, damage, words):
+    trace = run / "h-0.tpumem"
+    where = summary_of(trace)
+    where.write_bytes(damage(where.read_text()).encode("utf-8", "surrogateescape"))
+    found = read_summary(trace)
+    assert isinstance(found, str) and words in found, found
+    result = analyze_processes(sorted(run.glob("*.tpumem")), workers=0)
+    assert [p.made_from for p in result.processes] == ["trace", "summary", "summary"]
+    assert result.summarised_here[0][0] == str(trace) and words in result.summarised_here[0][1]
+
+
+def test_a_killed_process_without_its_summary_is_read_in_full_and_said(run):
+    summary_of(run / "h-2.tpumem").unlink()  # its host died before the recording ended
+    result = analyze_processes(sorted(run.glob("*.tpumem")), workers=0)
+    assert [p.made_from for p in result.processes] == ["summary", "summary", "trace"]
+    ((path, why),) = result.summarised_here
+    assert path.endswith("h-2.tpumem") and why.startswith("no summary beside it")
+
+
+def test_a_new_trace_under_a_name_takes_the_old_summary_away(run):
+    trace = run / "h-0.tpumem"
+    assert summary_of(trace).exists()
+    trace.unlink()
+    descriptor = create_trace(trace, (), force=False)
+    assert not summary_of(trace).exists()
+    import os
+
+    os.close(descriptor)
+
+
+def test_the_summary_is_written_whole_or_not_at_all(run, monkeypatch):
+    trace = run / "h-0.tpumem"
+    before = summary_of(trace).read_bytes()
+    summary = read_summary(trace)
+    assert not isinstance(summary, str)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        write_summary(trace, summary)
+    assert summary_of(trace).read_bytes() == before
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
+
+
+def test_plain_json_refuses_what_is_not_the_declared_type():
+    from tpumem.analysis.processes import LineAtPeak
+
+    line = LineAtPeak("a.py:1", 10, 1)
+    assert from_plain(LineAtPeak, to_plain(line)) == line
+    for bad in (
+        {"line": "a", "bytes": True, "buffers": 1},
+        {"line": 3, "bytes": 1, "buffers": 1},
+        {"line": "a", "bytes": 1},
+        {"line": "a", "bytes": 1, "buffers": 1, "more": 1},
+        ["a", 1, 1],
+    ):
+        with pytest.raises(Unreadable):
+            from_plain(LineAtPeak, bad)

@@ -1,0 +1,123 @@
+"""Frozen dataclasses of plain values to JSON and back, checked on the way back.
+
+What is read back is untrusted (a summary file anyone may have edited), so every
+value must have its field's declared type: ints are not bools, tuples hold what
+they declare, a nested dataclass has every field it needs and no other. The
+types are read from the classes' own annotations, so a field added to a summary
+is written and read with no code here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from functools import cache
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Unreadable(ValueError):
+    """What is wrong with a value, and where in it (`at`)."""
+
+
+def to_plain(value: Any) -> Any:
+    """The value as JSON's types: a dataclass as an object of its fields, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): to_plain(item) for key, item in value.items()}
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        return value.item()  # (a numpy scalar, as the analysis' arrays give them)
+    return value
+
+
+def from_plain(kind: type[T], value: Any) -> T:
+    """`value` (as json.loads gives it) as a `kind`; Unreadable where it is not one."""
+    return _read(kind, value, kind.__name__)
+
+
+@cache
+def _hints(kind: type) -> dict[str, Any]:
+    return typing.get_type_hints(kind)
+
+
+def _read(kind: Any, value: Any, at: str) -> Any:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _read(option, value, at)
+            except Unreadable:
+                continue
+        raise Unreadable(f"{at}: {_shown(value)} is none of {kind}")
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise Unreadable(f"{at}: {_shown(value)} is not a list")
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_read(args[0], item, f"{at}[{i}]") for i, item in enumerate(value))
+        if len(args) != len(value):
+            raise Unreadable(f"{at}: {len(value)} items where {len(args)} belong")
+        return tuple(
+            _read(a, item, f"{at}[{i}]")
+            for i, (a, item) in enumerate(zip(args, value, strict=True))
+        )
+    if origin is dict:
+        key_kind, item_kind = typing.get_args(kind)
+        if not isinstance(value, dict) or key_kind is not str:
+            raise Unreadable(f"{at}: {_shown(value)} is not an object")
+        return {k: _read(item_kind, item, f"{at}.{k}") for k, item in value.items()}
+    if kind is tuple:  # a bare `tuple` (of what, the class does not say): kept as given
+        if not isinstance(value, list):
+            raise Unreadable(f"{at}: {_shown(value)} is not a list")
+        return tuple(value)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return _dataclass(kind, value, at)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    elif kind is Any:
+        return value
+    else:
+        raise Unreadable(f"{at}: no reading for {kind}")
+    raise Unreadable(f"{at}: {_shown(value)} is not a {kind.__name__}")
+
+
+def _dataclass(kind: type, value: Any, at: str) -> Any:
+    if not isinstance(value, dict):
+        raise Unreadable(f"{at}: {_shown(value)} is not an object")
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise Unreadable(f"{at}: no field {unknown[0]!r}")
+    hints = _hints(kind)
+    given = {}
+    for name, field in fields.items():
+        if name in value:
+            given[name] = _read(hints[name], value[name], f"{at}.{name}")
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise Unreadable(f"{at}: field {name!r} is missing")
+    return kind(**given)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
