@@ -65,13 +65,15 @@ def _pod(hosts: int, events: int) -> tuple[Path, list[float]]:
 
 
 def _closing(events: int, repeats: int) -> tuple[float, float]:
-    """Seconds of `profile`'s closing with the summary and as it was (the report's
-    analysis and its text), in turns, median of each."""
+    """Seconds of `profile`'s closing (commands/profile.py's `_after_run`, its
+    report to a null stderr) with the summary, and as it was before summaries
+    (the trace analysed and its report rendered), in turns; median of each."""
+    import contextlib
+
     from synthetic_trace import write_synthetic
 
-    from tpumem.analysis.processes import SERIES_POINTS
-    from tpumem.reading.analyses import analysed
-    from tpumem.reading.summary_files import summarise_beside
+    from tpumem.commands.profile import _after_run
+    from tpumem.reading.analyses import analysed_with_events
     from tpumem.report import REPORT, reporter
 
     trace = WORK / f"close_{events}.tpumem"
@@ -80,19 +82,18 @@ def _closing(events: int, repeats: int) -> tuple[float, float]:
     text = reporter(REPORT, "text")
 
     def before() -> None:
-        text.render(analysed(trace), width=100)
+        text.render(analysed_with_events(trace)[1], width=100)
 
     def now() -> None:
-        analysis = analysed(trace, series_points=SERIES_POINTS)
-        text.render(analysis, width=100)
-        assert summarise_beside(trace, analysis) is None
+        _after_run(trace, text, 100, None)
 
     times: dict[str, list[float]] = {"before": [], "now": []}
-    for _ in range(repeats):
-        for name, step in (("before", before), ("now", now)):
-            began = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - began)
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
+        for _ in range(repeats):
+            for name, step in (("before", before), ("now", now)):
+                began = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - began)
     return statistics.median(times["now"]), statistics.median(times["before"])
 
 

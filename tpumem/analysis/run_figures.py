@@ -135,6 +135,7 @@ def _device(
     bins: int,
     series_points: int,
     span_ns: tuple[int, int] = (0, 0),
+    page: bool = True,
 ) -> DeviceEventFigures:
     peak = peak_breakdown(trace, events)
     model = _model(trace, events)
@@ -190,7 +191,9 @@ def _device(
         counters=reported,
         growth=step_growth(trace, events),
         step_marks=len(step_marks(trace)[0]),
-        series=device_series(trace, events, frag.values, pool, series_points, span_ns, explore=True)
+        series=device_series(
+            trace, events, frag.values, pool, series_points, span_ns, explore=True, page=page
+        )
         if series_points
         else None,
     )
@@ -250,16 +253,28 @@ def _span(trace: Trace, times: np.ndarray) -> tuple[int, int]:
 
 
 def analyze(
-    trace: Trace, bins: int = 64, series_points: int = 0, capacity: int | None = None
+    trace: Trace,
+    bins: int = 64,
+    series_points: int = 0,
+    capacity: int | None = None,
+    *,
+    page: bool = True,
 ) -> RunAnalysis:
-    """All figures of a trace; with `series_points`, series for drawing too; with
-    `capacity`, whether the run would fit an allocator capped at that many bytes
-    and the smallest it would fit (capacity.py: a replay each, so only on asking)."""
-    return analyze_with_events(trace, bins, series_points, capacity)[0]
+    """All figures of a trace; with `series_points`, series for drawing too (and
+    with `page`, what a page explores them by: finer levels, moments, the largest
+    buffers); with `capacity`, whether the run would fit an allocator capped at
+    that many bytes and the smallest it would fit (capacity.py: a replay each, so
+    only on asking)."""
+    return analyze_with_events(trace, bins, series_points, capacity, page=page)[0]
 
 
 def analyze_with_events(
-    trace: Trace, bins: int = 64, series_points: int = 0, capacity: int | None = None
+    trace: Trace,
+    bins: int = 64,
+    series_points: int = 0,
+    capacity: int | None = None,
+    *,
+    page: bool = True,
 ) -> tuple[RunAnalysis, list[DeviceEventFigures]]:
     """The figures, and the per-event series they came from (an export writes
     those): one pass over each device for both."""
@@ -268,7 +283,7 @@ def analyze_with_events(
     total_bytes, total_time = total_peak(devices)
     metadata = trace.metadata
     span = _span(trace, times)
-    figures = [_device(trace, d, bins, series_points, span) for d in devices]
+    figures = [_device(trace, d, bins, series_points, span, page) for d in devices]
     memory = programs(trace)
     compiled = compiled_programs(trace, memory)
     analysed = tuple(_with_programs(trace, f, compiled) for f in figures)

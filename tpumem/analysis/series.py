@@ -106,9 +106,12 @@ def device_series(
     points: int,
     span_ns: tuple[int, int] = (0, 0),
     explore: bool = False,
+    page: bool = True,
 ) -> DeviceSeries:
-    """With `explore`, what a page needs to be explored too: each stretch's last
-    event among the points, finer levels, moments, the largest buffers."""
+    """With `explore`, each stretch's last event among the points too. Without
+    `page`, the points' bytes in use alone (a process's line in its summary): not
+    the regions, pool and fragmentation a page draws, nor the finer levels, moments
+    and largest buffers it is explored by, most of the series' cost."""
     gaps = tuple((int(start), int(end)) for start, end in events.gaps_ns.tolist())
     if not len(events):
         return DeviceSeries(0, (), None, (), (), None, (), gaps, span_ns)
@@ -119,6 +122,21 @@ def device_series(
         chosen = highest_and_last_of_bins(bins, events.in_use)
     else:
         chosen, _ = highest_of_bins(bins, events.in_use)
+    times = events.time_ns[chosen]
+    steps = step_positions(trace, times)
+    step_position = None if steps is None else tuple(round(float(s), 4) for s in steps)
+    if not page:
+        return DeviceSeries(
+            events=len(events),
+            time_ns=tuple(times.tolist()),
+            step_position=step_position,
+            in_use=tuple(events.in_use[chosen].tolist()),
+            regions=(),
+            pool=None,
+            fragmentation=(),
+            gaps_ns=gaps,
+            span_ns=span_ns,
+        )
     point_bin = bins[chosen]  # each point's stretch: its pool and fragmentation are the stretch's
     frag = bin_max(bins, fragmentation, points)[point_bin]
     pool_points = None
@@ -126,12 +144,10 @@ def device_series(
         pool_points = tuple(int(v) for v in bin_max(bins, pool, points)[point_bin])
     elif pool is not None and len(pool):
         pool_points = (int(pool.max()),) * len(chosen)
-    times = events.time_ns[chosen]
-    steps = step_positions(trace, times)
     return DeviceSeries(
         events=len(events),
         time_ns=tuple(times.tolist()),
-        step_position=None if steps is None else tuple(round(float(s), 4) for s in steps),
+        step_position=step_position,
         in_use=tuple(events.in_use[chosen].tolist()),
         regions=tuple(
             (name, tuple(values.tolist())) for name, values in _region_stack(trace, events, chosen)

@@ -167,7 +167,10 @@ def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path 
     from tpumem.reading.summary_files import summarise_beside
 
     try:
-        loaded, analysis, figures = analysed_with_events(trace, series_points=SERIES_POINTS)
+        # (the summary's line: the points alone, not what a page explores)
+        loaded, analysis, figures = analysed_with_events(
+            trace, series_points=SERIES_POINTS, page=False
+        )
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return

@@ -16,11 +16,14 @@ def analysed(
     *,
     series_points: int = 0,
     capacity: int | None = None,
+    page: bool = True,
 ) -> RunAnalysis:
     """Every figure of the trace at `path` (`shown_as`: the name a report gives it,
-    where it is not the file's: a profile imported on the way); `series_points`
-    and `capacity` as analyze takes them."""
-    return analysed_with_events(path, shown_as, series_points=series_points, capacity=capacity)[1]
+    where it is not the file's: a profile imported on the way); `series_points`,
+    `capacity` and `page` as analyze takes them."""
+    return analysed_with_events(
+        path, shown_as, series_points=series_points, capacity=capacity, page=page
+    )[1]
 
 
 def analysed_with_events(
@@ -29,6 +32,7 @@ def analysed_with_events(
     *,
     series_points: int = 0,
     capacity: int | None = None,
+    page: bool = True,
 ) -> tuple[Trace, RunAnalysis, list[DeviceEventFigures]]:
     """The trace, its figures and the per-event series they came from (what an
     export writes and a diff matches)."""
@@ -36,7 +40,9 @@ def analysed_with_events(
     from tpumem.trace.reader import load
 
     trace = load(path, shown_as)
-    analysis, figures = analyze_with_events(trace, series_points=series_points, capacity=capacity)
+    analysis, figures = analyze_with_events(
+        trace, series_points=series_points, capacity=capacity, page=page
+    )
     return trace, analysis, figures
 
 

@@ -51,8 +51,12 @@ class _Task:
         (the allocator model replays the trace) nor what needs the full analysis."""
         return self.capacity is None and self.per_process is None
 
-    def analyse(self, path: str, points: int | None = None) -> RunAnalysis:
-        return analysed(path, series_points=points or self.points, capacity=self.capacity)
+    def analyse(self, path: str, points: int | None = None, page: bool = True) -> RunAnalysis:
+        """`page`: what the busiest process's page explores too (its series' finer
+        levels, moments); a summary's line needs only the points."""
+        return analysed(
+            path, series_points=points or self.points, capacity=self.capacity, page=page
+        )
 
     def summarize(self, analysis: RunAnalysis) -> ProcessSummary:
         return self.found(summarize(analysis), analysis)
@@ -70,7 +74,7 @@ class _Task:
         """In a worker: one trace in, its summary out (the trace and its analysis
         stay there); why it could not be read, for a trace that cannot."""
         try:
-            return self.summarize(self.analyse(path))
+            return self.summarize(self.analyse(path, page=False))
         except TpumemError as error:
             return str(error)
 

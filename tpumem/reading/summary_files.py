@@ -110,7 +110,7 @@ def summarise_beside(trace: Path, analysis: RunAnalysis | None = None) -> str | 
 
     try:
         if analysis is None:
-            analysis = analysed(trace, series_points=SERIES_POINTS)
+            analysis = analysed(trace, series_points=SERIES_POINTS, page=False)
         write_summary(trace, summarize(analysis))
     except TpumemError as error:
         return f"no summary written beside {trace}: {error}"
