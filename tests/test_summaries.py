@@ -200,7 +200,7 @@ def test_the_summary_is_written_whole_or_not_at_all(run, monkeypatch):
 
 
 def test_plain_json_refuses_what_is_not_the_declared_type():
-    from tpumem.analysis.processes import LineAtPeak
+    from tpumem.analysis.processes import LineAtPeak, ProcessLine
 
     line = LineAtPeak("a.py:1", 10, 1)
     assert from_plain(LineAtPeak, to_plain(line)) == line
@@ -213,3 +213,12 @@ def test_plain_json_refuses_what_is_not_the_declared_type():
     ):
         with pytest.raises(Unreadable):
             from_plain(LineAtPeak, bad)
+    # A line's points: ints are not bools, floats may be written as ints.
+    points = ProcessLine((1, 2), (0.5, 1.0), (3, 4))
+    assert from_plain(ProcessLine, to_plain(points)) == points
+    assert from_plain(ProcessLine, {**to_plain(points), "step_position": [0, 1]}) == replace(
+        points, step_position=(0.0, 1.0)
+    )
+    for bad in ([1, True], [1, 2.5], [1, "2"], [1, None], "12"):
+        with pytest.raises(Unreadable):
+            from_plain(ProcessLine, {**to_plain(points), "in_use": bad})

@@ -28,9 +28,10 @@ def highest_of_bins(bins: np.ndarray, in_use: np.ndarray) -> tuple[np.ndarray, n
     the index each non-empty bin starts at), for `bins` in order."""
     starts = np.flatnonzero(np.diff(bins, prepend=-1))
     highest = np.maximum.reduceat(in_use, starts)
-    owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(bins))))
-    hits = np.flatnonzero(in_use == highest[owner])
-    _, first = np.unique(owner[hits], return_index=True)
+    hits = np.flatnonzero(in_use == np.repeat(highest, np.diff(np.append(starts, len(bins)))))
+    # (the events at their bin's highest are few: their bins are found among them)
+    owner = np.searchsorted(starts, hits, side="right") - 1
+    _, first = np.unique(owner, return_index=True)
     return hits[first], starts
 
 

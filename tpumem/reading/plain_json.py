@@ -64,6 +64,8 @@ def _read(kind: Any, value: Any, at: str) -> Any:
             raise Unreadable(f"{at}: {_shown(value)} is not a list")
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:
+            if args[0] in _SCALARS:  # (a line's points: read in one pass, not one by one)
+                return _scalars(args[0], value, at)
             return tuple(_read(args[0], item, f"{at}[{i}]") for i, item in enumerate(value))
         if len(args) != len(value):
             raise Unreadable(f"{at}: {len(value)} items where {len(args)} belong")
@@ -99,6 +101,19 @@ def _read(kind: Any, value: Any, at: str) -> Any:
     else:
         raise Unreadable(f"{at}: no reading for {kind}")
     raise Unreadable(f"{at}: {_shown(value)} is not a {kind.__name__}")
+
+
+# What a JSON value of each scalar type may be given as (type(), not isinstance:
+# a bool is not an int here).
+_SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,)}
+
+
+def _scalars(kind: type, value: list, at: str) -> tuple:
+    allowed = _SCALARS[kind]
+    for i, item in enumerate(value):
+        if type(item) not in allowed:
+            raise Unreadable(f"{at}[{i}]: {_shown(item)} is not a {kind.__name__}")
+    return tuple(float(item) for item in value) if kind is float else tuple(value)
 
 
 def _dataclass(kind: type, value: Any, at: str) -> Any:
