@@ -232,6 +232,7 @@ LANES: dict[str, Lanes] = {
                 "test_run_reports_equal_field_by_field_and_say_what_was_read_in_full",
                 "test_check_from_summaries_reads_no_trace_but_the_busiest",
                 "test_a_summary_that_no_longer_stands_for_its_trace_is_not_used",
+                "test_a_runs_files_given_one_by_one_leave_the_summaries_to_their_traces",
             ],
         },
     ),

@@ -130,6 +130,7 @@ def test_torchrun_followed_from_the_parent(tmp_path):
         assert (meta.process.index, meta.process.count, meta.process.source) == (rank, 2, "RANK")
         assert _peak(trace) >= (rank + 1) * MiB
     assert "2 traces written to run" in result.stderr
+    assert "read in full" not in result.stderr  # (none was expected before it ended)
     # The followed processes' summaries, written from the run's own report.
     assert_summaries_stand_for_the_traces(tmp_path / "run", tmp_path / "bare")
 

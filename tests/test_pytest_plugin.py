@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tpumem.reading.summary_files import read_summary
 from tpumem.trace.reader import load
 
 pytest_plugins = ["pytester"]
@@ -78,10 +79,15 @@ def test_a_test_over_its_limit_fails_with_what_was_live(pytester, framework_env,
     )
     assert "Traceback" not in result.stdout.str()
     # Marked tests were recorded, for this framework; the unmarked one was not.
-    traces = sorted(p.name for p in kept.iterdir())
+    traces = sorted(p.name for p in kept.glob("*.tpumem"))
     assert traces == [
         f"test_model.py_test_{n}.tpumem" for n in ("fragmentation_within", "over", "under")
     ]
+    # Each kept trace has its summary beside it, and nothing else is there.
+    assert sorted(p.name for p in kept.iterdir()) == sorted(
+        [*traces, *(f"{name}.summary.json" for name in traces)]
+    )
+    assert all(not isinstance(read_summary(kept / name), str) for name in traces)
     metadata = load(kept / traces[0]).metadata
     assert metadata.framework == framework
     # Set before the tests started the framework, as `tpumem profile` would have:

@@ -6,6 +6,7 @@ and the run says why; and what a summary answers is answered without the trace."
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,10 +104,13 @@ def test_run_reports_equal_field_by_field_and_say_what_was_read_in_full(run, tmp
 
 
 def test_check_from_summaries_reads_no_trace_but_the_busiest(run):
-    """A trace replaced by as many bytes of garbage is never opened: its summary
-    answers for it (the busiest, read in full for the report, is not touched)."""
+    """A trace whose start is garbage is never read: its summary answers for it
+    (the busiest is read in full for the report). Its end, which its summary
+    knows it by with its size, is as it was."""
     quiet = run / "h-0.tpumem"
-    quiet.write_bytes(b"\0" * quiet.stat().st_size)
+    data = quiet.read_bytes()
+    assert len(data) > 4096 + 64
+    quiet.write_bytes(b"\0" * 64 + data[64:])
     check = run_tpumem("check", str(run), "--max-peak", "9000KiB", "--max-growth", "64KiB")
     assert check.returncode == 1, check.stderr
     lines = check.stderr.strip().splitlines()
@@ -147,7 +151,13 @@ def test_a_summary_that_no_longer_stands_for_its_trace_is_not_used(run):
         (lambda text: text[: len(text) // 2], "not JSON"),
         (lambda text: "[1, 2]", "not a tpumem summary"),
         (lambda text: text.replace('"peak_bytes":', '"peak_bytes":"x","x":'), "does not read"),
-        (lambda text: text.replace('"steps":6', '"steps":true'), "is not a int"),
+        (lambda text: text.replace('"steps":6', '"steps":true'), "True is not an integer"),
+        (lambda text: text.replace('"steps":6', '"steps":1e400'), "inf is not an integer"),
+        (lambda text: text.replace('"steps":6', '"steps":' + "9" * 400), "is not an integer"),
+        (lambda text: text.replace('"steps":6', '"steps":' + "9" * 30), "is not an integer"),
+        (lambda text: text.replace('"steps":6', '"steps":-6'), "a negative size"),
+        (lambda text: text.replace('"count":3', '"count":' + "1" * 18), "processes"),
+        (lambda text: text.replace('"warnings":0', '"warnings":0,"findings":["x"]'), "holds what"),
         (lambda text: text.replace(f'"format":"{FORMAT}"', '"format":"other"'), "not a tpumem"),
         (lambda text: text.replace('"version":1', '"version":0'), "not one tpumem knows"),
         (lambda text: "\udcff", "not UTF-8"),
@@ -178,8 +188,6 @@ def test_a_new_trace_under_a_name_takes_the_old_summary_away(run):
     trace.unlink()
     descriptor = create_trace(trace, (), force=False)
     assert not summary_of(trace).exists()
-    import os
-
     os.close(descriptor)
 
 
@@ -222,3 +230,28 @@ def test_plain_json_refuses_what_is_not_the_declared_type():
     for bad in ([1, True], [1, 2.5], [1, "2"], [1, None], "12"):
         with pytest.raises(Unreadable):
             from_plain(ProcessLine, {**to_plain(points), "in_use": bad})
+
+
+def test_a_summary_that_is_no_regular_file_is_not_waited_on(run):
+    where = summary_of(run / "h-0.tpumem")
+    where.unlink()
+    os.mkfifo(where)  # nobody writes to it: a read would wait for ever
+    assert read_summary(run / "h-0.tpumem") == "its summary is not a regular file"
+
+
+def test_a_busiest_trace_that_cannot_be_read_is_left_out_and_the_next_read_in_full(run):
+    busiest = run / "h-1.tpumem"
+    data = busiest.read_bytes()
+    busiest.write_bytes(b"\0" * 64 + data[64:])  # its end (and summary) as they were
+    result = analyze_processes(sorted(run.glob("*.tpumem")), workers=0)
+    assert [p.index for p in result.processes] == [0, 2]
+    assert result.unreadable[0][0] == str(busiest)
+    assert result.busiest.path.endswith("h-2.tpumem")
+
+
+def test_a_runs_files_given_one_by_one_leave_the_summaries_to_their_traces(run):
+    given = sorted(str(p) for p in run.iterdir())
+    assert len(given) == 6
+    report = json.loads(run_tpumem("report", *given, "-f", "json").stdout)
+    assert [p["made_from"] for p in report["processes"]] == ["summary"] * 3
+    assert report["notes"] == []

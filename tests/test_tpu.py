@@ -15,6 +15,8 @@ from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import EXAMPLES, profile, run_compare
 from tpumem.analysis import analyze
+from tpumem.analysis.processes import ProcessSummary
+from tpumem.reading.summary_files import read_summary
 from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
@@ -265,6 +267,11 @@ def test_two_compiles_at_once_both_finish(tmp_path):
     for report in reports:
         _, errors = report.communicate(timeout=600)
         assert report.returncode == 0 and "with XLA:TPU in" in errors, errors[-2000:]
+    # a.tpumem's summary (its profile's) was made again for the trace the compiles
+    # appended to; b.tpumem, a copy, had none and is left so.
+    summary = read_summary(tmp_path / "a.tpumem")
+    assert isinstance(summary, ProcessSummary), summary
+    assert "no summary beside it" in str(read_summary(tmp_path / "b.tpumem"))
 
 
 def test_libtpu_is_where_only_tpumem_looks():

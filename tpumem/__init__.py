@@ -26,12 +26,13 @@ def track(
     framework: str | None = None,
     force: bool = False,
     programs: bool = True,
+    summary: bool = True,
 ) -> Tracker:
     """Records device memory while a block runs (tpumem/tracking.py):
     `with tpumem.track("step.tpumem") as run: ...`, then `run.report()`."""
     from tpumem.tracking import track as _track
 
-    return _track(output, framework=framework, force=force, programs=programs)
+    return _track(output, framework=framework, force=force, programs=programs, summary=summary)
 
 
 def compare(*runs: str | Tracker | RunAnalysis) -> Comparison:

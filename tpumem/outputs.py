@@ -153,10 +153,18 @@ def fill_placeholders(pattern: str, host: str, rank: int | None, pid: int) -> Pa
     )
 
 
+SUMMARY_SUFFIX = ".tpumem.summary.json"
+
+
 def summary_of(trace: Path) -> Path:
     """Where a trace's summary is kept: beside it, `rank0.tpumem.summary.json`
     (reading/summary_files.py)."""
     return trace.with_name(trace.name + ".summary.json")
+
+
+def is_summary(path: Path) -> bool:
+    """A trace's summary, as `run/*` gives it beside the traces."""
+    return path.name.endswith(SUMMARY_SUFFIX)
 
 
 def _drop_summary(trace: Path) -> None:

@@ -336,9 +336,11 @@ def track(
     framework: str | None = None,
     force: bool = False,
     programs: bool = True,
+    summary: bool = True,
 ) -> Tracker:
     """Records the framework's device memory while a block (or each call of a
     decorated function) runs, into `output` (default: track.tpumem, numbered
     when taken); `force` replaces an existing file; `programs=False` leaves out
-    the compiled programs' HLO, as `tpumem profile --no-programs`."""
-    return Tracker(output, framework=framework, force=force, programs=programs)
+    the compiled programs' HLO, as `tpumem profile --no-programs`; `summary=False`
+    writes no summary beside the trace when the block ends."""
+    return Tracker(output, framework=framework, force=force, programs=programs, summary=summary)

@@ -23,6 +23,10 @@ from tpumem.trace.metadata import ExitStatus
 SERIES_POINTS = 200  # per process, for the page's lines
 TOP_LINES = 10  # lines a process's summary keeps of each device's peak
 LIVE_GROUPS = 10  # live groups it keeps of each failed allocation
+FAILURES = 20  # failed allocations it keeps (and the one that ended the run)
+# Ranks a run is told apart by: a count above it is not a run's (its missing ranks
+# are not listed one by one).
+MAX_PROCESSES = 1 << 20
 STEP_AXIS, CLOCK_AXIS = "step", "wall clock"
 
 
@@ -217,7 +221,9 @@ def summarize(analysis: RunAnalysis) -> ProcessSummary:
         line=_line(device, meta.start_time_ns or 0),
         device_summaries=tuple(_device_summary(d) for d in analysis.devices),
         out_of_memory=tuple(
-            replace(failure, live=failure.live[:LIVE_GROUPS]) for failure in analysis.out_of_memory
+            replace(failure, live=failure.live[:LIVE_GROUPS])
+            for number, failure in enumerate(analysis.out_of_memory)
+            if number < FAILURES or failure.ended_the_run
         ),
     )
 
@@ -241,7 +247,7 @@ def _ranks(processes: Sequence[ProcessSummary]) -> tuple[tuple[int, ...], tuple[
     ranks = [p.index for p in processes if p.index is not None]
     counts = [p.count for p in processes if p.count is not None]
     repeated = sorted({r for r in ranks if ranks.count(r) > 1})
-    missing = sorted(set(range(max(counts))) - set(ranks)) if counts else []
+    missing = sorted(set(range(min(max(counts), MAX_PROCESSES))) - set(ranks)) if counts else []
     return tuple(missing), tuple(repeated)
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from tpumem.commands.limits import Limits
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.commands.requests import CheckRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
-from tpumem.reading.paths import opened_run
+from tpumem.reading.paths import RunInput, opened_run
 
 
 def run_check(request: CheckRequest) -> int:
@@ -40,7 +39,7 @@ def run_check(request: CheckRequest) -> int:
         if given.is_processes:
             if request.baseline is not None:
                 raise TpumemError("--baseline compares one trace with another: give one process's")
-            found = _run_breaches(given.traces, given.where, limits, imbalance)
+            found = _run_breaches(given, limits, imbalance)
         else:
             if imbalance is not None:
                 raise TpumemError(
@@ -61,24 +60,24 @@ def run_check(request: CheckRequest) -> int:
     return 0
 
 
-def _run_breaches(
-    traces: list[Path], where: str, limits: Limits, imbalance: Increase | None
-) -> list[str]:
-    """Every process against the limits, and the spread of their peaks."""
+def _run_breaches(given: RunInput, limits: Limits, imbalance: Increase | None) -> list[str]:
+    """Every process against the limits, and the spread of their peaks. A process
+    that ended out of memory breaks them, as one trace's does."""
     from functools import partial
 
-    from tpumem.commands.limits import analysis_findings, imbalance_breaches, summary_findings
+    from tpumem.commands.limits import breach_findings, imbalance_breaches, summary_findings
     from tpumem.commands.rendering import analysed_processes
 
     # The summaries the recordings left answer the limits on their figures; a
-    # capacity and the TPU slices need each process's trace.
+    # capacity and the TPU slices need each process's trace, read in full.
     in_full = limits.capacity_bytes is not None or bool(limits.tpu)
     run = analysed_processes(
-        traces,
-        where,
+        given.traces,
+        given.where,
         capacity=limits.capacity_bytes,
-        per_process=partial(analysis_findings, limits=limits) if in_full else None,
-        per_summary=partial(summary_findings, limits=limits),
+        per_process=partial(breach_findings, limits=limits) if in_full else None,
+        per_summary=None if in_full else partial(summary_findings, limits=limits),
+        expect_summaries=not given.imported,
     )
     found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]
     found += [f"left out {path}: {why}" for path, why in run.unreadable]

@@ -160,6 +160,7 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
 
 def _say_routed(path: Path, said: list[str], set_here: dict[str, str]) -> None:
     """The trace says how fit got its programs, and what fit set for the run."""
+    from tpumem.reading.summary_files import summary_kept
     from tpumem.trace.amend import append_metadata
     from tpumem.trace.reader import load
 
@@ -167,11 +168,12 @@ def _say_routed(path: Path, said: list[str], set_here: dict[str, str]) -> None:
         metadata = load(path).metadata
     except (TpumemError, OSError):
         return  # (the report of it says what is wrong with it)
-    append_metadata(
-        path,
-        set_by_tpumem={**(metadata.set_by_tpumem or {}), **set_here},
-        warnings=tuple(said),  # (a patch's warnings add to the trace's)
-    )
+    with summary_kept(path):  # (its profile's summary, made again for it)
+        append_metadata(
+            path,
+            set_by_tpumem={**(metadata.set_by_tpumem or {}), **set_here},
+            warnings=tuple(said),  # (a patch's warnings add to the trace's)
+        )
 
 
 def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ...]:

@@ -59,23 +59,28 @@ def summary_findings(summary: ProcessSummary, limits: Limits) -> tuple[str, ...]
     return tuple(summary_breaches(summary, limits))
 
 
-def analysis_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
-    """What only a process's full analysis answers (the slices it must fit, the
-    allocator model at a capacity), as its summary keeps them (made in a worker: a
+def breach_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
+    """`breaches`, as a process's summary keeps them (made in a worker: a
     module-level function, so that it can be sent there)."""
-    return tuple(_tpu_breaches(analysis, limits.tpu) + _capacity_breaches(analysis))
+    return tuple(breaches(analysis, limits))
 
 
 def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
-    """One line per limit a device breaks (or cannot be shown to keep)."""
-    lines = [*analysis_findings(analysis, limits), *summary_breaches(summarize(analysis), limits)]
+    """One line per limit a device breaks (or cannot be shown to keep): what its
+    summary answers, and what only its analysis does (the slices it must fit, the
+    allocator model at a capacity, the baseline)."""
+    lines = _tpu_breaches(analysis, limits.tpu)
+    lines += summary_breaches(summarize(analysis), limits, _capacity_breaches(analysis))
     if limits.baseline is not None and analysis.devices:
         lines += _baseline_breaches(analysis, limits.baseline, limits.max_increase)
     return lines
 
 
-def summary_breaches(summary: ProcessSummary, limits: Limits) -> list[str]:
-    """A process's figures, as its summary holds them, against the limits."""
+def summary_breaches(
+    summary: ProcessSummary, limits: Limits, capacity: list[str] | None = None
+) -> list[str]:
+    """A process's figures, as its summary holds them, against the limits;
+    `capacity`: the allocator model's breaches, where its analysis was made."""
     lines = []
     # A run that ended out of memory keeps no limit (one that met a failed
     # allocation and went on, as a snapshot's oom entry may be, is judged on).
@@ -84,6 +89,7 @@ def summary_breaches(summary: ProcessSummary, limits: Limits) -> list[str]:
             lines.append(f"the run ended out of memory: {what(failure)} ({why(failure)})")
     if not summary.device_summaries and limits.any():
         return [*lines, "no allocation events in the trace: nothing shows the limits were kept"]
+    lines += capacity or []
     for device in summary.device_summaries:
         peak = device.peak_bytes
         if limits.max_peak_bytes is not None and peak > limits.max_peak_bytes:

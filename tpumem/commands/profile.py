@@ -123,7 +123,8 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> N
         )
         return
     try:
-        run = analysed_processes(traces, str(directory))
+        # (the summaries are written from this very analysis: none is there yet)
+        run = analysed_processes(traces, str(directory), expect_summaries=False)
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return
@@ -149,7 +150,7 @@ def _leave_summaries(run: ProcessRun) -> None:
     from tpumem.reading.summary_files import write_summary
 
     for process in run.processes:
-        if process.made_from != "trace":
+        if process.made_from != "trace" or process.running:  # (one still writing: not yet)
             continue
         trace = Path(process.path)
         try:

@@ -23,6 +23,7 @@ def analysed_processes(
     capacity: int | None = None,
     per_process: PerProcess | None = None,
     per_summary: PerSummary | None = None,
+    expect_summaries: bool = True,
 ) -> ProcessRun:
     """A distributed run's traces analysed (analyze_processes), with a spinner that
     counts them."""
@@ -37,6 +38,7 @@ def analysed_processes(
             capacity=capacity,
             per_process=per_process,
             per_summary=per_summary,
+            expect_summaries=expect_summaries,
         )
 
 

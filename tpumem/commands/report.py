@@ -35,7 +35,12 @@ def run_report(request: ReportRequest) -> None:
                     raise TpumemError(f"{option} reports on one trace: give one of the run's")
             from tpumem.commands.rendering import analysed_processes
 
-            run = analysed_processes(given.traces, given.where, chosen.series_points)
+            run = analysed_processes(
+                given.traces,
+                given.where,
+                chosen.series_points,
+                expect_summaries=not given.imported,  # (none in a scratch directory)
+            )
             text = reporter(PROCESSES, chosen.name).render(
                 run,
                 width=width,

@@ -19,23 +19,25 @@ def compile_for_tpus(
     if not topologies:
         return
     from tpumem.errors import TpumemError
+    from tpumem.reading.summary_files import summary_kept
     from tpumem.tpu.compile import compile_for_tpu, refuse_live
     from tpumem.trace.reader import load
 
     for trace in traces:
         refuse_live(trace)  # a run still going: the command ends here, nothing added
     for trace in traces:
-        for topology in topologies:
-            try:
-                outcome = compile_for_tpu(trace, load(trace), topology, quiet)
-            except TpumemError as error:
-                print(f"tpumem: no TPU compile: {error}", file=sys.stderr)
-                continue
-            if quiet or outcome.already:
-                continue
-            failed = f", {outcome.failed:,} failed" if outcome.failed else ""
-            print(
-                f"tpumem: compiled {outcome.programs:,} program(s) of {trace.name} for "
-                f"{topology.name} with XLA:TPU in {outcome.seconds:.1f} s{failed}",
-                file=sys.stderr,
-            )
+        with summary_kept(trace):  # (the compiles are appended to the trace)
+            for topology in topologies:
+                try:
+                    outcome = compile_for_tpu(trace, load(trace), topology, quiet)
+                except TpumemError as error:
+                    print(f"tpumem: no TPU compile: {error}", file=sys.stderr)
+                    continue
+                if quiet or outcome.already:
+                    continue
+                failed = f", {outcome.failed:,} failed" if outcome.failed else ""
+                print(
+                    f"tpumem: compiled {outcome.programs:,} program(s) of {trace.name} for "
+                    f"{topology.name} with XLA:TPU in {outcome.seconds:.1f} s{failed}",
+                    file=sys.stderr,
+                )

@@ -24,7 +24,7 @@ from tpumem.analysis.processes import (
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.errors import TpumemError
 from tpumem.reading.analyses import analysed
-from tpumem.reading.summary_files import read_summary
+from tpumem.reading.summary_files import MISSING, read_summary
 
 # Below this many bytes of traces in all, worker processes cost more than they save.
 _PARALLEL_FROM_BYTES = 64 * 1024 * 1024
@@ -68,7 +68,7 @@ class _Task:
             findings += self.per_summary(summary)
         if self.per_process is not None and analysis is not None:
             findings += self.per_process(analysis)
-        return replace(summary, findings=findings) if findings else summary
+        return replace(summary, findings=findings)
 
     def __call__(self, path: str) -> ProcessSummary | str:
         """In a worker: one trace in, its summary out (the trace and its analysis
@@ -96,6 +96,7 @@ def analyze_processes(
     capacity: int | None = None,
     per_process: PerProcess | None = None,
     per_summary: PerSummary | None = None,
+    expect_summaries: bool = True,
 ) -> ProcessRun:
     """The run the traces make together: from the summaries their recordings left
     where those answer (summary_files.py), the rest analysed. `workers`: worker
@@ -103,46 +104,62 @@ def analyze_processes(
     is told as each trace is summarised; `busiest_points`: drawing points of the
     busiest process' full analysis; `capacity`: asked of each process (analyze's);
     `per_process`: findings of each process's full analysis, and `per_summary` of
-    its summary, kept in its summary."""
+    its summary, kept in its summary; `expect_summaries`: False where none is made
+    yet (a run followed or imported here), so that a missing one goes unsaid."""
     task = _Task(capacity=capacity, per_process=per_process, per_summary=per_summary)
     read = _read(paths, workers, done, task)
-    processes, said = read.processes, read.summarised_here
+    processes, unreadable = list(read.processes), list(read.unreadable)
+    said = [(path, why) for path, why in read.summarised_here if expect_summaries or why != MISSING]
     kept = read.kept
     while True:
         most = busiest(processes)
         reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
-        analysis = kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
+        try:
+            analysis = (
+                kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
+            )
+        except TpumemError as error:  # (its summary stood for a trace that cannot be read)
+            processes.remove(most)
+            unreadable.append((most.path, str(error)))
+            said = [(path, why) for path, why in said if path != most.path]
+            if not processes:
+                raise
+            continue
         if most.made_from != "summary":
             break
-        processes, said = _held_to_its_trace(most, analysis, processes, said, task)
+        # Read in full anyway, the busiest process's figures are its trace's; where
+        # they are not its summary's, the run says so (and, its summary having
+        # overstated its peak, the busiest may be another, read in full in turn).
+        fresh = replace(task.summarize(analysis), path=most.path)
+        if busiest_points != SERIES_POINTS:  # (its line drawn as every other's)
+            fresh = replace(fresh, line=most.line)
+        differ = _disagreement(most, fresh)
+        if differ is None:
+            break
+        processes[processes.index(most)] = fresh
+        said.append((most.path, differ))
         if busiest(processes).path == most.path:
             break
-        # (its summary overstated its peak: the busiest is another, read in full in turn)
-    return process_run(processes, read.unreadable, analysis, said)
+    return process_run(tuple(processes), tuple(unreadable), analysis, tuple(said))
 
 
-def _held_to_its_trace(
-    kept: ProcessSummary,
-    analysis: RunAnalysis,
-    processes: tuple[ProcessSummary, ...],
-    said: tuple[tuple[str, str], ...],
-    task: _Task,
-) -> tuple[tuple[ProcessSummary, ...], tuple[tuple[str, str], ...]]:
-    """The busiest process, read in full anyway, against the summary that stood for
-    it: where they disagree, the trace wins and the run says so."""
-    fresh = replace(task.summarize(analysis), path=kept.path, made_from="trace")
-    figures = ("peak_bytes", "pool_bytes", "peak_device", "steps", "complete")
-    differ = [name for name in figures if getattr(fresh, name) != getattr(kept, name)]
-    if not differ:
-        return processes, said
-    name = differ[0]
-    why = (
-        f"its summary disagrees with its trace ({name.replace('_', ' ')} "
-        f"{getattr(kept, name)!r} in the summary, {getattr(fresh, name)!r} in the trace): "
-        "the trace wins"
+def _disagreement(kept: ProcessSummary, fresh: ProcessSummary) -> str | None:
+    """Where the summary that stood for a process differs from its trace's figures."""
+    # (the line's points depend on how many the busiest is drawn with)
+    same = replace(
+        kept, path=fresh.path, made_from=fresh.made_from, findings=fresh.findings, line=fresh.line
     )
-    replaced = tuple(fresh if p is kept else p for p in processes)
-    return replaced, (*said, (kept.path, why))
+    if same == fresh:
+        return None
+    figures = ("peak_bytes", "pool_bytes", "peak_device", "steps", "complete")
+    name = next((n for n in figures if getattr(fresh, n) != getattr(kept, n)), None)
+    detail = (
+        f" ({name.replace('_', ' ')} {getattr(kept, name)!r} in the summary, "
+        f"{getattr(fresh, name)!r} in the trace)"
+        if name is not None
+        else ""
+    )
+    return f"its summary disagrees with its trace{detail}: the trace wins"
 
 
 def _summaries(

@@ -35,6 +35,7 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
     distributed run's: a trace file, several (a run's processes), or a run's
     directory (every .tpumem file in it, by name)."""
     from tpumem.errors import TpumemError
+    from tpumem.outputs import is_summary
 
     traces: list[Path] = []
     for path in paths:
@@ -43,7 +44,9 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
             if not found:
                 raise TpumemError(f"{path}: no traces (.tpumem files) in this directory")
             traces += found
-        else:  # (what is not a readable trace, the reader says so in one line)
+        elif not (is_summary(path) and path.with_name(path.name[: -len(".summary.json")]) in paths):
+            # (what is not a readable trace, the reader says so in one line; a trace's
+            # summary given beside it, as `run/*` gives it, is read for it)
             traces.append(path)
     where = _called(paths, traces)
     return traces, where, len(traces) > 1 or any(path.is_dir() for path in paths)

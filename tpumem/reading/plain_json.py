@@ -15,6 +15,8 @@ import typing
 from functools import cache
 from typing import Any, TypeVar
 
+from tpumem.trace.records import SCALARS
+
 T = TypeVar("T")
 
 
@@ -51,6 +53,9 @@ def _read(kind: Any, value: Any, at: str) -> Any:
         options = typing.get_args(kind)
         if value is None and type(None) in options:
             return None
+        given = [option for option in options if option is not type(None)]
+        if len(given) == 1:  # (X or null: what is wrong with it as an X says more)
+            return _read(given[0], value, at)
         for option in options:
             if option is type(None):
                 continue
@@ -58,13 +63,13 @@ def _read(kind: Any, value: Any, at: str) -> Any:
                 return _read(option, value, at)
             except Unreadable:
                 continue
-        raise Unreadable(f"{at}: {_shown(value)} is none of {kind}")
+        raise Unreadable(f"{at}: {_shown(value)} is not {_words(kind)}")
     if origin is tuple:
         if not isinstance(value, list):
             raise Unreadable(f"{at}: {_shown(value)} is not a list")
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:
-            if args[0] in _SCALARS:  # (a line's points: read in one pass, not one by one)
+            if args[0] in SCALARS:  # (a line's points: read in one pass, not one by one)
                 return _scalars(args[0], value, at)
             return tuple(_read(args[0], item, f"{at}[{i}]") for i, item in enumerate(value))
         if len(args) != len(value):
@@ -84,35 +89,21 @@ def _read(kind: Any, value: Any, at: str) -> Any:
         return tuple(value)
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _dataclass(kind, value, at)
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-    elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif kind is str:
-        if isinstance(value, str):
-            return value
-    elif kind is Any:
+    if kind in SCALARS:
+        words, holds = SCALARS[kind]
+        if holds(value):
+            return float(value) if kind is float else value
+        raise Unreadable(f"{at}: {_shown(value)} is not {words}")
+    if kind is Any:
         return value
-    else:
-        raise Unreadable(f"{at}: no reading for {kind}")
-    raise Unreadable(f"{at}: {_shown(value)} is not a {kind.__name__}")
-
-
-# What a JSON value of each scalar type may be given as (type(), not isinstance:
-# a bool is not an int here).
-_SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,)}
+    raise Unreadable(f"{at}: no reading for {kind}")
 
 
 def _scalars(kind: type, value: list, at: str) -> tuple:
-    allowed = _SCALARS[kind]
+    words, holds = SCALARS[kind]
     for i, item in enumerate(value):
-        if type(item) not in allowed:
-            raise Unreadable(f"{at}[{i}]: {_shown(item)} is not a {kind.__name__}")
+        if not holds(item):
+            raise Unreadable(f"{at}[{i}]: {_shown(item)} is not {words}")
     return tuple(float(item) for item in value) if kind is float else tuple(value)
 
 
@@ -131,6 +122,16 @@ def _dataclass(kind: type, value: Any, at: str) -> Any:
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise Unreadable(f"{at}: field {name!r} is missing")
     return kind(**given)
+
+
+def _words(kind: Any) -> str:
+    """What a union of types asks for, as the unreadable line says it."""
+    names = [
+        SCALARS[a][0] if a in SCALARS else f"a {getattr(a, '__name__', a)}"
+        for a in typing.get_args(kind)
+        if a is not type(None)
+    ]
+    return " or ".join(names) + (" or null" if type(None) in typing.get_args(kind) else "")
 
 
 def _shown(value: Any) -> str:

@@ -11,13 +11,17 @@ read: the trace is summarised where it is read instead, and the report says why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from tpumem.analysis.processes import ProcessSummary
+from tpumem.analysis.processes import MAX_PROCESSES, ProcessSummary
 from tpumem.outputs import summary_of
 from tpumem.reading.plain_json import Unreadable, from_plain, to_plain
 
@@ -27,13 +31,44 @@ if TYPE_CHECKING:
 FORMAT = "tpumem-summary"
 VERSION = 1
 _MAX_BYTES = 16 * 1024 * 1024  # a summary is kilobytes; more is not one
+_END_BYTES = 4096  # of the trace, digested: its last batch and the stream's end
+# Why a trace has no summary to read: not something gone wrong where none is
+# expected (a run followed or imported here, read before its summaries are made).
+MISSING = "no summary beside it (a recording that did not end, or an older one)"
+# What a summary keeps only where it is read (the caller's findings, where it was
+# made): a file that holds them is not one tpumem wrote.
+_NOT_KEPT = ("findings", "made_from")
 
 
-def summary_text(summary: ProcessSummary, trace_bytes: int) -> str:
-    """The summary as it is kept: versioned, with the size of the trace it stands for."""
-    plain = to_plain(replace(summary, path=Path(summary.path).name, findings=()))
+def trace_end(trace: BinaryIO, size: int) -> str:
+    """A digest of the trace's last bytes: with its size, what tells the trace a
+    summary was made from from another put in its place (another run's ends in
+    other times and figures)."""
+    trace.seek(max(0, size - _END_BYTES))
+    return hashlib.sha256(trace.read(_END_BYTES)).hexdigest()[:32]
+
+
+def _identity(trace: Path) -> tuple[int, str]:
+    """(size, digest of the end) of the trace as it is now."""
+    with open(trace, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        return size, trace_end(file, size)
+
+
+def summary_text(summary: ProcessSummary, trace_bytes: int, end: str) -> str:
+    """The summary as it is kept: versioned, with the size and end of the trace it
+    stands for."""
+    plain = to_plain(replace(summary, path=Path(summary.path).name))
+    for name in _NOT_KEPT:
+        del plain[name]
     return json.dumps(
-        {"format": FORMAT, "version": VERSION, "trace_bytes": trace_bytes, "summary": plain},
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "trace_bytes": trace_bytes,
+            "trace_end": end,
+            "summary": plain,
+        },
         separators=(",", ":"),
         allow_nan=False,
     )
@@ -43,7 +78,7 @@ def write_summary(trace: Path, summary: ProcessSummary) -> Path:
     """Writes the trace's summary beside it (whole or not at all: a reader never
     sees half of one); OSError where it cannot."""
     target = summary_of(trace)
-    text = summary_text(summary, trace.stat().st_size)
+    text = summary_text(summary, *_identity(trace))
     scratch = target.with_name(f".{target.name}.{os.getpid()}")
     try:
         scratch.write_text(text, encoding="utf-8")
@@ -53,9 +88,11 @@ def write_summary(trace: Path, summary: ProcessSummary) -> Path:
     return target
 
 
-def summary_from_text(text: str, trace: Path, trace_bytes: int) -> ProcessSummary | str:
-    """The summary `text` holds for the trace at `trace` (of `trace_bytes`), or why it
-    does not stand for it."""
+def summary_from_text(
+    text: str, trace: Path, trace_bytes: int, trace_end: str
+) -> ProcessSummary | str:
+    """The summary `text` holds for the trace at `trace` (of `trace_bytes`, ending
+    in bytes whose digest is `trace_end`), or why it does not stand for it."""
     try:
         kept = json.loads(text)
     except (ValueError, RecursionError):
@@ -64,40 +101,66 @@ def summary_from_text(text: str, trace: Path, trace_bytes: int) -> ProcessSummar
         return "its summary is not a tpumem summary"
     version = kept.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        return f"its summary's version {version!r} is not one tpumem knows"
+        return "its summary's version is not one tpumem knows"
     if version > VERSION:
         return f"its summary is of version {version}, newer than this tpumem reads ({VERSION})"
-    if kept.get("trace_bytes") != trace_bytes:
-        made_for = kept.get("trace_bytes")
-        return (
-            f"the trace has changed since its summary was made ({made_for!r} bytes then, "
-            f"{trace_bytes:,} now): the trace wins"
-        )
+    if kept.get("trace_bytes") != trace_bytes or kept.get("trace_end") != trace_end:
+        return "the trace has changed since its summary was made: the trace wins"
+    plain = kept.get("summary")
+    if isinstance(plain, dict) and not set(plain).isdisjoint(_NOT_KEPT):
+        return "its summary holds what no summary holds (findings, where it was made)"
     try:
-        summary = from_plain(ProcessSummary, kept.get("summary"))
+        summary = from_plain(ProcessSummary, plain)
     except Unreadable as error:
         return f"its summary does not read as one ({error})"
+    insane = _insane(summary)
+    if insane is not None:
+        return f"its summary does not read as one ({insane})"
     return replace(summary, path=str(trace), made_from="summary")
+
+
+def _insane(summary: ProcessSummary) -> str | None:
+    """What no recording gives, where a summary says it: it is not used."""
+    sizes = [summary.peak_bytes, summary.pool_bytes, summary.devices, summary.steps]
+    sizes += [s for d in summary.device_summaries for s in (d.peak_bytes, d.pool_bytes)]
+    if any(size is not None and size < 0 for size in sizes):
+        return "a negative size"
+    shares = [summary.fragmentation_at_peak]
+    shares += [d.fragmentation_at_peak for d in summary.device_summaries]
+    if any(share is not None and not 0 <= share <= 1 for share in shares):
+        return "fragmentation outside 0 to 1"
+    if summary.count is not None and not 0 < summary.count <= MAX_PROCESSES:
+        return f"a run of {summary.count!r} processes"
+    if summary.index is not None and not 0 <= summary.index < MAX_PROCESSES:
+        return f"rank {summary.index!r}"
+    return None
 
 
 def read_summary(trace: Path) -> ProcessSummary | str:
     """The summary beside the trace, or why there is none to use."""
     where = summary_of(trace)
     try:
-        trace_bytes = trace.stat().st_size
-        with open(where, "rb") as file:
-            raw = file.read(_MAX_BYTES + 1)
+        # Not a FIFO or a device to wait on: a regular file or nothing.
+        descriptor = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return "no summary beside it (a recording that did not end, or an older one)"
+        return MISSING
     except OSError as error:
         return f"its summary cannot be read ({error.strerror or error})"
+    with open(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return "its summary is not a regular file"
+        try:
+            raw = file.read(_MAX_BYTES + 1)
+            identity = _identity(trace)
+        except OSError as error:
+            return f"its summary or its trace cannot be read ({error.strerror or error})"
     if len(raw) > _MAX_BYTES:
         return "its summary is too large to be one"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return "its summary is not UTF-8 text"
-    return summary_from_text(text, trace, trace_bytes)
+    return summary_from_text(text, trace, *identity)
 
 
 def summarise_beside(trace: Path, analysis: RunAnalysis | None = None) -> str | None:
@@ -116,4 +179,27 @@ def summarise_beside(trace: Path, analysis: RunAnalysis | None = None) -> str | 
         return f"no summary written beside {trace}: {error}"
     except OSError as error:
         return f"no summary written beside {trace}: {error.strerror or error}"
+    except Exception as error:  # (a fault of the analysis: the recording stands, said)
+        return f"no summary written beside {trace}: {type(error).__name__}: {error}"
     return None
+
+
+@contextmanager
+def summary_kept(trace: Path) -> Iterator[None]:
+    """A trace that tpumem appends to in the block (its TPU compiles, what `fit`
+    set): where its recording's summary stood for it before, it is made again
+    after, so that it stands for the trace as it now is (a run's report would
+    read the trace in full else). A line on stderr where it cannot be."""
+    import sys
+
+    stood = isinstance(read_summary(trace), ProcessSummary)
+    before = _identity(trace) if stood else None
+    yield
+    try:
+        if before is None or _identity(trace) == before:
+            return
+    except OSError:
+        return  # (gone: nothing to stand for)
+    unwritten = summarise_beside(trace)
+    if unwritten is not None:
+        print(f"tpumem: {unwritten}", file=sys.stderr)

@@ -34,7 +34,9 @@ def _is_number(value: object) -> bool:
     return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-_SCALARS: dict[Any, tuple[str, Any]] = {
+# What a JSON value of each scalar type must be, in words and as a test (the
+# summaries beside traces are read by the same rules: reading/plain_json.py).
+SCALARS: dict[Any, tuple[str, Any]] = {
     int: ("an integer", _is_int),
     float: ("a finite number", _is_number),
     str: ("a string", lambda v: isinstance(v, str)),
@@ -51,8 +53,8 @@ def hints(cls: type) -> dict[str, Any]:
 
 def _describe(hint: Any) -> str:
     origin = typing.get_origin(hint)
-    if hint in _SCALARS:
-        return _SCALARS[hint][0]
+    if hint in SCALARS:
+        return SCALARS[hint][0]
     if origin is tuple:
         return "a list"
     if origin in (types.UnionType, typing.Union):
@@ -76,8 +78,8 @@ def decode(hint: Any, value: Any, where: str, dropped: list[str]) -> Any:
             if found is not _MISSING:
                 dropped += tried
                 return found
-    elif hint in _SCALARS:
-        if _SCALARS[hint][1](value):
+    elif hint in SCALARS:
+        if SCALARS[hint][1](value):
             return value
     elif origin is tuple and isinstance(value, list):
         (item,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
