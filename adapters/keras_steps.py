@@ -31,8 +31,14 @@ class KerasSteps:
         callbacks = sys.modules.get(KERAS_CALLBACKS)
         if callbacks is None or self.hooked:
             return
+        # A module is in sys.modules from the start of its import: seen from this
+        # thread while the script's thread still runs its body, it may not hold
+        # the class yet. Looked for again at the next tick.
+        callback_list = getattr(callbacks, "CallbackList", None)
+        original = getattr(callback_list, "on_train_batch_begin", None)
+        if callback_list is None or original is None:
+            return
         self.hooked = True
-        original = callbacks.CallbackList.on_train_batch_begin
         steps = self
 
         def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
@@ -40,4 +46,4 @@ class KerasSteps:
             steps._step += 1
             return original(self, batch, logs)
 
-        self._patches.replace(callbacks.CallbackList, "on_train_batch_begin", on_train_batch_begin)
+        self._patches.replace(callback_list, "on_train_batch_begin", on_train_batch_begin)

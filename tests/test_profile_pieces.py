@@ -595,3 +595,36 @@ def test_a_tick_that_fails_does_not_stop_the_sampler():
         "tpumem's sampler failed at least once (RuntimeError: a framework call failed "
         "under load); it went on"
     ]
+
+
+def test_keras_half_imported_is_hooked_at_a_later_tick(tmp_path, monkeypatch):
+    """The sampler's thread can see Keras' callbacks module in sys.modules while the
+    script's thread still runs its body (no CallbackList yet): the watch waits for
+    the class and hooks it at a later tick, so fit's batches are still steps."""
+    import sys
+    import types
+
+    from tpumem.adapters.base import Patches
+    from tpumem.adapters.keras_steps import KERAS_CALLBACKS, KerasSteps
+    from tpumem.trace.writer import TraceWriter
+
+    half = types.ModuleType(KERAS_CALLBACKS)
+    monkeypatch.setitem(sys.modules, KERAS_CALLBACKS, half)
+    patches = Patches()
+    with TraceWriter(tmp_path / "k.tpumem", {"framework": "tensorflow"}) as writer:
+        steps = KerasSteps(writer, patches)
+        steps.watch()  # the module's body has not made the class yet
+        assert not steps.hooked
+
+        class CallbackList:
+            def on_train_batch_begin(self, batch, logs=None):
+                return batch
+
+        half.CallbackList = CallbackList
+        steps.watch()
+        assert steps.hooked
+        assert [CallbackList().on_train_batch_begin(b) for b in range(3)] == [0, 1, 2]
+    patches.undo()
+    assert "on_train_batch_begin" in vars(CallbackList)  # put back as it was
+    marks = load(tmp_path / "k.tpumem").numbers("step")
+    assert sorted(int(m) for m in marks[~np.isnan(marks.astype(float))]) == [0, 1, 2]
