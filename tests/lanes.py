@@ -142,6 +142,7 @@ LANES: dict[str, Lanes] = {
         FRAMEWORKS,
         {CLI: ["test_tpumem_imported_inside_ipython_shows_its_values"]},
     ),
+    "test_object_storage.py": CLI,
     "test_oom_killed.py": (
         CLI,
         {FRAMEWORKS: ["test_a_real_kill_records_the_processs_memory_and_the_limit"]},

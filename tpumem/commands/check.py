@@ -78,6 +78,7 @@ def _run_breaches(given: RunInput, limits: Limits, imbalance: Increase | None) -
         per_process=partial(breach_findings, limits=limits) if in_full else None,
         per_summary=None if in_full else partial(summary_findings, limits=limits),
         expect_summaries=not given.imported,
+        fetch=given.fetch,
     )
     found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]
     found += [f"left out {path}: {why}" for path, why in run.unreadable]

@@ -66,12 +66,17 @@ def _script_words(argument: str) -> list[str] | None:
 
 
 def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
+    from tpumem.reading.object_storage import remote_url
+
     sources: list[RunSource] = []
     taken: set[Path] = set()
     for argument in arguments:
         words = _script_words(argument)
         if words is None:
             path = Path(argument)
+            if remote_url(path) is not None:  # (object storage: read where it is kept)
+                sources.append(RunSource(argument, path, None))
+                continue
             if not path.exists():
                 raise TpumemError(f"{argument}: no such trace file, run directory or script")
             if path.is_dir() and not is_profile(path):
@@ -96,7 +101,9 @@ def _one_trace(given: RunInput) -> tuple[Path, str | None]:
     from tpumem.report.escapes import visible
 
     with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
-        most = busiest(summaries_of(given.traces))
+        most = busiest(summaries_of(given.traces, given.fetch))
+        if given.fetch is not None:  # (in object storage: the busiest, read in full, brought)
+            given.fetch(Path(most.path))
     print(
         f"tpumem: {visible(given.where)} ({len(given.traces):,} processes) stands for its "
         f"busiest, {visible(most.name)} ({visible(given.name_of(Path(most.path)) or most.path)})",

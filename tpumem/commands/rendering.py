@@ -3,6 +3,7 @@ processes, analysed; one compiled program, found by name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ def analysed_processes(
     per_process: PerProcess | None = None,
     per_summary: PerSummary | None = None,
     expect_summaries: bool = True,
+    fetch: Callable[[Path], None] | None = None,
 ) -> ProcessRun:
     """A distributed run's traces analysed (analyze_processes), with a spinner that
     counts them."""
@@ -39,6 +41,7 @@ def analysed_processes(
             per_process=per_process,
             per_summary=per_summary,
             expect_summaries=expect_summaries,
+            fetch=fetch,
         )
 
 

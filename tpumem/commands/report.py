@@ -40,6 +40,7 @@ def run_report(request: ReportRequest) -> None:
                 given.where,
                 chosen.series_points,
                 expect_summaries=not given.imported,  # (none in a scratch directory)
+                fetch=given.fetch,
             )
             text = reporter(PROCESSES, chosen.name).render(
                 run,

@@ -97,6 +97,7 @@ def analyze_processes(
     per_process: PerProcess | None = None,
     per_summary: PerSummary | None = None,
     expect_summaries: bool = True,
+    fetch: Callable[[Path], None] | None = None,
 ) -> ProcessRun:
     """The run the traces make together: from the summaries their recordings left
     where those answer (summary_files.py), the rest analysed. `workers`: worker
@@ -105,9 +106,11 @@ def analyze_processes(
     busiest process' full analysis; `capacity`: asked of each process (analyze's);
     `per_process`: findings of each process's full analysis, and `per_summary` of
     its summary, kept in its summary; `expect_summaries`: False where none is made
-    yet (a run followed or imported here), so that a missing one goes unsaid."""
+    yet (a run followed or imported here), so that a missing one goes unsaid;
+    `fetch`: brings a trace whole before it is read in full (object storage)."""
     task = _Task(capacity=capacity, per_process=per_process, per_summary=per_summary)
-    read = _read(paths, workers, done, task)
+    bring = fetch or (lambda path: None)
+    read = _read(paths, workers, done, task, bring)
     processes, unreadable = list(read.processes), list(read.unreadable)
     said = [(path, why) for path, why in read.summarised_here if expect_summaries or why != MISSING]
     kept = read.kept
@@ -115,6 +118,8 @@ def analyze_processes(
         most = busiest(processes)
         reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
         try:
+            if not reuse:
+                bring(Path(most.path))
             analysis = (
                 kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
             )
@@ -211,6 +216,7 @@ def _read(
     workers: int | None,
     done: Callable[[int, int], None] | None,
     task: _Task,
+    bring: Callable[[Path], None] = lambda path: None,
 ) -> _Read:
     """The traces' summaries: the ones their recordings left where they answer, the
     rest made from the traces; one line for a run none of whose traces can be read."""
@@ -232,6 +238,8 @@ def _read(
         if done is not None:
             tell = lambda finished, total: done(from_summaries + finished, len(paths))  # noqa: E731
         rest = [paths[number] for number in left]
+        for path in rest:  # (read in full here: brought whole first)
+            bring(path)
         chosen = workers_for(rest) if workers is None else workers
         made, kept = _summaries(rest, chosen, tell, task)
         for number, result in zip(left, made, strict=True):
@@ -256,7 +264,10 @@ def _read(
     return _Read(found, unreadable, kept, here)
 
 
-def summaries_of(paths: Sequence[Path]) -> tuple[ProcessSummary, ...]:
+def summaries_of(
+    paths: Sequence[Path], fetch: Callable[[Path], None] | None = None
+) -> tuple[ProcessSummary, ...]:
     """Each readable trace's summary, in the order of processes (rank, host, pid):
-    the one its recording left where it stands, else made from the trace."""
-    return _read(paths, None, None, _Task()).processes
+    the one its recording left where it stands, else made from the trace (brought
+    whole first by `fetch`, where it is in object storage)."""
+    return _read(paths, None, None, _Task(), fetch or (lambda path: None)).processes

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,9 @@ class RunInput:
     is_processes: bool  # a distributed run: a directory, or several traces
     shown_as: str | None = None  # one trace imported from a profile: the profile's name
     imported: bool = False  # from a profile, into traces in a scratch directory
+    # Traces in object storage are stand-ins until read in full: this brings one
+    # whole (reading/object_storage.py); None where every trace is local.
+    fetch: Callable[[Path], None] | None = None
 
     def name_of(self, trace: Path) -> str | None:
         """The name a trace of this run goes by where its file's would mislead: a
@@ -92,6 +95,12 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
     lasts as long as the block: a profile is reported in one process, and no file
     is left behind. `meanwhile`: modules to import on another thread while a
     profile is read."""
+    from tpumem.reading.object_storage import remote_url
+
+    if any(remote_url(path) is not None for path in paths):
+        with _fetched(paths) as remote:
+            yield remote
+        return
     if not any(is_profile(path) for path in paths):
         yield RunInput(*traces_of(paths))
         return
@@ -113,6 +122,32 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
         traces, _, is_run = traces_of(given)
         where = _called(paths, traces)
         yield RunInput(traces, where, is_run, None if is_run else where, imported=True)
+
+
+@contextmanager
+def _fetched(paths: list[Path]) -> Iterator[RunInput]:
+    """A run in object storage (`gs://bucket/run/`, or a trace there): its
+    summaries and the ends of its traces brought to a scratch directory that lasts
+    as long as the block, each trace whole only as it is read in full."""
+    from tpumem.errors import TpumemError
+    from tpumem.reading.object_storage import fetched_run, remote_url
+
+    if len(paths) != 1:
+        raise TpumemError("a run in object storage is given alone: its directory, or one trace")
+    url = remote_url(paths[0])
+    assert url is not None
+    with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
+        fetched = fetched_run(url, Path(scratch))
+        is_run = len(fetched.traces) > 1 or not url.endswith(".tpumem")
+        if not is_run:
+            fetched.fetch(fetched.traces[0])  # (one trace is read in full)
+        yield RunInput(
+            fetched.traces,
+            url,
+            is_run,
+            None if is_run else url,
+            fetch=fetched.fetch,
+        )
 
 
 @contextmanager
