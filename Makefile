@@ -85,6 +85,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py --steps 60 --anchor no-stacks
 	$(BIN)/python benchmarks/snapshot_scale.py
 	$(BIN)/python benchmarks/pod_summaries.py
+	$(BIN)/python benchmarks/pod_storage.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work
