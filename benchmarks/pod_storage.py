@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import WORK, tpumem_seconds_and_memory
+from common import tpumem_seconds_and_memory
 
 GIB = 1 << 30
 
