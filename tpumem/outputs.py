@@ -153,6 +153,26 @@ def fill_placeholders(pattern: str, host: str, rank: int | None, pid: int) -> Pa
     )
 
 
+# A URL as a command's argument gives it; a Path keeps one slash of the two.
+_URL = re.compile(r"^(gs|gcs|s3):/+(.+)$")
+
+
+def refuse_remote(path: Path | str | None, what: str) -> None:
+    """One line where object storage is given for what is read or written only on
+    this machine (a trace being written, an output): not a file there named gs:."""
+    if path is not None and remote_url(path) is not None:
+        raise TpumemError(
+            f"{remote_url(path)}: {what} is on this machine's disk only, not in object "
+            "storage (report, check, diff and compare read runs kept there)"
+        )
+
+
+def remote_url(path: Path | str) -> str | None:
+    """The object storage URL `path` stands for, or None for a local path."""
+    found = _URL.match(str(path))
+    return f"{found.group(1)}://{found.group(2)}" if found else None
+
+
 SUMMARY_SUFFIX = ".tpumem.summary.json"
 
 
@@ -206,6 +226,7 @@ def rename_trace(old: Path, new: Path, force: bool) -> None:
 def create_trace(path: Path, inputs: Iterable[Path | str], force: bool) -> int:
     """Creates the trace file, exclusively; its open descriptor. An existing file is
     replaced only with `force`."""
+    refuse_remote(path, "a trace being written")
     if check_target(path, inputs):
         if not force:
             raise TpumemError(f"{path}: exists; use --force to replace it, or -o another name")
@@ -247,6 +268,7 @@ def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> Non
 
 def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: bool) -> None:
     """Writes a report or page in full, then renames it onto `path`."""
+    refuse_remote(path, "a report written")
     if check_target(path, inputs) and not force and not is_report(path):
         what = "a tpumem trace" if is_trace(path) else "not a report of tpumem's"
         raise TpumemError(f"{path}: exists and is {what}; use --force to replace it, or another -o")

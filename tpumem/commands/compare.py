@@ -66,7 +66,7 @@ def _script_words(argument: str) -> list[str] | None:
 
 
 def resolve(arguments: list[str], output_dir: Path) -> list[RunSource]:
-    from tpumem.reading.object_storage import remote_url
+    from tpumem.outputs import remote_url
 
     sources: list[RunSource] = []
     taken: set[Path] = set()

@@ -6,6 +6,7 @@ import sys
 
 from tpumem.commands.requests import ExportRequest
 from tpumem.errors import TpumemError
+from tpumem.outputs import refuse_remote
 from tpumem.progress import progress
 from tpumem.reading.paths import opened_run
 
@@ -15,6 +16,9 @@ def run_export(request: ExportRequest) -> None:
     from tpumem.export.tensorboard import export_tensorboard, exported_lines, safe_name
 
     paths = list(request.paths)
+    for given_path in paths:
+        refuse_remote(given_path, "what export reads")
+    refuse_remote(request.logdir, "the logdir export writes")
     directories = [p for p in paths if p.is_dir()]
     if directories and len(paths) > 1:
         raise TpumemError("export one run's directory at a time, or give trace files")

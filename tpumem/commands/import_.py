@@ -7,7 +7,7 @@ from pathlib import Path
 from tpumem.commands.requests import ImportRequest
 from tpumem.errors import TpumemError
 from tpumem.importer import find_profiles, import_profile
-from tpumem.outputs import check_target, create_trace, default_trace
+from tpumem.outputs import check_target, create_trace, default_trace, refuse_remote
 from tpumem.progress import progress
 from tpumem.snapshots.importing import import_snapshot, is_snapshot
 from tpumem.units import format_bytes
@@ -20,6 +20,7 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
 
 
 def run_import(request: ImportRequest) -> None:
+    refuse_remote(request.path, "what import reads")
     if is_snapshot(request.path):
         _import_snapshot(request)
         return

@@ -11,6 +11,7 @@ from tpumem.commands.requests import ProfileRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.commands.unrecorded import unrecorded_line
 from tpumem.errors import TpumemError
+from tpumem.outputs import refuse_remote
 
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
@@ -45,6 +46,7 @@ def run_profile(request: ProfileRequest) -> int:
         )
     if module is not None and target is not None:
         rest = [target, *rest]
+    refuse_remote(request.output, "a trace being written")
     if follow:
         _check_follow_options(request.framework, request.tensorboard, tpu)
     if tpu and not capture.programs:

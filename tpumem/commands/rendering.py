@@ -26,14 +26,16 @@ def analysed_processes(
     per_summary: PerSummary | None = None,
     expect_summaries: bool = True,
     fetch: Callable[[Path], None] | None = None,
+    names: Callable[[Path], str | None] | None = None,
 ) -> ProcessRun:
     """A distributed run's traces analysed (analyze_processes), with a spinner that
-    counts them."""
+    counts them; `names`: what a trace goes by where its file's name would mislead
+    (a scratch copy of one kept in object storage)."""
     from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.reading.many_traces import analyze_processes
 
     with progress(f"analysing {len(traces):,} traces of {where}") as tell:
-        return analyze_processes(
+        run = analyze_processes(
             traces,
             done=lambda finished, total: tell(f"analysed {finished:,} of {total:,} traces"),
             busiest_points=series_points or SERIES_POINTS,
@@ -43,6 +45,23 @@ def analysed_processes(
             expect_summaries=expect_summaries,
             fetch=fetch,
         )
+    return run if names is None else _renamed(run, names)
+
+
+def _renamed(run: ProcessRun, names: Callable[[Path], str | None]) -> ProcessRun:
+    """The run with each trace called what it goes by."""
+    from dataclasses import replace
+
+    def name(path: str | None) -> str | None:
+        return None if path is None else (names(Path(path)) or path)
+
+    return replace(
+        run,
+        processes=tuple(replace(p, path=name(p.path) or p.path) for p in run.processes),
+        busiest=replace(run.busiest, path=name(run.busiest.path)),
+        unreadable=tuple((name(path) or path, why) for path, why in run.unreadable),
+        summarised_here=tuple((name(path) or path, why) for path, why in run.summarised_here),
+    )
 
 
 def program_named(analysis: RunAnalysis, name: str) -> CompiledProgram:

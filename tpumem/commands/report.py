@@ -41,6 +41,7 @@ def run_report(request: ReportRequest) -> None:
                 chosen.series_points,
                 expect_summaries=not given.imported,  # (none in a scratch directory)
                 fetch=given.fetch,
+                names=given.kept_at,
             )
             text = reporter(PROCESSES, chosen.name).render(
                 run,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,12 +12,20 @@ if TYPE_CHECKING:
 
 
 def compile_for_tpus(
-    traces: list[Path], topologies: Sequence[Topology], quiet: bool = False
+    traces: list[Path],
+    topologies: Sequence[Topology],
+    quiet: bool = False,
+    fetch: Callable[[Path], None] | None = None,
 ) -> None:
     """`--tpu`: each trace's programs compiled for each topology, kept in the trace.
-    A trace whose programs cannot be compiled says so in one line and keeps its report."""
+    A trace whose programs cannot be compiled says so in one line and keeps its report.
+    `fetch`: brings each trace whole first (object storage: the compiles are kept in
+    the copy this command reads, not where the trace is kept)."""
     if not topologies:
         return
+    if fetch is not None:
+        for trace in traces:
+            fetch(trace)
     from tpumem.errors import TpumemError
     from tpumem.reading.summary_files import summary_kept
     from tpumem.tpu.compile import compile_for_tpu, refuse_live

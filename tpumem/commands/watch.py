@@ -14,10 +14,12 @@ NOT_A_TERMINAL_EVERY_S = 5.0  # a line this often when the output is not a termi
 
 
 def run_watch(path: Path, interval_s: float) -> None:
+    from tpumem.outputs import refuse_remote
     from tpumem.reading.following import RunFollower
     from tpumem.report.escapes import visible
     from tpumem.report.live_line import chart_line, live_line
 
+    refuse_remote(path, "a trace being watched")
     if path.is_dir():
         raise TpumemError(f"{path}: is a directory: watch one process's trace")
     follower = RunFollower(path).start()

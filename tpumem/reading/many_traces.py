@@ -117,9 +117,9 @@ def analyze_processes(
     while True:
         most = busiest(processes)
         reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
+        if not reuse:
+            bring(Path(most.path))  # (what storage will not give ends the command)
         try:
-            if not reuse:
-                bring(Path(most.path))
             analysis = (
                 kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
             )

@@ -11,26 +11,23 @@ their size, holes but for their end (`Fetched.fetch` brings one whole).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
+import errno
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tpumem.errors import TpumemError
-from tpumem.outputs import SUMMARY_SUFFIX, summary_of
+from tpumem.outputs import summary_of
+from tpumem.reading.summary_files import END_BYTES, MAX_SUMMARY_BYTES
 
-# A URL as a command's argument gives it; a Path keeps one slash of the two.
-_URL = re.compile(r"^(gs|gcs|s3):/+(.+)$")
 _PACKAGES = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs"}
-_END_BYTES = 4096  # (summary_files.py digests as much of a trace's end)
 
 
-def remote_url(path: Path | str) -> str | None:
-    """The object storage URL `path` stands for, or None for a local path."""
-    found = _URL.match(str(path))
-    return f"{found.group(1)}://{found.group(2)}" if found else None
+class StorageError(TpumemError):
+    """What object storage would not give: it ends the command (it says nothing of
+    the trace, which is not left out of a run for it)."""
 
 
 @dataclass
@@ -38,18 +35,24 @@ class Fetched:
     """A run's traces in object storage as local stand-ins, each brought whole
     when it is first read in full."""
 
-    url: str
     traces: list[Path]
     _remote: dict[Path, str] = field(default_factory=dict)  # stand-ins not yet brought
     _fs: Any = None
 
     def fetch(self, trace: Path) -> None:
         """The trace at `trace` whole (a no-op for one brought already, or local)."""
-        remote = self._remote.pop(trace, None)
+        remote = self._remote.get(trace)
         if remote is None:
             return
-        with _said(remote):
+        with _said(self._fs.unstrip_protocol(remote)):
             self._fs.get_file(remote, str(trace))
+        del self._remote[trace]  # (only once it is whole)
+
+    def url_of(self, trace: Path) -> str | None:
+        """Where a stand-in's trace is kept, as a report names it."""
+        return self._urls.get(trace)
+
+    _urls: dict[Path, str] = field(default_factory=dict)
 
 
 def fetched_run(url: str, scratch: Path) -> Fetched:
@@ -58,28 +61,52 @@ def fetched_run(url: str, scratch: Path) -> Fetched:
     fs, root = _filesystem(url)
     with _said(url):
         listed = fs.ls(root, detail=True) if fs.isdir(root) else [fs.info(root)]
-    files = {entry["name"]: int(entry.get("size") or 0) for entry in listed}
+    files = {
+        entry["name"]: int(entry.get("size") or 0)
+        for entry in listed
+        if entry.get("type", "file") == "file"  # (not a "directory" named x.tpumem)
+    }
     traces = sorted(name for name in files if name.endswith(".tpumem"))
     if not traces:
         raise TpumemError(f"{url}: no traces (.tpumem files) there")
-    fetched = Fetched(url, [], _fs=fs)
+    fetched = Fetched([], _fs=fs)
     local = [scratch / Path(name).name for name in traces]
-    summaries = [name + SUMMARY_SUFFIX[len(".tpumem") :] for name in traces]
-    wanted = [name for name in summaries if name in files]
+    summaries = {name: str(summary_of(Path(name))) for name in traces}
+    wanted = [summaries[name] for name in traces if summaries[name] in files]
     with _said(url):
-        kept = fs.cat(wanted, on_error="omit") if wanted else {}
+        # Ranges, not `cat`: no name is read as a pattern, and no summary is read
+        # past the size one can have (summary_files.py refuses it then).
+        kept = fs.cat_ranges(wanted, [0] * len(wanted), [MAX_SUMMARY_BYTES + 1] * len(wanted))
         ends = fs.cat_ranges(
             traces,
-            [max(0, files[name] - _END_BYTES) for name in traces],
+            [max(0, files[name] - END_BYTES) for name in traces],
             [files[name] for name in traces],
         )
-    for name, path, end, summary in zip(traces, local, ends, summaries, strict=True):
-        _stand_in(path, files[name], end)
-        if summary in kept:
-            summary_of(path).write_bytes(kept[summary])
-        fetched._remote[path] = name
-        fetched.traces.append(path)
+    for name, got in [*zip(wanted, kept, strict=True), *zip(traces, ends, strict=True)]:
+        if isinstance(got, BaseException):
+            raise StorageError(f"{fs.unstrip_protocol(name)}: {_why(got)}")
+    by_name = dict(zip(wanted, kept, strict=True))
+    with _scratch_written(scratch):
+        for name, path, end in zip(traces, local, ends, strict=True):
+            _stand_in(path, files[name], end)
+            if summaries[name] in by_name:
+                summary_of(path).write_bytes(by_name[summaries[name]])
+            fetched._remote[path] = name
+            fetched._urls[path] = fs.unstrip_protocol(name)
+            fetched.traces.append(path)
     return fetched
+
+
+@contextmanager
+def _scratch_written(where: Path) -> Iterator[None]:
+    """A full scratch disk as what it is, not as the command's output failing."""
+    try:
+        yield
+    except OSError as error:
+        raise StorageError(
+            f"cannot keep what was read from object storage in {where} "
+            f"({error.strerror or error}; TMPDIR chooses the directory)"
+        ) from None
 
 
 def _stand_in(path: Path, size: int, end: bytes) -> None:
@@ -98,8 +125,9 @@ def _filesystem(url: str) -> tuple[Any, str]:
         return fsspec.core.url_to_fs(url)
     except ImportError:
         package = _PACKAGES.get(scheme, "fsspec")
+        extra = "gcs" if package == "gcsfs" else "s3"
         raise TpumemError(
-            f"{url}: reading {scheme}:// needs {package} (pip install {package})"
+            f"{url}: reading {scheme}:// needs {package} (pip install 'tpumem[{extra}]')"
         ) from None
     except Exception as error:  # (a client that cannot start: no credentials, a bad URL)
         raise TpumemError(f"{url}: {_why(error)}") from None
@@ -114,20 +142,18 @@ def _said(where: str) -> Iterator[None]:
     except TpumemError:
         raise
     except Exception as error:  # (each client has its own kinds of error)
-        raise TpumemError(f"{where}: {_why(error)}") from None
+        raise StorageError(f"{where}: {_why(error)}") from None
 
 
 def _why(error: BaseException) -> str:
-    if isinstance(error, FileNotFoundError):
-        return "no such bucket or object"
-    if isinstance(error, PermissionError):
-        return "permission denied (the credentials in the environment may not read it)"
     text = " ".join(str(error).split()) or type(error).__name__
-    if "credential" in text.lower():
+    lowered = text.lower()
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left to keep it on this machine (TMPDIR chooses where)"
+    if isinstance(error, FileNotFoundError) or "does not exist" in lowered:
+        return "no such bucket or object"
+    if "credential" in lowered or "anonymous caller" in lowered or "401" in lowered:
         return f"no credentials to read it ({text[:200]})"
+    if isinstance(error, PermissionError) or "forbidden" in lowered or "403" in lowered:
+        return "permission denied (the credentials in the environment may not read it)"
     return f"{type(error).__name__}: {text[:200]}"
-
-
-def stand_ins(paths: Iterable[Path]) -> bool:
-    """Whether any of `paths` names object storage."""
-    return any(remote_url(path) is not None for path in paths)

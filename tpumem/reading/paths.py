@@ -24,10 +24,14 @@ class RunInput:
     # Traces in object storage are stand-ins until read in full: this brings one
     # whole (reading/object_storage.py); None where every trace is local.
     fetch: Callable[[Path], None] | None = None
+    kept_at: Callable[[Path], str | None] | None = None  # a stand-in's URL
 
     def name_of(self, trace: Path) -> str | None:
         """The name a trace of this run goes by where its file's would mislead: a
-        scratch file imported from a profile goes by the profile's (and its host's)."""
+        scratch file imported from a profile goes by the profile's (and its host's),
+        a stand-in for one in object storage by its URL."""
+        if self.kept_at is not None:
+            return self.kept_at(trace)
         if not self.imported:
             return None
         return self.shown_as or f"{self.where} ({trace.stem})"
@@ -95,7 +99,7 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
     lasts as long as the block: a profile is reported in one process, and no file
     is left behind. `meanwhile`: modules to import on another thread while a
     profile is read."""
-    from tpumem.reading.object_storage import remote_url
+    from tpumem.outputs import remote_url
 
     if any(remote_url(path) is not None for path in paths):
         with _fetched(paths) as remote:
@@ -130,7 +134,8 @@ def _fetched(paths: list[Path]) -> Iterator[RunInput]:
     summaries and the ends of its traces brought to a scratch directory that lasts
     as long as the block, each trace whole only as it is read in full."""
     from tpumem.errors import TpumemError
-    from tpumem.reading.object_storage import fetched_run, remote_url
+    from tpumem.outputs import remote_url
+    from tpumem.reading.object_storage import fetched_run
 
     if len(paths) != 1:
         raise TpumemError("a run in object storage is given alone: its directory, or one trace")
@@ -147,6 +152,7 @@ def _fetched(paths: list[Path]) -> Iterator[RunInput]:
             is_run,
             None if is_run else url,
             fetch=fetched.fetch,
+            kept_at=fetched.url_of,
         )
 
 

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 FORMAT = "tpumem-summary"
 VERSION = 1
-_MAX_BYTES = 16 * 1024 * 1024  # a summary is kilobytes; more is not one
-_END_BYTES = 4096  # of the trace, digested: its last batch and the stream's end
+MAX_SUMMARY_BYTES = 16 * 1024 * 1024  # a summary is kilobytes; more is not one
+END_BYTES = 4096  # of the trace, digested: its last batch and the stream's end
 # Why a trace has no summary to read: not something gone wrong where none is
 # expected (a run followed or imported here, read before its summaries are made).
 MISSING = "no summary beside it (a recording that did not end, or an older one)"
@@ -44,8 +44,8 @@ def trace_end(trace: BinaryIO, size: int) -> str:
     """A digest of the trace's last bytes: with its size, what tells the trace a
     summary was made from from another put in its place (another run's ends in
     other times and figures)."""
-    trace.seek(max(0, size - _END_BYTES))
-    return hashlib.sha256(trace.read(_END_BYTES)).hexdigest()[:32]
+    trace.seek(max(0, size - END_BYTES))
+    return hashlib.sha256(trace.read(END_BYTES)).hexdigest()[:32]
 
 
 def _identity(trace: Path) -> tuple[int, str]:
@@ -150,11 +150,11 @@ def read_summary(trace: Path) -> ProcessSummary | str:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             return "its summary is not a regular file"
         try:
-            raw = file.read(_MAX_BYTES + 1)
+            raw = file.read(MAX_SUMMARY_BYTES + 1)
             identity = _identity(trace)
         except OSError as error:
             return f"its summary or its trace cannot be read ({error.strerror or error})"
-    if len(raw) > _MAX_BYTES:
+    if len(raw) > MAX_SUMMARY_BYTES:
         return "its summary is too large to be one"
     try:
         text = raw.decode("utf-8")
