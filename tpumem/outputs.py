@@ -173,18 +173,20 @@ def remote_url(path: Path | str) -> str | None:
     return f"{found.group(1)}://{found.group(2)}" if found else None
 
 
-SUMMARY_SUFFIX = ".tpumem.summary.json"
+_SUMMARY = ".summary.json"
 
 
 def summary_of(trace: Path) -> Path:
     """Where a trace's summary is kept: beside it, `rank0.tpumem.summary.json`
     (reading/summary_files.py)."""
-    return trace.with_name(trace.name + ".summary.json")
+    return trace.with_name(trace.name + _SUMMARY)
 
 
-def is_summary(path: Path) -> bool:
-    """A trace's summary, as `run/*` gives it beside the traces."""
-    return path.name.endswith(SUMMARY_SUFFIX)
+def trace_of_summary(path: Path) -> Path | None:
+    """The trace a summary file stands for (None: not a summary's name)."""
+    if not path.name.endswith(".tpumem" + _SUMMARY):
+        return None
+    return path.with_name(path.name[: -len(_SUMMARY)])
 
 
 def _drop_summary(trace: Path) -> None:

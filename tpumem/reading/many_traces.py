@@ -109,16 +109,15 @@ def analyze_processes(
     yet (a run followed or imported here), so that a missing one goes unsaid;
     `fetch`: brings a trace whole before it is read in full (object storage)."""
     task = _Task(capacity=capacity, per_process=per_process, per_summary=per_summary)
-    bring = fetch or (lambda path: None)
-    read = _read(paths, workers, done, task, bring)
+    read = _read(paths, workers, done, task, fetch)
     processes, unreadable = list(read.processes), list(read.unreadable)
     said = [(path, why) for path, why in read.summarised_here if expect_summaries or why != MISSING]
     kept = read.kept
     while True:
         most = busiest(processes)
         reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
-        if not reuse:
-            bring(Path(most.path))  # (what storage will not give ends the command)
+        if not reuse and fetch is not None:
+            fetch(Path(most.path))  # (what storage will not give ends the command)
         try:
             analysis = (
                 kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
@@ -216,7 +215,7 @@ def _read(
     workers: int | None,
     done: Callable[[int, int], None] | None,
     task: _Task,
-    bring: Callable[[Path], None] = lambda path: None,
+    fetch: Callable[[Path], None] | None = None,
 ) -> _Read:
     """The traces' summaries: the ones their recordings left where they answer, the
     rest made from the traces; one line for a run none of whose traces can be read."""
@@ -238,8 +237,9 @@ def _read(
         if done is not None:
             tell = lambda finished, total: done(from_summaries + finished, len(paths))  # noqa: E731
         rest = [paths[number] for number in left]
-        for path in rest:  # (read in full here: brought whole first)
-            bring(path)
+        if fetch is not None:  # (read in full here: brought whole first)
+            for path in rest:
+                fetch(path)
         chosen = workers_for(rest) if workers is None else workers
         made, kept = _summaries(rest, chosen, tell, task)
         for number, result in zip(left, made, strict=True):
@@ -270,4 +270,4 @@ def summaries_of(
     """Each readable trace's summary, in the order of processes (rank, host, pid):
     the one its recording left where it stands, else made from the trace (brought
     whole first by `fetch`, where it is in object storage)."""
-    return _read(paths, None, None, _Task(), fetch or (lambda path: None)).processes
+    return _read(paths, None, None, _Task(), fetch).processes

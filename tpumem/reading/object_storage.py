@@ -36,23 +36,23 @@ class Fetched:
     when it is first read in full."""
 
     traces: list[Path]
-    _remote: dict[Path, str] = field(default_factory=dict)  # stand-ins not yet brought
-    _fs: Any = None
+    _fs: Any
+    _remote: dict[Path, str] = field(default_factory=dict)  # each stand-in's object
+    _brought: set[Path] = field(default_factory=set)  # the stand-ins made whole
 
     def fetch(self, trace: Path) -> None:
         """The trace at `trace` whole (a no-op for one brought already, or local)."""
-        remote = self._remote.get(trace)
-        if remote is None:
+        if trace not in self._remote or trace in self._brought:
             return
+        remote = self._remote[trace]
         with _said(self._fs.unstrip_protocol(remote)):
             self._fs.get_file(remote, str(trace))
-        del self._remote[trace]  # (only once it is whole)
+        self._brought.add(trace)  # (only once it is whole)
 
     def url_of(self, trace: Path) -> str | None:
         """Where a stand-in's trace is kept, as a report names it."""
-        return self._urls.get(trace)
-
-    _urls: dict[Path, str] = field(default_factory=dict)
+        remote = self._remote.get(trace)
+        return None if remote is None else self._fs.unstrip_protocol(remote)
 
 
 def fetched_run(url: str, scratch: Path) -> Fetched:
@@ -69,7 +69,7 @@ def fetched_run(url: str, scratch: Path) -> Fetched:
     traces = sorted(name for name in files if name.endswith(".tpumem"))
     if not traces:
         raise TpumemError(f"{url}: no traces (.tpumem files) there")
-    fetched = Fetched([], _fs=fs)
+    fetched = Fetched([], fs)
     local = [scratch / Path(name).name for name in traces]
     summaries = {name: str(summary_of(Path(name))) for name in traces}
     wanted = [summaries[name] for name in traces if summaries[name] in files]
@@ -92,7 +92,6 @@ def fetched_run(url: str, scratch: Path) -> Fetched:
             if summaries[name] in by_name:
                 summary_of(path).write_bytes(by_name[summaries[name]])
             fetched._remote[path] = name
-            fetched._urls[path] = fs.unstrip_protocol(name)
             fetched.traces.append(path)
     return fetched
 

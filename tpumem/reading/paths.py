@@ -42,8 +42,9 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
     distributed run's: a trace file, several (a run's processes), or a run's
     directory (every .tpumem file in it, by name)."""
     from tpumem.errors import TpumemError
-    from tpumem.outputs import is_summary
+    from tpumem.outputs import trace_of_summary
 
+    given = set(paths)
     traces: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -51,7 +52,7 @@ def traces_of(paths: list[Path]) -> tuple[list[Path], str, bool]:
             if not found:
                 raise TpumemError(f"{path}: no traces (.tpumem files) in this directory")
             traces += found
-        elif not (is_summary(path) and path.with_name(path.name[: -len(".summary.json")]) in paths):
+        elif trace_of_summary(path) not in given:
             # (what is not a readable trace, the reader says so in one line; a trace's
             # summary given beside it, as `run/*` gives it, is read for it)
             traces.append(path)

@@ -30,8 +30,6 @@ def to_plain(value: Any) -> Any:
         return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
         return [to_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {str(key): to_plain(item) for key, item in value.items()}
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         return value.item()  # (a numpy scalar, as the analysis' arrays give them)
     return value
@@ -67,26 +65,12 @@ def _read(kind: Any, value: Any, at: str) -> Any:
     if origin is tuple:
         if not isinstance(value, list):
             raise Unreadable(f"{at}: {_shown(value)} is not a list")
-        args = typing.get_args(kind)
-        if len(args) == 2 and args[1] is Ellipsis:
-            if args[0] in SCALARS:  # (a line's points: read in one pass, not one by one)
-                return _scalars(args[0], value, at)
-            return tuple(_read(args[0], item, f"{at}[{i}]") for i, item in enumerate(value))
-        if len(args) != len(value):
-            raise Unreadable(f"{at}: {len(value)} items where {len(args)} belong")
-        return tuple(
-            _read(a, item, f"{at}[{i}]")
-            for i, (a, item) in enumerate(zip(args, value, strict=True))
-        )
-    if origin is dict:
-        key_kind, item_kind = typing.get_args(kind)
-        if not isinstance(value, dict) or key_kind is not str:
-            raise Unreadable(f"{at}: {_shown(value)} is not an object")
-        return {k: _read(item_kind, item, f"{at}.{k}") for k, item in value.items()}
-    if kind is tuple:  # a bare `tuple` (of what, the class does not say): kept as given
-        if not isinstance(value, list):
-            raise Unreadable(f"{at}: {_shown(value)} is not a list")
-        return tuple(value)
+        item_kind, *rest = typing.get_args(kind)
+        if rest != [Ellipsis]:  # (a summary holds tuples of one kind of item only)
+            raise Unreadable(f"{at}: no reading for {kind}")
+        if item_kind in SCALARS:  # (a line's points: read in one pass, not one by one)
+            return _scalars(item_kind, value, at)
+        return tuple(_read(item_kind, item, f"{at}[{i}]") for i, item in enumerate(value))
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return _dataclass(kind, value, at)
     if kind in SCALARS:
@@ -94,8 +78,6 @@ def _read(kind: Any, value: Any, at: str) -> Any:
         if holds(value):
             return float(value) if kind is float else value
         raise Unreadable(f"{at}: {_shown(value)} is not {words}")
-    if kind is Any:
-        return value
     raise Unreadable(f"{at}: no reading for {kind}")
 
 

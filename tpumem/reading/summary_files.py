@@ -4,9 +4,10 @@ profile`, `import`, `track`), so that a run of many hosts is read from its
 summaries, a few kilobytes each, and not from every host's trace.
 
 A summary stands for its trace only while the trace is the one it was made from:
-it records the trace's size, and one whose trace has another size (cut, written
-on, replaced) is not used. Nor is one of a newer version, or one that cannot be
-read: the trace is summarised where it is read instead, and the report says why.
+it records the trace's size and a digest of its end, and one whose trace differs
+in either (cut, written on, replaced) is not used. Nor is one of a newer version,
+or one that cannot be read: the trace is summarised where it is read instead, and
+the report says why.
 """
 
 from __future__ import annotations
