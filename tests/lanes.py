@@ -142,7 +142,16 @@ LANES: dict[str, Lanes] = {
         FRAMEWORKS,
         {CLI: ["test_tpumem_imported_inside_ipython_shows_its_values"]},
     ),
-    "test_object_storage.py": CLI,
+    "test_object_storage.py": (
+        CLI,
+        {
+            FRAMEWORKS: [
+                "test_profile_puts_its_trace_and_summary_where_o_says",
+                "test_a_trace_that_cannot_be_put_stays_here_and_says_where",
+                "test_a_followed_run_is_put_there_process_by_process",
+            ]
+        },
+    ),
     "test_oom_killed.py": (
         CLI,
         {FRAMEWORKS: ["test_a_real_kill_records_the_processs_memory_and_the_limit"]},

@@ -15,9 +15,12 @@ from storage_servers import filesystem, storage_servers, upload
 from test_summaries import _trace
 
 from conftest import assert_one_line_error, run_tpumem
+from profiling import profile
+from tpumem.outputs import summary_of
 from tpumem.reading.summary_files import summarise_beside
 
 KiB = 1024
+PROFILE = Path(__file__).resolve().parent / "data" / "xplane" / "jax_cpu.xplane.pb"
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +92,7 @@ def test_what_cannot_be_read_there_is_one_line(stored, monkeypatch):
     assert_one_line_error(result, "no such bucket or object")
     empty = f"s3://{bucket}/run/h-0.tpumem.summary.json"
     result = run_tpumem("report", empty)
-    assert_one_line_error(result, "no traces (.tpumem files) there")
+    assert_one_line_error(result, "no traces (.tpumem files) or XSpace profiles there")
     # No credentials in the environment (and none to find elsewhere on the machine).
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name)
@@ -126,22 +129,213 @@ def test_storage_that_will_not_give_a_trace_ends_the_command_in_one_line(stored)
     with opened_run([Path(url)]) as given:
         filesystem("s3").rm(f"{bucket}/run/h-1.tpumem")
         with pytest.raises(storage.StorageError, match=r"h-1\.tpumem: no such bucket or object"):
-            given.fetch(given.traces[1])
+            given.stored.fetch(given.traces[1])
         # (not brought: a later look asks again, it is not taken for whole)
         with pytest.raises(storage.StorageError):
-            given.fetch(given.traces[1])
+            given.stored.fetch(given.traces[1])
 
 
 def test_what_is_only_on_this_machine_refuses_object_storage_in_one_line(stored, tmp_path):
     run, bucket = stored
     url = f"gs://{bucket}/run"
     for args in (
-        ["export", "tensorboard", url, "--logdir", str(tmp_path / "tb")],
-        ["export", "tensorboard", str(run), "--logdir", f"{url}/tb"],
         ["report", str(run), "-o", f"{url}/run.html"],
-        ["import", f"{url}/x.xplane.pb"],
         ["watch", f"{url}/h-0.tpumem"],
     ):
         result = run_tpumem(*args)
         assert_one_line_error(result, "is on this machine's disk only")
     assert not (tmp_path / "gs:").exists() and not Path("gs:").exists()
+
+
+JAX_SCRIPT = """
+import jax.numpy as jnp
+x = jnp.ones((512, 1024))
+print(float((x @ x.T).block_until_ready()[0, 0]))
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """Where what is bound for object storage is written first (the user's cache)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "tpumem" / "uploads"
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_profile_puts_its_trace_and_summary_where_o_says(stored, cache, tmp_path, scheme):
+    """Written here as the run goes, put there when it ends, its summary after it
+    tagged with storage's checksum of the trace: the run there then reads from its
+    summary without reading the trace's end, with the figures of the copy here."""
+    _, bucket = stored
+    script = tmp_path / "train.py"
+    script.write_text(JAX_SCRIPT)
+    result = profile(
+        tmp_path,
+        *("-o", f"{scheme}://{bucket}/profiled/{{host}}.tpumem"),
+        *("--tensorboard", f"{scheme}://{bucket}/tb"),
+        str(script),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # (and the TensorBoard logdir there too, as --tensorboard asked)
+    exported = [n for n in filesystem(scheme).find(f"{bucket}/tb") if n.endswith(".xplane.pb")]
+    assert len(exported) == 1 and f"{scheme}://{exported[0]}" in result.stderr
+    (local,) = (cache / scheme / bucket / "profiled").glob("*.tpumem")
+    url = f"{scheme}://{bucket}/profiled/{local.name}"
+    assert f"tpumem: uploaded {local} to {url}" in result.stderr
+    fs = filesystem(scheme)
+    assert fs.cat_file(f"{bucket}/profiled/{local.name}") == local.read_bytes()
+    kept = json.loads(fs.cat_file(f"{bucket}/profiled/{local.name}.summary.json"))
+    assert kept["trace_tag"].split(":")[0] in ("ETag", "crc32c")
+
+    from tpumem.reading.paths import opened_run
+
+    with opened_run([Path(f"{scheme}://{bucket}/profiled")]) as given:
+        assert given.stored is not None
+        assert given.stored.identity(given.traces[0]) == (local.stat().st_size, kept["trace_end"])
+    remote = run_tpumem("report", f"{scheme}://{bucket}/profiled", "-f", "json")
+    here = run_tpumem("report", str(local.parent), "-f", "json")
+    assert remote.returncode == 0, remote.stderr
+    a, b = json.loads(remote.stdout), json.loads(here.stdout)
+    assert [p["made_from"] for p in a["processes"]] == ["summary"] and a["notes"] == []
+    assert figures(a) == figures(b)
+
+    # Another trace put in its place (same size): not vouched for, its end read.
+    data = bytearray(local.read_bytes())
+    data[-1] ^= 1
+    fs.pipe_file(f"{bucket}/profiled/{local.name}", bytes(data))
+    with opened_run([Path(f"{scheme}://{bucket}/profiled")]) as given:
+        assert given.stored is not None and given.stored.identity(given.traces[0]) is None
+
+    # The same name again: refused before the script runs, nothing replaced.
+    again = profile(tmp_path, "-o", url, str(script))
+    assert_one_line_error(again, url, "exists", "--force")
+    assert fs.cat_file(f"{bucket}/profiled/{local.name}") == bytes(data)
+
+
+def test_a_trace_that_cannot_be_put_stays_here_and_says_where(
+    cache, servers, tmp_path, monkeypatch
+):
+    for name, value in servers.items():
+        monkeypatch.setenv(name, value)
+    script = tmp_path / "train.py"
+    script.write_text(JAX_SCRIPT)
+    url = "s3://no-such-bucket-for-tpumem/run/a.tpumem"
+    result = profile(tmp_path, "-q", "-o", url, str(script))
+    assert result.returncode == 2, result.stderr
+    local = cache / "s3" / "no-such-bucket-for-tpumem" / "run" / "a.tpumem"
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("tpumem:")]
+    assert line == (f"tpumem: error: {url}: no such bucket or object; the trace stays at {local}")
+    assert local.stat().st_size > 0 and summary_of(local).exists()
+
+
+def test_a_url_with_no_object_or_with_dots_is_one_line(tmp_path, cache):
+    for url in ("gs://bucket-only", "s3://b/../../etc/x.tpumem"):
+        result = profile(tmp_path, "-o", url, str(tmp_path / "train.py"))
+        assert_one_line_error(result, url, "not a bucket and an object's name")
+    assert not cache.exists()
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_a_profile_kept_there_imports_and_reports_as_here(stored, cache, tmp_path, scheme):
+    """An XProf logdir in a bucket (where TPU users keep them): `import` brings its
+    newest run's files alone and imports them as the logdir here, to a bucket too;
+    `report` reads it as the logdir here."""
+    _, bucket = stored
+    logdir = tmp_path / "logdir"
+    for run_name in ("2026_11_27_10_00_00", "2026_11_28_10_00_00"):
+        profile_dir = logdir / "plugins" / "profile" / run_name
+        profile_dir.mkdir(parents=True)
+        (profile_dir / "vm-0.xplane.pb").write_bytes(PROFILE.read_bytes())
+    (logdir / "train").mkdir()
+    (logdir / "train" / "events.out.tfevents.1").write_bytes(b"not a profile")
+    fs = filesystem(scheme)
+    for path in sorted(p for p in logdir.rglob("*") if p.is_file()):
+        fs.pipe_file(f"{bucket}/logdir/{path.relative_to(logdir).as_posix()}", path.read_bytes())
+    url = f"{scheme}://{bucket}/logdir"
+
+    here = run_tpumem("import", str(logdir), "-o", str(tmp_path / "here.tpumem"))
+    assert here.returncode == 0, here.stderr
+    target = f"{scheme}://{bucket}/imported/there.tpumem"
+    there = run_tpumem("import", url, "-o", target)
+    assert there.returncode == 0, there.stderr
+    newest = f"{url}/plugins/profile/2026_11_28_10_00_00/vm-0.xplane.pb"
+    assert f"from {newest}" in there.stdout
+    local = cache / scheme / bucket / "imported" / "there.tpumem"
+    assert f"uploaded {local} to {target}" in there.stderr
+    a = run_tpumem("report", target, "-f", "json")
+    b = run_tpumem("report", str(tmp_path / "here.tpumem"), "-f", "json")
+    assert a.returncode == 0, a.stderr
+    assert json.loads(a.stdout)["devices"] == json.loads(b.stdout)["devices"]
+    older = run_tpumem(
+        "import", url, "--run", "2026_11_27_10_00_00", "-o", str(tmp_path / "o.tpumem")
+    )
+    assert older.returncode == 0 and "2026_11_27_10_00_00/vm-0.xplane.pb" in older.stdout
+    missing = run_tpumem("import", url, "--run", "nope")
+    assert_one_line_error(missing, "no run named 'nope'", "2026_11_27_10_00_00")
+
+    reported = run_tpumem("report", url, "-f", "json")
+    direct = run_tpumem("report", str(logdir), "-f", "json")
+    assert reported.returncode == 0, reported.stderr
+    assert json.loads(reported.stdout)["devices"] == json.loads(direct.stdout)["devices"]
+    nothing = run_tpumem("import", f"{scheme}://{bucket}/logdir/train")
+    assert_one_line_error(nothing, "no traces (.tpumem files) or XSpace profiles there")
+
+
+def test_export_reads_a_run_there_and_writes_a_logdir_there(stored, tmp_path):
+    """TensorBoard reads logdirs in buckets: the files export puts there are the
+    ones it writes here, for the same run from either place."""
+    run, bucket = stored
+    here = tmp_path / "tb"
+    local = run_tpumem("export", "tensorboard", str(run), "--logdir", str(here))
+    assert local.returncode == 0, local.stderr
+    logdir = f"gs://{bucket}/tb"
+    exported = run_tpumem("export", "tensorboard", f"s3://{bucket}/run", "--logdir", logdir)
+    assert exported.returncode == 0, exported.stderr
+    assert f"{logdir}/plugins/profile/run/h-1.xplane.pb" in exported.stderr
+    assert f"tensorboard --logdir {logdir};" in exported.stderr
+    fs = filesystem("gs")
+    written = sorted(p for p in here.rglob("*") if p.is_file() and "profile" in p.parts)
+    assert written
+    for path in written:
+        kept = fs.cat_file(f"{bucket}/tb/{path.relative_to(here).as_posix()}")
+        assert kept == path.read_bytes(), path
+    again = run_tpumem("export", "tensorboard", f"s3://{bucket}/run", "--logdir", logdir)
+    assert_one_line_error(again, "exists", "--force")
+    forced = run_tpumem(
+        "export", "tensorboard", f"s3://{bucket}/run", "--logdir", logdir, "--force"
+    )
+    assert forced.returncode == 0, forced.stderr
+
+
+WORKERS = """
+import multiprocessing as mp
+
+def work(index):
+    import jax.numpy as jnp
+    jnp.ones((index + 1) * 256 * 1024, jnp.float32).block_until_ready()
+
+if __name__ == "__main__":
+    workers = [mp.get_context("spawn").Process(target=work, args=(i,)) for i in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+"""
+
+
+def test_a_followed_run_is_put_there_process_by_process(stored, cache, tmp_path):
+    _, bucket = stored
+    (tmp_path / "workers.py").write_text(WORKERS)
+    url = f"s3://{bucket}/followed"
+    result = profile(tmp_path, "--follow", "-o", url, "workers.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    traces = sorted((cache / "s3" / bucket / "followed").glob("*.tpumem"))
+    assert len(traces) == 2
+    for trace in traces:
+        assert f"tpumem: uploaded {trace} to {url}/{trace.name}" in result.stderr
+    remote = run_tpumem("report", url, "-f", "json")
+    here = run_tpumem("report", str(traces[0].parent), "-f", "json")
+    assert remote.returncode == 0, remote.stderr
+    a, b = json.loads(remote.stdout), json.loads(here.stdout)
+    assert [p["made_from"] for p in a["processes"]] == ["summary"] * 2 and a["notes"] == []
+    assert figures(a) == figures(b)

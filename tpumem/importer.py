@@ -20,7 +20,7 @@ from tpumem.trace.schema import ALLOCATOR, HLO
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane import XPLANE_SUFFIX
 from tpumem.xplane.hlo_protos import read_hlo_protos
-from tpumem.xplane.logdir import profile_files
+from tpumem.xplane.logdir import chosen_run, profile_files
 from tpumem.xplane.memory_events import MemoryEvents, parse_space, read_memory_events
 from tpumem.xplane.trace_columns import (
     allocator_codes,
@@ -61,15 +61,8 @@ def find_profiles(path: Path, run: str | None = None) -> tuple[str, list[HostPro
     runs: dict[Path, list[Path]] = {}
     for file in files:
         runs.setdefault(file.parent, []).append(file)
-    if run is not None:
-        chosen = [d for d in runs if d.name == run]
-        if not chosen:
-            names = ", ".join(sorted(d.name for d in runs))
-            raise TpumemError(f"{path}: no run named {run!r} (runs: {names})")
-        directory = chosen[0]
-    else:
-        # XProf names runs by their start time, so the last name is the newest.
-        directory = max(runs, key=lambda d: d.name)
+    name = chosen_run([d.name for d in runs], run, path)
+    directory = next(d for d in runs if d.name == name)
     hosts = [HostProfile(f.name.removesuffix(XPLANE_SUFFIX), f) for f in runs[directory]]
     return directory.name, hosts
 

@@ -162,8 +162,7 @@ def refuse_remote(path: Path | str | None, what: str) -> None:
     this machine (a trace being written, an output): not a file there named gs:."""
     if path is not None and remote_url(path) is not None:
         raise TpumemError(
-            f"{remote_url(path)}: {what} is on this machine's disk only, not in object "
-            "storage (report, check, diff and compare read runs kept there)"
+            f"{remote_url(path)}: {what} is on this machine's disk only, not in object storage"
         )
 
 

@@ -35,7 +35,7 @@ def run_check(request: CheckRequest) -> int:
             "--max-growth, --max-imbalance, --tpu and/or --baseline"
         )
     with opened_run(list(request.paths)) as given:
-        compile_for_tpus(given.traces, request.tpu, quiet=True, fetch=given.fetch)
+        compile_for_tpus(given.traces, request.tpu, quiet=True, stored=given.stored)
         if given.is_processes:
             if request.baseline is not None:
                 raise TpumemError("--baseline compares one trace with another: give one process's")
@@ -78,8 +78,7 @@ def _run_breaches(given: RunInput, limits: Limits, imbalance: Increase | None) -
         per_process=partial(breach_findings, limits=limits) if in_full else None,
         per_summary=None if in_full else partial(summary_findings, limits=limits),
         expect_summaries=not given.imported,
-        fetch=given.fetch,
-        names=given.kept_at,
+        stored=given.stored,
     )
     found = [f"{p.name} ({p.path}): {line}" for p in run.processes for line in p.findings]
     found += [f"left out {path}: {why}" for path, why in run.unreadable]

@@ -101,9 +101,9 @@ def _one_trace(given: RunInput) -> tuple[Path, str | None]:
     from tpumem.report.escapes import visible
 
     with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
-        most = busiest(summaries_of(given.traces, given.fetch))
-        if given.fetch is not None:  # (in object storage: the busiest, read in full, brought)
-            given.fetch(Path(most.path))
+        most = busiest(summaries_of(given.traces, given.stored))
+        if given.stored is not None:  # (in object storage: the busiest, read in full, brought)
+            given.stored.fetch(Path(most.path))
     print(
         f"tpumem: {visible(given.where)} ({len(given.traces):,} processes) stands for its "
         f"busiest, {visible(most.name)} ({visible(given.name_of(Path(most.path)) or most.path)})",

@@ -56,12 +56,12 @@ def _busiest_pair(before: RunInput, after: RunInput) -> tuple[Path, Path, tuple]
     runs = []
     for given in (before, after):
         with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
-            runs.append(summaries_of(given.traces, given.fetch))
+            runs.append(summaries_of(given.traces, given.stored))
     pairs = pair_processes(*runs)
     first, second = busiest_pair(pairs)
     if first is None or second is None:
         raise TpumemError(f"no process of {after.where} has a counterpart in {before.where}")
     for given, process in ((before, first), (after, second)):
-        if given.fetch is not None:  # (in object storage: the pair, read in full, brought)
-            given.fetch(Path(process.path))
+        if given.stored is not None:  # (in object storage: the pair, read in full, brought)
+            given.stored.fetch(Path(process.path))
     return Path(first.path), Path(second.path), peak_pairs(pairs)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from tpumem.commands.requests import ExportRequest
+from tpumem.commands.uploading import logdir_written
 from tpumem.errors import TpumemError
-from tpumem.outputs import refuse_remote
+from tpumem.outputs import remote_url
 from tpumem.progress import progress
 from tpumem.reading.paths import opened_run
 
@@ -16,15 +18,30 @@ def run_export(request: ExportRequest) -> None:
     from tpumem.export.tensorboard import export_tensorboard, exported_lines, safe_name
 
     paths = list(request.paths)
-    for given_path in paths:
-        refuse_remote(given_path, "what export reads")
-    refuse_remote(request.logdir, "the logdir export writes")
-    directories = [p for p in paths if p.is_dir()]
+    directories = [p for p in paths if _run_directory(p)]
     if directories and len(paths) > 1:
         raise TpumemError("export one run's directory at a time, or give trace files")
     run = request.run
     if directories and run is None:
-        run = safe_name(directories[0].resolve().name)
-    with opened_run(paths) as given, progress(f"exporting to {request.logdir}"):
-        exported = export_tensorboard(given.traces, request.logdir, run, request.force)
-    print(exported_lines(exported, request.logdir), file=sys.stderr)
+        run = safe_name(_name(directories[0]))
+    with (
+        opened_run(paths) as given,
+        logdir_written(request.logdir, request.force) as (logdir, named),
+        progress(f"exporting to {remote_url(request.logdir) or request.logdir}"),
+    ):
+        if given.stored is not None:  # (exported whole: each trace brought)
+            for trace in given.traces:
+                given.stored.fetch(trace)
+        exported = export_tensorboard(given.traces, logdir, run, request.force)
+    print(exported_lines(exported, request.logdir, named), file=sys.stderr)
+
+
+def _run_directory(path: Path) -> bool:
+    """A run's directory: here, or in object storage (a URL not naming one trace)."""
+    url = remote_url(path)
+    return path.is_dir() if url is None else not url.endswith(".tpumem")
+
+
+def _name(directory: Path) -> str:
+    url = remote_url(directory)
+    return directory.resolve().name if url is None else url.rstrip("/").rsplit("/", 1)[-1]

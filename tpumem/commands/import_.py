@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tpumem.commands.requests import ImportRequest
+from tpumem.commands.uploading import upload_traces, written_here
 from tpumem.errors import TpumemError
 from tpumem.importer import find_profiles, import_profile
-from tpumem.outputs import check_target, create_trace, default_trace, refuse_remote
+from tpumem.outputs import check_target, create_trace, default_trace, remote_url
 from tpumem.progress import progress
 from tpumem.snapshots.importing import import_snapshot, is_snapshot
 from tpumem.units import format_bytes
@@ -20,11 +24,33 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
 
 
 def run_import(request: ImportRequest) -> None:
-    refuse_remote(request.path, "what import reads")
-    if is_snapshot(request.path):
-        _import_snapshot(request)
+    with _brought(request) as (path, called):
+        if is_snapshot(path):
+            written = [_import_snapshot(request, path, called)]
+        else:
+            written = _import_profiles(request, path, called)
+    failed = upload_traces(written, request.force)
+    if failed:
+        raise TpumemError("; ".join(failed))
+
+
+@contextmanager
+def _brought(request: ImportRequest) -> Iterator[tuple[Path, str]]:
+    """What to import, here: the path given, or what it names in object storage
+    brought to a scratch directory for as long as the import lasts; with what to
+    call it."""
+    url = remote_url(request.path)
+    if url is None:
+        yield request.path, str(request.path)
         return
-    path, output, force = request.path, request.output, request.force
+    from tpumem.reading.object_storage import fetched_file
+
+    with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch, progress(f"reading {url}"):
+        yield fetched_file(url, Path(scratch), request.run, any_file=True)
+
+
+def _import_profiles(request: ImportRequest, path: Path, called: str) -> list[Path]:
+    output, force = request.output, request.force
     run_name, hosts = find_profiles(path, request.run)
     inputs = [host.path for host in hosts]
     targets: list[Path | None] = []
@@ -37,27 +63,43 @@ def run_import(request: ImportRequest) -> None:
             if len(hosts) > 1
             else output
         )
-        if check_target(target, inputs) and not force:  # before any work is done
-            raise TpumemError(f"{target}: exists; use --force to replace it, or -o another name")
-        targets.append(target)
+        here = written_here(target, force)  # (object storage: its copy here)
+        assert here is not None
+        if check_target(here, inputs) and not force:  # before any work is done
+            raise TpumemError(f"{here}: exists; use --force to replace it, or -o another name")
+        targets.append(here)
+    written = []
     for host, planned in zip(hosts, targets, strict=True):
         default = default_output(path, run_name, host.host, len(hosts))
 
         def create(target: Path | None = planned, default: Path = default) -> tuple[Path, int]:
             if target is None:
                 return default_trace(default, inputs)
+            target.parent.mkdir(parents=True, exist_ok=True)
             return target, create_trace(target, inputs, force)
 
-        with progress(f"importing {host.path}"):
-            written, count, programs = import_profile(host, run_name, create)
+        shown = _shown(host.path, path, called)
+        with progress(f"importing {shown}"):
+            trace, count, programs = import_profile(host, run_name, create)
         held = f", {programs:,} compiled programs" if programs else ""
-        print(f"{written}: {count:,} memory events{held} from {host.path}")
-        _summarise(written)
+        print(f"{trace}: {count:,} memory events{held} from {shown}")
+        _summarise(trace)
+        written.append(trace)
+    return written
 
 
-def _import_snapshot(request: ImportRequest) -> None:
+def _shown(file: Path, given: Path, called: str) -> str:
+    """A profile's file as the user knows it (its URL, where it was brought)."""
+    if called == str(given):
+        return str(file)
+    if file == given:
+        return called
+    return f"{called.rstrip('/')}/{file.relative_to(given).as_posix()}"
+
+
+def _import_snapshot(request: ImportRequest, path: Path, called: str) -> Path:
     """A PyTorch memory snapshot: one trace, its devices in it."""
-    path, output = request.path, request.output
+    output = written_here(request.output, request.force)
     if request.run is not None:
         raise TpumemError("--run picks a run of a TensorBoard logdir; a snapshot has one")
     if output is not None and check_target(output, [path]) and not request.force:
@@ -71,9 +113,10 @@ def _import_snapshot(request: ImportRequest) -> None:
     def create() -> tuple[Path, int]:
         if output is None:
             return default_trace(Path(f"{path.stem}.tpumem"), [path])
+        output.parent.mkdir(parents=True, exist_ok=True)
         return output, create_trace(output, [path], request.force)
 
-    with progress(f"importing {path}") as say:
+    with progress(f"importing {called}") as say:
         written, converted = import_snapshot(
             path, create, lambda read: say(f"{read / max(size, 1):.0%} of {format_bytes(size)}")
         )
@@ -85,8 +128,9 @@ def _import_snapshot(request: ImportRequest) -> None:
         )
     if converted.ooms:
         said += f", {converted.ooms} out of memory"
-    print(f"{said} from {path}")
+    print(f"{said} from {called}")
     _summarise(written)
+    return written
 
 
 def _summarise(trace: Path) -> None:

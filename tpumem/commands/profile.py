@@ -10,8 +10,8 @@ from tpumem.commands.options import text_width
 from tpumem.commands.requests import ProfileRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.commands.unrecorded import unrecorded_line
+from tpumem.commands.uploading import logdir_written, upload_traces, written_here
 from tpumem.errors import TpumemError
-from tpumem.outputs import refuse_remote
 
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
@@ -46,7 +46,8 @@ def run_profile(request: ProfileRequest) -> int:
         )
     if module is not None and target is not None:
         rest = [target, *rest]
-    refuse_remote(request.output, "a trace being written")
+    # (bound for object storage: written on this machine as the run goes, put there after)
+    output = written_here(request.output, request.force)
     if follow:
         _check_follow_options(request.framework, request.tensorboard, tpu)
     if tpu and not capture.programs:
@@ -61,7 +62,7 @@ def run_profile(request: ProfileRequest) -> int:
         target=module if module is not None else str(target),
         module=module is not None,
         args=rest,
-        output=request.output,
+        output=output,
         framework=request.framework,
         force=request.force,
         capture=capture,
@@ -76,7 +77,8 @@ def run_profile(request: ProfileRequest) -> int:
         _after_followed_run(
             outcome.trace, request.quiet, fmt, text_width(request.width, sys.stderr)
         )
-        return outcome.returncode
+        traces = sorted(outcome.trace.glob("*.tpumem"))
+        return _uploaded(traces, request, outcome.returncode)
     if outcome.unrecorded is not None:
         print(f"tpumem: error: {unrecorded_line(launch.target, outcome)}", file=sys.stderr)
         return outcome.returncode or 2
@@ -90,7 +92,16 @@ def run_profile(request: ProfileRequest) -> int:
         compile_for_tpus([outcome.trace], tpu, request.quiet)
     quiet_or = None if request.quiet else reporter
     _after_run(outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard)
-    return outcome.returncode
+    return _uploaded([outcome.trace], request, outcome.returncode)
+
+
+def _uploaded(traces: list[Path], request: ProfileRequest, returncode: int) -> int:
+    """The run's exit status, once its traces bound for object storage are there
+    (2 for a run that succeeded where one could not be put: its copy here stays)."""
+    failed = upload_traces(traces, request.force, say=not request.quiet)
+    for line in failed:
+        print(f"tpumem: error: {line}", file=sys.stderr)
+    return returncode or 2 if failed else returncode
 
 
 def _live_view() -> LiveView:
@@ -188,7 +199,8 @@ def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path 
         from tpumem.export.tensorboard import export_loaded, exported_lines
 
         try:
-            exported = export_loaded([(trace, loaded, figures)], logdir)
-            print(exported_lines(exported, logdir), file=sys.stderr)
+            with logdir_written(logdir, force=False) as (local, named):
+                exported = export_loaded([(trace, loaded, figures)], local)
+            print(exported_lines(exported, logdir, named), file=sys.stderr)
         except TpumemError as error:
             print(f"tpumem: no TensorBoard export: {error}", file=sys.stderr)

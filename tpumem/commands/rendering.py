@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tpumem.analysis.programs import CompiledProgram
     from tpumem.analysis.run_figures import RunAnalysis
     from tpumem.reading.many_traces import PerProcess, PerSummary
+    from tpumem.reading.object_storage import Fetched
 
 
 def analysed_processes(
@@ -25,12 +26,11 @@ def analysed_processes(
     per_process: PerProcess | None = None,
     per_summary: PerSummary | None = None,
     expect_summaries: bool = True,
-    fetch: Callable[[Path], None] | None = None,
-    names: Callable[[Path], str | None] | None = None,
+    stored: Fetched | None = None,
 ) -> ProcessRun:
     """A distributed run's traces analysed (analyze_processes), with a spinner that
-    counts them; `names`: what a trace goes by where its file's name would mislead
-    (a scratch copy of one kept in object storage)."""
+    counts them; `stored`: the run's traces in object storage (each then goes by
+    its URL, not by its scratch copy's name)."""
     from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.reading.many_traces import analyze_processes
 
@@ -43,9 +43,9 @@ def analysed_processes(
             per_process=per_process,
             per_summary=per_summary,
             expect_summaries=expect_summaries,
-            fetch=fetch,
+            stored=stored,
         )
-    return run if names is None else _renamed(run, names)
+    return run if stored is None else _renamed(run, stored.url_of)
 
 
 def _renamed(run: ProcessRun, names: Callable[[Path], str | None]) -> ProcessRun:

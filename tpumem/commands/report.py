@@ -40,8 +40,7 @@ def run_report(request: ReportRequest) -> None:
                 given.where,
                 chosen.series_points,
                 expect_summaries=not given.imported,  # (none in a scratch directory)
-                fetch=given.fetch,
-                names=given.kept_at,
+                stored=given.stored,
             )
             text = reporter(PROCESSES, chosen.name).render(
                 run,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tpumem.reading.object_storage import Fetched
     from tpumem.tpu.topology import Topology
 
 
@@ -15,17 +16,17 @@ def compile_for_tpus(
     traces: list[Path],
     topologies: Sequence[Topology],
     quiet: bool = False,
-    fetch: Callable[[Path], None] | None = None,
+    stored: Fetched | None = None,
 ) -> None:
     """`--tpu`: each trace's programs compiled for each topology, kept in the trace.
     A trace whose programs cannot be compiled says so in one line and keeps its report.
-    `fetch`: brings each trace whole first (object storage: the compiles are kept in
-    the copy this command reads, not where the trace is kept)."""
+    `stored`: the traces in object storage, each brought whole first (the compiles
+    are kept in the copy this command reads, not where the trace is kept)."""
     if not topologies:
         return
-    if fetch is not None:
+    if stored is not None:
         for trace in traces:
-            fetch(trace)
+            stored.fetch(trace)
     from tpumem.errors import TpumemError
     from tpumem.reading.summary_files import summary_kept
     from tpumem.tpu.compile import compile_for_tpu, refuse_live

@@ -19,7 +19,8 @@ def run_watch(path: Path, interval_s: float) -> None:
     from tpumem.report.escapes import visible
     from tpumem.report.live_line import chart_line, live_line
 
-    refuse_remote(path, "a trace being watched")
+    # (a trace goes to object storage whole, once its run ends: tpumem report reads it)
+    refuse_remote(path, "a trace being watched (report reads one kept there)")
     if path.is_dir():
         raise TpumemError(f"{path}: is a directory: watch one process's trace")
     follower = RunFollower(path).start()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tpumem.analysis.series import device_series
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
 from tpumem.export.xspace import memory_space, trace_programs
-from tpumem.outputs import write_new
+from tpumem.outputs import remote_url, write_new
 from tpumem.trace.metadata import IMPORTED
 from tpumem.trace.model import Trace
 from tpumem.trace.reader import load
@@ -60,15 +61,19 @@ def memory_tool_path(run: str, host: str, tool: str = "memory_profile") -> str:
     return f"/data/plugin/profile/index.html?{query}"
 
 
-def exported_lines(exported: list[ExportedRun], logdir: Path) -> str:
-    """A line per run exported, with its files; then how to look, and where
-    TensorBoard opens on each run's memory (on its default port)."""
+def exported_lines(
+    exported: list[ExportedRun], logdir: Path, named: Callable[[Path], str] = str
+) -> str:
+    """A line per run exported, with its files (each called `named`: where it was
+    put); then how to look, and where TensorBoard opens on each run's memory (on
+    its default port)."""
     lines = []
     for item in exported:
-        files = ", ".join(str(p) for p in (*item.xplanes, *item.scalars))
+        files = ", ".join(named(p) for p in (*item.xplanes, *item.scalars))
         lines.append(f"tpumem: run {item.run}: {files}")
     lines.append(
-        f"tpumem: to look: tensorboard --logdir {shlex.quote(str(logdir))}; its PROFILE tab "
+        f"tpumem: to look: tensorboard --logdir {shlex.quote(remote_url(logdir) or str(logdir))}; "
+        "its PROFILE tab "
         "opens on XProf's Overview page, these on each run's Memory Profile:"
     )
     for item in exported:

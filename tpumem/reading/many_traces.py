@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpumem.analysis.processes import (
     SERIES_POINTS,
@@ -25,6 +26,9 @@ from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.errors import TpumemError
 from tpumem.reading.analyses import analysed
 from tpumem.reading.summary_files import MISSING, read_summary
+
+if TYPE_CHECKING:
+    from tpumem.reading.object_storage import Fetched
 
 # Below this many bytes of traces in all, worker processes cost more than they save.
 _PARALLEL_FROM_BYTES = 64 * 1024 * 1024
@@ -97,7 +101,7 @@ def analyze_processes(
     per_process: PerProcess | None = None,
     per_summary: PerSummary | None = None,
     expect_summaries: bool = True,
-    fetch: Callable[[Path], None] | None = None,
+    stored: Fetched | None = None,
 ) -> ProcessRun:
     """The run the traces make together: from the summaries their recordings left
     where those answer (summary_files.py), the rest analysed. `workers`: worker
@@ -107,17 +111,18 @@ def analyze_processes(
     `per_process`: findings of each process's full analysis, and `per_summary` of
     its summary, kept in its summary; `expect_summaries`: False where none is made
     yet (a run followed or imported here), so that a missing one goes unsaid;
-    `fetch`: brings a trace whole before it is read in full (object storage)."""
+    `stored`: the run's traces in object storage, each brought whole before it is
+    read in full."""
     task = _Task(capacity=capacity, per_process=per_process, per_summary=per_summary)
-    read = _read(paths, workers, done, task, fetch)
+    read = _read(paths, workers, done, task, stored)
     processes, unreadable = list(read.processes), list(read.unreadable)
     said = [(path, why) for path, why in read.summarised_here if expect_summaries or why != MISSING]
     kept = read.kept
     while True:
         most = busiest(processes)
         reuse = kept is not None and kept.path == most.path and busiest_points == SERIES_POINTS
-        if not reuse and fetch is not None:
-            fetch(Path(most.path))  # (what storage will not give ends the command)
+        if not reuse and stored is not None:
+            stored.fetch(Path(most.path))  # (what storage will not give ends the command)
         try:
             analysis = (
                 kept if reuse and kept is not None else task.analyse(most.path, busiest_points)
@@ -215,7 +220,7 @@ def _read(
     workers: int | None,
     done: Callable[[int, int], None] | None,
     task: _Task,
-    fetch: Callable[[Path], None] | None = None,
+    stored: Fetched | None = None,
 ) -> _Read:
     """The traces' summaries: the ones their recordings left where they answer, the
     rest made from the traces; one line for a run none of whose traces can be read."""
@@ -225,7 +230,7 @@ def _read(
     said: list[tuple[str, str]] = []
     if task.from_summaries:
         for number, path in enumerate(paths):
-            kept_summary = read_summary(path)
+            kept_summary = read_summary(path, None if stored is None else stored.identity(path))
             if isinstance(kept_summary, ProcessSummary):
                 results[number] = task.found(kept_summary)
             else:
@@ -237,9 +242,9 @@ def _read(
         if done is not None:
             tell = lambda finished, total: done(from_summaries + finished, len(paths))  # noqa: E731
         rest = [paths[number] for number in left]
-        if fetch is not None:  # (read in full here: brought whole first)
+        if stored is not None:  # (read in full here: brought whole first)
             for path in rest:
-                fetch(path)
+                stored.fetch(path)
         chosen = workers_for(rest) if workers is None else workers
         made, kept = _summaries(rest, chosen, tell, task)
         for number, result in zip(left, made, strict=True):
@@ -265,9 +270,9 @@ def _read(
 
 
 def summaries_of(
-    paths: Sequence[Path], fetch: Callable[[Path], None] | None = None
+    paths: Sequence[Path], stored: Fetched | None = None
 ) -> tuple[ProcessSummary, ...]:
     """Each readable trace's summary, in the order of processes (rank, host, pid):
     the one its recording left where it stands, else made from the trace (brought
-    whole first by `fetch`, where it is in object storage)."""
-    return _read(paths, None, None, _Task(), fetch).processes
+    whole first, where it is in object storage)."""
+    return _read(paths, None, None, _Task(), stored).processes

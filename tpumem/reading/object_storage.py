@@ -1,33 +1,28 @@
 """Runs kept in object storage (`gs://bucket/run/`, `s3://bucket/run/`), read
-through fsspec (gcsfs, s3fs: the `gcs` and `s3` extras), credentials from the
-environment as those libraries take them.
+where they are (the client: tpumem/storage/client.py).
 
-Only what a command needs travels: each trace's summary, the last 4 KiB of each
-trace (what its summary knows it by, with its size from the listing), and in full
+Only what a command needs travels: the listing, each trace's summary, and in full
 only the traces that are analysed (the busiest, and those with no summary that
-stands). The traces are stand-ins in a scratch directory until then: files of
-their size, holes but for their end (`Fetched.fetch` brings one whole).
+stands). A summary stands for its trace where the listing's checksum of the trace
+is the one its summary was uploaded with (tpumem's uploads record it); else the
+trace's last 4 KiB are read, by which a summary knows its trace with its size. The
+traces are stand-ins in a scratch directory until read: files of their size, holes
+but for their end where it was read (`Fetched.fetch` brings one whole).
 """
 
 from __future__ import annotations
 
-import errno
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tpumem.errors import TpumemError
 from tpumem.outputs import summary_of
-from tpumem.reading.summary_files import END_BYTES, MAX_SUMMARY_BYTES
-
-_PACKAGES = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs"}
-
-
-class StorageError(TpumemError):
-    """What object storage would not give: it ends the command (it says nothing of
-    the trace, which is not left out of a run for it)."""
+from tpumem.reading.summary_files import END_BYTES, MAX_SUMMARY_BYTES, TAG_KEY, trace_identity
+from tpumem.storage.client import StorageError, content_tag, filesystem, said, why
 
 
 @dataclass
@@ -39,61 +34,143 @@ class Fetched:
     _fs: Any
     _remote: dict[Path, str] = field(default_factory=dict)  # each stand-in's object
     _brought: set[Path] = field(default_factory=set)  # the stand-ins made whole
+    # (size, end digest) of the traces whose summary the listing's checksum vouches
+    # for: their ends were not read
+    _vouched: dict[Path, tuple[int, str]] = field(default_factory=dict)
 
     def fetch(self, trace: Path) -> None:
         """The trace at `trace` whole (a no-op for one brought already, or local)."""
         if trace not in self._remote or trace in self._brought:
             return
         remote = self._remote[trace]
-        with _said(self._fs.unstrip_protocol(remote)):
+        with said(self._fs.unstrip_protocol(remote)):
             self._fs.get_file(remote, str(trace))
         self._brought.add(trace)  # (only once it is whole)
+        self._vouched.pop(trace, None)  # (known by its own bytes now)
 
     def url_of(self, trace: Path) -> str | None:
         """Where a stand-in's trace is kept, as a report names it."""
         remote = self._remote.get(trace)
         return None if remote is None else self._fs.unstrip_protocol(remote)
 
+    def identity(self, trace: Path) -> tuple[int, str] | None:
+        """The trace's (size, end digest) as storage vouches for it, where its own
+        end was not brought; None: read it from the file."""
+        return self._vouched.get(trace)
 
-def fetched_run(url: str, scratch: Path) -> Fetched:
+
+def fetched_run(url: str, scratch: Path) -> Fetched | None:
     """The traces at `url` (a run's directory, or one trace) as stand-ins in
-    `scratch`, with their summaries; one line for what cannot be read."""
-    fs, root = _filesystem(url)
-    with _said(url):
+    `scratch`, with their summaries (None: no trace there); one line for what
+    cannot be read."""
+    fs, root = filesystem(url)
+    with said(url):
+        fs.invalidate_cache()  # (a client kept in this process may list from memory)
         listed = fs.ls(root, detail=True) if fs.isdir(root) else [fs.info(root)]
     files = {
-        entry["name"]: int(entry.get("size") or 0)
+        entry["name"]: entry
         for entry in listed
         if entry.get("type", "file") == "file"  # (not a "directory" named x.tpumem)
     }
     traces = sorted(name for name in files if name.endswith(".tpumem"))
     if not traces:
-        raise TpumemError(f"{url}: no traces (.tpumem files) there")
-    fetched = Fetched([], fs)
-    local = [scratch / Path(name).name for name in traces]
+        return None
     summaries = {name: str(summary_of(Path(name))) for name in traces}
     wanted = [summaries[name] for name in traces if summaries[name] in files]
-    with _said(url):
-        # Ranges, not `cat`: no name is read as a pattern, and no summary is read
-        # past the size one can have (summary_files.py refuses it then).
-        kept = fs.cat_ranges(wanted, [0] * len(wanted), [MAX_SUMMARY_BYTES + 1] * len(wanted))
-        ends = fs.cat_ranges(
-            traces,
-            [max(0, files[name] - END_BYTES) for name in traces],
-            [files[name] for name in traces],
-        )
-    for name, got in [*zip(wanted, kept, strict=True), *zip(traces, ends, strict=True)]:
-        if isinstance(got, BaseException):
-            raise StorageError(f"{fs.unstrip_protocol(name)}: {_why(got)}")
-    by_name = dict(zip(wanted, kept, strict=True))
+    # Ranges, not `cat`: no name is read as a pattern, and no summary is read past
+    # the size one can have (summary_files.py refuses it then).
+    whole = [(0, MAX_SUMMARY_BYTES + 1)] * len(wanted)
+    kept = dict(zip(wanted, _ranges(fs, url, wanted, whole), strict=True))
+    sizes = {name: int(files[name].get("size") or 0) for name in traces}
+    vouched = {
+        name: found
+        for name in traces
+        if (found := _vouched_by(kept.get(summaries[name]), sizes[name], files[name]))
+    }
+    unvouched = [name for name in traces if name not in vouched]
+    spans = [(max(0, sizes[name] - END_BYTES), sizes[name]) for name in unvouched]
+    ends = dict(zip(unvouched, _ranges(fs, url, unvouched, spans), strict=True))
+    fetched = Fetched([], fs)
     with _scratch_written(scratch):
-        for name, path, end in zip(traces, local, ends, strict=True):
-            _stand_in(path, files[name], end)
-            if summaries[name] in by_name:
-                summary_of(path).write_bytes(by_name[summaries[name]])
+        scratch.mkdir(parents=True, exist_ok=True)
+        for name in traces:
+            path = scratch / Path(name).name
+            _stand_in(path, sizes[name], ends.get(name, b""))
+            if summaries[name] in kept:
+                summary_of(path).write_bytes(kept[summaries[name]])
+            if name in vouched:
+                fetched._vouched[path] = vouched[name]
             fetched._remote[path] = name
             fetched.traces.append(path)
     return fetched
+
+
+def fetched_file(
+    url: str, scratch: Path, run: str | None = None, any_file: bool = False
+) -> tuple[Path, str]:
+    """A profile in object storage, brought to `scratch`: the object at `url` whole
+    (an .xplane.pb; any file with `any_file`, as `import` takes a snapshot), or of
+    a logdir or profile directory there the profile run chosen (`run`, else the
+    newest), its files at their places below; with what they are called (the URL
+    of the directory or object)."""
+    from tpumem.xplane import XPLANE_SUFFIX
+    from tpumem.xplane.logdir import chosen_run, in_layout
+
+    fs, root = filesystem(url)
+    nothing = f"{url}: no traces (.tpumem files) or XSpace profiles there"
+    with said(url):
+        if fs.isfile(root):
+            if not (any_file or root.endswith(XPLANE_SUFFIX)):
+                raise TpumemError(nothing)
+            return _brought(fs, root, scratch / PurePosixPath(root).name), url
+        below = fs.find(root)  # (one listing of the objects below, paged)
+    found = [name[len(root) :].lstrip("/") for name in below if name.startswith(root)]
+    profiles = [name for name in found if in_layout(name)]
+    if not profiles:
+        raise TpumemError(nothing)
+    runs: dict[str, list[str]] = {}
+    for name in profiles:
+        runs.setdefault(name.rpartition("/")[0], []).append(name)
+    by_name = {directory.rpartition("/")[2]: directory for directory in runs}
+    directory = by_name[chosen_run(list(by_name), run, url)]
+    for name in runs[directory]:
+        _brought(fs, f"{root.rstrip('/')}/{name}", scratch / name)
+    return scratch, url
+
+
+def _brought(fs: Any, name: str, target: Path) -> Path:
+    with _scratch_written(target.parent):
+        target.parent.mkdir(parents=True, exist_ok=True)
+    with said(fs.unstrip_protocol(name)):
+        fs.get_file(name, str(target))
+    return target
+
+
+def _ranges(fs: Any, url: str, names: list[str], spans: list[tuple[int, int]]) -> list[bytes]:
+    """The byte ranges of the objects, requested together; one line for any refused."""
+    if not names:
+        return []
+    with said(url):
+        got = fs.cat_ranges(names, [s for s, _ in spans], [e for _, e in spans])
+    for name, one in zip(names, got, strict=True):
+        if isinstance(one, BaseException):
+            raise StorageError(f"{fs.unstrip_protocol(name)}: {why(one)}")
+    return got
+
+
+def _vouched_by(summary: bytes | None, size: int, entry: dict[str, Any]) -> tuple[int, str] | None:
+    """The trace's identity as its summary has it, where the listing's checksum of
+    the trace and its size are the ones the summary was uploaded with."""
+    tag = content_tag(entry)
+    if summary is None or tag is None:
+        return None
+    try:
+        kept = json.loads(summary)
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        return None  # (read_summary says why, from the file)
+    if not isinstance(kept, dict) or kept.get(TAG_KEY) != tag:
+        return None
+    return trace_identity(kept, size)
 
 
 @contextmanager
@@ -114,45 +191,3 @@ def _stand_in(path: Path, size: int, end: bytes) -> None:
         file.truncate(size)
         file.seek(max(0, size - len(end)))
         file.write(end)
-
-
-def _filesystem(url: str) -> tuple[Any, str]:
-    scheme = url.split(":", 1)[0]
-    try:
-        import fsspec  # type: ignore[import-untyped]
-
-        return fsspec.core.url_to_fs(url)
-    except ImportError:
-        package = _PACKAGES.get(scheme, "fsspec")
-        extra = "gcs" if package == "gcsfs" else "s3"
-        raise TpumemError(
-            f"{url}: reading {scheme}:// needs {package} (pip install 'tpumem[{extra}]')"
-        ) from None
-    except Exception as error:  # (a client that cannot start: no credentials, a bad URL)
-        raise TpumemError(f"{url}: {_why(error)}") from None
-
-
-@contextmanager
-def _said(where: str) -> Iterator[None]:
-    """A storage client's errors as one line: no bucket, no permission, no
-    credentials, the server out of reach."""
-    try:
-        yield
-    except TpumemError:
-        raise
-    except Exception as error:  # (each client has its own kinds of error)
-        raise StorageError(f"{where}: {_why(error)}") from None
-
-
-def _why(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    lowered = text.lower()
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "no space left to keep it on this machine (TMPDIR chooses where)"
-    if isinstance(error, FileNotFoundError) or "does not exist" in lowered:
-        return "no such bucket or object"
-    if "credential" in lowered or "anonymous caller" in lowered or "401" in lowered:
-        return f"no credentials to read it ({text[:200]})"
-    if isinstance(error, PermissionError) or "forbidden" in lowered or "403" in lowered:
-        return "permission denied (the credentials in the environment may not read it)"
-    return f"{type(error).__name__}: {text[:200]}"

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpumem.reading.object_storage import Fetched
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,17 +25,16 @@ class RunInput:
     is_processes: bool  # a distributed run: a directory, or several traces
     shown_as: str | None = None  # one trace imported from a profile: the profile's name
     imported: bool = False  # from a profile, into traces in a scratch directory
-    # Traces in object storage are stand-ins until read in full: this brings one
-    # whole (reading/object_storage.py); None where every trace is local.
-    fetch: Callable[[Path], None] | None = None
-    kept_at: Callable[[Path], str | None] | None = None  # a stand-in's URL
+    # Traces in object storage, stand-ins until read in full (each brought whole
+    # then); None where every trace is local.
+    stored: Fetched | None = None
 
     def name_of(self, trace: Path) -> str | None:
         """The name a trace of this run goes by where its file's would mislead: a
         scratch file imported from a profile goes by the profile's (and its host's),
         a stand-in for one in object storage by its URL."""
-        if self.kept_at is not None:
-            return self.kept_at(trace)
+        if self.stored is not None:
+            return self.stored.url_of(trace)
         if not self.imported:
             return None
         return self.shown_as or f"{self.where} ({trace.stem})"
@@ -103,12 +106,23 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
     from tpumem.outputs import remote_url
 
     if any(remote_url(path) is not None for path in paths):
-        with _fetched(paths) as remote:
+        with _fetched(paths, meanwhile) as remote:
             yield remote
         return
     if not any(is_profile(path) for path in paths):
         yield RunInput(*traces_of(paths))
         return
+    with _imported(paths, meanwhile) as imported:
+        yield imported
+
+
+@contextmanager
+def _imported(
+    paths: list[Path], meanwhile: tuple[str, ...], called: str | None = None
+) -> Iterator[RunInput]:
+    """The paths as one run, the profiles among them imported into traces in a
+    scratch directory; `called`: what to call the run, where not its path (a
+    profile brought from object storage goes by its URL)."""
     # What reads a profile is imported before the other thread starts: the two
     # then import different modules, not each other's halves of an import cycle.
     from tpumem.importer import import_into
@@ -125,25 +139,31 @@ def opened_run(paths: list[Path], meanwhile: tuple[str, ...] = ()) -> Iterator[R
         finally:
             importing.join()  # (not left running as the process ends on an error)
         traces, _, is_run = traces_of(given)
-        where = _called(paths, traces)
+        where = called or _called(paths, traces)
         yield RunInput(traces, where, is_run, None if is_run else where, imported=True)
 
 
 @contextmanager
-def _fetched(paths: list[Path]) -> Iterator[RunInput]:
+def _fetched(paths: list[Path], meanwhile: tuple[str, ...]) -> Iterator[RunInput]:
     """A run in object storage (`gs://bucket/run/`, or a trace there): its
     summaries and the ends of its traces brought to a scratch directory that lasts
-    as long as the block, each trace whole only as it is read in full."""
+    as long as the block, each trace whole only as it is read in full. A profile
+    there (a logdir, an .xplane.pb) is brought whole and imported, as one here."""
     from tpumem.errors import TpumemError
     from tpumem.outputs import remote_url
-    from tpumem.reading.object_storage import fetched_run
+    from tpumem.reading.object_storage import fetched_file, fetched_run
 
     if len(paths) != 1:
         raise TpumemError("a run in object storage is given alone: its directory, or one trace")
     url = remote_url(paths[0])
     assert url is not None
     with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
-        fetched = fetched_run(url, Path(scratch))
+        fetched = fetched_run(url, Path(scratch) / "run")
+        if fetched is None:
+            local, _ = fetched_file(url, Path(scratch) / "profile")
+            with _imported([local], meanwhile, url) as imported:
+                yield imported
+            return
         is_run = len(fetched.traces) > 1 or not url.endswith(".tpumem")
         if not is_run:
             fetched.fetch(fetched.traces[0])  # (one trace is read in full)
@@ -152,8 +172,7 @@ def _fetched(paths: list[Path]) -> Iterator[RunInput]:
             url,
             is_run,
             None if is_run else url,
-            fetch=fetched.fetch,
-            kept_at=fetched.url_of,
+            stored=fetched,
         )
 
 

@@ -36,6 +36,10 @@ END_BYTES = 4096  # of the trace, digested: its last batch and the stream's end
 # Why a trace has no summary to read: not something gone wrong where none is
 # expected (a run followed or imported here, read before its summaries are made).
 MISSING = "no summary beside it (a recording that did not end, or an older one)"
+# Where tpumem uploaded the trace and its summary: what object storage's listing
+# says of the trace's content (storage/client.py's content_tag), by which a reader
+# there knows the summary stands without reading the trace's end.
+TAG_KEY = "trace_tag"
 # What a summary keeps only where it is read (the caller's findings, where it was
 # made): a file that holds them is not one tpumem wrote.
 _NOT_KEPT = ("findings", "made_from")
@@ -47,6 +51,24 @@ def trace_end(trace: BinaryIO, size: int) -> str:
     other times and figures)."""
     trace.seek(max(0, size - END_BYTES))
     return hashlib.sha256(trace.read(END_BYTES)).hexdigest()[:32]
+
+
+def trace_identity(kept: dict[str, object], size: int) -> tuple[int, str] | None:
+    """(size, end digest) of the trace a summary's file stands for, where its size
+    is `size`."""
+    end = kept.get("trace_end")
+    if kept.get("trace_bytes") != size or not isinstance(end, str):
+        return None
+    return size, end
+
+
+def tag_summary(trace: Path, tag: str) -> None:
+    """Records in the trace's summary what storage says of the trace's content
+    where it was uploaded (TAG_KEY); OSError or ValueError where it cannot."""
+    target = summary_of(trace)
+    kept = json.loads(target.read_text(encoding="utf-8"))
+    kept[TAG_KEY] = tag
+    _write_whole(target, json.dumps(kept, separators=(",", ":"), allow_nan=False))
 
 
 def _identity(trace: Path) -> tuple[int, str]:
@@ -79,14 +101,17 @@ def write_summary(trace: Path, summary: ProcessSummary) -> Path:
     """Writes the trace's summary beside it (whole or not at all: a reader never
     sees half of one); OSError where it cannot."""
     target = summary_of(trace)
-    text = summary_text(summary, *_identity(trace))
+    _write_whole(target, summary_text(summary, *_identity(trace)))
+    return target
+
+
+def _write_whole(target: Path, text: str) -> None:
     scratch = target.with_name(f".{target.name}.{os.getpid()}")
     try:
         scratch.write_text(text, encoding="utf-8")
         os.replace(scratch, target)
     finally:
         scratch.unlink(missing_ok=True)
-    return target
 
 
 def summary_from_text(
@@ -137,8 +162,10 @@ def _insane(summary: ProcessSummary) -> str | None:
     return None
 
 
-def read_summary(trace: Path) -> ProcessSummary | str:
-    """The summary beside the trace, or why there is none to use."""
+def read_summary(trace: Path, identity: tuple[int, str] | None = None) -> ProcessSummary | str:
+    """The summary beside the trace, or why there is none to use. `identity`: the
+    trace's (size, end digest) where known without reading it (object storage
+    vouches for it)."""
     where = summary_of(trace)
     try:
         # Not a FIFO or a device to wait on: a regular file or nothing.
@@ -152,7 +179,8 @@ def read_summary(trace: Path) -> ProcessSummary | str:
             return "its summary is not a regular file"
         try:
             raw = file.read(MAX_SUMMARY_BYTES + 1)
-            identity = _identity(trace)
+            if identity is None:
+                identity = _identity(trace)
         except OSError as error:
             return f"its summary or its trace cannot be read ({error.strerror or error})"
     if len(raw) > MAX_SUMMARY_BYTES:

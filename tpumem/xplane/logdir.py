@@ -10,8 +10,10 @@ Only regular files count: a link or a FIFO named like a profile is not read."""
 from __future__ import annotations
 
 import stat
+from fnmatch import fnmatchcase
 from pathlib import Path
 
+from tpumem.errors import TpumemError
 from tpumem.xplane import XPLANE_SUFFIX
 
 _LAYOUTS = (
@@ -31,6 +33,27 @@ def profile_files(directory: Path) -> list[Path]:
             if is_regular(path):
                 found.add(path)
     return sorted(found)
+
+
+def in_layout(relative: str) -> bool:
+    """Whether a file at `relative` (with /) below a directory given is a profile
+    in one of XProf's layouts: the rule of `profile_files`, for a listing (object
+    storage's) rather than a directory here."""
+    parts = relative.split("/")
+    return any(
+        len(parts) == len(layout) and all(map(fnmatchcase, parts, layout))
+        for layout in (pattern.split("/") for pattern in _LAYOUTS)
+    )
+
+
+def chosen_run(runs: list[str], run: str | None, where: object) -> str:
+    """The profile run to read of a logdir's: `run`, else the newest (XProf names
+    runs by their start time, so the last name is the newest)."""
+    if run is None:
+        return max(runs)
+    if run not in runs:
+        raise TpumemError(f"{where}: no run named {run!r} (runs: {', '.join(sorted(runs))})")
+    return run
 
 
 def is_regular(path: Path) -> bool:
