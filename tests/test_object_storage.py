@@ -339,3 +339,22 @@ def test_a_followed_run_is_put_there_process_by_process(stored, cache, tmp_path)
     a, b = json.loads(remote.stdout), json.loads(here.stdout)
     assert [p["made_from"] for p in a["processes"]] == ["summary"] * 2 and a["notes"] == []
     assert figures(a) == figures(b)
+
+
+def test_only_the_checksum_and_size_the_summary_was_put_with_vouch_for_it():
+    """The listing's checksum stands in for reading the trace's end only where it
+    is the one the summary records, for a trace of the size it records."""
+    from tpumem.reading.object_storage import _vouched_by
+
+    kept = {"trace_tag": "ETag:abc", "trace_bytes": 100, "trace_end": "e" * 32}
+    summary = json.dumps(kept).encode()
+    assert _vouched_by(summary, 100, {"ETag": '"abc"'}) == (100, "e" * 32)
+    assert _vouched_by(summary, 100, {"ETag": '"abd"'}) is None  # another trace there
+    assert _vouched_by(summary, 101, {"ETag": '"abc"'}) is None  # (size and tag both)
+    assert _vouched_by(summary, 100, {"crc32c": "abc"}) is None  # another store's
+    assert _vouched_by(summary, 100, {}) is None  # a store that gives no checksum
+    untagged = json.dumps({**kept, "trace_tag": None}).encode()
+    assert _vouched_by(untagged, 100, {"ETag": '"abc"'}) is None
+    for hostile in (b"\xff\xfe", b"[1, 2]", b"{", b"1e400"):
+        assert _vouched_by(hostile, 100, {"ETag": '"abc"'}) is None
+    assert _vouched_by(None, 100, {"ETag": '"abc"'}) is None  # no summary there

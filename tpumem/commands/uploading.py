@@ -43,7 +43,7 @@ def upload_traces(traces: list[Path], force: bool, say: bool = True) -> list[str
         if url is None:
             continue
         try:
-            _upload_trace(trace, url, force)
+            upload_trace(trace, url, force)
         except TpumemError as error:
             failed.append(f"{error}; the trace stays at {trace}")
             continue
@@ -52,7 +52,9 @@ def upload_traces(traces: list[Path], force: bool, say: bool = True) -> list[str
     return failed
 
 
-def _upload_trace(trace: Path, url: str, force: bool) -> None:
+def upload_trace(trace: Path, url: str, force: bool) -> None:
+    """The trace put at `url`, then its summary beside it, tagged with what storage
+    says of the trace (an older summary there taken away where it has none)."""
     from tpumem.reading.summary_files import tag_summary
 
     tag = put(trace, url, force)

@@ -53,7 +53,7 @@ def refuse_existing(url: str, force: bool) -> None:
     with said(url):
         there = fs.exists(key)
     if there:
-        raise StorageError(f"{url}: exists; use --force to replace it, or -o another name")
+        raise StorageError(f"{url}: exists; use --force to replace it, or give another name")
 
 
 def put(local: Path, url: str, force: bool) -> str | None:
