@@ -147,7 +147,6 @@ LANES: dict[str, Lanes] = {
         {
             FRAMEWORKS: [
                 "test_profile_puts_its_trace_and_summary_where_o_says",
-                "test_a_trace_that_cannot_be_put_stays_here_and_says_where",
                 "test_a_followed_run_is_put_there_process_by_process",
             ]
         },

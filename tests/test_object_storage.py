@@ -177,61 +177,84 @@ def test_profile_puts_its_trace_and_summary_where_o_says(stored, cache, tmp_path
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # (and the TensorBoard logdir there too, as --tensorboard asked)
-    exported = [n for n in filesystem(scheme).find(f"{bucket}/tb") if n.endswith(".xplane.pb")]
-    assert len(exported) == 1 and f"{scheme}://{exported[0]}" in result.stderr
-    (local,) = (cache / scheme / bucket / "profiled").glob("*.tpumem")
-    url = f"{scheme}://{bucket}/profiled/{local.name}"
-    assert f"tpumem: uploaded {local} to {url}" in result.stderr
     fs = filesystem(scheme)
-    assert fs.cat_file(f"{bucket}/profiled/{local.name}") == local.read_bytes()
-    kept = json.loads(fs.cat_file(f"{bucket}/profiled/{local.name}.summary.json"))
-    assert kept["trace_tag"].split(":")[0] in ("ETag", "crc32c")
+    exported = [n for n in fs.find(f"{bucket}/tb") if n.endswith(".xplane.pb")]
+    assert len(exported) == 1 and f"{scheme}://{exported[0]}" in result.stderr
+    (name,) = [n.rsplit("/", 1)[1] for n in fs.ls(f"{bucket}/profiled") if n.endswith(".tpumem")]
+    url = f"{scheme}://{bucket}/profiled/{name}"
+    # Where it was written first was said before the run; once put, the copy is gone.
+    said = [line for line in result.stderr.splitlines() if "writing here first" in line]
+    assert said and f"put at {scheme}://{bucket}/profiled/{{host}}.tpumem when" in said[0]
+    assert f"tpumem: trace put at {url}" in result.stderr
+    assert not any(cache.rglob("*.tpumem*"))
+    kept = json.loads(fs.cat_file(f"{bucket}/profiled/{name}.summary.json"))
+    assert kept["trace_tag"].split(":")[0] in ("ETag", "md5Hash")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for suffix in ("", ".summary.json"):
+        (copy / f"{name}{suffix}").write_bytes(fs.cat_file(f"{bucket}/profiled/{name}{suffix}"))
 
     from tpumem.reading.paths import opened_run
 
+    size = (copy / name).stat().st_size
     with opened_run([Path(f"{scheme}://{bucket}/profiled")]) as given:
         assert given.stored is not None
-        assert given.stored.identity(given.traces[0]) == (local.stat().st_size, kept["trace_end"])
+        assert given.stored.identity(given.traces[0]) == (size, kept["trace_end"])
     remote = run_tpumem("report", f"{scheme}://{bucket}/profiled", "-f", "json")
-    here = run_tpumem("report", str(local.parent), "-f", "json")
+    here = run_tpumem("report", str(copy), "-f", "json")
     assert remote.returncode == 0, remote.stderr
     a, b = json.loads(remote.stdout), json.loads(here.stdout)
     assert [p["made_from"] for p in a["processes"]] == ["summary"] and a["notes"] == []
     assert figures(a) == figures(b)
 
     # Another trace put in its place (same size): not vouched for, its end read.
-    data = bytearray(local.read_bytes())
+    data = bytearray((copy / name).read_bytes())
     data[-1] ^= 1
-    fs.pipe_file(f"{bucket}/profiled/{local.name}", bytes(data))
+    fs.pipe_file(f"{bucket}/profiled/{name}", bytes(data))
     with opened_run([Path(f"{scheme}://{bucket}/profiled")]) as given:
         assert given.stored is not None and given.stored.identity(given.traces[0]) is None
 
     # The same name again: refused before the script runs, nothing replaced.
     again = profile(tmp_path, "-o", url, str(script))
     assert_one_line_error(again, url, "exists", "--force")
-    assert fs.cat_file(f"{bucket}/profiled/{local.name}") == bytes(data)
+    assert fs.cat_file(f"{bucket}/profiled/{name}") == bytes(data)
+    # With placeholders, found when it is put: the new trace stays here, said.
+    later = profile(
+        tmp_path, "-q", "-o", f"{scheme}://{bucket}/profiled/{{host}}.tpumem", str(script)
+    )
+    assert later.returncode == 2, later.stderr
+    (stays,) = cache.rglob("*.tpumem")
+    errors = [line for line in later.stderr.splitlines() if line.startswith("tpumem: error")]
+    assert errors == [
+        f"tpumem: error: {url}: exists; not replaced (--force replaces); its copy stays at {stays}"
+    ]
+    assert summary_of(stays).exists()
+    assert fs.cat_file(f"{bucket}/profiled/{name}") == bytes(data)
 
 
-def test_a_trace_that_cannot_be_put_stays_here_and_says_where(
-    cache, servers, tmp_path, monkeypatch
-):
+def test_a_bucket_that_is_not_there_is_found_before_the_run(cache, servers, tmp_path, monkeypatch):
     for name, value in servers.items():
         monkeypatch.setenv(name, value)
     script = tmp_path / "train.py"
-    script.write_text(JAX_SCRIPT)
-    url = "s3://no-such-bucket-for-tpumem/run/a.tpumem"
-    result = profile(tmp_path, "-q", "-o", url, str(script))
-    assert result.returncode == 2, result.stderr
-    local = cache / "s3" / "no-such-bucket-for-tpumem" / "run" / "a.tpumem"
-    (line,) = [line for line in result.stderr.splitlines() if line.startswith("tpumem:")]
-    assert line == (f"tpumem: error: {url}: no such bucket or object; the trace stays at {local}")
-    assert local.stat().st_size > 0 and summary_of(local).exists()
+    script.write_text("open('ran', 'w').close()\n")
+    for args in (
+        ["-o", "s3://no-such-bucket-for-tpumem/run/{host}.tpumem"],
+        ["--follow", "-o", "gs://no-such-bucket-for-tpumem/run"],
+        ["--tensorboard", "s3://no-such-bucket-for-tpumem/tb"],
+    ):
+        result = profile(tmp_path, *args, str(script))
+        assert_one_line_error(result, "no-such-bucket-for-tpumem", "no such bucket")
+    assert not (tmp_path / "ran").exists()
+    assert not any(cache.rglob("*.tpumem"))
 
 
 def test_a_url_with_no_object_or_with_dots_is_one_line(tmp_path, cache):
     for url in ("gs://bucket-only", "s3://b/../../etc/x.tpumem"):
         result = profile(tmp_path, "-o", url, str(tmp_path / "train.py"))
-        assert_one_line_error(result, url, "not a bucket and an object's name")
+        assert_one_line_error(result, url, "give a bucket and an object's name")
+    # (a trace there is read back by its suffix: a prefix is not a trace's name)
+    result = profile(tmp_path, "-o", "gs://b/run/", str(tmp_path / "train.py"))
+    assert_one_line_error(result, "gs://b/run", "ends in .tpumem", "--follow")
     assert not cache.exists()
 
 
@@ -260,8 +283,8 @@ def test_a_profile_kept_there_imports_and_reports_as_here(stored, cache, tmp_pat
     assert there.returncode == 0, there.stderr
     newest = f"{url}/plugins/profile/2026_11_28_10_00_00/vm-0.xplane.pb"
     assert f"from {newest}" in there.stdout
-    local = cache / scheme / bucket / "imported" / "there.tpumem"
-    assert f"uploaded {local} to {target}" in there.stderr
+    assert f"tpumem: trace put at {target}" in there.stderr
+    assert not any(cache.rglob("*.tpumem*"))  # (once put, the copy here is gone)
     a = run_tpumem("report", target, "-f", "json")
     b = run_tpumem("report", str(tmp_path / "here.tpumem"), "-f", "json")
     assert a.returncode == 0, a.stderr
@@ -277,6 +300,10 @@ def test_a_profile_kept_there_imports_and_reports_as_here(stored, cache, tmp_pat
     direct = run_tpumem("report", str(logdir), "-f", "json")
     assert reported.returncode == 0, reported.stderr
     assert json.loads(reported.stdout)["devices"] == json.loads(direct.stdout)["devices"]
+    # A profile run's own directory there goes by its name, as here.
+    one = run_tpumem("import", f"{url}/plugins/profile/2026_11_28_10_00_00", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert (tmp_path / "2026_11_28_10_00_00.tpumem").exists()
     nothing = run_tpumem("import", f"{scheme}://{bucket}/logdir/train")
     assert_one_line_error(nothing, "no traces (.tpumem files) or XSpace profiles there")
 
@@ -329,12 +356,18 @@ def test_a_followed_run_is_put_there_process_by_process(stored, cache, tmp_path)
     url = f"s3://{bucket}/followed"
     result = profile(tmp_path, "--follow", "-o", url, "workers.py")
     assert result.returncode == 0, result.stderr[-3000:]
-    traces = sorted((cache / "s3" / bucket / "followed").glob("*.tpumem"))
-    assert len(traces) == 2
+    fs = filesystem("s3")
+    names = sorted(n.rsplit("/", 1)[1] for n in fs.ls(f"{bucket}/followed"))
+    traces = [n for n in names if n.endswith(".tpumem")]
+    assert len(traces) == 2 and names == sorted([*traces, *(f"{t}.summary.json" for t in traces)])
     for trace in traces:
-        assert f"tpumem: uploaded {trace} to {url}/{trace.name}" in result.stderr
+        assert f"tpumem: trace put at {url}/{trace}" in result.stderr
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in names:
+        (copy / name).write_bytes(fs.cat_file(f"{bucket}/followed/{name}"))
     remote = run_tpumem("report", url, "-f", "json")
-    here = run_tpumem("report", str(traces[0].parent), "-f", "json")
+    here = run_tpumem("report", str(copy), "-f", "json")
     assert remote.returncode == 0, remote.stderr
     a, b = json.loads(remote.stdout), json.loads(here.stdout)
     assert [p["made_from"] for p in a["processes"]] == ["summary"] * 2 and a["notes"] == []
@@ -358,3 +391,22 @@ def test_only_the_checksum_and_size_the_summary_was_put_with_vouch_for_it():
     for hostile in (b"\xff\xfe", b"[1, 2]", b"{", b"1e400"):
         assert _vouched_by(hostile, 100, {"ETag": '"abc"'}) is None
     assert _vouched_by(None, 100, {"ETag": '"abc"'}) is None  # no summary there
+
+
+def test_a_listing_s_names_are_held_to_the_layouts_a_directory_here_is():
+    """A key with `..` or an empty part is no profile of a logdir's (brought, it
+    would land outside the scratch directory)."""
+    from tpumem.xplane.logdir import in_layout
+
+    assert in_layout("plugins/profile/r/h.xplane.pb")
+    assert in_layout("train/plugins/profile/r/h.xplane.pb") and in_layout("h.xplane.pb")
+    for name in (
+        "../x.xplane.pb",
+        "../../plugins/profile/r/h.xplane.pb",
+        "plugins/profile/../h.xplane.pb",
+        "plugins//r/h.xplane.pb",
+        "./h.xplane.pb",
+        "a/b/c/d/plugins/profile/r/h.xplane.pb",
+        "plugins/profile/r/h.pb",
+    ):
+        assert not in_layout(name), name

@@ -181,6 +181,11 @@ def summary_of(trace: Path) -> Path:
     return trace.with_name(trace.name + _SUMMARY)
 
 
+def summary_url_of(url: str) -> str:
+    """`summary_of` for a trace kept in object storage, by its URL."""
+    return url + _SUMMARY
+
+
 def trace_of_summary(path: Path) -> Path | None:
     """The trace a summary file stands for (None: not a summary's name)."""
     if not path.name.endswith(".tpumem" + _SUMMARY):

@@ -45,8 +45,10 @@ def _brought(request: ImportRequest) -> Iterator[tuple[Path, str]]:
         return
     from tpumem.reading.object_storage import fetched_file
 
-    with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch, progress(f"reading {url}"):
-        yield fetched_file(url, Path(scratch), request.run, any_file=True)
+    with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
+        with progress(f"reading {url}"):
+            brought = fetched_file(url, Path(scratch), request.run, any_file=True)
+        yield brought
 
 
 def _import_profiles(request: ImportRequest, path: Path, called: str) -> list[Path]:
@@ -63,7 +65,7 @@ def _import_profiles(request: ImportRequest, path: Path, called: str) -> list[Pa
             if len(hosts) > 1
             else output
         )
-        here = written_here(target, force)  # (object storage: its copy here)
+        here = written_here(target, force, fills=False)  # (object storage: its copy here)
         assert here is not None
         if check_target(here, inputs) and not force:  # before any work is done
             raise TpumemError(f"{here}: exists; use --force to replace it, or -o another name")
@@ -99,7 +101,7 @@ def _shown(file: Path, given: Path, called: str) -> str:
 
 def _import_snapshot(request: ImportRequest, path: Path, called: str) -> Path:
     """A PyTorch memory snapshot: one trace, its devices in it."""
-    output = written_here(request.output, request.force)
+    output = written_here(request.output, request.force, fills=False)
     if request.run is not None:
         raise TpumemError("--run picks a run of a TensorBoard logdir; a snapshot has one")
     if output is not None and check_target(output, [path]) and not request.force:

@@ -10,8 +10,14 @@ from tpumem.commands.options import text_width
 from tpumem.commands.requests import ProfileRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.commands.unrecorded import unrecorded_line
-from tpumem.commands.uploading import logdir_written, upload_traces, written_here
+from tpumem.commands.uploading import (
+    check_logdir,
+    logdir_written,
+    upload_traces,
+    written_here,
+)
 from tpumem.errors import TpumemError
+from tpumem.outputs import remote_url
 
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
@@ -46,8 +52,6 @@ def run_profile(request: ProfileRequest) -> int:
         )
     if module is not None and target is not None:
         rest = [target, *rest]
-    # (bound for object storage: written on this machine as the run goes, put there after)
-    output = written_here(request.output, request.force)
     if follow:
         _check_follow_options(request.framework, request.tensorboard, tpu)
     if tpu and not capture.programs:
@@ -57,6 +61,18 @@ def run_profile(request: ProfileRequest) -> int:
     if not reporter.terminal:
         raise TpumemError(
             f"profile reports to the terminal: for {fmt}, tpumem report RUN -o FILE.{fmt}"
+        )
+    # (bound for object storage: written on this machine as the run goes, put there after)
+    output = written_here(request.output, request.force, directory=follow)
+    check_logdir(request.tensorboard)
+    if output is not None and request.output is not None and output != request.output:
+        # (said first: a tpumem killed on the way says nothing after)
+        from tpumem.report.escapes import visible
+
+        print(
+            f"tpumem: writing here first, at {visible(str(output))}; put at "
+            f"{visible(str(remote_url(request.output)))} when the run ends",
+            file=sys.stderr,
         )
     launch = LaunchRequest(
         target=module if module is not None else str(target),
@@ -98,7 +114,14 @@ def run_profile(request: ProfileRequest) -> int:
 def _uploaded(traces: list[Path], request: ProfileRequest, returncode: int) -> int:
     """The run's exit status, once its traces bound for object storage are there
     (2 for a run that succeeded where one could not be put: its copy here stays)."""
-    failed = upload_traces(traces, request.force, say=not request.quiet)
+    from tpumem.report.escapes import visible
+
+    try:
+        failed = upload_traces(traces, request.force, say=not request.quiet)
+    except KeyboardInterrupt:
+        where = ", ".join(visible(str(trace)) for trace in traces if trace.exists())
+        print(f"tpumem: interrupted: what was not put stays at {where}", file=sys.stderr)
+        return 130
     for line in failed:
         print(f"tpumem: error: {line}", file=sys.stderr)
     return returncode or 2 if failed else returncode

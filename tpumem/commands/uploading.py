@@ -12,22 +12,42 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from tpumem.errors import TpumemError
-from tpumem.outputs import placeholders, remote_url, summary_of
-from tpumem.storage.uploads import local_copy, put, refuse_existing, remove, url_of_copy
+from tpumem.outputs import placeholders, remote_url, summary_of, summary_url_of
+from tpumem.storage.uploads import (
+    check_bucket,
+    forget_copy,
+    local_copy,
+    put,
+    refuse_existing,
+    remove,
+    url_of_copy,
+)
+
+TRACE_SUFFIX = ".tpumem"
 
 
-def written_here(output: Path | None, force: bool) -> Path | None:
+def written_here(
+    output: Path | None, force: bool, directory: bool = False, fills: bool = True
+) -> Path | None:
     """Where an output given as `-o` is written on this machine: itself, or for a
-    URL its local copy (an object already at a URL with no placeholders is refused
-    here, before any work)."""
+    URL its copy here. Before any work, one line for what would fail when the
+    work ends: no client, no bucket, a name a run there is not read by (a trace's
+    must end in .tpumem; `directory`: a run's, for --follow), an object at a name
+    without placeholders (`fills`: the process fills them in)."""
     url = None if output is None else remote_url(output)
     if url is None:
         return output
     local = local_copy(url)
-    if not placeholders(url):  # (a name the process fills in: its directories made there)
-        refuse_existing(url, force)
+    if not directory and not url.endswith(TRACE_SUFFIX):
+        raise TpumemError(
+            f"{url}: a trace's name there ends in {TRACE_SUFFIX}, which a run there is read "
+            "by (--follow writes a run's directory)"
+        )
+    check_bucket(url)
+    if not (fills and placeholders(url)):  # (a name filled in later: checked when it is put)
+        refuse_existing(url, force, instead="-o another name")
         try:
-            local.parent.mkdir(parents=True, exist_ok=True)
+            (local if directory else local.parent).mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise TpumemError(f"{local.parent}: cannot make the directory: {error}") from None
     return local
@@ -35,8 +55,11 @@ def written_here(output: Path | None, force: bool) -> Path | None:
 
 def upload_traces(traces: list[Path], force: bool, say: bool = True) -> list[str]:
     """Each trace written by `written_here`'s rule put where it is bound, then its
-    summary, a line on stderr for each (`say`); a line for each not uploaded,
-    which names where its local copy stays."""
+    summary, and its copy here removed; a line on stderr for each (`say`). A line
+    for each not put (or put without its summary), which names where its copy
+    stays."""
+    from tpumem.report.escapes import visible
+
     failed = []
     for trace in traces:
         url = url_of_copy(trace)
@@ -45,30 +68,46 @@ def upload_traces(traces: list[Path], force: bool, say: bool = True) -> list[str
         try:
             upload_trace(trace, url, force)
         except TpumemError as error:
-            failed.append(f"{error}; the trace stays at {trace}")
+            failed.append(f"{visible(str(error))}; its copy stays at {visible(str(trace))}")
             continue
+        forget_copy(summary_of(trace))
+        forget_copy(trace)
         if say:
-            print(f"tpumem: uploaded {trace} to {url}", file=sys.stderr)
+            print(f"tpumem: trace put at {visible(url)}", file=sys.stderr)
     return failed
 
 
 def upload_trace(trace: Path, url: str, force: bool) -> None:
     """The trace put at `url`, then its summary beside it, tagged with what storage
-    says of the trace (an older summary there taken away where it has none)."""
-    from tpumem.reading.summary_files import tag_summary
+    says of the trace where the summary stands for the trace that was put (an
+    older summary there taken away where it has none)."""
+    from tpumem.reading.summary_files import read_summary, tag_summary
 
-    tag = put(trace, url, force)
-    summary, summary_url = summary_of(trace), str(summary_of(Path(url)))
-    summary_url = remote_url(summary_url) or summary_url
+    tag, size = put(trace, url, force)
+    summary, summary_url = summary_of(trace), summary_url_of(url)
     if not summary.exists():
         remove(summary_url)  # (an older trace's there would stand for one that is gone)
         return
-    if tag is not None:
-        # (where it cannot be, the summary stands as it is: the trace's end is read
-        # where the run is)
+    # (where it cannot be tagged, the summary stands as it is: the trace's end is
+    # read where the run is)
+    stands = not isinstance(read_summary(trace), str)
+    if tag is not None and size == trace.stat().st_size and stands:
         with suppress(OSError, ValueError):
             tag_summary(trace, tag)
-    put(summary, summary_url, force=True)
+    try:
+        put(summary, summary_url, force=True)
+    except TpumemError as error:
+        raise TpumemError(
+            f"{url}: put, but not its summary ({error}); a run there reads the trace's end"
+        ) from None
+
+
+def check_logdir(logdir: Path | None) -> None:
+    """Before any work, one line where a logdir bound for object storage could not
+    be written there (no client, no bucket)."""
+    url = None if logdir is None else remote_url(logdir)
+    if url is not None:
+        check_bucket(url)
 
 
 @contextmanager
@@ -80,6 +119,7 @@ def logdir_written(logdir: Path, force: bool) -> Iterator[tuple[Path, Callable[[
     if url is None:
         yield logdir, str
         return
+    check_logdir(logdir)
     with tempfile.TemporaryDirectory(prefix="tpumem-logdir-") as scratch:
         root = Path(scratch)
 
@@ -89,6 +129,6 @@ def logdir_written(logdir: Path, force: bool) -> Iterator[tuple[Path, Callable[[
         yield root, named
         files = sorted(p for p in root.rglob("*") if p.is_file())
         for file in files:
-            refuse_existing(named(file), force)
+            refuse_existing(named(file), force, instead="another --run")
         for file in files:
             put(file, named(file), force=True)

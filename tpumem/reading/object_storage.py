@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tpumem.errors import TpumemError
-from tpumem.outputs import summary_of
+from tpumem.outputs import summary_of, summary_url_of
 from tpumem.reading.summary_files import END_BYTES, MAX_SUMMARY_BYTES, TAG_KEY, trace_identity
 from tpumem.storage.client import StorageError, content_tag, filesystem, said, why
 
@@ -75,7 +75,7 @@ def fetched_run(url: str, scratch: Path) -> Fetched | None:
     traces = sorted(name for name in files if name.endswith(".tpumem"))
     if not traces:
         return None
-    summaries = {name: str(summary_of(Path(name))) for name in traces}
+    summaries = {name: summary_url_of(name) for name in traces}
     wanted = [summaries[name] for name in traces if summaries[name] in files]
     # Ranges, not `cat`: no name is read as a pattern, and no summary is read past
     # the size one can have (summary_files.py refuses it then).
@@ -114,16 +114,18 @@ def fetched_file(
     newest), its files at their places below; with what they are called (the URL
     of the directory or object)."""
     from tpumem.xplane import XPLANE_SUFFIX
-    from tpumem.xplane.logdir import chosen_run, in_layout
+    from tpumem.xplane.logdir import LAYOUT_DEPTH, chosen_run, in_layout
 
     fs, root = filesystem(url)
     nothing = f"{url}: no traces (.tpumem files) or XSpace profiles there"
     with said(url):
         if fs.isfile(root):
-            if not (any_file or root.endswith(XPLANE_SUFFIX)):
+            name = PurePosixPath(root).name
+            if not (any_file or root.endswith(XPLANE_SUFFIX)) or name in ("", ".", ".."):
                 raise TpumemError(nothing)
-            return _brought(fs, root, scratch / PurePosixPath(root).name), url
-        below = fs.find(root)  # (one listing of the objects below, paged)
+            return _brought(fs, root, scratch / name), url
+        # (the layouts are at most six deep: a bucket's other objects below are not walked)
+        below = fs.find(root, maxdepth=LAYOUT_DEPTH)
     found = [name[len(root) :].lstrip("/") for name in below if name.startswith(root)]
     profiles = [name for name in found if in_layout(name)]
     if not profiles:
@@ -131,11 +133,16 @@ def fetched_file(
     runs: dict[str, list[str]] = {}
     for name in profiles:
         runs.setdefault(name.rpartition("/")[0], []).append(name)
-    by_name = {directory.rpartition("/")[2]: directory for directory in runs}
+    by_name: dict[str, str] = {}
+    for directory in sorted(runs):  # (of two runs of a name, the first, as import_.py's)
+        by_name.setdefault(directory.rpartition("/")[2] or PurePosixPath(root).name, directory)
     directory = by_name[chosen_run(list(by_name), run, url)]
+    # (below a directory of the name given, as it is here: a profile run's files
+    # given alone are named after their directory, which is the run's name)
+    here = scratch / (PurePosixPath(root).name or "logdir")
     for name in runs[directory]:
-        _brought(fs, f"{root.rstrip('/')}/{name}", scratch / name)
-    return scratch, url
+        _brought(fs, f"{root.rstrip('/')}/{name}", here / name)
+    return here, url
 
 
 def _brought(fs: Any, name: str, target: Path) -> Path:

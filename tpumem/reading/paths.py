@@ -151,22 +151,26 @@ def _fetched(paths: list[Path], meanwhile: tuple[str, ...]) -> Iterator[RunInput
     there (a logdir, an .xplane.pb) is brought whole and imported, as one here."""
     from tpumem.errors import TpumemError
     from tpumem.outputs import remote_url
+    from tpumem.progress import progress
     from tpumem.reading.object_storage import fetched_file, fetched_run
 
     if len(paths) != 1:
         raise TpumemError("a run in object storage is given alone: its directory, or one trace")
     url = remote_url(paths[0])
     assert url is not None
+
     with tempfile.TemporaryDirectory(prefix="tpumem-") as scratch:
-        fetched = fetched_run(url, Path(scratch) / "run")
+        with progress(f"reading {url}"):  # (a client retries a server out of reach a while)
+            fetched = fetched_run(url, Path(scratch) / "run")
+            if fetched is None:
+                local, _ = fetched_file(url, Path(scratch) / "profile")
+            elif len(fetched.traces) == 1 and url.endswith(".tpumem"):
+                fetched.fetch(fetched.traces[0])  # (one trace is read in full)
         if fetched is None:
-            local, _ = fetched_file(url, Path(scratch) / "profile")
             with _imported([local], meanwhile, url) as imported:
                 yield imported
             return
         is_run = len(fetched.traces) > 1 or not url.endswith(".tpumem")
-        if not is_run:
-            fetched.fetch(fetched.traces[0])  # (one trace is read in full)
         yield RunInput(
             fetched.traces,
             url,

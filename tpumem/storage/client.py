@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,6 +22,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem for `url`, and the path in it; one line where the
     client is not installed or cannot start."""
     scheme = url.split(":", 1)[0]
+    _quiet_clients()
     try:
         import fsspec  # type: ignore[import-untyped]
 
@@ -33,6 +35,16 @@ def filesystem(url: str) -> tuple[Any, str]:
         ) from None
     except Exception as error:  # (a client that cannot start: no credentials, a bad URL)
         raise TpumemError(f"{url}: {why(error)}") from None
+
+
+def _quiet_clients() -> None:
+    """The clients log what they retry, tracebacks and all, to stderr (Python's
+    last-resort handler): the one line `said` gives is what the user reads."""
+    for name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore", "aiohttp"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.addHandler(logging.NullHandler())
+            logger.propagate = False
 
 
 @contextmanager
@@ -65,9 +77,10 @@ def why(error: BaseException) -> str:
 
 def content_tag(entry: dict[str, Any]) -> str | None:
     """What storage says of an object's content, from its listing: S3's ETag (an
-    MD5 of the object or of its parts), GCS's CRC32C. Another object put in its
-    place has another, bar a collision of the checksum and the size both."""
-    for key in ("ETag", "crc32c", "md5Hash"):
+    MD5 of the object or of its parts), GCS's MD5 (CRC32C for a composite object).
+    Another object put in its place has another, bar a collision of the checksum
+    and the size both."""
+    for key in ("ETag", "md5Hash", "crc32c"):  # (a 128-bit digest before a 32-bit one)
         value = entry.get(key)
         if isinstance(value, str) and value:
             return f"{key}:{value.strip(chr(34))}"

@@ -1,33 +1,48 @@
 """What tpumem writes to object storage: a file is written on this machine first
 (a trace as its run goes, so that a crash or a refused upload still leaves it
-there) and put where the user asked once it is whole. A trace bound for
-`gs://bucket/run/vm-1.tpumem` is written to `<cache>/tpumem/uploads/gs/bucket/run/
-vm-1.tpumem` (`<cache>`: $XDG_CACHE_HOME, else ~/.cache), one rule both ways."""
+there) and put where the user asked once it is whole; the copy here is removed
+once it and its summary are there. A trace bound for `gs://bucket/run/vm-1.tpumem`
+is written to `<cache>/tpumem/uploads/<run>/gs/bucket/run/vm-1.tpumem` (`<cache>`:
+$XDG_CACHE_HOME, else ~/.cache; `<run>`: when and by which process, so that a copy
+an earlier run could not put is never in a later run's way), one rule both ways."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from pathlib import Path, PurePosixPath
 
 from tpumem.errors import TpumemError
-from tpumem.outputs import remote_url
 from tpumem.storage.client import StorageError, content_tag, filesystem, said
+
+_ROOT = ("tpumem", "uploads")
 
 
 def uploads_root() -> Path:
     """Where what is bound for object storage is written first."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "tpumem" / "uploads"
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # (the XDG rule: a relative one is ignored)
+        try:
+            cache = str(Path.home() / ".cache")
+        except RuntimeError:  # (no home directory known)
+            raise TpumemError(
+                "no home directory to write the copy of what goes to object storage in: "
+                "set XDG_CACHE_HOME"
+            ) from None
+    return Path(cache).joinpath(*_ROOT)
 
 
 def local_copy(url: str) -> Path:
-    """Where the file bound for `url` is written on this machine (placeholders and
-    all); one line for a URL with no object's name or with `..` in it."""
+    """Where the file bound for `url` is written on this machine by this process
+    (placeholders and all); one line for a URL with no object's name or with `..`
+    in it."""
     scheme, _, rest = url.partition("://")
-    parts = PurePosixPath(rest).parts
-    if len(parts) < 2 or any(part in ("..", ".") for part in rest.split("/")):
-        raise TpumemError(f"{url}: not a bucket and an object's name in it")
-    return uploads_root() / ("gs" if scheme == "gcs" else scheme) / Path(*parts)
+    parts = rest.split("/")
+    if len(parts) < 2 or not all(parts) or any(part in ("..", ".") for part in parts):
+        raise TpumemError(f"{url}: give a bucket and an object's name: {scheme}://BUCKET/NAME")
+    run = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    return uploads_root() / run / ("gs" if scheme == "gcs" else scheme) / Path(*parts)
 
 
 def url_of_copy(local: Path) -> str | None:
@@ -35,36 +50,58 @@ def url_of_copy(local: Path) -> str | None:
     outside it."""
     try:
         parts = local.resolve().relative_to(uploads_root().resolve()).parts
-    except ValueError:
+    except (ValueError, TpumemError):
         return None
-    return f"{parts[0]}://{'/'.join(parts[1:])}" if len(parts) > 2 else None
+    return f"{parts[1]}://{'/'.join(parts[2:])}" if len(parts) > 3 else None
 
 
-def is_remote(path: Path | str | None) -> bool:
-    return path is not None and remote_url(path) is not None
+def forget_copy(local: Path) -> None:
+    """The copy here gone, once what it was bound for holds it, with the
+    directories it leaves empty (up to the run's)."""
+    local.unlink(missing_ok=True)
+    root = uploads_root().resolve()
+    directory = local.resolve().parent
+    while directory != root and directory.is_relative_to(root):
+        with contextlib.suppress(OSError):  # (not empty: another file is still here)
+            directory.rmdir()
+        if directory.exists():
+            return
+        directory = directory.parent
 
 
-def refuse_existing(url: str, force: bool) -> None:
+def check_bucket(url: str) -> None:
+    """One line, before any work, where the client is missing, cannot start, or
+    finds no bucket for `url` (a run is not made to find it out when it ends)."""
+    fs, key = filesystem(url)
+    bucket = PurePosixPath(key).parts[0]
+    with said(url):
+        there = fs.exists(bucket)
+    if not there:
+        raise StorageError(f"{url}: no such bucket (or the credentials may not see it)")
+
+
+def refuse_existing(url: str, force: bool, instead: str = "give another name") -> None:
     """One line, before any work, where an object is at `url` and `force` is not
-    given: nothing kept there is replaced silently."""
+    given: nothing kept there is replaced silently (`instead`: the other way out)."""
     if force:
         return
     fs, key = filesystem(url)
     with said(url):
         there = fs.exists(key)
     if there:
-        raise StorageError(f"{url}: exists; use --force to replace it, or give another name")
+        raise StorageError(f"{url}: exists; use --force to replace it, or {instead}")
 
 
-def put(local: Path, url: str, force: bool) -> str | None:
+def put(local: Path, url: str, force: bool) -> tuple[str | None, int]:
     """Puts the file at `url` (an existing object only with `force`); what storage
-    then says of its content (content_tag), where it says."""
+    then says of it: its content (content_tag, where it says) and its size."""
     fs, key = filesystem(url)
     with said(url):
         if not force and fs.exists(key):
             raise StorageError(f"{url}: exists; not replaced (--force replaces)")
         fs.put_file(str(local), key)
-        return content_tag(fs.info(key))
+        info = fs.info(key)
+    return content_tag(info), int(info.get("size") or 0)
 
 
 def remove(url: str) -> None:

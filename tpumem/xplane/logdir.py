@@ -35,11 +35,17 @@ def profile_files(directory: Path) -> list[Path]:
     return sorted(found)
 
 
+LAYOUT_DEPTH = max(len(layout.split("/")) for layout in _LAYOUTS)
+
+
 def in_layout(relative: str) -> bool:
     """Whether a file at `relative` (with /) below a directory given is a profile
     in one of XProf's layouts: the rule of `profile_files`, for a listing (object
-    storage's) rather than a directory here."""
+    storage's) rather than a directory here. (A glob here never yields `..` or an
+    empty part; a listing can: `*` would match them.)"""
     parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return False
     return any(
         len(parts) == len(layout) and all(map(fnmatchcase, parts, layout))
         for layout in (pattern.split("/") for pattern in _LAYOUTS)
