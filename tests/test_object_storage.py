@@ -186,7 +186,7 @@ def test_profile_puts_its_trace_and_summary_where_o_says(stored, cache, tmp_path
     said = [line for line in result.stderr.splitlines() if "writing here first" in line]
     assert said and f"put at {scheme}://{bucket}/profiled/{{host}}.tpumem when" in said[0]
     assert f"tpumem: trace put at {url}" in result.stderr
-    assert not any(cache.rglob("*.tpumem*"))
+    assert not any(cache.rglob("*"))  # (nor the run's directories)
     kept = json.loads(fs.cat_file(f"{bucket}/profiled/{name}.summary.json"))
     assert kept["trace_tag"].split(":")[0] in ("ETag", "md5Hash")
     copy = tmp_path / "copy"
@@ -226,7 +226,8 @@ def test_profile_puts_its_trace_and_summary_where_o_says(stored, cache, tmp_path
     (stays,) = cache.rglob("*.tpumem")
     errors = [line for line in later.stderr.splitlines() if line.startswith("tpumem: error")]
     assert errors == [
-        f"tpumem: error: {url}: exists; not replaced (--force replaces); its copy stays at {stays}"
+        f"tpumem: error: {url}: exists; not replaced (put the copy by hand, or --force); "
+        f"its copy stays at {stays}"
     ]
     assert summary_of(stays).exists()
     assert fs.cat_file(f"{bucket}/profiled/{name}") == bytes(data)
@@ -353,11 +354,11 @@ if __name__ == "__main__":
 def test_a_followed_run_is_put_there_process_by_process(stored, cache, tmp_path):
     _, bucket = stored
     (tmp_path / "workers.py").write_text(WORKERS)
-    url = f"s3://{bucket}/followed"
+    url = f"s3://{bucket}/followed-{{x}}"  # (a run's directory is named as written)
     result = profile(tmp_path, "--follow", "-o", url, "workers.py")
     assert result.returncode == 0, result.stderr[-3000:]
     fs = filesystem("s3")
-    names = sorted(n.rsplit("/", 1)[1] for n in fs.ls(f"{bucket}/followed"))
+    names = sorted(n.rsplit("/", 1)[1] for n in fs.ls(f"{bucket}/followed-{{x}}"))
     traces = [n for n in names if n.endswith(".tpumem")]
     assert len(traces) == 2 and names == sorted([*traces, *(f"{t}.summary.json" for t in traces)])
     for trace in traces:
@@ -365,13 +366,24 @@ def test_a_followed_run_is_put_there_process_by_process(stored, cache, tmp_path)
     copy = tmp_path / "copy"
     copy.mkdir()
     for name in names:
-        (copy / name).write_bytes(fs.cat_file(f"{bucket}/followed/{name}"))
+        (copy / name).write_bytes(fs.cat_file(f"{bucket}/followed-{{x}}/{name}"))
     remote = run_tpumem("report", url, "-f", "json")
     here = run_tpumem("report", str(copy), "-f", "json")
     assert remote.returncode == 0, remote.stderr
     a, b = json.loads(remote.stdout), json.loads(here.stdout)
     assert [p["made_from"] for p in a["processes"]] == ["summary"] * 2 and a["notes"] == []
     assert figures(a) == figures(b)
+    assert not any(cache.rglob("*"))
+    again = profile(tmp_path, "--follow", "-o", url, "workers.py")
+    assert_one_line_error(again, url, "holds traces already", "--force")
+
+    # A trace's name with a doubled brace and no placeholders: one brace there.
+    (tmp_path / "train.py").write_text(JAX_SCRIPT)
+    literal = profile(tmp_path, "-q", "-o", f"s3://{bucket}/lit-{{{{x}}}}/y.tpumem", "train.py")
+    assert literal.returncode == 0, literal.stderr[-3000:]
+    assert fs.exists(f"{bucket}/lit-{{x}}/y.tpumem")
+    assert fs.exists(f"{bucket}/lit-{{x}}/y.tpumem.summary.json")
+    assert not any(cache.rglob("*"))
 
 
 def test_only_the_checksum_and_size_the_summary_was_put_with_vouch_for_it():

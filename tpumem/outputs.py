@@ -138,8 +138,12 @@ def placeholders(pattern: str) -> set[str]:
 def literal_name(pattern: Path) -> Path:
     """A trace name without placeholders, as written: a brace doubled to be
     literal (`{{rank}}`) is one brace in the name, as the error for a lone one says."""
-    text = str(pattern)
-    return Path(text.format()) if "{" in text or "}" in text else pattern
+    return Path(literal_text(str(pattern)))
+
+
+def literal_text(pattern: str) -> str:
+    """`literal_name` for a name that is not a path here (a URL)."""
+    return pattern.format() if "{" in pattern or "}" in pattern else pattern
 
 
 def fill_placeholders(pattern: str, host: str, rank: int | None, pid: int) -> Path:

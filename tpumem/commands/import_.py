@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,14 +25,23 @@ def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
 
 
 def run_import(request: ImportRequest) -> None:
-    with _brought(request) as (path, called):
-        if is_snapshot(path):
-            written = [_import_snapshot(request, path, called)]
-        else:
-            written = _import_profiles(request, path, called)
+    written: list[Path] = []
+    try:
+        with _brought(request) as (path, called):
+            if is_snapshot(path):
+                written.append(_import_snapshot(request, path, called))
+            else:
+                _import_profiles(request, path, called, written)
+    except TpumemError:
+        # (bound for object storage: what was imported is put there, even where a
+        # later host's import failed)
+        for line in upload_traces(written, request.force):
+            print(f"tpumem: error: {line}", file=sys.stderr)
+        raise
     failed = upload_traces(written, request.force)
     if failed:
-        raise TpumemError("; ".join(failed))
+        more = f" (and {len(failed) - 1} more traces not put)" if len(failed) > 1 else ""
+        raise TpumemError(failed[0] + more)
 
 
 @contextmanager
@@ -51,7 +61,7 @@ def _brought(request: ImportRequest) -> Iterator[tuple[Path, str]]:
         yield brought
 
 
-def _import_profiles(request: ImportRequest, path: Path, called: str) -> list[Path]:
+def _import_profiles(request: ImportRequest, path: Path, called: str, written: list[Path]) -> None:
     output, force = request.output, request.force
     run_name, hosts = find_profiles(path, request.run)
     inputs = [host.path for host in hosts]
@@ -70,7 +80,6 @@ def _import_profiles(request: ImportRequest, path: Path, called: str) -> list[Pa
         if check_target(here, inputs) and not force:  # before any work is done
             raise TpumemError(f"{here}: exists; use --force to replace it, or -o another name")
         targets.append(here)
-    written = []
     for host, planned in zip(hosts, targets, strict=True):
         default = default_output(path, run_name, host.host, len(hosts))
 
@@ -87,7 +96,6 @@ def _import_profiles(request: ImportRequest, path: Path, called: str) -> list[Pa
         print(f"{trace}: {count:,} memory events{held} from {shown}")
         _summarise(trace)
         written.append(trace)
-    return written
 
 
 def _shown(file: Path, given: Path, called: str) -> str:

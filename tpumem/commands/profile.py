@@ -17,10 +17,11 @@ from tpumem.commands.uploading import (
     written_here,
 )
 from tpumem.errors import TpumemError
-from tpumem.outputs import remote_url
+from tpumem.storage.uploads import run_directory, tidy, url_of_copy
 
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
+    from tpumem.launch.launcher import LaunchRequest
     from tpumem.launch.status_line import LiveView
     from tpumem.report import Reporter
     from tpumem.tpu.topology import Topology
@@ -31,7 +32,7 @@ def run_profile(request: ProfileRequest) -> int:
     was not recorded: the adapter failed (the runner said why), or the script
     imported no framework."""
     from tpumem.adapters import CaptureOptions
-    from tpumem.launch.launcher import LaunchRequest, run_profiled
+    from tpumem.launch.launcher import LaunchRequest
     from tpumem.report import reporter_for
 
     target, module, follow, tpu = request.target, request.module, request.follow, request.tpu
@@ -65,13 +66,14 @@ def run_profile(request: ProfileRequest) -> int:
     # (bound for object storage: written on this machine as the run goes, put there after)
     output = written_here(request.output, request.force, directory=follow)
     check_logdir(request.tensorboard)
-    if output is not None and request.output is not None and output != request.output:
+    bound = None if output == request.output else url_of_copy(output) if output else None
+    if output is not None and bound is not None:
         # (said first: a tpumem killed on the way says nothing after)
         from tpumem.report.escapes import visible
 
         print(
             f"tpumem: writing here first, at {visible(str(output))}; put at "
-            f"{visible(str(remote_url(request.output)))} when the run ends",
+            f"{visible(bound)} when the run ends",
             file=sys.stderr,
         )
     launch = LaunchRequest(
@@ -85,42 +87,76 @@ def run_profile(request: ProfileRequest) -> int:
         follow=follow,
         live=_live_view() if not request.quiet and not follow and sys.stderr.isatty() else None,
     )
+    if output is None or bound is None:
+        return _profiled(launch, request, reporter)[0]
+    try:
+        returncode, traces = _profiled(launch, request, reporter)
+    except KeyboardInterrupt:
+        where = run_directory(output)
+        print(
+            f"tpumem: interrupted: nothing was put; what was written stays in {where}",
+            file=sys.stderr,
+        )
+        raise
+    finally:
+        tidy(output)
+    return _uploaded(traces, request, returncode)
+
+
+def _profiled(
+    launch: LaunchRequest, request: ProfileRequest, reporter: Reporter
+) -> tuple[int, list[Path]]:
+    """The run and what follows it here; the exit status, and the traces it
+    left (to put where they are bound)."""
+    from tpumem.launch.launcher import run_profiled
+
+    fmt, tpu = request.fmt, request.tpu
     outcome = run_profiled(launch)
+    left = _left(outcome.trace, launch.follow)
     if outcome.adapter_failed:
-        return 2
-    if follow:
+        return 2, left
+    if launch.follow:
         assert outcome.trace is not None
         _after_followed_run(
             outcome.trace, request.quiet, fmt, text_width(request.width, sys.stderr)
         )
-        traces = sorted(outcome.trace.glob("*.tpumem"))
-        return _uploaded(traces, request, outcome.returncode)
+        return outcome.returncode, _left(outcome.trace, True)
     if outcome.unrecorded is not None:
         print(f"tpumem: error: {unrecorded_line(launch.target, outcome)}", file=sys.stderr)
-        return outcome.returncode or 2
+        return outcome.returncode or 2, left
     if outcome.lost:  # (the launcher said why)
-        return outcome.returncode
+        return outcome.returncode, left
     if outcome.trace is None:
         print("tpumem: the profiled process ended before it made its trace", file=sys.stderr)
-        return outcome.returncode
+        return outcome.returncode, left
     if outcome.trace.exists():
         # After the run, in a process of its own: the run's time is its own.
         compile_for_tpus([outcome.trace], tpu, request.quiet)
     quiet_or = None if request.quiet else reporter
     _after_run(outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard)
-    return _uploaded([outcome.trace], request, outcome.returncode)
+    return outcome.returncode, _left(outcome.trace, False)
+
+
+def _left(trace: Path | None, follow: bool) -> list[Path]:
+    """The traces a run left: its own, or with --follow each in its directory."""
+    if trace is None:
+        return []
+    if follow:
+        return sorted(trace.glob("*.tpumem"))
+    return [trace] if trace.exists() else []
 
 
 def _uploaded(traces: list[Path], request: ProfileRequest, returncode: int) -> int:
     """The run's exit status, once its traces bound for object storage are there
     (2 for a run that succeeded where one could not be put: its copy here stays)."""
-    from tpumem.report.escapes import visible
-
     try:
         failed = upload_traces(traces, request.force, say=not request.quiet)
     except KeyboardInterrupt:
-        where = ", ".join(visible(str(trace)) for trace in traces if trace.exists())
-        print(f"tpumem: interrupted: what was not put stays at {where}", file=sys.stderr)
+        if traces:
+            print(
+                f"tpumem: interrupted: what was not put stays in {run_directory(traces[0])}",
+                file=sys.stderr,
+            )
         return 130
     for line in failed:
         print(f"tpumem: error: {line}", file=sys.stderr)

@@ -12,7 +12,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from tpumem.errors import TpumemError
-from tpumem.outputs import placeholders, remote_url, summary_of, summary_url_of
+from tpumem.outputs import (
+    literal_name,
+    literal_text,
+    placeholders,
+    remote_url,
+    summary_of,
+    summary_url_of,
+)
 from tpumem.storage.uploads import (
     check_bucket,
     forget_copy,
@@ -32,8 +39,9 @@ def written_here(
     """Where an output given as `-o` is written on this machine: itself, or for a
     URL its copy here. Before any work, one line for what would fail when the
     work ends: no client, no bucket, a name a run there is not read by (a trace's
-    must end in .tpumem; `directory`: a run's, for --follow), an object at a name
-    without placeholders (`fills`: the process fills them in)."""
+    must end in .tpumem; `directory`: a run's, for --follow, named as written), an
+    object at a name without placeholders (`fills`: the process fills them in; a
+    doubled brace is one brace in a name without)."""
     url = None if output is None else remote_url(output)
     if url is None:
         return output
@@ -44,12 +52,15 @@ def written_here(
             "by (--follow writes a run's directory)"
         )
     check_bucket(url)
-    if not (fills and placeholders(url)):  # (a name filled in later: checked when it is put)
-        refuse_existing(url, force, instead="-o another name")
+    if directory or not (fills and placeholders(url)):  # (else checked when it is put)
+        literal = local if directory or not fills else literal_name(local)
+        refuse_existing(
+            url if directory or not fills else literal_text(url), force, "-o another name"
+        )
         try:
-            (local if directory else local.parent).mkdir(parents=True, exist_ok=True)
+            (literal if directory else literal.parent).mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise TpumemError(f"{local.parent}: cannot make the directory: {error}") from None
+            raise TpumemError(f"{literal.parent}: cannot make the directory: {error}") from None
     return local
 
 
@@ -86,7 +97,12 @@ def upload_trace(trace: Path, url: str, force: bool) -> None:
     tag, size = put(trace, url, force)
     summary, summary_url = summary_of(trace), summary_url_of(url)
     if not summary.exists():
-        remove(summary_url)  # (an older trace's there would stand for one that is gone)
+        try:
+            remove(summary_url)  # (an older trace's there would stand for one that is gone)
+        except TpumemError as error:
+            raise TpumemError(
+                f"{url}: put, but an older summary there could not be removed ({error})"
+            ) from None
         return
     # (where it cannot be tagged, the summary stands as it is: the trace's end is
     # read where the run is)

@@ -30,7 +30,15 @@ def uploads_root() -> Path:
                 "no home directory to write the copy of what goes to object storage in: "
                 "set XDG_CACHE_HOME"
             ) from None
-    return Path(cache).joinpath(*_ROOT)
+    root = Path(cache).joinpath(*_ROOT)
+    if "{" in str(root) or "}" in str(root):
+        # (a trace's name there is a pattern its process fills in: a brace of the
+        # directory's own would be taken for a placeholder)
+        raise TpumemError(
+            f"{root}: braces in the directory the copies of what goes to object storage "
+            "are written in; set XDG_CACHE_HOME to one without"
+        )
+    return root
 
 
 def local_copy(url: str) -> Path:
@@ -57,16 +65,31 @@ def url_of_copy(local: Path) -> str | None:
 
 def forget_copy(local: Path) -> None:
     """The copy here gone, once what it was bound for holds it, with the
-    directories it leaves empty (up to the run's)."""
+    directories of its run left empty."""
     local.unlink(missing_ok=True)
-    root = uploads_root().resolve()
-    directory = local.resolve().parent
-    while directory != root and directory.is_relative_to(root):
-        with contextlib.suppress(OSError):  # (not empty: another file is still here)
-            directory.rmdir()
-        if directory.exists():
-            return
-        directory = directory.parent
+    tidy(local)
+
+
+def run_directory(local: Path) -> Path:
+    """The directory of the run that wrote `local` here (for a line on where what
+    was not put stays)."""
+    root = uploads_root()
+    try:
+        return root / local.relative_to(root).parts[0]
+    except (ValueError, IndexError):
+        return local.parent
+
+
+def tidy(local: Path) -> None:
+    """The directories of the run that wrote `local` (placeholders and all) gone
+    where they hold nothing: a run that put everything, or was refused, leaves
+    none behind."""
+    run = run_directory(local)
+    if run == local.parent and run.parent != uploads_root():
+        return  # (not a copy's)
+    for directory, _, _ in list(os.walk(run, topdown=False)):  # (the deepest first)
+        with contextlib.suppress(OSError):  # (not empty: a copy is still there)
+            os.rmdir(directory)
 
 
 def check_bucket(url: str) -> None:
@@ -74,19 +97,32 @@ def check_bucket(url: str) -> None:
     finds no bucket for `url` (a run is not made to find it out when it ends)."""
     fs, key = filesystem(url)
     bucket = PurePosixPath(key).parts[0]
-    with said(url):
-        there = fs.exists(bucket)
+    try:
+        with said(url):
+            there = fs.exists(bucket)
+    except StorageError as error:
+        if "permission denied" in str(error):
+            return  # (credentials that may write but not look: the put will tell)
+        raise
     if not there:
         raise StorageError(f"{url}: no such bucket (or the credentials may not see it)")
 
 
 def refuse_existing(url: str, force: bool, instead: str = "give another name") -> None:
-    """One line, before any work, where an object is at `url` and `force` is not
-    given: nothing kept there is replaced silently (`instead`: the other way out)."""
+    """One line, before any work, where an object is at `url` (or, for a directory,
+    a trace below it) and `force` is not given: nothing kept there is replaced
+    silently (`instead`: the other way out)."""
     if force:
         return
     fs, key = filesystem(url)
     with said(url):
+        if fs.isdir(key):
+            if any(name.endswith(".tpumem") for name in fs.ls(key, detail=False)):
+                raise StorageError(
+                    f"{url}: holds traces already; use --force to write into it (the "
+                    f"traces of other names there stay), or {instead}"
+                )
+            return
         there = fs.exists(key)
     if there:
         raise StorageError(f"{url}: exists; use --force to replace it, or {instead}")
@@ -98,7 +134,7 @@ def put(local: Path, url: str, force: bool) -> tuple[str | None, int]:
     fs, key = filesystem(url)
     with said(url):
         if not force and fs.exists(key):
-            raise StorageError(f"{url}: exists; not replaced (--force replaces)")
+            raise StorageError(f"{url}: exists; not replaced (put the copy by hand, or --force)")
         fs.put_file(str(local), key)
         info = fs.info(key)
     return content_tag(info), int(info.get("size") or 0)
