@@ -176,6 +176,7 @@ def remote_url(path: Path | str) -> str | None:
     return f"{found.group(1)}://{found.group(2)}" if found else None
 
 
+TRACE_SUFFIX = ".tpumem"  # (a run's traces are the files of its directory so named)
 _SUMMARY = ".summary.json"
 
 
@@ -192,7 +193,7 @@ def summary_url_of(url: str) -> str:
 
 def trace_of_summary(path: Path) -> Path | None:
     """The trace a summary file stands for (None: not a summary's name)."""
-    if not path.name.endswith(".tpumem" + _SUMMARY):
+    if not path.name.endswith(TRACE_SUFFIX + _SUMMARY):
         return None
     return path.with_name(path.name[: -len(_SUMMARY)])
 

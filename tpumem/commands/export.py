@@ -8,7 +8,7 @@ from pathlib import Path
 from tpumem.commands.requests import ExportRequest
 from tpumem.commands.uploading import logdir_written
 from tpumem.errors import TpumemError
-from tpumem.outputs import remote_url
+from tpumem.outputs import TRACE_SUFFIX, remote_url
 from tpumem.progress import progress
 from tpumem.reading.paths import opened_run
 
@@ -39,7 +39,7 @@ def run_export(request: ExportRequest) -> None:
 def _run_directory(path: Path) -> bool:
     """A run's directory: here, or in object storage (a URL not naming one trace)."""
     url = remote_url(path)
-    return path.is_dir() if url is None else not url.endswith(".tpumem")
+    return path.is_dir() if url is None else not url.endswith(TRACE_SUFFIX)
 
 
 def _name(directory: Path) -> str:

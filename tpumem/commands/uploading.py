@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tpumem.errors import TpumemError
 from tpumem.outputs import (
+    TRACE_SUFFIX,
     literal_name,
     literal_text,
     placeholders,
@@ -29,8 +30,6 @@ from tpumem.storage.uploads import (
     remove,
     url_of_copy,
 )
-
-TRACE_SUFFIX = ".tpumem"
 
 
 def written_here(
@@ -52,11 +51,10 @@ def written_here(
             "by (--follow writes a run's directory)"
         )
     check_bucket(url)
-    if directory or not (fills and placeholders(url)):  # (else checked when it is put)
-        literal = local if directory or not fills else literal_name(local)
-        refuse_existing(
-            url if directory or not fills else literal_text(url), force, "-o another name"
-        )
+    as_written = directory or not fills  # (no placeholders to fill, nor braces to undouble)
+    if as_written or not placeholders(url):  # (else checked when it is put)
+        literal = local if as_written else literal_name(local)
+        refuse_existing(url if as_written else literal_text(url), force, "-o another name")
         try:
             (literal if directory else literal.parent).mkdir(parents=True, exist_ok=True)
         except OSError as error:

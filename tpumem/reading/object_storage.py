@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tpumem.errors import TpumemError
-from tpumem.outputs import summary_of, summary_url_of
+from tpumem.outputs import TRACE_SUFFIX, summary_of, summary_url_of
 from tpumem.reading.summary_files import END_BYTES, MAX_SUMMARY_BYTES, TAG_KEY, trace_identity
 from tpumem.storage.client import StorageError, content_tag, filesystem, said, why
 
@@ -72,7 +72,7 @@ def fetched_run(url: str, scratch: Path) -> Fetched | None:
         for entry in listed
         if entry.get("type", "file") == "file"  # (not a "directory" named x.tpumem)
     }
-    traces = sorted(name for name in files if name.endswith(".tpumem"))
+    traces = sorted(name for name in files if name.endswith(TRACE_SUFFIX))
     if not traces:
         return None
     summaries = {name: summary_url_of(name) for name in traces}

@@ -150,7 +150,7 @@ def _fetched(paths: list[Path], meanwhile: tuple[str, ...]) -> Iterator[RunInput
     as long as the block, each trace whole only as it is read in full. A profile
     there (a logdir, an .xplane.pb) is brought whole and imported, as one here."""
     from tpumem.errors import TpumemError
-    from tpumem.outputs import remote_url
+    from tpumem.outputs import TRACE_SUFFIX, remote_url
     from tpumem.progress import progress
     from tpumem.reading.object_storage import fetched_file, fetched_run
 
@@ -164,13 +164,13 @@ def _fetched(paths: list[Path], meanwhile: tuple[str, ...]) -> Iterator[RunInput
             fetched = fetched_run(url, Path(scratch) / "run")
             if fetched is None:
                 local, _ = fetched_file(url, Path(scratch) / "profile")
-            elif len(fetched.traces) == 1 and url.endswith(".tpumem"):
+            elif len(fetched.traces) == 1 and url.endswith(TRACE_SUFFIX):
                 fetched.fetch(fetched.traces[0])  # (one trace is read in full)
         if fetched is None:
             with _imported([local], meanwhile, url) as imported:
                 yield imported
             return
-        is_run = len(fetched.traces) > 1 or not url.endswith(".tpumem")
+        is_run = len(fetched.traces) > 1 or not url.endswith(TRACE_SUFFIX)
         yield RunInput(
             fetched.traces,
             url,

@@ -14,6 +14,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from tpumem.errors import TpumemError
+from tpumem.outputs import TRACE_SUFFIX
 from tpumem.storage.client import StorageError, content_tag, filesystem, said
 
 _ROOT = ("tpumem", "uploads")
@@ -73,20 +74,26 @@ def forget_copy(local: Path) -> None:
 def run_directory(local: Path) -> Path:
     """The directory of the run that wrote `local` here (for a line on where what
     was not put stays)."""
+    return _run_of(local) or local.parent
+
+
+def _run_of(local: Path) -> Path | None:
+    """The run's directory of a copy written by `local_copy`'s rule; None for a
+    file outside it."""
     root = uploads_root()
     try:
         return root / local.relative_to(root).parts[0]
     except (ValueError, IndexError):
-        return local.parent
+        return None
 
 
 def tidy(local: Path) -> None:
     """The directories of the run that wrote `local` (placeholders and all) gone
     where they hold nothing: a run that put everything, or was refused, leaves
     none behind."""
-    run = run_directory(local)
-    if run == local.parent and run.parent != uploads_root():
-        return  # (not a copy's)
+    run = _run_of(local)
+    if run is None:
+        return
     for directory, _, _ in list(os.walk(run, topdown=False)):  # (the deepest first)
         with contextlib.suppress(OSError):  # (not empty: a copy is still there)
             os.rmdir(directory)
@@ -117,7 +124,7 @@ def refuse_existing(url: str, force: bool, instead: str = "give another name") -
     fs, key = filesystem(url)
     with said(url):
         if fs.isdir(key):
-            if any(name.endswith(".tpumem") for name in fs.ls(key, detail=False)):
+            if any(name.endswith(TRACE_SUFFIX) for name in fs.ls(key, detail=False)):
                 raise StorageError(
                     f"{url}: holds traces already; use --force to write into it (the "
                     f"traces of other names there stay), or {instead}"
