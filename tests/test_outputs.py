@@ -62,6 +62,28 @@ def test_profile_refuses_to_write_over_its_script(tmp_path, script):
     assert script.read_text() == JAX_SCRIPT
 
 
+def test_fit_refuses_to_write_over_its_script_before_it_runs(tmp_path):
+    """`fit -o train.py train.py` wrote its trace over the script, --force or not,
+    however -o spells it: refused as profile refuses it (one rule, paths compared
+    by what they name), before anything is compiled or the script runs."""
+    script = tmp_path / "train.py"
+    source = "open('ran', 'w').write('the script ran')\n"
+    script.write_text(source)
+    for output in (
+        "train.py",
+        "./train.py",
+        str(script),
+        f"{tmp_path}/../{tmp_path.name}/train.py",
+    ):
+        for force in ([], ["--force"]):
+            result = run_tpumem(
+                "fit", "--tpu", "v5e-8", *force, "-o", output, "train.py", cwd=tmp_path
+            )
+            assert_one_line_error(result, "is an input of this command")
+            assert script.read_text() == source
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]  # it never ran
+
+
 def test_report_and_import_refuse_to_write_over_their_input(tmp_path):
     trace = tmp_path / "t.tpumem"
     trace.write_bytes(TRACE.read_bytes())

@@ -38,14 +38,11 @@ def run_fit(request: FitRequest) -> int:
         )
     if not request.module:
         _check_script(Path(request.target))
+    _check_output(request)
     libtpu = libtpu_path()
     if libtpu is None:
         raise TpumemError(NEEDS.replace("--tpu needs", "fit needs"))
     release = libtpu_version(libtpu)
-    if request.output is not None and request.output.exists() and not request.force:
-        raise TpumemError(
-            f"{request.output}: exists; use --force to replace it, or -o another name"
-        )
     short: set[str] = set()
     framework = None if request.module else _hlo_framework(Path(request.target))
     if request.sweep is None:
@@ -237,6 +234,21 @@ def _default_name(request: FitRequest, suffix: str = "") -> Path:
     return Path(f"{stem}.fit{kept}.tpumem")
 
 
+def _inputs(request: FitRequest) -> list[Path]:
+    """What fit reads, which its trace may not be written over: the script."""
+    return [] if request.module else [Path(request.target)]
+
+
+def _check_output(request: FitRequest) -> None:
+    """-o refused before anything is compiled or run: the script itself (as
+    profile refuses it, --force or not), or a file there without --force."""
+    from tpumem.outputs import check_target
+
+    output = request.output
+    if output is not None and check_target(output, _inputs(request)) and not request.force:
+        raise TpumemError(f"{output}: exists; use --force to replace it, or -o another name")
+
+
 def _check_script(path: Path) -> None:
     if not path.exists():
         raise TpumemError(f"{path}: no such file")
@@ -381,7 +393,8 @@ def _write_trace(
     from tpumem.trace.writer import TraceWriter
 
     if request.output is not None:
-        path, descriptor = request.output, create_trace(request.output, (), request.force)
+        path = request.output
+        descriptor = create_trace(path, _inputs(request), request.force)
     else:
         path, descriptor = default_trace(default, ())
     metadata = {
