@@ -92,7 +92,7 @@ def _option(args: list[str], *names: str) -> str | None:
 def _json_written(args: list[str], cwd: Path | None, stdout: str) -> str | None:
     """The JSON a report or compare command wrote: on stdout, or to its -o file."""
     fmt, output = _option(args, "-f", "--format"), _option(args, "-o", "--output")
-    if output is None:
+    if output is None or output == "-":  # (`-o -`: standard output)
         return stdout if fmt == "json" else None
     if fmt == "json" or (fmt is None and output.endswith(".json")):
         return (Path(cwd or ".") / output).read_text()

@@ -308,15 +308,148 @@ def test_the_script_does_not_outlive_tpumem(tmp_path, script, how):
 
 def test_output_paths_that_are_not_files(tmp_path):
     (tmp_path / "adir").mkdir()
-    for target, words in (
-        ("adir", "is a directory"),
-        ("missing/t.tpumem", "no such directory"),
-        ("/dev/full", "not a regular file"),
+    for target, words, report_words in (
+        ("adir", "is a directory", "is a directory"),
+        ("missing/t.tpumem", "no such directory", "no such directory"),
+        # (a report is written to a device as it is: this one is always full)
+        ("/dev/full", "not a regular file", "No space left on device"),
     ):
         result = run_tpumem("import", str(XPLANE), "-o", target, cwd=tmp_path)
         assert_one_line_error(result, words)
         result = run_tpumem("report", str(TRACE), "-o", target, cwd=tmp_path)
-        assert_one_line_error(result, words)
+        assert_one_line_error(result, report_words)
+    assert Path("/dev/full").is_char_device()
+
+
+def test_an_output_that_is_a_link_is_written_through_and_stays_a_link(tmp_path):
+    """Every -o was written beside its path and renamed onto it, so a link given
+    as -o became a regular file and what it named was left as it was: now the
+    file it names is written (renamed onto there), and the link stays."""
+    (tmp_path / "elsewhere").mkdir()
+    earlier = tmp_path / "elsewhere" / "r.md"
+    earlier.write_text("# tpumem report · an earlier one\n")
+    link = tmp_path / "r.md"
+    link.symlink_to(earlier)
+    result = run_tpumem("report", str(TRACE), "-o", str(link))
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and link.readlink() == earlier
+    assert earlier.read_text().startswith(f"# tpumem report: {TRACE}")
+    assert sorted(p.name for p in earlier.parent.iterdir()) == ["r.md"]  # no temporary left
+    # A link to the user's notes: refused as the notes would be, both left as they are.
+    notes = tmp_path / "elsewhere" / "notes.md"
+    notes.write_text("# my notes\n")
+    to_notes = tmp_path / "notes.md"
+    to_notes.symlink_to(notes)
+    assert_one_line_error(run_tpumem("report", str(TRACE), "-o", str(to_notes)), "--force")
+    assert to_notes.readlink() == notes and notes.read_text() == "# my notes\n"
+    # A link to a file not made yet: made there, where the link points.
+    ahead = tmp_path / "ahead.json"
+    ahead.symlink_to(tmp_path / "elsewhere" / "new.json")
+    result = run_tpumem("report", str(TRACE), "-o", str(ahead))
+    assert result.returncode == 0, result.stderr
+    assert ahead.is_symlink() and json.loads(ahead.read_text())["schema"] == "tpumem-report/1"
+    # A trace through a link: replaced only with --force, the link kept.
+    trace = tmp_path / "elsewhere" / "t.tpumem"
+    trace.write_bytes(TRACE.read_bytes())
+    to_trace = tmp_path / "t.tpumem"
+    to_trace.symlink_to(trace)
+    assert_one_line_error(run_tpumem("import", str(XPLANE), "-o", str(to_trace)), "--force")
+    assert trace.read_bytes() == TRACE.read_bytes()
+    result = run_tpumem("import", str(XPLANE), "-o", str(to_trace), "--force")
+    assert result.returncode == 0, result.stderr
+    assert to_trace.is_symlink() and load(trace).metadata.source == "import"
+    made = tmp_path / "made.tpumem"
+    made.symlink_to(tmp_path / "elsewhere" / "made.tpumem")
+    result = run_tpumem("import", str(XPLANE), "-o", str(made))
+    assert result.returncode == 0, result.stderr
+    assert made.is_symlink() and load(made.readlink()).metadata.source == "import"
+
+
+def test_a_report_to_a_pipe_or_a_device_is_written_to_it_never_replaced(tmp_path):
+    """`report -o /dev/stdout > out.json` left out.json empty and made the
+    machine's /dev/stdout a regular file: a FIFO or a device is written to as it
+    is, a link to one as well; `-o -` is standard output."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "to-fifo"
+    link.symlink_to(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = run_tpumem("report", str(TRACE), "-o", str(link), "-f", "md")
+    assert result.returncode == 0, result.stderr
+    reader.join(timeout=60)
+    assert read and read[0].startswith(b"# tpumem report")
+    assert fifo.is_fifo() and link.is_symlink()
+    # A link to a file, as /dev/stdout is to what the shell gave it: the file gets
+    # the report (the rule's case in a directory of the test's own, first).
+    out = tmp_path / "out.json"
+    stdout_link = tmp_path / "stdout"
+    stdout_link.symlink_to(out)
+    out.touch()
+    result = run_tpumem("report", str(TRACE), "-o", str(stdout_link), "-f", "json")
+    assert result.returncode == 0, result.stderr
+    assert stdout_link.is_symlink() and json.loads(out.read_text())["schema"] == "tpumem-report/1"
+    assert os.lstat("/dev/stdout").st_mode & 0o170000 == 0o120000  # a link, as it came
+    with open(tmp_path / "shell.json", "w") as shell_out:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tpumem",
+                "report",
+                str(TRACE),
+                "-o",
+                "/dev/stdout",
+                "-f",
+                "json",
+            ],
+            stdout=shell_out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "shell.json").read_text())["schema"] == "tpumem-report/1"
+    assert os.lstat("/dev/stdout").st_mode & 0o170000 == 0o120000
+    piped = subprocess.run(
+        [sys.executable, "-m", "tpumem", "report", str(TRACE), "-o", "/dev/stdout", "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["schema"] == "tpumem-report/1"
+    assert Path("/dev/null").is_char_device()
+    result = run_tpumem("report", str(TRACE), "-o", "/dev/null")
+    assert result.returncode == 0, result.stderr
+    assert Path("/dev/null").is_char_device()
+    # `-o -`: standard output, for a report and a diff; no file named "-".
+    result = run_tpumem("report", str(TRACE), "-o", "-", "-f", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "tpumem-report/1"
+    result = run_tpumem("diff", str(TRACE), str(TRACE), "-o", "-", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tpumem diff")
+    assert not (tmp_path / "-").exists()
+
+
+def test_standard_output_and_a_bucketless_url_are_no_trace_file(tmp_path, script):
+    """`-o -` where a trace or a page is written, and `-o s3://` with no bucket
+    (which wrote a local file named `s3:`): one line each, nothing written."""
+    for args, words in (
+        (["import", str(XPLANE), "-o", "-"], "-o -: standard output"),
+        (["profile", "-o", "-", "train.py"], "-o -: standard output"),
+        (["compare", str(TRACE), str(TRACE), "--html", "-"], "--html -"),
+        (["report", str(TRACE), "-o", "s3://"], "s3://: no bucket named"),
+        (["report", str(TRACE), "-o", "gs:/"], "gs://: no bucket named"),
+        (["import", str(XPLANE), "-o", "s3://"], "s3://: no bucket named"),
+        (["profile", "-o", "s3://", "train.py"], "s3://: no bucket named"),
+    ):
+        assert_one_line_error(run_tpumem(*args, cwd=tmp_path), words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
 
 
 def test_a_full_standard_output_is_one_line(tmp_path):

@@ -100,6 +100,11 @@ PageFormat = Annotated[
 def file_name(value: str) -> Path:
     """An output file's name as given: a trailing slash names a directory, which
     Path would drop (`-o new/` wrote a file named `new`)."""
+    from tpumem.outputs import no_bucket
+
+    unnamed = no_bucket(value)  # (before the slash: `s3://` names no directory either)
+    if unnamed is not None:
+        raise typer.BadParameter(unnamed)
     if value.endswith(("/", os.sep)):
         raise typer.BadParameter(f"{value}: names a directory; give a file name")
     return Path(value)

@@ -2,8 +2,12 @@
 
 - Nothing is written over an input of the same command: the script being profiled,
   the trace being reported, the profile being imported.
-- Only regular files are written: a directory, a device (/dev/full) or a pipe as an
-  output is refused before anything runs.
+- A trace is written only to a regular file: a directory, a device (/dev/full) or a
+  pipe as its output is refused before anything runs. A report may go to a terminal
+  or a pipe (`-o /dev/stdout`, a FIFO): it is written to it as it is, never replaced;
+  `-o -` is standard output.
+- A link given as an output is written through, to the file it names (renamed onto
+  there, in that file's directory): the link stays a link.
 - A trace is never replaced silently. `profile -o` and `import -o` refuse a file that
   exists unless --force is given (as Nsight Systems' --force-overwrite); without -o,
   the default name takes the first free number (train.tpumem, train-2.tpumem, ...).
@@ -85,16 +89,52 @@ def is_report(path: Path) -> bool:
     return head is not None and (not head or any(p.match(head) for p in _REPORT_HEADS))
 
 
-def check_target(path: Path, inputs: Iterable[Path | str] = ()) -> bool:
+STDOUT = Path("-")  # `-o -`: a report on standard output, as the convention is
+# Object storage named without a bucket (`-o s3://`, which a Path keeps as `s3:`).
+_NO_BUCKET = re.compile(r"^(gs|gcs|s3):/*$")
+
+
+def no_bucket(path: Path | str) -> str | None:
+    """Why `path` names no place to write (`s3://` without its bucket, which a Path
+    keeps as a local name, `s3:`), or None."""
+    bare = _NO_BUCKET.match(str(path))
+    if bare is None:
+        return None
+    return f"{bare.group(1)}://: no bucket named; give {bare.group(1)}://BUCKET/NAME"
+
+
+def landing(path: Path) -> Path:
+    """Where a write to `path` lands: the file a link names, followed to the end,
+    so that a link given as an output is written through, never replaced."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def is_stream(path: Path) -> bool:
+    """Whether `path` is a terminal, a device or a pipe (/dev/stdout, a FIFO): what
+    a report is written to as it is, never replaced."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def check_target(path: Path, inputs: Iterable[Path | str] = (), streams: bool = False) -> bool:
     """Refuses a target that is an input, or that is not (or cannot become) a
-    regular file; True when it exists."""
+    regular file (`streams`: or a terminal, a device or a pipe, which a report is
+    written to as it is); True when it exists."""
+    unnamed = no_bucket(path)
+    if unnamed is not None:
+        raise TpumemError(unnamed)
+    if path == STDOUT:
+        raise TpumemError("-o -: standard output takes a report, not this; give a file name")
     for source in inputs:
         if _same(path, Path(source)):
             raise TpumemError(f"{path}: is an input of this command; choose another output")
     try:
         info = path.stat()
     except FileNotFoundError:
-        parent = path.parent
+        parent = landing(path).parent  # (a link to a file not made yet: the link's target)
         if not parent.is_dir():
             raise TpumemError(f"{path}: no such directory: {parent}") from None
         return False
@@ -102,9 +142,23 @@ def check_target(path: Path, inputs: Iterable[Path | str] = ()) -> bool:
         raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
     if stat.S_ISDIR(info.st_mode):
         raise TpumemError(f"{path}: is a directory; give a file name")
+    if streams and (stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+        return True
     if not stat.S_ISREG(info.st_mode):
         raise TpumemError(f"{path}: not a regular file; tpumem writes only to files")
+    if not _named(path):
+        raise TpumemError(f"{path}: a link to a file that has no name to write it by")
     return True
+
+
+def _named(path: Path) -> bool:
+    """Whether the file at `path` is the one its name, links followed, names: not
+    so through /proc where the file was deleted (/dev/stdout onto one), which has
+    no name to write beside and rename onto."""
+    try:
+        return os.path.samefile(landing(path), path)
+    except OSError:
+        return False
 
 
 def free_name(path: Path, taken: set[Path] | None = None) -> Path:
@@ -220,7 +274,7 @@ def rename_trace(old: Path, new: Path, force: bool) -> None:
     only with `force`; the trace then keeps its name, and this says why."""
     if force:
         try:
-            os.replace(old, new)
+            os.replace(old, landing(new))
         except OSError as error:
             raise TpumemError(f"{new}: cannot rename {old} to it: {_why(error)}") from None
         _drop_summary(new)
@@ -238,15 +292,17 @@ def create_trace(path: Path, inputs: Iterable[Path | str], force: bool) -> int:
     """Creates the trace file, exclusively; its open descriptor. An existing file is
     replaced only with `force`."""
     refuse_remote(path, "a trace being written")
-    if check_target(path, inputs):
+    exists = check_target(path, inputs)
+    target = landing(path)  # (a link: the file it names is the trace, the link stays)
+    if exists:
         if not force:
             raise TpumemError(f"{path}: exists; use --force to replace it, or -o another name")
         try:
-            path.unlink()
+            target.unlink()
         except OSError as error:
             raise TpumemError(f"{path}: cannot replace: {_why(error)}") from None
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except FileExistsError:
         raise TpumemError(f"{path}: another process created it just now; not replaced") from None
     except OSError as error:
@@ -270,7 +326,7 @@ def default_trace(path: Path, inputs: Iterable[Path | str]) -> tuple[Path, int]:
 
 def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> None:
     """A report to stdout, or to `output` (whole or not at all; tpumem/outputs.py)."""
-    if output is None:
+    if output is None or output == STDOUT:
         sys.stdout.write(text)
         return
     write_report(output, text, inputs, force)
@@ -278,12 +334,28 @@ def emit(text: str, output: Path | None, inputs: list[Path], force: bool) -> Non
 
 
 def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: bool) -> None:
-    """Writes a report or page in full, then renames it onto `path`."""
+    """Writes a report or page in full, then renames it onto `path` (through a
+    link); a terminal or a pipe is written to as it is."""
     refuse_remote(path, "a report written")
-    if check_target(path, inputs) and not force and not is_report(path):
+    exists = check_target(path, inputs, streams=True)
+    if exists and is_stream(path):
+        _write_stream(path, text.encode())
+        return
+    if exists and not force and not is_report(path):
         what = "a tpumem trace" if is_trace(path) else "not a report of tpumem's"
         raise TpumemError(f"{path}: exists and is {what}; use --force to replace it, or another -o")
     write_whole(path, text.encode())
+
+
+def _write_stream(path: Path, data: bytes) -> None:
+    """A report written to a terminal, a device or a pipe (/dev/stdout): opened
+    as it is, never created, truncated or replaced."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(data)
+    except OSError as error:
+        raise TpumemError(f"{path}: cannot write: {_why(error)}") from None
 
 
 def write_new(path: Path, data: bytes, force: bool) -> None:
@@ -294,7 +366,9 @@ def write_new(path: Path, data: bytes, force: bool) -> None:
 
 
 def write_whole(path: Path, data: bytes) -> None:
-    """Writes beside `path` and renames onto it: whole or not at all."""
+    """Writes beside `path` and renames onto it: whole or not at all. A link is
+    written through: the file it names is replaced, in its own directory."""
+    path = landing(path)
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as error:

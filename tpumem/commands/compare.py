@@ -14,7 +14,7 @@ from tpumem.commands.options import text_width
 from tpumem.commands.requests import CompareRequest
 from tpumem.commands.tpu_compiles import compile_for_tpus
 from tpumem.errors import TpumemError
-from tpumem.outputs import emit, free_name
+from tpumem.outputs import STDOUT, emit, free_name
 from tpumem.progress import progress
 from tpumem.reading.paths import RunInput, is_profile, opened_runs, traces_of
 
@@ -27,6 +27,8 @@ def run_compare(request: CompareRequest) -> None:
     chosen = reporter_for(None, request.fmt, COMPARISON, terminal=True)
     if len(request.runs) < 2:
         raise TpumemError("compare needs at least two runs")
+    if request.html == STDOUT:
+        raise TpumemError("--html -: the comparison is on standard output; give the page a file")
     sources = resolve(list(request.runs), request.output_dir)
     profile_scripts(sources)
     points = reporter(COMPARISON, "html").series_points if request.html else 0

@@ -28,6 +28,7 @@ JOINED_ROWS = 1 << 16
 
 def compact(path: Path) -> bool:
     """Joins the trace's batches; True when it rewrote the file."""
+    path = Path(os.path.realpath(path))  # (-o a link: the file it names, the link kept)
     with open(path, "rb") as handle:
         identity = os.fstat(handle.fileno())
         if identity.st_size < len(END_OF_STREAM):
