@@ -283,5 +283,25 @@ def cases() -> dict[str, Callable[[Path], Path]]:
             p, [{"kind": "mark", "time_ns": 0, "text": "step", "step": -5}]
         ),
         "no rows": lambda p: write(p, batch=rows_to_batch(_rows()).slice(0, 0)),
+        "batch claims a terabyte": lambda p: claiming_body(write(p), 1 << 40),
     }
     return made
+
+
+def claiming_body(path: Path, size: int) -> Path:
+    """The trace with its record batch's message saying its body holds `size`
+    bytes (the metadata's bodyLength, an int64), the bytes themselves as they were."""
+    data = bytearray(path.read_bytes())
+    at = 0
+    while True:
+        length = int.from_bytes(data[at + 4 : at + 8], "little")
+        message = pa.ipc.read_message(pa.BufferReader(bytes(data[at:])))
+        body = message.body.size if message.body is not None else 0
+        if message.type == "record batch":
+            break
+        at += 8 + length + body
+    metadata = bytes(data[at + 8 : at + 8 + length])
+    field = metadata.index(body.to_bytes(8, "little"))
+    data[at + 8 + field : at + 16 + field] = size.to_bytes(8, "little")
+    path.write_bytes(data)
+    return path

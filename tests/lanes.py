@@ -260,7 +260,17 @@ LANES: dict[str, Lanes] = {
     "test_trace_file.py": UNIT,
     "test_track.py": FRAMEWORKS,
     "test_unseen_frees.py": (UNIT, {CLI: ["test_the_unseen_row_says_where_those_bytes_were_made"]}),
-    "test_watch.py": FRAMEWORKS,
+    "test_watch.py": (
+        FRAMEWORKS,
+        {
+            CLI: [
+                "test_watch_refuses_what_never_is_a_trace_by_reports_rule",
+                "test_watch_of_a_batch_claiming_a_terabyte_reads_up_to_it",
+                "test_watch_of_every_hand_built_hostile_trace_ends_in_a_line_or_one_error",
+                "test_a_live_trace_deleted_under_watch_is_said_deleted",
+            ],
+        },
+    ),
     "test_xplane_wire.py": UNIT,
 }
 

@@ -61,7 +61,12 @@ def run_watch(path: Path, interval_s: float) -> None:
         follower.close()
     if follower.error is not None:
         raise TpumemError(follower.error)
-    if follower.replaced():
+    lost = follower.name_lost()
+    if lost == "deleted":
+        raise TpumemError(
+            f"{visible(path)}: deleted while it was watched; the run's figures went with it"
+        )
+    if lost == "replaced":
         raise TpumemError(
             f"{visible(path)}: another file took its name while it was watched: tpumem "
             "report it for that run's figures"
@@ -82,7 +87,10 @@ def _ended(path: Path) -> None:
     trace = load(path)
     how = "closed by its writer" if trace.complete else "its writer ended without closing it"
     if trace.damaged:
-        how += f"; damaged after its first {trace.table.num_rows:,} rows, read up to there"
+        how += (
+            f"; {visible(path)} is damaged after its first {trace.table.num_rows:,} rows, "
+            "read up to there"
+        )
     analysis = analyze(trace)
     if not analysis.devices:
         print(f"tpumem: the run ended ({how}); it allocated nothing")

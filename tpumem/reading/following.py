@@ -59,7 +59,8 @@ class RunFollower:
         except (TpumemError, OSError) as error:
             self.error = str(error)
         except Exception as error:  # (a follower never fails its caller)
-            self.error = f"{self.path}: could not be followed: {error}"
+            why = str(error) or type(error).__name__  # (a MemoryError says nothing)
+            self.error = f"{self.path}: could not be followed: {why}"
         finally:
             self.ended.set()
 
@@ -80,9 +81,15 @@ class RunFollower:
                 self.stop.set()
         return self.figures
 
-    def replaced(self) -> bool:
-        """Whether another file now bears the name of the one followed."""
-        return self.identity is not None and _identity(self.path) != self.identity
+    def name_lost(self) -> str | None:
+        """What became of the name of the file followed: "deleted" where no file
+        bears it now, "replaced" where another does; None where it still names it."""
+        if self.identity is None:
+            return None
+        now = _identity(self.path)
+        if now is None:
+            return "deleted"
+        return None if now == self.identity else "replaced"
 
     def elapsed_s(self) -> float:
         """How long the run has run: by the wall clock from its start while it

@@ -161,15 +161,48 @@ def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
     return metadata
 
 
+def trace_file_info(name: str) -> os.stat_result:
+    """What a trace may be, for every command that reads one (report, watch): a
+    regular file, a link to one followed; not a directory, a device (/dev/zero), a
+    pipe, nor a file the kernel makes as it is read (/proc's, whose size says 0:
+    /proc/self/mem). One line for anything else; FileNotFoundError, and the other
+    OSErrors of looking, pass to the caller."""
+    info = os.stat(name)  # (no open: opening a device or a FIFO may block or act)
+    if stat.S_ISDIR(info.st_mode):
+        raise TpumemError(f"{name}: is a directory, not a trace file")
+    if not stat.S_ISREG(info.st_mode):
+        raise TpumemError(f"{name}: not a regular file, so not a trace")
+    if info.st_size == 0 and _made_as_read(name):
+        raise TpumemError(
+            f"{name}: not a regular file (the kernel makes it as it is read), so not a trace"
+        )
+    return info
+
+
+def _made_as_read(name: str) -> bool:
+    """Whether a file whose size says 0 reads something anyway (or an error): one
+    the kernel makes (/proc), never a trace, which an empty file may yet become."""
+    try:
+        descriptor = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # (the reader says why it cannot be read)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return False  # (another file took the name meanwhile: the next look says)
+        try:
+            first = os.read(descriptor, 1)
+        except OSError:
+            return True
+        return bool(first) and os.fstat(descriptor).st_size == 0
+    finally:
+        os.close(descriptor)
+
+
 def _open(name: str) -> tuple[mmap.mmap, int | None]:
     """The file's bytes, mapped, and the process still writing it (trace/live.py);
     one line for anything that is not a readable file."""
     try:
-        info = os.stat(name)
-        if stat.S_ISDIR(info.st_mode):
-            raise TpumemError(f"{name}: is a directory, not a trace file")
-        if not stat.S_ISREG(info.st_mode):
-            raise TpumemError(f"{name}: not a regular file, so not a trace")
+        info = trace_file_info(name)
         if info.st_size == 0:
             raise TpumemError(f"{name}: empty file, not a tpumem trace")
         # Python's mmap, not Arrow's: its pages can be given back once read (Trace).
