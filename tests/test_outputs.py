@@ -137,6 +137,42 @@ def test_default_names_are_numbered_not_replaced(tmp_path, script):
     assert not (tmp_path / "train-3.tpumem").exists()
 
 
+def test_a_summary_replaces_only_a_summary_of_tpumems(tmp_path):
+    """`import prof.xplane.pb -o results` destroyed the user's results.summary.json
+    (the name of the summary beside a trace named `results`): it stays, byte for
+    byte, and one line says no summary was written; the trace stands, exit 0. A
+    summary of tpumem's own there is replaced; a link there is left a link."""
+    mine = tmp_path / "results.summary.json"
+    mine.write_text('{"accuracy": 0.93}\n')
+    for force in ([], ["--force"]):
+        result = run_tpumem("import", str(XPLANE), "-o", "results", *force, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        (line,) = [line for line in result.stderr.splitlines() if "summary" in line]
+        assert line == (
+            "tpumem: no summary written beside results: results.summary.json is there and is "
+            "not a summary of tpumem's; left as it is"
+        )
+        assert "Traceback" not in result.stderr
+        assert mine.read_text() == '{"accuracy": 0.93}\n'
+        assert load(tmp_path / "results").metadata.source == "import"
+    # Its own summary beside a trace is replaced with the trace (--force).
+    result = run_tpumem("import", str(XPLANE), "-o", "t.tpumem", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    own = tmp_path / "t.tpumem.summary.json"
+    assert own.read_text().startswith('{"format":"tpumem-summary"')
+    made = own.stat().st_mtime_ns
+    result = run_tpumem("import", str(XPLANE), "-o", "t.tpumem", "--force", cwd=tmp_path)
+    assert result.returncode == 0 and "summary" not in result.stderr, result.stderr
+    assert own.stat().st_mtime_ns != made
+    # A link where the summary would go: the user's, left as it is.
+    (tmp_path / "linked.tpumem.summary.json").symlink_to(mine)
+    result = run_tpumem("import", str(XPLANE), "-o", "linked.tpumem", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no summary written beside linked.tpumem" in result.stderr
+    assert (tmp_path / "linked.tpumem.summary.json").readlink() == mine
+    assert mine.read_text() == '{"accuracy": 0.93}\n'
+
+
 def test_a_report_replaces_an_earlier_report_whole_or_not_at_all(tmp_path):
     page = tmp_path / "r.md"
     assert run_tpumem("report", str(TRACE), "-o", str(page)).returncode == 0

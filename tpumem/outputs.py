@@ -83,6 +83,22 @@ _REPORT_HEADS = (
 )
 
 
+# A summary's first bytes (reading/summary_files.py writes its format first).
+_SUMMARY_HEAD = re.compile(rb'\{\s*"format":\s*"tpumem-summary"')
+
+
+def is_summary(path: Path) -> bool:
+    """Whether a file is a summary tpumem wrote beside a trace (a regular file, not
+    a link, known by its first bytes): what a new summary may replace."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return False
+    except OSError:
+        return False
+    head = _head(path)
+    return head is not None and _SUMMARY_HEAD.match(head) is not None
+
+
 def is_report(path: Path) -> bool:
     """Whether a file is empty or holds a report or page tpumem wrote."""
     head = _head(path)
@@ -254,9 +270,11 @@ def trace_of_summary(path: Path) -> Path | None:
 
 def _drop_summary(trace: Path) -> None:
     """A new trace under a name takes its summary with it: an older trace's summary
-    there would stand for one that is gone."""
-    with contextlib.suppress(OSError):
-        summary_of(trace).unlink(missing_ok=True)
+    there would stand for one that is gone. A file of that name that is not one of
+    tpumem's summaries is the user's, and stays."""
+    if is_summary(summary_of(trace)):
+        with contextlib.suppress(OSError):
+            summary_of(trace).unlink(missing_ok=True)
 
 
 def create_trace_at(path: Path, force: bool) -> int:

@@ -228,7 +228,8 @@ def _leave_summaries(run: ProcessRun) -> None:
         try:
             write_summary(trace, replace(process, findings=()))
         except OSError as error:
-            print(f"tpumem: no summary written beside {trace}: {error}", file=sys.stderr)
+            why = error.strerror or error
+            print(f"tpumem: no summary written beside {trace}: {why}", file=sys.stderr)
 
 
 def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:

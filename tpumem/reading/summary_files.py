@@ -12,6 +12,7 @@ the report says why.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from tpumem.analysis.processes import MAX_PROCESSES, ProcessSummary
-from tpumem.outputs import summary_of
+from tpumem.outputs import is_summary, summary_of
 from tpumem.reading.plain_json import Unreadable, from_plain, to_plain
 
 if TYPE_CHECKING:
@@ -106,6 +107,13 @@ def write_summary(trace: Path, summary: ProcessSummary) -> Path:
 
 
 def _write_whole(target: Path, text: str) -> None:
+    """A summary written in full, then renamed onto `target`; FileExistsError where
+    a file there is not a summary of tpumem's (`results.summary.json` beside a trace
+    named `results`: the user's, left as it is)."""
+    if os.path.lexists(target) and not is_summary(target):
+        raise FileExistsError(
+            errno.EEXIST, f"{target.name} is there and is not a summary of tpumem's; left as it is"
+        )
     scratch = target.with_name(f".{target.name}.{os.getpid()}")
     try:
         scratch.write_text(text, encoding="utf-8")
