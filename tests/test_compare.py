@@ -113,3 +113,27 @@ def test_the_three_frameworks_compared_from_their_scripts(tmp_path):
     assert comparison["alignment"] == "step"
     assert page.stat().st_size > 10_000
     assert Path(tmp_path / "tf_mlp.tpumem").exists()
+
+
+def test_names_from_a_trace_are_shown_escaped_in_compare_and_diff(tmp_path):
+    """compare's Framework row printed a trace's framework name raw: its escapes
+    set the terminal's title and cleared the screen, and its rich markup was taken
+    as markup. Every row of compare and diff shows them escaped, as a report does."""
+    from hostile_traces import cases
+
+    hostile = cases()["escapes everywhere"](tmp_path / "escapes.tpumem")
+    other = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
+    for command in (
+        ["compare", str(hostile), str(other)],
+        ["compare", str(other), str(hostile)],
+        ["diff", str(other), str(hostile)],
+        ["diff", str(hostile), str(other), "-f", "md"],
+    ):
+        result = run_tpumem(*command)
+        assert result.returncode == 0, result.stderr
+        for raw in "\x1b\x07\x9b":
+            assert raw not in result.stdout, (command, raw)
+        if command[0] == "compare":
+            (row,) = [line for line in result.stdout.splitlines() if "Framework" in line]
+            assert "\\x1b]0;pwned" in row
+            assert "[bold red]markup" in result.stdout  # as written, not taken as markup

@@ -49,13 +49,15 @@ def format_value(unit: str, value: object) -> str:
 
 
 def _cell(row: CompareRow, index: int) -> str:
-    text = format_value(row.unit, row.values[index])
+    # (a text row's value is the trace's, a framework's name as its recording wrote
+    # it: shown escaped, as every name from a trace is, and never taken as markup)
+    text = markup(format_value(row.unit, row.values[index]))
     if row.best == index:
         text = f"[bold green]{text} *[/]"
     notes = []
     tag = _TAGS.get(row.labels[index], row.labels[index])
     if tag and row.values[index] is not None:
-        notes.append(tag)
+        notes.append(markup(tag))
     ratio = row.ratios[index]
     if index and ratio is not None and row.unit in (BYTES, COUNT, RATE):
         notes.append(f"x{ratio:.2f}")
