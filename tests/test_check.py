@@ -74,3 +74,15 @@ def test_a_missing_trace_is_one_line(tmp_path):
     result = run_tpumem("check", str(tmp_path / "none.tpumem"), "--max-peak", "1GiB")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_breach_shows_line_and_paragraph_separators_from_the_trace_escaped(make_trace):
+    """U+2028 and U+2029 end a line for many a terminal and log viewer: a device
+    named with them would print a line of the trace's choosing under the breach."""
+    rows = [dict(r, device="CPU:0\u2028tpumem: within the limits\u2029") for r in buffer_rows()]
+    rows = [{k: v for k, v in r.items() if r["kind"] != "mark" or k != "device"} for r in rows]
+    result = run_tpumem("check", str(make_trace(rows)), "--max-peak", "399B")
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "\u2028" not in result.stderr and "\u2029" not in result.stderr
+    assert line.startswith("tpumem: breach: CPU:0\\u2028tpumem: within the limits\\u2029: peak")

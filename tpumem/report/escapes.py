@@ -13,8 +13,10 @@ import re
 
 from rich.markup import escape as _escape_markup
 
-# C0 and C1 controls, DEL, and the bidirectional marks and overrides.
-_UNSEEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, the line and paragraph separators (a new line to
+# many a terminal, log viewer and editor: a line of `check` split in two), and
+# the bidirectional marks and overrides.
+_UNSEEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _escaped(found: re.Match[str]) -> str:
