@@ -137,3 +137,25 @@ def test_names_from_a_trace_are_shown_escaped_in_compare_and_diff(tmp_path):
             (row,) = [line for line in result.stdout.splitlines() if "Framework" in line]
             assert "\\x1b]0;pwned" in row
             assert "[bold red]markup" in result.stdout  # as written, not taken as markup
+
+
+def test_runs_of_one_name_are_told_apart_by_their_paths(make_trace, tmp_path):
+    """compare v1/train.tpumem v3/train.tpumem titled both columns `jax (train)`:
+    each run is named by the shortest end of its path that no other run's has."""
+    from tpumem.distinct_names import distinct_names
+
+    for version in ("v1", "v3"):
+        (tmp_path / version).mkdir()
+        make_trace(buffer_rows(), {"framework": "jax"}, name=f"{version}/train.tpumem")
+    result = run_tpumem("compare", "v1/train.tpumem", "v3/train.tpumem", "-f", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["names"] == ["jax (v1/train)", "jax (v3/train)"]
+    text = run_tpumem("compare", "v1/train.tpumem", "./v3/train.tpumem", cwd=tmp_path).stdout
+    assert "jax (v1/train)" in text and "jax (v3/train)" in text
+    assert distinct_names(["a/x/t.tpumem", "b/x/t.tpumem", "c/y.tpumem", "t.tpumem"]) == (
+        "a/x/t",
+        "b/x/t",
+        "y",
+        "t",
+    )
+    assert distinct_names(["t.tpumem", "./t.tpumem"]) == ("t", "t-2")

@@ -222,3 +222,34 @@ def test_exporting_imports_no_framework_and_no_tensorboard(make_trace, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
     assert (tmp_path / "tb" / "plugins" / "profile" / "loop" / "localhost.xplane.pb").exists()
+
+
+def test_runs_of_one_name_in_different_directories_stay_apart(make_trace, tmp_path):
+    """Three projects' train.tpumem went into one TensorBoard run as its three
+    "hosts": each is a run of its own, named by what tells its path apart."""
+    traces = []
+    for version in ("v1", "v2", "v3"):
+        (tmp_path / version).mkdir()
+        traces.append(
+            _loop_trace(make_trace, f"{version}/train.tpumem", {"pid": 100 + len(traces)})
+        )
+    logdir = tmp_path / "tb"
+    result = run_tpumem("export", "tensorboard", *map(str, traces), "--logdir", str(logdir))
+    assert result.returncode == 0, result.stderr
+    runs = sorted(p.name for p in (logdir / "plugins" / "profile").iterdir())
+    assert runs == ["v1_train", "v2_train", "v3_train"]
+    for run in runs:
+        assert [p.name for p in (logdir / "plugins" / "profile" / run).glob("*.xplane.pb")] == [
+            "localhost.xplane.pb"
+        ]
+        assert list((logdir / run).glob("events.out.tfevents.*"))
+    # One trace given twice: two runs, numbered, not one run of a host twice.
+    again = tmp_path / "again"
+    result = run_tpumem(
+        "export", "tensorboard", str(traces[0]), str(traces[0]), "--logdir", str(again)
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (again / "plugins" / "profile").iterdir()) == [
+        "train",
+        "train-2",
+    ]

@@ -140,6 +140,7 @@ FLOORS = {
     "tpumem.hlo": BELOW_ALL,
     "tpumem.units": BELOW_ALL,
     "tpumem.errors": BELOW_ALL,
+    "tpumem.distinct_names": BELOW_ALL,
     "tpumem.outputs": BELOW_ALL,
     "tpumem.progress": BELOW_ALL,
     "tpumem.tpu.topology": BELOW_ALL,

@@ -4,13 +4,13 @@ each row, ratios against the first run, and where their peaks differ."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from tpumem.analysis import provenance
 from tpumem.analysis.peak import UNSEEN
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.step_programs import Entry, no_program_reason, program_figures, step_program
+from tpumem.distinct_names import distinct_names
 
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"
 TOP_OPS = 5
@@ -53,13 +53,15 @@ def busiest(run: RunAnalysis) -> DeviceAnalysis | None:
 
 
 def run_names(runs: list[RunAnalysis]) -> tuple[str, ...]:
-    """Framework names, with the file's name where two runs share one."""
+    """Framework names, with what tells the runs' paths apart where two runs share
+    one (`jax (v1/train)`, `jax (v3/train)`: distinct_names.py)."""
     frameworks = [run.framework for run in runs]
+    told = distinct_names([run.path or str(index + 1) for index, run in enumerate(runs)])
     names = []
-    for index, run in enumerate(runs):
+    for run, apart in zip(runs, told, strict=True):
         name = run.framework
         if frameworks.count(name) > 1:
-            name += f" ({Path(run.path).stem if run.path else index + 1})"
+            name += f" ({apart})"
         names.append(name)
     return tuple(names)
 

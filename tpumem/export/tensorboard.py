@@ -27,6 +27,7 @@ from tpumem.analysis.device_events import step_marks
 from tpumem.analysis.per_step import per_step_max
 from tpumem.analysis.run_figures import DeviceEventFigures, device_event_figures
 from tpumem.analysis.series import device_series
+from tpumem.distinct_names import distinct_names, numbered
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter
 from tpumem.export.xspace import memory_space, trace_programs
@@ -112,11 +113,17 @@ def _hosts(traces: list[Trace]) -> list[str]:
     return named
 
 
-def _run_name(path: Path, trace: Trace, forced: str | None) -> str:
+def _run_names(loaded: list[Loaded], forced: str | None) -> list[str]:
+    """Each trace's run: the one given (--run, a run's directory), else an imported
+    profile's own run (its hosts one run, as XProf expects), else what tells its
+    path from the others' (v1/train.tpumem and v3/train.tpumem are runs v1_train and
+    v3_train, never one run of two hosts: distinct_names.py)."""
     if forced:
-        return safe_name(forced)
-    imported = trace.metadata.run if trace.metadata.source == IMPORTED else None
-    return safe_name(imported or path.name.removesuffix(".tpumem"))
+        return [safe_name(forced)] * len(loaded)
+    imported = [t.metadata.run if t.metadata.source == IMPORTED else None for _, t, _ in loaded]
+    by_path = [str(path) for (path, _, _), run in zip(loaded, imported, strict=True) if not run]
+    told = iter(numbered([safe_name(name) for name in distinct_names(by_path)]))
+    return [safe_name(run) if run else next(told) for run in imported]
 
 
 def _scalars(
@@ -176,8 +183,8 @@ def export_loaded(
 ) -> list[ExportedRun]:
     """Traces already loaded and analysed (`profile --tensorboard` has them)."""
     groups: dict[str, list[Loaded]] = {}
-    for item in loaded:
-        groups.setdefault(_run_name(item[0], item[1], run), []).append(item)
+    for item, name in zip(loaded, _run_names(loaded, run), strict=True):
+        groups.setdefault(name, []).append(item)
     exported = []
     for name, members in groups.items():
         hosts = _hosts([trace for _, trace, _ in members])
