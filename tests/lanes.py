@@ -140,7 +140,12 @@ LANES: dict[str, Lanes] = {
     "test_moments.py": UNIT,
     "test_notebook.py": (
         FRAMEWORKS,
-        {CLI: ["test_tpumem_imported_inside_ipython_shows_its_values"]},
+        {
+            CLI: [
+                "test_tpumem_imported_inside_ipython_shows_its_values",
+                "test_a_cell_is_told_only_what_would_work",
+            ]
+        },
     ),
     "test_object_storage.py": (
         CLI,

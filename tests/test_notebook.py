@@ -195,3 +195,44 @@ def test_tpumem_imported_inside_ipython_shows_its_values(make_trace):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[-2:] == [f"tpumem report · {trace}", "True"]
+
+
+def test_a_cell_is_told_only_what_would_work(tmp_path):
+    """`%%tpumem -o /dev/full` advised `force=True`, which then refused it: /dev/full
+    and a directory are refused as they are, --force or not; an existing trace is
+    told the magic's own --force; tpumem.track's API is told force=True only where
+    it would do. One line each, nothing run on a refusal, nothing replaced."""
+    (tmp_path / "kept.tpumem").write_text("the user's\n")
+    (tmp_path / "adir").mkdir()
+    code = """
+import tpumem
+from tpumem.errors import TpumemError
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "tpumem")
+for line in ("-o /dev/full", "-o /dev/full --force", "-o adir --force", "-o kept.tpumem"):
+    shell.run_cell(f"%%tpumem {line}\\nopen('ran', 'a').write('x')")
+for output, force in (("/dev/full", False), ("/dev/full", True), ("kept.tpumem", False)):
+    try:
+        tpumem.track(output, force=force).start()
+    except TpumemError as error:
+        print("track:", error)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.splitlines() == [
+        "tpumem: /dev/full: not a regular file; tpumem writes only to files",
+        "tpumem: /dev/full: not a regular file; tpumem writes only to files",
+        "tpumem: adir: is a directory; give a file name",
+        "tpumem: kept.tpumem: exists; %%tpumem --force replaces it",
+    ]
+    assert result.stdout.splitlines()[-3:] == [
+        "track: /dev/full: not a regular file; tpumem writes only to files",
+        "track: /dev/full: not a regular file; tpumem writes only to files",
+        "track: kept.tpumem: exists; tpumem.track(..., force=True) replaces it",
+    ]
+    assert not (tmp_path / "ran").exists()
+    assert (tmp_path / "kept.tpumem").read_text() == "the user's\n"

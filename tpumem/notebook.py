@@ -52,7 +52,7 @@ class TpumemMagics(Magics):
     @cell_magic
     def tpumem(self, line: str, cell: str) -> None:
         """Records the cell's device memory and shows the report under it."""
-        from tpumem.outputs import free_name
+        from tpumem.outputs import check_target, free_name
 
         args = magic_arguments.parse_argstring(self.tpumem, line)
         output = Path(args.output) if args.output else free_name(CELL_TRACE)
@@ -60,6 +60,10 @@ class TpumemMagics(Magics):
             output, framework=args.framework, force=args.force, programs=not args.no_programs
         )
         try:
+            # (said as the magic takes it, and only where --force would do: /dev/full
+            # or a directory is refused as it is, with --force too)
+            if args.output and check_target(output) and not args.force:
+                raise TpumemError(f"{output}: exists; %%tpumem --force replaces it")
             run.start()
         except TpumemError as refused:
             _say(refused)

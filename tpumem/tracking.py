@@ -151,13 +151,14 @@ class Tracker:
         the test), as `tpumem profile` starts it."""
         global _running
         from tpumem.adapters.import_watch import FRAMEWORKS, ImportWatch
+        from tpumem.outputs import check_target
 
         with _lock:
             if _running is not None:
                 raise TpumemError(
                     f"tpumem.track is already recording (to {_running.path}): one at a time"
                 )
-            if self.output is not None and self.output.exists() and not self.force:
+            if self.output is not None and check_target(self.output) and not self.force:
                 raise TpumemError(
                     f"{self.output}: exists; tpumem.track(..., force=True) replaces it"
                 )
