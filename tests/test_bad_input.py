@@ -70,6 +70,36 @@ def test_diff_and_check_refuse_bad_limits(make_trace):
     assert_one_line_error(result, "--max-increase")
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        # (Python's float and int read a full-width or Arabic-Indic digit as a digit)
+        ("--max-imbalance", "\uff11%", "is not a share such as 5% (ASCII digits)"),
+        ("--max-imbalance", "\u0661\u0660%", "is not a share"),
+        ("--max-imbalance", "1e2%", "is not a share"),
+        ("--max-peak", "\uff11\uff12GiB", "not a size"),
+        # (it read as 0 B, a limit every run breaks)
+        ("--max-peak", "0.5", "0.5 B is not a whole number of bytes"),
+        ("--max-growth", "1.3KiB", "1.3 KiB (1,331.2 bytes) is not a whole number of bytes"),
+        ("--max-peak", "1 EiB", "units B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB"),
+        ("--max-peak", "8192 PiB", "larger than any memory"),  # (2^63 bytes)
+    ],
+)
+def test_a_size_or_share_is_ascii_digits_and_whole_bytes(make_trace, option, value, words):
+    good = str(make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}]))
+    line = assert_one_line_error(run_tpumem("check", good, option, value), option, words)
+    assert f"Invalid value for '{option}'" in line
+
+
+def test_sizes_in_the_units_the_reports_print_are_taken(make_trace):
+    """A report prints up to PiB (units.format_bytes): a limit of 1 PiB or 1 PB is one."""
+    good = str(make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}]))
+    for limit in ("1 PiB", "1PB", "0.5 KiB", "1.5 pib"):
+        result = run_tpumem("check", good, "--max-peak", limit)
+        assert result.returncode == 0, result.stderr
+        assert "within the limits" in result.stdout
+
+
 def test_import_of_an_xplane_without_memory_events_says_why(tmp_path):
     xplane = tmp_path / "host.xplane.pb"
     xplane.write_bytes(build_space([{"name": "PjitFunction", "offset_ps": 1}]))

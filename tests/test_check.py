@@ -18,13 +18,21 @@ from tpumem.units import parse_bytes
         ("4096", 4096),
         ("64kib", 65536),
         ("2g", 2_000_000_000),
+        ("1 PiB", 1 << 50),  # (the largest unit a report prints)
+        ("1PB", 10**15),
+        (".5kb", 500),
+        ("1.1 GB", 1_100_000_000),  # (exact: no float rounds it)
+        ("9223372036854775807", 2**63 - 1),
     ],
 )
 def test_sizes(text, value):
     assert parse_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "12 parsecs", "-5MB", "1e9"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "GiB", "12 parsecs", "-5MB", "1e9", "0.5", "1.3KiB", "\uff11\uff12", "1 EiB", "8 EiB"],
+)
 def test_bad_sizes(text):
     with pytest.raises(ValueError):
         parse_bytes(text)

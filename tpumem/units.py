@@ -28,36 +28,53 @@ def format_seconds(time_ns: int | None) -> str:
     return "-" if time_ns is None else f"{time_ns / 1e9:.3f} s"
 
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$", re.ASCII)
+# ASCII digits only (a full-width or Arabic-Indic digit is a digit to Python's
+# int and float, and to nobody who reads the command line).
+_NUMBER = r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+"
+_SIZE = re.compile(rf"^\s*({_NUMBER})\s*([a-zA-Z]*)\s*$", re.ASCII)
+_SHARE = re.compile(rf"^\s*({_NUMBER})\s*%\s*$", re.ASCII)
 _LARGEST = (1 << 63) - 1
+_TOO_LARGE = "larger than any memory (at most 2^63 - 1 bytes)"
+# What parse_bytes takes: the units the reports print (format_bytes, B to PiB),
+# and their powers of 1000, by their lower case.
 _MULTIPLIERS = {
     "": 1,
     "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
+    **{f"{prefix}{b}": 1000**power for power, prefix in enumerate("kmgtp", 1) for b in ("", "b")},
+    **{unit.lower(): 1 << (10 * power) for power, unit in enumerate(_UNITS) if power},
 }
+ACCEPTED_UNITS = "B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB"
 
 
 def parse_bytes(text: str) -> int:
-    """`12GiB`, `800MB`, `1.5 GiB` or plain bytes: KB/MB/GB are powers of 1000,
-    KiB/MiB/GiB powers of 1024. ValueError for anything else."""
+    """`12GiB`, `800MB`, `1.5 GiB`, `1 PiB` or plain bytes: KB/MB/GB/TB/PB are
+    powers of 1000, KiB/MiB/GiB/TiB/PiB powers of 1024 (ACCEPTED_UNITS), in ASCII
+    digits. A fraction of a byte is refused, not rounded. ValueError for anything
+    else, its message one line."""
+    from fractions import Fraction
+
     found = _SIZE.match(text)
     if not found or found.group(2).lower() not in _MULTIPLIERS:
-        raise ValueError(f"not a size: {text!r} (write e.g. 12GiB, 800MB or 1048576)")
-    number, unit = found.group(1), _MULTIPLIERS[found.group(2).lower()]
-    if len(number) > 30:  # more digits than any size has: no float or int64 holds it
-        raise ValueError("larger than any memory (at most 2^63 - 1 bytes)")
-    size = round(float(number) * unit) if "." in number else int(number) * unit
+        raise ValueError(
+            f"not a size: {text!r} (write e.g. 12GiB, 800MB or 1048576; units {ACCEPTED_UNITS})"
+        )
+    number, unit = found.group(1), found.group(2)
+    if len(number) > 30:  # more digits than any size has: no int64 holds it
+        raise ValueError(_TOO_LARGE)
+    size = Fraction(number) * _MULTIPLIERS[unit.lower()]
     if size > _LARGEST:
-        raise ValueError("larger than any memory (at most 2^63 - 1 bytes)")
-    return size
+        raise ValueError(_TOO_LARGE)
+    if size.denominator != 1:
+        written = f"{number} {unit or 'B'}"
+        of = f" ({float(size):,.6g} bytes)" if unit.lower() not in ("", "b") else ""
+        raise ValueError(f"{written}{of} is not a whole number of bytes")
+    return int(size)
+
+
+def parse_share(text: str) -> float | None:
+    """`5%` as 0.05, in ASCII digits; None where `text` is not a share so written."""
+    found = _SHARE.match(text)
+    if found is None:
+        return None
+    share = float(found.group(1)) / 100
+    return share if share < float("inf") else None

@@ -103,16 +103,14 @@ def sweep(text: str) -> Sweep:
 
 
 def share_or_size(text: str) -> Increase:
-    """A share of a figure ("5%") or a size ("64MiB")."""
-    stripped = text.strip()
-    if not stripped.endswith("%"):
+    """A share of a figure ("5%") or a size ("64MiB"), in ASCII digits."""
+    from tpumem.units import parse_share
+
+    if not text.strip().endswith("%"):
         return Increase(bytes=size(text))
-    try:
-        share = float(stripped[:-1]) / 100
-    except ValueError:
-        share = -1.0
-    if not 0 <= share < float("inf"):
-        raise _bad(f"{text!r} is not a share such as 5%")
+    share = parse_share(text)
+    if share is None:
+        raise _bad(f"{text!r} is not a share such as 5% (ASCII digits)")
     return Increase(share=share)
 
 
