@@ -130,7 +130,9 @@ class TorchXlaAdapter(Adapter):
         self.stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
         self.op_stacks = TorchStacks(self.stacks)
         places = self.op_stacks.places
-        self.book = TensorBook(self.origin, self.xlac, self._device_name, aliasing, places)
+        self.book = TensorBook(
+            self.origin, self.xlac, self._device_name, aliasing, places, xr.is_spmd
+        )
         self.sources = SourceLines()
         writer.patch_metadata(
             framework_version=torch_xla.__version__,

@@ -27,6 +27,7 @@ gradients keep those names as their region across steps.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 import weakref
@@ -130,8 +131,11 @@ class TensorBook:
         device_names: Any,
         donation: bool,
         places: Callable[[list[Any]], list[Where]],
+        spmd: Callable[[], bool] = lambda: False,
     ) -> None:
         self.start_time_ns = start_time_ns
+        self._spmd = spmd  # whether executions are SPMD's (torch_xla.runtime.is_spmd)
+        self._no_handle = -1  # the last handle given to data that holds no buffer
         self._places = places  # the Where of the stacks the ops captured
         self.counts = BookCounts()
         self._xlac = xlac
@@ -223,7 +227,19 @@ class TensorBook:
 
     def prepare(self, now_ns: int) -> _Pending:
         """Before a graph runs: enters transferred tensors, finds the pending
-        ones, and settles the buffers of tensors that died since the last look."""
+        ones, and settles the buffers of tensors that died since the last look.
+
+        Under SPMD a tensor's data is a list of shards that the runtime's thread
+        fills in once the graph that made it has run: until then the list is
+        empty, and PyTorch/XLA reads a handle, or a graph's inputs, from its
+        first shard (the process died with SIGSEGV: pytorch/xla's FSDPv2
+        example at every profiled run), or while that thread moves the shards
+        in. So under SPMD the look first waits for the runs launched so far, as
+        `torch_xla.sync(wait=True)` would: the graph about to launch was traced
+        meanwhile, and the device idles only for the launch."""
+        if self._spmd():
+            with contextlib.suppress(RuntimeError):  # the runtime failed: the call says so
+                self._xlac._xla_wait_device_ops([])  # lets the GIL go while it waits
         with self._lock:
             self._drain_deaths()
             updated, by_handle = self._look_at_tracked(now_ns)
@@ -374,7 +390,7 @@ class TensorBook:
         updated = [pair for pair, needed in zip(tracked, needs, strict=True) if needed]
         ready = [pair for pair, needed in zip(tracked, needs, strict=True) if not needed]
         by_handle: dict[int, _Buffer] = {}
-        handles = self._xlac._get_tensors_handle([t for t, _ in ready]) if ready else []
+        handles = self.handles([t for t, _ in ready])
         for (_, entry), handle in zip(ready, handles, strict=True):
             held = by_handle.setdefault(handle, entry.buffer)
             entry.buffer.handle = handle
@@ -445,6 +461,36 @@ class TensorBook:
                     flags.append(True)
             return flags
 
+    def handles(self, tensors: list[Any]) -> list[int]:
+        """The data handle of each materialized tensor (its buffer's address);
+        data that holds no buffer (a placeholder, or a run that failed) gets a
+        handle no buffer has."""
+        placeholder = getattr(self._xlac, "_is_placecholder", None)  # (sic)
+        if tensors and placeholder is not None and self._spmd():
+            held = [not placeholder(tensor) for tensor in tensors]
+            read = iter(self._read_handles([t for t, h in zip(tensors, held, strict=True) if h]))
+            return [next(read) if h else self._none() for h in held]
+        return self._read_handles(tensors)
+
+    def _read_handles(self, tensors: list[Any]) -> list[int]:
+        if not tensors:
+            return []
+        read = self._xlac._get_tensors_handle
+        try:
+            return list(read(tensors))
+        except RuntimeError:  # a placeholder among them: its handle is refused
+            handles = []
+            for tensor in tensors:
+                try:
+                    handles.append(int(read([tensor])[0]))
+                except RuntimeError:
+                    handles.append(self._none())
+            return handles
+
+    def _none(self) -> int:
+        self._no_handle -= 1
+        return self._no_handle
+
     def _graph_inputs(self, roots: list[Any]) -> set[tuple[int, int]]:
         """(handle, bytes) of each buffer the pending graph of `roots` reads."""
         try:
@@ -452,7 +498,7 @@ class TensorBook:
         except RuntimeError:  # the graph's inputs unknown: free at death
             return set()
         inputs = list(inputs)
-        handles = self._xlac._get_tensors_handle(inputs) if inputs else []
+        handles = self.handles(inputs)
         sizes = [t.numel() * t.element_size() for t in inputs]
         return set(zip(handles, sizes, strict=True))
 
@@ -468,7 +514,7 @@ class TensorBook:
         if not tensors:
             return
         handles = (
-            self._xlac._get_tensors_handle([t for t, _, _ in tensors])
+            self.handles([t for t, _, _ in tensors])
             if by_handle is not None
             else [-1] * len(tensors)
         )
