@@ -84,6 +84,7 @@ bench: setup
 	$(BIN)/python benchmarks/run_scale.py
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py --steps 60 --anchor no-stacks
 	$(BIN)/python benchmarks/snapshot_scale.py
+	$(BIN)/python benchmarks/snapshot_flood.py
 	$(BIN)/python benchmarks/pod_summaries.py
 	$(BIN)/python benchmarks/pod_storage.py
 

@@ -2,7 +2,8 @@
 line and exit status 2, at a cost bounded by a rule that is tested at its bound:
 stack rows nested past Python's parser, shapes and dtypes no array has, TPU
 topologies no TPU has, XSpace profiles of a million empty planes, traces of
-thousands of devices, and program rows that decompress to gigabytes."""
+thousands of devices, program rows that decompress to gigabytes, and PyTorch
+snapshots whose addresses a fixed hash puts in one slot."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
+from hostile_snapshots import FLOOD_BYTES, write_flooding_snapshot
 
 from conftest import assert_one_line_error, run_tpumem
 from hostile_traces import _header, _rows, _with_stack, packed_zeros, write, zeros_hlo_row
@@ -344,3 +346,29 @@ def test_when_no_live_shape_is_an_arrays_the_padding_row_says_so(tmp_path):
     lines = result.stdout.splitlines()
     (line,) = [line for line in lines if line.startswith("TPU layout padding  ")]  # the row
     assert "are no array's" in line and "no shapes and dtypes recorded" not in line
+
+
+# PyTorch memory snapshots
+
+
+@pytest.mark.parametrize(
+    ("allocations", "unpickler"),
+    [(160_000, False), (640_000, False), (160_000, True)],
+    ids=["walker-160k", "walker-640k", "unpickler-160k"],
+)
+def test_a_snapshot_whose_addresses_share_a_hash_slot_imports_whole(
+    tmp_path, monkeypatch, allocations, unpickler
+):
+    """Every address a multiple of 2^32: the walker's table of live allocations,
+    hashed by the address's low bits, put them all in one slot, and 160,000 took a
+    minute to import (640,000 would take a quarter of an hour, past run_tpumem's
+    bound); keyed by a random key for each import, they spread. The unpickler's
+    path (Python's dict) reads the same. benchmarks/snapshot_flood.py measures it."""
+    if unpickler:
+        monkeypatch.setenv("TPUMEM_SNAPSHOT_UNPICKLER", "1")
+    source = write_flooding_snapshot(tmp_path / "flood.pickle", allocations)
+    imported = run_tpumem("import", str(source), "-o", str(tmp_path / "flood.tpumem"))
+    assert imported.returncode == 0, imported.stderr
+    assert f"{2 * allocations:,} trace entries ({allocations:,} allocations)" in imported.stdout
+    (device,) = _report(tmp_path / "flood.tpumem")["devices"]
+    assert device["peak"]["bytes"] == allocations * FLOOD_BYTES  # every one live at once

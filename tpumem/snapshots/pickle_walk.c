@@ -77,12 +77,12 @@ typedef struct {
     int16_t *r_category;
     int64_t *r_addr, *r_size, *r_stream, *r_time, *r_frames, *r_buffer;
     int64_t n_rows, rows_cap, rows_before;
-    /* allocations not yet freed: address -> row (open addressing) */
+    /* allocations not yet freed: address -> row (open addressing, slots by keyed_hash) */
     int64_t *h_key, *h_row;
     uint8_t *h_used;
     int64_t h_cap, h_count;
     /* stacks: frames lists of the same items (the same frame dicts) are one
-     * stack; by a hash of their items, open addressing; each stack's first list */
+     * stack; by the keyed hash of their items, open addressing; each stack's first list */
     int64_t *s_slot; /* stack id + 1, 0 empty */
     int64_t s_cap;
     int64_t *s_list;
@@ -92,6 +92,7 @@ typedef struct {
     int64_t category_at[MAX_CATEGORIES];
     int32_t category_len[MAX_CATEGORIES];
     int32_t n_categories;
+    uint64_t key[2]; /* the hashes' key: random, the caller's, for each walk */
     int64_t position; /* bytes read before the current piece */
     int stopped;
     Value root;
@@ -114,8 +115,15 @@ static int grow(void **data, int64_t *cap, int64_t need, size_t size) {
     return 0;
 }
 
-void *tpumem_walker_new(void) {
+/* A walker whose tables hash with the key (k0, k1): random for each walk (the
+ * caller draws it from the system's random source), so that no file can choose
+ * addresses or stacks that fall in one slot. */
+void *tpumem_walker_new_keyed(uint64_t k0, uint64_t k1) {
     Walker *w = calloc(1, sizeof(Walker));
+    if (w) {
+        w->key[0] = k0;
+        w->key[1] = k1;
+    }
     return w;
 }
 
@@ -210,6 +218,54 @@ static int32_t device_of(Walker *w, int64_t id, int64_t at) {
     return c->device;
 }
 
+/* SipHash-1-3 (the keyed hash Python's and Rust's tables use against floods)
+ * over 64-bit words. Addresses and a stack's items come from the file: with a
+ * fixed hash, a file could choose a million of them that fall in one slot, and
+ * each lookup would walk past all those before it (a 5.5 MB snapshot took a
+ * minute); with a key it never sees, it cannot. */
+typedef struct {
+    uint64_t v0, v1, v2, v3;
+    uint64_t words;
+} Sip;
+
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+
+static inline void sip_round(Sip *s) {
+    s->v0 += s->v1; s->v1 = ROTL(s->v1, 13); s->v1 ^= s->v0; s->v0 = ROTL(s->v0, 32);
+    s->v2 += s->v3; s->v3 = ROTL(s->v3, 16); s->v3 ^= s->v2;
+    s->v0 += s->v3; s->v3 = ROTL(s->v3, 21); s->v3 ^= s->v0;
+    s->v2 += s->v1; s->v1 = ROTL(s->v1, 17); s->v1 ^= s->v2; s->v2 = ROTL(s->v2, 32);
+}
+
+static inline Sip sip_start(const uint64_t key[2]) {
+    Sip s = {key[0] ^ 0x736f6d6570736575ull, key[1] ^ 0x646f72616e646f6dull,
+             key[0] ^ 0x6c7967656e657261ull, key[1] ^ 0x7465646279746573ull, 0};
+    return s;
+}
+
+static inline void sip_word(Sip *s, uint64_t m) {
+    s->v3 ^= m;
+    sip_round(s);
+    s->v0 ^= m;
+    s->words++;
+}
+
+static inline uint64_t sip_end(Sip *s) {
+    uint64_t b = (s->words * 8) << 56;
+    s->v3 ^= b;
+    sip_round(s);
+    s->v0 ^= b;
+    s->v2 ^= 0xff;
+    sip_round(s); sip_round(s); sip_round(s);
+    return s->v0 ^ s->v1 ^ s->v2 ^ s->v3;
+}
+
+static inline uint64_t keyed_hash(const Walker *w, int64_t address) {
+    Sip s = sip_start(w->key);
+    sip_word(&s, (uint64_t)address);
+    return sip_end(&s);
+}
+
 static int hash_grow(Walker *w) {
     int64_t old_cap = w->h_cap;
     int64_t *keys = w->h_key, *rows = w->h_row;
@@ -222,7 +278,7 @@ static int hash_grow(Walker *w) {
     w->h_cap = cap;
     for (int64_t i = 0; i < old_cap; i++) {
         if (!used[i]) continue;
-        uint64_t j = ((uint64_t)keys[i] * 0x9E3779B97F4A7C15ull) & (uint64_t)(cap - 1);
+        uint64_t j = keyed_hash(w, keys[i]) & (uint64_t)(cap - 1);
         while (w->h_used[j]) j = (j + 1) & (uint64_t)(cap - 1);
         w->h_used[j] = 1;
         w->h_key[j] = keys[i];
@@ -234,7 +290,7 @@ static int hash_grow(Walker *w) {
 
 static int64_t hash_slot(const Walker *w, int64_t key) {
     uint64_t mask = (uint64_t)(w->h_cap - 1);
-    uint64_t j = ((uint64_t)key * 0x9E3779B97F4A7C15ull) & mask;
+    uint64_t j = keyed_hash(w, key) & mask;
     while (w->h_used[j] && w->h_key[j] != key) j = (j + 1) & mask;
     return (int64_t)j;
 }
@@ -260,7 +316,7 @@ static int64_t hash_get(Walker *w, int64_t key, int take) {
     uint64_t mask = (uint64_t)(w->h_cap - 1);
     uint64_t hole = (uint64_t)j, k = (hole + 1) & mask;
     while (w->h_used[k]) {
-        uint64_t home = ((uint64_t)w->h_key[k] * 0x9E3779B97F4A7C15ull) & mask;
+        uint64_t home = keyed_hash(w, w->h_key[k]) & mask;
         if (((k - home) & mask) >= ((k - hole) & mask)) {
             w->h_key[hole] = w->h_key[k];
             w->h_row[hole] = w->h_row[k];
@@ -294,14 +350,13 @@ static int16_t category_code(Walker *w, Value v) {
     return (int16_t)w->n_categories++;
 }
 
-static uint64_t items_hash(const Container *c) {
-    uint64_t h = 1469598103934665603ull;
+static uint64_t items_hash(const Walker *w, const Container *c) {
+    Sip s = sip_start(w->key);
     for (int64_t i = 0; i < c->count; i++) {
-        h = (h ^ (uint64_t)c->items[i].tag) * 1099511628211ull;
-        h = (h ^ (uint64_t)c->items[i].v) * 1099511628211ull;
-        h = (h ^ (uint64_t)c->items[i].len) * 1099511628211ull;
+        sip_word(&s, (uint64_t)c->items[i].tag << 32 | (uint32_t)c->items[i].len);
+        sip_word(&s, (uint64_t)c->items[i].v);
     }
-    return h;
+    return sip_end(&s);
 }
 
 static int same_items(const Container *a, const Container *b) {
@@ -331,7 +386,7 @@ static int64_t stack_of(Walker *w, int64_t id) {
         w->s_slot = slots;
         w->s_cap = cap;
     }
-    uint64_t h = items_hash(c), mask = (uint64_t)(w->s_cap - 1), j = h & mask;
+    uint64_t h = items_hash(w, c), mask = (uint64_t)(w->s_cap - 1), j = h & mask;
     while (w->s_slot[j]) {
         int64_t k = w->s_slot[j] - 1;
         if (w->s_hash[k] == h && same_items(&w->containers[w->s_list[k]], c)) {

@@ -12,6 +12,7 @@ two to the same rows.
 from __future__ import annotations
 
 import ctypes
+import os
 import pickle
 import struct
 from collections.abc import Callable, Iterator
@@ -81,7 +82,7 @@ def _library() -> ctypes.CDLL | None:
 
 def _declare(library: ctypes.CDLL) -> None:
     signatures: dict[str, tuple[Any, list[Any]]] = {
-        "tpumem_walker_new": (_P, []),
+        "tpumem_walker_new_keyed": (_P, [ctypes.c_uint64, ctypes.c_uint64]),
         "tpumem_walker_free": (None, [_P]),
         "tpumem_walker_error": (ctypes.c_char_p, [_P]),
         "tpumem_walker_feed": (_I64, [_P, _P, _I64]),
@@ -138,7 +139,12 @@ class SnapshotWalk:
     def _walk(self, file: BinaryIO) -> Iterator[EntryRows]:
         library = self._library
         assert library is not None
-        self._handle = library.tpumem_walker_new()
+        # The key of the walker's tables, drawn for each walk: a file cannot choose
+        # addresses or stacks that its hash puts in one slot (pickle_walk.c).
+        key = os.urandom(16)
+        self._handle = library.tpumem_walker_new_keyed(
+            int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
+        )
         if not self._handle:
             raise MemoryError
         pending, read, first_row = b"", 0, 0
@@ -325,6 +331,9 @@ class _Unpickled:
         self.rest = _snapshot_parts(path, snapshot)
         self.categories: tuple[str, ...] = ()
         self._frames: list[list[Any]] = []
+        # (address -> row. Python's dict probes on with every bit of an int's hash,
+        # and no more than 8 int64s share one: no choice of addresses floods it, as
+        # benchmarks/snapshot_flood.py measures.)
         self._live: dict[int, int] = {}
 
     def rows(self) -> Iterator[EntryRows]:
