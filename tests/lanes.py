@@ -166,6 +166,7 @@ LANES: dict[str, Lanes] = {
         CLI,
         {
             FRAMEWORKS: [
+                "test_profile_leaves_the_users_file_where_its_summary_would_go",
                 "test_an_existing_trace_is_replaced_only_with_force",
                 "test_default_names_are_numbered_not_replaced",
                 "test_a_full_disk_keeps_the_scripts_status_and_what_was_written",

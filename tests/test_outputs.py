@@ -173,6 +173,22 @@ def test_a_summary_replaces_only_a_summary_of_tpumems(tmp_path):
     assert mine.read_text() == '{"accuracy": 0.93}\n'
 
 
+def test_profile_leaves_the_users_file_where_its_summary_would_go(tmp_path, script):
+    """`profile -o metrics` destroyed the user's metrics.summary.json: it stays, one
+    line says no summary was written, and the run's exit status is the script's."""
+    mine = tmp_path / "metrics.summary.json"
+    mine.write_text('{"loss": [0.9, 0.5]}\n')
+    result = profile(tmp_path, "-q", "-o", "metrics", "train.py")
+    assert result.returncode == 0, result.stderr
+    assert "done" in result.stdout
+    assert (
+        "tpumem: no summary written beside metrics: metrics.summary.json is there and is not "
+        "a summary of tpumem's; left as it is"
+    ) in result.stderr.splitlines()
+    assert mine.read_text() == '{"loss": [0.9, 0.5]}\n'
+    assert load(tmp_path / "metrics").complete
+
+
 def test_a_report_replaces_an_earlier_report_whole_or_not_at_all(tmp_path):
     page = tmp_path / "r.md"
     assert run_tpumem("report", str(TRACE), "-o", str(page)).returncode == 0
