@@ -159,3 +159,25 @@ def test_runs_of_one_name_are_told_apart_by_their_paths(make_trace, tmp_path):
         "t",
     )
     assert distinct_names(["t.tpumem", "./t.tpumem"]) == ("t", "t-2")
+
+
+def test_a_diff_of_two_frameworks_says_so_in_a_line(make_trace, tmp_path):
+    """diff of a JAX run and a TensorFlow run read as one program's change and said
+    nothing of the frameworks, whose allocators place and pool buffers each its
+    own way. A framework's name comes from the trace: shown escaped."""
+    jax = make_trace(buffer_rows(), {"framework": "jax"}, name="jax.tpumem")
+    tf = make_trace(buffer_rows(), {"framework": "tensorflow\x1b]0;pwned\x07"}, name="tf.tpumem")
+    text = run_tpumem("diff", str(jax), str(tf))
+    assert text.returncode == 0, text.stderr
+    (line,) = [line for line in text.stdout.splitlines() if "two frameworks" in line]
+    assert "BEFORE jax, AFTER tensorflow\\x1b]0;pwned\\x07." in line
+    assert "\x1b" not in text.stdout
+    markdown = run_tpumem("diff", str(jax), str(tf), "-f", "md").stdout
+    assert "BEFORE jax, AFTER tensorflow\\\\x1b]0;pwned\\\\x07." in markdown  # (\\ in markdown)
+    document = json.loads(run_tpumem("diff", str(jax), str(tf), "-f", "json").stdout)
+    assert document["frameworks"] == {"before": "jax", "after": "tensorflow\x1b]0;pwned\x07"}
+    page = tmp_path / "diff.html"
+    assert run_tpumem("diff", str(jax), str(tf), "-o", str(page)).returncode == 0
+    assert "two frameworks: BEFORE jax" in page.read_text()
+    same = run_tpumem("diff", str(jax), str(jax))
+    assert same.returncode == 0 and "two frameworks" not in same.stdout

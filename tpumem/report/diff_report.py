@@ -103,6 +103,20 @@ def pair_note(diff: RunDiff) -> str:
     )
 
 
+def frameworks_note(diff: RunDiff) -> str | None:
+    """Where the two runs are of two frameworks: a diff reads as one program's
+    change, and theirs is as much their allocators' (names as the traces give
+    them: the caller escapes them)."""
+    before, after = diff.before.framework, diff.after.framework
+    if before == after:
+        return None
+    return (
+        f"The runs are of two frameworks: BEFORE {before}, AFTER {after}. Each allocator "
+        "places and pools buffers its own way, so the changes below are the frameworks' "
+        "as much as the program's."
+    )
+
+
 def device_title(diff: DeviceDiff) -> str:
     if diff.before is None:
         return f"{diff.device} (in the second run only)"
@@ -124,6 +138,9 @@ def render_diff_text(diff: RunDiff, *, width: int = 100, color: bool = False) ->
         Text(f"tpumem diff · {visible(diff.before.path)} → {visible(diff.after.path)}"),
         style="bold",
     )
+    frameworks = frameworks_note(diff)
+    if frameworks is not None:
+        console.print(Text(visible(frameworks)), style="yellow")
     if diff.processes:
         table = Table(title=Text(PROCESS_PEAKS_TITLE), title_justify="left")
         for header in PROCESS_HEADERS:
@@ -176,6 +193,9 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
     lines = [
         f"# tpumem diff: {markdown(diff.before.path or '')} → {markdown(diff.after.path or '')}",
     ]
+    frameworks = frameworks_note(diff)
+    if frameworks is not None:
+        lines += ["", markdown(frameworks)]
     if diff.processes:
         lines += ["", f"{PROCESS_PEAKS_TITLE}:", ""]
         lines += md_table(PROCESS_HEADERS, process_rows(diff))
@@ -198,6 +218,7 @@ def diff_dict(diff: RunDiff) -> dict[str, Any]:
         "before": diff.before.path,
         "after": diff.after.path,
         "noise_bytes": diff.noise_bytes,
+        "frameworks": {"before": diff.before.framework, "after": diff.after.framework},
         "devices": [_device(device) for device in diff.devices],
         **(
             {

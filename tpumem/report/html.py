@@ -193,11 +193,13 @@ def render_diff_html(diff: RunDiff, *, width: int = 100, color: bool = False) ->
         device_title,
         diff_dict,
         figure_rows,
+        frameworks_note,
         pair_note,
         process_rows,
     )
 
     body = diff_dict(diff)
+    body["frameworks_note"] = frameworks_note(diff)
     if diff.processes:
         body["process_rows"] = [list(row) for row in process_rows(diff)]
         body["pair_note"] = pair_note(diff)

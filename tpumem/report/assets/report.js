@@ -663,6 +663,7 @@
   function renderDiff() {
     const diff = data.diff;
     app.appendChild(el("h1", {}, say("diff_title", diff.before || "?", diff.after || "?")));
+    if (diff.frameworks_note) app.appendChild(el("p", { class: "note" }, diff.frameworks_note));
     app.appendChild(el("p", { class: "note" }, say("noise_note", bytes(diff.noise_bytes))));
     if (diff.process_rows) {
       app.appendChild(el("h2", {}, say("process_peaks_title")));
