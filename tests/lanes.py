@@ -245,7 +245,10 @@ LANES: dict[str, Lanes] = {
         {
             CLI: [
                 "test_run_reports_equal_field_by_field_and_say_what_was_read_in_full",
-                "test_check_from_summaries_reads_no_trace_but_the_busiest",
+                "test_check_trusting_summaries_reads_no_trace_but_the_busiest",
+                "test_check_judges_a_run_by_its_traces_not_a_summary_anyone_could_write",
+                "test_a_summary_of_another_tpumems_analysis_is_made_again",
+                "test_a_summary_is_read_as_a_trace_is_not_through_a_link",
                 "test_a_summary_that_no_longer_stands_for_its_trace_is_not_used",
                 "test_a_runs_files_given_one_by_one_leave_the_summaries_to_their_traces",
             ],

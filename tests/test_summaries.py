@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from run_summaries import assert_summaries_stand_for_the_traces, bare_copy
 
+import tpumem
 from conftest import run_tpumem
 from hostile_traces import _header, write
 from tpumem.analysis.processes import SERIES_POINTS, summarize
@@ -22,6 +23,7 @@ from tpumem.reading.many_traces import analyze_processes
 from tpumem.reading.plain_json import Unreadable, from_plain, to_plain
 from tpumem.reading.summary_files import (
     FORMAT,
+    MAX_SUMMARY_BYTES,
     VERSION,
     read_summary,
     summarise_beside,
@@ -103,21 +105,32 @@ def test_run_reports_equal_field_by_field_and_say_what_was_read_in_full(run, tmp
     assert note.startswith("3 traces were read in full here (") and "no summary beside" in note
 
 
-def test_check_from_summaries_reads_no_trace_but_the_busiest(run):
-    """A trace whose start is garbage is never read: its summary answers for it
-    (the busiest is read in full for the report). Its end, which its summary
-    knows it by with its size, is as it was."""
+def test_check_trusting_summaries_reads_no_trace_but_the_busiest(run):
+    """With --trust-summaries, a trace whose start is garbage is never read: its
+    summary answers for it (the busiest is read in full for the report), and the
+    output says the summaries judged. Its end, which its summary knows it by with
+    its size, is as it was. Without, check reads every trace: that one is left
+    out, a breach."""
     quiet = run / "h-0.tpumem"
     data = quiet.read_bytes()
     assert len(data) > 4096 + 64
     quiet.write_bytes(b"\0" * 64 + data[64:])
-    check = run_tpumem("check", str(run), "--max-peak", "9000KiB", "--max-growth", "64KiB")
+    limits = ("--max-peak", "9000KiB", "--max-growth", "64KiB")
+    check = run_tpumem("check", str(run), *limits, "--trust-summaries")
     assert check.returncode == 1, check.stderr
     lines = check.stderr.strip().splitlines()
     assert sum("rank 1 (" in line and "peak 9.4 MiB" in line for line in lines) == 1
     assert sum("grow by 128.0 KiB a step" in line for line in lines) == 3
     assert all("most from train.py:9" in line for line in lines if "grow by" in line)
     assert "left out" not in check.stderr
+    assert lines[-1] == (
+        "tpumem: 2 of 3 processes judged by the summaries their recordings left, "
+        "not by their traces (--trust-summaries)"
+    )
+    gate = run_tpumem("check", str(run), *limits)
+    assert gate.returncode == 1, gate.stderr
+    assert f"left out {quiet}: " in gate.stderr
+    assert "judged by the summaries" not in gate.stderr
 
 
 def test_a_summary_that_no_longer_stands_for_its_trace_is_not_used(run):
@@ -236,7 +249,7 @@ def test_a_summary_that_is_no_regular_file_is_not_waited_on(run):
     where = summary_of(run / "h-0.tpumem")
     where.unlink()
     os.mkfifo(where)  # nobody writes to it: a read would wait for ever
-    assert read_summary(run / "h-0.tpumem") == "its summary is not a regular file"
+    assert read_summary(run / "h-0.tpumem") == "its summary is not a regular file: not read"
 
 
 def test_a_busiest_trace_that_cannot_be_read_is_left_out_and_the_next_read_in_full(run):
@@ -255,3 +268,102 @@ def test_a_runs_files_given_one_by_one_leave_the_summaries_to_their_traces(run):
     report = json.loads(run_tpumem("report", *given, "-f", "json").stdout)
     assert [p["made_from"] for p in report["processes"]] == ["summary"] * 3
     assert report["notes"] == []
+
+
+def _forged(trace: Path, peak_bytes: int, **fields: object) -> None:
+    """The trace's summary, rewritten to say its peak is `peak_bytes`: its size and
+    the digest of its end, which anyone can compute, left as they were."""
+    where = summary_of(trace)
+    kept = json.loads(where.read_text())
+    kept["summary"]["peak_bytes"] = peak_bytes
+    for device in kept["summary"]["device_summaries"]:
+        device["peak_bytes"] = peak_bytes
+    where.write_text(json.dumps({**kept, **fields}))
+
+
+@pytest.fixture
+def forged(tmp_path: Path) -> Path:
+    """Two ranks: rank 0 peaks at 321 KiB, its summary says 1000 B; rank 1, the
+    busiest by the summaries (read in full, as the busiest is), at 200 KiB."""
+    directory = tmp_path / "forged"
+    directory.mkdir()
+    for rank, peak in ((0, 321), (1, 200)):
+        assert summarise_beside(_trace(directory / f"h-{rank}.tpumem", peak, rank)) is None
+    _forged(directory / "h-0.tpumem", 1000)
+    return directory
+
+
+def test_check_judges_a_run_by_its_traces_not_a_summary_anyone_could_write(forged):
+    """check trusted a summary on its trace's size and the digest of its end: one
+    saying 1000 B for a process of 321 KiB passed --max-peak 300KiB. A gate reads
+    the figures from the traces, unless --trust-summaries asks otherwise, and then
+    says so."""
+    gate = run_tpumem("check", str(forged), "--max-peak", "300KiB")
+    assert gate.returncode == 1, gate.stderr
+    (line,) = gate.stderr.strip().splitlines()
+    assert line.startswith("tpumem: breach: rank 0 (") and "peak 321.0 KiB" in line
+    trusted = run_tpumem("check", str(forged), "--max-peak", "300KiB", "--trust-summaries")
+    assert trusted.returncode == 0, trusted.stderr
+    assert trusted.stdout.strip() == (
+        f"{forged}: within the limits (1 of 2 processes judged by the summaries their "
+        "recordings left, not by their traces (--trust-summaries))"
+    )
+
+
+@pytest.mark.parametrize(
+    ("made_by", "why"),
+    [
+        ("0.0.9", "its summary was made by tpumem 0.0.9's analysis, not this one's"),
+        (None, "its summary does not say which tpumem's analysis made it"),
+        ("9" * 100, "its summary does not say which tpumem's analysis made it"),
+    ],
+)
+def test_a_summary_of_another_tpumems_analysis_is_made_again(forged, made_by, why):
+    """A summary records the version of tpumem whose analysis made it; one of
+    another (or none said) is made again from its trace, by report and by check
+    trusting summaries, and the report says so."""
+    trace = forged / "h-0.tpumem"
+    where = summary_of(trace)
+    kept = json.loads(where.read_text())
+    assert kept["tpumem_version"] == tpumem.__version__
+    del kept["tpumem_version"]
+    where.write_text(json.dumps(kept if made_by is None else {**kept, "tpumem_version": made_by}))
+    found = read_summary(trace)
+    assert isinstance(found, str) and found.startswith(why), found
+    check = run_tpumem("check", str(forged), "--max-peak", "300KiB", "--trust-summaries")
+    assert check.returncode == 1 and "rank 0 (" in check.stderr and "321.0 KiB" in check.stderr
+    report = json.loads(run_tpumem("report", str(forged), "-f", "json").stdout)
+    assert {p["index"]: p["made_from"] for p in report["processes"]} == {0: "trace", 1: "summary"}
+    assert f"{trace} was read in full here: {found}" in report["notes"]
+
+
+def test_a_summary_is_read_as_a_trace_is_not_through_a_link(run, tmp_path):
+    """A summary that is a link was followed, and up to 16 MB of what it named
+    read (/dev/zero, another run's summary): a summary is the file its recording
+    wrote, of the size one has; anything else is not read, and its trace is."""
+    trace = run / "h-0.tpumem"
+    where = summary_of(trace)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(where.read_bytes())  # (a summary that stands for the trace)
+    for target in (elsewhere, Path("/dev/zero")):
+        where.unlink()
+        where.symlink_to(target)
+        assert read_summary(trace) == "its summary is a link: not read"
+    where.unlink()
+    where.write_text(elsewhere.read_text() + " " * MAX_SUMMARY_BYTES)  # (JSON, and too large)
+    larger = f"its summary is larger than {MAX_SUMMARY_BYTES:,} bytes: not read"
+    assert read_summary(trace) == larger
+    where.unlink()
+    where.symlink_to(elsewhere)
+    linked = elsewhere.read_bytes()
+    report = run_tpumem("report", str(run), "-f", "json")
+    assert report.returncode == 0, report.stderr
+    notes = json.loads(report.stdout)["notes"]
+    assert notes == [f"{trace} was read in full here: its summary is a link: not read"]
+    assert where.is_symlink() and elsewhere.read_bytes() == linked  # (left as they were)
+
+
+def test_a_summary_weighs_kilobytes_well_under_the_bound(run):
+    """The bound is generous: a process's summary of one device is a few KB."""
+    for trace in run.glob("*.tpumem"):
+        assert summary_of(trace).stat().st_size < MAX_SUMMARY_BYTES // 50

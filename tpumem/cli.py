@@ -298,6 +298,15 @@ def check(
         ),
     ] = None,
     tpu: Tpu = None,
+    trust_summaries: Annotated[
+        bool,
+        typer.Option(
+            "--trust-summaries",
+            help="A run's processes: judged by the summaries their recordings left beside "
+            "the traces, not by the traces. Faster on a large pod; a summary anyone could "
+            "have written decides the verdict.",
+        ),
+    ] = False,
 ) -> None:
     """Check a run against limits, for CI: exit status 1 and a line per breach."""
     from tpumem.commands.check import run_check
@@ -313,6 +322,7 @@ def check(
         max_increase=max_increase,
         max_imbalance=max_imbalance,
         tpu=tuple(tpu or ()),
+        trust_summaries=trust_summaries,
     )
     raise typer.Exit(run_check(request))
 

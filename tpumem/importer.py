@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from google.protobuf.message import DecodeError
 from tpumem.errors import TpumemError
 from tpumem.outputs import create_trace
 from tpumem.progress import progress
+from tpumem.regular_files import NotRegular, read_regular
 from tpumem.trace.hlo_rows import MAX_PROTO_BYTES, hlo_row_text
 from tpumem.trace.metadata import IMPORTED
 from tpumem.trace.schema import ALLOCATOR, HLO
@@ -119,21 +119,12 @@ def _beside(path: Path) -> list[tuple[int, bytes]]:
 
 
 def _read_regular(file: Path, most: int) -> bytes | None:
-    """The bytes of a regular file of at most `most` bytes, opened without
-    following a link or waiting on a FIFO; None for anything else."""
+    """The bytes of a regular file of at most `most` bytes (regular_files.py's
+    rule); None for anything else."""
     try:
-        descriptor = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return read_regular(file, most)
+    except (NotRegular, OSError):
         return None
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > most:
-            return None
-        try:
-            data = handle.read(most + 1)
-        except OSError:
-            return None
-    return data if len(data) <= most else None
 
 
 def import_profile(

@@ -69,6 +69,9 @@ class CheckRequest:
     max_increase: Increase | None = None  # None: not given (0 where --baseline is)
     max_imbalance: Increase | None = None
     tpu: tuple[Topology, ...] = ()  # slices the run must fit, compiled by XLA:TPU
+    # A run's processes judged by the summaries their recordings left (where they
+    # stand for their traces), not by their traces: evidence anyone can write.
+    trust_summaries: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

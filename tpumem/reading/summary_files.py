@@ -5,9 +5,11 @@ summaries, a few kilobytes each, and not from every host's trace.
 
 A summary stands for its trace only while the trace is the one it was made from:
 it records the trace's size and a digest of its end, and one whose trace differs
-in either (cut, written on, replaced) is not used. Nor is one of a newer version,
-or one that cannot be read: the trace is summarised where it is read instead, and
-the report says why.
+in either (cut, written on, replaced) is not used. Nor is one of a newer format,
+one made by another version of tpumem's analysis, or one that cannot be read (a
+link, more than a summary weighs): the trace is summarised where it is read
+instead, and the report says why. That evidence is what anyone can compute:
+`check` judges a run by its traces unless asked to trust the summaries.
 """
 
 from __future__ import annotations
@@ -16,23 +18,27 @@ import errno
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from tpumem import __version__
 from tpumem.analysis.processes import MAX_PROCESSES, ProcessSummary
 from tpumem.outputs import is_summary, summary_of
 from tpumem.reading.plain_json import Unreadable, from_plain, to_plain
+from tpumem.regular_files import NotRegular, read_regular
 
 if TYPE_CHECKING:
     from tpumem.analysis.run_figures import RunAnalysis
 
 FORMAT = "tpumem-summary"
 VERSION = 1
-MAX_SUMMARY_BYTES = 16 * 1024 * 1024  # a summary is kilobytes; more is not one
+# A summary is kilobytes: 15 KB for a process of one device (its line for the
+# page, 200 points, is most of it), a few more for each further device. Larger is
+# not one; its trace is read instead.
+MAX_SUMMARY_BYTES = 1024 * 1024
 END_BYTES = 4096  # of the trace, digested: its last batch and the stream's end
 # Why a trace has no summary to read: not something gone wrong where none is
 # expected (a run followed or imported here, read before its summaries are made).
@@ -41,6 +47,10 @@ MISSING = "no summary beside it (a recording that did not end, or an older one)"
 # says of the trace's content (storage/client.py's content_tag), by which a reader
 # there knows the summary stands without reading the trace's end.
 TAG_KEY = "trace_tag"
+# The tpumem whose analysis made the summary's figures: one of another version is
+# made again from its trace, by this one's (the figures' rules change between
+# versions; the format's version says only how the file is laid out).
+ANALYSIS_KEY = "tpumem_version"
 # What a summary keeps only where it is read (the caller's findings, where it was
 # made): a file that holds them is not one tpumem wrote.
 _NOT_KEPT = ("findings", "made_from")
@@ -89,6 +99,7 @@ def summary_text(summary: ProcessSummary, trace_bytes: int, end: str) -> str:
         {
             "format": FORMAT,
             "version": VERSION,
+            ANALYSIS_KEY: __version__,
             "trace_bytes": trace_bytes,
             "trace_end": end,
             "summary": plain,
@@ -138,6 +149,13 @@ def summary_from_text(
         return "its summary's version is not one tpumem knows"
     if version > VERSION:
         return f"its summary is of version {version}, newer than this tpumem reads ({VERSION})"
+    made_by = kept.get(ANALYSIS_KEY)
+    if made_by != __version__:
+        return (
+            f"its summary was made by tpumem {made_by}'s analysis, not this one's ({__version__})"
+            if isinstance(made_by, str) and len(made_by) <= 40
+            else "its summary does not say which tpumem's analysis made it"
+        )
     if kept.get("trace_bytes") != trace_bytes or kept.get("trace_end") != trace_end:
         return "the trace has changed since its summary was made: the trace wins"
     plain = kept.get("summary")
@@ -174,25 +192,21 @@ def read_summary(trace: Path, identity: tuple[int, str] | None = None) -> Proces
     """The summary beside the trace, or why there is none to use. `identity`: the
     trace's (size, end digest) where known without reading it (object storage
     vouches for it)."""
-    where = summary_of(trace)
     try:
-        # Not a FIFO or a device to wait on: a regular file or nothing.
-        descriptor = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # The file its recording wrote: not a link (which may point anywhere), a
+        # FIFO or a device to wait on, nor more than a summary weighs.
+        raw = read_regular(summary_of(trace), MAX_SUMMARY_BYTES)
     except FileNotFoundError:
         return MISSING
+    except NotRegular as why:
+        return f"its summary is {why}: not read"
     except OSError as error:
         return f"its summary cannot be read ({error.strerror or error})"
-    with open(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            return "its summary is not a regular file"
-        try:
-            raw = file.read(MAX_SUMMARY_BYTES + 1)
-            if identity is None:
-                identity = _identity(trace)
-        except OSError as error:
-            return f"its summary or its trace cannot be read ({error.strerror or error})"
-    if len(raw) > MAX_SUMMARY_BYTES:
-        return "its summary is too large to be one"
+    try:
+        if identity is None:
+            identity = _identity(trace)
+    except OSError as error:
+        return f"its trace cannot be read ({error.strerror or error})"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
