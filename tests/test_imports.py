@@ -123,7 +123,8 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
 # -> reading (the traces a command reads, many at once) -> report/export ->
 # commands and the CLI (and tpumem.track, the notebook). Beside them: the launcher
 # (profile's parent side), and the modules every floor may use (errors, units,
-# outputs, progress, the TPU topologies, the HLO reader, object storage's client).
+# outputs, regular_files, progress, the TPU topologies, the HLO reader, object
+# storage's client).
 UPPER = (
     "tpumem.commands",
     "tpumem.cli",
@@ -142,6 +143,7 @@ FLOORS = {
     "tpumem.errors": BELOW_ALL,
     "tpumem.distinct_names": BELOW_ALL,
     "tpumem.outputs": BELOW_ALL,
+    "tpumem.regular_files": BELOW_ALL,
     "tpumem.progress": BELOW_ALL,
     "tpumem.tpu.topology": BELOW_ALL,
     "tpumem.storage": BELOW_ALL,  # (object storage's client: its callers say what it moves)

@@ -125,7 +125,7 @@ def test_check_trusting_summaries_reads_no_trace_but_the_busiest(run):
     assert "left out" not in check.stderr
     assert lines[-1] == (
         "tpumem: 2 of 3 processes judged by the summaries their recordings left, "
-        "not by their traces (--trust-summaries)"
+        "not by their traces, as --trust-summaries asks"
     )
     gate = run_tpumem("check", str(run), *limits)
     assert gate.returncode == 1, gate.stderr
@@ -306,7 +306,7 @@ def test_check_judges_a_run_by_its_traces_not_a_summary_anyone_could_write(forge
     assert trusted.returncode == 0, trusted.stderr
     assert trusted.stdout.strip() == (
         f"{forged}: within the limits (1 of 2 processes judged by the summaries their "
-        "recordings left, not by their traces (--trust-summaries))"
+        "recordings left, not by their traces, as --trust-summaries asks)"
     )
 
 

@@ -99,7 +99,7 @@ def _run_breaches(
     )
     trusted = (
         f"{judged:,} of {len(run.processes):,} processes judged by the summaries their "
-        "recordings left, not by their traces (--trust-summaries)"
+        "recordings left, not by their traces, as --trust-summaries asks"
         if judged
         else None
     )
