@@ -8,9 +8,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -89,3 +90,57 @@ def upload(local: Path, url: str) -> None:
         fs.mkdir(bucket)
     for path in sorted(local.iterdir()):
         fs.pipe(f"{rest.rstrip('/')}/{path.name}", path.read_bytes())
+
+
+@contextmanager
+def stalled_server() -> Iterator[str]:
+    """A server on 127.0.0.1 that takes every connection and never answers (a
+    proxy or a storage server hung); its endpoint, until the block ends."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def take() -> None:
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])  # (kept open, never read nor answered)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in [*held, listener]:
+            connection.close()
+
+
+@contextmanager
+def black_hole() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 where no connection is ever made, as behind a
+    firewall that drops what it is sent: a listener that never accepts, its queue
+    full (Linux then drops each new connection's SYN)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(2):  # (the first fills the queue of one, the second finds it full)
+        filler = socket.socket()
+        filler.settimeout(0.5)
+        with suppress(OSError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for connection in [*fillers, listener]:
+            connection.close()

@@ -422,3 +422,68 @@ def test_a_listing_s_names_are_held_to_the_layouts_a_directory_here_is():
         "plugins/profile/r/h.pb",
     ):
         assert not in_layout(name), name
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+@pytest.mark.parametrize("server", ["stalled", "black hole"])
+def test_a_server_that_never_answers_ends_in_one_line_within_the_bound(
+    tmp_path, monkeypatch, scheme, server
+):
+    """A server that takes the connection and never answers (report s3:// said
+    nothing for 34.6 minutes), and one that nothing reaches (nothing after 300 s):
+    one line naming the endpoint and the bound, made 3 s here, within the bound and
+    the clients' start. report, import, and profile's check of its bucket alike."""
+    import time
+
+    from storage_servers import black_hole, stalled_server
+
+    monkeypatch.setenv("TPUMEM_STORAGE_WAIT_S", "3")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for name, value in {
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').close()\n")
+    with stalled_server() if server == "stalled" else black_hole() as endpoint:
+        variable = "STORAGE_EMULATOR_HOST" if scheme == "gs" else "AWS_ENDPOINT_URL"
+        monkeypatch.setenv(variable, endpoint)
+        url = f"{scheme}://bucket/run"
+        for args, named in (
+            (["report", url], url),
+            (
+                ["import", f"{url}/p.xplane.pb", "-o", str(tmp_path / "x.tpumem")],
+                f"{url}/p.xplane.pb",
+            ),
+            (["profile", "-o", f"{url}/vm.tpumem", str(script)], f"{url}/vm.tpumem"),
+        ):
+            started = time.monotonic()
+            result = run_tpumem(*args, cwd=tmp_path)
+            took_s = time.monotonic() - started
+            said = f"{named}: no answer from {endpoint} in "
+            assert_one_line_error(result, said, "TPUMEM_STORAGE_WAIT_S")
+            assert took_s < 60, took_s  # (the 3 s bound, and the clients' start)
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "x.tpumem").exists()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_bounds_on_storage_are_the_documented_ones(monkeypatch):
+    """Read, not waited for: a connection 10 s, a silence in an answer 60 s, two
+    tries, 150 s in all; TPUMEM_STORAGE_WAIT_S sets the whole and the rest follow."""
+    from tpumem.errors import TpumemError
+    from tpumem.storage.client import Bounds
+
+    monkeypatch.delenv("TPUMEM_STORAGE_WAIT_S", raising=False)
+    assert Bounds.from_environment() == Bounds(150.0, 60.0, 10.0, 2)
+    monkeypatch.setenv("TPUMEM_STORAGE_WAIT_S", "600")
+    assert Bounds.from_environment() == Bounds(600.0, 60.0, 10.0, 2)
+    monkeypatch.setenv("TPUMEM_STORAGE_WAIT_S", "5")
+    assert Bounds.from_environment() == Bounds(5.0, 2.0, 2.0, 2)
+    for bad in ("nan", "0", "-1", "1e9", "soon"):
+        monkeypatch.setenv("TPUMEM_STORAGE_WAIT_S", bad)
+        with pytest.raises(TpumemError, match=r"TPUMEM_STORAGE_WAIT_S=.*give seconds"):
+            Bounds.from_environment()

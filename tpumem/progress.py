@@ -6,6 +6,9 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+# What changes the words of the spinners turning now, the innermost last.
+_TURNING: list[Callable[[str], None]] = []
+
 
 @contextmanager
 def progress(message: str) -> Iterator[Callable[[str], None]]:
@@ -15,6 +18,16 @@ def progress(message: str) -> Iterator[Callable[[str], None]]:
         from rich.console import Console
 
         with Console(stderr=True).status(message) as status:
-            yield lambda words: status.update(f"{message}: {words}")
+            _TURNING.append(lambda words: status.update(f"{message}: {words}"))
+            try:
+                yield _TURNING[-1]
+            finally:
+                _TURNING.pop()
     else:
         yield lambda words: None
+
+
+def turning() -> Callable[[str], None] | None:
+    """What changes the words of the spinner turning now (None: none turns), for
+    a wait below the command that started it (object storage's)."""
+    return _TURNING[-1] if _TURNING else None
