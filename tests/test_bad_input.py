@@ -121,6 +121,18 @@ def test_import_of_a_corrupt_xplane(tmp_path, kind):
     assert_one_line_error(result, str(xplane))
 
 
+def test_import_of_a_trace_says_it_is_one_and_to_report_it(tmp_path, make_trace):
+    """It said "Wire format was corrupt", reading the trace as an XSpace profile."""
+    trace = make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}])
+    before = trace.read_bytes()
+    result = run_tpumem("import", str(trace), "-o", str(tmp_path / "out.tpumem"))
+    line = assert_one_line_error(
+        result, f"{trace}: a tpumem trace already", f"tpumem report {trace} reads it"
+    )
+    assert "Wire format" not in line
+    assert trace.read_bytes() == before and not (tmp_path / "out.tpumem").exists()
+
+
 def test_unknown_report_format(tmp_path, make_trace):
     path = make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}])
     assert_one_line_error(run_tpumem("report", str(path), "--format", "pdf"), "pdf")

@@ -103,6 +103,26 @@ def test_what_cannot_be_read_there_is_one_line(stored, monkeypatch):
     assert_one_line_error(result, f"s3://{bucket}/run", "no credentials")
 
 
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_what_import_refuses_there_is_named_by_its_url(stored, tmp_path, scheme):
+    """A bad profile, and a trace, brought from a bucket to a scratch directory:
+    the line names the URL given, not the scratch file."""
+    _, bucket = stored
+    here = tmp_path / "here"
+    here.mkdir()
+    fs = filesystem(scheme)
+    fs.pipe(f"{bucket}/bad/vm-0.xplane.pb", b"\xff" * 64)
+    for command in ("import", "report"):
+        bad = f"{scheme}://{bucket}/bad/vm-0.xplane.pb"
+        result = run_tpumem(command, bad, cwd=here)
+        line = assert_one_line_error(result, f"{bad}: not a readable XSpace profile")
+        assert "tpumem-" not in line  # (the scratch directory's prefix)
+    trace = f"{scheme}://{bucket}/run/h-0.tpumem"
+    result = run_tpumem("import", trace, cwd=here)
+    assert_one_line_error(result, f"{trace}: a tpumem trace already", f"tpumem report {trace}")
+    assert not list(here.iterdir())
+
+
 def test_diff_and_compare_take_runs_kept_in_either_store(stored):
     run, bucket = stored
     gs, s3 = f"gs://{bucket}/run", f"s3://{bucket}/run"

@@ -16,6 +16,7 @@ from tpumem.progress import progress
 from tpumem.regular_files import NotRegular, read_regular
 from tpumem.trace.hlo_rows import MAX_PROTO_BYTES, hlo_row_text
 from tpumem.trace.metadata import IMPORTED
+from tpumem.trace.reader import is_trace
 from tpumem.trace.schema import ALLOCATOR, HLO
 from tpumem.trace.writer import TraceWriter
 from tpumem.xplane import XPLANE_SUFFIX
@@ -42,16 +43,33 @@ NO_EVENTS_HELP = (
 class HostProfile:
     host: str
     path: Path
+    # What the user calls it where its path would mislead: its URL, for a profile
+    # brought from object storage to a scratch directory.
+    called: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.called or str(self.path)
 
 
-def find_profiles(path: Path, run: str | None = None) -> tuple[str, list[HostProfile]]:
+def find_profiles(
+    path: Path, run: str | None = None, called: str | None = None
+) -> tuple[str, list[HostProfile]]:
     """The run name and its per-host xplane files. A directory may be a logdir
-    (plugins/profile/<run>/<host>.xplane.pb), a profile directory, or a run."""
+    (plugins/profile/<run>/<host>.xplane.pb), a profile directory, or a run.
+    `called`: what the user calls `path` (a URL it was brought from), which its
+    files are named below."""
+    shown = called or str(path)
     if not path.exists():
-        raise TpumemError(f"{path}: no such file or directory")
+        raise TpumemError(f"{shown}: no such file or directory")
+    if is_trace(path):
+        raise TpumemError(
+            f"{shown}: a tpumem trace already, not a profile to import: tpumem report "
+            f"{shown} reads it"
+        )
     if path.is_file():
         host = path.name.removesuffix(XPLANE_SUFFIX).removesuffix(".pb")
-        return host, [HostProfile(host, path)]
+        return host, [HostProfile(host, path, called)]
     files = profile_files(path)
     if not files:
         raise TpumemError(
@@ -63,8 +81,19 @@ def find_profiles(path: Path, run: str | None = None) -> tuple[str, list[HostPro
         runs.setdefault(file.parent, []).append(file)
     name = chosen_run([d.name for d in runs], run, path)
     directory = next(d for d in runs if d.name == name)
-    hosts = [HostProfile(f.name.removesuffix(XPLANE_SUFFIX), f) for f in runs[directory]]
+    hosts = [
+        HostProfile(f.name.removesuffix(XPLANE_SUFFIX), f, _below(called, path, f))
+        for f in runs[directory]
+    ]
     return directory.name, hosts
+
+
+def _below(called: str | None, given: Path, file: Path) -> str | None:
+    """A file under the directory `given` as the user knows it: below what they
+    call that directory (its URL), where that is not its path."""
+    if called is None:
+        return None
+    return f"{called.rstrip('/')}/{file.relative_to(given).as_posix()}"
 
 
 def guess_framework(events: MemoryEvents) -> str:
@@ -90,16 +119,16 @@ def read_profile(profile: HostProfile) -> tuple[MemoryEvents, list[tuple[int, by
     try:
         data = profile.path.read_bytes()
     except OSError as error:
-        raise TpumemError(f"{profile.path}: cannot read: {error.strerror}") from None
+        raise TpumemError(f"{profile.name}: cannot read: {error.strerror}") from None
     if not data:
-        raise TpumemError(f"{profile.path}: empty file, not an XSpace profile")
+        raise TpumemError(f"{profile.name}: empty file, not an XSpace profile")
     try:
         space = parse_space(data)
         events = read_memory_events(space, data, workers=DECODE_THREADS)
         return events, read_hlo_protos(space) or _beside(profile.path)
     except (DecodeError, WireError) as error:
         raise TpumemError(
-            f"{profile.path}: not a readable XSpace profile (corrupt or truncated: {error})"
+            f"{profile.name}: not a readable XSpace profile (corrupt or truncated: {error})"
         ) from None
 
 
@@ -137,7 +166,7 @@ def import_profile(
     events, programs = read_profile(profile)
     if len(events) == 0 and not programs:
         raise TpumemError(
-            f"{profile.path}: no MemoryAllocation/MemoryDeallocation events: {NO_EVENTS_HELP}"
+            f"{profile.name}: no MemoryAllocation/MemoryDeallocation events: {NO_EVENTS_HELP}"
         )
     columns, devices, origin_ps = None, [], int(events.step_time_ps.min(initial=0))
     if len(events):  # (a profile may carry compiled programs only)
@@ -152,7 +181,7 @@ def import_profile(
         if any(d.startswith("GPU") for d in devices)
         else ("tpu" if any(d.startswith("TPU") for d in devices) else "cpu"),
         "source": IMPORTED,
-        "imported_from": str(profile.path),
+        "imported_from": profile.name,
         "run": run,
         "host": events.hostnames[0] if events.hostnames else profile.host,
         "xspace_planes": tuple(events.plane_names),
@@ -168,7 +197,7 @@ def import_profile(
         if count:
             writer.write_columns(marks, count)
         for program_id, data in programs:
-            writer.record(HLO, time_ns=0, text=hlo_row_text(str(profile.path), data, program_id))
+            writer.record(HLO, time_ns=0, text=hlo_row_text(profile.name, data, program_id))
     if writer.failed is not None:
         raise TpumemError(
             f"{output}: writing failed ({writer.failed.strerror or writer.failed}); "
@@ -177,9 +206,10 @@ def import_profile(
     return output, len(events), len(programs)
 
 
-def import_into(path: Path, directory: Path) -> list[Path]:
-    """Every host's trace of the profile at `path`, written in `directory`."""
-    run_name, hosts = find_profiles(path)
+def import_into(path: Path, directory: Path, called: str | None = None) -> list[Path]:
+    """Every host's trace of the profile at `path`, written in `directory`;
+    `called`: what the user calls `path`, where not its path (find_profiles)."""
+    run_name, hosts = find_profiles(path, called=called)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for host in hosts:
@@ -188,6 +218,6 @@ def import_into(path: Path, directory: Path) -> list[Path]:
         def create(target: Path = target) -> tuple[Path, int]:
             return target, create_trace(target, (), force=True)
 
-        with progress(f"reading {host.path}"):
+        with progress(f"reading {host.name}"):
             written.append(import_profile(host, run_name, create)[0])
     return written

@@ -63,7 +63,7 @@ def _brought(request: ImportRequest) -> Iterator[tuple[Path, str]]:
 
 def _import_profiles(request: ImportRequest, path: Path, called: str, written: list[Path]) -> None:
     output, force = request.output, request.force
-    run_name, hosts = find_profiles(path, request.run)
+    run_name, hosts = find_profiles(path, request.run, None if called == str(path) else called)
     inputs = [host.path for host in hosts]
     targets: list[Path | None] = []
     for host in hosts:
@@ -89,22 +89,13 @@ def _import_profiles(request: ImportRequest, path: Path, called: str, written: l
             target.parent.mkdir(parents=True, exist_ok=True)
             return target, create_trace(target, inputs, force)
 
-        shown = _shown(host.path, path, called)
+        shown = host.name
         with progress(f"importing {shown}"):
             trace, count, programs = import_profile(host, run_name, create)
         held = f", {programs:,} compiled programs" if programs else ""
         print(f"{trace}: {count:,} memory events{held} from {shown}")
         _summarise(trace)
         written.append(trace)
-
-
-def _shown(file: Path, given: Path, called: str) -> str:
-    """A profile's file as the user knows it (its URL, where it was brought)."""
-    if called == str(given):
-        return str(file)
-    if file == given:
-        return called
-    return f"{called.rstrip('/')}/{file.relative_to(given).as_posix()}"
 
 
 def _import_snapshot(request: ImportRequest, path: Path, called: str) -> Path:

@@ -133,7 +133,7 @@ def _imported(
         try:
             for index, path in enumerate(paths):
                 if is_profile(path):
-                    given += import_into(path, Path(scratch) / str(index))
+                    given += import_into(path, Path(scratch) / str(index), called)
                 else:
                     given.append(path)
         finally:

@@ -233,6 +233,20 @@ def not_a_stream(name: str, start: bytes) -> TpumemError:
     return TpumemError(f"{name}: not a tpumem trace (not an Arrow stream)")
 
 
+def is_trace(path: str | Path) -> bool:
+    """Whether the regular file at `path` starts as a tpumem trace does: an Arrow
+    stream whose schema carries tpumem's header (for a command given one where it
+    takes something else: import)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with pa.OSFile(str(path)) as file:
+            schema = pa.ipc.open_stream(file).schema
+    except (OSError, pa.ArrowException, ValueError):
+        return False
+    return METADATA_KEY in (schema.metadata or {})
+
+
 def load(path: str | Path, shown_as: str | None = None) -> Trace:
     """Reads a trace. A file cut short (its writer was killed), still being written
     or damaged loads up to its last whole, valid record batch and says so in its
