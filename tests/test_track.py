@@ -4,6 +4,9 @@ before, and used after)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -167,6 +170,49 @@ def test_a_framework_imported_inside_the_block_is_recorded(tmp_path):
     framework, peak = run_python(script, tmp_path)
     assert framework == "jax"
     assert peak >= 16 << 20
+
+
+# A child forked inside a recorded block tracks itself: its own trace, its own
+# array; the parent's recording stays the parent's. (JAX is imported after the
+# fork, in each process: a JAX that ran before a fork deadlocks in the child.)
+FORKED = """
+import json, os
+import tpumem
+with tpumem.track("parent.tpumem"):
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            with tpumem.track("child.tpumem"):
+                import jax.numpy as jnp
+                theirs = jnp.ones((1024 * 1024,), jnp.float32).block_until_ready()  # 4 MiB
+            said = "recorded"
+        except Exception as error:
+            said = f"{type(error).__name__}: {error}"
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    said = os.read(read, 4096).decode()
+    os.waitpid(child, 0)
+    import jax.numpy as jnp
+    mine = jnp.ones((256 * 1024,), jnp.float32).block_until_ready()  # 1 MiB
+print(json.dumps({"child": said, "child_pid": child, "pid": os.getpid()}))
+"""
+
+
+def test_a_child_forked_from_a_tracked_block_records_its_own(tmp_path):
+    (tmp_path / "script.py").write_text(FORKED)
+    run = subprocess.run(
+        [sys.executable, "script.py"], capture_output=True, text=True, cwd=tmp_path, timeout=180
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["child"] == "recorded"  # (it said 'already recording (to parent.tpumem)')
+    child, parent = load(tmp_path / "child.tpumem"), load(tmp_path / "parent.tpumem")
+    assert (child.metadata.pid, parent.metadata.pid) == (result["child_pid"], result["pid"])
+    assert child.complete and parent.complete
+    assert MiB <= analyze(parent).devices[0].peak.bytes < 4 * MiB
+    assert analyze(child).devices[0].peak.bytes >= 4 * MiB
 
 
 # TensorFlow in use before the block (which imports JAX too), the same tensors as

@@ -41,6 +41,10 @@ DEFAULT_OUTPUT = Path("track.tpumem")
 F = TypeVar("F", bound=Callable[..., Any])
 _lock = threading.Lock()
 _running: Tracker | None = None
+# In a process forked while its parent recorded, why no track can start here
+# (the adapter could not let go of the parent's capture); None where one can.
+_forked_from: str | None = None
+_fork_hook = False  # registered in this process (a forked child inherits it)
 _set_here: dict[str, dict[str, str]] = {}  # by prepare_frameworks, per framework
 
 
@@ -149,11 +153,13 @@ class Tracker:
         """Starts the recording; where the process has not imported the framework
         yet, it starts as the framework's import runs (in the block, the cell or
         the test), as `tpumem profile` starts it."""
-        global _running
+        global _running, _fork_hook
         from tpumem.adapters.import_watch import FRAMEWORKS, ImportWatch
         from tpumem.outputs import check_target
 
         with _lock:
+            if _forked_from is not None:
+                raise TpumemError(_forked_from)
             if _running is not None:
                 raise TpumemError(
                     f"tpumem.track is already recording (to {_running.path}): one at a time"
@@ -173,6 +179,9 @@ class Tracker:
                 self._watch = ImportWatch(self._begin, framework, failed=self._import_failed)
                 self._watch.install()
             _running = self
+            if not _fork_hook:
+                _fork_hook = True
+                os.register_at_fork(after_in_child=_forked)
 
     def _begin(self, framework: str, importing: bool = True) -> Callable[[], None]:
         """The trace opened and the adapter prepared; returns the adapter's start.
@@ -303,6 +312,31 @@ class Tracker:
             return self.analysis(series_points=0)
         chosen = reporter_for(None, format)
         return chosen.render(self.analysis(chosen.series_points), width=width)
+
+
+def _forked() -> None:
+    """In a child forked while this process recorded: the recording is the
+    parent's (its writer writes nothing here), so it is let go, and the child may
+    start its own; where the adapter cannot put back what it replaced, a track
+    here says so rather than record over it."""
+    global _running, _lock, _forked_from
+    _lock = threading.Lock()  # another thread may have held it when the parent forked
+    inherited, _running = _running, None
+    if inherited is None:
+        return
+    adapter, inherited._writer, inherited._adapter = inherited._adapter, None, None
+    if inherited._watch is not None:  # (its import would open the parent's trace here)
+        inherited._watch.remove()
+        inherited._watch = None
+    if adapter is None:
+        return
+    try:
+        adapter.forget()
+    except Exception as error:
+        _forked_from = (
+            f"tpumem.track cannot record in this process: it was forked while its parent "
+            f"recorded to {inherited.path}, and {error}"
+        )
 
 
 def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> RunAnalysis:
