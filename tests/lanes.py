@@ -78,7 +78,15 @@ LANES: dict[str, Lanes] = {
             ],
         },
     ),
-    "test_follow.py": (FRAMEWORKS, {CLI: ["test_follow_refuses_what_takes_one_trace"]}),
+    "test_follow.py": (
+        FRAMEWORKS,
+        {
+            CLI: [
+                "test_follow_refuses_what_takes_one_trace",
+                "test_a_run_that_imports_no_framework_is_an_error_followed_or_not",
+            ]
+        },
+    ),
     "test_framework_choice.py": FRAMEWORKS,
     "test_fuzz.py": (
         CLI,

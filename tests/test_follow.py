@@ -195,3 +195,24 @@ def test_follow_refuses_what_takes_one_trace(tmp_path):
         )
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow"]], ids=["one", "follow"])
+def test_a_run_that_imports_no_framework_is_an_error_followed_or_not(tmp_path, follow):
+    """`profile` and `profile --follow` agree: nothing recorded is one line and exit
+    status 2, or the script's own status where it failed."""
+    (tmp_path / "plain.py").write_text("print('no framework here')\n")
+    (tmp_path / "fails.py").write_text("import sys\nsys.exit(3)\n")
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
+    for script, status in (("plain.py", 2), ("fails.py", 3)):
+        result = subprocess.run(
+            [sys.executable, "-m", "tpumem", "profile", *follow, "-o", "out", script],
+            cwd=tmp_path,
+            timeout=120,
+            **quiet,
+        )
+        assert result.returncode == status, result.stderr
+        assert "Traceback" not in result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("tpumem: error: ") and "nothing was recorded" in line, line
+    assert not list(tmp_path.rglob("*.tpumem"))

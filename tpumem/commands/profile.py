@@ -117,10 +117,11 @@ def _profiled(
         return 2, left
     if launch.follow:
         assert outcome.trace is not None
-        _after_followed_run(
+        recorded = _after_followed_run(
             outcome.trace, request.quiet, fmt, text_width(request.width, sys.stderr)
         )
-        return outcome.returncode, _left(outcome.trace, True)
+        # (as a run without --follow that recorded nothing: 2, or the script's own status)
+        return outcome.returncode or (0 if recorded else 2), _left(outcome.trace, True)
     if outcome.unrecorded is not None:
         print(f"tpumem: error: {unrecorded_line(launch.target, outcome)}", file=sys.stderr)
         return outcome.returncode or 2, left
@@ -182,36 +183,39 @@ def _check_follow_options(
             )
 
 
-def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> None:
-    """The run's report, from every process's trace in its directory."""
+def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> bool:
+    """The run's report, from every process's trace in its directory; whether
+    any process recorded (none is an error, said in one line, as without --follow)."""
     from tpumem.commands.rendering import analysed_processes
     from tpumem.report import PROCESSES, reporter
 
     traces = sorted(directory.glob("*.tpumem"))
     if not traces:
         print(
-            f"tpumem: no process of the run imported a framework: nothing recorded in {directory}",
+            "tpumem: error: no process of the run imported a framework tpumem profiles (jax, "
+            f"tensorflow, torch_xla): nothing was recorded in {directory}",
             file=sys.stderr,
         )
-        return
+        return False
     try:
         # (the summaries are written from this very analysis: none is there yet)
         run = analysed_processes(traces, str(directory), expect_summaries=False)
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
-        return
+        return True
     _leave_summaries(run)
     if quiet:
-        return
+        return True
     try:
         text = reporter(PROCESSES, fmt).render(
             run, width=width, color=sys.stderr.isatty(), where=str(directory)
         )
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
-        return
+        return True
     sys.stderr.write(text)
     print(f"tpumem: {len(traces):,} traces written to {directory}", file=sys.stderr)
+    return True
 
 
 def _leave_summaries(run: ProcessRun) -> None:
