@@ -231,6 +231,7 @@ LANES: dict[str, Lanes] = {
                 "test_placeholders_are_filled_and_checked",
                 "test_a_rename_never_replaces_a_trace_silently",
                 "test_ranks_from_the_launchers_environment",
+                "test_counts_are_worded_by_one_rule",
             ],
             FRAMEWORKS: ["test_a_brace_written_twice_is_one_brace_in_the_traces_name"],
         },

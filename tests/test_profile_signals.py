@@ -329,8 +329,8 @@ def test_no_followed_process_outlives_tpumem_and_each_trace_says_how_it_ended(tm
     assert run.returncode == 128 + signal.SIGTERM, stderr
     assert [pid for pid in pids.values() if not _gone(pid)] == []
     assert (
-        "tpumem: 2 process(es) the script started were still running when it ended: sent "
-        "SIGTERM, and SIGKILL to 1 still running 5 s later"
+        "tpumem: the script ended with 2 processes it started still running: sent SIGTERM, "
+        "and SIGKILL to 1 still running 5 s later"
     ) in stderr
     traces = {load(path).metadata.pid: load(path) for path in (tmp_path / "run").glob("*.tpumem")}
     assert sorted(traces) == sorted(pids.values())  # the parent started no device

@@ -233,3 +233,28 @@ def test_names_from_a_runs_traces_reach_the_terminal_escaped(tmp_path):
     assert "evil\\x1b]0;pwned" in results[1].stderr
     assert "h\\x1b[32m-0.tpumem" in results[2].stderr
     assert "stands for its busiest" in results[3].stderr
+
+
+def test_a_run_of_one_process_is_worded_in_the_singular(tmp_path):
+    """A run's directory of one trace was "(1 processes)"; every count tpumem words
+    goes through one rule (units.counted)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _trace(run / "h-0.tpumem", 64, rank=0)
+    for fmt in ("text", "md"):
+        reported = run_tpumem("report", "run", "-f", fmt, cwd=tmp_path)
+        assert reported.returncode == 0, reported.stderr
+        assert "run (1 process, run r)" in reported.stdout, reported.stdout
+        assert "1 processes" not in reported.stdout
+    compared = run_tpumem("compare", "run", "run", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    assert "run (1 process) stands for its busiest" in compared.stderr
+
+
+def test_counts_are_worded_by_one_rule():
+    from tpumem.units import counted
+
+    assert counted(1, "process", "processes") == "1 process"
+    assert counted(2, "process", "processes") == "2 processes"
+    assert counted(0, "trace") == "0 traces" and counted(1, "trace") == "1 trace"
+    assert counted(12_345, "program") == "12,345 programs"

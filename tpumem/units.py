@@ -24,6 +24,13 @@ def format_bytes(count: int | float | None, digits: int = 1) -> str:
     raise AssertionError("unreachable")
 
 
+def counted(count: int, word: str, words: str | None = None) -> str:
+    """A count and its noun, the noun singular for one: `1 process`, `2 processes`
+    (`words`: the plural, where it is not `word` and an s). Every count tpumem
+    words goes through it."""
+    return f"{count:,} {word if count == 1 else (words or word + 's')}"
+
+
 def format_seconds(time_ns: int | None) -> str:
     return "-" if time_ns is None else f"{time_ns / 1e9:.3f} s"
 

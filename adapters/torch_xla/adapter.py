@@ -56,6 +56,7 @@ from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo, ProcessInfo, TorchXlaBook, TorchXlaExtra
 from tpumem.trace.schema import BUFFER, PROGRAM
 from tpumem.trace.writer import TraceWriter
+from tpumem.units import counted
 
 DEVICE_VARIABLE = "PJRT_DEVICE"
 ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
@@ -225,7 +226,7 @@ class TorchXlaAdapter(Adapter):
         left = self.book.close_running(self._now())
         if left:
             self._warnings.append(
-                f"{left} graph execution(s) had not finished when the script ended: "
+                f"the script ended before {counted(left, 'graph execution')} had finished: "
                 "their temps end at the script's end"
             )
 

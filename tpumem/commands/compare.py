@@ -17,6 +17,7 @@ from tpumem.errors import TpumemError
 from tpumem.outputs import STDOUT, emit, free_name
 from tpumem.progress import progress
 from tpumem.reading.paths import RunInput, is_profile, opened_runs, traces_of
+from tpumem.units import counted
 
 
 def run_compare(request: CompareRequest) -> None:
@@ -102,12 +103,13 @@ def _one_trace(given: RunInput) -> tuple[Path, str | None]:
     from tpumem.reading.many_traces import summaries_of
     from tpumem.report.escapes import visible
 
-    with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
+    with progress(f"analysing {counted(len(given.traces), 'trace')} of {given.where}"):
         most = busiest(summaries_of(given.traces, given.stored))
         if given.stored is not None:  # (in object storage: the busiest, read in full, brought)
             given.stored.fetch(Path(most.path))
     print(
-        f"tpumem: {visible(given.where)} ({len(given.traces):,} processes) stands for its "
+        f"tpumem: {visible(given.where)} ({counted(len(given.traces), 'process', 'processes')}) "
+        "stands for its "
         f"busiest, {visible(most.name)} ({visible(given.name_of(Path(most.path)) or most.path)})",
         file=sys.stderr,
     )

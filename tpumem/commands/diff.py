@@ -12,6 +12,7 @@ from tpumem.errors import TpumemError
 from tpumem.outputs import emit
 from tpumem.progress import progress
 from tpumem.reading.paths import RunInput, opened_runs
+from tpumem.units import counted
 
 
 def run_diff(request: DiffRequest) -> None:
@@ -55,7 +56,7 @@ def _busiest_pair(before: RunInput, after: RunInput) -> tuple[Path, Path, tuple]
         raise TpumemError("diff two runs' directories, or two traces: not one of each")
     runs = []
     for given in (before, after):
-        with progress(f"analysing {len(given.traces):,} traces of {given.where}"):
+        with progress(f"analysing {counted(len(given.traces), 'trace')} of {given.where}"):
             runs.append(summaries_of(given.traces, given.stored))
     pairs = pair_processes(*runs)
     first, second = busiest_pair(pairs)

@@ -25,6 +25,7 @@ from typing import Any
 from tpumem.commands.options import text_width
 from tpumem.commands.requests import FitRequest
 from tpumem.errors import TpumemError
+from tpumem.units import counted
 
 
 def run_fit(request: FitRequest) -> int:
@@ -489,4 +490,4 @@ def label(request: FitRequest, topology: Any) -> str:
 
 
 def _chips(count: int) -> str:
-    return f"{count:,} chip{'s' if count != 1 else ''}"
+    return counted(count, "chip")

@@ -15,7 +15,7 @@ from tpumem.importer import find_profiles, import_profile
 from tpumem.outputs import check_target, create_trace, default_trace, remote_url
 from tpumem.progress import progress
 from tpumem.snapshots.importing import import_snapshot, is_snapshot
-from tpumem.units import format_bytes
+from tpumem.units import counted, format_bytes
 
 
 def default_output(source: Path, run: str, host: str, hosts: int) -> Path:
@@ -40,7 +40,7 @@ def run_import(request: ImportRequest) -> None:
         raise
     failed = upload_traces(written, request.force)
     if failed:
-        more = f" (and {len(failed) - 1} more traces not put)" if len(failed) > 1 else ""
+        more = f" (and {counted(len(failed) - 1, 'more trace')} not put)" if len(failed) > 1 else ""
         raise TpumemError(failed[0] + more)
 
 

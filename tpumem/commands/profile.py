@@ -18,6 +18,7 @@ from tpumem.commands.uploading import (
 )
 from tpumem.errors import TpumemError
 from tpumem.storage.uploads import run_directory, tidy, url_of_copy
+from tpumem.units import counted
 
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
@@ -214,7 +215,7 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> b
         print(f"tpumem: no report: {error}", file=sys.stderr)
         return True
     sys.stderr.write(text)
-    print(f"tpumem: {len(traces):,} traces written to {directory}", file=sys.stderr)
+    print(f"tpumem: {counted(len(traces), 'trace')} written to {directory}", file=sys.stderr)
     return True
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tpumem.errors import TpumemError
 from tpumem.progress import progress
+from tpumem.units import counted
 
 if TYPE_CHECKING:
     from tpumem.analysis.processes import ProcessRun
@@ -34,10 +35,12 @@ def analysed_processes(
     from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.reading.many_traces import analyze_processes
 
-    with progress(f"analysing {len(traces):,} traces of {where}") as tell:
+    with progress(f"analysing {counted(len(traces), 'trace')} of {where}") as tell:
         run = analyze_processes(
             traces,
-            done=lambda finished, total: tell(f"analysed {finished:,} of {total:,} traces"),
+            done=lambda finished, total: tell(
+                f"analysed {finished:,} of {counted(total, 'trace')}"
+            ),
             busiest_points=series_points or SERIES_POINTS,
             capacity=capacity,
             per_process=per_process,

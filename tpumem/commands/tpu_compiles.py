@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpumem.units import counted
+
 if TYPE_CHECKING:
     from tpumem.reading.object_storage import Fetched
     from tpumem.tpu.topology import Topology
@@ -46,7 +48,7 @@ def compile_for_tpus(
                     continue
                 failed = f", {outcome.failed:,} failed" if outcome.failed else ""
                 print(
-                    f"tpumem: compiled {outcome.programs:,} program(s) of {trace.name} for "
+                    f"tpumem: compiled {counted(outcome.programs, 'program')} of {trace.name} for "
                     f"{topology.name} with XLA:TPU in {outcome.seconds:.1f} s{failed}",
                     file=sys.stderr,
                 )

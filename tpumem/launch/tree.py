@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from tpumem.launch.signals import HeldSignals, reap_all
+from tpumem.units import counted
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL: a process may save its state
 _PR_SET_CHILD_SUBREAPER = 36
@@ -112,8 +113,8 @@ def said(end: TreeEnd) -> str | None:
     if not end.terminated:
         return None
     line = (
-        f"{len(end.terminated):,} process(es) the script started were still running when it "
-        f"ended: sent SIGTERM"
+        f"the script ended with {counted(len(end.terminated), 'process', 'processes')} it "
+        "started still running: sent SIGTERM"
     )
     if end.killed:
         line += f", and SIGKILL to {len(end.killed):,} still running {end.waited_s:.0f} s later"

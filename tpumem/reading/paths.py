@@ -190,4 +190,6 @@ def opened_runs(paths: list[Path]) -> Iterator[list[RunInput]]:
 
 def _called(paths: list[Path], traces: list[Path]) -> str:
     """What to call what a command was given: the one path, else its traces' count."""
-    return str(paths[0]) if len(paths) == 1 else f"{len(traces):,} traces"
+    from tpumem.units import counted
+
+    return str(paths[0]) if len(paths) == 1 else counted(len(traces), "trace")

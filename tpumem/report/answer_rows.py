@@ -12,7 +12,7 @@ from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.shorten import op_tail
 from tpumem.report.tpu_tables import tpu_verdict
-from tpumem.units import format_bytes, format_seconds
+from tpumem.units import counted, format_bytes, format_seconds
 
 TOP_LINES = 8
 KIND_HEADERS = ("bytes", "share", "kind", "how it is known")
@@ -88,7 +88,7 @@ def _where(line: LineBytes) -> str:
 def _what(line: LineBytes, why: str) -> str:
     ops = ", ".join(dict.fromkeys(op_tail(op) for op in line.ops))
     if line.program is None:
-        arrays = f"{line.buffers:,} array" + ("" if line.buffers == 1 else "s")
+        arrays = counted(line.buffers, "array")
         if line.regions:
             arrays += f" ({', '.join(line.regions)})"
         return f"{arrays} made by {ops}" if ops else arrays

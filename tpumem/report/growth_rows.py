@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tpumem.analysis.growth import Growth
 from tpumem.report.live_rows import TOP_STACKS, frame_lines
-from tpumem.units import format_bytes
+from tpumem.units import counted, format_bytes
 
 GROWTH_HOW = "measured (bytes live at each step's lowest point: what stays)"
 
@@ -20,11 +20,7 @@ def growth_text(growth: Growth) -> str:
     """Whether the bytes that stay from step to step grow once warm-up is over."""
     first = growth.steps[growth.warmup_steps]
     last = growth.steps[-1]
-    warmup = (
-        f" after {growth.warmup_steps} warm-up step{'s' if growth.warmup_steps > 1 else ''}"
-        if growth.warmup_steps
-        else ""
-    )
+    warmup = f" after {counted(growth.warmup_steps, 'warm-up step')}" if growth.warmup_steps else ""
     if growth.growing:
         return (
             f"+{format_bytes(round(growth.per_step_bytes))} a step from step {first} to "

@@ -9,7 +9,7 @@ from collections import Counter
 
 from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram
-from tpumem.units import format_bytes
+from tpumem.units import counted, format_bytes
 
 TOP_PROGRAMS = 5  # programs listed in a report
 TOP_BUFFERS = 8  # buffers listed for a program's peak in a report (--program: all)
@@ -26,7 +26,7 @@ def programs_title(compiled: tuple[CompiledProgram, ...]) -> str:
     with_heap = sum(1 for p in compiled if p.heap is not None)
     shown = min(len(compiled), TOP_PROGRAMS)
     more = f", the {shown} largest shown" if len(compiled) > shown else ""
-    programs = f"{len(compiled):,} program" + ("s" if len(compiled) != 1 else "")
+    programs = counted(len(compiled), "program")
     return f"Compiled programs: what fills each ({programs}, {with_heap:,} with {SOURCE}{more})"
 
 

@@ -23,7 +23,7 @@ from tpumem.trace.metadata import (
     TorchXlaBook,
 )
 from tpumem.trace.schema import ALLOCATOR, BUFFER
-from tpumem.units import format_bytes, format_seconds
+from tpumem.units import counted, format_bytes, format_seconds
 
 # A run on many devices (a pod slice, a multi-host job) is read by its largest
 # peaks: these are shown in full, the next ones a line each, the rest counted.
@@ -115,23 +115,19 @@ def process_text(meta: RunMetadata) -> str:
     return f"{index}{count}{host}{said}{run}"
 
 
-def plural(count: int, word: str) -> str:
-    return f"{count:,} {word}" + ("" if count == 1 else "s")
-
-
 def _capture(capture: CaptureSummary) -> str:
-    text = plural(capture.chunks or 0, "profiler session")
+    text = counted(capture.chunks or 0, "profiler session")
     if capture.chunk_s is not None:
         text += f" of {capture.chunk_s:g} s"
     if capture.sessions_overrun:
         text += (
-            f"; {plural(capture.sessions_overrun, 'session')} ran long (longest "
+            f"; {counted(capture.sessions_overrun, 'session')} ran long (longest "
             f"{format_seconds(capture.longest_session_ns)}): tpumem's capture thread "
             "was short of CPU"
         )
     if capture.gaps:
         text += (
-            f"; {plural(capture.gaps, 'gap')} between them, "
+            f"; {counted(capture.gaps, 'gap')} between them, "
             f"{format_seconds(capture.gap_total_ns)} in all "
             f"(longest {format_seconds(capture.gap_max_ns)})"
         )
@@ -263,7 +259,7 @@ def devices_shown(
 
 
 def _live_at_peak(peak: PeakBreakdown) -> str:
-    text = f"{peak.live_buffers:,} buffer{'' if peak.live_buffers == 1 else 's'}"
+    text = counted(peak.live_buffers, "buffer")
     if peak.unattributed_bytes:
         text += f"; {format_bytes(peak.unattributed_bytes)} in buffers allocated unseen"
     if peak.stack_bytes:

@@ -14,7 +14,7 @@ from tpumem.report.escapes import markdown, visible
 from tpumem.report.markdown import md_table, render_markdown
 from tpumem.report.rows import ending_text
 from tpumem.report.text import render_text, string_console
-from tpumem.units import format_bytes
+from tpumem.units import counted, format_bytes
 
 RUN_SCHEMA = "tpumem-run/1"
 PROCESS_HEADERS = ("process", "host", "peak", "device", "at step", "pool", "fragmentation", "ended")
@@ -137,7 +137,7 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 def _title(run: ProcessRun, where: str) -> str:
     ids = f", run {run.run_ids[0]}" if len(run.run_ids) == 1 else ""
-    return f"{where} ({len(run.processes):,} processes{ids})"
+    return f"{where} ({counted(len(run.processes), 'process', 'processes')}{ids})"
 
 
 def busiest_title(run: ProcessRun) -> str:

@@ -10,7 +10,7 @@ from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report.fit_rows import budget_words
 from tpumem.report.program_rows import MORE_ON_A_TPU, TOP_PROGRAMS, buffer_rows
-from tpumem.units import format_bytes
+from tpumem.units import counted, format_bytes
 
 TPU_HEADERS = (
     "program",
@@ -35,7 +35,7 @@ def tpu_title(target: TpuTarget, limit: int | None = TOP_PROGRAMS) -> str:
     more = f", the {shown} largest shown" if len(target.programs) > shown else ""
     kind = f" ({target.device_kind})" if target.device_kind else ""
     return (
-        f"On {target.topology}{kind}: {count:,} program{'s' if count != 1 else ''} compiled "
+        f"On {target.topology}{kind}: {counted(count, 'program')} compiled "
         f"by XLA:TPU ahead of time in {target.seconds:.1f} s, per chip{more}"
     )
 
@@ -63,7 +63,7 @@ def tpu_verdict(target: TpuTarget) -> str | None:
         )
     words = budget_words(target)
     if tpu.not_compiled:
-        programs = f"{tpu.not_compiled:,} program{'s' if tpu.not_compiled != 1 else ''}"
+        programs = counted(tpu.not_compiled, "program")
         return (
             f"NOT KNOWN on {target.topology}: {programs} did not compile for it (below); "
             f"those that did need {format_bytes(tpu.need_bytes, 2)} a chip; {words}"
