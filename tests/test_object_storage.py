@@ -123,6 +123,32 @@ def test_what_import_refuses_there_is_named_by_its_url(stored, tmp_path, scheme)
     assert not list(here.iterdir())
 
 
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_a_name_no_file_here_may_have_leaves_that_process_out(stored, tmp_path, scheme):
+    """One trace's name in the bucket longer than a file's here may be (255 bytes):
+    the run is read without it, which the report names, shortened; it refused the
+    whole run. Alone there, it is one line."""
+    run, bucket = stored
+    fs = filesystem(scheme)
+    long_name = "h-" + "x" * 300 + ".tpumem"
+    for path in sorted(run.iterdir()):
+        fs.pipe(f"{bucket}/long/{path.name}", path.read_bytes())
+    fs.pipe(f"{bucket}/long/{long_name}", (run / "h-0.tpumem").read_bytes())
+    url = f"{scheme}://{bucket}/long"
+    result = run_tpumem("report", url, "-f", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [p["path"] for p in report["processes"]] == [f"{url}/h-{r}.tpumem" for r in range(3)]
+    (note,) = [n for n in report["notes"] if n.startswith("left out ")]
+    assert note.startswith(f"left out {url}/h-xxx") and "xxx...xxx" in note
+    assert "xxx.tpumem: its name is 309 bytes" in note
+    assert len(note) < 300 and "longer than a file's on this machine may be (255)" in note
+    text = run_tpumem("report", url, "--width", "300")
+    assert text.returncode == 0 and "its name is 309 bytes" in text.stdout
+    alone = run_tpumem("report", f"{url}/{long_name}")
+    assert_one_line_error(alone, "its name is 309 bytes", "no other trace there")
+
+
 def test_diff_and_compare_take_runs_kept_in_either_store(stored):
     run, bucket = stored
     gs, s3 = f"gs://{bucket}/run", f"s3://{bucket}/run"

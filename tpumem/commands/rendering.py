@@ -48,11 +48,16 @@ def analysed_processes(
             expect_summaries=expect_summaries,
             stored=stored,
         )
-    return run if stored is None else _renamed(run, stored.url_of)
+    return run if stored is None else _renamed(run, stored.url_of, stored.left_out)
 
 
-def _renamed(run: ProcessRun, names: Callable[[Path], str | None]) -> ProcessRun:
-    """The run with each trace called what it goes by."""
+def _renamed(
+    run: ProcessRun,
+    names: Callable[[Path], str | None],
+    left_out: list[tuple[str, str]],
+) -> ProcessRun:
+    """The run with each trace called what it goes by, and those there that could
+    not be brought here among the ones left out."""
     from dataclasses import replace
 
     def name(path: str | None) -> str | None:
@@ -62,7 +67,10 @@ def _renamed(run: ProcessRun, names: Callable[[Path], str | None]) -> ProcessRun
         run,
         processes=tuple(replace(p, path=name(p.path) or p.path) for p in run.processes),
         busiest=replace(run.busiest, path=name(run.busiest.path)),
-        unreadable=tuple((name(path) or path, why) for path, why in run.unreadable),
+        unreadable=(
+            *((name(path) or path, why) for path, why in run.unreadable),
+            *left_out,
+        ),
         summarised_here=tuple((name(path) or path, why) for path, why in run.summarised_here),
     )
 

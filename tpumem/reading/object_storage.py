@@ -13,6 +13,7 @@ but for their end where it was read (`Fetched.fetch` brings one whole).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ class Fetched:
 
     traces: list[Path]
     _fs: Any
+    # (URL, shortened; why) of each trace there that could not be brought here:
+    # left out of the run, which the report says (rendering.analysed_processes)
+    left_out: list[tuple[str, str]] = field(default_factory=list)
     _remote: dict[Path, str] = field(default_factory=dict)  # each stand-in's object
     _brought: set[Path] = field(default_factory=set)  # the stand-ins made whole
     # (size, end digest) of the traces whose summary the listing's checksum vouches
@@ -93,8 +97,21 @@ def fetched_run(url: str, scratch: Path) -> Fetched | None:
     fetched = Fetched([], fs)
     with _scratch_written(scratch):
         scratch.mkdir(parents=True, exist_ok=True)
+        longest = _longest_name(scratch)
         for name in traces:
             path = scratch / Path(name).name
+            needed = summary_of(path).name if summaries[name] in kept else path.name
+            if len(os.fsencode(needed)) > longest:
+                # (one name a bucket allows, 1,024 bytes, that no file here may have:
+                # that process is left out, not the run refused)
+                fetched.left_out.append(
+                    (
+                        _shortened(fs.unstrip_protocol(name)),
+                        f"its name is {len(os.fsencode(needed)):,} bytes here, longer than "
+                        f"a file's on this machine may be ({longest}), so it was not brought",
+                    )
+                )
+                continue
             _stand_in(path, sizes[name], ends.get(name, b""))
             if summaries[name] in kept:
                 summary_of(path).write_bytes(kept[summaries[name]])
@@ -102,7 +119,28 @@ def fetched_run(url: str, scratch: Path) -> Fetched | None:
                 fetched._vouched[path] = vouched[name]
             fetched._remote[path] = name
             fetched.traces.append(path)
+    if not fetched.traces:
+        shown, why = fetched.left_out[0]
+        raise StorageError(f"{shown}: {why}; no other trace there")
     return fetched
+
+
+NAME_MAX = 255  # bytes of a path's part, where the file system does not say (Linux's)
+
+
+def _longest_name(directory: Path) -> int:
+    """The most bytes a file's name may have in `directory`."""
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def _shortened(url: str, most: int = 120) -> str:
+    """A URL cut in its middle to `most` characters, its start and end kept."""
+    if len(url) <= most:
+        return url
+    return f"{url[: most * 2 // 3]}...{url[-(most // 3 - 3) :]}"
 
 
 def fetched_file(
