@@ -16,12 +16,14 @@ import contextlib
 import json
 import linecache
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tpumem.adapters.import_watch import ImportWatch, imported_frameworks
+from tpumem.adapters.parent_death import die_with_parent
 from tpumem.adapters.script_target import run_target, user_traceback
 
 
@@ -120,6 +122,9 @@ EAGER_WHY = (
 def main(request_path: str) -> int:
     with open(request_path) as handle:
         request = json.load(handle)
+    # A compile nobody waits for any more ends with `tpumem fit`, at once: what it
+    # compiled was for tpumem (SIGKILL: libtpu's handler prints no stack dump).
+    die_with_parent(request.get("parent_pid"), signal.SIGKILL)
     out = open(request["out"], "a")  # noqa: SIM115 (open for the whole run)
     state: dict[str, Any] = {}
 

@@ -6,12 +6,16 @@ platform is compiled in its TPU form."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 
 from conftest import assert_one_line_error, run_python, run_tpumem
@@ -461,3 +465,96 @@ def test_profile_tpu_names_the_code_it_compiled_in_the_cpus_form(tmp_path):
     assert fitted.returncode == 0, fitted.stderr[-3000:]
     (compiled,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
     assert compiled.cpu_forms == () and "lowered for the CPU" not in fitted.stdout
+
+
+# One program compiled, then a wait that a signal ends: the compiling process
+# writes its pid once the program is compiled.
+COMPILES_THEN_WAITS = """
+import os, time
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a: (a @ a.T).sum(axis=0))
+out = f(jnp.ones((1024, 1024), jnp.float32))
+with open("compiled.part", "w") as done:
+    done.write(str(os.getpid()))
+os.rename("compiled.part", "compiled")
+time.sleep(300)
+"""
+
+
+def _fit_running(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, int]:
+    """`tpumem fit ARGS script.py` running, once its program is compiled; and the
+    compiling process's pid. Stopping signals as a shell gives them."""
+    (tmp_path / "script.py").write_text(COMPILES_THEN_WAITS)
+
+    def default_signals() -> None:
+        for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(number, signal.SIG_DFL)
+
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tpumem", "fit", "--width", "200", *args, "script.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        preexec_fn=default_signals,
+    )
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "compiled").exists():
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the program was never compiled"
+        time.sleep(0.1)
+    return run, int((tmp_path / "compiled").read_text())
+
+
+def _ended(pid: int, within_s: float = 30) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_fit_stopped_by_a_signal_reports_what_it_compiled_and_stops_compiling(tmp_path, how):
+    """The compiling process ends with tpumem (it ran on, under PID 1), the report
+    has the program compiled before, one line says how fit was stopped (no stack
+    dump from libtpu), and the status is a shell's for the signal (Ctrl-C was 2)."""
+    run, compiling = _fit_running(tmp_path, "--tpu", "v5e-8")
+    try:
+        run.send_signal(how)
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # (on the code before: ran on)
+            os.kill(compiling, signal.SIGKILL)
+    assert run.returncode == 128 + how, stderr[-3000:]
+    assert _ended(compiling)
+    assert "1 program compiled by XLA:TPU" in " ".join(stdout.split())
+    assert "Traceback" not in stderr and "***" not in stderr, stderr[-3000:]  # (absl's dump)
+    said = "interrupted (SIGINT)" if how == signal.SIGINT else f"stopped by {how.name}"
+    assert stderr.strip().splitlines()[-1] == (
+        f"tpumem: fit {said} while compiling for v5e:2x4: the answer covers only the "
+        "programs compiled before (in script.fit.tpumem)"
+    )
+    trace = load(tmp_path / "script.fit.tpumem")
+    assert any(f"stopped ({how.name})" in warning for warning in trace.metadata.warnings)
+
+
+def test_a_fit_killed_leaves_no_compile_running(tmp_path):
+    run, compiling = _fit_running(tmp_path, "--tpu", "v5e-8")
+    try:
+        run.kill()
+        run.communicate(timeout=60)
+        assert _ended(compiling)  # (Linux's parent-death signal: SIGKILL)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # (on the code before: ran on)
+            os.kill(compiling, signal.SIGKILL)
+
+
+def test_fit_of_a_module_that_is_not_there_is_one_line(tmp_path):
+    missing = run_tpumem("fit", "--tpu", "v5e-8", "-m", "missing_module", cwd=tmp_path)
+    assert_one_line_error(missing, "no module named 'missing_module'")

@@ -15,13 +15,20 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
+import signal
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tpumem.commands.fit_stops import (
+    FitStopped,
+    run_compiling,
+    run_passing_on,
+    say_stopped,
+    stopped_by,
+)
 from tpumem.commands.options import text_width
 from tpumem.commands.requests import FitRequest
 from tpumem.errors import TpumemError
@@ -39,6 +46,8 @@ def run_fit(request: FitRequest) -> int:
         )
     if not request.module:
         _check_script(Path(request.target))
+    else:
+        _check_module(request.target)
     _check_output(request)
     libtpu = libtpu_path()
     if libtpu is None:
@@ -47,14 +56,26 @@ def run_fit(request: FitRequest) -> int:
     short: set[str] = set()
     framework = None if request.module else _hlo_framework(Path(request.target))
     if request.sweep is None:
-        trace = _compiled(request, libtpu, release, _default_name(request), short, framework)
+        try:
+            trace = _compiled(request, libtpu, release, _default_name(request), short, framework)
+        except FitStopped as stop:  # what was compiled before, then how it was stopped
+            if stop.trace is not None:
+                _report(request, stop.trace, short)
+            return say_stopped(stop)
         return _report(request, trace, short)
     results = []
     name = request.sweep.name
     for value in request.sweep.values:
         at = replace(request, args=with_argument(request.args, name, value))
         default = _default_name(request, f"-{name}-{value}")
-        results.append((value, _compiled(at, libtpu, release, default, short, framework)))
+        try:
+            results.append((value, _compiled(at, libtpu, release, default, short, framework)))
+        except FitStopped as stop:  # the values done, then how it was stopped
+            if stop.trace is not None:
+                results.append((value, stop.trace))
+            if results:
+                _sweep_report(request, results, short)
+            return say_stopped(replace(stop, where=f"{stop.where}, --{name} {value}"))
     return _sweep_report(request, results, short)
 
 
@@ -145,14 +166,20 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
     command = [sys.executable, "-m", "tpumem", "profile", "-q", "--force", "-o", str(path)]
     command += [arg for t in request.tpu for arg in ("--tpu", t.name)]
     command += [*(["-m"] if request.module else []), request.target, *request.args]
-    status = subprocess.run(command, env=env).returncode
+    status = run_passing_on(command, env)
     if path.exists() and path.stat().st_size == 0:
         path.unlink()  # (the name taken above, never written)
+    stopped = stopped_by(status)
+    where = ", ".join(label(request, t) for t in request.tpu)
     if not path.exists():
+        if stopped is not None:
+            raise FitStopped(stopped, None, where)
         raise TpumemError(f"fit: the {name} run ended with status {status}, nothing written")
-    if status != 0:
+    if status != 0 and stopped is None:
         short.update(label(request, t) for t in request.tpu)
     _say_routed(path, said, set_here)
+    if stopped is not None:
+        raise FitStopped(stopped, path, where)
     return path
 
 
@@ -215,14 +242,21 @@ def _compiled_jax(
     notes: list[str] = []
     versions: set[str] = set()
     set_by_tpumem: dict[str, str] = {}
+    compiled = 0
     for topology in request.tpu:
         texts, ending, environment = _fit_one(request, topology, libtpu, release)
         rows += texts
+        compiled += ending["programs"]
         set_by_tpumem = environment
         if ending.get("framework_version"):
             versions.add(str(ending["framework_version"]))
         said, through = _ending_notes(request, label(request, topology), ending)
         notes += said
+        if ending["how"] == "interrupted":  # (no slice after it is compiled)
+            trace = None
+            if compiled:
+                trace = _write_trace(request, default, rows, notes, versions, set_by_tpumem)
+            raise FitStopped(ending["signal"], trace, label(request, topology))
         if not through:
             short.add(label(request, topology))
     return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
@@ -248,6 +282,15 @@ def _check_output(request: FitRequest) -> None:
     output = request.output
     if output is not None and check_target(output, _inputs(request)) and not request.force:
         raise TpumemError(f"{output}: exists; use --force to replace it, or -o another name")
+
+
+def _check_module(name: str) -> None:
+    """`fit -m NAME`: a module Python would not find is one line, before anything
+    starts (as profile says it), not runpy's traceback from the compiling process."""
+    from tpumem.launch.module_path import module_file
+
+    if module_file(name) is None:
+        raise TpumemError(f"no module named {name!r}")
 
 
 def _check_script(path: Path) -> None:
@@ -290,6 +333,7 @@ def _fit_one(
             "dump_dir": str(directory / "dump"),
             "measure_budget": known is None,
             "libtpu": release,
+            "parent_pid": os.getpid(),  # (it dies with this process: PR_SET_PDEATHSIG)
         }
         (directory / "request.json").write_text(json.dumps(order))
         # The script's own XLA_FLAGS kept, XLA's dump after them.
@@ -302,12 +346,7 @@ def _fit_one(
             "tpumem.adapters.fit_runner",
             str(directory / "request.json"),
         ]
-        try:
-            status = subprocess.run(command, env=env).returncode
-        except KeyboardInterrupt:
-            raise TpumemError(
-                f"fit for {label(request, topology)}: interrupted; nothing written"
-            ) from None
+        status, stopped = run_compiling(command, env)
         lines = out.read_text(errors="replace").splitlines() if out.exists() else []
     changes["XLA_FLAGS"] = changes["XLA_FLAGS"].replace(
         str(directory / "dump"), "<a temporary directory>"
@@ -330,6 +369,8 @@ def _fit_one(
             remember_budget(row.libtpu or release, topology.generation, row.usable_bytes)
         texts.append(line)
         programs += isinstance(row, TpuCompile)
+    if stopped is not None:  # (tpumem ended it: what it said of its ending is not how)
+        ending = {"how": "interrupted", "signal": stopped}
     ending["programs"] = programs
     if known is not None:
         texts.append(budget_row_text(TpuBudget(label(request, topology), known, release)))
@@ -344,6 +385,12 @@ def _ending_notes(
     script that never imported JAX, or a slice tpumem could not set up, is an
     error."""
     how, compiled = ending.get("how"), ending.get("programs", 0)
+    if how == "interrupted":
+        name = signal.Signals(ending["signal"]).name
+        return [
+            f"{topology}: tpumem fit was stopped ({name}) as it compiled: every program "
+            "compiled before is here"
+        ], False
     if how == "setup":
         raise TpumemError(f"fit for {topology}: {ending.get('error')}")
     if ending.get("framework") is None:
