@@ -133,6 +133,24 @@ def test_import_of_a_trace_says_it_is_one_and_to_report_it(tmp_path, make_trace)
     assert trace.read_bytes() == before and not (tmp_path / "out.tpumem").exists()
 
 
+def test_import_and_report_refuse_a_fifo_or_a_device_named_as_a_profile(tmp_path):
+    """import of a FIFO waited for a writer for ever (a snapshot's first bytes
+    were read from it); one line now, as for a device."""
+    for name in ("f.xplane.pb", "f.pickle", "f"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "z.xplane.pb").symlink_to("/dev/zero")
+    for name in ("f.xplane.pb", "f.pickle", "f", "z.xplane.pb"):
+        path = str(tmp_path / name)
+        for command in ("import", "report"):
+            result = subprocess.run(
+                [sys.executable, "-m", "tpumem", command, path],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert_one_line_error(result, path, "not a regular file")
+
+
 def test_unknown_report_format(tmp_path, make_trace):
     path = make_trace([{"kind": "alloc", "device": "CPU:0", "bytes": 1, "buffer_id": 1}])
     assert_one_line_error(run_tpumem("report", str(path), "--format", "pdf"), "pdf")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,20 @@ class HostProfile:
         return self.called or str(self.path)
 
 
+def refuse_what_is_no_file(path: Path, shown: str) -> None:
+    """One line for what `import` can take nothing from: nothing there, or what is
+    neither a regular file nor a directory (a device, a FIFO, whose open would
+    wait for a writer for ever; a link to one alike)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TpumemError(f"{shown}: no such file or directory") from None
+    except OSError as error:
+        raise TpumemError(f"{shown}: cannot read: {error.strerror or error}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise TpumemError(f"{shown}: not a regular file or a directory, so no profile")
+
+
 def find_profiles(
     path: Path, run: str | None = None, called: str | None = None
 ) -> tuple[str, list[HostProfile]]:
@@ -60,8 +75,7 @@ def find_profiles(
     `called`: what the user calls `path` (a URL it was brought from), which its
     files are named below."""
     shown = called or str(path)
-    if not path.exists():
-        raise TpumemError(f"{shown}: no such file or directory")
+    refuse_what_is_no_file(path, shown)
     if is_trace(path):
         raise TpumemError(
             f"{shown}: a tpumem trace already, not a profile to import: tpumem report "

@@ -11,7 +11,7 @@ from pathlib import Path
 from tpumem.commands.requests import ImportRequest
 from tpumem.commands.uploading import upload_traces, written_here
 from tpumem.errors import TpumemError
-from tpumem.importer import find_profiles, import_profile
+from tpumem.importer import find_profiles, import_profile, refuse_what_is_no_file
 from tpumem.outputs import check_target, create_trace, default_trace, remote_url
 from tpumem.progress import progress
 from tpumem.snapshots.importing import import_snapshot, is_snapshot
@@ -28,6 +28,7 @@ def run_import(request: ImportRequest) -> None:
     written: list[Path] = []
     try:
         with _brought(request) as (path, called):
+            refuse_what_is_no_file(path, called)  # (before any open: a FIFO's waits)
             if is_snapshot(path):
                 written.append(_import_snapshot(request, path, called))
             else:
