@@ -29,6 +29,7 @@ import threading
 from typing import Any, NoReturn
 
 from tpumem.adapters.base import end_recording
+from tpumem.adapters.follow_end import watch_tpumem
 from tpumem.adapters.import_watch import ImportWatch
 from tpumem.adapters.launch_protocol import FollowConfig
 from tpumem.errors import TpumemError
@@ -121,6 +122,7 @@ class _Capture:
             os.makedirs(capture["xla_dump_dir"], exist_ok=True)
         self.framework = framework
         self.forked = forked
+        self.tpumem_pid = config.tpumem_pid
         metadata = run_metadata(framework, SOURCE, _command(), capture, {})
         self.name = TraceName(config.pattern, config.force, metadata["process"])
         self.writer = TraceWriter(self.name.descriptor, metadata)
@@ -141,6 +143,7 @@ class _Capture:
             self.writer.close()
             return
         self._note_endings()
+        watch_tpumem(self.tpumem_pid, self._ended_outside)
         global _fork_hook
         if not _fork_hook:
             _fork_hook = True
@@ -161,6 +164,13 @@ class _Capture:
             # event: dropped, so that the run's ranks and their spread are the
             # workers'. (One that failed keeps its trace: how it ended.)
             self._drop()
+
+    def _ended_outside(self, ending: ExitStatus, warning: str) -> None:
+        """tpumem died first (follow_end.py): how this process ends, written
+        before it does."""
+        if not self._ended:
+            self.writer.patch_metadata(warnings=[warning])
+            self.finish(ending)
 
     def replaced(self, program: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
         """The process is about to run `program` in its place (os.exec*): its

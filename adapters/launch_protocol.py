@@ -106,6 +106,7 @@ class FollowConfig:
     force: bool = False
     environment: dict[str, str | None] = field(default_factory=dict)  # OWN_VARIABLES at start
     dump_root: str | None = None  # each process's XLA dump goes in a directory of its own here
+    tpumem_pid: int | None = None  # `tpumem profile`: each process ends with it (follow_end.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -340,6 +340,43 @@ def test_no_followed_process_outlives_tpumem_and_each_trace_says_how_it_ended(tm
         assert trace.metadata.recorded_by == "tpumem profile --follow"
 
 
+def test_no_followed_process_outlives_a_killed_tpumem_and_each_trace_says_how_it_ended(
+    tmp_path,
+):
+    """tpumem killed (SIGKILL): no subreaper is left to end the tree. Each
+    recording process watches tpumem and ends itself, its ending written first:
+    SIGTERM, and SIGKILL 5 s later for the one that ignores SIGTERM (both ran on
+    under PID 1, their traces unclosed)."""
+    (tmp_path / "parent.py").write_text(CHILDREN)
+    (tmp_path / "child.py").write_text(CHILD)
+    run = _start(tmp_path, "-q", "--follow", "-o", "run", "parent.py")
+    pids = {}
+    try:
+        for how in ("deaf", "plain"):
+            _wait_for(tmp_path / f"{how}.pid", run)
+            pids[how] = int((tmp_path / f"{how}.pid").read_text())
+        run.kill()
+        _finish(run)
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        running = [pid for pid in pids.values() if not _gone(pid)]
+    finally:
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert running == []
+    traces = {load(path).metadata.pid: path for path in (tmp_path / "run").glob("*.tpumem")}
+    assert sorted(traces) == sorted(pids.values())
+    for how, number in (("deaf", signal.SIGKILL), ("plain", signal.SIGTERM)):
+        trace = load(traces[pids[how]])
+        assert trace.complete and trace.metadata.exit.signal == number
+        assert any("tpumem profile --follow ended before" in w for w in trace.metadata.warnings)
+        report = run_tpumem("report", str(traces[pids[how]]), "--width", "200")
+        assert report.returncode == 0, report.stderr
+        assert f"killed by {number.name}" in report.stdout
+
+
 FORKS_AND_EXECS = textwrap.dedent(
     """
     import os

@@ -192,6 +192,7 @@ def _follow_environment(
         force=request.force,
         environment={name: os.environ.get(name) for name in OWN_VARIABLES},
         dump_root=dump_dir,
+        tpumem_pid=os.getpid(),
     )
     path = os.environ.get("PYTHONPATH")
     environment[FOLLOW_VARIABLE] = config.to_json()

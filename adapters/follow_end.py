@@ -1,0 +1,99 @@
+"""`--follow`: a recording process ends with `tpumem profile`, whatever ends it.
+
+While tpumem lives it is the run's subreaper and ends what the script leaves
+(launch/tree.py). When it dies without a word (SIGKILL), nothing is left to: each
+recording process watches tpumem itself (a pidfd, from a thread of its own), not
+its parent, which may be a launcher that lives on (a shell, torchrun). When
+tpumem is gone, the process gets SIGTERM as tree.py would send it, with its
+ending written in its trace first where SIGTERM would kill it outright (its
+default); one that handles SIGTERM ends as its handler says (its trace closed as
+it exits); one still running GRACE_S later gets SIGKILL, its ending written
+first. Linux's parent-death signal (PR_SET_PDEATHSIG) stands in for the watch in
+the processes that record nothing (follow_boot), and is let go in those that
+record: the watch outlives the parent that signal is bound to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from tpumem.threads import leave_signals_to_the_script
+from tpumem.trace.metadata import ExitStatus
+
+GRACE_S = 5.0  # as launch/tree.py: between SIGTERM and SIGKILL
+_POLL_S = 1.0  # where no pidfd can be had: how often tpumem's pid is looked at
+_PR_SET_PDEATHSIG = 1
+
+Finish = Callable[[ExitStatus, str], None]  # the ending and its warning, into the trace
+
+
+def watch_tpumem(tpumem_pid: int | None, finish: Finish) -> None:
+    """From now on this process ends when `tpumem_pid` does (`finish` writes
+    its ending first); the parent-death signal is let go."""
+    if tpumem_pid is None or not hasattr(os, "pidfd_open"):
+        return
+    _no_parent_death_signal()
+    threading.Thread(
+        target=_watch, args=(tpumem_pid, finish), name="tpumem-follow-watch", daemon=True
+    ).start()
+
+
+def _no_parent_death_signal() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+
+
+def _watch(tpumem_pid: int, finish: Finish) -> None:
+    leave_signals_to_the_script()
+    try:
+        descriptor = os.pidfd_open(tpumem_pid)
+    except ProcessLookupError:
+        descriptor = None  # gone already
+    except OSError:  # (no pidfd here: a look each second)
+        descriptor = -1
+    if descriptor == -1:
+        while _alive(tpumem_pid):
+            time.sleep(_POLL_S)
+    elif descriptor is not None:
+        waiting = select.poll()
+        waiting.register(descriptor, select.POLLIN)  # readable once the process has ended
+        while not waiting.poll():
+            pass
+        os.close(descriptor)
+    _end(finish)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _end(finish: Finish) -> None:
+    """tpumem has died: SIGTERM, then SIGKILL GRACE_S later, each ending written
+    where it kills the process outright."""
+    why = "tpumem profile --follow ended before this process (it was killed?)"
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        finish(
+            ExitStatus(signal=signal.SIGTERM, signal_name="SIGTERM"),
+            f"{why}: the process sent itself SIGTERM; the trace holds what was written before",
+        )
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(GRACE_S)  # (a process that handles SIGTERM may save its state)
+    finish(
+        ExitStatus(signal=signal.SIGKILL, signal_name="SIGKILL"),
+        f"{why}: SIGTERM had not ended the process {GRACE_S:.0f} s later; it sent itself SIGKILL",
+    )
+    os.kill(os.getpid(), signal.SIGKILL)
