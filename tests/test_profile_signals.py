@@ -377,6 +377,56 @@ def test_no_followed_process_outlives_a_killed_tpumem_and_each_trace_says_how_it
         assert f"killed by {number.name}" in report.stdout
 
 
+# A launcher between the script and the recording child, which records nothing
+# and outlives its child: it is started from a thread that ends at once (Linux's
+# parent-death signal comes then too, and must not end it while tpumem lives).
+LAUNCHER = textwrap.dedent(
+    """
+    import subprocess, sys, threading
+    started = []
+    def start():
+        started.append(subprocess.Popen([sys.executable, "middle.py"]))
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    started[0].wait()
+    """
+)
+MIDDLE = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "child.py", "plain"])
+    child.wait()
+    with open("middle.part", "w") as out:
+        out.write(str(os.getpid()))
+    os.rename("middle.part", "middle.pid")
+    time.sleep(300)
+    """
+)
+
+
+def test_a_launcher_between_a_killed_tpumem_and_its_workers_ends_too(tmp_path):
+    (tmp_path / "parent.py").write_text(LAUNCHER)
+    (tmp_path / "middle.py").write_text(MIDDLE)
+    (tmp_path / "child.py").write_text(CHILD.replace("time.sleep(300)", "time.sleep(1)"))
+    run = _start(tmp_path, "-q", "--follow", "-o", "run", "parent.py")
+    middle = None
+    try:
+        _wait_for(tmp_path / "middle.pid", run)  # its starting thread long ended
+        middle = int((tmp_path / "middle.pid").read_text())
+        assert not _gone(middle)
+        run.kill()
+        _finish(run)
+        deadline = time.monotonic() + 30
+        while not _gone(middle) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(middle)
+    finally:
+        if middle is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(middle, signal.SIGKILL)
+
+
 FORKS_AND_EXECS = textwrap.dedent(
     """
     import os

@@ -8,6 +8,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import signal
 import sys
 
 VARIABLE = "TPUMEM_FOLLOW"  # launch_protocol.FOLLOW_VARIABLE
@@ -42,6 +43,52 @@ def _chain():
     spec.loader.exec_module(module)
 
 
+# Linux's parent-death signal, for the processes that record nothing (one that
+# records watches tpumem itself: follow_end.py). A signal of tpumem's own, looked
+# at before it acts: Linux sends it when the parent's *thread* that started this
+# process ends too, and a parent that ends while tpumem lives is tpumem's to deal
+# with (it is the run's subreaper). When the parent has ended and tpumem with it,
+# the process gets SIGTERM, as tpumem would have sent it.
+_PARENT_DIED = signal.SIGRTMAX - 2
+_PR_SET_PDEATHSIG = 1
+_armed = {"parent": 0, "tpumem": 0}
+
+
+def _parent_died(number, frame):
+    parent = os.getppid()
+    if parent == _armed["parent"]:
+        return  # a thread of the parent ended, not the parent
+    _armed["parent"] = parent
+    _end_without_tpumem()
+
+
+def _end_without_tpumem():
+    try:
+        os.kill(_armed["tpumem"], 0)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _die_with_tpumem():
+    try:
+        import ctypes
+        import json
+
+        _armed["tpumem"] = int(json.loads(os.environ[VARIABLE])["tpumem_pid"])
+        signal.signal(_PARENT_DIED, _parent_died)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, _PARENT_DIED, 0, 0, 0)
+    except Exception:  # (no ctypes, another platform, an older tpumem's settings)
+        return
+    _armed["parent"] = os.getppid()
+    if _armed["parent"] == 1:  # the parent ended before the signal was asked for
+        _end_without_tpumem()
+
+
 if os.environ.get(VARIABLE):
     sys.meta_path.insert(0, _Finder())
+    if sys.platform.startswith("linux"):
+        _die_with_tpumem()
+        os.register_at_fork(after_in_child=_die_with_tpumem)  # (a fork has none)
 _chain()
