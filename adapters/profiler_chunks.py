@@ -211,7 +211,8 @@ class ProfilerChunks:
                 stopped.exported.set()  # handed over already
                 self._stopped.put(stopped)
             self._paused = False
-            self._open()
+            if not self._stop.is_set():  # (stopped for good while the script's ran)
+                self._open()
 
     def _open(self) -> None:
         self._session = self.sessions.open()

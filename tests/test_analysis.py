@@ -355,3 +355,33 @@ def test_a_modeled_pool_never_exceeds_the_allocators_measured_limit(make_trace):
     assert pre.pool_label == "modeled" and pre.limit_bytes == 3 * MiB // 2
     assert pre.pool_peak_bytes == 3 * MiB // 2
     assert "capped at the allocator's measured limit" in pre.pool_source
+
+
+def test_a_device_with_counters_alone_peaks_at_the_allocators_running_peak(make_trace):
+    """A device whose capture read its allocator's counters and recorded no
+    allocation (a TensorFlow multi-worker run): its readings stand for events.
+    The peak is the running peak the allocator reported, at the reading that
+    first saw it (the readings in use missed it), measured; no buffer, no
+    allocation, and nothing replayed or modeled."""
+    readings = [(10, 1 * MiB, 1 * MiB), (20, 2 * MiB, 5 * MiB), (30, 3 * MiB, 5 * MiB)]
+    rows = [
+        {
+            "kind": "sample",
+            "time_ns": t,
+            "device": "CPU:0",
+            "bytes_in_use": b,
+            "peak_bytes_in_use": p,
+        }
+        for t, b, p in readings
+    ]
+    (device,) = analyze(load(make_trace(rows, {"fidelity": {"CPU:0": "counter"}}))).devices
+    assert (device.peak.bytes, device.peak.time_ns, device.peak_label) == (5 * MiB, 20, "measured")
+    assert (device.allocations, device.frees, device.allocations_per_s) == (0, 0, None)
+    assert device.peak.live_buffers == 0 and device.peak.unattributed_bytes == 5 * MiB
+    assert device.fragmentation.label == "not available"
+    assert device.waste.label == "not available"
+    assert device.preallocation.pool_peak_bytes is None
+    # With events, readings stay counters beside them (counters.py), never events.
+    events = [{"kind": "alloc", "time_ns": 5, "device": "CPU:0", "buffer_id": 1, "bytes": 64}]
+    (device,) = analyze(load(make_trace(events + rows, name="both.tpumem"))).devices
+    assert device.allocations == 1 and device.peak.bytes == 64

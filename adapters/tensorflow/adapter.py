@@ -103,6 +103,31 @@ class _TfSessions:
         return None if self._has_active_session is None else bool(self._has_active_session())
 
 
+# Why a multi-worker run has no allocator events: TensorFlow's profiler corrupts
+# its own memory when it records allocations while collectives run.
+_WHY_NO_EVENTS = (
+    "TensorFlow's own profiler ends such a run with SIGSEGV now and then (4 of 12 "
+    "two-worker runs with tf.profiler.experimental alone, none with host_tracer_level=1, "
+    "which records no allocations); the peak and the bytes in use are the allocators' "
+    "counters, and one worker profiled without TF_CONFIG records each allocation"
+)
+MULTI_WORKER_NO_EVENTS = (
+    "allocator events: not recorded in a multi-worker run (TF_CONFIG names more than one "
+    f"task): {_WHY_NO_EVENTS}"
+)
+COLLECTIVES_NO_EVENTS = (
+    "allocator events: not recorded from when the script enabled collectives across "
+    f"workers (MultiWorkerMirroredStrategy): {_WHY_NO_EVENTS}"
+)
+
+
+def multi_worker(tf_config: str | None) -> bool:
+    """Whether TF_CONFIG makes this process one of several tasks whose collectives
+    run while a profiler session records."""
+    task = from_tf_config(tf_config)
+    return task is not None and (task.count or 0) > 1
+
+
 def _framework_function(symbol: str, returns: Any) -> Any | None:
     """A function of no arguments that TensorFlow's framework library exports
     (`ProfilerLock::HasActiveSession()`: whether a session holds the profiler,
@@ -212,14 +237,37 @@ class TensorFlowAdapter(Adapter):
         self._stacks = TfStacks(stacks, writer.start_time_ns)
         if stacks.enabled:
             self._stacks.install(self._patches)
-        self._chunks = ProfilerChunks(
-            writer, _TfSessions(self._spool), self.options.chunk_s, self._label
-        )
-        self._take_over_profiler_api(self._chunks)
+        if multi_worker(os.environ.get("TF_CONFIG")):
+            writer.patch_metadata(not_exposed=[MULTI_WORKER_NO_EVENTS])
+        else:
+            self._chunks = ProfilerChunks(
+                writer, _TfSessions(self._spool), self.options.chunk_s, self._label
+            )
+            self._take_over_profiler_api(self._chunks)
+            self._end_sessions_before_collectives()
         self._mark_traced_steps()
-        self._chunks.start()
+        if self._chunks is not None:
+            self._chunks.start()
         self._sampler = Sampler("tpumem-tf-samples", self.options.sample_interval_s, self._tick)
         self._sampler.start()
+
+    def _end_sessions_before_collectives(self) -> None:
+        """A script that sets TF_CONFIG itself once TensorFlow is imported enables
+        collectives across workers when it makes its strategy: tpumem's sessions
+        end there, before the first collective, and the counters go on alone."""
+        adapter, original = self, self._context.Context.enable_collective_ops
+
+        def enable_collective_ops(context: Any, server_def: Any) -> Any:
+            chunks, adapter._chunks = adapter._chunks, None
+            if chunks is not None:
+                chunks.stop()
+                adapter._warnings.extend(chunks.warnings)
+                adapter._unevented = list(adapter.counted)
+                adapter.writer.patch_metadata(not_exposed=[COLLECTIVES_NO_EVENTS])
+            return original(context, server_def)
+
+        enable_collective_ops.__doc__ = original.__doc__
+        self._patches.replace(self._context.Context, "enable_collective_ops", enable_collective_ops)
 
     def _label(self, columns: dict[str, Any]) -> dict[str, Any]:
         """What the profiler's events lack: host copies' labels, call stacks."""
@@ -242,16 +290,21 @@ class TensorFlowAdapter(Adapter):
         kinds = {d.split(":")[0] for d in self.devices}
         backend = "tpu" if "TPU" in kinds else "gpu" if "GPU" in kinds else "cpu"
         cpu_bfc = os.environ.get(CPU_BFC_VARIABLE, "").lower() in ("1", "true")
+
         # BFC allocators (the GPUs', the CPU's where tpumem set it) write an event with
-        # their counters at every allocation; TPU memory has no such events.
-        self._unevented = [
-            d for d in self.counted if not (d.startswith("GPU") or (d == "CPU:0" and cpu_bfc))
-        ]
+        # their counters at every allocation, where sessions record them; TPU memory
+        # has no such events.
+        def evented(device: str) -> bool:
+            if self._chunks is None:
+                return False
+            return device.startswith("GPU") or (device == "CPU:0" and cpu_bfc)
+
+        self._unevented = [d for d in self.counted if not evented(d)]
         self._cpu_without_bfc = backend == "cpu" and not cpu_bfc
         self.writer.patch_metadata(
             backend=backend,
             devices=[DeviceInfo(d, d.split(":")[0]) for d in self.devices],
-            fidelity={d: ALLOCATOR if (d != "CPU:0" or cpu_bfc) else COUNTER for d in self.counted},
+            fidelity={d: ALLOCATOR if evented(d) else COUNTER for d in self.counted},
         )
         # Which task of a multi-worker cluster: TF_CONFIG, as TensorFlow read it when
         # its runtime started (a script may set it itself, after tpumem started).

@@ -13,7 +13,17 @@ import numpy as np
 
 from tpumem.analysis.unseen_frees import allocation_ends
 from tpumem.trace.model import Trace
-from tpumem.trace.schema import ALLOC, ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED, FREE, MARK
+from tpumem.trace.schema import (
+    ALLOC,
+    ALLOCATOR,
+    BUFFER,
+    CAPTURE_GAP,
+    CAPTURE_RESUMED,
+    COUNTER,
+    FREE,
+    MARK,
+    SAMPLE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +46,9 @@ class DeviceEvents:
     # Bytes reserved outside the heap after each event (the allocator's
     # bytes_reserved: the TPU program stack); None where the trace has none.
     reserved: np.ndarray | None = None
+    # The events are the allocator's counters read now and then (split_by_device):
+    # no buffer, no allocation, nothing to replay.
+    counters_only: bool = False
     memo: list = field(default_factory=list, repr=False, compare=False)  # ends(), once
 
     def __len__(self) -> int:
@@ -103,6 +116,18 @@ def capture_gaps(trace: Trace) -> np.ndarray:
     return np.stack([starts[:count], ends[:count]], axis=1)
 
 
+def _counter_samples(trace: Trace, is_memory: np.ndarray, counted: list[str]) -> np.ndarray:
+    """The sample rows of the devices named in `counted` that have no allocation
+    events, as a mask over the trace's rows."""
+    device_codes, device_names = trace.codes("device")
+    has_events = {device_names[c] for c in np.unique(device_codes[is_memory]) if c >= 0}
+    wanted = [
+        code for code, name in enumerate(device_names) if name in counted and name not in has_events
+    ]
+    is_sample = trace.is_kind(SAMPLE) & trace.valid("bytes_in_use")
+    return is_sample & np.isin(device_codes, wanted)
+
+
 class _Columns:
     """Columns of one device's rows; no copy when they are all rows in order."""
 
@@ -130,14 +155,22 @@ def split_by_device(
 ) -> list[DeviceEvents]:
     """One DeviceEvents per device that has allocation events, sorted by name.
     `heap_before`: per device, the bytes in use summed before the trace's first
-    row, where `trace` is the rest of a run read so far (a run followed live)."""
+    row, where `trace` is the rest of a run read so far (a run followed live).
+
+    A device whose capture has its counters alone (fidelity "counter": no
+    allocation events, as in a TensorFlow multi-worker run) has its samples
+    for events: no buffer and no bytes, the allocator's own bytes in use after
+    each, so its peak is measured and none of it is said to be in a buffer."""
     is_alloc_all, is_free_all = trace.is_kind(ALLOC), trace.is_kind(FREE)
     is_memory = is_alloc_all | is_free_all
+    device_codes, device_names = trace.codes("device")
+    fidelity = trace.metadata.fidelity or {}
+    counted = [name for name, kind in fidelity.items() if kind == COUNTER]
+    if counted:
+        is_memory = is_memory | _counter_samples(trace, is_memory, counted)
     if not is_memory.any():
         return []
-    device_codes, device_names = trace.codes("device")
     time_all = trace.numbers("time_ns")
-    fidelity = trace.metadata.fidelity or {}
     gaps = capture_gaps(trace)
     result = []
     for code in np.unique(device_codes[is_memory]):
@@ -157,6 +190,9 @@ def split_by_device(
             if reported is not None and measured
             else np.cumsum(np.where(is_alloc, size, -size)) + (heap_before or {}).get(name, 0)
         )
+        counters_only = measured and not (is_alloc_all | is_free_all)[rows].any()
+        if counters_only:
+            heap = _with_running_peak(heap, columns.reported("peak_bytes_in_use", -1))
         # XProf reads a missing bytes_reserved as 0, event by event: so does this.
         reserved = columns.reported("bytes_reserved", 0)
         if reserved is not None and not (reserved > 0).any():
@@ -178,6 +214,18 @@ def split_by_device(
                 bytes_limit=int(limit.max()) if limit is not None and limit.max() > 0 else None,
                 gaps_ns=gaps,
                 reserved=reserved,
+                counters_only=counters_only,
             )
         )
     return sorted(result, key=lambda d: d.device)
+
+
+def _with_running_peak(in_use: np.ndarray, running_peak: np.ndarray | None) -> np.ndarray:
+    """Readings of the bytes in use, with the allocator's running peak where it
+    rose since the reading before: the allocator held that many bytes between
+    the two readings, and the later one stands for it (readings a hundredth of a
+    second apart miss a step's peak that the running peak keeps)."""
+    if running_peak is None or not len(in_use):
+        return in_use
+    before = np.maximum.accumulate(np.concatenate([[-1], running_peak[:-1]]))
+    return np.where(running_peak > before, np.maximum(in_use, running_peak), in_use)

@@ -94,7 +94,7 @@ class RunAnalysis:
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     """The allocator's model runs where the allocator reported nothing of its own:
     PyTorch's caching allocator's for PyTorch on CUDA, else the BFC model."""
-    if events.reported_fragmentation is not None:
+    if events.reported_fragmentation is not None or events.counters_only:
         return None
     if caching_allocator.models(trace.metadata):
         return caching_allocator.replay_result(events)
@@ -105,6 +105,8 @@ def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
 
 
 def _rate(events: DeviceEvents, allocations: int) -> float | None:
+    if events.counters_only:
+        return None
     span = int(events.time_ns[-1] - events.time_ns[0]) if len(events) else 0
     return allocations / (span / 1e9) if span > 0 else None
 
@@ -177,7 +179,7 @@ def _device(
         device=events.device,
         fidelity=events.fidelity,
         allocations=allocations,
-        frees=len(events) - allocations,
+        frees=0 if events.counters_only else len(events) - allocations,
         allocations_per_s=_rate(events, allocations),
         peak=peak,
         peak_label=provenance.MEASURED if events.in_use_measured else provenance.DERIVED,

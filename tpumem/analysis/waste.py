@@ -22,7 +22,7 @@ class InternalWaste:
 def internal_waste(events: DeviceEvents, live_at_peak: np.ndarray) -> InternalWaste:
     allocs = events.is_alloc
     allocated = int(events.bytes[allocs].sum())
-    if not len(events) or (events.requested[allocs] < 0).any():
+    if not len(events) or events.counters_only or (events.requested[allocs] < 0).any():
         return InternalWaste(provenance.NOT_AVAILABLE, None, None, allocated, None)
     live_allocated = int(events.bytes[live_at_peak].sum())
     live_waste = live_allocated - int(events.requested[live_at_peak].sum())
