@@ -44,7 +44,7 @@ def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) ->
     )
 
 
-def _die_with_parent(parent_pid: int | None) -> None:
+def _die_with_parent(parent_pid: int | None, unopened: _UnopenedTrace) -> None:
     """SIGTERM when `tpumem profile` dies, however it dies (Linux's parent-death
     signal): a run nobody waits for must not go on holding the device. A script
     that handles SIGTERM (to save a checkpoint) gets to."""
@@ -56,7 +56,60 @@ def _die_with_parent(parent_pid: int | None) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent_pid:  # it died before the signal was asked for
+        unopened.remove()
         os._exit(128 + signal.SIGTERM)
+
+
+@dataclass
+class _UnopenedTrace:
+    """The trace `tpumem profile` created and handed over open, empty until the
+    script imports its framework. If tpumem dies meanwhile (SIGKILL), nobody is
+    left to remove it or write its header: this process removes it as it ends,
+    rather than leave an empty file (tpumem, while it lives, does either)."""
+
+    descriptor: int | None
+    path: str
+    parent_pid: int | None
+    opened: bool = False
+
+    def remove(self) -> None:
+        if self.descriptor is None or self.opened:
+            return
+        try:
+            held = os.fstat(self.descriptor)
+            if held.st_size == 0 and os.path.samestat(held, os.stat(self.path)):
+                os.unlink(self.path)
+        except OSError:
+            pass  # (another file has its name, or it is gone: not this run's to remove)
+
+    def orphaned(self) -> bool:
+        """Whether tpumem has ended (a parent that has not been waited for yet
+        is still this process's parent to getppid: its state says)."""
+        if self.parent_pid is None:
+            return False
+        if os.getppid() != self.parent_pid:
+            return True
+        try:
+            with open(f"/proc/{self.parent_pid}/stat", "rb") as stat:
+                text = stat.read()
+        except OSError:
+            return True
+        return text[text.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+
+    def on_sigterm(self, number: int, _frame: Any) -> None:
+        """SIGTERM before the trace is opened (the script's own handler replaces
+        this one): the empty trace removed where tpumem is gone, then the end
+        SIGTERM gives."""
+        if self.orphaned():
+            self.remove()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def now_opened(self) -> None:
+        """The header is on disk: SIGTERM is the script's again, as it was."""
+        self.opened = True
+        if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class _AdapterFailed(SystemExit):
@@ -70,6 +123,7 @@ class _Recording:
     script imports its framework (import_watch.py)."""
 
     config: RunConfig
+    unopened: _UnopenedTrace | None = None
     writer: Any = None
     adapter: Any = None
     name: Any = None  # a TraceName, where the trace's name has placeholders
@@ -108,6 +162,8 @@ class _Recording:
                 )
                 target = self.name.descriptor
             self.writer = TraceWriter(target, metadata)
+            if self.unopened is not None:
+                self.unopened.now_opened()
             end_walks_at(run_target.__code__)  # the frames beyond it are this runner's
             self.adapter = adapter_class(options)
             if self.name is not None:
@@ -133,7 +189,12 @@ class _Recording:
     def import_failed(self, framework: str, error: BaseException) -> None:
         """The script's own import of its framework raised (a broken install, a
         version mismatch): the script goes on with its error as without tpumem;
-        the trace says so and holds nothing more (the adapter never started)."""
+        the trace says so and holds nothing more (the adapter never started). A
+        Ctrl-C (or sys.exit) as it imported is no failed import: the run ends, and
+        its ending is recorded as it ends (stop)."""
+        if not isinstance(error, Exception):
+            self.adapter = None  # (prepared, never started: nothing of it to stop)
+            return
         if self.writer is not None:
             self.writer.patch_metadata(
                 warnings=[f"the script's import of {framework} failed: {error!r}; nothing recorded"]
@@ -157,6 +218,10 @@ class _Recording:
 
         self.watch.remove()
         if self.writer is None:
+            return
+        if self.adapter is None:  # stopped as its framework imported: how, and no more
+            self.writer.patch_metadata(exit=exit_info, end_time_ns=self.writer.now_ns())
+            self.writer.close()
             return
         # Another framework the script started too (TensorFlow imports JAX where it
         # is installed and never starts it: imported is not used).
@@ -200,12 +265,12 @@ class _Recording:
             )
 
 
-def _watch_imports(config: RunConfig) -> _Recording:
+def _watch_imports(config: RunConfig, unopened: _UnopenedTrace) -> _Recording:
     """The recording, to start when the script imports its framework: nothing of
     the framework, nor the trace's writer, is loaded before the script asks."""
     from tpumem.adapters.import_watch import ImportWatch
 
-    recording = _Recording(config)
+    recording = _Recording(config, unopened)
     recording.watch = ImportWatch(
         recording.begin, config.framework or None, failed=recording.import_failed
     )
@@ -228,9 +293,12 @@ def _torch_used_cuda() -> bool | None:
 
 def main() -> None:
     config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
+    unopened = _UnopenedTrace(config.output_fd, config.output, config.parent_pid)
+    if config.output_fd is not None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, unopened.on_sigterm)
     # (One sent meanwhile is delivered here: the script has not begun.)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, config.unblock_signals)
-    _die_with_parent(config.parent_pid)
+    _die_with_parent(config.parent_pid, unopened)
     # The standard library only until the script imports its framework: the
     # trace's types (Arrow, numpy) are imported after the script, or by the
     # recording when it starts.
@@ -240,7 +308,7 @@ def main() -> None:
             os.set_inheritable(descriptor, False)
     # With --follow, this process records itself as the script's other processes
     # do: if it imports a framework (follow.py).
-    recording = None if config.follow else _watch_imports(config)
+    recording = None if config.follow else _watch_imports(config, unopened)
     code, error = 0, None
     ending: dict[str, Any] = {"code": 0}
     try:
@@ -264,6 +332,8 @@ def main() -> None:
     finally:
         if os.getpid() == runner_pid:
             _end(recording, ending)
+            if unopened.orphaned():  # (the script handled tpumem's SIGTERM, and ended)
+                unopened.remove()
     # (A process the script forked ends here too, as it would have without tpumem:
     # the trace and the adapter are the runner's, and it leaves them alone.)
     if os.getpid() == runner_pid:

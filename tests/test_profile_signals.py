@@ -110,6 +110,92 @@ def test_a_run_stopped_before_its_header_was_written_leaves_a_trace_that_says_ho
     )
 
 
+def _gone_within(pid: int, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _gone(pid)
+
+
+# The writer's first import held back, as in SLOW_WRITER; the profiled process's
+# pid in the file it writes then.
+SLOW_WRITER_PID = SLOW_WRITER.replace(
+    'open("loading-the-writer", "w").close()',
+    'open("loading-the-writer", "w").write(str(__import__("os").getpid()))',
+)
+
+
+@pytest.mark.parametrize("when", ["before-the-import", "before-the-header"])
+def test_tpumem_killed_before_the_header_leaves_no_empty_trace(tmp_path, when):
+    """tpumem killed (SIGKILL) while the trace it created is empty: before the
+    script imports its framework, or as the import began (it left an empty file,
+    3 of 12 times, which `report` refuses). The profiled process ends (Linux's
+    parent-death signal) and removes the empty trace, which nobody else can."""
+    env = None
+    if when == "before-the-import":
+        (tmp_path / "imports.py").write_text(
+            "import os, time\nopen('loading-the-writer', 'w').write(str(os.getpid()))\n"
+            "time.sleep(60)\nimport jax\n"
+        )
+    else:
+        (tmp_path / "site").mkdir()
+        (tmp_path / "site" / "sitecustomize.py").write_text(SLOW_WRITER_PID)
+        (tmp_path / "imports.py").write_text("import jax\n")
+        paths = [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    run = _start(tmp_path, "-o", "t.tpumem", "imports.py", env=env)
+    _wait_for(tmp_path / "loading-the-writer", run)
+    deadline = time.monotonic() + WAIT_S
+    while not (tmp_path / "loading-the-writer").read_text():  # (its pid is being written)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    profiled = int((tmp_path / "loading-the-writer").read_text())
+    assert (tmp_path / "t.tpumem").stat().st_size == 0
+    run.kill()
+    _finish(run)
+    try:
+        assert _gone_within(profiled)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(profiled, signal.SIGKILL)
+    assert not (tmp_path / "t.tpumem").exists()
+
+
+# JAX's import held back once it has begun (the trace's header is on disk): a
+# signal then lands inside the framework's import.
+SLOW_JAXLIB = textwrap.dedent(
+    """
+    import sys, time
+    class SlowJaxlib:
+        def find_spec(self, name, path=None, target=None):
+            if name == "jaxlib":
+                sys.meta_path.remove(self)
+                open("importing-jax", "w").close()
+                time.sleep(60)
+            return None
+    sys.meta_path.insert(0, SlowJaxlib())
+    """
+)
+
+
+def test_sigint_as_the_framework_imports_records_how_the_run_ended(tmp_path):
+    """Ctrl-C (here kill -INT tpumem) inside the framework's import: the ending is
+    in the trace (it was 'not recorded', 11 of 60 times)."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SLOW_JAXLIB)
+    (tmp_path / "imports.py").write_text("import jax\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))
+    run = _start(tmp_path, "-o", "t.tpumem", "imports.py", env={"PYTHONPATH": path})
+    _wait_for(tmp_path / "importing-jax", run)
+    run.send_signal(signal.SIGINT)
+    stderr = _finish(run)
+    assert run.returncode == 128 + signal.SIGINT, stderr
+    trace = load(tmp_path / "t.tpumem")
+    assert trace.complete and trace.metadata.exit.signal == signal.SIGINT
+    report = run_tpumem("report", str(tmp_path / "t.tpumem"), "--width", "200")
+    assert "Ended  interrupted" in " ".join(report.stdout.split()).replace("Ended ", "Ended  ")
+
+
 def test_a_run_stopped_before_it_imported_a_framework_says_so_in_one_line(tmp_path):
     (tmp_path / "waits.py").write_text(
         "import time\nopen('started', 'w').close()\ntime.sleep(60)\nimport jax\n"

@@ -56,19 +56,25 @@ _armed = {"parent": 0, "tpumem": 0}
 
 def _parent_died(number, frame):
     parent = os.getppid()
-    if parent == _armed["parent"]:
+    if parent == _armed["parent"] and not _ended(parent):
         return  # a thread of the parent ended, not the parent
     _armed["parent"] = parent
     _end_without_tpumem()
 
 
 def _end_without_tpumem():
-    try:
-        os.kill(_armed["tpumem"], 0)
-    except ProcessLookupError:
+    if _ended(_armed["tpumem"]):
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _ended(pid):
+    """Whether process `pid` has ended (one not waited for yet is a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
     except OSError:
-        pass
+        return True
+    return text[text.rfind(b")") + 2 :][:1] in (b"Z", b"X")
 
 
 def _die_with_tpumem():

@@ -37,6 +37,7 @@ from tpumem.adapters.launch_protocol import (
 from tpumem.adapters.xla_dump import dump_directory
 from tpumem.errors import TpumemError
 from tpumem.launch.endings import (
+    closed,
     end_followed,
     exit_status,
     record_ending,
@@ -413,6 +414,10 @@ def _after_one(
             )
             return ProfileOutcome(None, status, adapter_failed, lost=True)
         print(f"tpumem: {_replaced(own.path)}; this run's is saved as {output}", file=sys.stderr)
+    if not unended and not adapter_failed and not closed(output):
+        # It said how it ended, but its trace was left open (it ended before its
+        # recording could close it): the ending is written here, as it said it.
+        unended, exit_info = True, _told_exit(ending) or exit_info
     if unended:
         if killed is None:
             how = f"{how} without closing the trace (os._exit?)"
