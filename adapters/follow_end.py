@@ -86,14 +86,24 @@ def _end(finish: Finish) -> None:
     where it kills the process outright."""
     why = "tpumem profile --follow ended before this process (it was killed?)"
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        finish(
+        _within_grace(
+            finish,
             ExitStatus(signal=signal.SIGTERM, signal_name="SIGTERM"),
             f"{why}: the process sent itself SIGTERM; the trace holds what was written before",
         )
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(GRACE_S)  # (a process that handles SIGTERM may save its state)
-    finish(
+    _within_grace(
+        finish,
         ExitStatus(signal=signal.SIGKILL, signal_name="SIGKILL"),
         f"{why}: SIGTERM had not ended the process {GRACE_S:.0f} s later; it sent itself SIGKILL",
     )
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _within_grace(finish: Finish, ending: ExitStatus, warning: str) -> None:
+    """The ending written, waited for GRACE_S at most: an adapter that cannot
+    stop (a lock the process held as it was stopped) keeps no process alive."""
+    writing = threading.Thread(target=finish, args=(ending, warning), daemon=True)
+    writing.start()
+    writing.join(GRACE_S)
