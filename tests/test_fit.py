@@ -19,7 +19,7 @@ import pytest
 from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 
 from conftest import assert_one_line_error, run_python, run_tpumem
-from profiling import profile
+from profiling import InATerminal, profile
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
@@ -558,3 +558,29 @@ def test_a_fit_killed_leaves_no_compile_running(tmp_path):
 def test_fit_of_a_module_that_is_not_there_is_one_line(tmp_path):
     missing = run_tpumem("fit", "--tpu", "v5e-8", "-m", "missing_module", cwd=tmp_path)
     assert_one_line_error(missing, "no module named 'missing_module'")
+
+
+def test_ctrl_c_in_the_terminal_stops_fit_once_and_reports(tmp_path):
+    """The terminal's Ctrl-C reaches tpumem alone (the compile runs in a session
+    of its own): 130, the report of what was compiled, no stack dump."""
+    (tmp_path / "script.py").write_text(COMPILES_THEN_WAITS)
+    terminal = InATerminal(tmp_path, "fit", "--width", "200", "--tpu", "v5e-8", "script.py")
+    compiling, ended = None, False
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "compiled").exists():
+            assert terminal.process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        compiling = int((tmp_path / "compiled").read_text())
+        terminal.press(b"\x03")  # Ctrl-C
+    finally:
+        output = terminal.finish(120)
+        if compiling is not None:
+            ended = _ended(compiling)
+            with contextlib.suppress(ProcessLookupError):  # (on the code before: ran on)
+                os.kill(compiling, signal.SIGKILL)
+    assert ended
+    assert terminal.process.returncode == 130, output[-3000:]
+    assert "1 program compiled by XLA:TPU" in " ".join(output.split())
+    assert "Traceback" not in output and "***" not in output, output[-3000:]
+    assert "tpumem: fit interrupted (SIGINT) while compiling for v5e:2x4" in output
