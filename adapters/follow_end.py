@@ -33,14 +33,17 @@ _PR_SET_PDEATHSIG = 1
 Finish = Callable[[ExitStatus, str], None]  # the ending and its warning, into the trace
 
 
-def watch_tpumem(tpumem_pid: int | None, finish: Finish) -> None:
+def watch_tpumem(
+    tpumem_pid: int | None, finish: Finish, command: str = "tpumem profile --follow"
+) -> None:
     """From now on this process ends when `tpumem_pid` does (`finish` writes
-    its ending first); the parent-death signal is let go."""
+    its ending first); the parent-death signal is let go. (profile's runner
+    watches tpumem so too, once its recording has started: `command`.)"""
     if tpumem_pid is None or not hasattr(os, "pidfd_open"):
         return
     _no_parent_death_signal()
     threading.Thread(
-        target=_watch, args=(tpumem_pid, finish), name="tpumem-follow-watch", daemon=True
+        target=_watch, args=(tpumem_pid, finish, command), name="tpumem-watch", daemon=True
     ).start()
 
 
@@ -51,7 +54,7 @@ def _no_parent_death_signal() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
 
 
-def _watch(tpumem_pid: int, finish: Finish) -> None:
+def _watch(tpumem_pid: int, finish: Finish, command: str) -> None:
     leave_signals_to_the_script()
     try:
         descriptor = os.pidfd_open(tpumem_pid)
@@ -68,7 +71,7 @@ def _watch(tpumem_pid: int, finish: Finish) -> None:
         while not waiting.poll():
             pass
         os.close(descriptor)
-    _end(finish)
+    _end(finish, command)
 
 
 def _alive(pid: int) -> bool:
@@ -81,10 +84,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _end(finish: Finish) -> None:
+def _end(finish: Finish, command: str) -> None:
     """tpumem has died: SIGTERM, then SIGKILL GRACE_S later, each ending written
     where it kills the process outright."""
-    why = "tpumem profile --follow ended before this process (it was killed?)"
+    why = f"{command} ended before this process (it was killed?)"
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         _within_grace(
             finish,

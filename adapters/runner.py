@@ -183,8 +183,22 @@ class _Recording:
                 self.adapter.start(self.writer)
             except Exception as failure:
                 self._failed(framework, failure)
+            # tpumem killed: the ending written before this process ends, not
+            # left unrecorded (its parent-death SIGTERM killed it outright).
+            from tpumem.adapters.follow_end import watch_tpumem
+
+            watch_tpumem(config.parent_pid, self._ended_outside, "tpumem profile")
 
         return start
+
+    def _ended_outside(self, ending: Any, warning: str) -> None:
+        """tpumem died first (follow_end.py): how the run ends, written before it does."""
+        from tpumem.adapters.base import end_recording
+
+        writer, adapter, self.writer = self.writer, self.adapter, None
+        if writer is not None and adapter is not None:
+            writer.patch_metadata(warnings=[warning])
+            end_recording(adapter, writer, ending)
 
     def import_failed(self, framework: str, error: BaseException) -> None:
         """The script's own import of its framework raised (a broken install, a

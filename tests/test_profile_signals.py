@@ -161,6 +161,25 @@ def test_tpumem_killed_before_the_header_leaves_no_empty_trace(tmp_path, when):
     assert not (tmp_path / "t.tpumem").exists()
 
 
+def test_tpumem_killed_while_it_records_leaves_the_ending_in_the_trace(tmp_path):
+    """tpumem killed (SIGKILL) while the script runs: the profiled process ends
+    (SIGTERM), its ending written first (it was 'not recorded', 10 of 12)."""
+    (tmp_path / "keeps.py").write_text(KEEPS)
+    run = _start(tmp_path, "-q", "-o", "t.tpumem", "keeps.py")
+    _wait_for(tmp_path / "ready", run)
+    profiled = load(tmp_path / "t.tpumem").metadata.pid
+    run.kill()
+    _finish(run)
+    try:
+        assert _gone_within(profiled)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(profiled, signal.SIGKILL)
+    trace = load(tmp_path / "t.tpumem")
+    assert trace.complete and trace.metadata.exit.signal == signal.SIGTERM
+    assert any("tpumem profile ended before" in w for w in trace.metadata.warnings)
+
+
 # JAX's import held back once it has begun (the trace's header is on disk): a
 # signal then lands inside the framework's import.
 SLOW_JAXLIB = textwrap.dedent(
