@@ -1,4 +1,5 @@
-"""`--follow`: a recording process ends with `tpumem profile`, whatever ends it.
+"""A recording process ends with `tpumem profile`, whatever ends it: each of
+`--follow`'s, and profile's runner once its recording has started.
 
 While tpumem lives it is the run's subreaper and ends what the script leaves
 (launch/tree.py). When it dies without a word (SIGKILL), nothing is left to: each
@@ -10,7 +11,9 @@ default); one that handles SIGTERM ends as its handler says (its trace closed as
 it exits); one still running GRACE_S later gets SIGKILL, its ending written
 first. Linux's parent-death signal (PR_SET_PDEATHSIG) stands in for the watch in
 the processes that record nothing (follow_boot), and is let go in those that
-record: the watch outlives the parent that signal is bound to.
+record: the watch outlives the parent that signal is bound to. (profile's runner,
+tpumem's own child, is watched so that its ending is written: its parent-death
+SIGTERM killed it outright.)
 """
 
 from __future__ import annotations
