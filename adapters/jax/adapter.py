@@ -35,6 +35,7 @@ from tpumem.adapters.base import (
 )
 from tpumem.adapters.book_rows import WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.interrupts import keep_interrupts
 from tpumem.adapters.jax.array_hooks import JaxHooks
 from tpumem.adapters.jax.buffer_book import BufferBook, device_name
 from tpumem.adapters.keras_steps import KerasSteps
@@ -140,6 +141,7 @@ class JaxAdapter(Adapter):
         self._dump = install_dump(self.options, self._warnings)
         stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
         self._hooks = JaxHooks(writer, None, False, stacks)
+        keep_interrupts(self._hooks.patches)  # the book hears of deaths in callbacks
         self._already_imported = not self._hooks.install_before_import()
         self._prepared = True
 

@@ -38,6 +38,7 @@ from typing import Any
 from tpumem.adapters.base import Adapter, CaptureOptions, Every, Patches, Sampler, register
 from tpumem.adapters.book_rows import OPTIMIZER, WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.interrupts import keep_interrupts
 from tpumem.adapters.launch_protocol import FOLLOW_VARIABLE
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.torch_xla.debug_log import (
@@ -151,6 +152,7 @@ class TorchXlaAdapter(Adapter):
         self._optimizer_steps = OptimizerSteps(torch, self._mode, self._stepped)
         self._optimizer_steps.install()
         self._watch_new_threads()
+        keep_interrupts(self._patches)  # the book hears of deaths in callbacks
         if started:
             self._warnings.append(
                 "PyTorch/XLA was in use before tpumem started: the tensors made before "
