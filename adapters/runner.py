@@ -128,6 +128,8 @@ class _Recording:
     adapter: Any = None
     name: Any = None  # a TraceName, where the trace's name has placeholders
     watch: Any = None
+    started: bool = False  # the adapter's start ran
+    ended_outside: bool = False  # tpumem died first: the ending is written (follow_end.py)
 
     def begin(self, framework: str) -> Callable[[], None] | None:
         """The trace opened and the adapter prepared, as the framework's module is
@@ -164,6 +166,11 @@ class _Recording:
             self.writer = TraceWriter(target, metadata)
             if self.unopened is not None:
                 self.unopened.now_opened()
+            # tpumem killed from now on: the ending written before this process
+            # ends, not left unrecorded (its parent-death SIGTERM killed it outright).
+            from tpumem.adapters.follow_end import watch_tpumem
+
+            watch_tpumem(config.parent_pid, self._ended_outside, "tpumem profile")
             end_walks_at(run_target.__code__)  # the frames beyond it are this runner's
             self.adapter = adapter_class(options)
             if self.name is not None:
@@ -183,22 +190,25 @@ class _Recording:
                 self.adapter.start(self.writer)
             except Exception as failure:
                 self._failed(framework, failure)
-            # tpumem killed: the ending written before this process ends, not
-            # left unrecorded (its parent-death SIGTERM killed it outright).
-            from tpumem.adapters.follow_end import watch_tpumem
-
-            watch_tpumem(config.parent_pid, self._ended_outside, "tpumem profile")
+            self.started = True
 
         return start
 
     def _ended_outside(self, ending: Any, warning: str) -> None:
-        """tpumem died first (follow_end.py): how the run ends, written before it does."""
+        """tpumem died first (follow_end.py): how the run ends, written before it
+        does (from the watch's thread: the script runs on until its SIGTERM)."""
         from tpumem.adapters.base import end_recording
 
-        writer, adapter, self.writer = self.writer, self.adapter, None
-        if writer is not None and adapter is not None:
-            writer.patch_metadata(warnings=[warning])
+        writer, adapter = self.writer, self.adapter
+        if writer is None or self.ended_outside:
+            return
+        self.ended_outside = True
+        writer.patch_metadata(warnings=[warning])
+        if adapter is not None and self.started:
             end_recording(adapter, writer, ending)
+        else:  # (killed as its framework imported: no adapter ran)
+            writer.patch_metadata(exit=ending, end_time_ns=writer.now_ns())
+            writer.close()
 
     def import_failed(self, framework: str, error: BaseException) -> None:
         """The script's own import of its framework raised (a broken install, a
@@ -231,7 +241,7 @@ class _Recording:
         from tpumem.adapters.base import end_recording
 
         self.watch.remove()
-        if self.writer is None:
+        if self.writer is None or self.ended_outside:
             return
         if self.adapter is None:  # stopped as its framework imported: how, and no more
             self.writer.patch_metadata(exit=exit_info, end_time_ns=self.writer.now_ns())
