@@ -126,11 +126,14 @@ class _Capture:
         metadata = run_metadata(framework, SOURCE, _command(), capture, {})
         self.name = TraceName(config.pattern, config.force, metadata["process"])
         self.writer = TraceWriter(self.name.descriptor, metadata)
+        self._ended = False
+        self._started = False  # the adapter's start ran
+        self._exit: ExitStatus | None = None  # what sys.exit or an uncaught error said
+        # From the header on: tpumem killed as the framework imports leaves the ending too.
+        watch_tpumem(self.tpumem_pid, self._ended_outside)
         self.adapter = get_adapter(framework)(CaptureOptions(**capture))
         self.adapter.identified = self.name.settle
         self.adapter.prepare(self.writer)
-        self._ended = False
-        self._exit: ExitStatus | None = None  # what sys.exit or an uncaught error said
 
     def start(self) -> None:
         try:
@@ -142,8 +145,8 @@ class _Capture:
             self._ended = True
             self.writer.close()
             return
+        self._started = True
         self._note_endings()
-        watch_tpumem(self.tpumem_pid, self._ended_outside)
         global _fork_hook
         if not _fork_hook:
             _fork_hook = True
@@ -168,9 +171,18 @@ class _Capture:
     def _ended_outside(self, ending: ExitStatus, warning: str) -> None:
         """tpumem died first (follow_end.py): how this process ends, written
         before it does."""
-        if not self._ended:
-            self.writer.patch_metadata(warnings=[warning])
+        with _lock:
+            if self._ended:
+                return
+            unstarted = not self._started
+            self._ended = unstarted
+        self.writer.patch_metadata(warnings=[warning])
+        if not unstarted:
             self.finish(ending)
+            return
+        # (killed as its framework imported: no adapter ran, none to stop)
+        self.writer.patch_metadata(exit=ending, end_time_ns=self.writer.now_ns())
+        self.writer.close()
 
     def replaced(self, program: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
         """The process is about to run `program` in its place (os.exec*): its
