@@ -30,6 +30,7 @@ from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.metadata import ExitStatus
 
 GRACE_S = 5.0  # as launch/tree.py: between SIGTERM and SIGKILL
+_MOST_GENERATIONS = 64  # launchers between tpumem and a process, at the most
 _POLL_S = 1.0  # where no pidfd can be had: how often tpumem's pid is looked at
 _PR_SET_PDEATHSIG = 1
 
@@ -42,12 +43,30 @@ def watch_tpumem(
     """From now on this process ends when `tpumem_pid` does (`finish` writes
     its ending first); the parent-death signal is let go. (profile's runner
     watches tpumem so too, once its recording has started: `command`.)"""
-    if tpumem_pid is None or not hasattr(os, "pidfd_open"):
-        return
+    if tpumem_pid is None or not hasattr(os, "pidfd_open") or not _an_ancestor(tpumem_pid):
+        return  # (a process in another pid namespace, where that number is another's)
     _no_parent_death_signal()
     threading.Thread(
         target=_watch, args=(tpumem_pid, finish, command), name="tpumem-watch", daemon=True
     ).start()
+
+
+def _an_ancestor(pid: int) -> bool:
+    """Whether `pid` is this process's parent, or its parent's, and so on: a pid
+    handed down in the environment names tpumem only in tpumem's own tree."""
+    current = os.getppid()
+    for _ in range(_MOST_GENERATIONS):
+        if current == pid:
+            return True
+        if current <= 1:
+            return False
+        try:
+            with open(f"/proc/{current}/stat", "rb") as stat:
+                text = stat.read()
+            current = int(text[text.rfind(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 def _no_parent_death_signal() -> None:

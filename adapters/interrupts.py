@@ -63,5 +63,10 @@ def keep_interrupts(patches: Patches) -> None:
         else:
             original(unraisable)
 
-    patches.on_undo(redelivery.stop)
-    patches.replace(sys, "unraisablehook", unraisablehook)
+    def put_back() -> None:
+        redelivery.stop()
+        if sys.unraisablehook is unraisablehook:  # (not one the script set since)
+            sys.unraisablehook = original
+
+    sys.unraisablehook = unraisablehook
+    patches.on_undo(put_back)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpumem.adapters.import_watch import imported_frameworks
@@ -71,6 +72,10 @@ class _UnopenedTrace:
     path: str
     parent_pid: int | None
     opened: bool = False
+    # The runner's own process: a child the script forks inherits the handler
+    # (and the descriptor), and must neither remove the trace nor outlive its
+    # SIGTERM.
+    runner_pid: int = field(default_factory=os.getpid)
 
     def remove(self) -> None:
         if self.descriptor is None or self.opened:
@@ -100,14 +105,28 @@ class _UnopenedTrace:
         """SIGTERM before the trace is opened (the script's own handler replaces
         this one): the empty trace removed where tpumem is gone, then the end
         SIGTERM gives."""
-        if self.orphaned():
+        if os.getpid() == self.runner_pid and not self.opened and self.orphaned():
             self.remove()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
+    def install(self) -> None:
+        """SIGTERM handled here until the header is written, where the script has
+        no handler of its own; a child forked meanwhile has the default again."""
+        if self.descriptor is None or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        os.register_at_fork(after_in_child=self._default_again)
+
     def now_opened(self) -> None:
-        """The header is on disk: SIGTERM is the script's again, as it was."""
+        """The header is on disk: SIGTERM is the script's again, as it was (a
+        framework imported in another thread leaves that to on_sigterm, which
+        then does what the default does: only the main thread sets handlers)."""
         self.opened = True
+        if threading.current_thread() is threading.main_thread():
+            self._default_again()
+
+    def _default_again(self) -> None:
         if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -129,7 +148,9 @@ class _Recording:
     name: Any = None  # a TraceName, where the trace's name has placeholders
     watch: Any = None
     started: bool = False  # the adapter's start ran
-    ended_outside: bool = False  # tpumem died first: the ending is written (follow_end.py)
+    ended: bool = False  # the ending is written (by stop, or where tpumem died first)
+    # One ending: the watch's thread (tpumem died) and the script's end race for it.
+    ending: threading.Lock = field(default_factory=threading.Lock)
 
     def begin(self, framework: str) -> Callable[[], None] | None:
         """The trace opened and the adapter prepared, as the framework's module is
@@ -199,16 +220,17 @@ class _Recording:
         does (from the watch's thread: the script runs on until its SIGTERM)."""
         from tpumem.adapters.base import end_recording
 
-        writer, adapter = self.writer, self.adapter
-        if writer is None or self.ended_outside:
-            return
-        self.ended_outside = True
-        writer.patch_metadata(warnings=[warning])
-        if adapter is not None and self.started:
-            end_recording(adapter, writer, ending)
-        else:  # (killed as its framework imported: no adapter ran)
-            writer.patch_metadata(exit=ending, end_time_ns=writer.now_ns())
-            writer.close()
+        with self.ending:
+            writer, adapter = self.writer, self.adapter
+            if writer is None or self.ended:
+                return
+            self.ended = True
+            writer.patch_metadata(warnings=[warning])
+            if adapter is not None and self.started:
+                end_recording(adapter, writer, ending)
+            else:  # (killed as its framework imported: no adapter ran)
+                writer.patch_metadata(exit=ending, end_time_ns=writer.now_ns())
+                writer.close()
 
     def import_failed(self, framework: str, error: BaseException) -> None:
         """The script's own import of its framework raised (a broken install, a
@@ -241,29 +263,31 @@ class _Recording:
         from tpumem.adapters.base import end_recording
 
         self.watch.remove()
-        if self.writer is None or self.ended_outside:
-            return
-        if self.adapter is None:  # stopped as its framework imported: how, and no more
-            self.writer.patch_metadata(exit=exit_info, end_time_ns=self.writer.now_ns())
-            self.writer.close()
-            return
-        # Another framework the script started too (TensorFlow imports JAX where it
-        # is installed and never starts it: imported is not used).
-        recorded = self.watch.framework
-        also = [
-            name
-            for name in imported_frameworks()
-            if name != recorded and get_adapter(name).runtime_started()
-        ]
-        if also:
-            self.writer.patch_metadata(
-                warnings=[
-                    f"the script also used {' and '.join(also)}, not recorded: tpumem "
-                    f"records the first framework it imports (--framework {also[0]} "
-                    "records that one)"
-                ]
-            )
-        end_recording(self.adapter, self.writer, exit_info)
+        with self.ending:
+            if self.writer is None or self.ended:
+                return
+            self.ended = True
+            if self.adapter is None:  # stopped as its framework imported: how, and no more
+                self.writer.patch_metadata(exit=exit_info, end_time_ns=self.writer.now_ns())
+                self.writer.close()
+                return
+            # Another framework the script started too (TensorFlow imports JAX where it
+            # is installed and never starts it: imported is not used).
+            recorded = self.watch.framework
+            also = [
+                name
+                for name in imported_frameworks()
+                if name != recorded and get_adapter(name).runtime_started()
+            ]
+            if also:
+                self.writer.patch_metadata(
+                    warnings=[
+                        f"the script also used {' and '.join(also)}, not recorded: tpumem "
+                        f"records the first framework it imports (--framework {also[0]} "
+                        "records that one)"
+                    ]
+                )
+            end_recording(self.adapter, self.writer, exit_info)
 
     def unrecorded(self) -> dict[str, Any] | None:
         """Why nothing was recorded, for `tpumem profile` to say; None if it was."""
@@ -318,8 +342,7 @@ def _torch_used_cuda() -> bool | None:
 def main() -> None:
     config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
     unopened = _UnopenedTrace(config.output_fd, config.output, config.parent_pid)
-    if config.output_fd is not None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, unopened.on_sigterm)
+    unopened.install()
     # (One sent meanwhile is delivered here: the script has not begun.)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, config.unblock_signals)
     _die_with_parent(config.parent_pid, unopened)

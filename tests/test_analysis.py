@@ -364,6 +364,8 @@ def test_a_device_with_counters_alone_peaks_at_the_allocators_running_peak(make_
     first saw it (the readings in use missed it), measured; no buffer, no
     allocation, and nothing replayed or modeled."""
     readings = [(10, 1 * MiB, 1 * MiB), (20, 2 * MiB, 5 * MiB), (30, 3 * MiB, 5 * MiB)]
+    # The script reset the running peak; it rose again to less than before.
+    readings += [(40, 1 * MiB, 1 * MiB), (50, 1 * MiB, 4 * MiB)]
     rows = [
         {
             "kind": "sample",
@@ -374,7 +376,10 @@ def test_a_device_with_counters_alone_peaks_at_the_allocators_running_peak(make_
         }
         for t, b, p in readings
     ]
-    (device,) = analyze(load(make_trace(rows, {"fidelity": {"CPU:0": "counter"}}))).devices
+    trace = load(make_trace(rows, {"fidelity": {"CPU:0": "counter"}}))
+    (events,) = split_by_device(trace)
+    assert events.counters_only and (events.in_use // MiB).tolist() == [1, 5, 3, 1, 4]
+    (device,) = analyze(trace).devices
     assert (device.peak.bytes, device.peak.time_ns, device.peak_label) == (5 * MiB, 20, "measured")
     assert (device.allocations, device.frees, device.allocations_per_s) == (0, 0, None)
     assert device.peak.live_buffers == 0 and device.peak.unattributed_bytes == 5 * MiB

@@ -488,6 +488,29 @@ def test_a_report_to_a_pipe_or_a_device_is_written_to_it_never_replaced(tmp_path
     assert not (tmp_path / "-").exists()
 
 
+def test_a_report_to_a_file_the_shell_holds_open_is_added_to_it(tmp_path):
+    """`report -o /dev/stdout >> log`: /dev/stdout names the shell's open log
+    (through /proc/self/fd/1), which was replaced by the report, what it held
+    lost; a notes file so given was refused. The report goes through the
+    descriptor as the shell opened it: appended, the file the same one."""
+    log = tmp_path / "log.txt"
+    log.write_text("what the log held\n")
+    before = log.stat().st_ino
+    for output in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        with open(log, "a") as appending:
+            done = subprocess.run(
+                [sys.executable, "-m", "tpumem", "report", str(TRACE), "-o", output],
+                stdout=appending,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=300,
+            )
+        assert done.returncode == 0, done.stderr
+    text = log.read_text()
+    assert text.startswith("what the log held\n") and text.count("tpumem report") == 3
+    assert log.stat().st_ino == before and not log.is_symlink()
+
+
 def test_standard_output_and_a_bucketless_url_are_no_trace_file(tmp_path, script):
     """`-o -` where a trace or a page is written, and `-o s3://` with no bucket
     (which wrote a local file named `s3:`): one line each, nothing written."""

@@ -350,3 +350,38 @@ def test_an_interrupt_stops_a_jax_loop_under_profile(tmp_path):
         assert "went on" not in out and "Exception ignored" not in err, err[-2000:]
         assert process.returncode == 130, err[-2000:]
         assert load(tmp_path / f"t{run}.tpumem").metadata.exit.signal == signal.SIGINT
+
+
+# A pool forked before the framework's import, ended with SIGTERM (Pool.terminate),
+# then JAX imported in a thread of the script's.
+FORKS_THEN_THREAD = """
+import json, multiprocessing, threading, time
+
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    pool.map(time.sleep, [0.1, 0.1])  # leaving `with` terminates it: SIGTERM each
+made = {}
+
+def work():
+    import jax.numpy as jnp
+    made["array"] = jnp.ones((256, 1024), jnp.float32).block_until_ready()
+
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+print(json.dumps({"made": made["array"].nbytes}))
+"""
+
+
+def test_a_pool_forked_before_the_import_and_an_import_in_a_thread_are_recorded(tmp_path):
+    """Until its trace's header is written the runner handles SIGTERM (a tpumem
+    killed meanwhile leaves no empty file): a pool's children forked then, ended
+    by SIGTERM, removed the parent's trace as theirs; and the handler put back
+    from the thread that imported JAX raised ValueError (signals are the main
+    thread's), which ended the recording and that thread. Both run as plain
+    Python runs them, the array in the trace."""
+    (tmp_path / "forks.py").write_text(FORKS_THEN_THREAD)
+    result = profile(tmp_path, "-q", "-o", "forks.tpumem", "forks.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    made = last_json(result.stdout)["made"]
+    (device,) = analyze(load(tmp_path / "forks.tpumem")).devices
+    assert device.peak.bytes >= made == 1024 * 1024

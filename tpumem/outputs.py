@@ -126,13 +126,36 @@ def landing(path: Path) -> Path:
 
 
 def is_stream(path: Path) -> bool:
-    """Whether `path` is a terminal, a device or a pipe (/dev/stdout, a FIFO): what
-    a report is written to as it is, never replaced."""
+    """Whether `path` is a terminal, a device or a pipe (/dev/stdout, a FIFO), or a
+    file a process holds open (/dev/stdout of `>> log`): what a report is written
+    to as it is, never replaced."""
     try:
         mode = path.stat().st_mode
     except OSError:
         return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or open_descriptor(path) is not None
+
+
+_LINK_HOPS = 40  # as the kernel's own limit on a path's links
+
+
+def open_descriptor(path: Path) -> tuple[str, int] | None:
+    """(process, descriptor) where `path`'s links pass through /proc/PID/fd/N
+    (/dev/stdout, /dev/fd/1, /proc/self/fd/1): a file some process holds open,
+    written through that descriptor, never truncated or renamed onto (a shell's
+    `>> log` would lose what the log held)."""
+    current = Path(os.path.abspath(path))
+    for _ in range(_LINK_HOPS):
+        parent = Path(os.path.realpath(current.parent))
+        in_proc_fd = parent.name == "fd" and parent.parent.parent == Path("/proc")
+        if in_proc_fd and current.name.isdigit():
+            return parent.parent.name, int(current.name)
+        try:
+            target = os.readlink(current)
+        except OSError:
+            return None
+        current = Path(os.path.normpath(parent / target))
+    return None
 
 
 def check_target(path: Path, inputs: Iterable[Path | str] = (), streams: bool = False) -> bool:
@@ -368,8 +391,13 @@ def write_report(path: Path, text: str, inputs: Iterable[Path | str], force: boo
 def _write_stream(path: Path, data: bytes) -> None:
     """A report written to a terminal, a device or a pipe (/dev/stdout): opened
     as it is, never created, truncated or replaced."""
+    held = open_descriptor(path)
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        if held is not None and held[0] in ("self", str(os.getpid())):
+            descriptor = os.dup(held[1])  # this process's own: as the shell opened it
+        else:  # another's, or a device: appended to, never truncated
+            flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC
+            descriptor = os.open(path, flags | (os.O_APPEND if held is not None else 0))
         with os.fdopen(descriptor, "wb") as stream:
             stream.write(data)
     except OSError as error:

@@ -260,10 +260,16 @@ class TensorFlowAdapter(Adapter):
         def enable_collective_ops(context: Any, server_def: Any) -> Any:
             chunks, adapter._chunks = adapter._chunks, None
             if chunks is not None:
-                chunks.stop()
-                adapter._warnings.extend(chunks.warnings)
+                try:
+                    chunks.stop()
+                    adapter._warnings.extend(chunks.warnings)
+                except Exception as error:  # the script's strategy is made all the same
+                    adapter._warnings.append(f"the profiler sessions could not end: {error}")
+                # Counters alone from here, for the devices already read too.
                 adapter._unevented = list(adapter.counted)
                 adapter.writer.patch_metadata(not_exposed=[COLLECTIVES_NO_EVENTS])
+                if adapter.counted:
+                    adapter.writer.patch_metadata(fidelity=dict.fromkeys(adapter.counted, COUNTER))
             return original(context, server_def)
 
         enable_collective_ops.__doc__ = original.__doc__

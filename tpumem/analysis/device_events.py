@@ -227,5 +227,7 @@ def _with_running_peak(in_use: np.ndarray, running_peak: np.ndarray | None) -> n
     second apart miss a step's peak that the running peak keeps)."""
     if running_peak is None or not len(in_use):
         return in_use
-    before = np.maximum.accumulate(np.concatenate([[-1], running_peak[:-1]]))
+    # Against the reading just before: a running peak the script reset (JAX's and
+    # TensorFlow's reset_memory_stats) rises again from the bytes then in use.
+    before = np.concatenate([[-1], running_peak[:-1]])
     return np.where(running_peak > before, np.maximum(in_use, running_peak), in_use)
