@@ -555,3 +555,42 @@ def test_a_forked_child_that_runs_another_program_is_no_rank(tmp_path):
     assert report.returncode == 0, report.stderr
     (process,) = json.loads(report.stdout)["processes"]
     assert process["complete"]
+
+
+# A followed Python process that becomes another program (os.execvp), and whose
+# parent then ends as it means to, while tpumem lives on.
+BECOMES_ANOTHER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    if sys.argv[1:] == ["middle"]:
+        os.execvp("sleep", ["sleep", "4"])
+    middle = subprocess.Popen([sys.executable, __file__, "middle"])
+    time.sleep(1)
+    with open("middle.pid", "w") as out:
+        out.write(str(middle.pid))
+    """
+)
+WAITS = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    subprocess.run([sys.executable, "becomes.py"], check=True)
+    time.sleep(5)
+    """
+)
+
+
+def test_a_followed_process_that_becomes_another_program_lives_its_life(tmp_path):
+    """The parent-death signal that ends a launcher once tpumem is gone outlives an
+    exec, its handler does not: a real-time one's default ended the program the
+    process became (sleep) as soon as its parent ended, with tpumem alive. Its
+    signal now does nothing by default: the program runs to its end."""
+    (tmp_path / "becomes.py").write_text(BECOMES_ANOTHER)
+    (tmp_path / "waits.py").write_text(WAITS)
+    run = _start(tmp_path, "-q", "--follow", "-o", "run", "waits.py")
+    try:
+        _wait_for(tmp_path / "middle.pid", run)
+        middle = int((tmp_path / "middle.pid").read_text())
+        time.sleep(1.5)  # its parent has ended by now
+        assert not _gone(middle)
+    finally:
+        _finish(run)

@@ -48,8 +48,12 @@ def _chain():
 # at before it acts: Linux sends it when the parent's *thread* that started this
 # process ends too, and a parent that ends while tpumem lives is tpumem's to deal
 # with (it is the run's subreaper). When the parent has ended and tpumem with it,
-# the process gets SIGTERM, as tpumem would have sent it.
-_PARENT_DIED = signal.SIGRTMAX - 2
+# the process gets SIGTERM, as tpumem would have sent it. SIGURG, whose default
+# is to do nothing: the setting outlives an exec, the handler does not, and a
+# program this process becomes (os.execv) must not be ended by it (a real-time
+# signal's default ends the process). Sockets' out-of-band data, SIGURG's other
+# sender, finds the parent alive and ends nothing.
+_PARENT_DIED = signal.SIGURG
 _PR_SET_PDEATHSIG = 1
 _armed = {"parent": 0, "tpumem": 0}
 
