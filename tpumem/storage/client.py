@@ -41,9 +41,10 @@ class Bounds:
 
     @staticmethod
     def from_environment() -> Bounds:
-        """The bounds, TPUMEM_STORAGE_WAIT_S setting the wait (the others are
-        shares of it, at most their defaults); one line for a value that is not
-        a number of seconds."""
+        """The bounds, TPUMEM_STORAGE_WAIT_S setting the wait (a silence in an
+        answer is its share, as the defaults are: a slow server given longer
+        gets longer to answer; a connection at most its default); one line for
+        a value that is not a number of seconds."""
         text = os.environ.get(WAIT_VARIABLE, "").strip()
         if not text:
             return Bounds()
@@ -54,7 +55,7 @@ class Bounds:
         if not 1 <= wait_s <= 86_400:  # (NaN too)
             raise TpumemError(f"{WAIT_VARIABLE}={text!r}: give seconds, 1 to 86400")
         default = Bounds()
-        answer_s = min(default.answer_s, 0.4 * wait_s)
+        answer_s = default.answer_s / default.wait_s * wait_s
         return Bounds(wait_s, answer_s, min(default.connect_s, answer_s))
 
 
