@@ -18,7 +18,6 @@ SIGTERM killed it outright.)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
@@ -26,13 +25,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from tpumem.adapters.parent_death import parent_death_signal
 from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.metadata import ExitStatus
 
 GRACE_S = 5.0  # as launch/tree.py: between SIGTERM and SIGKILL
 _MOST_GENERATIONS = 64  # launchers between tpumem and a process, at the most
 _POLL_S = 1.0  # where no pidfd can be had: how often tpumem's pid is looked at
-_PR_SET_PDEATHSIG = 1
 
 Finish = Callable[[ExitStatus, str], None]  # the ending and its warning, into the trace
 
@@ -45,7 +44,7 @@ def watch_tpumem(
     watches tpumem so too, once its recording has started: `command`.)"""
     if tpumem_pid is None or not hasattr(os, "pidfd_open") or not _an_ancestor(tpumem_pid):
         return  # (a process in another pid namespace, where that number is another's)
-    _no_parent_death_signal()
+    parent_death_signal(0)
     threading.Thread(
         target=_watch, args=(tpumem_pid, finish, command), name="tpumem-watch", daemon=True
     ).start()
@@ -67,13 +66,6 @@ def _an_ancestor(pid: int) -> bool:
         except (OSError, ValueError, IndexError):
             return False
     return False
-
-
-def _no_parent_death_signal() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
 
 
 def _watch(tpumem_pid: int, finish: Finish, command: str) -> None:

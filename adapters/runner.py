@@ -21,6 +21,7 @@ from typing import Any
 
 from tpumem.adapters.import_watch import imported_frameworks
 from tpumem.adapters.launch_protocol import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig, tell
+from tpumem.adapters.parent_death import die_with_parent
 from tpumem.adapters.run_header import run_metadata
 from tpumem.adapters.script_target import run_target, user_traceback
 
@@ -43,22 +44,6 @@ def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) ->
         config.capture,
         environment,
     )
-
-
-def _die_with_parent(parent_pid: int | None, unopened: _UnopenedTrace) -> None:
-    """SIGTERM when `tpumem profile` dies, however it dies (Linux's parent-death
-    signal): a run nobody waits for must not go on holding the device. A script
-    that handles SIGTERM (to save a checkpoint) gets to."""
-    if parent_pid is None or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent_pid:  # it died before the signal was asked for
-        unopened.remove()
-        os._exit(128 + signal.SIGTERM)
 
 
 @dataclass
@@ -345,7 +330,10 @@ def main() -> None:
     unopened.install()
     # (One sent meanwhile is delivered here: the script has not begun.)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, config.unblock_signals)
-    _die_with_parent(config.parent_pid, unopened)
+    # SIGTERM when `tpumem profile` dies, however it dies: a run nobody waits for
+    # must not go on holding the device. A script that handles SIGTERM (to save a
+    # checkpoint) gets to.
+    die_with_parent(config.parent_pid, signal.SIGTERM, unopened.remove)
     # The standard library only until the script imports its framework: the
     # trace's types (Arrow, numpy) are imported after the script, or by the
     # recording when it starts.
