@@ -25,11 +25,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from tpumem.adapters.launch_protocol import GRACE_S
 from tpumem.adapters.parent_death import parent_death_signal
 from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.metadata import ExitStatus
 
-GRACE_S = 5.0  # as launch/tree.py: between SIGTERM and SIGKILL
 _MOST_GENERATIONS = 64  # launchers between tpumem and a process, at the most
 _POLL_S = 1.0  # where no pidfd can be had: how often tpumem's pid is looked at
 

@@ -18,6 +18,10 @@ QUIET_VARIABLE = "TPUMEM_QUIET_THREADS"  # quiet.py: the framework's threads mut
 ANNOUNCEMENT = b"\x00tpumem-thread "
 RUN_ID_VARIABLE = "TPUMEM_RUN_ID"  # the run every process of it belongs to
 ADAPTER_FAILED = 70  # EX_SOFTWARE: the runner, not the script, failed
+# Between SIGTERM and SIGKILL, where tpumem ends what is left of a run (launch/tree.py)
+# and where a followed process ends itself once tpumem is gone (follow_end.py): a
+# process may save its state.
+GRACE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)

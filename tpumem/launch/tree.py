@@ -18,10 +18,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from tpumem.adapters.launch_protocol import GRACE_S
 from tpumem.launch.signals import HeldSignals, reap_all
 from tpumem.units import counted
 
-GRACE_S = 5.0  # between SIGTERM and SIGKILL: a process may save its state
 _PR_SET_CHILD_SUBREAPER = 36
 _KILL_ROUNDS = 30  # one a second: a process stuck in the kernel (D state) is left after
 
