@@ -26,11 +26,10 @@ import time
 from collections.abc import Callable
 
 from tpumem.adapters.launch_protocol import GRACE_S
-from tpumem.adapters.parent_death import parent_death_signal
+from tpumem.adapters.parent_death import an_ancestor, parent_death_signal
 from tpumem.threads import leave_signals_to_the_script
 from tpumem.trace.metadata import ExitStatus
 
-_MOST_GENERATIONS = 64  # launchers between tpumem and a process, at the most
 _POLL_S = 1.0  # where no pidfd can be had: how often tpumem's pid is looked at
 
 Finish = Callable[[ExitStatus, str], None]  # the ending and its warning, into the trace
@@ -42,30 +41,12 @@ def watch_tpumem(
     """From now on this process ends when `tpumem_pid` does (`finish` writes
     its ending first); the parent-death signal is let go. (profile's runner
     watches tpumem so too, once its recording has started: `command`.)"""
-    if tpumem_pid is None or not hasattr(os, "pidfd_open") or not _an_ancestor(tpumem_pid):
+    if tpumem_pid is None or not hasattr(os, "pidfd_open") or not an_ancestor(tpumem_pid):
         return  # (a process in another pid namespace, where that number is another's)
     parent_death_signal(0)
     threading.Thread(
         target=_watch, args=(tpumem_pid, finish, command), name="tpumem-watch", daemon=True
     ).start()
-
-
-def _an_ancestor(pid: int) -> bool:
-    """Whether `pid` is this process's parent, or its parent's, and so on: a pid
-    handed down in the environment names tpumem only in tpumem's own tree."""
-    current = os.getppid()
-    for _ in range(_MOST_GENERATIONS):
-        if current == pid:
-            return True
-        if current <= 1:
-            return False
-        try:
-            with open(f"/proc/{current}/stat", "rb") as stat:
-                text = stat.read()
-            current = int(text[text.rfind(b")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-    return False
 
 
 def _watch(tpumem_pid: int, finish: Finish, command: str) -> None:

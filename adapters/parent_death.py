@@ -1,6 +1,7 @@
 """Linux's parent-death signal (PR_SET_PDEATHSIG), for the processes tpumem
 starts: a process nobody waits for any more must not go on holding the CPU or
-the device when tpumem dies, however it dies (SIGKILL too)."""
+the device when tpumem dies, however it dies (SIGKILL too); and what /proc says
+of a process's end and of its ancestors."""
 
 from __future__ import annotations
 
@@ -37,3 +38,39 @@ def die_with_parent(
         if before_exit is not None:
             before_exit()
         os._exit(128 + number)
+
+
+_MOST_GENERATIONS = 64  # launchers between tpumem and a process, at the most
+
+
+def _state_and_parent(pid: int) -> tuple[bytes, int] | None:
+    """(state, parent's pid) of process `pid`, from /proc; None where it has none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+        fields = text[text.rfind(b")") + 2 :].split()  # (after the name, which may hold ")")
+        return fields[0], int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended (one not waited for yet is a zombie, and still
+    its children's parent to getppid)."""
+    found = _state_and_parent(pid)
+    return found is None or found[0] in (b"Z", b"X")
+
+
+def an_ancestor(pid: int) -> bool:
+    """Whether `pid` is this process's parent, or its parent's, and so on: a pid
+    handed down in the environment names tpumem only in tpumem's own tree (another
+    pid namespace gives the number to another process)."""
+    current = os.getppid()
+    for _ in range(_MOST_GENERATIONS):
+        if current == pid:
+            return True
+        found = _state_and_parent(current) if current > 1 else None
+        if found is None:
+            return False
+        current = found[1]
+    return False

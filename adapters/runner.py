@@ -21,7 +21,7 @@ from typing import Any
 
 from tpumem.adapters.import_watch import imported_frameworks
 from tpumem.adapters.launch_protocol import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig, tell
-from tpumem.adapters.parent_death import die_with_parent
+from tpumem.adapters.parent_death import die_with_parent, ended
 from tpumem.adapters.run_header import run_metadata
 from tpumem.adapters.script_target import run_target, user_traceback
 
@@ -77,14 +77,7 @@ class _UnopenedTrace:
         is still this process's parent to getppid: its state says)."""
         if self.parent_pid is None:
             return False
-        if os.getppid() != self.parent_pid:
-            return True
-        try:
-            with open(f"/proc/{self.parent_pid}/stat", "rb") as stat:
-                text = stat.read()
-        except OSError:
-            return True
-        return text[text.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+        return os.getppid() != self.parent_pid or ended(self.parent_pid)
 
     def on_sigterm(self, number: int, _frame: Any) -> None:
         """SIGTERM before the trace is opened (the script's own handler replaces

@@ -72,8 +72,9 @@ def _end_without_tpumem():
 
 
 def _ended(pid):
-    """Whether process `pid` has ended (one not waited for yet is a zombie). The
-    runner's orphaned() reads the same; this file imports nothing of tpumem's."""
+    """Whether process `pid` has ended (one not waited for yet is a zombie): the
+    rule of parent_death.ended, written again because this file imports nothing
+    of tpumem's."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             text = stat.read()
