@@ -43,17 +43,17 @@ def run_compiling(command: Sequence[str], env: dict[str, str]) -> tuple[int, int
         child = subprocess.Popen(
             list(command), env=env, start_new_session=True, preexec_fn=_unblocked
         )
-        stopped_by = None
+        stopping = None
         while True:
             found, status = os.waitpid(child.pid, os.WNOHANG)
             if found:
                 break
             number = _stopping(signals)
-            if number is not None and stopped_by is None:
-                stopped_by = number
+            if number is not None and stopping is None:
+                stopping = number
                 os.kill(child.pid, signal.SIGKILL)
         child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, stopped_by
+    return child.returncode, stopping
 
 
 def run_passing_on(command: Sequence[str], env: dict[str, str]) -> int:
