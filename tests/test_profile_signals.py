@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -415,22 +416,31 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_no_followed_process_outlives_tpumem_and_each_trace_says_how_it_ended(tmp_path):
+@contextlib.contextmanager
+def _followed_children(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dict[str, int]]]:
+    """`profile --follow` of a script whose two recording children run on, one
+    deaf to SIGTERM: the run and the children's pids by how they hear it, each
+    child killed as the block ends (on the code before, they ran on under PID 1)."""
     (tmp_path / "parent.py").write_text(CHILDREN)
     (tmp_path / "child.py").write_text(CHILD)
     run = _start(tmp_path, "-q", "--follow", "-o", "run", "parent.py")
-    pids = {}
+    pids: dict[str, int] = {}
     try:
         for how in ("deaf", "plain"):
             _wait_for(tmp_path / f"{how}.pid", run)
             pids[how] = int((tmp_path / f"{how}.pid").read_text())
-        run.send_signal(signal.SIGTERM)
-        stderr = _finish(run)
+        yield run, pids
     finally:
-        for pid in pids.values():  # (on the code before: they ran on under PID 1)
+        for pid in pids.values():
             with contextlib.suppress(ProcessLookupError):
                 if not _gone(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def test_no_followed_process_outlives_tpumem_and_each_trace_says_how_it_ended(tmp_path):
+    with _followed_children(tmp_path) as (run, pids):
+        run.send_signal(signal.SIGTERM)
+        stderr = _finish(run)
     assert run.returncode == 128 + signal.SIGTERM, stderr
     assert [pid for pid in pids.values() if not _gone(pid)] == []
     assert (
@@ -452,24 +462,13 @@ def test_no_followed_process_outlives_a_killed_tpumem_and_each_trace_says_how_it
     recording process watches tpumem and ends itself, its ending written first:
     SIGTERM, and SIGKILL 5 s later for the one that ignores SIGTERM (both ran on
     under PID 1, their traces unclosed)."""
-    (tmp_path / "parent.py").write_text(CHILDREN)
-    (tmp_path / "child.py").write_text(CHILD)
-    run = _start(tmp_path, "-q", "--follow", "-o", "run", "parent.py")
-    pids = {}
-    try:
-        for how in ("deaf", "plain"):
-            _wait_for(tmp_path / f"{how}.pid", run)
-            pids[how] = int((tmp_path / f"{how}.pid").read_text())
+    with _followed_children(tmp_path) as (run, pids):
         run.kill()
         _finish(run)
         deadline = time.monotonic() + 30
         while not all(_gone(pid) for pid in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
         running = [pid for pid in pids.values() if not _gone(pid)]
-    finally:
-        for pid in pids.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
     assert running == []
     traces = {load(path).metadata.pid: path for path in (tmp_path / "run").glob("*.tpumem")}
     assert sorted(traces) == sorted(pids.values())
