@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tpumem.trace.schema import ALLOC, FREE
+from tpumem.trace.schema import ALLOC, FREE, TOLD
 from tpumem.trace.writer import FLUSH_INTERVAL_S
 
 # A book's rows go to the trace as often as the writer flushes its own (what a
@@ -26,6 +26,7 @@ FOUND = "array"  # found by a poll, made where no hook runs
 PARAMETER = "parameter"  # a model's parameter (torch.nn.Parameter)
 GRADIENT = "gradient"  # a parameter's .grad
 OPTIMIZER = "optimizer state"  # what an optimizer keeps in its state (torch.optim's .state)
+STATE = "state"  # other state a framework carries between steps (statistics, RNG, metrics)
 
 
 def shape_text(shape: Iterable[int]) -> str:
@@ -36,9 +37,9 @@ def shape_text(shape: Iterable[int]) -> str:
 # (BookRows' tables); NONE stands for a missing address, requested size or label
 # (a free row has no label).
 KIND, TIME, DEVICE, BUFFER, ADDRESS, BYTES, REQUESTED, LABEL = range(8)
-ALLOC_CODE, FREE_CODE = 0, 1
+ALLOC_CODE, FREE_CODE, TOLD_CODE = 0, 1, 2
 NONE = -1
-_KINDS = pa.array([ALLOC, FREE], pa.string())
+_KINDS = pa.array([ALLOC, FREE, TOLD], pa.string())
 # A label: what an allocation row says of its buffer, in this order, then `where`
 # (call_stacks.Where: the source line and the stack id).
 LABEL_FIELDS = ("op", "region", "dtype", "shape")

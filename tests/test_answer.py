@@ -25,13 +25,14 @@ SMALL = 16 * 1024  # XProf's memory_viewer lumps buffers below this together
 # `donate` gives the step its state.
 JAX_STEP = """
 import functools, json, sys
-import jax, jax.numpy as jnp
+import jax, jax.numpy as jnp, optax
 
 BATCH, WIDTH, HIDDEN = 256, 128, 4096
 donate = (0, 1) if "--donate" in sys.argv else ()
 key = jax.random.key(0)
 params = {{"w1": jax.random.normal(key, (WIDTH, HIDDEN)), "w2": jnp.ones((WIDTH, WIDTH))}}
-state = {{"mu": jax.tree.map(jnp.zeros_like, params), "nu": jax.tree.map(jnp.zeros_like, params)}}
+tx = optax.adam(1e-3)
+state = tx.init(params)
 x = jnp.ones((BATCH, WIDTH))
 
 def loss_fn(p, x):
@@ -43,10 +44,8 @@ def loss_fn(p, x):
 @functools.partial(jax.jit, donate_argnums=donate)
 def step(params, state, x):
     loss, grads = jax.value_and_grad(loss_fn)(params, x)
-    mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, state["mu"], grads)
-    nu = jax.tree.map(lambda v, g: 0.99 * v + 0.01 * g * g, state["nu"], grads)
-    params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
-    return params, {{"mu": mu, "nu": nu}}, loss
+    updates, state = tx.update(grads, state)
+    return optax.apply_updates(params, updates), state, loss
 
 for _ in range(3):
     params, state, loss = step(params, state, x)
@@ -115,22 +114,23 @@ def test_a_jax_steps_lines_come_from_inside_the_program(tmp_path):
 
 
 def test_jax_kinds_and_the_donation_a_step_lacks(tmp_path):
-    """Parameters and Adam's moments by the names JAX gives the step's arguments;
-    without donation the step's new state is a second copy at the peak, and the
-    change says so with its exact bytes; with donation, one copy and no change."""
+    """Parameters and Adam's moments (and its count) by optax's objects in the
+    step's pytrees; without donation the step's new state is a second copy at the
+    peak, and the change says so with its exact bytes; with donation, one copy and
+    no change."""
     script = JAX_STEP.format(leak="")
     trace, printed = _run(tmp_path, script)
     params = printed["params"]
     analysis = analyze(load(trace))
     (device,) = analysis.devices
     kinds = {k.kind: k.bytes for k in device.kinds.kinds}
-    assert kinds[PARAMETERS] == 2 * params and kinds[OPTIMIZER] == 4 * params
+    assert kinds[PARAMETERS] == 2 * params and kinds[OPTIMIZER] == 2 * (2 * params + 4)
     assert kinds[INPUTS] == 256 * 128 * 4
     assert sum(kinds.values()) == device.peak.bytes
     (running,) = device.programs_at_peak
     assert kinds[ACTIVATIONS] == running.temp_bytes
     (donate,) = [c for c in analysis.changes if c.key == DONATE]
-    assert donate.bytes == 3 * params and donate.names == ("params", "state")
+    assert donate.bytes == 3 * params + 4 and donate.names == ("params", "state")
     remat = [c for c in analysis.changes if c.key == REMAT]
     assert remat and remat[0].line == _line(script, "BIG")
 
@@ -138,7 +138,7 @@ def test_jax_kinds_and_the_donation_a_step_lacks(tmp_path):
     analysis = analyze(load(trace))
     (device,) = analysis.devices
     kinds = {k.kind: k.bytes for k in device.kinds.kinds}
-    assert kinds[PARAMETERS] == params and kinds[OPTIMIZER] == 2 * params
+    assert kinds[PARAMETERS] == params and kinds[OPTIMIZER] == 2 * params + 4
     assert not [c for c in analysis.changes if c.key == DONATE]
 
 

@@ -44,6 +44,7 @@ from tpumem.adapters.base import Patches
 from tpumem.adapters.book_rows import INPUT, OUTPUT, TEMP
 from tpumem.adapters.call_stacks import CallStacks, Where
 from tpumem.adapters.jax.buffer_book import BufferBook, device_name
+from tpumem.adapters.jax.tree_kinds import LEARNING_CALLS, OutputKinds
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.trace.schema import PROGRAM
 from tpumem.trace.writer import TraceWriter
@@ -172,6 +173,7 @@ class JaxHooks:
             source_info_util.register_exclusion(path + os.sep)
 
         self._tree_leaves = tree_util.tree_leaves
+        self._tree_flatten = tree_util.tree_flatten
         import numpy
 
         self._ndarray = numpy.ndarray
@@ -223,7 +225,7 @@ class JaxHooks:
             jitted = original(fun, jit_info)
             hooks.wrapped += 1
             donates = bool(jit_info.donate_argnums or jit_info.donate_argnames)
-            return JittedFunction(jitted, hooks, donates)
+            return JittedFunction(jitted, hooks, donates, fun)
 
         self.patches.replace(pjit, "_cpp_pjit", _cpp_pjit)
 
@@ -311,16 +313,20 @@ class JaxHooks:
         if book is None:
             return
         array_type = book.array_type
+        regions = None
         if type(out) is array_type:
             leaves, first = None, out  # one array: entered without a list
         else:
-            leaves = self._tree_leaves(out)
+            leaves, treedef = self._tree_flatten(out)
             if not leaves or (
                 type(leaves[0]) is not array_type
                 and not any(type(leaf) is array_type for leaf in leaves)
             ):
                 return  # traced, not run
             first = leaves[0]
+            regions = function.kinds.regions(
+                out, leaves, treedef, lambda: self._tree_leaves((args, kwargs))
+            )
         run = None
         if self.python_runs != python_runs:  # on some thread: this call's if ours and new
             run = self._local.run
@@ -344,7 +350,7 @@ class JaxHooks:
         if leaves is None:
             book.enter_one(first, start, function.__name__, OUTPUT, where)
         else:
-            book.enter(leaves, start, function.__name__, OUTPUT, where)
+            book.enter(leaves, start, function.__name__, OUTPUT, where, regions)
         if program is not None and self.temp_windows:
             self._temp(book, program, start, end, function.__name__, where)
         if host:
@@ -357,6 +363,18 @@ class JaxHooks:
                 book.add_window(
                     device_name(devices[0]), host, (start, ended), function.__name__, INPUT, where
                 )
+
+    def tell_arguments(self, function: JittedFunction, args: Any, kwargs: Any) -> None:
+        """What a call's arguments are for, by the objects that hold them: the
+        arrays a step is first given were made before any step told them."""
+        book = self.book
+        if book is None:
+            return
+        tree = (args, kwargs)
+        leaves = self._tree_leaves(tree)
+        regions = function.kinds.arguments(leaves, tree)
+        if regions is not None:
+            book.tell(leaves, regions, time.time_ns() - self.origin)
 
     def donating_call(self, name: str) -> None:
         """A call of a jitted function that donates its arguments: in Flax/optax
@@ -426,11 +444,12 @@ class JittedFunction:
     calls enter the arrays they return. Everything else (`lower`, `trace`,
     `eval_shape`, `clear_cache`, attributes) is the wrapped function's."""
 
-    def __init__(self, jitted: Any, hooks: JaxHooks, donates: bool) -> None:
+    def __init__(self, jitted: Any, hooks: JaxHooks, donates: bool, fun: Any) -> None:
         functools.update_wrapper(self, jitted)
         self._jitted = jitted
         self._hooks = hooks
         self.donates = donates
+        self.kinds = OutputKinds(fun)  # what its outputs are for (tree_kinds.py)
         # Its programs whose temp is shown (Program.shows_temp), by the first
         # output's shape: the fast path's calls name no program.
         self.programs: dict[Any, Program] = {}
@@ -443,6 +462,8 @@ class JittedFunction:
         python_runs = hooks.python_runs
         donates = self.donates  # (the poll leaves donated arguments to this call)
         host = hooks.host_arguments(args, kwargs)
+        if self.kinds.calls < LEARNING_CALLS:
+            hooks.tell_arguments(self, args, kwargs)
         if donates:
             hooks.donating_call(self.__name__)
             hooks.calls_running += 1

@@ -30,6 +30,7 @@ from tpumem.adapters.book_rows import (
     FOUND,
     FREE_CODE,
     NONE,
+    TOLD_CODE,
     BookRows,
     shape_text,
 )
@@ -124,18 +125,22 @@ class BufferBook:
         op: str | None,
         region: str,
         where: Where,
+        regions: list[str] | None = None,
     ) -> None:
-        """Enters the jax.Arrays among `arrays` (anything else is skipped)."""
+        """Enters the jax.Arrays among `arrays` (anything else is skipped);
+        `regions`, where given, is each one's region in place of `region`."""
         array_type = self.array_type
         entered = listed = 0
         with self._lock:
             if self._released:
                 self._drain_released()
-            for array in arrays:
+            for index, array in enumerate(arrays):
                 if type(array) is not array_type:
                     array = getattr(array, "_base_array", None)  # typed PRNG keys
                     if type(array) is not array_type:
                         continue
+                if regions is not None:
+                    region = regions[index]
                 shards = self._enter(array, time_ns, op, region, where)
                 if shards:
                     entered += 1
@@ -207,6 +212,25 @@ class BufferBook:
         by_object[key] = ref_id
         self._sequence += 1
         return len(shards)
+
+    def tell(self, arrays: list[Any], regions: list[str | None], time_ns: int) -> None:
+        """What the arrays in the book among `arrays` are for, learned after they
+        were entered (`regions`: each one's, None where nothing tells)."""
+        array_type = self.array_type
+        with self._lock:
+            rows = self._rows
+            for array, region in zip(arrays, regions, strict=True):
+                if region is None or type(array) is not array_type:
+                    continue
+                ref_id = self._by_object.get(id(array))
+                entry = self._entries.get(ref_id) if ref_id is not None else None
+                if entry is None:
+                    continue
+                label = rows.label((None, region, None, None, NOWHERE))
+                for _, buffer_id, size, device, _ in entry[1]:
+                    rows.made.append(
+                        (TOLD_CODE, time_ns, device, buffer_id, NONE, size, NONE, label)
+                    )
 
     def release_deleted(self, arrays: list[Any], time_ns: int) -> None:
         """Releases the buffers of the arrays among `arrays` that were deleted:

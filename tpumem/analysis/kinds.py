@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,16 +34,17 @@ from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.hlo.shapes import numpy_dtype
 from tpumem.trace.model import Trace
-from tpumem.trace.schema import KERAS_STEP, MARK
+from tpumem.trace.schema import KERAS_STEP, MARK, TOLD
 
+# Stable keys (the JSON's); their words are the report's (report/answer_rows.py).
 PARAMETERS = "parameters"
 GRADIENTS = "gradients"
-OPTIMIZER = "optimizer state"
-ACTIVATIONS = "activations and temporaries"
+OPTIMIZER = "optimizer_state"
+ACTIVATIONS = "activations"
 INPUTS = "inputs"
-STATE = "other state carried between steps"
-RUNTIME = "framework and runtime"
-OTHER = "other arrays"
+STATE = "other_state"
+RUNTIME = "runtime"
+OTHER = "not_told"
 UNATTRIBUTED = "unattributed"
 KINDS = (
     PARAMETERS,
@@ -57,13 +59,12 @@ KINDS = (
 )
 
 # How each kind was told.
-BY_ADAPTER = "the adapter's record of each tensor"
+BY_ADAPTER = "the framework's own objects"
 BY_PLAN = "XLA's plan of the program running"
 BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
 BY_OUTPUTS = "the program's outputs (its plan), allocated with its launch"
-BY_NAME = "guessed from words in argument names"
+BY_FATE = "XLA's plan: given back by the program (state) or not (an input)"
 BY_KERAS = "Keras' trainer's state layout"
-BY_SHAPE = "matched to arguments by shape"
 BY_COUNTERS = "in use, in no buffer seen"
 BY_RUNTIME = "the runtime's own reservation (a program's stack)"
 NOT_TOLD = "not told by the framework"
@@ -74,7 +75,13 @@ _REGIONS = {
     "gradient": GRADIENTS,
     "optimizer state": OPTIMIZER,
     "input": INPUTS,
+    "state": STATE,
     "temp": ACTIVATIONS,  # (a program's working memory, or an op's own: TensorFlow)
+    # A PyTorch memory snapshot's categories (torch.profiler's), where it has them.
+    "optimizer_state": OPTIMIZER,
+    "activation": ACTIVATIONS,
+    "temporary": ACTIVATIONS,
+    "autograd_detail": ACTIVATIONS,
 }
 # Words of an argument's path that tell its kind, read from the left (the
 # argument's own name first, then its keys): the first that tells decides, so
@@ -113,14 +120,22 @@ _KERAS_STATE = re.compile(r"^state\[(\d)\]")
 _KERAS_KINDS = {"0": PARAMETERS, "1": STATE, "2": OPTIMIZER, "3": STATE}
 
 
+def _keras_kind(name: str) -> str | None:
+    """The kind Keras' trainer's layout gives an argument of its train step."""
+    index = _KERAS_STATE.match(name)
+    return _KERAS_KINDS.get(index[1]) if index is not None else None
+
+
 def argument_kind(name: str, carried: bool, keras: bool = False) -> str:
     """The kind an argument's name tells (its path's words, from the left; under
     Keras' fit, its trainer's layout), else whether an output replaces it
-    (state) or not (an input)."""
+    (state) or not (an input). For the advice that names what to make bf16 (on
+    XLA:TPU's plans, where no framework object is at hand); the peak's kinds
+    take no words (`_matched`)."""
     if keras:
-        index = _KERAS_STATE.match(name)
-        if index is not None and index[1] in _KERAS_KINDS:
-            return _KERAS_KINDS[index[1]]
+        layout = _keras_kind(name)
+        if layout is not None:
+            return layout
     in_state = False
     for word in _WORDS.split(name.lower()):
         if word in _OPTIMIZER_WORDS or (in_state and word in _MOMENT_WORDS):
@@ -154,7 +169,7 @@ def peak_kinds(
     if len(live):
         rows = events.row[live]
         sizes = events.bytes[live]
-        region_codes, region_values = trace.codes_at("region", rows)
+        region_of = _regions(trace, events, rows, events.buffer_id[live])
         program_of = running.program_of
         for index, program in enumerate(running.found):
             mine = program_of == index
@@ -164,11 +179,10 @@ def peak_kinds(
             planned = program.heap is not None and program.heap.temp_peak_bytes > 0
             add(ACTIVATIONS, held - outputs, BY_PLAN if planned else BY_TEMP_SIZE)
             add(STATE, outputs, BY_OUTPUTS)
-        for code, name in enumerate(region_values):
-            if name in _REGIONS:
-                mine = (region_codes == code) & (kind_of == "")
-                kind_of[mine] = _REGIONS[name]
-                add(_REGIONS[name], int(sizes[mine].sum()), BY_ADAPTER)
+        for name, kind in _REGIONS.items():
+            mine = (region_of == name) & (kind_of == "")
+            kind_of[mine] = kind
+            add(kind, int(sizes[mine].sum()), BY_ADAPTER)
         keras = bool(running.found) and KERAS_STEP in _mark_names(trace)
         for program in running.found:
             for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
@@ -180,6 +194,33 @@ def peak_kinds(
     return PeakKinds(
         tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
     )
+
+
+def _regions(trace: Trace, events: DeviceEvents, rows: np.ndarray, buffers: np.ndarray) -> Any:
+    """The region of each of the buffers made at `rows` (trace rows of their
+    allocations): what a TOLD row of the device says of it, else its own."""
+    codes, values = trace.codes_at("region", rows)
+    names = np.array([*values, ""], object)[codes]  # (-1, no region: "")
+    told = np.flatnonzero(trace.is_kind(TOLD))
+    if not len(told):
+        return names
+    device_codes, devices = trace.codes_at("device", told)
+    mine = told[device_codes == (devices.index(events.device) if events.device in devices else -2)]
+    if not len(mine):
+        return names
+    told_codes, told_values = trace.codes_at("region", mine)
+    said = dict(
+        zip(
+            trace.numbers_at("buffer_id", mine, -1).tolist(),
+            (told_values[c] if c >= 0 else "" for c in told_codes.tolist()),
+            strict=True,
+        )
+    )
+    for position, buffer in enumerate(buffers.tolist()):
+        region = said.get(buffer)
+        if region:
+            names[position] = region
+    return names
 
 
 def _launched_outputs(program: CompiledProgram, held: int) -> int:
@@ -218,11 +259,18 @@ def _matched(
     sizes = events.bytes[live]
     dtype_codes, dtype_values = trace.codes_at("dtype", rows)
     waiting: dict[tuple[str, int], collections.deque[int]] = {}
-    for position in np.flatnonzero(kind_of == "").tolist():
+    # Live arrays the framework told already, by dtype and size: the program's
+    # arguments and outputs are among them first (a step's state, told by its
+    # objects), before any untold array of their size is taken for one.
+    told: collections.Counter[tuple[str, int]] = collections.Counter()
+    for position in range(len(live)):
         d = int(dtype_codes[position])
         if d >= 0:
             key = (dtype_values[d], int(sizes[position]))
-            waiting.setdefault(key, collections.deque()).append(position)
+            if kind_of[position] == "":
+                waiting.setdefault(key, collections.deque()).append(position)
+            else:
+                told[key] += 1
 
     def key_of(buffer: HeapBuffer) -> tuple[str, int]:
         return (numpy_dtype(buffer.dtype), buffer.bytes)
@@ -230,25 +278,30 @@ def _matched(
     arguments = [b for b in heap.live_at_peak if b.group == PARAMETER]
     outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]
     replaced = {key_of(b) for b in outputs}
-    # A name all the arguments share (TensorFlow's "XLA_Args") names none of them.
-    named = len({b.op_name for b in arguments}) > 1
     found: list[tuple[int, str, str]] = []
     # The kinds of the carried arguments of each dtype and size: the outputs of
     # one replace them one for one (a step returns the state it was given).
     carried: dict[tuple[str, int], collections.deque[tuple[str, str]]] = {}
     for argument in arguments:
         key = key_of(argument)
+        if told[key]:
+            told[key] -= 1
+            continue
         carries = key in replaced or argument.live_out
-        kind = argument_kind(argument.op_name if named else "", carries, keras)
-        how = BY_NAME if named else BY_SHAPE
-        if keras and _KERAS_STATE.match(argument.op_name):
-            how = BY_KERAS
+        kind, how = (STATE if carries else INPUTS), BY_FATE
+        if keras:
+            layout = _keras_kind(argument.op_name)
+            if layout is not None:
+                kind, how = layout, BY_KERAS
         if carries:
             carried.setdefault(key, collections.deque()).append((kind, how))
         if waiting.get(key):
             found.append((waiting[key].popleft(), kind, how))
     for output in outputs:
         key = key_of(output)
+        if told[key]:
+            told[key] -= 1
+            continue
         if waiting.get(key) and carried.get(key):
             kind, how = carried[key].popleft()
             found.append((waiting[key].pop(), kind, how))

@@ -17,6 +17,18 @@ from tpumem.units import counted, format_bytes, format_seconds
 TOP_LINES = 8
 KIND_HEADERS = ("bytes", "share", "kind", "how it is known")
 KINDS_TITLE = "What the peak is"
+# The words for each kind's key (analysis/kinds.py).
+KIND_WORDS = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer state",
+    "activations": "activations and temporaries",
+    "inputs": "inputs",
+    "other_state": "other state carried between steps",
+    "runtime": "framework and runtime",
+    "not_told": "other arrays",
+    "unattributed": "unattributed",
+}
 LINE_HEADERS = ("bytes", "line", "what")
 LINES_TITLE = "Lines holding the peak, largest first"
 NO_LINE = "(no line recorded)"
@@ -40,7 +52,7 @@ def kind_rows(device: DeviceAnalysis) -> list[tuple[str, str, str, str]]:
         return []
     peak = device.peak.bytes or 1
     rows = [
-        (format_bytes(k.bytes), _share(k.bytes / peak), k.kind, "; ".join(k.how))
+        (format_bytes(k.bytes), _share(k.bytes / peak), KIND_WORDS[k.kind], "; ".join(k.how))
         for k in kinds.kinds
     ]
     padding = device.padding

@@ -31,7 +31,11 @@ STACK = "stack"  # a Python call stack, `stack` its id, its frames JSON in `text
 # The stacks that built a compiled function's ops, by op name: `op` names the
 # function, `text` is JSON {"function": name, "stacks": {op: stack id}} (stack_rows.py).
 OP_STACKS = "op stacks"
-KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK, OP_STACKS)
+# What a buffer made earlier is for, learned after it was made (a jitted step's
+# arguments, told by the framework's objects that hold them): `device` and
+# `buffer_id` name the buffer, `region` its use.
+TOLD = "told"
+KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK, OP_STACKS, TOLD)
 
 # The mark (its `text`) of a training batch Keras' fit() started: its JAX trainer
 # runs `train_step(state, data)`, its state the tuple of trainable, non-trainable,
