@@ -6,6 +6,7 @@ and the JAX adapters. Keras is watched for, not imported: the adapters call
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tpumem.adapters.base import Patches
@@ -16,8 +17,11 @@ KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
 
 
 class KerasSteps:
-    def __init__(self, writer: TraceWriter, patches: Patches) -> None:
+    def __init__(
+        self, writer: TraceWriter, patches: Patches, on_batch: Callable[[Any], None] | None = None
+    ) -> None:
         self._writer, self._patches = writer, patches
+        self._on_batch = on_batch  # given the model as each batch starts
         self._step = 0
         self.hooked = False
 
@@ -44,6 +48,10 @@ class KerasSteps:
         def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
             steps._writer.mark(KERAS_STEP, step=steps._step)
             steps._step += 1
+            if steps._on_batch is not None:
+                model = getattr(self, "model", None)
+                if model is not None:
+                    steps._on_batch(model)
             return original(self, batch, logs)
 
         self._patches.replace(callback_list, "on_train_batch_begin", on_train_batch_begin)

@@ -112,11 +112,11 @@ print(json.dumps({"parameters": size(model.trainable_variables),
 """
 
 
-def peak_kinds(tmp_path, name: str, source: str) -> tuple[dict, dict]:
+def peak_kinds(tmp_path, name: str, source: str, env: dict | None = None) -> tuple[dict, dict]:
     """The kinds at the peak (key -> bytes) and the script's own counts."""
     script = tmp_path / f"{name}.py"
     script.write_text("import json\n" + textwrap.dedent(source))
-    result = profile(tmp_path, str(script))
+    result = profile(tmp_path, str(script), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = json.loads(result.stdout.strip().splitlines()[-1])
     report = run_tpumem("report", str(tmp_path / f"{name}.tpumem"), "--format", "json")

@@ -35,7 +35,9 @@ from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace, newest_xspace_file
 from tpumem.adapters.tensorflow.allocator_stacks import TfStacks
+from tpumem.adapters.tensorflow.devices import device_name
 from tpumem.adapters.tensorflow.host_transfers import HostTransfers
+from tpumem.adapters.tensorflow.variable_kinds import VariableKinds
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo
 from tpumem.trace.schema import ALLOCATOR, COUNTER
@@ -45,12 +47,9 @@ CPU_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 # TSL's functions that TensorFlow's framework library exports (C++ names, mangled).
 _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 _THREADPOOL_LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
+# The mark (its `text`) of an eager optimizer update in a loop that numbers no steps.
+OPTIMIZER_UPDATE = "optimizer update (eager)"
 _WATCH_S = 0.1  # while a session records every allocation: how often the sampler wakes
-
-
-def device_name(logical_name: str) -> str:
-    """'/device:GPU:0' or '/job:localhost/.../device:GPU:0' -> 'GPU:0'."""
-    return logical_name.rsplit("device:", 1)[-1]
 
 
 class _TfSessions:
@@ -226,7 +225,11 @@ class TensorFlowAdapter(Adapter):
         from tensorflow.python.eager import context
 
         self.writer = writer
-        self._keras = KerasSteps(writer, self._patches)
+        self._kinds = VariableKinds(writer, self._patches, tf, self._optimizer_updated)
+        self._annotated = False  # the script numbers its steps itself
+        self._updates = 0
+        self._kinds.install()
+        self._keras = KerasSteps(writer, self._patches, self._kinds.model)
         self.tf = tf
         self._context = context
         writer.patch_metadata(framework_version=tf.__version__)
@@ -345,6 +348,7 @@ class TensorFlowAdapter(Adapter):
 
     def _tick(self) -> float | None:
         self._keras.watch()  # first: a sample that fails or stalls must not keep it back
+        self._kinds.watch()
         recording = self._chunks is not None and self._chunks.recording
         if self._devices_ready():
             self._sample_once(between_sessions=not recording)
@@ -376,7 +380,24 @@ class TensorFlowAdapter(Adapter):
         otherwise have no mark."""
         from tensorflow.python.profiler import trace
 
-        self._patches.on_undo(on_step_annotation(trace.Trace, mark_numbered_steps(self.writer)))
+        marked, kinds = mark_numbered_steps(self.writer), self._kinds
+
+        def mark(name: str, step: int | None) -> None:
+            marked(name, step)
+            if step is not None:
+                self._annotated = True
+                kinds.tell_now()  # between steps, on the script's thread
+
+        self._patches.on_undo(on_step_annotation(trace.Trace, mark))
+
+    def _optimizer_updated(self) -> None:
+        """An eager custom loop marks no steps: where neither the script nor
+        Keras' fit() numbers them, each eager optimizer update ends one (the
+        next step's ops are those run until the next update ends)."""
+        if self._annotated or self._keras.marked:
+            return
+        self.writer.mark(OPTIMIZER_UPDATE, step=self._updates)
+        self._updates += 1
 
     def _take_over_profiler_api(self, chunks: ProfilerChunks) -> None:
         """tf.profiler.experimental.start/stop would fail while tpumem's session

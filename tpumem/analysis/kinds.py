@@ -20,6 +20,7 @@ What is left is the run's other arrays, which the framework does not say the use
 
 from __future__ import annotations
 
+import bisect
 import collections
 import re
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tpumem.analysis.by_line import ProgramsAtPeak
-from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.peak import PeakBreakdown
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
 from tpumem.analysis.programs import CompiledProgram
@@ -43,7 +44,7 @@ OPTIMIZER = "optimizer_state"
 ACTIVATIONS = "activations"
 INPUTS = "inputs"
 STATE = "other_state"
-RUNTIME = "runtime"
+OVERHEAD = "overhead"
 OTHER = "not_told"
 UNATTRIBUTED = "unattributed"
 KINDS = (
@@ -53,7 +54,7 @@ KINDS = (
     ACTIVATIONS,
     INPUTS,
     STATE,
-    RUNTIME,
+    OVERHEAD,
     OTHER,
     UNATTRIBUTED,
 )
@@ -63,10 +64,12 @@ BY_ADAPTER = "the framework's own objects"
 BY_PLAN = "XLA's plan of the program running"
 BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
 BY_OUTPUTS = "the program's outputs (its plan), allocated with its launch"
+BY_STEP = "ops' outputs made since the step began, held by no variable"
 BY_FATE = "XLA's plan: given back by the program (state) or not (an input)"
 BY_KERAS = "Keras' trainer's state layout"
 BY_COUNTERS = "in use, in no buffer seen"
 BY_RUNTIME = "the runtime's own reservation (a program's stack)"
+BY_ROUNDING = "the allocator's rounding: bytes handed out beyond those asked for"
 NOT_TOLD = "not told by the framework"
 
 # The regions adapters give (adapters/book_rows.py) that tell a kind.
@@ -83,6 +86,7 @@ _REGIONS = {
     "temporary": ACTIVATIONS,
     "autograd_detail": ACTIVATIONS,
 }
+OP_OUTPUT = "output"  # the region of an op's or a program's result (adapters/book_rows.py)
 # Words of an argument's path that tell its kind, read from the left (the
 # argument's own name first, then its keys): the first that tells decides, so
 # `params['attn']['v_proj']` is a parameter whatever its keys say. A moment's
@@ -167,9 +171,14 @@ def peak_kinds(
 
     kind_of = np.full(len(live), "", object)
     if len(live):
-        rows = events.row[live]
-        sizes = events.bytes[live]
-        region_of = _regions(trace, events, rows, events.buffer_id[live])
+        # Each kind counts the bytes asked for; what the allocator handed out
+        # beyond them (a BFC chunk it did not split, a TPU layout's padding) is
+        # its overhead.
+        handed = events.bytes[live]
+        asked = events.requested[live]
+        sizes = np.where((asked >= 0) & (asked <= handed), asked, handed)
+        add(OVERHEAD, int((handed - sizes).sum()), BY_ROUNDING)
+        region_of = _regions(trace, events, live)
         program_of = running.program_of
         for index, program in enumerate(running.found):
             mine = program_of == index
@@ -188,39 +197,102 @@ def peak_kinds(
             for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
                 kind_of[position] = kind
                 add(kind, int(sizes[position]), how)
+        # What the ops of the step under way made, that no object holds: the
+        # step's activations and temporaries (an op's output, live until its
+        # last reader has run).
+        made_in_step = (kind_of == "") & (region_of == OP_OUTPUT)
+        start = _step_start(trace, peak.time_ns)
+        if start is not None and made_in_step.any():
+            made_in_step &= events.time_ns[live] >= start
+            kind_of[made_in_step] = ACTIVATIONS
+            add(ACTIVATIONS, int(sizes[made_in_step].sum()), BY_STEP)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
     add(UNATTRIBUTED, peak.unattributed_bytes, BY_COUNTERS)
-    add(RUNTIME, peak.stack_bytes, BY_RUNTIME)
+    add(OVERHEAD, peak.stack_bytes, BY_RUNTIME)
     return PeakKinds(
         tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
     )
 
 
-def _regions(trace: Trace, events: DeviceEvents, rows: np.ndarray, buffers: np.ndarray) -> Any:
-    """The region of each of the buffers made at `rows` (trace rows of their
-    allocations): what a TOLD row of the device says of it, else its own."""
-    codes, values = trace.codes_at("region", rows)
+def _step_start(trace: Trace, time_ns: int) -> int | None:
+    """When the step under way at `time_ns` began: its mark's time."""
+    times, _ = step_marks(trace)
+    index = int(np.searchsorted(times, time_ns, side="right")) - 1
+    return int(times[index]) if index >= 0 else None
+
+
+def _regions(trace: Trace, events: DeviceEvents, live: np.ndarray) -> Any:
+    """The region of each live buffer: what a TOLD row of the device says of it,
+    else its allocation's own. A told row names its buffer by id (the JAX book's)
+    or by address (TensorFlow's variables, read where their buffers are): the
+    buffer allocated last at that address before the reading."""
+    codes, values = trace.codes_at("region", events.row[live])
     names = np.array([*values, ""], object)[codes]  # (-1, no region: "")
     told = np.flatnonzero(trace.is_kind(TOLD))
     if not len(told):
         return names
     device_codes, devices = trace.codes_at("device", told)
-    mine = told[device_codes == (devices.index(events.device) if events.device in devices else -2)]
-    if not len(mine):
+    code = devices.index(events.device) if events.device in devices else -2
+    told = told[device_codes == code]
+    if not len(told):
         return names
-    told_codes, told_values = trace.codes_at("region", mine)
-    said = dict(
-        zip(
-            trace.numbers_at("buffer_id", mine, -1).tolist(),
-            (told_values[c] if c >= 0 else "" for c in told_codes.tolist()),
-            strict=True,
-        )
-    )
-    for position, buffer in enumerate(buffers.tolist()):
-        region = said.get(buffer)
+    told_codes, told_values = trace.codes_at("region", told)
+    regions = [told_values[c] if c >= 0 else "" for c in told_codes.tolist()]
+    ids = trace.numbers_at("buffer_id", told, -1)
+    by_id = {b: r for b, r in zip(ids.tolist(), regions, strict=True) if b >= 0 and r}
+    for position, buffer in enumerate(events.buffer_id[live].tolist()):
+        region = by_id.get(buffer)
         if region:
             names[position] = region
+    addressed = ids < 0
+    if addressed.any():
+        _by_address(
+            events,
+            live,
+            names,
+            trace.numbers_at("address", told[addressed], -1),
+            trace.numbers_at("time_ns", told[addressed], -1),
+            [r for r, a in zip(regions, addressed.tolist(), strict=True) if a],
+        )
     return names
+
+
+def _by_address(
+    events: DeviceEvents,
+    live: np.ndarray,
+    names: np.ndarray,
+    addresses: np.ndarray,
+    times: np.ndarray,
+    regions: list[str],
+) -> None:
+    """Gives each live buffer the region of the first reading at its address
+    after it was allocated and before the next allocation there."""
+    readings: dict[int, list[tuple[int, str]]] = {}
+    for address, at, region in zip(addresses.tolist(), times.tolist(), regions, strict=True):
+        if address > 0 and region:
+            readings.setdefault(address, []).append((at, region))
+    if not readings:
+        return
+    for found in readings.values():
+        found.sort()
+    allocations = np.flatnonzero(events.is_alloc & np.isin(events.address, list(readings)))
+    made: dict[int, list[int]] = {}
+    for address, at in zip(
+        events.address[allocations].tolist(), events.time_ns[allocations].tolist(), strict=True
+    ):
+        made.setdefault(address, []).append(at)
+    for position, (address, at) in enumerate(
+        zip(events.address[live].tolist(), events.time_ns[live].tolist(), strict=True)
+    ):
+        found = readings.get(address)
+        if not found:
+            continue
+        times_made = made[address]
+        after = bisect.bisect_right(times_made, at)
+        until = times_made[after] if after < len(times_made) else None
+        index = bisect.bisect_left(found, (at, ""))
+        if index < len(found) and (until is None or found[index][0] < until):
+            names[position] = found[index][1]
 
 
 def _launched_outputs(program: CompiledProgram, held: int) -> int:

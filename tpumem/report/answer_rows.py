@@ -25,7 +25,7 @@ KIND_WORDS = {
     "activations": "activations and temporaries",
     "inputs": "inputs",
     "other_state": "other state carried between steps",
-    "runtime": "framework and runtime",
+    "overhead": "framework overhead",
     "not_told": "other arrays",
     "unattributed": "unattributed",
 }

@@ -1,0 +1,61 @@
+"""The peak's kinds on TensorFlow come from the objects that hold its buffers
+(adapters/tensorflow/variable_kinds.py): the variables a Keras model and its
+optimizer keep, the sources a GradientTape differentiates against and the
+gradients it returns, each read where its buffer is. Each script prints what its
+own objects count; the report's kinds must say the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_kinds_jax import peak_kinds
+
+FIT = """
+import os
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import numpy as np, keras
+model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
+                          keras.layers.BatchNormalization(), keras.layers.Dense(10)])
+model.compile(optimizer=keras.optimizers.Adam(1e-3), metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+x = np.random.rand(512, 784).astype("float32")
+model.fit(x, np.random.randint(0, 10, 512), batch_size=128, epochs=1, verbose=0)
+size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
+print(json.dumps({"parameters": size(model.trainable_variables),
+                  "optimizer_state": size(model.optimizer.variables), "copies": 1}))
+"""
+
+# The custom loop of Keras' guide ("Writing a training loop from scratch"), eager,
+# on tf.data: no step marks; each optimizer update ends a step.
+LOOP = """
+import os
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import numpy as np, tensorflow as tf, keras
+model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
+                          keras.layers.Dense(10)])
+optimizer = keras.optimizers.Adam(1e-3)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+data = (np.random.rand(512, 784).astype("float32"), np.random.randint(0, 10, 512))
+for x, y in tf.data.Dataset.from_tensor_slices(data).batch(128):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_weights)
+    optimizer.apply(grads, model.trainable_weights)
+size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
+print(json.dumps({"parameters": size(model.trainable_variables),
+                  "optimizer_state": size(optimizer.variables),
+                  "gradients": size(model.trainable_variables), "copies": 1}))
+"""
+
+
+@pytest.mark.parametrize(("name", "source"), [("keras_fit_tf", FIT), ("tape_loop", LOOP)])
+def test_variables_and_gradients_are_what_the_frameworks_objects_count(tmp_path, name, source):
+    kinds, counts = peak_kinds(tmp_path, name, source, {"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert kinds.get("parameters") == counts["parameters"], kinds
+    # All but the learning rate: a float32 scalar TensorFlow keeps outside the
+    # allocator whose events the trace holds (its buffer is in no event).
+    assert kinds.get("optimizer_state") == counts["optimizer_state"] - 4, kinds
+    if "gradients" in counts:
+        assert kinds.get("gradients") == counts["gradients"], kinds
+    assert sum(kinds.values()) == counts["peak"]
+    assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds
