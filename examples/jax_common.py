@@ -1,5 +1,5 @@
 """Pieces the JAX examples share, matching tf_common.py: parameters, layers, Adam
-and the training loop."""
+(optax's) and the training loop."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 from model_config import BETAS, EPSILON, INIT_STDDEV, LEARNING_RATE, report
 
 
@@ -48,35 +49,23 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return -jnp.take_along_axis(log_probs, labels[..., None], axis=-1).mean()
 
 
-def adam_init(params: list[jax.Array]) -> dict[str, Any]:
-    zeros = [jnp.zeros_like(p) for p in params]
-    return {"m": zeros, "v": [jnp.zeros_like(p) for p in params], "step": jnp.zeros([])}
+# optax's Adam: what Flax and plain-JAX trainers use (torch.optim.Adam's and
+# Keras' Adam, in the other examples).
+OPTIMIZER = optax.adam(LEARNING_RATE, b1=BETAS[0], b2=BETAS[1], eps=EPSILON)
 
 
-def adam_update(
-    params: list[jax.Array], grads: list[jax.Array], state: dict[str, Any]
-) -> tuple[list[jax.Array], dict[str, Any]]:
-    """Adam as tf_common.Adam, torch.optim.Adam and optax.adam compute it."""
-    beta1, beta2 = BETAS
-    step = state["step"] + 1.0
-    m = [beta1 * m + (1.0 - beta1) * g for m, g in zip(state["m"], grads, strict=True)]
-    v = [beta2 * v + (1.0 - beta2) * g * g for v, g in zip(state["v"], grads, strict=True)]
-    correction1, correction2 = 1.0 - beta1**step, 1.0 - beta2**step
-    params = [
-        p - LEARNING_RATE * (mi / correction1) / (jnp.sqrt(vi / correction2) + EPSILON)
-        for p, mi, vi in zip(params, m, v, strict=True)
-    ]
-    return params, {"m": m, "v": v, "step": step}
+def adam_init(params: list[jax.Array]) -> Any:
+    return OPTIMIZER.init(params)
 
 
 def make_step(loss_fn: Callable[..., jax.Array]) -> Callable[..., Any]:
     """One jitted training step; params and optimizer state are donated, so they
     are updated in place as TensorFlow's variables are."""
 
-    def step(params: list[jax.Array], state: dict[str, Any], *batch: jax.Array) -> Any:
+    def step(params: list[jax.Array], state: Any, *batch: jax.Array) -> Any:
         loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
-        params, state = adam_update(params, grads, state)
-        return params, state, loss
+        updates, state = OPTIMIZER.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
 
     return jax.jit(step, donate_argnums=(0, 1))
 

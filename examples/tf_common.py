@@ -1,5 +1,5 @@
-"""Pieces the TensorFlow examples share: parameters, layers and Adam, written out
-so that the JAX and PyTorch/XLA examples can match them exactly."""
+"""Pieces the TensorFlow examples share: parameters, layers and Adam (Keras'),
+written out so that the JAX and PyTorch/XLA examples can match them."""
 
 from __future__ import annotations
 
@@ -40,25 +40,21 @@ def layer_norm(x: tf.Tensor, scale: tf.Variable, bias: tf.Variable) -> tf.Tensor
 
 
 class Adam:
-    """Adam as torch.optim.Adam and optax.adam compute it (bias-corrected)."""
+    """Keras' Adam over the examples' variables, as TensorFlow custom loops train
+    (optax's and torch.optim's Adam, in the other examples)."""
 
     def __init__(self, params: list[tf.Variable]) -> None:
+        import keras
+
         self.params = params
-        self.m = [tf.Variable(tf.zeros_like(p)) for p in params]
-        self.v = [tf.Variable(tf.zeros_like(p)) for p in params]
-        self.step = tf.Variable(0.0)
+        beta1, beta2 = BETAS
+        self.optimizer = keras.optimizers.Adam(
+            learning_rate=LEARNING_RATE, beta_1=beta1, beta_2=beta2, epsilon=EPSILON
+        )
 
     def apply(self, grads: list[tf.Tensor]) -> None:
-        self.step.assign_add(1.0)
-        beta1, beta2 = BETAS
-        correction1 = 1.0 - tf.pow(beta1, self.step)
-        correction2 = 1.0 - tf.pow(beta2, self.step)
-        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
-            g = tf.convert_to_tensor(g)  # an embedding's gradient, dense as in torch
-            m.assign(beta1 * m + (1.0 - beta1) * g)
-            v.assign(beta2 * v + (1.0 - beta2) * tf.square(g))
-            update = (m / correction1) / (tf.sqrt(v / correction2) + EPSILON)
-            p.assign_sub(LEARNING_RATE * update)
+        # An embedding's gradient, dense as in torch.
+        self.optimizer.apply([tf.convert_to_tensor(g) for g in grads], self.params)
 
 
 def memory_peak() -> int | None:

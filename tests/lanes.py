@@ -59,7 +59,7 @@ LANES: dict[str, Lanes] = {
     "test_compare.py": (
         CLI,
         {
-            UNIT: ["test_rows_best_ratios_and_region_differences"],
+            UNIT: ["test_rows_best_ratios_and_kind_differences"],
             FRAMEWORKS: [
                 "test_a_script_that_fails_stops_the_comparison_and_keeps_its_trace",
                 "test_the_three_frameworks_compared_from_their_scripts",

@@ -18,7 +18,7 @@ def _scaled(rows: list[dict], factor: int) -> list[dict]:
     return [{**r, "bytes": r["bytes"] * factor} if "bytes" in r else r for r in rows]
 
 
-def test_rows_best_ratios_and_region_differences(make_trace):
+def test_rows_best_ratios_and_kind_differences(make_trace):
     small = analyze(load(make_trace(buffer_rows(), {"framework": "jax"}, name="a.tpumem")))
     rows = _scaled(buffer_rows(), 2)
     for row in rows:
@@ -33,10 +33,16 @@ def test_rows_best_ratios_and_region_differences(make_trace):
     waste = next(r for r in comparison.rows if r.key == "waste")
     assert waste.values == (None, 30)  # b recorded no requested sizes
     assert waste.best is None  # one known value is nothing to compare
-    regions = {r.region: r for r in comparison.regions}
-    assert regions["activation"].bytes == (600, 300)
-    assert regions["activation"].change == (0, -300)
-    assert comparison.regions[0].region == "activation"  # the largest change first
+    kinds = {k.kind: k for k in comparison.kinds}
+    # As each run's own report gives them: b's are its allocator's bytes (no
+    # requested sizes), a's the bytes asked for and the rounding beside.
+    for kind, device in zip(kinds.values(), (0, 1), strict=False):
+        assert kind.bytes[device] == next(
+            k.bytes for k in comparison.runs[device].devices[0].kinds.kinds if k.kind == kind.kind
+        )
+    assert kinds["activations"].bytes == (600, 280)
+    assert kinds["activations"].change == (0, -320)
+    assert comparison.kinds[0].kind == "activations"  # the largest change first
     assert comparison.alignment == "step"
 
 

@@ -7,15 +7,15 @@ buffer it is. So the adapter reads where each variable's buffer is (its address,
 through DLPack, as any array library reads it) at moments when the script is
 between steps on its own thread: Keras' `on_train_batch_begin`, a step
 annotation (`tf.profiler.experimental.Trace(..., step_num=N)`), and each eager
-`GradientTape.gradient` and optimizer `apply`. Each buffer newly seen is a
-`told` row (device, address, region); the analysis gives the region to the
+`GradientTape.gradient` and optimizer `apply`. Each reading of each variable is
+a `told` row (device, address, region); the analysis gives the region to the
 buffer allocated last at that address before the reading. A variable updated in
 place keeps its buffer; one that was copied on write is read anew at the next
 moment.
 
-Reading a variable runs a ReadVariableOp: tens of microseconds. The readings
-take at most BUDGET of the run's time since the first; a moment past it is
-skipped.
+Reading a variable runs a ReadVariableOp: about 7 us. The readings take at most
+BUDGET of the run's time since the first (and CREDIT_S): a moment reads as many
+variables as that allows, on from where the last one stopped.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ from tpumem.trace.schema import TOLD
 from tpumem.trace.writer import TraceWriter
 
 BUDGET = 0.02  # of the run's time, at most, spent reading where variables are
+CREDIT_S = 0.05  # and this much more: the first readings read every variable
+# The readings of a variable that check whether a read copies it: the first
+# ones, then one in CHECK_EVERY (a sparse op may first read it at any step).
+CHECKED_READS = 6
+CHECK_EVERY = 8
 _KERAS_OPTIMIZER = "keras.src.optimizers.base_optimizer"
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
@@ -49,10 +54,14 @@ class VariableKinds:
         self._patches = patches
         self._tf = tf
         self._to_dlpack = tf.experimental.dlpack.to_dlpack
-        # id(variable) -> (a weak reference to it, its region, the address last told)
-        self._known: dict[int, tuple[Any, str, int | None]] = {}
+        self._known: dict[int, _Known] = {}  # by id(variable)
+        self._copied: set[int] = set()  # ids of variables TensorFlow copies on read
         self._spent_s = 0.0
         self._first: float | None = None
+        self._cursor = 0  # where in the known variables the next reading starts
+        from tensorflow.python.ops import gen_resource_variable_ops
+
+        self._read = gen_resource_variable_ops.read_variable_op
         self.hooked_keras = False
 
     # -- hooks -------------------------------------------------------------------
@@ -70,6 +79,7 @@ class VariableKinds:
                 kinds.tell_now(grads=_flat(grads))
             else:  # traced into a tf.function: its variables are the parameters
                 kinds.learn(_flat(sources), PARAMETER)
+                kinds.tell_outside_function()
             return grads
 
         self._patches.replace(backprop.GradientTape, "gradient", gradient)
@@ -90,6 +100,8 @@ class VariableKinds:
             if context():
                 kinds.tell_now()
                 kinds._updated()
+            else:
+                kinds.tell_outside_function()
             return result
 
         self._patches.replace(optimizer, "apply", apply)
@@ -116,54 +128,103 @@ class VariableKinds:
             self.learn(_flat(trainable), PARAMETER)
         self.learn((v for v in optimizer.variables if id(v) not in with_params), OPTIMIZER)
 
+    @property
+    def copied_on_read(self) -> int:
+        """Variables not read: TensorFlow copies them on read (copy-on-read mode)."""
+        return len(self._copied)
+
     # -- telling -----------------------------------------------------------------
 
     def learn(self, variables: Iterable[Any], region: str) -> None:
         known = self._known
         for variable in variables:
             value = _tf_variable(variable)
-            if value is None or id(value) in known:
+            if value is None or id(value) in known or id(value) in self._copied:
                 continue
             try:
-                known[id(value)] = (weakref.ref(value), region, None)
+                known[id(value)] = _Known(weakref.ref(value), region)
             except TypeError:
                 continue
 
+    def tell_outside_function(self) -> None:
+        """While a tf.function traces (its first call): the variables as they are
+        before it first runs, read eagerly (a first step's peak holds them)."""
+        with self._tf.init_scope():
+            self.tell_now()
+
     def tell_now(self, grads: Iterable[Any] = ()) -> None:
-        """Tells where each known variable's buffer (and each gradient) is now,
-        unless reading them has had its share of the run's time."""
+        """Tells where the known variables' buffers (and the gradients) are now:
+        as many variables as the readings' share of the run's time allows, on
+        from where the last reading stopped, so that each is read in turn."""
         started = time.perf_counter()
         if self._first is None:
             self._first = started
-        elif self._spent_s > BUDGET * (started - self._first):
-            return
+        allowance = BUDGET * (started - self._first) + CREDIT_S - self._spent_s
         try:
-            self._tell(grads)
+            self._tell(grads, started + allowance)
         finally:
             self._spent_s += time.perf_counter() - started
 
-    def _tell(self, grads: Iterable[Any]) -> None:
-        known = self._known
-        for key, (ref, region, told) in list(known.items()):
-            variable = ref()
-            if variable is None:
-                del known[key]
-                continue
-            where = self._where(variable)
-            if where is not None and where[1] != told:
-                known[key] = (ref, region, where[1])
-                self._row(*where, region)
+    def _tell(self, grads: Iterable[Any], deadline: float) -> None:
+        # Every variable read is told, moved or not: a buffer freed and another
+        # allocated at the same address in between is a new buffer to tell.
         for gradient in grads:
             if gradient is not None and hasattr(gradient, "device"):
                 where = self._where(gradient)
                 if where is not None:
-                    self._row(*where, GRADIENT)
+                    self._row(where[0], where[1], where[2], GRADIENT)
+        known = self._known
+        keys = list(known)
+        if not keys:
+            return
+        # Those that moved at their last reading first (a variable copied on
+        # write each step moves each step), then the rest in turn.
+        start = self._cursor % len(keys)
+        turn = keys[start:] + keys[:start]
+        movers = [key for key in turn if known[key].moved]
+        order = movers + [key for key in turn if not known[key].moved]
+        for count, key in enumerate(order):
+            if count and time.perf_counter() > deadline:
+                self._cursor = start + max(0, count - len(movers))
+                return
+            self._read_one(key)
+        self._cursor = start
 
-    def _where(self, value: Any) -> tuple[str, int, int] | None:
-        """(device, address, bytes) of a variable's or a tensor's buffer."""
+    def _read_one(self, key: int) -> None:
+        entry = self._known[key]
+        variable = entry.ref()
+        if variable is None:
+            del self._known[key]
+            return
+        if entry.reads < CHECKED_READS or entry.reads % CHECK_EVERY == 0:
+            # Read twice, the first read still held: a variable in TensorFlow's
+            # copy-on-read mode (from the first time a sparse op such as
+            # tf.gather reads it) gives each read a copy of its own, at another
+            # address. Its readings told copies, and each made one: it is read
+            # no more, and told once by its size alone (the analysis drops its
+            # readings and finds its buffer by its size).
+            held = self._where(variable, keep=True)
+            again = self._where(variable)
+            if held is not None and again is not None and held[1] != again[1]:
+                del self._known[key]
+                self._copied.add(key)
+                self._writer.record(
+                    TOLD, device=held[0], bytes=held[2], region=entry.region, text=str(key)
+                )
+                return
+        where = self._where(variable)
+        if where is not None:
+            entry.moved = entry.last is not None and where[1] != entry.last
+            entry.last = where[1]
+            entry.reads += 1
+            self._row(where[0], where[1], where[2], entry.region, key)
+
+    def _where(self, value: Any, keep: bool = False) -> Any:
+        """(device, address, bytes) of a variable's or a tensor's buffer; with
+        `keep`, and the tensor read, which holds the buffer while it lives."""
         try:
-            # A variable's value() reads it: a tensor on the variable's own buffer.
-            tensor = value.value() if hasattr(value, "handle") else value
+            # A variable's read is a tensor on the variable's own buffer.
+            tensor = self._read(value.handle, value.dtype) if hasattr(value, "handle") else value
             capsule = self._to_dlpack(tensor)
             pointer = _get_pointer(capsule, b"dltensor")
             address = ctypes.c_void_p.from_address(pointer).value
@@ -171,10 +232,32 @@ class VariableKinds:
             device = device_name(value.device)
         except Exception:  # a string, a resource, a sparse or a deleted value
             return None
-        return (device, address, size) if address else None
+        if not address:
+            return None
+        return (device, address, size, tensor) if keep else (device, address, size)
 
-    def _row(self, device: str, address: int, size: int, region: str) -> None:
-        self._writer.record(TOLD, device=device, address=address, bytes=size, region=region)
+    def _row(
+        self, device: str, address: int, size: int, region: str, key: int | None = None
+    ) -> None:
+        """A reading; `key` names the variable, so that its readings can be
+        followed from one to the next."""
+        text = None if key is None else str(key)
+        self._writer.record(
+            TOLD, device=device, address=address, bytes=size, region=region, text=text
+        )
+
+
+class _Known:
+    """A variable the adapter reads: its region, and what its readings found."""
+
+    __slots__ = ("last", "moved", "reads", "ref", "region")
+
+    def __init__(self, ref: Any, region: str) -> None:
+        self.ref = ref
+        self.region = region
+        self.last: int | None = None  # its address at the last reading
+        self.moved = False  # whether it had moved then
+        self.reads = 0
 
 
 def _tf_variable(variable: Any) -> Any:

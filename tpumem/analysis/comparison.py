@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpumem.analysis import provenance
-from tpumem.analysis.peak import UNSEEN
+from tpumem.analysis.kinds import KINDS
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.step_programs import Entry, no_program_reason, program_figures, step_program
@@ -28,9 +28,9 @@ class CompareRow:
 
 
 @dataclass(frozen=True, slots=True)
-class RegionDifference:
-    region: str
-    bytes: tuple[int, ...]  # live at each run's peak
+class KindDifference:
+    kind: str  # a kind's key (analysis/kinds.py)
+    bytes: tuple[int, ...]  # of that kind at each run's peak (the single-run report's)
     change: tuple[int, ...]  # against the first run
 
 
@@ -43,7 +43,7 @@ class Comparison:
     # Each run's training-step program side by side (step_programs.py); empty when
     # no run compiled one.
     program_rows: tuple[CompareRow, ...]
-    regions: tuple[RegionDifference, ...]  # largest change first
+    kinds: tuple[KindDifference, ...]  # the peaks by kind, the largest change first
     top_ops: tuple[tuple[tuple[str, int], ...], ...]  # per run: (op, bytes at peak)
     alignment: str  # "step" when every run has step marks, else "normalized time"
 
@@ -180,16 +180,18 @@ def _by_op(device: DeviceAnalysis | None) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_OPS])
 
 
-def _regions(devices: list[DeviceAnalysis | None]) -> tuple[RegionDifference, ...]:
-    per_run = [dict(d.peak.by_region) if d else {} for d in devices]
-    for breakdown, device in zip(per_run, devices, strict=True):
-        if device is not None and device.peak.unattributed_bytes:
-            breakdown[UNSEEN] = device.peak.unattributed_bytes
-    names = sorted({name for breakdown in per_run for name in breakdown})
+def _kinds(devices: list[DeviceAnalysis | None]) -> tuple[KindDifference, ...]:
+    """Each run's peak by kind, as its own report gives it; the kind that differs
+    most from the first run first."""
+    per_run = [
+        {k.kind: k.bytes for k in d.kinds.kinds} if d is not None and d.kinds is not None else {}
+        for d in devices
+    ]
     result = []
-    for name in names:
-        sizes = tuple(breakdown.get(name, 0) for breakdown in per_run)
-        result.append(RegionDifference(name, sizes, tuple(s - sizes[0] for s in sizes)))
+    for kind in KINDS:
+        if any(kind in breakdown for breakdown in per_run):
+            sizes = tuple(breakdown.get(kind, 0) for breakdown in per_run)
+            result.append(KindDifference(kind, sizes, tuple(s - sizes[0] for s in sizes)))
     return tuple(sorted(result, key=lambda r: -max(abs(c) for c in r.change)))
 
 
@@ -286,7 +288,7 @@ def compare(runs: list[RunAnalysis]) -> Comparison:
         devices=tuple(d.device if d else None for d in devices),
         rows=tuple(rows),
         program_rows=_program_rows(runs),
-        regions=_regions(devices),
+        kinds=_kinds(devices),
         top_ops=tuple(_by_op(d) for d in devices),
         alignment="step" if all(run.steps >= 2 for run in runs) else "normalized time",
     )

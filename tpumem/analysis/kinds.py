@@ -65,6 +65,9 @@ BY_PLAN = "XLA's plan of the program running"
 BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
 BY_OUTPUTS = "the program's outputs (its plan), allocated with its launch"
 BY_STEP = "ops' outputs made since the step began, held by no variable"
+BY_SUPERSEDED = "a variable's earlier value, still held by the step beside its new one"
+BY_GAP = "read where a variable's buffer was; the capture missed its allocation (a gap)"
+BY_SIZE = "a variable TensorFlow copies on read (a sparse op read it), matched by its size"
 BY_FATE = "XLA's plan: given back by the program (state) or not (an input)"
 BY_KERAS = "Keras' trainer's state layout"
 BY_COUNTERS = "in use, in no buffer seen"
@@ -86,6 +89,12 @@ _REGIONS = {
     "temporary": ACTIVATIONS,
     "autograd_detail": ACTIVATIONS,
 }
+# The regions a told row gives: a buffer of any other region is its own still.
+_TOLD_REGIONS = frozenset(_REGIONS) - {"temp"}
+# Told by size alone (_by_size): the region's name after this prefix.
+SIZED = "sized:"
+# A variable's earlier buffer, live beside its newer one (_by_address).
+SUPERSEDED = "superseded"
 OP_OUTPUT = "output"  # the region of an op's or a program's result (adapters/book_rows.py)
 # Words of an argument's path that tell its kind, read from the left (the
 # argument's own name first, then its keys): the first that tells decides, so
@@ -188,10 +197,16 @@ def peak_kinds(
             planned = program.heap is not None and program.heap.temp_peak_bytes > 0
             add(ACTIVATIONS, held - outputs, BY_PLAN if planned else BY_TEMP_SIZE)
             add(STATE, outputs, BY_OUTPUTS)
+        mine = region_of == SUPERSEDED
+        kind_of[mine] = ACTIVATIONS
+        add(ACTIVATIONS, int(sizes[mine].sum()), BY_SUPERSEDED)
         for name, kind in _REGIONS.items():
             mine = (region_of == name) & (kind_of == "")
             kind_of[mine] = kind
             add(kind, int(sizes[mine].sum()), BY_ADAPTER)
+            mine = (region_of == SIZED + name) & (kind_of == "")
+            kind_of[mine] = kind
+            add(kind, int(sizes[mine].sum()), BY_SIZE)
         keras = bool(running.found) and KERAS_STEP in _mark_names(trace)
         for program in running.found:
             for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
@@ -207,7 +222,12 @@ def peak_kinds(
             kind_of[made_in_step] = ACTIVATIONS
             add(ACTIVATIONS, int(sizes[made_in_step].sum()), BY_STEP)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
-    add(UNATTRIBUTED, peak.unattributed_bytes, BY_COUNTERS)
+    unseen = peak.unattributed_bytes
+    if unseen and len(live):
+        for kind, size in _held_unseen(trace, events, live, peak.time_ns, unseen).items():
+            add(kind, size, BY_GAP)
+            unseen -= size
+    add(UNATTRIBUTED, unseen, BY_COUNTERS)
     add(OVERHEAD, peak.stack_bytes, BY_RUNTIME)
     return PeakKinds(
         tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
@@ -244,33 +264,138 @@ def _regions(trace: Trace, events: DeviceEvents, live: np.ndarray) -> Any:
         region = by_id.get(buffer)
         if region:
             names[position] = region
-    addressed = ids < 0
+    addresses = trace.numbers_at("address", told, -1)
+    addressed = (ids < 0) & (addresses > 0)
+    # A variable told by its size after all (TensorFlow copied it on each read):
+    # its readings found copies, not its buffer.
+    keys = trace.texts_at(told)
+    copied = {
+        k
+        for k, a, i in zip(keys, addresses.tolist(), ids.tolist(), strict=True)
+        if k and a <= 0 and i < 0
+    }
+    if copied:
+        addressed &= np.array([k not in copied for k in keys], bool)
     if addressed.any():
+        chosen = addressed.tolist()
         _by_address(
             events,
             live,
             names,
-            trace.numbers_at("address", told[addressed], -1),
-            trace.numbers_at("time_ns", told[addressed], -1),
-            [r for r, a in zip(regions, addressed.tolist(), strict=True) if a],
+            (
+                addresses[addressed],
+                trace.numbers_at("time_ns", told[addressed], -1),
+                trace.numbers_at("bytes", told[addressed], -1),
+                [r for r, a in zip(regions, chosen, strict=True) if a],
+                [k for k, a in zip(keys, chosen, strict=True) if a],
+            ),
+        )
+    sized = (ids < 0) & (addresses <= 0)
+    if sized.any():
+        _by_size(
+            events,
+            live,
+            names,
+            trace.numbers_at("bytes", told[sized], -1),
+            [r for r, a in zip(regions, sized.tolist(), strict=True) if a],
         )
     return names
+
+
+def _held_unseen(
+    trace: Trace, events: DeviceEvents, live: np.ndarray, at: int, unseen: int
+) -> dict[str, int]:
+    """Of the bytes in use that no buffer seen holds, those of variables read at
+    the same address just before and just after `at` (the peak), where no live
+    buffer seen is: the buffer their readings found was allocated in a gap of
+    the capture. By kind, at most `unseen` bytes in all."""
+    told = np.flatnonzero(trace.is_kind(TOLD))
+    if not len(told):
+        return {}
+    device_codes, devices = trace.codes_at("device", told)
+    code = devices.index(events.device) if events.device in devices else -2
+    told = told[(device_codes == code) & trace.valid("text")[told]]
+    if not len(told):
+        return {}
+    times = trace.numbers_at("time_ns", told)
+    addresses = trace.numbers_at("address", told, -1)
+    sizes = trace.numbers_at("bytes", told, 0)
+    region_codes, region_values = trace.codes_at("region", told)
+    keys = trace.texts_at(told)
+    before: dict[str, tuple[int, int, int, int]] = {}  # key -> (time, address, size, region)
+    after: dict[str, int] = {}  # key -> the address of its first reading after
+    for index in np.argsort(times, kind="stable").tolist():
+        key, time_ns, address = keys[index], int(times[index]), int(addresses[index])
+        if time_ns <= at:
+            before[key] = (time_ns, address, int(sizes[index]), int(region_codes[index]))
+        elif key not in after:
+            after[key] = address
+    seen = set(events.address[live].tolist())
+    allocations = events.time_ns[events.is_alloc]
+    allocated_at = events.address[events.is_alloc]
+    # (An address outside all the allocator handed out is not its memory: a
+    # scalar TensorFlow keeps elsewhere.)
+    low = int(allocated_at.min()) if len(allocated_at) else 0
+    high = int((allocated_at + events.bytes[events.is_alloc]).max()) if len(allocated_at) else 0
+    found: dict[str, int] = {}
+    left = unseen
+    copied = {k for k, a in zip(keys, addresses.tolist(), strict=True) if a <= 0}
+    for key, (time_ns, address, size, region) in before.items():
+        if (
+            key in copied
+            or address in seen
+            or not low <= address < high
+            or after.get(key, address) != address
+        ):
+            continue
+        # Nothing seen allocated there between the reading and the peak.
+        there = allocated_at == address
+        if region < 0 or ((allocations > time_ns) & (allocations <= at) & there).any():
+            continue
+        kind = _REGIONS.get(region_values[region])
+        if kind is None or size > left:
+            continue
+        found[kind] = found.get(kind, 0) + size
+        left -= size
+    return found
+
+
+def _by_size(
+    events: DeviceEvents, live: np.ndarray, names: np.ndarray, sizes: np.ndarray, regions: list[str]
+) -> None:
+    """A variable whose buffer no reading can find (TensorFlow copies it on read)
+    told by its size alone: the earliest-made live buffer of exactly that size
+    that nothing told, made before the others (a variable lives long)."""
+    own = np.isin(names, list(_TOLD_REGIONS), invert=True)
+    asked = np.where(events.requested[live] >= 0, events.requested[live], events.bytes[live])
+    made = events.time_ns[live]
+    for size, region in zip(sizes.tolist(), regions, strict=True):
+        free = np.flatnonzero(own & (asked == size))
+        if region and len(free):
+            position = free[int(np.argmin(made[free]))]
+            names[position] = SIZED + region
+            own[position] = False
 
 
 def _by_address(
     events: DeviceEvents,
     live: np.ndarray,
     names: np.ndarray,
-    addresses: np.ndarray,
-    times: np.ndarray,
-    regions: list[str],
+    readings_at: tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]],
 ) -> None:
     """Gives each live buffer the region of the first reading at its address
-    after it was allocated and before the next allocation there."""
-    readings: dict[int, list[tuple[int, str]]] = {}
-    for address, at, region in zip(addresses.tolist(), times.tolist(), regions, strict=True):
+    after it was allocated and before the next allocation there, of its size (a
+    buffer the capture missed, in a gap, may sit where a freed one was).
+    `readings_at`: their addresses, times, sizes, regions and the variables'
+    keys. Of two live buffers one variable's readings found, the later made is
+    the variable's; the earlier is a value the step still holds (SUPERSEDED)."""
+    readings: dict[int, list[tuple[int, int, str, str]]] = {}
+    for address, at, size, region, key in zip(
+        *(column.tolist() if isinstance(column, np.ndarray) else column for column in readings_at),
+        strict=True,
+    ):
         if address > 0 and region:
-            readings.setdefault(address, []).append((at, region))
+            readings.setdefault(address, []).append((at, size, region, key or ""))
     if not readings:
         return
     for found in readings.values():
@@ -281,8 +406,15 @@ def _by_address(
         events.address[allocations].tolist(), events.time_ns[allocations].tolist(), strict=True
     ):
         made.setdefault(address, []).append(at)
-    for position, (address, at) in enumerate(
-        zip(events.address[live].tolist(), events.time_ns[live].tolist(), strict=True)
+    asked = np.where(events.requested[live] >= 0, events.requested[live], events.bytes[live])
+    by_key: dict[str, list[tuple[int, int]]] = {}  # key -> (made at, position)
+    for position, (address, at, size) in enumerate(
+        zip(
+            events.address[live].tolist(),
+            events.time_ns[live].tolist(),
+            asked.tolist(),
+            strict=True,
+        )
     ):
         found = readings.get(address)
         if not found:
@@ -290,9 +422,17 @@ def _by_address(
         times_made = made[address]
         after = bisect.bisect_right(times_made, at)
         until = times_made[after] if after < len(times_made) else None
-        index = bisect.bisect_left(found, (at, ""))
-        if index < len(found) and (until is None or found[index][0] < until):
-            names[position] = found[index][1]
+        index = bisect.bisect_left(found, (at, -1, "", ""))
+        if index == len(found):
+            continue
+        read_at, read_size, region, key = found[index]
+        if (until is None or read_at < until) and read_size == size:
+            names[position] = region
+            if key:
+                by_key.setdefault(key, []).append((at, position))
+    for held in by_key.values():
+        for _, position in sorted(held)[:-1]:
+            names[position] = SUPERSEDED
 
 
 def _launched_outputs(program: CompiledProgram, held: int) -> int:

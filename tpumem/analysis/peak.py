@@ -11,6 +11,7 @@ import numpy as np
 from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.stacks import StackBytes, stack_bytes
 from tpumem.trace.model import Trace
+from tpumem.trace.schema import MARK, PHASES
 
 GROUP_KEYS = ("op", "region", "dtype", "shape", "source")
 NO_REGION = "(no region)"  # buffers the trace gave no region
@@ -38,7 +39,7 @@ class PeakBreakdown:
     bytes: int
     time_ns: int  # the first time bytes in use reached the peak
     last_time_ns: int  # the last time they were at it (a loop reaches it every step)
-    step: int | None
+    step: int | None  # None in a phase that is not training
     event_index: int
     live_buffers: int
     # Bytes in use at the peak held by buffers allocated unseen (before the capture
@@ -52,6 +53,24 @@ class PeakBreakdown:
     groups: tuple[LiveGroup, ...]
     by_region: tuple[tuple[str, int], ...]
     stacks: tuple[StackBytes, ...] = ()  # live bytes by the call stack that made them
+    phase: str | None = None  # "evaluate()", "predict()": not training (phase_at)
+
+
+def phase_at(trace: Trace, time_ns: int) -> str | None:
+    """The phase under way at `time_ns` where it is not training: Keras'
+    evaluate() or predict(), by the last phase mark at or before it."""
+    times, phases = trace.derived("phase marks", lambda: _phase_marks(trace))
+    index = int(np.searchsorted(times, time_ns, side="right")) - 1
+    return phases[index] if index >= 0 else None
+
+
+def _phase_marks(trace: Trace) -> tuple[np.ndarray, list[str | None]]:
+    rows = np.flatnonzero(trace.is_kind(MARK))
+    texts = trace.texts_at(rows)
+    kept = [i for i, text in enumerate(texts) if text in PHASES]
+    times = trace.numbers_at("time_ns", rows[kept])
+    order = np.argsort(times, kind="stable")
+    return times[order], [PHASES[texts[kept[i]]] for i in order.tolist()]
 
 
 def step_at(trace: Trace, time_ns: int) -> int | None:
@@ -117,11 +136,13 @@ def peak_breakdown(trace: Trace, events: DeviceEvents) -> PeakBreakdown:
         by_region[STACK] = stack
     attributed = int(events.bytes[live].sum())
     last = len(events) - 1 - int(np.argmax(events.in_use[::-1] == peak))
+    phase = phase_at(trace, int(events.time_ns[index]))
     return PeakBreakdown(
         bytes=peak,
         time_ns=int(events.time_ns[index]),
         last_time_ns=int(events.time_ns[last]),
-        step=step_at(trace, int(events.time_ns[index])),
+        step=None if phase else step_at(trace, int(events.time_ns[index])),
+        phase=phase,
         event_index=index,
         live_buffers=len(live),
         unattributed_bytes=max(0, peak - stack - attributed),

@@ -10,6 +10,8 @@ from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, PeakLine
 from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
+from tpumem.report.kind_words import KIND_WORDS
+from tpumem.report.rows import step_words
 from tpumem.report.shorten import op_tail
 from tpumem.report.tpu_tables import tpu_verdict
 from tpumem.units import counted, format_bytes, format_seconds
@@ -17,18 +19,6 @@ from tpumem.units import counted, format_bytes, format_seconds
 TOP_LINES = 8
 KIND_HEADERS = ("bytes", "share", "kind", "how it is known")
 KINDS_TITLE = "What the peak is"
-# The words for each kind's key (analysis/kinds.py).
-KIND_WORDS = {
-    "parameters": "parameters",
-    "gradients": "gradients",
-    "optimizer_state": "optimizer state",
-    "activations": "activations and temporaries",
-    "inputs": "inputs",
-    "other_state": "other state carried between steps",
-    "overhead": "framework overhead",
-    "not_told": "other arrays",
-    "unattributed": "unattributed",
-}
 LINE_HEADERS = ("bytes", "line", "what")
 LINES_TITLE = "Lines holding the peak, largest first"
 NO_LINE = "(no line recorded)"
@@ -37,7 +27,7 @@ NO_LINE = "(no line recorded)"
 def headline(device: DeviceAnalysis) -> str:
     """The peak in one line: how much, where, when, while what ran."""
     peak = device.peak
-    when = format_seconds(peak.time_ns) + ("" if peak.step is None else f", step {peak.step}")
+    when = format_seconds(peak.time_ns) + step_words(peak)
     text = f"Peak {format_bytes(peak.bytes)} on {device.device} at {when} ({device.peak_label})"
     running = [r.program.shown_name for r in device.programs_at_peak]
     if running:

@@ -10,6 +10,7 @@ from typing import Any
 from tpumem.analysis.comparison import CompareRow, Comparison
 from tpumem.report.compare_words import row_title
 from tpumem.report.json_report import dump, report_dict
+from tpumem.report.kind_words import difference_sentence
 
 COMPARE_SCHEMA = "tpumem-compare/1"
 
@@ -22,10 +23,11 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
         "alignment": comparison.alignment,
         "rows": [_row(row) for row in comparison.rows],
         "program_rows": [_row(row) for row in comparison.program_rows],
-        "regions": [
-            {"region": region.region, "bytes": list(region.bytes), "change": list(region.change)}
-            for region in comparison.regions
+        "kinds": [
+            {"kind": kind.kind, "bytes": list(kind.bytes), "change": list(kind.change)}
+            for kind in comparison.kinds
         ],
+        "difference": difference_sentence(comparison),
         "top_ops": [[list(op) for op in top] for top in comparison.top_ops],
     }
 

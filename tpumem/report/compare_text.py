@@ -14,6 +14,7 @@ from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareR
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
 from tpumem.report.fit_rows import fit_answer, fit_note, runs_fit_title
+from tpumem.report.kind_words import KIND_WORDS, difference_sentence
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes, format_seconds
 
@@ -107,23 +108,27 @@ def _rows_table(
 
 def _differences(console: Console, comparison: Comparison) -> None:
     names = comparison.names
-    if len(names) < 2 or not comparison.regions:
+    if len(names) < 2 or not comparison.kinds:
         return
     table = Table(
-        title="Where the peaks differ: live bytes at each peak by region", title_justify="left"
+        title="Where the peaks differ: each peak by kind, as each run's report gives it",
+        title_justify="left",
     )
-    table.add_column("region")
+    table.add_column("kind")
     for index, name in enumerate(names):
         title = markup(name) if index == 0 else f"{markup(name)}\n[dim]vs {markup(names[0])}[/]"
         table.add_column(title, justify="right")
-    for region in comparison.regions:
-        cells = [format_bytes(region.bytes[0])]
+    for kind in comparison.kinds:
+        cells = [format_bytes(kind.bytes[0])]
         cells += [
             f"{format_bytes(b)}\n[dim]{_signed(c)}[/]"
-            for b, c in zip(region.bytes[1:], region.change[1:], strict=True)
+            for b, c in zip(kind.bytes[1:], kind.change[1:], strict=True)
         ]
-        table.add_row(markup(region.region), *cells)
+        table.add_row(KIND_WORDS[kind.kind], *cells)
     console.print(table)
+    sentence = difference_sentence(comparison)
+    if sentence:
+        console.print(markup(sentence + "."))
     ops = Table(
         title=f"Largest ops at each peak (top {len(comparison.top_ops[0]) or 0})",
         title_justify="left",

@@ -283,6 +283,7 @@ def _peak(peak: PeakBreakdown, label: str) -> dict[str, Any]:
         "time_ns": peak.time_ns,
         "last_time_ns": peak.last_time_ns,
         "step": peak.step,
+        "phase": peak.phase,
         "live_buffers": peak.live_buffers,
         "unattributed_bytes": peak.unattributed_bytes,
         "held_before_capture_bytes": peak.held_before_capture_bytes,

@@ -14,6 +14,7 @@ from tpumem.report.diff_report import (
     PROCESS_PEAKS_TITLE,
 )
 from tpumem.report.diff_report import PROCESS_HEADERS as DIFF_PROCESS_HEADERS
+from tpumem.report.kind_words import KIND_WORDS
 from tpumem.report.live_rows import GROUP_HEADERS, NO_STACK
 from tpumem.report.program_rows import BUFFER_HEADERS, PADDING_SUFFIX, PROGRAM_HEADERS
 from tpumem.report.run_report import PROCESS_HEADERS, PROCESSES_TITLE, SPREAD_HEADERS, SPREAD_TITLE
@@ -38,7 +39,8 @@ PAGE_WORDS: dict[str, object] = {
     "accelerator_head": "accelerator",
     "memory_head": "memory",
     "figure_head": "figure",
-    "region_head": "region",
+    "kind_head": "kind",
+    "kind_words": KIND_WORDS,
     "against_first": "{} (vs {})",
     # Titles, axes and series
     "report_title": "tpumem report · {}",

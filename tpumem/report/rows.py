@@ -268,10 +268,18 @@ def _live_at_peak(peak: PeakBreakdown) -> str:
     return text
 
 
+def step_words(peak: PeakBreakdown) -> str:
+    """Where in the run the peak fell: its training step, or the phase (Keras'
+    evaluate() or predict()) it fell in instead."""
+    if peak.phase is not None:
+        return f", in {peak.phase}"
+    return "" if peak.step is None else f", step {peak.step}"
+
+
 def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     """(figure, value, how it was obtained)."""
     peak, pre, frag, waste = device.peak, device.preallocation, device.fragmentation, device.waste
-    step = f", step {peak.step}" if peak.step is not None else ""
+    step = step_words(peak)
     temp = dict(peak.by_region).get("temp")
     rows = [
         (

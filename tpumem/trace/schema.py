@@ -41,6 +41,11 @@ KINDS = (ALLOC, FREE, SAMPLE, MARK, PROGRAM, HLO, META, TPU, STACK, OP_STACKS, T
 # runs `train_step(state, data)`, its state the tuple of trainable, non-trainable,
 # optimizer and metrics variables (keras/src/backend/jax/trainer.py).
 KERAS_STEP = "keras train batch"
+# Marks (their `text`, no step number) where Keras starts a batch of evaluate() or
+# predict(): the phases that are not training.
+KERAS_EVALUATE = "keras evaluate batch"
+KERAS_PREDICT = "keras predict batch"
+PHASES = {KERAS_STEP: None, KERAS_EVALUATE: "evaluate()", KERAS_PREDICT: "predict()"}
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"
 CAPTURE_RESUMED = "capture resumed"

@@ -53,6 +53,28 @@
     "per second": (v) => (v === null ? "-" : count(v) + " /s"),
   };
 
+  // One stacked bar per run: its peak by kind, each kind in its own color, the
+  // widths on one scale (the largest peak the full width).
+  function kindBars(names, kinds, words) {
+    const totals = names.map((_, i) => kinds.reduce((sum, k) => sum + k.bytes[i], 0));
+    const widest = Math.max(1, ...totals);
+    const box = el("div", { class: "kind-bars" });
+    names.forEach((name, i) => {
+      const bar = el("div", { class: "kind-bar" });
+      kinds.forEach((k, j) => {
+        if (!k.bytes[i]) return;
+        const part = el("span", { title: `${words[k.kind]}: ${bytes(k.bytes[i])}`, "data-kind": k.kind,
+          style: `width:${(100 * k.bytes[i] / widest).toFixed(3)}%;background:${COLORS[j % COLORS.length]}` });
+        bar.appendChild(part);
+      });
+      box.appendChild(el("div", { class: "kind-row" }, el("span", { class: "kind-name" }, `${name} · ${bytes(totals[i])}`), bar));
+    });
+    const legend = el("div", { class: "kind-legend" });
+    kinds.forEach((k, j) => legend.appendChild(el("span", {}, el("i", { style: `background:${COLORS[j % COLORS.length]}` }), words[k.kind])));
+    box.appendChild(legend);
+    return box;
+  }
+
   // ---- tables -------------------------------------------------------------
   function figureTable(rows) {
     const table = el("table");
@@ -636,10 +658,13 @@
     }
 
     app.appendChild(el("h2", {}, say("differences_title")));
-    const regionColumns = [{ title: say("region_head") }, ...names.map((n, i) => ({ title: i ? say("against_first", n, names[0]) : n, numeric: true }))];
-    const regionRows = cmp.regions.map((r) => [{ text: r.region, sort: r.region }, ...r.bytes.map((b, i) => ({
+    const kindWords = data.words.kind_words;
+    app.appendChild(kindBars(names, cmp.kinds, kindWords));
+    const kindColumns = [{ title: say("kind_head") }, ...names.map((n, i) => ({ title: i ? say("against_first", n, names[0]) : n, numeric: true }))];
+    const kindRows = cmp.kinds.map((r) => [{ text: kindWords[r.kind], sort: r.kind }, ...r.bytes.map((b, i) => ({
       text: bytes(b) + (i ? ` (${r.change[i] > 0 ? "+" : ""}${r.change[i] ? bytes(r.change[i]) : "="})` : ""), sort: b }))]);
-    app.appendChild(sortableTable(regionColumns, regionRows));
+    app.appendChild(sortableTable(kindColumns, kindRows));
+    if (cmp.difference) app.appendChild(el("p", { class: "note" }, cmp.difference));
     const depth = Math.max(0, ...cmp.top_ops.map((t) => t.length));
     const ops = el("table", {}, el("thead", {}, el("tr", {}, ...names.map((n) => el("th", {}, n)))));
     for (let k = 0; k < depth; k++) {
