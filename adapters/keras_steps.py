@@ -1,7 +1,9 @@
 """Keras' fit() marks no steps in a profile: its training batches are counted where
 Keras starts each one (`CallbackList.on_train_batch_begin`), under the TensorFlow
-and the JAX adapters. Keras is watched for, not imported: the adapters call
-`watch` from their sampler until the script has imported it."""
+and the JAX adapters; evaluate()'s and predict()'s batches are marked as their
+phases, without a step number (a peak in one is labelled with it). Keras is
+watched for, not imported: the adapters call `watch` from their sampler until the
+script has imported it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpumem.adapters.base import Patches
-from tpumem.trace.schema import KERAS_STEP
+from tpumem.trace.schema import KERAS_EVALUATE, KERAS_PREDICT, KERAS_STEP
 from tpumem.trace.writer import TraceWriter
 
 KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
@@ -55,3 +57,20 @@ class KerasSteps:
             return original(self, batch, logs)
 
         self._patches.replace(callback_list, "on_train_batch_begin", on_train_batch_begin)
+        # evaluate() and predict(): phases, marked without a step number.
+        for hook, phase in (
+            ("on_test_batch_begin", KERAS_EVALUATE),
+            ("on_predict_batch_begin", KERAS_PREDICT),
+        ):
+            original_hook = getattr(callback_list, hook, None)
+            if original_hook is not None:
+                self._patches.replace(callback_list, hook, self._marking(original_hook, phase))
+
+    def _marking(self, original: Callable[..., Any], phase: str) -> Callable[..., Any]:
+        writer = self._writer
+
+        def on_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
+            writer.mark(phase)
+            return original(self, batch, logs)
+
+        return on_batch_begin

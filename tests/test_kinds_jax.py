@@ -143,3 +143,29 @@ def test_parameters_and_optimizer_state_are_what_the_frameworks_objects_count(
     assert kinds.get("optimizer_state") == copies * counts["optimizer_state"], kinds
     assert sum(kinds.values()) == counts["peak"]
     assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds
+
+
+PREDICT = """
+import os, sys
+os.environ["KERAS_BACKEND"] = sys.argv[1]
+import numpy as np, keras
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64), keras.layers.Dense(10)])
+model.compile(optimizer="adam", loss="mse")
+data = np.random.rand(256, 64).astype("float32")
+model.fit(data, np.random.rand(256, 10).astype("float32"), batch_size=32, epochs=1, verbose=0)
+model.predict(np.random.rand(8192, 64).astype("float32"), batch_size=8192, verbose=0)
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_a_peak_in_predict_is_labelled_with_its_phase_not_a_step(tmp_path, backend):
+    """Keras' predict() on a batch far larger than training's: the peak falls
+    there, and the report says so rather than naming the last training step."""
+    (tmp_path / "predict.py").write_text(textwrap.dedent(PREDICT))
+    result = profile(tmp_path, "-q", "predict.py", backend, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = run_tpumem("report", str(tmp_path / "predict.tpumem"), "--format", "json")
+    (device,) = json.loads(report.stdout)["devices"]
+    assert device["peak"]["phase"] == "predict()" and device["peak"]["step"] is None
+    text = run_tpumem("report", str(tmp_path / "predict.tpumem")).stdout
+    assert ", in predict()" in text.splitlines()[1]
