@@ -123,7 +123,8 @@ def peak_kinds(tmp_path, name: str, source: str, env: dict | None = None) -> tup
     assert report.returncode == 0, report.stderr
     (device,) = json.loads(report.stdout)["devices"]
     return {k["kind"]: k["bytes"] for k in device["kinds"]}, counts | {
-        "peak": device["peak"]["bytes"]
+        "peak": device["peak"]["bytes"],
+        "step": device["peak"]["step"],
     }
 
 

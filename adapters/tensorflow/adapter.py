@@ -225,7 +225,10 @@ class TensorFlowAdapter(Adapter):
         from tensorflow.python.eager import context
 
         self.writer = writer
-        self._kinds = VariableKinds(writer, self._patches, tf, self._optimizer_updated)
+        self._kinds = VariableKinds(
+            writer, self._patches, tf, self._optimizer_updated, self._peak_moved
+        )
+        self._peaks: dict[str, int] = {}
         self._annotated = False  # the script numbers its steps itself
         self._updates = 0
         self._kinds.install()
@@ -324,6 +327,10 @@ class TensorFlowAdapter(Adapter):
         return True
 
     def stop(self) -> None:
+        # The variables once more, all of them, while the capture still runs: a
+        # peak in the last step has a reading after it.
+        with contextlib.suppress(Exception):
+            self._kinds.tell_now(final=True)
         if self._sampler is not None:
             self._sampler.stop()
             self._warnings.extend(self._sampler.warnings())
@@ -389,6 +396,16 @@ class TensorFlowAdapter(Adapter):
                 kinds.tell_now()  # between steps, on the script's thread
 
         self._patches.on_undo(on_step_annotation(trace.Trace, mark))
+
+    def _peak_moved(self) -> bool:
+        """Whether an allocator's own running peak rose since the last call."""
+        moved = False
+        for device in self.counted:
+            info = self._memory_info(device)
+            if info is not None and info["peak"] > self._peaks.get(device, -1):
+                self._peaks[device] = info["peak"]
+                moved = True
+        return moved
 
     def _optimizer_updated(self) -> None:
         """An eager custom loop marks no steps: where neither the script nor

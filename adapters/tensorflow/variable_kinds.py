@@ -15,7 +15,9 @@ moment.
 
 Reading a variable runs a ReadVariableOp: about 7 us. The readings take at most
 BUDGET of the run's time since the first (and CREDIT_S): a moment reads as many
-variables as that allows, on from where the last one stopped.
+variables as that allows, on from where the last one stopped. The moment after
+the allocator's own peak rose, and the run's end, read them all: what the peak
+held is read there (a peak rises a few times in a run).
 """
 
 from __future__ import annotations
@@ -47,10 +49,18 @@ _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 class VariableKinds:
     def __init__(
-        self, writer: TraceWriter, patches: Patches, tf: Any, updated: Callable[[], None]
+        self,
+        writer: TraceWriter,
+        patches: Patches,
+        tf: Any,
+        updated: Callable[[], None],
+        peak_moved: Callable[[], bool],
     ) -> None:
         self._writer = writer
         self._updated = updated  # called as each eager optimizer update ends
+        # Whether an allocator's own peak rose since last asked: the reading after
+        # a new peak decides what the peak held, and reads every variable.
+        self._peak_moved = peak_moved
         self._patches = patches
         self._tf = tf
         self._to_dlpack = tf.experimental.dlpack.to_dlpack
@@ -152,14 +162,17 @@ class VariableKinds:
         with self._tf.init_scope():
             self.tell_now()
 
-    def tell_now(self, grads: Iterable[Any] = ()) -> None:
+    def tell_now(self, grads: Iterable[Any] = (), final: bool = False) -> None:
         """Tells where the known variables' buffers (and the gradients) are now:
         as many variables as the readings' share of the run's time allows, on
-        from where the last reading stopped, so that each is read in turn."""
+        from where the last reading stopped, so that each is read in turn
+        (`final`: all of them, the run being over)."""
         started = time.perf_counter()
         if self._first is None:
             self._first = started
         allowance = BUDGET * (started - self._first) + CREDIT_S - self._spent_s
+        if final or self._peak_moved():
+            allowance = float("inf")
         try:
             self._tell(grads, started + allowance)
         finally:

@@ -187,7 +187,7 @@ def peak_kinds(
         asked = events.requested[live]
         sizes = np.where((asked >= 0) & (asked <= handed), asked, handed)
         add(OVERHEAD, int((handed - sizes).sum()), BY_ROUNDING)
-        region_of = _regions(trace, events, live)
+        region_of = _regions(trace, events, live, peak.time_ns)
         program_of = running.program_of
         for index, program in enumerate(running.found):
             mine = program_of == index
@@ -241,7 +241,7 @@ def _step_start(trace: Trace, time_ns: int) -> int | None:
     return int(times[index]) if index >= 0 else None
 
 
-def _regions(trace: Trace, events: DeviceEvents, live: np.ndarray) -> Any:
+def _regions(trace: Trace, events: DeviceEvents, live: np.ndarray, at: int) -> Any:
     """The region of each live buffer: what a TOLD row of the device says of it,
     else its allocation's own. A told row names its buffer by id (the JAX book's)
     or by address (TensorFlow's variables, read where their buffers are): the
@@ -282,6 +282,7 @@ def _regions(trace: Trace, events: DeviceEvents, live: np.ndarray) -> Any:
             events,
             live,
             names,
+            at,
             (
                 addresses[addressed],
                 trace.numbers_at("time_ns", told[addressed], -1),
@@ -381,58 +382,101 @@ def _by_address(
     events: DeviceEvents,
     live: np.ndarray,
     names: np.ndarray,
+    at: int,
     readings_at: tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]],
 ) -> None:
-    """Gives each live buffer the region of the first reading at its address
-    after it was allocated and before the next allocation there, of its size (a
-    buffer the capture missed, in a gap, may sit where a freed one was).
+    """The regions address readings give the live buffers at `at` (the peak).
     `readings_at`: their addresses, times, sizes, regions and the variables'
-    keys. Of two live buffers one variable's readings found, the later made is
-    the variable's; the earlier is a value the step still holds (SUPERSEDED)."""
-    readings: dict[int, list[tuple[int, int, str, str]]] = {}
-    for address, at, size, region, key in zip(
-        *(column.tolist() if isinstance(column, np.ndarray) else column for column in readings_at),
-        strict=True,
-    ):
-        if address > 0 and region:
-            readings.setdefault(address, []).append((at, size, region, key or ""))
-    if not readings:
-        return
-    for found in readings.values():
-        found.sort()
-    allocations = np.flatnonzero(events.is_alloc & np.isin(events.address, list(readings)))
-    made: dict[int, list[int]] = {}
-    for address, at in zip(
+    keys ("" for a gradient, read once).
+
+    A variable's buffer at the peak is the live one at its last reading before
+    (made by then), else the live one at its first reading after that was made
+    before and not replaced there until that reading (the variable moved in
+    between). A live buffer an earlier reading of a variable found, that is no
+    variable's now, is a value the step still holds beside the new one
+    (SUPERSEDED). A buffer is read only where the reading's size is its own (a
+    buffer the capture missed, in a gap, may sit where a freed one was)."""
+    positions: dict[int, list[int]] = {}
+    for position, address in enumerate(events.address[live].tolist()):
+        positions.setdefault(address, []).append(position)
+    made = events.time_ns[live]
+    asked = np.where(events.requested[live] >= 0, events.requested[live], events.bytes[live])
+    allocations = np.flatnonzero(events.is_alloc & np.isin(events.address, list(positions)))
+    allocated: dict[int, list[int]] = {}
+    for address, time_ns in zip(
         events.address[allocations].tolist(), events.time_ns[allocations].tolist(), strict=True
     ):
-        made.setdefault(address, []).append(at)
-    asked = np.where(events.requested[live] >= 0, events.requested[live], events.bytes[live])
-    by_key: dict[str, list[tuple[int, int]]] = {}  # key -> (made at, position)
-    for position, (address, at, size) in enumerate(
-        zip(
-            events.address[live].tolist(),
-            events.time_ns[live].tolist(),
-            asked.tolist(),
-            strict=True,
+        allocated.setdefault(address, []).append(time_ns)
+
+    def holder(address: int, size: int, read_at: int, not_after: int) -> int | None:
+        """The live buffer at `address` that a reading at `read_at` found: made
+        by `not_after`, and nothing allocated there between it and the reading."""
+        for position in positions.get(address, ()):
+            born = int(made[position])
+            if born > not_after or int(asked[position]) != size:
+                continue
+            times = allocated.get(address, [])
+            later = bisect.bisect_right(times, born)
+            if later == len(times) or times[later] > read_at:
+                return position
+        return None
+
+    addresses, times, sizes, regions, keys = readings_at
+    told = (addresses > 0) & np.array([bool(r) for r in regions], bool)
+    for index in np.flatnonzero(told & np.array([not k for k in keys], bool)).tolist():
+        # A gradient, read once: the buffer made last before the reading.
+        found = holder(
+            int(addresses[index]), int(sizes[index]), int(times[index]), int(times[index])
         )
-    ):
-        found = readings.get(address)
-        if not found:
-            continue
-        times_made = made[address]
-        after = bisect.bisect_right(times_made, at)
-        until = times_made[after] if after < len(times_made) else None
-        index = bisect.bisect_left(found, (at, -1, "", ""))
-        if index == len(found):
-            continue
-        read_at, read_size, region, key = found[index]
-        if (until is None or read_at < until) and read_size == size:
-            names[position] = region
-            if key:
-                by_key.setdefault(key, []).append((at, position))
-    for held in by_key.values():
-        for _, position in sorted(held)[:-1]:
-            names[position] = SUPERSEDED
+        if found is not None:
+            names[found] = regions[index]
+    codes, key_of = np.unique(np.array([k or "" for k in keys], object), return_inverse=True)
+    told &= codes[key_of] != ""
+    # Each variable's readings reduced to what decides: at each address, its last
+    # reading before the peak (linear in the readings, however many steps read it),
+    # and its first reading after.
+    before = np.flatnonzero(told & (times <= at))
+    before = before[np.lexsort((times[before], addresses[before], key_of[before]))]
+    if len(before):
+        last = np.ones(len(before), bool)
+        same = (key_of[before][1:] == key_of[before][:-1]) & (
+            addresses[before][1:] == addresses[before][:-1]
+        )
+        last[:-1] = ~same
+        before = before[last]
+    after = np.flatnonzero(told & (times > at))
+    after = after[np.lexsort((times[after], key_of[after]))]
+    if len(after):
+        first = np.ones(len(after), bool)
+        first[1:] = key_of[after][1:] != key_of[after][:-1]
+        after = after[first]
+    first_after = dict(zip(key_of[after].tolist(), after.tolist(), strict=True))
+    per_key: dict[int, list[int]] = {}
+    for index in before.tolist():
+        per_key.setdefault(int(key_of[index]), []).append(index)
+    current: dict[int, str] = {}  # position -> region: some variable's buffer now
+    earlier: set[int] = set()  # positions an earlier reading of a variable found
+    for key in set(per_key) | set(first_after):
+        seen = sorted(per_key.get(key, []), key=lambda i: int(times[i]))
+        now = None
+        if seen:
+            index = seen[-1]
+            read_at = int(times[index])
+            now = holder(int(addresses[index]), int(sizes[index]), read_at, read_at)
+        if now is None and key in first_after:
+            index = first_after[key]
+            now = holder(int(addresses[index]), int(sizes[index]), int(times[index]), at)
+        if now is not None:
+            current[now] = regions[index]
+        for index in seen:
+            read_at = int(times[index])
+            found = holder(int(addresses[index]), int(sizes[index]), read_at, read_at)
+            if found is not None and found != now:
+                earlier.add(found)
+    for position in earlier - set(current):
+        names[position] = SUPERSEDED
+    for position, region in current.items():
+        names[position] = region
 
 
 def _launched_outputs(program: CompiledProgram, held: int) -> int:
