@@ -1,5 +1,6 @@
 """The figures of the demo's three runs (`make demo`: the transformer in TensorFlow,
-JAX and PyTorch/XLA, profiled on this CPU on 2026-11-23) stay what they were when
+JAX and PyTorch/XLA, profiled on this CPU on 2026-12-05, the JAX one with optax,
+the TensorFlow one with Keras' Adam) stay what they were when
 recorded: each trace's JSON report, field by field, against the report kept beside
 it. A change that moves a figure fails here; one that means to move it re-records
 the reports (tests/tools/record_demo_figures.py) and says why."""
@@ -48,3 +49,31 @@ def test_the_demo_runs_keep_their_figures(tmp_path, run):
     assert now["devices"], "a demo run without devices"
     found = differences(kept, now)
     assert found == [], "\n".join(found[:20])
+
+
+PARAMETERS = 536_064 * 4  # the demo transformer's parameters, float32
+# Adam's two moments, and its step counter where the framework keeps it on the
+# device: optax's `count` (int32), Keras' `iterations` (int64; its float32
+# learning rate TensorFlow keeps outside the allocator); torch.optim's `step` is
+# a CPU tensor.
+COUNTERS = {"tf_transformer": 8, "jax_transformer": 4, "torch_xla_transformer": 0}
+
+
+def test_the_demo_frameworks_hold_the_same_parameters_and_adam_state(tmp_path):
+    """Each framework's parameters and Adam's state, from its own objects, are
+    the model's exactly; the comparison's kind rows are the reports' own."""
+    traces = []
+    for run in RUNS:
+        trace = tmp_path / f"{run}.tpumem"
+        trace.write_bytes(gzip.decompress((DEMO / f"{run}.tpumem.gz").read_bytes()))
+        traces.append(str(trace))
+        report = run_tpumem("report", str(trace), "--format", "json")
+        (device,) = json.loads(report.stdout)["devices"]
+        kinds = {k["kind"]: k["bytes"] for k in device["kinds"]}
+        assert kinds["parameters"] == PARAMETERS, (run, kinds)
+        assert kinds["optimizer_state"] == 2 * PARAMETERS + COUNTERS[run], (run, kinds)
+    compared = run_tpumem("compare", *traces, "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    rows = {row["kind"]: row["bytes"] for row in json.loads(compared.stdout)["kinds"]}
+    assert rows["parameters"] == [PARAMETERS] * 3
+    assert rows["optimizer_state"] == [2 * PARAMETERS + COUNTERS[run] for run in RUNS]

@@ -7,7 +7,6 @@ own objects count; the report's kinds must say the same."""
 from __future__ import annotations
 
 import pytest
-
 from test_kinds_jax import peak_kinds
 
 FIT = """

@@ -64,9 +64,8 @@ class OutputKinds:
         """Each output leaf's region; None where nothing tells any. `arguments`
         gives the call's argument leaves (read only while learning)."""
         if self.calls >= LEARNING_CALLS:
-            known = self.by_tree.get(treedef, False)
-            if known is not False:
-                return known
+            if treedef in self.by_tree:
+                return self.by_tree[treedef]
             regions = self.by_tree[treedef] = _filled(_told(self._fun, out, len(leaves)), set())
             return regions
         self.calls += 1
