@@ -261,6 +261,10 @@ def test_torch_profilers_categories_become_regions(tmp_path):
         [
             {**_entry("alloc", 0x1000, 4096, -1), "category": "parameter"},
             {**_entry("alloc", 0x3000, 8192, -1), "category": "activation"},
+            {**_entry("alloc", 0x6000, 4096, -1), "category": "gradient"},
+            {**_entry("alloc", 0x8000, 8192, -1), "category": "optimizer_state"},
+            {**_entry("alloc", 0xB000, 512, -1), "category": "autograd_detail"},
+            {**_entry("alloc", 0xC000, 256, -1), "category": "unknown"},
         ]
     ]
     for entry in traces[0]:
@@ -269,7 +273,18 @@ def test_torch_profilers_categories_become_regions(tmp_path):
     (device,) = analysis.devices
     assert device.device == "device:0"
     regions = {g.region: g.bytes for g in device.peak.groups}
-    assert regions == {"parameter": 4096, "activation": 8192}
+    assert regions["parameter"] == 4096 and regions["activation"] == 8192
+    # The peak's kinds are the categories' (what the profiler did not
+    # categorize is not told).
+    kinds = {k.kind: k.bytes for k in device.kinds.kinds}
+    assert kinds == {
+        "parameters": 4096,
+        "gradients": 4096,
+        "optimizer_state": 8192,
+        "activations": 8192 + 512,
+        "not_told": 256,
+        "overhead": 256,  # the caching allocator's 512-byte rounding of the 256
+    }
     assert any("carry no times" in w for w in analysis.metadata.warnings)
 
 

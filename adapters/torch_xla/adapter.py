@@ -23,6 +23,7 @@ them (TPU, GPU).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import json
 import os
@@ -407,8 +408,16 @@ class TorchXlaAdapter(Adapter):
         return time.time_ns() - self.origin
 
     def _book_metadata(self) -> TorchXlaBook:
+        import torch_xla.runtime as xr
+
         counts = self.book.counts
+        spmd = None
+        with contextlib.suppress(Exception):
+            if xr.is_spmd():
+                spmd = int(xr.global_runtime_device_count())
         return TorchXlaBook(
+            spmd_devices=spmd,
+            sharded_tensors=counts.sharded if spmd else None,
             method="materialized XLA tensors, seen by a torch function mode (a torch.optim "
             "step's in the optimizer's state); "
             "executions at torch_xla.sync() and value reads",

@@ -45,6 +45,7 @@ from tpumem.adapters.book_rows import (
     shape_text,
 )
 from tpumem.adapters.call_stacks import NOWHERE, Where
+from tpumem.adapters.torch_xla.shard_bytes import device_bytes
 
 
 @dataclass(slots=True)
@@ -106,6 +107,7 @@ class Run:
 @dataclass(slots=True)
 class BookCounts:
     seen: int = 0  # tensors ops made or used, looked at
+    sharded: int = 0  # under SPMD, tensors entered with a sharding (their shard's bytes)
     transferred: int = 0  # materialized when first looked at
     materialized: int = 0  # given a buffer by a graph
     replaced: int = 0  # buffers replaced by a graph (in-place updates)
@@ -134,6 +136,7 @@ class TensorBook:
         spmd: Callable[[], bool] = lambda: False,
     ) -> None:
         self.start_time_ns = start_time_ns
+        self._clock = time.time_ns
         self._spmd = spmd  # whether executions are SPMD's (torch_xla.runtime.is_spmd)
         self._no_handle = -1  # the last handle given to data that holds no buffer
         self._places = places  # the Where of the stacks the ops captured
@@ -499,7 +502,7 @@ class TensorBook:
             return set()
         inputs = list(inputs)
         handles = self.handles(inputs)
-        sizes = [t.numel() * t.element_size() for t in inputs]
+        sizes = [self._bytes(t) for t in inputs]
         return set(zip(handles, sizes, strict=True))
 
     def _enter(
@@ -522,7 +525,7 @@ class TensorBook:
         for (tensor, item, region), handle, where in zip(tensors, handles, places, strict=True):
             device = self._device(tensor)
             dtype, shape = str(tensor.dtype).removeprefix("torch."), shape_text(tensor.shape)
-            nbytes = tensor.numel() * tensor.element_size()
+            nbytes = self._bytes(tensor)
             born = item.time_ns if time_ns is None else time_ns
             buffer = by_handle.get(handle) if by_handle is not None else None
             if buffer is None:
@@ -610,8 +613,10 @@ class TensorBook:
         self._rows.free(time_ns, buffer.device, buffer.buffer_id, None, buffer.bytes)
 
     def _on_death(self, ref: weakref.ref) -> None:
-        # Only a deque append: this can run inside the book's lock (a GC).
-        self._deaths.append((id(ref), time.time_ns() - self.start_time_ns))
+        # Only a deque append: this can run inside the book's lock (a GC). Tensors
+        # die until the interpreter's very end, after modules are torn down (the
+        # `time` module's global is None by then): the clock is held by the book.
+        self._deaths.append((id(ref), self._clock() - self.start_time_ns))
 
     def _drain_deaths(self) -> None:
         deaths = self._deaths
@@ -660,6 +665,18 @@ class TensorBook:
 
     def _device(self, tensor: Any) -> str:
         return self._device_names(tensor.device)
+
+    def _bytes(self, tensor: Any) -> int:
+        """The bytes a device holds of the tensor: under SPMD, device 0's shard."""
+        whole = tensor.numel() * tensor.element_size()
+        if not self._spmd():
+            return whole
+        try:
+            spec = self._xlac._get_xla_sharding_spec(tensor)
+        except Exception:  # a tensor without XLA data yet: its whole size
+            return whole
+        self.counts.sharded += bool(spec)
+        return device_bytes(spec, tuple(tensor.shape), tensor.element_size())
 
 
 def _is_parameter(tensor: Any) -> bool:

@@ -148,6 +148,12 @@ def _book(book: JaxBook | TorchXlaBook) -> str:
         )
         if book.executions_not_observed:
             text += f" ({book.executions_not_observed:,} more seen only in PyTorch/XLA's log)"
+        if book.spmd_devices:
+            text += (
+                f"; SPMD over {book.spmd_devices} devices: the figures are one device's "
+                f"(its shard of each of {book.sharded_tensors or 0:,} sharded tensors, "
+                "the others whole)"
+            )
         return text
     text = f"{book.arrays_entered or 0:,} arrays entered as they were made"
     if book.arrays_found_by_poll:

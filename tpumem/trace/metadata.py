@@ -153,6 +153,11 @@ class TorchXlaBook:
     steps: int | None = None
     steps_from: str | None = None
     program_temp_shown: bool | None = None
+    # Under SPMD: the devices of the mesh, each holding its shard of every tensor;
+    # the book records device 0's (shard_bytes.py), and how many tensors it
+    # entered by their sharding.
+    spmd_devices: int | None = None
+    sharded_tensors: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
