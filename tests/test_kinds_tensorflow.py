@@ -7,26 +7,7 @@ own objects count; the report's kinds must say the same."""
 from __future__ import annotations
 
 import pytest
-from test_kinds_jax import peak_kinds
-
-FIT = """
-import os
-os.environ["KERAS_BACKEND"] = "tensorflow"
-import numpy as np, keras
-model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
-                          keras.layers.BatchNormalization(), keras.layers.Dense(10)])
-model.compile(optimizer=keras.optimizers.Adam(1e-3), metrics=["accuracy"],
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-x = np.random.rand(2048, 784).astype("float32")
-# TensorFlow starts Adam's slots of a variable on one shared buffer of zeros,
-# until the first update writes them: a first fit of small batches writes them,
-# and the peak falls in the second, of batches far larger.
-model.fit(x[:64], np.random.randint(0, 10, 64), batch_size=32, epochs=1, verbose=0)
-model.fit(x, np.random.randint(0, 10, 2048), batch_size=1024, epochs=1, verbose=0)
-size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
-print(json.dumps({"parameters": size(model.trainable_variables),
-                  "optimizer_state": size(model.optimizer.variables), "copies": 1}))
-"""
+from test_kinds_jax import KERAS_FIT, peak_kinds
 
 # The custom loop of Keras' guide ("Writing a training loop from scratch"), eager,
 # on tf.data: no step marks; each optimizer update ends a step.
@@ -51,9 +32,10 @@ print(json.dumps({"parameters": size(model.trainable_variables),
 """
 
 
-@pytest.mark.parametrize(("name", "source"), [("keras_fit_tf", FIT), ("tape_loop", LOOP)])
+@pytest.mark.parametrize(("name", "source"), [("keras_fit_tf", KERAS_FIT), ("tape_loop", LOOP)])
 def test_variables_and_gradients_are_what_the_frameworks_objects_count(tmp_path, name, source):
-    kinds, counts = peak_kinds(tmp_path, name, source, {"TF_CPP_MIN_LOG_LEVEL": "2"})
+    args = ["tensorflow"] if source is KERAS_FIT else []
+    kinds, counts = peak_kinds(tmp_path, name, source, *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     assert kinds.get("parameters") == counts["parameters"], kinds
     # All but the learning rate: a float32 scalar TensorFlow keeps outside the
     # allocator whose events the trace holds (its buffer is in no event).

@@ -126,6 +126,14 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     assert report.returncode == 0, report.stderr
     assert "compiled for v5e:1x1 by XLA:TPU, per chip" in report.stdout
     assert "On v5e:1x1 (TPU v5 lite)" in report.stdout
+    # The first screen says the CPU's temporaries are not the TPU's, with both.
+    (running,) = analysis.devices[0].programs_at_peak
+    assert abs(running.temp_bytes - step.temp_bytes) > 0.1 * running.temp_bytes
+    said = " ".join(report.stdout.split())
+    assert (
+        f"jit_step: XLA:TPU plans {format_bytes(step.temp_bytes)} of temporaries on "
+        f"v5e:1x1 where this run held {format_bytes(running.temp_bytes)}"
+    ) in said
     as_json = run_tpumem("report", str(tmp_path / "run.tpumem"), "-f", "json")
     (tpu,) = json.loads(as_json.stdout)["tpu"]
     assert tpu["topology"] == "v5e:1x1" and tpu["fit"]["program"] == "jit_step"
