@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from conftest import run_tpumem
-from profiling import profile
+from profiling import profile, run_plain
 
 # Each script trains a few steps without donating, so at its peak the step's
 # inputs and its outputs are both live: two copies of parameters and optimizer
@@ -176,3 +176,30 @@ def test_a_peak_in_predict_is_labelled_with_its_phase_not_a_step(tmp_path, backe
     assert device["peak"]["phase"] == "predict()" and device["peak"]["step"] is None
     text = run_tpumem("report", str(tmp_path / "predict.tpumem")).stdout
     assert ", in predict()" in text.splitlines()[1]
+
+
+# A pytree class of the script's whose `__module__` is None (made at run time):
+# reading the tree's objects failed on it, and the call raised under profile.
+ODD_PYTREE = """
+import jax, jax.numpy as jnp
+from jax import tree_util
+class Odd(tuple):
+    pass
+Odd.__module__ = None
+tree_util.register_pytree_node(Odd, lambda o: (tuple(o), None), lambda _, c: Odd(c))
+@jax.jit
+def f(o, x):
+    return Odd((o[0] * 2,)), x + 1
+o, x = Odd((jnp.ones(3),)), jnp.ones(2)
+for _ in range(4):
+    o, x = f(o, x)
+print(float(o[0].sum()), float(x.sum()))
+"""
+
+
+def test_a_pytree_the_reading_cannot_read_leaves_the_call_alone(tmp_path):
+    (tmp_path / "odd.py").write_text(textwrap.dedent(ODD_PYTREE))
+    plain = run_plain(tmp_path, "odd.py")
+    profiled = profile(tmp_path, "-q", "odd.py")
+    assert plain.returncode == profiled.returncode == 0, profiled.stderr[-2000:]
+    assert profiled.stdout == plain.stdout

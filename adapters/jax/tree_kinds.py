@@ -104,7 +104,16 @@ def _filled(told: list[str | None], carried: set[int]) -> list[str] | None:
 
 
 def _told(fun: Any, out: Any, count: int) -> list[str | None]:
-    """The region each of `out`'s leaves' objects tell."""
+    """The region each of `out`'s leaves' objects tell; none where reading the
+    tree fails (a pytree type of the script's that flattens only its own way):
+    what a call returns is never held up by tpumem's reading of it."""
+    try:
+        return _read(fun, out, count)
+    except Exception:
+        return [None] * count
+
+
+def _read(fun: Any, out: Any, count: int) -> list[str | None]:
     from jax import tree_util
 
     keras = _keras_states(fun)
@@ -218,7 +227,8 @@ class _Walk:
         return None
 
     def _is_optax(self, node: Any) -> bool:
-        return isinstance(node, tuple) and type(node).__module__.startswith("optax.")
+        module = type(node).__module__
+        return isinstance(node, tuple) and isinstance(module, str) and module.startswith("optax.")
 
     def learn_mirrors(self, tree: Any) -> None:
         """The structures of optax's per-parameter states (a moment `mu` mirrors
