@@ -7,6 +7,7 @@ script has imported it."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -50,9 +51,9 @@ class KerasSteps:
         def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> Any:
             steps._writer.mark(KERAS_STEP, step=steps._step)
             steps._step += 1
-            if steps._on_batch is not None:
-                model = getattr(self, "model", None)
-                if model is not None:
+            model = getattr(self, "model", None)
+            if steps._on_batch is not None and model is not None:
+                with contextlib.suppress(Exception):  # (tpumem's reading never raises)
                     steps._on_batch(model)
             return original(self, batch, logs)
 

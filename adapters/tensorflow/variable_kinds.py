@@ -22,6 +22,7 @@ held is read there (a peak rises a few times in a run).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import time
@@ -84,12 +85,12 @@ class VariableKinds:
 
         def gradient(tape: Any, target: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
             grads = original(tape, target, sources, *args, **kwargs)
-            if context.executing_eagerly():
+            with contextlib.suppress(Exception):  # (tpumem's reading never raises)
                 kinds.learn(_flat(sources), PARAMETER)
-                kinds.tell_now(grads=_flat(grads))
-            else:  # traced into a tf.function: its variables are the parameters
-                kinds.learn(_flat(sources), PARAMETER)
-                kinds.tell_outside_function()
+                if context.executing_eagerly():
+                    kinds.tell_now(grads=_flat(grads))
+                else:  # traced into a tf.function: its variables are the parameters
+                    kinds.tell_outside_function()
             return grads
 
         self._patches.replace(backprop.GradientTape, "gradient", gradient)
@@ -106,12 +107,13 @@ class VariableKinds:
 
         def apply(optimizer: Any, grads: Any, trainable_variables: Any = None) -> Any:
             result = original(optimizer, grads, trainable_variables)
-            kinds.optimizer(optimizer, trainable_variables)
-            if context():
-                kinds.tell_now()
-                kinds._updated()
-            else:
-                kinds.tell_outside_function()
+            with contextlib.suppress(Exception):  # (tpumem's reading never raises)
+                kinds.optimizer(optimizer, trainable_variables)
+                if context():
+                    kinds.tell_now()
+                    kinds._updated()
+                else:
+                    kinds.tell_outside_function()
             return result
 
         self._patches.replace(optimizer, "apply", apply)
