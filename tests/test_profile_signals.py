@@ -111,6 +111,18 @@ def test_a_run_stopped_before_its_header_was_written_leaves_a_trace_that_says_ho
     )
 
 
+def _kill_tpumem(run: subprocess.Popen, profiled: int) -> None:
+    """Kills tpumem (SIGKILL) and waits for the process it profiled to end of
+    itself; one left (the test failing) is killed."""
+    run.kill()
+    _finish(run)
+    try:
+        assert _gone_within(profiled)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(profiled, signal.SIGKILL)
+
+
 def _gone_within(pid: int, seconds: float = 30) -> bool:
     deadline = time.monotonic() + seconds
     while not _gone(pid) and time.monotonic() < deadline:
@@ -152,13 +164,7 @@ def test_tpumem_killed_before_the_header_leaves_no_empty_trace(tmp_path, when):
         time.sleep(0.05)
     profiled = int((tmp_path / "loading-the-writer").read_text())
     assert (tmp_path / "t.tpumem").stat().st_size == 0
-    run.kill()
-    _finish(run)
-    try:
-        assert _gone_within(profiled)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(profiled, signal.SIGKILL)
+    _kill_tpumem(run, profiled)
     assert not (tmp_path / "t.tpumem").exists()
 
 
@@ -169,13 +175,7 @@ def test_tpumem_killed_while_it_records_leaves_the_ending_in_the_trace(tmp_path)
     run = _start(tmp_path, "-q", "-o", "t.tpumem", "keeps.py")
     _wait_for(tmp_path / "ready", run)
     profiled = load(tmp_path / "t.tpumem").metadata.pid
-    run.kill()
-    _finish(run)
-    try:
-        assert _gone_within(profiled)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(profiled, signal.SIGKILL)
+    _kill_tpumem(run, profiled)
     trace = load(tmp_path / "t.tpumem")
     assert trace.complete and trace.metadata.exit.signal == signal.SIGTERM
     assert any("tpumem profile ended before" in w for w in trace.metadata.warnings)
