@@ -1,20 +1,22 @@
 """What kind of memory the peak is: parameters, gradients, optimizer state,
-activations and temporaries, inputs, and what no one says, each with how it was
-told. The parts add up to the peak.
+activations and temporaries, inputs, other state, the framework's overhead, and
+what no one says, each with how it was told. The parts add up to the peak.
 
-Where each kind comes from:
-- the adapter's regions: PyTorch/XLA's book marks a torch.nn.Parameter, its
-  .grad, what a torch.optim optimizer keeps in its state, and host data put on
-  the device;
-- a compiled program running at the peak: its temporaries (XLA's plan), and its
-  arguments by the names JAX gives them in XLA's metadata (the step function's
-  argument and its pytree path: `params['w']`, `state['mu']['w']`, `batch[0]`),
-  matched to the run's live arrays by dtype and shape. An argument whose shape
-  an output of the program has is state carried from step to step; its name
-  says which state; one no output has is an input. The program's own new outputs
-  are of the kind of the argument they replace;
-- the bytes in use that no buffer seen holds (made before the capture, or in its
-  gaps) and the runtime's own (a TPU program's stack).
+Where each kind comes from (docs/figures.md, "What the peak is"):
+- the regions adapters give from the frameworks' own objects, at allocation or
+  later (TOLD rows): PyTorch/XLA's book (a torch.nn.Parameter, its .grad, a
+  torch.optim optimizer's state, host data), the JAX book (the objects in each
+  jitted step's pytrees), TensorFlow's variables read where their buffers are,
+  a PyTorch snapshot's categories;
+- a compiled program running at the peak: its temporaries (XLA's plan), and
+  its arguments no object told, matched to the run's live arrays by dtype and
+  size after the told ones: state where an output of the program replaces
+  them, else inputs (no words of names decide a kind here);
+- the ops' outputs made since the step under way began: its activations;
+- the allocator's bytes beyond those asked for, and a TPU program's stack: the
+  framework's overhead; the bytes in use that no buffer seen holds (made
+  before the capture, or in its gaps), less what variables read on both sides
+  of the peak account for.
 What is left is the run's other arrays, which the framework does not say the use of.
 """
 
@@ -179,6 +181,7 @@ def peak_kinds(
             hows.setdefault(kind, {})[how] = None
 
     kind_of = np.full(len(live), "", object)
+    told = _told_rows(trace, events.device)
     if len(live):
         # Each kind counts the bytes asked for; what the allocator handed out
         # beyond them (a BFC chunk it did not split, a TPU layout's padding) is
@@ -187,7 +190,7 @@ def peak_kinds(
         asked = events.requested[live]
         sizes = np.where((asked >= 0) & (asked <= handed), asked, handed)
         add(OVERHEAD, int((handed - sizes).sum()), BY_ROUNDING)
-        region_of = _regions(trace, events, live, peak.time_ns)
+        region_of = _regions(trace, events, live, sizes, peak.time_ns, told)
         program_of = running.program_of
         for index, program in enumerate(running.found):
             mine = program_of == index
@@ -223,8 +226,8 @@ def peak_kinds(
             add(ACTIVATIONS, int(sizes[made_in_step].sum()), BY_STEP)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
     unseen = peak.unattributed_bytes
-    if unseen and len(live):
-        for kind, size in _held_unseen(trace, events, live, peak.time_ns, unseen).items():
+    if unseen and len(live) and told is not None:
+        for kind, size in _held_unseen(events, live, peak.time_ns, unseen, told).items():
             add(kind, size, BY_GAP)
             unseen -= size
     add(UNATTRIBUTED, unseen, BY_COUNTERS)
@@ -241,94 +244,110 @@ def _step_start(trace: Trace, time_ns: int) -> int | None:
     return int(times[index]) if index >= 0 else None
 
 
-def _regions(trace: Trace, events: DeviceEvents, live: np.ndarray, at: int) -> Any:
-    """The region of each live buffer: what a TOLD row of the device says of it,
-    else its allocation's own. A told row names its buffer by id (the JAX book's)
-    or by address (TensorFlow's variables, read where their buffers are): the
-    buffer allocated last at that address before the reading."""
-    codes, values = trace.codes_at("region", events.row[live])
-    names = np.array([*values, ""], object)[codes]  # (-1, no region: "")
+@dataclass(frozen=True, slots=True)
+class _Told:
+    """A device's TOLD rows, read once. A row names its buffer by id (the JAX
+    book's), or by address (TensorFlow's variables, read where their buffers
+    are: `key` names the variable), or by size alone (a variable TensorFlow
+    copies on read: no address, its key)."""
+
+    times: np.ndarray
+    ids: np.ndarray  # -1: none
+    addresses: np.ndarray  # -1: none
+    sizes: np.ndarray
+    regions: list[str]
+    keys: list[str]  # "" where the row names no variable
+
+    @property
+    def copied(self) -> set[str]:
+        """The variables told by their size after all: their readings found
+        copies (TensorFlow copied them on each read), not their buffers."""
+        return {
+            k
+            for k, a, i in zip(self.keys, self.addresses.tolist(), self.ids.tolist(), strict=True)
+            if k and a <= 0 and i < 0
+        }
+
+    def rows(self, chosen: np.ndarray) -> tuple[Any, ...]:
+        """(addresses, times, sizes, regions, keys) of the chosen rows."""
+        kept = chosen.tolist()
+        return (
+            self.addresses[chosen],
+            self.times[chosen],
+            self.sizes[chosen],
+            [r for r, k in zip(self.regions, kept, strict=True) if k],
+            [k for k, c in zip(self.keys, kept, strict=True) if c],
+        )
+
+
+def _told_rows(trace: Trace, device: str) -> _Told | None:
     told = np.flatnonzero(trace.is_kind(TOLD))
     if not len(told):
-        return names
+        return None
     device_codes, devices = trace.codes_at("device", told)
-    code = devices.index(events.device) if events.device in devices else -2
-    told = told[device_codes == code]
+    told = told[device_codes == (devices.index(device) if device in devices else -2)]
     if not len(told):
+        return None
+    codes, values = trace.codes_at("region", told)
+    return _Told(
+        times=trace.numbers_at("time_ns", told, -1),
+        ids=trace.numbers_at("buffer_id", told, -1),
+        addresses=trace.numbers_at("address", told, -1),
+        sizes=trace.numbers_at("bytes", told, -1),
+        regions=[values[c] if c >= 0 else "" for c in codes.tolist()],
+        keys=[k if isinstance(k, str) else "" for k in trace.texts_at(told)],
+    )
+
+
+def _regions(
+    trace: Trace,
+    events: DeviceEvents,
+    live: np.ndarray,
+    asked: np.ndarray,
+    at: int,
+    told: _Told | None,
+) -> Any:
+    """The region of each live buffer (`asked`: the bytes each asked for): what
+    a TOLD row of the device says of it, else its allocation's own."""
+    codes, values = trace.codes_at("region", events.row[live])
+    names = np.array([*values, ""], object)[codes]  # (-1, no region: "")
+    if told is None:
         return names
-    told_codes, told_values = trace.codes_at("region", told)
-    regions = [told_values[c] if c >= 0 else "" for c in told_codes.tolist()]
-    ids = trace.numbers_at("buffer_id", told, -1)
-    by_id = {b: r for b, r in zip(ids.tolist(), regions, strict=True) if b >= 0 and r}
+    by_id = {b: r for b, r in zip(told.ids.tolist(), told.regions, strict=True) if b >= 0 and r}
     for position, buffer in enumerate(events.buffer_id[live].tolist()):
         region = by_id.get(buffer)
         if region:
             names[position] = region
-    addresses = trace.numbers_at("address", told, -1)
-    addressed = (ids < 0) & (addresses > 0)
-    # A variable told by its size after all (TensorFlow copied it on each read):
-    # its readings found copies, not its buffer.
-    keys = trace.texts_at(told)
-    copied = {
-        k
-        for k, a, i in zip(keys, addresses.tolist(), ids.tolist(), strict=True)
-        if k and a <= 0 and i < 0
-    }
+    addressed = (told.ids < 0) & (told.addresses > 0)
+    copied = told.copied
     if copied:
-        addressed &= np.array([k not in copied for k in keys], bool)
+        addressed &= np.array([k not in copied for k in told.keys], bool)
     if addressed.any():
-        chosen = addressed.tolist()
-        _by_address(
-            events,
-            live,
-            names,
-            at,
-            (
-                addresses[addressed],
-                trace.numbers_at("time_ns", told[addressed], -1),
-                trace.numbers_at("bytes", told[addressed], -1),
-                [r for r, a in zip(regions, chosen, strict=True) if a],
-                [k for k, a in zip(keys, chosen, strict=True) if a],
-            ),
-        )
-    sized = (ids < 0) & (addresses <= 0)
+        _by_address(events, live, names, asked, at, told.rows(addressed))
+    sized = (told.ids < 0) & (told.addresses <= 0)
     if sized.any():
-        _by_size(
-            events,
-            live,
-            names,
-            trace.numbers_at("bytes", told[sized], -1),
-            [r for r, a in zip(regions, sized.tolist(), strict=True) if a],
-        )
+        _, _, sizes, regions, _ = told.rows(sized)
+        _by_size(events, live, names, asked, sizes, regions)
     return names
 
 
 def _held_unseen(
-    trace: Trace, events: DeviceEvents, live: np.ndarray, at: int, unseen: int
+    events: DeviceEvents, live: np.ndarray, at: int, unseen: int, told: _Told
 ) -> dict[str, int]:
     """Of the bytes in use that no buffer seen holds, those of variables read at
     the same address just before and just after `at` (the peak), where no live
     buffer seen is: the buffer their readings found was allocated in a gap of
     the capture. By kind, at most `unseen` bytes in all."""
-    told = np.flatnonzero(trace.is_kind(TOLD))
-    if not len(told):
-        return {}
-    device_codes, devices = trace.codes_at("device", told)
-    code = devices.index(events.device) if events.device in devices else -2
-    told = told[(device_codes == code) & trace.valid("text")[told]]
-    if not len(told):
-        return {}
-    times = trace.numbers_at("time_ns", told)
-    addresses = trace.numbers_at("address", told, -1)
-    sizes = trace.numbers_at("bytes", told, 0)
-    region_codes, region_values = trace.codes_at("region", told)
-    keys = trace.texts_at(told)
-    before: dict[str, tuple[int, int, int, int]] = {}  # key -> (time, address, size, region)
+    copied = told.copied
+    before: dict[str, tuple[int, int, int, str]] = {}  # key -> (time, address, size, region)
     after: dict[str, int] = {}  # key -> the address of its first reading after
-    for index in np.argsort(times, kind="stable").tolist():
-        key, time_ns, address = keys[index], int(times[index]), int(addresses[index])
+    for index in np.argsort(told.times, kind="stable").tolist():
+        key = told.keys[index]
+        if not key or key in copied:
+            continue
+        time_ns, address = int(told.times[index]), int(told.addresses[index])
         if time_ns <= at:
-            before[key] = (time_ns, address, int(sizes[index]), int(region_codes[index]))
+            before[key] = (time_ns, address, int(told.sizes[index]), told.regions[index])
         elif key not in after:
             after[key] = address
     seen = set(events.address[live].tolist())
@@ -340,20 +359,14 @@ def _held_unseen(
     high = int((allocated_at + events.bytes[events.is_alloc]).max()) if len(allocated_at) else 0
     found: dict[str, int] = {}
     left = unseen
-    copied = {k for k, a in zip(keys, addresses.tolist(), strict=True) if a <= 0}
     for key, (time_ns, address, size, region) in before.items():
-        if (
-            key in copied
-            or address in seen
-            or not low <= address < high
-            or after.get(key, address) != address
-        ):
+        if address in seen or not low <= address < high or after.get(key, address) != address:
             continue
         # Nothing seen allocated there between the reading and the peak.
         there = allocated_at == address
-        if region < 0 or ((allocations > time_ns) & (allocations <= at) & there).any():
+        if ((allocations > time_ns) & (allocations <= at) & there).any():
             continue
-        kind = _REGIONS.get(region_values[region])
+        kind = _REGIONS.get(region)
         if kind is None or size > left:
             continue
         found[kind] = found.get(kind, 0) + size
@@ -362,13 +375,17 @@ def _held_unseen(
 
 
 def _by_size(
-    events: DeviceEvents, live: np.ndarray, names: np.ndarray, sizes: np.ndarray, regions: list[str]
+    events: DeviceEvents,
+    live: np.ndarray,
+    names: np.ndarray,
+    asked: np.ndarray,
+    sizes: np.ndarray,
+    regions: list[str],
 ) -> None:
     """A variable whose buffer no reading can find (TensorFlow copies it on read)
     told by its size alone: the earliest-made live buffer of exactly that size
     that nothing told, made before the others (a variable lives long)."""
     own = np.isin(names, list(_TOLD_REGIONS), invert=True)
-    asked = np.where(events.requested[live] >= 0, events.requested[live], events.bytes[live])
     made = events.time_ns[live]
     for size, region in zip(sizes.tolist(), regions, strict=True):
         free = np.flatnonzero(own & (asked == size))
@@ -382,6 +399,7 @@ def _by_address(
     events: DeviceEvents,
     live: np.ndarray,
     names: np.ndarray,
+    asked: np.ndarray,
     at: int,
     readings_at: tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]],
 ) -> None:
@@ -400,7 +418,6 @@ def _by_address(
     for position, address in enumerate(events.address[live].tolist()):
         positions.setdefault(address, []).append(position)
     made = events.time_ns[live]
-    asked = np.where(events.requested[live] >= 0, events.requested[live], events.bytes[live])
     allocations = np.flatnonzero(events.is_alloc & np.isin(events.address, list(positions)))
     allocated: dict[int, list[int]] = {}
     for address, time_ns in zip(
