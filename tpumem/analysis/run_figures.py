@@ -19,7 +19,7 @@ from tpumem.analysis.growth import Growth, step_growth
 from tpumem.analysis.kinds import PeakKinds, peak_kinds
 from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
-from tpumem.analysis.peak import PeakBreakdown, live_at, peak_breakdown, total_peak
+from tpumem.analysis.peak import PeakBreakdown, highest, live_at, peak_breakdown, total_peak
 from tpumem.analysis.preallocation import Preallocation, preallocation
 from tpumem.analysis.programs import (
     CompiledProgram,
@@ -32,7 +32,7 @@ from tpumem.analysis.programs import (
 from tpumem.analysis.series import DeviceSeries, device_series
 from tpumem.analysis.stacks import stack_warnings
 from tpumem.analysis.timeline import Timeline, timeline
-from tpumem.analysis.tpu import TpuTarget, tpu_fit, tpu_targets
+from tpumem.analysis.tpu import PlansApart, TpuTarget, plans_apart, tpu_fit, tpu_targets
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.hlo_rows import hlo_warnings
 from tpumem.trace.metadata import IMPORTED, RunMetadata
@@ -89,6 +89,8 @@ class RunAnalysis:
     capacity: tuple[CapacityCheck, ...] = ()  # per device, where a capacity was asked about
     tpu: tuple[TpuTarget, ...] = ()  # the programs compiled for TPU topologies (--tpu)
     changes: tuple[Change, ...] = ()  # what to change, each with its figure (changes.py)
+    # The programs at the highest device's peak that XLA:TPU plans apart (tpu.py).
+    plans_apart: tuple[PlansApart, ...] = ()
 
 
 def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
@@ -326,5 +328,6 @@ def analyze_with_events(
         changes=what_to_change(
             trace.framework, metadata.backend, metadata.memory_settings, analysed, targets
         ),
+        plans_apart=plans_apart(highest(analysed).programs_at_peak, targets) if analysed else (),
     )
     return run, figures

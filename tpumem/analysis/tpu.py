@@ -343,3 +343,34 @@ def _plan_bytes(program: CompiledProgram, temp_live: int) -> int:
         - (memory.alias_bytes or 0)
         + temp_live
     )
+
+
+# How far apart the run's plan of a program's temporaries and XLA:TPU's may be
+# before the answer says the activations it shows are not the TPU's.
+PLANS_APART = 0.10
+
+
+@dataclass(frozen=True, slots=True)
+class PlansApart:
+    """A program running at the peak whose temporaries on the run's backend and
+    XLA:TPU's plan of them for a topology are more than PLANS_APART apart."""
+
+    program: str  # as the reports name it
+    topology: str
+    run_bytes: int  # its temporaries live at the run's peak
+    tpu_bytes: int  # XLA:TPU's temporaries for the topology
+
+
+def plans_apart(
+    running: tuple[RunningAtPeak, ...], targets: tuple[TpuTarget, ...]
+) -> tuple[PlansApart, ...]:
+    found = []
+    for at_peak in running:
+        for target in targets:
+            tpu = next((p for p in target.programs if p.name == at_peak.program.name), None)
+            if tpu is None:
+                continue
+            here, there = at_peak.temp_bytes, tpu.temp_bytes
+            if abs(here - there) > PLANS_APART * max(here, there, 1):
+                found.append(PlansApart(at_peak.program.shown_name, target.topology, here, there))
+    return tuple(found)

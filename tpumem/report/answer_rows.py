@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, PeakLines
 from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.tpu import TpuTarget
+from tpumem.analysis.tpu import PlansApart
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.kind_words import KIND_WORDS
 from tpumem.report.rows import step_words
@@ -156,30 +156,13 @@ class Answer:
     changes: list[tuple[str, str, str]]  # (figure, sentence, how it was obtained)
 
 
-# How far apart this backend's plan of a program's temporaries and XLA:TPU's may be
-# before the first screen says the activations it shows are not the TPU's.
-PLANS_APART = 0.10
-
-
-def target_plans(device: DeviceAnalysis, targets: tuple[TpuTarget, ...]) -> list[str]:
-    """Where a program running at the peak has temporaries on this run's backend
-    that XLA:TPU plans more than PLANS_APART apart: the activations the first
-    table shows are this backend's, not the TPU's."""
-    said = []
-    for running in device.programs_at_peak:
-        for target in targets:
-            tpu = next((p for p in target.programs if p.name == running.program.name), None)
-            if tpu is None:
-                continue
-            here, there = running.temp_bytes, tpu.temp_bytes
-            if abs(here - there) > PLANS_APART * max(here, there, 1):
-                said.append(
-                    f"{running.program.shown_name}: XLA:TPU plans {format_bytes(there)} of "
-                    f"temporaries on {target.topology} where this run held "
-                    f"{format_bytes(here)}: the activations above are this backend's; "
-                    f"on {target.topology} the step needs what the TPU table says"
-                )
-    return said
+def plans_apart_words(apart: PlansApart) -> str:
+    return (
+        f"{apart.program}: XLA:TPU plans {format_bytes(apart.tpu_bytes)} of temporaries on "
+        f"{apart.topology} where this run held {format_bytes(apart.run_bytes)}: the "
+        "activations above are this backend's; "
+        f"on {apart.topology} the step needs what the TPU table says"
+    )
 
 
 def answer(analysis: RunAnalysis) -> Answer | None:
@@ -199,7 +182,7 @@ def answer(analysis: RunAnalysis) -> Answer | None:
     notes = (
         lines_note(device.lines, analysis.framework),
         no_lines(device.lines),
-        *target_plans(device, analysis.tpu),
+        *map(plans_apart_words, analysis.plans_apart),
     )
     verdicts = [v for v in (tpu_verdict(target) for target in analysis.tpu) if v]
     return Answer(
