@@ -140,11 +140,6 @@ class VariableKinds:
             self.learn(_flat(trainable), PARAMETER)
         self.learn((v for v in optimizer.variables if id(v) not in with_params), OPTIMIZER)
 
-    @property
-    def copied_on_read(self) -> int:
-        """Variables not read: TensorFlow copies them on read (copy-on-read mode)."""
-        return len(self._copied)
-
     # -- telling -----------------------------------------------------------------
 
     def learn(self, variables: Iterable[Any], region: str) -> None:
