@@ -121,6 +121,18 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     assert row.compiled_for == "v5e:1x1"
     assert row.needed_bytes == target.fit.need_bytes >= step.need_bytes
     assert target.fit.running_at_peak and target.fit.program == "jit_step"
+    # A chip's need by kind: XLA:TPU's buffers of the step, each argument of the
+    # kind the run gave it (the model's 67,520 float32 parameters, Adam's two
+    # moments of them and its step count); the kinds add up to the need.
+    chip = {k.kind: k.bytes for k in target.fit.kinds}
+    run = {k.kind: k.bytes for k in analysis.devices[0].kinds.kinds}
+    assert sum(chip.values()) == target.fit.need_bytes
+    assert chip["parameters"] == run["parameters"] == 67_520 * 4
+    assert chip["optimizer_state"] == run["optimizer_state"] == 2 * 67_520 * 4 + 4
+    arguments = [b for b in step.heap.live_at_peak if b.group == "parameter"]
+    told = chip["parameters"] + chip["optimizer_state"] + chip["inputs"]
+    assert told == sum(min(b.unpadded_bytes, b.allocation_bytes) for b in arguments)
+    assert chip["overhead"] >= step.code_bytes + step.padding_bytes
     # A later report reads the compile from the trace, and says where the v5e answer is from.
     report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--width", "200")
     assert report.returncode == 0, report.stderr
@@ -137,6 +149,8 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     as_json = run_tpumem("report", str(tmp_path / "run.tpumem"), "-f", "json")
     (tpu,) = json.loads(as_json.stdout)["tpu"]
     assert tpu["topology"] == "v5e:1x1" and tpu["fit"]["program"] == "jit_step"
+    assert {k["kind"]: k["bytes"] for k in tpu["fit"]["kinds"]} == chip
+    assert "One chip of v5e:1x1 by kind" in said
     # The page, in a real browser: the TPU section with the step's need per chip.
     page = tmp_path / "run.html"
     assert run_tpumem("report", str(tmp_path / "run.tpumem"), "-o", str(page)).returncode == 0
@@ -249,6 +263,14 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         env = {**aot_env(), "JAX_ENABLE_X64": "1"}
         sizes = run_python(ARRAY_SIZES, tmp_path, env=env, args=[json.dumps(shapes)])
         assert step["argument_bytes"] == sum(sizes), name
+        # A chip's need by kind adds up to it; the same model's parameters are
+        # the same bytes on a chip in JAX and PyTorch/XLA. (TensorFlow's first
+        # jit_compile step gives Adam's slots new buffers no reading found: its
+        # kinds on the chip follow the run's.)
+        chip = {k["kind"]: k["bytes"] for k in target["fit"]["kinds"]}
+        assert sum(chip.values()) == target["fit"]["need_bytes"], name
+        if name != "tf_transformer":
+            assert chip["parameters"] == 67_520 * 4, name
     problems, dom = rendered(tmp_path / "compare.html")
     assert problems == []
     assert "compiled program, side by side" in dom and names[1] in dom

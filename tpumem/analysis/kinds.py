@@ -34,7 +34,7 @@ from tpumem.analysis.by_line import ProgramsAtPeak
 from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.peak import PeakBreakdown
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
-from tpumem.analysis.programs import CompiledProgram
+from tpumem.analysis.programs import CompiledProgram, ProgramKinds
 from tpumem.hlo.shapes import numpy_dtype
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import KERAS_STEP, MARK, TOLD
@@ -127,6 +127,8 @@ class KindBytes:
 @dataclass(frozen=True, slots=True)
 class PeakKinds:
     kinds: tuple[KindBytes, ...]  # in KINDS' order, those with bytes
+    # Of each program running at the peak, in ProgramsAtPeak.found's order.
+    programs: tuple[ProgramKinds, ...] = ()
 
 
 # Keras 3's JAX trainer: `state[k]` of its train step is, by k, its trainable,
@@ -225,6 +227,10 @@ def peak_kinds(
             kind_of[made_in_step] = ACTIVATIONS
             add(ACTIVATIONS, int(sizes[made_in_step].sum()), BY_STEP)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
+        keys = _live_keys(trace, events, live)
+        arguments = tuple(_program_kinds(keys, kind_of, p) for p in running.found)
+    else:
+        arguments = tuple(ProgramKinds() for _ in running.found)
     unseen = peak.unattributed_bytes
     if unseen and len(live) and told is not None:
         for kind, size in _held_unseen(events, live, peak.time_ns, unseen, told).items():
@@ -234,6 +240,7 @@ def peak_kinds(
     add(OVERHEAD, peak.stack_bytes, BY_RUNTIME)
     return PeakKinds(
         tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
+        arguments,
     )
 
 
@@ -528,35 +535,28 @@ def _matched(
     heap = program.heap
     if heap is None:
         return []
-    rows = events.row[live]
-    sizes = events.bytes[live]
-    dtype_codes, dtype_values = trace.codes_at("dtype", rows)
     waiting: dict[tuple[str, int], collections.deque[int]] = {}
     # Live arrays the framework told already, by dtype and size: the program's
     # arguments and outputs are among them first (a step's state, told by its
     # objects), before any untold array of their size is taken for one.
     told: collections.Counter[tuple[str, int]] = collections.Counter()
-    for position in range(len(live)):
-        d = int(dtype_codes[position])
-        if d >= 0:
-            key = (dtype_values[d], int(sizes[position]))
-            if kind_of[position] == "":
-                waiting.setdefault(key, collections.deque()).append(position)
-            else:
-                told[key] += 1
-
-    def key_of(buffer: HeapBuffer) -> tuple[str, int]:
-        return (numpy_dtype(buffer.dtype), buffer.bytes)
+    for position, key in enumerate(_live_keys(trace, events, live)):
+        if key is None:
+            continue
+        if kind_of[position] == "":
+            waiting.setdefault(key, collections.deque()).append(position)
+        else:
+            told[key] += 1
 
     arguments = [b for b in heap.live_at_peak if b.group == PARAMETER]
     outputs = [b for b in heap.live_at_peak if b.group == OUTPUT and b.dims]
-    replaced = {key_of(b) for b in outputs}
+    replaced = {_buffer_key(b) for b in outputs}
     found: list[tuple[int, str, str]] = []
     # The kinds of the carried arguments of each dtype and size: the outputs of
     # one replace them one for one (a step returns the state it was given).
     carried: dict[tuple[str, int], collections.deque[tuple[str, str]]] = {}
     for argument in arguments:
-        key = key_of(argument)
+        key = _buffer_key(argument)
         if told[key]:
             told[key] -= 1
             continue
@@ -571,7 +571,7 @@ def _matched(
         if waiting.get(key):
             found.append((waiting[key].popleft(), kind, how))
     for output in outputs:
-        key = key_of(output)
+        key = _buffer_key(output)
         if told[key]:
             told[key] -= 1
             continue
@@ -579,3 +579,52 @@ def _matched(
             kind, how = carried[key].popleft()
             found.append((waiting[key].pop(), kind, how))
     return found
+
+
+def _buffer_key(buffer: HeapBuffer) -> tuple[str, int]:
+    """A program's buffer as the run's arrays are matched to it: dtype and size."""
+    return (numpy_dtype(buffer.dtype), buffer.bytes)
+
+
+def _live_keys(
+    trace: Trace, events: DeviceEvents, live: np.ndarray
+) -> list[tuple[str, int] | None]:
+    """Each live array's (dtype, size), None where the trace has no dtype."""
+    dtype_codes, dtype_values = trace.codes_at("dtype", events.row[live])
+    sizes = events.bytes[live]
+    return [
+        (dtype_values[int(d)], int(size)) if d >= 0 else None
+        for d, size in zip(dtype_codes, sizes, strict=True)
+    ]
+
+
+def _program_kinds(
+    keys: list[tuple[str, int] | None], kind_of: np.ndarray, program: CompiledProgram
+) -> ProgramKinds:
+    """The kinds of a running program's arguments and outputs, as the ledger gave
+    the live arrays of their dtype and size: the arguments by number (the
+    earliest made first, as _matched takes them), else by fate (given back:
+    state; not: an input); its outputs the live arrays of their size left over
+    (a launch's outputs, made with it), by their shape."""
+    heap = program.heap
+    if heap is None:
+        return ProgramKinds()
+    arguments = sorted(
+        (b for b in heap.live_at_peak if b.group == PARAMETER and b.parameter_number >= 0),
+        key=lambda b: b.parameter_number,
+    )
+    pool: dict[tuple[str, int], collections.deque[str]] = {}
+    for position, key in enumerate(keys):
+        if key is not None:
+            pool.setdefault(key, collections.deque()).append(kind_of[position] or OTHER)
+    kinds = [OTHER] * (arguments[-1].parameter_number + 1 if arguments else 0)
+    for argument in arguments:
+        same = pool.get(_buffer_key(argument))
+        fate = STATE if argument.live_out else INPUTS
+        kinds[argument.parameter_number] = same.popleft() if same else fate
+    outputs: dict[tuple[str, str], list[str]] = {}
+    for output in heap.live_at_peak:
+        same = pool.get(_buffer_key(output)) if output.group == OUTPUT and output.dims else None
+        if same:
+            outputs.setdefault((output.dtype, output.dims), []).append(same.popleft())
+    return ProgramKinds(tuple(kinds), {k: tuple(v) for k, v in outputs.items()})

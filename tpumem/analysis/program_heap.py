@@ -51,6 +51,8 @@ class HeapBuffer:
     # Its allocation may be live out: an output, or an argument an output aliases
     # (a donated argument: the output takes its memory).
     live_out: bool = False
+    parameter_number: int = -1  # the program's argument it is (PARAMETER), else -1
+    allocation_bytes: int = 0  # its allocation's size (the allocation may hold others)
 
     @property
     def padding_bytes(self) -> int:
@@ -91,6 +93,9 @@ class ProgramHeap:
     # Some instruction is of a backward pass (op_passes.py): a training step, whose
     # forward values live at its peak are kept for the gradient.
     has_backward: bool = False
+    # The temporaries' values at their peak, at their elements' bytes; with no heap
+    # trace, the bytes of their allocations the plan's offsets give any value.
+    temp_value_bytes: int = 0
 
     @property
     def temp_peak_bytes(self) -> int:
@@ -190,6 +195,7 @@ class _Buffers:
         index = list(buffer.defined_at.shape_index)
         shape = subshape(instruction.shape, index)
         source, stack, frames = instruction_frames(instruction, self.frames)
+        allocation = self.allocation_of[buffer_id]
         name = instruction.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
         made = self._made[buffer_id] = HeapBuffer(
             logical_buffer_id=buffer.id,
@@ -203,10 +209,14 @@ class _Buffers:
             op_name=instruction.metadata.op_name,
             source=source,
             stack=stack,
-            group=_group(self.allocation_of[buffer_id]),
-            allocation=self.allocation_of[buffer_id].index,
+            group=_group(allocation),
+            allocation=allocation.index,
             frames=frames,
-            live_out=bool(self.allocation_of[buffer_id].maybe_live_out),
+            live_out=bool(allocation.maybe_live_out),
+            parameter_number=(
+                allocation.parameter_number if allocation.is_entry_computation_parameter else -1
+            ),
+            allocation_bytes=allocation.size,
         )
         return made
 
@@ -288,7 +298,22 @@ def program_heap(data: bytes, color: int = HBM) -> ProgramHeap:
         live_at_peak=tuple(live),
         has_heap_trace=trace is not None,
         has_backward=_has_backward(buffers),
+        temp_value_bytes=heap.peak_unpadded
+        if trace is not None
+        else sum(_covered(a) for a in allocations if not _whole_program(a)),
     )
+
+
+def _covered(allocation: Any) -> int:
+    """The bytes of an allocation that some buffer assigned to it occupies (values
+    whose lives do not overlap share their bytes; alignment leaves gaps)."""
+    covered, end = 0, 0
+    for offset, size in sorted((a.offset, a.size) for a in allocation.assigned):
+        start = max(offset, end)
+        if offset + size > start:
+            covered += offset + size - start
+        end = max(end, offset + size)
+    return covered
 
 
 def _has_backward(buffers: _Buffers) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -221,12 +221,25 @@ def _lines_of_ops(
 
 
 @dataclass(frozen=True, slots=True)
+class ProgramKinds:
+    """The kinds of a program's buffers, as the run's ledger gave the arrays that
+    are them: what the same program holds on a TPU is of these kinds (chip_kinds.py)."""
+
+    arguments: tuple[str, ...] = ()  # by argument number
+    # Of the outputs the run held at the peak (a launch's, made with it), by
+    # (dtype, dims) as XLA prints them, in the plan's order.
+    outputs: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class RunningAtPeak:
     """A program whose temporaries were live at a device's peak: the peak is the
     live arrays (its arguments and outputs among them) plus its working memory."""
 
     program: CompiledProgram
     temp_bytes: int  # its temporaries live at the peak, as the trace has them
+    # Its buffers' kinds, from the run's ledger (kinds.py).
+    kinds: ProgramKinds = ProgramKinds()
 
 
 def programs_named(op: str, compiled: tuple[CompiledProgram, ...]) -> list[CompiledProgram]:

@@ -12,6 +12,7 @@ from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, r
 from tpumem.analysis.by_line import PeakLines, peak_lines, programs_at_peak
 from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.changes import Change, what_to_change
+from tpumem.analysis.chip_kinds import chip_kinds
 from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
@@ -214,19 +215,22 @@ def _with_programs(
     live = live_at(figures.events, device.peak.event_index)
     running = programs_at_peak(trace, figures.events, live, compiled)
     lines = peak_lines(trace, figures.events, live, running)
+    kinds = peak_kinds(trace, figures.events, live, running, device.peak)
     return replace(
         device,
         programs_at_peak=tuple(
             sorted(
                 (
-                    RunningAtPeak(p, t)
-                    for p, t in zip(running.found, running.temp_bytes, strict=True)
+                    RunningAtPeak(p, t, a)
+                    for p, t, a in zip(
+                        running.found, running.temp_bytes, kinds.programs, strict=True
+                    )
                 ),
                 key=lambda r: -r.temp_bytes,
             )
         ),
         lines=lines,
-        kinds=peak_kinds(trace, figures.events, live, running, device.peak),
+        kinds=kinds,
         peak=replace(device.peak, stacks=lines.stacks),
     )
 
@@ -237,12 +241,20 @@ def _tpu(
     """The TPU compiles, each with a chip's need for the device the fit weighs
     (for the programs alone where the run allocated nothing)."""
     device = next((d for d in devices if fit is not None and d.device == fit.device), None)
-    if device is None:
-        return tuple(replace(t, fit=tpu_fit(t, 0, (), ())) for t in tpu_targets(trace))
-    return tuple(
-        replace(t, fit=tpu_fit(t, device.peak.bytes, device.peak.groups, device.programs_at_peak))
-        for t in tpu_targets(trace)
-    )
+    targets = []
+    for target in tpu_targets(trace):
+        if device is None:
+            target = replace(target, fit=tpu_fit(target, 0, (), ()))
+            kinds = chip_kinds(target, None, ())
+        else:
+            running = device.programs_at_peak
+            peak = device.peak
+            target = replace(target, fit=tpu_fit(target, peak.bytes, peak.groups, running))
+            kinds = chip_kinds(target, device.kinds, running)
+        if target.fit is not None:
+            target = replace(target, fit=replace(target.fit, kinds=kinds))
+        targets.append(target)
+    return tuple(targets)
 
 
 def _span(trace: Trace, times: np.ndarray) -> tuple[int, int]:

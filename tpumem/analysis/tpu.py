@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.cpu_forms import CpuForm, cpu_forms
+from tpumem.analysis.kinds import KindBytes
 from tpumem.analysis.padding import parse_shape
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import ProgramHeap, program_heap
@@ -121,6 +122,8 @@ class TpuFit:
     fits: bool  # a need within the budget, every program compiled
     refused: str | None = None  # the program XLA:TPU refused (the run's need is then its)
     not_compiled: int = 0  # programs XLA:TPU did not compile for another reason
+    # The need by kind, adding up to it (chip_kinds.py); () where not planned.
+    kinds: tuple[KindBytes, ...] = ()
 
     @property
     def spare_bytes(self) -> int:

@@ -11,14 +11,13 @@ from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.tpu import PlansApart
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
-from tpumem.report.kind_words import KIND_WORDS
+from tpumem.report.kind_words import KIND_HEADERS, kinds_rows
 from tpumem.report.rows import step_words
 from tpumem.report.shorten import op_tail
 from tpumem.report.tpu_tables import tpu_verdict
 from tpumem.units import counted, format_bytes, format_seconds
 
 TOP_LINES = 8
-KIND_HEADERS = ("bytes", "share", "kind", "how it is known")
 KINDS_TITLE = "What the peak is"
 LINE_HEADERS = ("bytes", "line", "what")
 LINES_TITLE = "Lines holding the peak, largest first"
@@ -41,21 +40,13 @@ def kind_rows(device: DeviceAnalysis) -> list[tuple[str, str, str, str]]:
     kinds = device.kinds
     if kinds is None or not kinds.kinds:
         return []
-    peak = device.peak.bytes or 1
-    rows = [
-        (format_bytes(k.bytes), _share(k.bytes / peak), KIND_WORDS[k.kind], "; ".join(k.how))
-        for k in kinds.kinds
-    ]
+    rows = kinds_rows(kinds.kinds, device.peak.bytes)
     padding = device.padding
     if padding.extra_bytes and not padding.included:
         rows.append(
             (f"+{format_bytes(padding.extra_bytes)}", "", "padding on a TPU", padding.label)
         )
     return rows
-
-
-def _share(share: float) -> str:
-    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"
 
 
 def line_rows(lines: PeakLines | None, limit: int = TOP_LINES) -> list[tuple[str, str, str]]:

@@ -25,6 +25,7 @@ from tpumem.analysis.changes import Change
 from tpumem.analysis.counters import Counters
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.growth import Growth
+from tpumem.analysis.kinds import KindBytes
 from tpumem.analysis.largest_buffers import LargestBuffers
 from tpumem.analysis.moments import Moments
 from tpumem.analysis.oom import OutOfMemory
@@ -174,6 +175,7 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
             "spare_bytes": fit.spare_bytes,
             "refused": fit.refused,
             "not_compiled": fit.not_compiled,
+            "kinds": _kinds(fit.kinds),
         },
     }
 
@@ -231,9 +233,7 @@ def _device(device: DeviceAnalysis) -> dict[str, Any]:
         ],
         "growth": None if device.growth is None else _growth(device.growth),
         "lines": None if device.lines is None else _lines(device.lines),
-        "kinds": None
-        if device.kinds is None
-        else [{"kind": k.kind, "bytes": k.bytes, "how": list(k.how)} for k in device.kinds.kinds],
+        "kinds": None if device.kinds is None else _kinds(device.kinds.kinds),
     }
 
 
@@ -623,3 +623,7 @@ def render_program_json(
 def render_json(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
     """(Width and color are the terminal's: JSON has neither.)"""
     return dump(report_dict(analysis), indent=2) + "\n"
+
+
+def _kinds(kinds: tuple[KindBytes, ...]) -> list[dict[str, Any]]:
+    return [{"kind": k.kind, "bytes": k.bytes, "how": list(k.how)} for k in kinds]

@@ -5,8 +5,10 @@ says which kind explains most of the difference between runs."""
 from __future__ import annotations
 
 from tpumem.analysis.comparison import Comparison
+from tpumem.analysis.kinds import KindBytes
 from tpumem.units import format_bytes
 
+KIND_HEADERS = ("bytes", "share", "kind", "how it is known")
 KIND_WORDS = {
     "parameters": "parameters",
     "gradients": "gradients",
@@ -38,3 +40,16 @@ def difference_sentence(comparison: Comparison) -> str | None:
         f"{format_bytes(top.bytes[run])} where {names[0]} holds {format_bytes(top.bytes[0])} "
         f"({format_bytes(abs(change))} {more})"
     )
+
+
+def kinds_rows(kinds: tuple[KindBytes, ...], total: int) -> list[tuple[str, str, str, str]]:
+    """A ledger's rows (KIND_HEADERS): each kind's bytes and share of `total`."""
+    share = [share_words(k.bytes / (total or 1)) for k in kinds]
+    return [
+        (format_bytes(k.bytes), s, KIND_WORDS[k.kind], "; ".join(k.how))
+        for k, s in zip(kinds, share, strict=True)
+    ]
+
+
+def share_words(share: float) -> str:
+    return "<1%" if 0 < share < 0.005 else f"{share:.0%}"

@@ -15,6 +15,7 @@ from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markdown as _cell
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
+from tpumem.report.kind_words import KIND_HEADERS
 from tpumem.report.live_rows import (
     GROUP_HEADERS,
     STACK_HEADERS,
@@ -37,6 +38,7 @@ from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
+    chip_kind_rows,
     tpu_notes,
     tpu_peak_rows,
     tpu_program_rows,
@@ -108,6 +110,9 @@ def _tpu(target: TpuTarget) -> list[str]:
     if verdict is not None:
         lines += [f"**{_cell(verdict)}**", ""]
     lines += md_table(TPU_HEADERS, tpu_program_rows(target))
+    kinds = chip_kind_rows(target)
+    if kinds is not None:
+        lines += ["", f"{_cell(kinds[0])}:", "", *md_table(KIND_HEADERS, kinds[1])]
     tpu_peak = tpu_peak_rows(target)
     if tpu_peak is not None:
         lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]

@@ -21,6 +21,7 @@ from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markup, visible
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
+from tpumem.report.kind_words import KIND_HEADERS
 from tpumem.report.live_rows import (
     GROUP_HEADERS,
     STACK_HEADERS,
@@ -44,6 +45,7 @@ from tpumem.report.sections import report_sections
 from tpumem.report.shorten import from_left, last_parts
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
+    chip_kind_rows,
     sweep_largest,
     sweep_table,
     tpu_notes,
@@ -264,6 +266,9 @@ def _tpu(console: Console, target: TpuTarget) -> None:
         fits = target.fit is not None and target.fit.fits
         console.print(Text(visible(verdict), style="bold green" if fits else "bold red"))
     _table(console, tpu_title(target), TPU_HEADERS, tpu_program_rows(target))
+    kinds = chip_kind_rows(target)
+    if kinds is not None:
+        _table(console, kinds[0], KIND_HEADERS, kinds[1])
     peak = tpu_peak_rows(target)
     if peak is not None:
         _table(console, peak[0], BUFFER_HEADERS, peak[1])

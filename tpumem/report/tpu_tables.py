@@ -9,6 +9,7 @@ from tpumem.analysis.cpu_forms import CpuForm
 from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report.fit_rows import budget_words
+from tpumem.report.kind_words import kinds_rows
 from tpumem.report.program_rows import MORE_ON_A_TPU, TOP_PROGRAMS, buffer_rows
 from tpumem.units import counted, format_bytes
 
@@ -137,6 +138,20 @@ def tpu_notes(target: TpuTarget) -> list[str]:
             "temporaries count as their whole allocation"
         )
     return notes
+
+
+def chip_kind_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None:
+    """A chip's need by kind (KIND_HEADERS), with its title; None where XLA:TPU
+    made no plan of the program counted."""
+    fit = target.fit
+    if fit is None or not fit.kinds or fit.program is None:
+        return None
+    title = (
+        f"One chip of {target.topology} by kind: {format_bytes(fit.need_bytes)}, "
+        f"XLA:TPU's plan of {short_program_name(fit.program)} with the kinds this run "
+        "gave its arrays"
+    )
+    return title, list(kinds_rows(fit.kinds, fit.need_bytes))
 
 
 def tpu_peak_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | None:
