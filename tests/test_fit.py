@@ -584,3 +584,37 @@ def test_ctrl_c_in_the_terminal_stops_fit_once_and_reports(tmp_path):
     assert "1 program compiled by XLA:TPU" in " ".join(output.split())
     assert "Traceback" not in output and "***" not in output, output[-3000:]
     assert "tpumem: fit interrupted (SIGINT) while compiling for v5e:2x4" in output
+
+
+# An optax step whose arrays have no telling names: what they are is in optax's
+# state objects (and its moments mirror the parameters' tree).
+OPTAX = """
+import jax, jax.numpy as jnp, optax
+weights = {"a": jnp.zeros((512, 1024)), "c": jnp.zeros((1024,))}
+opt = optax.adam(1e-3)
+carried = opt.init(weights)
+
+@jax.jit
+def step(weights, carried, x):
+    loss, grads = jax.value_and_grad(lambda w: jnp.tanh(x @ w["a"] + w["c"]).sum())(weights)
+    updates, carried = opt.update(grads, carried, weights)
+    return optax.apply_updates(weights, updates), carried, loss
+
+x = jnp.ones((64, 512))
+for _ in range(3):
+    weights, carried, loss = step(weights, carried, x)
+print("compiled")
+"""
+
+
+def test_a_chip_by_kind_takes_each_argument_s_kind_from_the_script_s_objects(tmp_path):
+    result = _fit(tmp_path, OPTAX, "--tpu", "v5e-1", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    chip = {k.kind: k.bytes for k in target.fit.kinds}
+    parameters = (512 * 1024 + 1024) * 4
+    assert chip["parameters"] == parameters
+    assert chip["optimizer_state"] == 2 * parameters + 4  # Adam's moments and count
+    assert chip["inputs"] == 64 * 512 * 4
+    assert sum(chip.values()) == target.fit.need_bytes
+    assert "One chip of v5e:1x1 by kind" in result.stdout

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tpumem.adapters.jax import stand_ins
+from tpumem.adapters.jax import stand_ins, tree_kinds
 from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
 from tpumem.hlo.refusals import refusal
 from tpumem.trace.tpu_rows import MAX_ERROR, TpuCompile, compile_row_text, memory_fields
@@ -165,7 +165,12 @@ class CompileOnly:
         ]
 
     def compile(
-        self, lowered: Any, name: str, chips: int, beside: int | None = None
+        self,
+        lowered: Any,
+        name: str,
+        chips: int,
+        beside: int | None = None,
+        regions: tuple[str, ...] | None = None,
     ) -> tuple[Any | None, TpuCompile]:
         """(XLA:TPU's executable or None where it refused, the row for it)."""
         self._count += 1
@@ -176,6 +181,7 @@ class CompileOnly:
             partitions=chips,
             device_kind=self.devices[0].device_kind,
             outside_bytes=beside,
+            argument_regions=regions,
         )
         start = time.perf_counter()
         try:
@@ -273,7 +279,8 @@ class _Jitted:
             return self._owner.made(stand_ins.fresh(self._answers[key]))
         lowered = self._owner.lower(self._jitted, args, kwargs)
         beside = self._owner.held_beside((args, kwargs))
-        compiled, _ = self._owner.compile(lowered, self._name, _chips(specs), beside)
+        regions = self._regions(args, kwargs)
+        compiled, _ = self._owner.compile(lowered, self._name, _chips(specs), beside, regions)
         if compiled is not None:
             answer = jax.tree.map(
                 stand_ins.out_stand_in, compiled.out_info, compiled.output_shardings
@@ -285,6 +292,18 @@ class _Jitted:
             self._answers[key] = answer
         # Stand-ins of their own for each call: the cache holds none the script holds.
         return self._owner.made(stand_ins.fresh(answer))
+
+    def _regions(self, args: tuple, kwargs: dict) -> tuple[str, ...]:
+        """What the framework's objects say each array argument is, in the order
+        JAX flattens them (static arguments are no arguments of the program)."""
+        import jax
+
+        traced = (
+            tuple(a for i, a in enumerate(args) if i not in self._static_nums),
+            {k: v for k, v in kwargs.items() if k not in self._static_names},
+        )
+        leaves = jax.tree.leaves(traced)
+        return tuple(r or "" for r in tree_kinds.told(traced, len(leaves)))
 
 
 class _Lowered:

@@ -95,6 +95,12 @@ class OutputKinds:
         return told if any(r is not None for r in told) else None
 
 
+def told(tree: Any, count: int) -> list[str | None]:
+    """The region each of `tree`'s `count` leaves' objects tell (None where none
+    does, or where reading the tree fails)."""
+    return _told(None, tree, count)
+
+
 def _filled(told: list[str | None], carried: set[int]) -> list[str] | None:
     regions = [
         kind if kind is not None else STATE if position in carried else OUTPUT

@@ -13,7 +13,9 @@ run's ledger (kinds.py) carried onto XLA:TPU's plan of the program counted
   the program held on the run's own backend, at the total tpu.py gives them in
   TPU layouts (each kind in the same proportion: the run's arrays are resized
   as a whole).
-- `tpumem fit`'s stand-ins held beside the arguments: not told (nothing ran).
+- `tpumem fit`: each argument of the kind the objects of the call's pytrees give
+  it (adapters/jax/tree_kinds.py, written with the compile), by fate where none
+  does; the stand-ins held beside the arguments, not told (nothing ran).
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ from tpumem.analysis.kinds import (
     STATE,
     KindBytes,
     PeakKinds,
+    region_kind,
 )
 from tpumem.analysis.program_heap import CONSTANT, OUTPUT, PARAMETER, TEMPORARY, ProgramHeap
 from tpumem.analysis.programs import ProgramKinds, RunningAtPeak
 from tpumem.analysis.tpu import BESIDE, TpuFit, TpuProgram, TpuTarget
 
 ON_CHIP_ARGUMENT = "XLA:TPU's plan of the program's arguments, each of the kind the run gave it"
+ON_CHIP_OBJECTS = (
+    "XLA:TPU's plan of the program's arguments, each of the kind the script's objects give it"
+)
 ON_CHIP_FATE = "XLA:TPU's plan: an argument given back (state) or not (an input)"
 ON_CHIP_OUTPUT = "XLA:TPU's plan of the program's outputs, each of the kind the run gave it"
 ON_CHIP_REPLACING = "XLA:TPU's plan of the program's new values of arguments it does not donate"
@@ -72,9 +78,10 @@ def chip_kinds(
         return ()
     ledger = _Ledger()
     at_peak = running[0] if fit.running_at_peak and running else None
-    told = at_peak.kinds if at_peak is not None else ProgramKinds()
+    told = at_peak.kinds if at_peak is not None else _objects_said(program)
     if fit.running_at_peak or fit.arrays_label == BESIDE:
-        _program_kinds(ledger, program.heap, told)
+        how = ON_CHIP_ARGUMENT if at_peak is not None else ON_CHIP_OBJECTS
+        _program_kinds(ledger, program.heap, told, how)
         ledger.add(OVERHEAD, program.code_bytes, ON_CHIP_CODE)
     else:  # no program ran at the peak: its working memory beside the run's arrays
         _temporaries(ledger, program.heap)
@@ -99,12 +106,29 @@ def _counted(target: TpuTarget, fit: TpuFit | None) -> TpuProgram | None:
     return next((p for p in target.programs if p.name == fit.program), None)
 
 
+def _objects_said(program: TpuProgram) -> ProgramKinds:
+    """`tpumem fit`: each argument's kind as the script's objects tell it (the
+    call's array arguments in order are the program's, where as many)."""
+    regions = program.compile.argument_regions
+    heap = program.heap
+    if not regions or heap is None:
+        return ProgramKinds()
+    numbers = [b.parameter_number for b in heap.live_at_peak if b.group == PARAMETER]
+    if len(regions) != max(numbers, default=-1) + 1:
+        return ProgramKinds()
+    return ProgramKinds(tuple(region_kind(r) or "" for r in regions))
+
+
 def _kind_bytes(kinds: PeakKinds | None) -> list[tuple[str, int]]:
     return [] if kinds is None else [(k.kind, k.bytes) for k in kinds.kinds]
 
 
 def _program_kinds(
-    ledger: _Ledger, heap: ProgramHeap, told: ProgramKinds, temporaries: bool = True
+    ledger: _Ledger,
+    heap: ProgramHeap,
+    told: ProgramKinds,
+    told_how: str = ON_CHIP_ARGUMENT,
+    temporaries: bool = True,
 ) -> None:
     """A program's plan by kind: its whole-program buffers and (with
     `temporaries`) its temporaries, adding up to its allocations."""
@@ -117,8 +141,8 @@ def _program_kinds(
         shape = (buffer.dtype, buffer.dims)
         if buffer.group == PARAMETER:
             number = buffer.parameter_number
-            if 0 <= number < len(told.arguments):
-                kind, how = told.arguments[number], ON_CHIP_ARGUMENT
+            if 0 <= number < len(told.arguments) and told.arguments[number]:
+                kind, how = told.arguments[number], told_how
             else:
                 kind, how = (STATE if buffer.live_out else INPUTS), ON_CHIP_FATE
             if not buffer.live_out:

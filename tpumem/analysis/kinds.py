@@ -91,6 +91,13 @@ _REGIONS = {
     "temporary": ACTIVATIONS,
     "autograd_detail": ACTIVATIONS,
 }
+
+
+def region_kind(region: str) -> str | None:
+    """The kind an adapter's region names, None for a region of no kind."""
+    return _REGIONS.get(region)
+
+
 # The regions a told row gives: a buffer of any other region is its own still.
 _TOLD_REGIONS = frozenset(_REGIONS) - {"temp"}
 # Told by size alone (_by_size): the region's name after this prefix.

@@ -146,10 +146,14 @@ def chip_kind_rows(target: TpuTarget) -> tuple[str, list[tuple[str, ...]]] | Non
     fit = target.fit
     if fit is None or not fit.kinds or fit.program is None:
         return None
+    told = (
+        "the kinds this run gave its arrays"
+        if fit.running_at_peak
+        else "its arguments' kinds from the script's objects"
+    )
     title = (
         f"One chip of {target.topology} by kind: {format_bytes(fit.need_bytes)}, "
-        f"XLA:TPU's plan of {short_program_name(fit.program)} with the kinds this run "
-        "gave its arrays"
+        f"XLA:TPU's plan of {short_program_name(fit.program)} with {told}"
     )
     return title, list(kinds_rows(fit.kinds, fit.need_bytes))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,8 @@ from tpumem.trace.records import parse_object
 from tpumem.trace.schema import TPU
 
 MAX_ERROR = 64 * 1024  # of XLA's message for a program it did not compile
+# A hostile row's regions: no more than a program's arguments could be, each a word.
+MAX_REGIONS, MAX_REGION = 1 << 20, 64
 MEMORY_FIELDS = (
     "argument_bytes",
     "output_bytes",
@@ -55,6 +58,9 @@ class TpuCompile:
     # A program the topology refused: the topology of the diagnostic compile whose
     # plan `hlo` holds (a larger chip's, to show what fills it; not the target's).
     diagnostic: str | None = None
+    # `tpumem fit`: the region the framework's objects give each of the call's
+    # array arguments, in order ("" where none does; adapters/jax/tree_kinds.py).
+    argument_regions: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,11 @@ def compile_row_text(compiled: TpuCompile) -> str:
             "error": compiled.error,
             **({} if compiled.outside_bytes is None else {"outside_bytes": compiled.outside_bytes}),
             **({} if compiled.diagnostic is None else {"diagnostic": compiled.diagnostic}),
+            **(
+                {}
+                if compiled.argument_regions is None
+                else {"argument_regions": list(compiled.argument_regions)}
+            ),
         }
     )
 
@@ -174,7 +185,14 @@ def read_tpu_row(text: object) -> TpuRow | None:
         error=error if isinstance(error, str) else None,
         outside_bytes=_int(record.get("outside_bytes")),
         diagnostic=_str(record.get("diagnostic")) or None,
+        argument_regions=_regions(record.get("argument_regions")),
     )
+
+
+def _regions(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list) or len(value) > MAX_REGIONS:
+        return None
+    return tuple(r if isinstance(r, str) and len(r) <= MAX_REGION else "" for r in value)
 
 
 def tpu_rows(trace: Trace) -> list[TpuRow]:
