@@ -219,7 +219,12 @@ class VariableKinds:
                 del self._known[key]
                 self._copied.add(key)
                 self._writer.record(
-                    TOLD, device=held[0], bytes=held[2], region=entry.region, text=str(key)
+                    TOLD,
+                    device=held[0],
+                    bytes=held[2],
+                    region=entry.region,
+                    text=str(key),
+                    dtype=variable.dtype.name,
                 )
                 return
         where = self._where(variable)
@@ -227,7 +232,7 @@ class VariableKinds:
             entry.moved = entry.last is not None and where[1] != entry.last
             entry.last = where[1]
             entry.reads += 1
-            self._row(where[0], where[1], where[2], entry.region, key)
+            self._row(where[0], where[1], where[2], entry.region, key, variable.dtype.name)
 
     def _where(self, value: Any, keep: bool = False) -> Any:
         """(device, address, bytes) of a variable's or a tensor's buffer; with
@@ -247,13 +252,20 @@ class VariableKinds:
         return (device, address, size, tensor) if keep else (device, address, size)
 
     def _row(
-        self, device: str, address: int, size: int, region: str, key: int | None = None
+        self,
+        device: str,
+        address: int,
+        size: int,
+        region: str,
+        key: int | None = None,
+        dtype: str | None = None,
     ) -> None:
         """A reading; `key` names the variable, so that its readings can be
-        followed from one to the next."""
+        followed from one to the next (and its dtype, the arguments of a
+        program it is one of matched by it)."""
         text = None if key is None else str(key)
         self._writer.record(
-            TOLD, device=device, address=address, bytes=size, region=region, text=text
+            TOLD, device=device, address=address, bytes=size, region=region, text=text, dtype=dtype
         )
 
 

@@ -31,7 +31,7 @@ from tpumem.analysis.kinds import (
     PeakKinds,
     region_kind,
 )
-from tpumem.analysis.program_heap import CONSTANT, OUTPUT, PARAMETER, TEMPORARY, ProgramHeap
+from tpumem.analysis.program_heap import CONSTANT, OUTPUT, PARAMETER, ProgramHeap
 from tpumem.analysis.programs import ProgramKinds, RunningAtPeak
 from tpumem.analysis.tpu import BESIDE, TpuFit, TpuProgram, TpuTarget
 
@@ -113,7 +113,7 @@ def _objects_said(program: TpuProgram) -> ProgramKinds:
     heap = program.heap
     if not regions or heap is None:
         return ProgramKinds()
-    numbers = [b.parameter_number for b in heap.live_at_peak if b.group == PARAMETER]
+    numbers = [b.parameter_number for b in heap.whole_values if b.group == PARAMETER]
     if len(regions) != max(numbers, default=-1) + 1:
         return ProgramKinds()
     return ProgramKinds(tuple(region_kind(r) or "" for r in regions))
@@ -132,7 +132,7 @@ def _program_kinds(
 ) -> None:
     """A program's plan by kind: its whole-program buffers and (with
     `temporaries`) its temporaries, adding up to its allocations."""
-    whole = [b for b in heap.live_at_peak if b.group != TEMPORARY]
+    whole = list(heap.whole_values)
     # The kinds of the arguments no output takes the memory of, by shape: a
     # step that donates nothing gives back new values of them.
     replaced: dict[tuple[str, str], list[str]] = {}

@@ -103,7 +103,7 @@ _TOLD_REGIONS = frozenset(_REGIONS) - {"temp"}
 # Told by size alone (_by_size): the region's name after this prefix.
 SIZED = "sized:"
 # A variable's earlier buffer, live beside its newer one (_by_address).
-SUPERSEDED = "superseded"
+SUPERSEDED = "superseded:"  # and the variable's region
 OP_OUTPUT = "output"  # the region of an op's or a program's result (adapters/book_rows.py)
 # Words of an argument's path that tell its kind, read from the left (the
 # argument's own name first, then its keys): the first that tells decides, so
@@ -201,17 +201,21 @@ def peak_kinds(
         add(OVERHEAD, int((handed - sizes).sum()), BY_ROUNDING)
         region_of = _regions(trace, events, live, sizes, peak.time_ns, told)
         program_of = running.program_of
+        told_here = np.isin(region_of, list(_TOLD_REGIONS))
         for index, program in enumerate(running.found):
             mine = program_of == index
-            kind_of[mine] = ACTIVATIONS
+            # A launch's output a reading found a variable's new value in is of
+            # the variable's kind (told below); the rest are the plan's.
+            kind_of[mine & ~told_here] = ACTIVATIONS
             held = int(sizes[mine].sum())
             outputs = _launched_outputs(program, held)
+            found = int(sizes[mine & told_here].sum())
             planned = program.heap is not None and program.heap.temp_peak_bytes > 0
-            add(ACTIVATIONS, held - outputs, BY_PLAN if planned else BY_TEMP_SIZE)
-            add(STATE, outputs, BY_OUTPUTS)
-        mine = region_of == SUPERSEDED
-        kind_of[mine] = ACTIVATIONS
-        add(ACTIVATIONS, int(sizes[mine].sum()), BY_SUPERSEDED)
+            add(ACTIVATIONS, held - max(outputs, found), BY_PLAN if planned else BY_TEMP_SIZE)
+            add(STATE, max(0, outputs - found), BY_OUTPUTS)
+        superseded = np.array([r.startswith(SUPERSEDED) for r in region_of.tolist()], bool)
+        kind_of[superseded] = ACTIVATIONS
+        add(ACTIVATIONS, int(sizes[superseded].sum()), BY_SUPERSEDED)
         for name, kind in _REGIONS.items():
             mine = (region_of == name) & (kind_of == "")
             kind_of[mine] = kind
@@ -220,6 +224,7 @@ def peak_kinds(
             kind_of[mine] = kind
             add(kind, int(sizes[mine].sum()), BY_SIZE)
         keras = bool(running.found) and KERAS_STEP in _mark_names(trace)
+        keys = _live_keys(trace, events, live)
         for program in running.found:
             for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
                 kind_of[position] = kind
@@ -227,15 +232,26 @@ def peak_kinds(
         # What the ops of the step under way made, that no object holds: the
         # step's activations and temporaries (an op's output, live until its
         # last reader has run).
-        made_in_step = (kind_of == "") & (region_of == OP_OUTPUT)
         start = _step_start(trace, peak.time_ns)
-        if start is not None and made_in_step.any():
+        if start is not None:
+            made_in_step = (kind_of == "") & (region_of == OP_OUTPUT)
             made_in_step &= events.time_ns[live] >= start
             kind_of[made_in_step] = ACTIVATIONS
             add(ACTIVATIONS, int(sizes[made_in_step].sum()), BY_STEP)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
-        keys = _live_keys(trace, events, live)
-        arguments = tuple(_program_kinds(keys, kind_of, p) for p in running.found)
+        # A program's arguments are the variables' values as it began: an
+        # earlier value of a variable the step has since replaced is still of
+        # the variable's kind there.
+        as_argument = kind_of.copy()
+        for position in np.flatnonzero(superseded).tolist():
+            variable = _REGIONS.get(region_of[position][len(SUPERSEDED) :])
+            if variable is not None:
+                as_argument[position] = variable
+        variables = told.variables() if told is not None else {}
+        arguments = tuple(
+            _program_kinds(keys, as_argument, program_of == index, p, variables)
+            for index, p in enumerate(running.found)
+        )
     else:
         arguments = tuple(ProgramKinds() for _ in running.found)
     unseen = peak.unattributed_bytes
@@ -271,6 +287,21 @@ class _Told:
     sizes: np.ndarray
     regions: list[str]
     keys: list[str]  # "" where the row names no variable
+    dtypes: list[str]  # the variable's ("" where the row has none)
+
+    def variables(self) -> dict[tuple[str, int], list[str]]:
+        """The kinds of the variables the rows name, one each, by (dtype, size),
+        in the order they were first told."""
+        last: dict[str, tuple[str, int, str]] = {}
+        for key, dtype, size, region in zip(
+            self.keys, self.dtypes, self.sizes.tolist(), self.regions, strict=True
+        ):
+            if key and dtype and region in _REGIONS:
+                last[key] = (dtype, size, _REGIONS[region])
+        found: dict[tuple[str, int], list[str]] = {}
+        for dtype, size, kind in last.values():
+            found.setdefault((dtype, size), []).append(kind)
+        return found
 
     @property
     def copied(self) -> set[str]:
@@ -303,6 +334,7 @@ def _told_rows(trace: Trace, device: str) -> _Told | None:
     if not len(told):
         return None
     codes, values = trace.codes_at("region", told)
+    dtype_codes, dtype_values = trace.codes_at("dtype", told)
     return _Told(
         times=trace.numbers_at("time_ns", told, -1),
         ids=trace.numbers_at("buffer_id", told, -1),
@@ -310,6 +342,7 @@ def _told_rows(trace: Trace, device: str) -> _Told | None:
         sizes=trace.numbers_at("bytes", told, -1),
         regions=[values[c] if c >= 0 else "" for c in codes.tolist()],
         keys=[k if isinstance(k, str) else "" for k in trace.texts_at(told)],
+        dtypes=[dtype_values[c] if c >= 0 else "" for c in dtype_codes.tolist()],
     )
 
 
@@ -421,12 +454,15 @@ def _by_address(
     `readings_at`: their addresses, times, sizes, regions and the variables'
     keys ("" for a gradient, read once).
 
-    A variable's buffer at the peak is the live one at its last reading before
-    (made by then), else the live one at its first reading after that was made
-    before and not replaced there until that reading (the variable moved in
-    between). A live buffer an earlier reading of a variable found, that is no
+    A variable's buffer at the peak is the live one at its first reading after
+    that was made by the peak and not replaced there until that reading (the
+    step gave the variable its new value before the peak: a TensorFlow launch's
+    output, an eager assign), else the live one at its last reading before (made
+    by then). A live buffer an earlier reading of a variable found, that is no
     variable's now, is a value the step still holds beside the new one
-    (SUPERSEDED). A buffer is read only where the reading's size is its own (a
+    (SUPERSEDED: a first step's variables initialized from one shared zeros
+    tensor hold it until their first update). A buffer is read only where the
+    reading's size is its own (a
     buffer the capture missed, in a gap, may sit where a freed one was)."""
     positions: dict[int, list[int]] = {}
     for position, address in enumerate(events.address[live].tolist()):
@@ -486,26 +522,27 @@ def _by_address(
     for index in before.tolist():
         per_key.setdefault(int(key_of[index]), []).append(index)
     current: dict[int, str] = {}  # position -> region: some variable's buffer now
-    earlier: set[int] = set()  # positions an earlier reading of a variable found
+    earlier: dict[int, str] = {}  # positions an earlier reading found: its region
     for key in set(per_key) | set(first_after):
         seen = sorted(per_key.get(key, []), key=lambda i: int(times[i]))
         now = None
-        if seen:
+        if key in first_after:  # the variable's new value, made by the peak
+            index = first_after[key]
+            now = holder(int(addresses[index]), int(sizes[index]), int(times[index]), at)
+        if now is None and seen:
             index = seen[-1]
             read_at = int(times[index])
             now = holder(int(addresses[index]), int(sizes[index]), read_at, read_at)
-        if now is None and key in first_after:
-            index = first_after[key]
-            now = holder(int(addresses[index]), int(sizes[index]), int(times[index]), at)
         if now is not None:
             current[now] = regions[index]
         for index in seen:
             read_at = int(times[index])
             found = holder(int(addresses[index]), int(sizes[index]), read_at, read_at)
             if found is not None and found != now:
-                earlier.add(found)
-    for position in earlier - set(current):
-        names[position] = SUPERSEDED
+                earlier[found] = regions[index]
+    for position, region in earlier.items():
+        if position not in current:
+            names[position] = SUPERSEDED + region
     for position, region in current.items():
         names[position] = region
 
@@ -606,32 +643,47 @@ def _live_keys(
 
 
 def _program_kinds(
-    keys: list[tuple[str, int] | None], kind_of: np.ndarray, program: CompiledProgram
+    keys: list[tuple[str, int] | None],
+    kind_of: np.ndarray,
+    launched: np.ndarray,
+    program: CompiledProgram,
+    variables: dict[tuple[str, int], list[str]],
 ) -> ProgramKinds:
     """The kinds of a running program's arguments and outputs, as the ledger gave
     the live arrays of their dtype and size: the arguments by number (the
-    earliest made first, as _matched takes them), else by fate (given back:
-    state; not: an input); its outputs the live arrays of their size left over
-    (a launch's outputs, made with it), by their shape."""
+    earliest made first, as _matched takes them; never a buffer of the program's
+    own launch), else by fate (given back: state; not: an input); its outputs,
+    by their shape, the launch's own buffers (TensorFlow's outputs, made with
+    it) and then the live arrays of their size left over. Where the rows name
+    variables (TensorFlow's), an argument of a variable's dtype and size is of
+    its kind first: variables may share a buffer (initialized from one zeros
+    tensor) until their first update."""
     heap = program.heap
     if heap is None:
         return ProgramKinds()
     arguments = sorted(
-        (b for b in heap.live_at_peak if b.group == PARAMETER and b.parameter_number >= 0),
+        (b for b in heap.whole_values if b.group == PARAMETER and b.parameter_number >= 0),
         key=lambda b: b.parameter_number,
     )
     pool: dict[tuple[str, int], collections.deque[str]] = {}
+    own: dict[tuple[str, int], collections.deque[str]] = {}
     for position, key in enumerate(keys):
         if key is not None:
-            pool.setdefault(key, collections.deque()).append(kind_of[position] or OTHER)
+            chosen = own if launched[position] else pool
+            chosen.setdefault(key, collections.deque()).append(kind_of[position] or OTHER)
     kinds = [OTHER] * (arguments[-1].parameter_number + 1 if arguments else 0)
+    unread = {key: collections.deque(kinds) for key, kinds in variables.items()}
     for argument in arguments:
-        same = pool.get(_buffer_key(argument))
+        key = _buffer_key(argument)
+        same = unread.get(key) or pool.get(key)
         fate = STATE if argument.live_out else INPUTS
         kinds[argument.parameter_number] = same.popleft() if same else fate
     outputs: dict[tuple[str, str], list[str]] = {}
-    for output in heap.live_at_peak:
-        same = pool.get(_buffer_key(output)) if output.group == OUTPUT and output.dims else None
+    for output in heap.whole_values:
+        if output.group != OUTPUT or not output.dims:
+            continue
+        key = _buffer_key(output)
+        same = own.get(key) or pool.get(key)
         if same:
             outputs.setdefault((output.dtype, output.dims), []).append(same.popleft())
     return ProgramKinds(tuple(kinds), {k: tuple(v) for k, v in outputs.items()})

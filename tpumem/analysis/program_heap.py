@@ -93,6 +93,9 @@ class ProgramHeap:
     # Some instruction is of a backward pass (op_passes.py): a training step, whose
     # forward values live at its peak are kept for the gradient.
     has_backward: bool = False
+    # Each whole-program allocation's own value (an argument, an output, a
+    # constant), in live_at_peak's place of XProf's largest buffer of it.
+    whole_values: tuple[HeapBuffer, ...] = ()
     # The temporaries' values at their peak, at their elements' bytes; with no heap
     # trace, the bytes of their allocations the plan's offsets give any value.
     temp_value_bytes: int = 0
@@ -174,6 +177,11 @@ class _Buffers:
             for computation in module.computations
             for instruction in computation.instructions
         }
+        # The values the program returns: its root (a tuple's elements are its
+        # operands' values).
+        entry = next((c for c in module.computations if c.id == module.entry_computation_id), None)
+        root = self.instructions.get(entry.root_id) if entry is not None else None
+        self.returned = set() if root is None else {root.id, *root.operand_ids}
         logical = {buffer.id: buffer for buffer in assignment.logical_buffers}
         self.allocation_of: dict[int, Any] = {}
         self.logical: dict[int, Any] = {}
@@ -185,6 +193,14 @@ class _Buffers:
                 self.logical[buffer.id] = buffer
                 self.allocation_of[buffer.id] = allocation
         self._made: dict[int, HeapBuffer] = {}
+
+    def own_value(self, buffer_id: int) -> bool:
+        """Whether the buffer is its allocation's own value: the argument's, or
+        the value returned (not another value sharing its memory)."""
+        defined = self.logical[buffer_id].defined_at.instruction_id
+        if self.allocation_of[buffer_id].is_entry_computation_parameter:
+            return self.instructions[defined].opcode == "parameter"
+        return defined in self.returned
 
     def heap_buffer(self, buffer_id: int) -> HeapBuffer:
         made = self._made.get(buffer_id)
@@ -261,6 +277,7 @@ def program_heap(data: bytes, color: int = HBM) -> ProgramHeap:
     whole_bytes = sum(a.size for a in whole)
 
     live: list[HeapBuffer] = []
+    values: list[HeapBuffer] = []
     for allocation in whole:
         # An allocation holds several logical buffers (a parameter and its alias,
         # an output tuple's parts); XProf shows the largest.
@@ -272,6 +289,10 @@ def program_heap(data: bytes, color: int = HBM) -> ProgramHeap:
         if ids:
             largest = max(ids, key=lambda i: buffers.logical[i].size)
             live.append(buffers.heap_buffer(largest))
+            # Its own value: the argument's, or the one returned (of equal sizes,
+            # another value sharing the memory may pad to as many bytes on a TPU).
+            own = max(ids, key=lambda i: (buffers.own_value(i), buffers.logical[i].size))
+            values.append(buffers.heap_buffer(own))
 
     trace = _heap_trace(proto, buffers, color)
     heap = _simulate(trace, buffers) if trace is not None else _Simulation()
@@ -298,6 +319,7 @@ def program_heap(data: bytes, color: int = HBM) -> ProgramHeap:
         live_at_peak=tuple(live),
         has_heap_trace=trace is not None,
         has_backward=_has_backward(buffers),
+        whole_values=tuple(values),
         temp_value_bytes=heap.peak_unpadded
         if trace is not None
         else sum(_covered(a) for a in allocations if not _whole_program(a)),

@@ -40,6 +40,7 @@ _MESSAGES: dict[str, list[Field]] = {
         ("metadata", 7, MSG, "OpMetadata", False),
         ("parameter_number", 9, I64, None, False),
         ("id", 35, I64, None, False),
+        ("operand_ids", 36, I64, None, True),
         ("custom_call_target", 28, STR, None, False),
         ("called_computation_ids", 38, I64, None, True),
         ("sharding", 40, MSG, "OpSharding", False),
