@@ -15,6 +15,7 @@ from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import EXAMPLES, profile, run_compare
 from tpumem.analysis import analyze
+from tpumem.analysis.changes import REMAT, what_to_change
 from tpumem.analysis.processes import ProcessSummary
 from tpumem.reading.summary_files import read_summary
 from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
@@ -150,6 +151,12 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     (tpu,) = json.loads(as_json.stdout)["tpu"]
     assert tpu["topology"] == "v5e:1x1" and tpu["fit"]["program"] == "jit_step"
     assert {k["kind"]: k["bytes"] for k in tpu["fit"]["kinds"]} == chip
+    # Advice on the target's plan: the CPU's temporaries would name a line to
+    # recompute; XLA:TPU's plan of the step, whose values stay out of HBM, names
+    # none, and no advice is the CPU's.
+    on_the_cpu = what_to_change("jax", "cpu", None, analysis.devices)
+    assert [c for c in on_the_cpu if c.key == REMAT]
+    assert all(c.topology == "v5e:1x1" for c in analysis.changes if c.key == REMAT)
     assert "One chip of v5e:1x1 by kind" in said
     # The page, in a real browser: the TPU section with the step's need per chip.
     page = tmp_path / "run.html"

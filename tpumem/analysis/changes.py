@@ -9,9 +9,12 @@ device that grows).
   (XLA's buffer assignment: an output aliased to an argument shares its allocation).
 - REMAT: a line whose forward-pass values are live at a program's own peak in the
   backward pass: activations kept for the gradient, what rematerialization
-  recomputes instead of keeping (op_passes.py); at most what it would free.
-- BF16: on a TPU slice (`--tpu`), the f32 parameters and optimizer state the
-  program running at the peak takes as arguments (by JAX's names for them), in
+  recomputes instead of keeping (op_passes.py); at most what it would free. With
+  `--tpu`, where XLA:TPU plans the program's temporaries more than 10% apart
+  from the run's backend, from XLA:TPU's plan (tpu.py's plans_apart).
+- BF16: on a TPU slice (`--tpu`), the f32 state (parameters, optimizer state,
+  other state carried between steps) the program running at the peak takes as
+  arguments (by the kinds a chip's ledger gives them: chip_kinds.py), in
   XLA:TPU's plan, against the same arrays in bfloat16 in XLA:TPU's layouts
   (padding.py's rule, held to libtpu's own sizes by the suite).
 - PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
@@ -30,13 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
-from tpumem.analysis.kinds import INPUTS, OPTIMIZER, PARAMETERS, argument_kind
+from tpumem.analysis.kinds import INPUTS, OPTIMIZER, PARAMETERS, STATE
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.padding import parse_shape, tiled_bytes
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
-from tpumem.analysis.programs import CompiledProgram, short_program_name
-from tpumem.analysis.tpu import TpuProgram, TpuTarget
+from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
+from tpumem.analysis.tpu import TpuProgram, TpuTarget, plans_apart, same_program
 from tpumem.trace.memory_settings import MemorySettings
 
 if TYPE_CHECKING:
@@ -71,7 +74,8 @@ class Change:
     pool_bytes: int | None = None  # POOL: what the allocator held
     # BF16: the arguments' bytes in f32 (PADDING: the buffers' bytes with padding)
     before_bytes: int | None = None
-    topology: str | None = None  # BF16, PADDING: the TPU slice
+    # BF16, PADDING (and REMAT where XLA:TPU's plan is far from the run's): the slice
+    topology: str | None = None
 
 
 def what_to_change(
@@ -99,8 +103,17 @@ def what_to_change(
     device = highest(devices)
     running = [r.program for r in device.programs_at_peak]
     if framework == "jax":
-        found += [c for p in running if (c := _donate(device, p)) is not None]
-    found += [c for p in running for c in _remat(device, p)]
+        found += [c for r in device.programs_at_peak if (c := _donate(device, r)) is not None]
+    # A program whose temporaries XLA:TPU plans far from the run's: what to
+    # recompute is read from the target's plan, not the run's backend's.
+    apart = {a.program: a.topology for a in plans_apart(device.programs_at_peak, targets)}
+    for at_peak in running:
+        slice_ = next((t for t in targets if t.topology == apart.get(at_peak.shown_name)), None)
+        tpu = same_program(slice_, at_peak) if slice_ is not None else None
+        if slice_ is not None and tpu is not None and tpu.heap is not None:
+            found += _remat(device, at_peak, tpu.heap, slice_.topology)
+        else:
+            found += _remat(device, at_peak)
     found += _one_a_line([c for d in devices for c in _growth(d)])
     if backend == "gpu":
         found += [c for c in (_pool(device, settings), _headroom(device, settings)) if c]
@@ -114,15 +127,23 @@ def _fitted(target: TpuTarget) -> TpuProgram | None:
     return next((p for p in target.programs if p.name == name), None)
 
 
+# What bfloat16 halves: the state a step carries. Other state is a plain-JAX
+# step's parameters and moments where no framework object says which is which.
+_BF16_KINDS = (PARAMETERS, OPTIMIZER, STATE)
+
+
 def _bf16(target: TpuTarget, heap: ProgramHeap) -> Change | None:
-    arguments = [b for b in heap.live_at_peak if b.group == PARAMETER]
-    if len({b.op_name for b in arguments}) < 2:
-        return None  # no names to tell parameters and optimizer state by
+    """The program's f32 arguments that are state it carries (parameters,
+    optimizer state, other state), by the kinds the chip's ledger gave them
+    (chip_kinds.py: the run's, or the script's objects'), never by their names."""
+    kinds = target.fit.argument_kinds if target.fit is not None else ()
     f32 = [
         b
-        for b in arguments
-        if b.dtype == "f32"
-        and argument_kind(b.op_name, b.live_out) in (PARAMETERS, OPTIMIZER)
+        for b in heap.whole_values
+        if b.group == PARAMETER
+        and b.dtype == "f32"
+        and 0 <= b.parameter_number < len(kinds)
+        and kinds[b.parameter_number] in _BF16_KINDS
         and parse_shape(b.dims) is not None
     ]
     if not f32:
@@ -170,19 +191,22 @@ def _worth(change: Change, peak: int) -> bool:
     return change.bytes >= max(SMALLEST_BYTES, SMALLEST_SHARE * peak)
 
 
-def _donate(device: DeviceAnalysis, program: CompiledProgram) -> Change | None:
+def _donate(device: DeviceAnalysis, running: RunningAtPeak) -> Change | None:
     """The program's outputs matched, largest first, to its arguments of the same
-    dtype and dimensions that no output shares an allocation with."""
+    dtype and dimensions that no output shares an allocation with, and that the
+    run's ledger did not tell inputs (a batch is not state: kinds.py)."""
+    program, kinds = running.program, running.kinds.arguments
     heap = program.heap
     if heap is None:
         return None
     # By dtype and size: XLA may give an output back as a bitcast of another shape.
     arguments: dict[tuple[str, int], list[HeapBuffer]] = {}
     for buffer in heap.live_at_peak:
+        number = buffer.parameter_number
         if (
             buffer.group == PARAMETER
             and not buffer.live_out  # (live out: donated)
-            and argument_kind(buffer.op_name, True) != INPUTS  # (a batch is not state)
+            and (kinds[number] if 0 <= number < len(kinds) else INPUTS) != INPUTS
         ):
             arguments.setdefault((buffer.dtype, buffer.bytes), []).append(buffer)
     twice, names = 0, dict[str, None]()
@@ -213,13 +237,19 @@ def _argument(op_name: str) -> str:
     return op_name
 
 
-def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
+def _remat(
+    device: DeviceAnalysis,
+    program: CompiledProgram,
+    plan: ProgramHeap | None = None,
+    topology: str | None = None,
+) -> list[Change]:
     """The lines holding most forward-pass values at the program's own peak, in
     a program with a backward pass (a training step; an inference program's
     values are nobody's to recompute): values kept for the gradient. Their bytes
     as the lines table gives them (scaled where the run recorded the program's
-    temporaries to a precision)."""
-    heap = program.heap
+    temporaries to a precision); with `plan`, as XLA:TPU plans them for
+    `topology`."""
+    heap = plan if plan is not None else program.heap
     if heap is None or not heap.has_backward:
         return []
     temps = [b for b in heap.live_at_peak if b.group == TEMPORARY]
@@ -227,7 +257,7 @@ def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
     opened = [
         p for p in (device.lines.programs if device.lines else ()) if p.name == program.shown_name
     ]
-    scale = opened[0].scale if opened else 1.0
+    scale = opened[0].scale if opened and plan is None else 1.0
     # The line that ran the program is no line inside it (Keras' fit: the values
     # are its layers'; nothing of the user's to wrap).
     call = opened[0].call if opened else None
@@ -243,10 +273,13 @@ def _remat(device: DeviceAnalysis, program: CompiledProgram) -> list[Change]:
             REMAT,
             device.device,
             round(total * scale),
-            "XLA's buffer assignment at the program's peak (compile-time)",
+            "XLA's buffer assignment at the program's peak (compile-time)"
+            if topology is None
+            else f"XLA:TPU's buffer assignment for {topology} at the program's peak",
             program=program.shown_name,
             line=line,
             ops=tuple(ops),
+            topology=topology,
         )
         for line, (total, ops) in largest
     ]

@@ -55,6 +55,7 @@ class _Ledger:
     def __init__(self) -> None:
         self.totals: dict[str, int] = {}
         self.hows: dict[str, dict[str, None]] = {}
+        self.arguments: dict[int, str] = {}  # each argument's kind, by number
 
     def add(self, kind: str, size: int, how: str) -> None:
         if size > 0:
@@ -69,13 +70,14 @@ class _Ledger:
 
 def chip_kinds(
     target: TpuTarget, run_kinds: PeakKinds | None, running: tuple[RunningAtPeak, ...]
-) -> tuple[KindBytes, ...]:
-    """A chip's need (target.fit) by kind; () where XLA:TPU refused the program
-    or planned none of it (no buffer assignment to read)."""
+) -> tuple[tuple[KindBytes, ...], tuple[str, ...]]:
+    """A chip's need (target.fit) by kind, and the kind of each argument of the
+    program counted, by number; () where XLA:TPU refused the program or planned
+    none of it (no buffer assignment to read)."""
     fit = target.fit
     program = _counted(target, fit)
     if fit is None or program is None or program.heap is None:
-        return ()
+        return (), ()
     ledger = _Ledger()
     at_peak = running[0] if fit.running_at_peak and running else None
     told = at_peak.kinds if at_peak is not None else _objects_said(program)
@@ -97,7 +99,8 @@ def chip_kinds(
             outside = {k: max(0, b - held.totals.get(k, 0)) for k, b in outside.items()}
         for kind, size in _shared(fit.arrays_bytes, outside).items():
             ledger.add(kind, size, ON_CHIP_OUTSIDE)
-    return ledger.kinds()
+    numbers = range(max(ledger.arguments, default=-1) + 1)
+    return ledger.kinds(), tuple(ledger.arguments.get(n, "") for n in numbers)
 
 
 def _counted(target: TpuTarget, fit: TpuFit | None) -> TpuProgram | None:
@@ -145,6 +148,7 @@ def _program_kinds(
                 kind, how = told.arguments[number], told_how
             else:
                 kind, how = (STATE if buffer.live_out else INPUTS), ON_CHIP_FATE
+            ledger.arguments[number] = kind
             if not buffer.live_out:
                 replaced.setdefault(shape, []).append(kind)
         elif buffer.group == OUTPUT and not buffer.dims:  # the output tuple's table

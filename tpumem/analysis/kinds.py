@@ -105,23 +105,6 @@ SIZED = "sized:"
 # A variable's earlier buffer, live beside its newer one (_by_address).
 SUPERSEDED = "superseded:"  # and the variable's region
 OP_OUTPUT = "output"  # the region of an op's or a program's result (adapters/book_rows.py)
-# Words of an argument's path that tell its kind, read from the left (the
-# argument's own name first, then its keys): the first that tells decides, so
-# `params['attn']['v_proj']` is a parameter whatever its keys say. A moment's
-# short name (`mu`, `nu`, `m`, `v`) tells only inside a state (`state['mu']`):
-# elsewhere `v` is as likely a value projection.
-_OPTIMIZER_WORDS = frozenset({"opt", "optim", "optimizer", "slots", "momentum", "velocity"})
-_MOMENT_WORDS = frozenset({"mu", "nu", "m", "v", "exp"})
-_STATE_WORDS = frozenset({"state", "states"})
-_PARAMETER_WORDS = frozenset(
-    {"params", "param", "parameters", "weights", "variables", "trainable", "model", "kernel"}
-)
-# A step's data, by the names people give it: an input even where an output has
-# its shape (a batch's predictions), never state to donate.
-_INPUT_WORDS = frozenset(
-    {"x", "y", "batch", "inputs", "input", "targets", "labels", "data", "images", "tokens"}
-)
-_WORDS = re.compile(r"[^a-z0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,34 +127,10 @@ _KERAS_STATE = re.compile(r"^state\[(\d)\]")
 _KERAS_KINDS = {"0": PARAMETERS, "1": STATE, "2": OPTIMIZER, "3": STATE}
 
 
-def _keras_kind(name: str) -> str | None:
+def keras_state_kind(name: str) -> str | None:
     """The kind Keras' trainer's layout gives an argument of its train step."""
     index = _KERAS_STATE.match(name)
     return _KERAS_KINDS.get(index[1]) if index is not None else None
-
-
-def argument_kind(name: str, carried: bool, keras: bool = False) -> str:
-    """The kind an argument's name tells (its path's words, from the left; under
-    Keras' fit, its trainer's layout), else whether an output replaces it
-    (state) or not (an input). For the advice that names what to make bf16 (on
-    XLA:TPU's plans, where no framework object is at hand); the peak's kinds
-    take no words (`_matched`)."""
-    if keras:
-        layout = _keras_kind(name)
-        if layout is not None:
-            return layout
-    in_state = False
-    for word in _WORDS.split(name.lower()):
-        if word in _OPTIMIZER_WORDS or (in_state and word in _MOMENT_WORDS):
-            return OPTIMIZER
-        if word.startswith("grad"):
-            return GRADIENTS
-        if word in _PARAMETER_WORDS:
-            return PARAMETERS
-        if word in _INPUT_WORDS:
-            return INPUTS
-        in_state = in_state or word in _STATE_WORDS
-    return STATE if carried else INPUTS
 
 
 def peak_kinds(
@@ -607,7 +566,7 @@ def _matched(
         carries = key in replaced or argument.live_out
         kind, how = (STATE if carries else INPUTS), BY_FATE
         if keras:
-            layout = _keras_kind(argument.op_name)
+            layout = keras_state_kind(argument.op_name)
             if layout is not None:
                 kind, how = layout, BY_KERAS
         if carries:

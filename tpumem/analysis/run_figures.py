@@ -245,14 +245,15 @@ def _tpu(
     for target in tpu_targets(trace):
         if device is None:
             target = replace(target, fit=tpu_fit(target, 0, (), ()))
-            kinds = chip_kinds(target, None, ())
+            kinds, arguments = chip_kinds(target, None, ())
         else:
             running = device.programs_at_peak
             peak = device.peak
             target = replace(target, fit=tpu_fit(target, peak.bytes, peak.groups, running))
-            kinds = chip_kinds(target, device.kinds, running)
+            kinds, arguments = chip_kinds(target, device.kinds, running)
         if target.fit is not None:
-            target = replace(target, fit=replace(target.fit, kinds=kinds))
+            chip = replace(target.fit, kinds=kinds, argument_kinds=arguments)
+            target = replace(target, fit=chip)
         targets.append(target)
     return tuple(targets)
 

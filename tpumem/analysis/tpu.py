@@ -124,6 +124,7 @@ class TpuFit:
     not_compiled: int = 0  # programs XLA:TPU did not compile for another reason
     # The need by kind, adding up to it (chip_kinds.py); () where not planned.
     kinds: tuple[KindBytes, ...] = ()
+    argument_kinds: tuple[str, ...] = ()  # of the program counted, by argument number
 
     @property
     def spare_bytes(self) -> int:

@@ -54,9 +54,10 @@ def _sentence(change: Change, framework: str) -> str:
     if change.key == REMAT:
         ops = ", ".join(dict.fromkeys(op_tail(op) for op in change.ops[:4]))
         how = _REMAT.get(framework, "rematerialization (recomputing in the backward pass)")
+        where = f" on {change.topology}" if change.topology else ""
         return (
-            f"{change.line} keeps forward values ({ops}) live at {change.program}'s peak for "
-            f"the backward pass: {how} around it recomputes them there, up to "
+            f"{change.line} keeps forward values ({ops}) live at {change.program}'s peak"
+            f"{where} for the backward pass: {how} around it recomputes them there, up to "
             f"{format_bytes(change.bytes)} less at the peak."
         )
     if change.key == BF16:
