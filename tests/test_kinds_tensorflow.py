@@ -44,3 +44,45 @@ def test_variables_and_gradients_are_what_the_frameworks_objects_count(tmp_path,
         assert kinds.get("gradients") == counts["gradients"], kinds
     assert sum(kinds.values()) == counts["peak"]
     assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds
+
+
+# The same loop with its step in a tf.function, as the TensorFlow guide writes it
+# for speed: the tape and the optimizer run once, as the function traces.
+FUNCTION_LOOP = """
+import os
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import numpy as np, tensorflow as tf, keras
+model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
+                          keras.layers.Dense(10)])
+optimizer = keras.optimizers.Adam(1e-3)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_weights)
+    optimizer.apply(grads, model.trainable_weights)
+    return loss
+
+data = (np.random.rand(512, 784).astype("float32"), np.random.randint(0, 10, 512))
+for x, y in tf.data.Dataset.from_tensor_slices(data).batch(128):
+    train_step(x, y)
+size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
+print(json.dumps({"parameters": size(model.trainable_variables),
+                  "optimizer_state": size(optimizer.variables), "copies": 1}))
+"""
+
+
+def test_a_tf_function_step_is_marked_and_its_gradients_are_the_tapes(tmp_path):
+    """Each call of the function that traced the tape's gradient is a step (the
+    loop numbers none); the buffers the gradient's ops make are gradients."""
+    kinds, counts = peak_kinds(
+        tmp_path, "function_loop", FUNCTION_LOOP, env={"TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
+    assert kinds.get("parameters") == counts["parameters"], kinds
+    assert kinds.get("optimizer_state") == counts["optimizer_state"] - 4, (kinds, counts)
+    assert 0 < kinds.get("gradients", 0) <= counts["parameters"], kinds
+    assert counts["step"] is not None
+    assert sum(kinds.values()) == counts["peak"]
+    assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds

@@ -36,6 +36,7 @@ from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace, newest_xspace_file
 from tpumem.adapters.tensorflow.allocator_stacks import TfStacks
 from tpumem.adapters.tensorflow.devices import device_name
+from tpumem.adapters.tensorflow.function_steps import FunctionSteps
 from tpumem.adapters.tensorflow.host_transfers import HostTransfers
 from tpumem.adapters.tensorflow.variable_kinds import VariableKinds
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
@@ -49,6 +50,7 @@ _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 _THREADPOOL_LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
 # The mark (its `text`) of an eager optimizer update in a loop that numbers no steps.
 OPTIMIZER_UPDATE = "optimizer update (eager)"
+FUNCTION_STEP = "tf.function step"
 _WATCH_S = 0.1  # while a session records every allocation: how often the sampler wakes
 
 
@@ -225,13 +227,21 @@ class TensorFlowAdapter(Adapter):
         from tensorflow.python.eager import context
 
         self.writer = writer
+        self._function_steps = FunctionSteps(self._patches, self._function_step_began)
         self._kinds = VariableKinds(
-            writer, self._patches, tf, self._optimizer_updated, self._peak_moved
+            writer,
+            self._patches,
+            tf,
+            self._optimizer_updated,
+            self._peak_moved,
+            self._function_steps.traced,
         )
         self._peaks: dict[str, int] = {}
         self._annotated = False  # the script numbers its steps itself
         self._updates = 0
+        self._function_calls = 0
         self._kinds.install()
+        self._function_steps.install()
         self._keras = KerasSteps(writer, self._patches, self._kinds.model)
         self.tf = tf
         self._context = context
@@ -415,6 +425,19 @@ class TensorFlowAdapter(Adapter):
             return
         self.writer.mark(OPTIMIZER_UPDATE, step=self._updates)
         self._updates += 1
+
+    def _function_step_began(self, wall_ns: int, now: bool) -> None:
+        """A custom loop's tf.function step (function_steps.py) began at `wall_ns`:
+        marked where neither the script nor Keras' fit() numbers the steps, and
+        (`now`: before it runs) the variables read between steps, as at a step
+        annotation."""
+        if self._annotated or self._keras.marked:
+            return
+        at = wall_ns - self.writer.start_time_ns
+        self.writer.mark(FUNCTION_STEP, step=self._function_calls, time_ns=at)
+        self._function_calls += 1
+        if now:
+            self._kinds.tell_now()
 
     def _take_over_profiler_api(self, chunks: ProfilerChunks) -> None:
         """tf.profiler.experimental.start/stop would fail while tpumem's session

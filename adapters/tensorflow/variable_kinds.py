@@ -56,9 +56,12 @@ class VariableKinds:
         tf: Any,
         updated: Callable[[], None],
         peak_moved: Callable[[], bool],
+        traced: Callable[[], None] = lambda: None,
     ) -> None:
         self._writer = writer
         self._updated = updated  # called as each eager optimizer update ends
+        # Called as a gradient or an update is traced into a tf.function (its step).
+        self._traced = traced
         # Whether an allocator's own peak rose since last asked: the reading after
         # a new peak decides what the peak held, and reads every variable.
         self._peak_moved = peak_moved
@@ -90,6 +93,7 @@ class VariableKinds:
                 if context.executing_eagerly():
                     kinds.tell_now(grads=_flat(grads))
                 else:  # traced into a tf.function: its variables are the parameters
+                    kinds.tell_gradient_ops(_flat(grads), _flat(sources))
                     kinds.tell_outside_function()
             return grads
 
@@ -153,9 +157,21 @@ class VariableKinds:
             except TypeError:
                 continue
 
+    def tell_gradient_ops(self, grads: list[Any], sources: list[Any]) -> None:
+        """A tape's gradients traced into a tf.function: the ops that make them,
+        by name (a `told` row each, on its source's device): each call's
+        buffers those ops make are the gradients."""
+        for gradient, source in zip(grads, sources, strict=False):
+            op = getattr(gradient, "op", None)
+            name = getattr(op, "name", None)
+            device = getattr(_tf_variable(source), "device", None)
+            if isinstance(name, str) and device:
+                self._writer.record(TOLD, device=device_name(device), op=name, region=GRADIENT)
+
     def tell_outside_function(self) -> None:
         """While a tf.function traces (its first call): the variables as they are
         before it first runs, read eagerly (a first step's peak holds them)."""
+        self._traced()
         with self._tf.init_scope():
             self.tell_now()
 

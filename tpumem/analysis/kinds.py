@@ -247,6 +247,7 @@ class _Told:
     regions: list[str]
     keys: list[str]  # "" where the row names no variable
     dtypes: list[str]  # the variable's ("" where the row has none)
+    ops: list[str]  # the op whose outputs the row tells ("" where none)
 
     def variables(self) -> dict[tuple[str, int], list[str]]:
         """The kinds of the variables the rows name, one each, by (dtype, size),
@@ -294,6 +295,7 @@ def _told_rows(trace: Trace, device: str) -> _Told | None:
         return None
     codes, values = trace.codes_at("region", told)
     dtype_codes, dtype_values = trace.codes_at("dtype", told)
+    op_codes, op_values = trace.codes_at("op", told)
     return _Told(
         times=trace.numbers_at("time_ns", told, -1),
         ids=trace.numbers_at("buffer_id", told, -1),
@@ -302,6 +304,7 @@ def _told_rows(trace: Trace, device: str) -> _Told | None:
         regions=[values[c] if c >= 0 else "" for c in codes.tolist()],
         keys=[k if isinstance(k, str) else "" for k in trace.texts_at(told)],
         dtypes=[dtype_values[c] if c >= 0 else "" for c in dtype_codes.tolist()],
+        ops=[op_values[c] if c >= 0 else "" for c in op_codes.tolist()],
     )
 
 
@@ -330,11 +333,38 @@ def _regions(
         addressed &= np.array([k not in copied for k in told.keys], bool)
     if addressed.any():
         _by_address(events, live, names, asked, at, told.rows(addressed))
-    sized = (told.ids < 0) & (told.addresses <= 0)
+    by_op = {op: r for op, r in zip(told.ops, told.regions, strict=True) if op and r}
+    if by_op:
+        _by_op(trace, events, live, names, by_op)
+    sized = (told.ids < 0) & (told.addresses <= 0) & np.array([not op for op in told.ops], bool)
     if sized.any():
         _, _, sizes, regions, _ = told.rows(sized)
         _by_size(events, live, names, asked, sizes, regions)
     return names
+
+
+def _by_op(
+    trace: Trace, events: DeviceEvents, live: np.ndarray, names: np.ndarray, by_op: dict
+) -> None:
+    """The region TOLD rows give the outputs of named ops (a tape's gradients
+    traced into a tf.function): a live op output made by one, its name inside
+    the function whatever calls it (`StatefulPartitionedCall/<op>`)."""
+    codes, values = trace.codes_at("op", events.row[live])
+    regions = [
+        next((by_op[s] for s in _suffixes(value) if s in by_op), "")
+        if isinstance(value, str)
+        else ""
+        for value in values
+    ]
+    found = np.array([*regions, ""], object)[codes]
+    mine = (found != "") & (names == OP_OUTPUT)
+    names[mine] = found[mine]
+
+
+def _suffixes(name: str) -> list[str]:
+    """An op's name without each of its leading scopes, longest first."""
+    parts = name.split("/")
+    return ["/".join(parts[i:]) for i in range(len(parts))]
 
 
 def _held_unseen(
