@@ -86,3 +86,40 @@ def test_a_tf_function_step_is_marked_and_its_gradients_are_the_tapes(tmp_path):
     assert counts["step"] is not None
     assert sum(kinds.values()) == counts["peak"]
     assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds
+
+
+# The guide's own sizes: its peak is tf.data filling the shuffle buffer, before
+# the first step.
+GUIDE_SIZES = """
+import os
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import numpy as np, tensorflow as tf, keras
+inputs = keras.Input(shape=(784,))
+x = keras.layers.Dense(64, activation="relu")(inputs)
+x = keras.layers.Dense(64, activation="relu")(x)
+model = keras.Model(inputs=inputs, outputs=keras.layers.Dense(10)(x))
+optimizer = keras.optimizers.Adam(1e-3)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+data = (np.random.rand(2048, 784).astype("float32"), np.random.randint(0, 10, 2048))
+train = tf.data.Dataset.from_tensor_slices(data).shuffle(buffer_size=1024, seed=0).batch(64)
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_weights)
+    optimizer.apply(grads, model.trainable_weights)
+    return loss
+
+for x, y in train:
+    train_step(x, y)
+print(json.dumps({"copies": 1}))
+"""
+
+
+def test_a_shuffle_buffer_is_the_input_pipelines(tmp_path):
+    """What tf.data's iterator kernels allocate (the shuffle buffer's elements,
+    each batch) is input (adapters/tensorflow/input_pipeline.py)."""
+    kinds, counts = peak_kinds(tmp_path, "guide", GUIDE_SIZES, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert kinds.get("inputs", 0) >= 1024 * 784 * 4, kinds
+    assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds

@@ -38,6 +38,7 @@ from tpumem.adapters.tensorflow.allocator_stacks import TfStacks
 from tpumem.adapters.tensorflow.devices import device_name
 from tpumem.adapters.tensorflow.function_steps import FunctionSteps
 from tpumem.adapters.tensorflow.host_transfers import HostTransfers
+from tpumem.adapters.tensorflow.input_pipeline import label_pipeline
 from tpumem.adapters.tensorflow.variable_kinds import VariableKinds
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
 from tpumem.trace.metadata import DeviceInfo
@@ -292,8 +293,9 @@ class TensorFlowAdapter(Adapter):
         self._patches.replace(self._context.Context, "enable_collective_ops", enable_collective_ops)
 
     def _label(self, columns: dict[str, Any]) -> dict[str, Any]:
-        """What the profiler's events lack: host copies' labels, call stacks."""
-        columns = self._transfers.label(columns)
+        """What the profiler's events lack: host copies' and the input pipeline's
+        labels, call stacks."""
+        columns = label_pipeline(self._transfers.label(columns))
         return self._stacks.label(columns) if self._stacks.stacks.enabled else columns
 
     def _devices_ready(self) -> bool:
