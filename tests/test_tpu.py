@@ -281,9 +281,12 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         assert 2 * 67_520 * 4 <= chip["optimizer_state"] <= 2 * 67_520 * 4 + 16, name
         if name == "torch_xla_transformer":  # its step's outputs: the .grad tensors
             assert chip["gradients"] == 67_520 * 4
+    # A chip by kind, side by side: the same model's parameters on each.
+    assert rows["On v5e:1x1: parameters"]["values"] == [67_520 * 4] * 3
     problems, dom = rendered(tmp_path / "compare.html")
     assert problems == []
     assert "compiled program, side by side" in dom and names[1] in dom
+    assert "On v5e:1x1: optimizer state" in dom
 
 
 def test_two_compiles_at_once_both_finish(tmp_path):

@@ -9,7 +9,13 @@ from tpumem.analysis import provenance
 from tpumem.analysis.kinds import KINDS
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.step_programs import Entry, no_program_reason, program_figures, step_program
+from tpumem.analysis.step_programs import (
+    XLA_TPU,
+    Entry,
+    no_program_reason,
+    program_figures,
+    step_program,
+)
 from tpumem.distinct_names import distinct_names
 
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"
@@ -167,7 +173,33 @@ def _program_rows(runs: list[RunAnalysis]) -> tuple[CompareRow, ...]:
         ]
         needs = key in PROGRAM_NEEDS or key.startswith("tpu")
         rows.append(_row(f"program.{key}", unit, entries, lower_is_better=needs, about=topology))
-    return tuple(rows)
+    return tuple(rows + _chip_kind_rows(runs))
+
+
+CHIP_KIND = "program.tpu-kind:"  # and a kind's key: a chip's need of that kind
+
+
+def _chip_kind_rows(runs: list[RunAnalysis]) -> list[CompareRow]:
+    """Each topology's chip by kind, run by run (chip_kinds.py: XLA:TPU's plan,
+    with the kinds each run gave its arrays)."""
+    by_topology: dict[str, list[dict[str, int]]] = {}
+    for index, run in enumerate(runs):
+        for target in run.tpu:
+            if target.fit is not None and target.fit.kinds:
+                chips = by_topology.setdefault(target.topology, [{} for _ in runs])
+                chips[index] = {k.kind: k.bytes for k in target.fit.kinds}
+    rows = []
+    for topology, chips in by_topology.items():
+        for kind in KINDS:
+            if any(kind in chip for chip in chips):
+                entries: list[Entry] = [
+                    (chip.get(kind, 0), XLA_TPU) if chip else (None, provenance.NOT_AVAILABLE)
+                    for chip in chips
+                ]
+                rows.append(
+                    _row(CHIP_KIND + kind, BYTES, entries, lower_is_better=True, about=topology)
+                )
+    return rows
 
 
 def _by_op(device: DeviceAnalysis | None) -> tuple[tuple[str, int], ...]:

@@ -3,7 +3,8 @@ in the text table, the JSON comparison and the page alike."""
 
 from __future__ import annotations
 
-from tpumem.analysis.comparison import CompareRow
+from tpumem.analysis.comparison import CHIP_KIND, CompareRow
+from tpumem.report.kind_words import KIND_WORDS
 from tpumem.units import format_bytes
 
 TITLES = {
@@ -44,6 +45,8 @@ ABOUT = {
 
 
 def row_title(row: CompareRow) -> str:
+    if row.key.startswith(CHIP_KIND):
+        return f"On {row.about}: {KIND_WORDS[row.key[len(CHIP_KIND) :]]}"
     if row.key in ABOUT:
         about = format_bytes(row.about) if isinstance(row.about, int) else row.about
         return ABOUT[row.key].format(about)
