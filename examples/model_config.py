@@ -59,6 +59,11 @@ def parse_args(
             action="store_true",
             help="compile the training step with XLA: tf.function(jit_compile=True)",
         )
+        parser.add_argument(
+            "--no-step-marks",
+            action="store_true",
+            help="mark no steps for profilers (as most custom loops do)",
+        )
     return parser.parse_args(argv)
 
 
