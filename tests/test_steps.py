@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
+
 from profiling import profile
 from tpumem.analysis import analyze
 from tpumem.trace.reader import load
@@ -44,6 +46,48 @@ def test_a_jitted_step_that_donates_its_state_marks_the_steps(tmp_path):
     (device,) = analysis.devices
     assert device.growth is not None and not device.growth.growing
     assert "Growth across steps" in result.stderr and "not checked" not in result.stderr
+
+
+# An evaluation that donates too, run before the first training step (as Flax
+# trainers evaluate at step 0): the step is the function whose outputs hold
+# optimizer state (optax's), from its second call, when that is known.
+EVALUATES_FIRST = textwrap.dedent(
+    """
+    import functools
+    import jax, jax.numpy as jnp, optax
+
+    opt = optax.adam(1e-3)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(params, state, batch):
+        grads = jax.grad(lambda p: jnp.mean((batch @ p["w"]) ** 2))(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    @functools.partial(jax.jit, donate_argnums=1)
+    def evaluate(params, batch):
+        return jnp.mean(batch @ params["w"]), batch + 1
+
+    params = {"w": jnp.ones((256, 256))}
+    state = opt.init(params)
+    batch = jnp.ones((64, 256))
+    for step in range(9):
+        if step % 4 == 0:
+            loss, batch = evaluate(params, batch)
+        params, state = train_step(params, state, batch)
+    print(float(loss))
+    """
+)
+
+
+def test_the_step_is_the_function_that_returns_optimizer_state(tmp_path):
+    (tmp_path / "loop.py").write_text(EVALUATES_FIRST)
+    result = profile(tmp_path, "-q", "loop.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trace = load(tmp_path / "loop.tpumem")
+    marks = [t for t in trace.texts_at(np.flatnonzero(trace.valid("step"))) if t]
+    # One evaluation before training began, then every training call but the first.
+    assert marks == ["evaluate (donating jitted call)"] + ["train_step (donating jitted call)"] * 8
 
 
 KERAS_FIT = textwrap.dedent(

@@ -119,6 +119,7 @@ class JaxHooks:
         self.annotated = False
         self.keras: KerasSteps | None = None
         self._step_function: str | None = None
+        self._step_trains = False  # the step function's outputs hold optimizer state
         self._step_calls = 0
         self.active = True  # False once uninstalled: wrappers still held pass through
         self.patches = Patches()
@@ -376,15 +377,19 @@ class JaxHooks:
         if regions is not None:
             book.tell(leaves, regions, time.time_ns() - self.origin)
 
-    def donating_call(self, name: str) -> None:
+    def donating_call(self, name: str, trains: bool) -> None:
         """A call of a jitted function that donates its arguments: in Flax/optax
         trainers and Keras, the training step, which marks no step of its own.
-        Marked as one, for the first such function, where nothing else marks
-        steps (annotations, Keras' fit())."""
+        Marked as one where nothing else marks steps (annotations, Keras'
+        fit()): the first such function, until one whose outputs hold optimizer
+        state (`trains`, tree_kinds.py) is called, which is the step from then
+        on (an evaluation function may donate too, and run first)."""
         if self.annotated or (self.keras is not None and self.keras.marked):
             return
-        if self._step_function is None:
-            self._step_function = name
+        if self._step_function is None or (
+            trains and not self._step_trains and name != self._step_function
+        ):
+            self._step_function, self._step_trains = name, trains
         elif name != self._step_function:
             return
         self.writer.mark(f"{name} (donating jitted call)", step=self._step_calls)
@@ -465,7 +470,7 @@ class JittedFunction:
         if self.kinds.calls < LEARNING_CALLS:
             hooks.tell_arguments(self, args, kwargs)
         if donates:
-            hooks.donating_call(self.__name__)
+            hooks.donating_call(self.__name__, self.kinds.trains)
             hooks.calls_running += 1
         hooks.in_flight += 1
         try:

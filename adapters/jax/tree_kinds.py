@@ -48,7 +48,7 @@ _GRAPH_NODES = ("NodeDef", "NodeRef", "TreeNodeDef")
 class OutputKinds:
     """One jitted function's outputs' regions, by the structure of its output."""
 
-    __slots__ = ("_carried", "_fun", "_last", "by_tree", "calls")
+    __slots__ = ("_carried", "_fun", "_last", "_trains", "by_tree", "calls")
 
     def __init__(self, fun: Any) -> None:
         self._fun = fun
@@ -57,6 +57,7 @@ class OutputKinds:
         # The outputs of the last call while learning: id -> (weakref, position).
         self._last: dict[int, tuple[Any, int]] = {}
         self._carried: set[int] = set()  # output positions a next call took back
+        self._trains: bool | None = None  # known once told, or learning is over
 
     def regions(
         self, out: Any, leaves: list[Any], treedef: Any, arguments: Callable[[], list[Any]]
@@ -84,6 +85,17 @@ class OutputKinds:
                 with contextlib.suppress(TypeError):
                     self._last[id(leaf)] = (weakref.ref(leaf), position)
         return regions
+
+    @property
+    def trains(self) -> bool:
+        """Whether an output of the function is optimizer state: a training step
+        (read while learning; a dict lookup's cost after)."""
+        if self._trains is None:
+            trains = any(r is not None and OPTIMIZER in r for r in self.by_tree.values())
+            if trains or self.calls >= LEARNING_CALLS:
+                self._trains = trains
+            return trains
+        return self._trains
 
     def arguments(self, leaves: list[Any], tree: Any) -> list[str | None] | None:
         """While learning: the region each argument leaf's objects tell (the
