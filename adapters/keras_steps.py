@@ -17,6 +17,11 @@ from tpumem.trace.schema import KERAS_EVALUATE, KERAS_PREDICT, KERAS_STEP
 from tpumem.trace.writer import TraceWriter
 
 KERAS_CALLBACKS = "keras.src.callbacks.callback_list"
+UNJITTED = (
+    "Keras trained {} without compiling its step (model.jit_compile is False): its "
+    "arrays are each op's, made and freed op by op, with no compiled program to plan "
+    "its temporaries; compile(jit_compile=True) where every layer allows it"
+)
 
 
 class KerasSteps:
@@ -52,6 +57,9 @@ class KerasSteps:
             steps._writer.mark(KERAS_STEP, step=steps._step)
             steps._step += 1
             model = getattr(self, "model", None)
+            if steps._step == 1:
+                with contextlib.suppress(Exception):
+                    steps._say_unjitted(model)
             if steps._on_batch is not None and model is not None:
                 with contextlib.suppress(Exception):  # (tpumem's reading never raises)
                     steps._on_batch(model)
@@ -66,6 +74,14 @@ class KerasSteps:
             original_hook = getattr(callback_list, hook, None)
             if original_hook is not None:
                 self._patches.replace(callback_list, hook, self._marking(original_hook, phase))
+
+    def _say_unjitted(self, model: Any) -> None:
+        """Where Keras trains op by op (`jit_compile` False: asked for, or chosen
+        by Keras because a layer cannot be compiled, as keras.io's ViT's
+        RandomRotation), the report says so: the step's arrays are each op's, and
+        no compiled program's plan is there to tell them."""
+        if getattr(model, "jit_compile", None) is False:
+            self._writer.patch_metadata(warnings=[UNJITTED.format(type(model).__name__)])
 
     def _marking(self, original: Callable[..., Any], phase: str) -> Callable[..., Any]:
         writer = self._writer

@@ -112,6 +112,19 @@ def test_keras_fit_on_jax_marks_its_batches(tmp_path):
     analysis = analyze(load(tmp_path / "fit.tpumem"))
     assert analysis.framework == "jax"
     assert analysis.steps == 10  # Keras' batches, not its train_step's donating calls too
+    assert "without compiling its step" not in result.stderr
+
+
+def test_keras_training_op_by_op_is_said(tmp_path):
+    """keras.io's ViT trains un-jitted (a layer of it cannot be compiled): the
+    report says its arrays are each op's."""
+    source = KERAS_FIT.replace('loss="mse")', 'loss="mse", jit_compile=False)')
+    assert source != KERAS_FIT
+    (tmp_path / "fit.py").write_text(source)
+    result = profile(tmp_path, "fit.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = analyze(load(tmp_path / "fit.tpumem")).warnings
+    assert any("Keras trained Sequential without compiling its step" in w for w in warnings)
 
 
 def test_a_loop_nothing_marks_is_told_how_to_mark_it(tmp_path):
