@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from test_kinds_jax import KERAS_FIT, peak_kinds
 
-# The custom loop of Keras' guide ("Writing a training loop from scratch"), eager,
-# on tf.data: no step marks; each optimizer update ends a step.
-LOOP = """
+# The model of Keras' guide ("Writing a training loop from scratch") and what its
+# own objects count.
+MODEL = """
 import os
 os.environ["KERAS_BACKEND"] = "tensorflow"
 import numpy as np, tensorflow as tf, keras
@@ -20,16 +20,27 @@ model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activati
 optimizer = keras.optimizers.Adam(1e-3)
 loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 data = (np.random.rand(512, 784).astype("float32"), np.random.randint(0, 10, 512))
+"""
+COUNTS = """
+size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
+print(json.dumps({"parameters": size(model.trainable_variables),
+                  "optimizer_state": size(optimizer.variables), "copies": 1,
+                  "gradients": size(model.trainable_variables)}))
+"""
+
+# The guide's custom loop, eager, on tf.data: no step marks; each optimizer
+# update ends a step.
+LOOP = (
+    MODEL
+    + """
 for x, y in tf.data.Dataset.from_tensor_slices(data).batch(128):
     with tf.GradientTape() as tape:
         loss = loss_fn(y, model(x, training=True))
     grads = tape.gradient(loss, model.trainable_weights)
     optimizer.apply(grads, model.trainable_weights)
-size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
-print(json.dumps({"parameters": size(model.trainable_variables),
-                  "optimizer_state": size(optimizer.variables),
-                  "gradients": size(model.trainable_variables), "copies": 1}))
 """
+    + COUNTS
+)
 
 
 @pytest.mark.parametrize(("name", "source"), [("keras_fit_tf", KERAS_FIT), ("tape_loop", LOOP)])
@@ -48,15 +59,7 @@ def test_variables_and_gradients_are_what_the_frameworks_objects_count(tmp_path,
 
 # The same loop with its step in a tf.function, as the TensorFlow guide writes it
 # for speed: the tape and the optimizer run once, as the function traces.
-FUNCTION_LOOP = """
-import os
-os.environ["KERAS_BACKEND"] = "tensorflow"
-import numpy as np, tensorflow as tf, keras
-model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
-                          keras.layers.Dense(10)])
-optimizer = keras.optimizers.Adam(1e-3)
-loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
+STEP = """
 @tf.function
 def train_step(x, y):
     with tf.GradientTape() as tape:
@@ -64,14 +67,16 @@ def train_step(x, y):
     grads = tape.gradient(loss, model.trainable_weights)
     optimizer.apply(grads, model.trainable_weights)
     return loss
-
-data = (np.random.rand(512, 784).astype("float32"), np.random.randint(0, 10, 512))
+"""
+FUNCTION_LOOP = (
+    MODEL
+    + STEP
+    + """
 for x, y in tf.data.Dataset.from_tensor_slices(data).batch(128):
     train_step(x, y)
-size = lambda vs: sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in vs)
-print(json.dumps({"parameters": size(model.trainable_variables),
-                  "optimizer_state": size(optimizer.variables), "copies": 1}))
 """
+    + COUNTS
+)
 
 
 def test_a_tf_function_step_is_marked_and_its_gradients_are_the_tapes(tmp_path):
@@ -90,7 +95,8 @@ def test_a_tf_function_step_is_marked_and_its_gradients_are_the_tapes(tmp_path):
 
 # The guide's own sizes: its peak is tf.data filling the shuffle buffer, before
 # the first step.
-GUIDE_SIZES = """
+GUIDE_SIZES = (
+    """
 import os
 os.environ["KERAS_BACKEND"] = "tensorflow"
 import numpy as np, tensorflow as tf, keras
@@ -102,19 +108,14 @@ optimizer = keras.optimizers.Adam(1e-3)
 loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 data = (np.random.rand(2048, 784).astype("float32"), np.random.randint(0, 10, 2048))
 train = tf.data.Dataset.from_tensor_slices(data).shuffle(buffer_size=1024, seed=0).batch(64)
-
-@tf.function
-def train_step(x, y):
-    with tf.GradientTape() as tape:
-        loss = loss_fn(y, model(x, training=True))
-    grads = tape.gradient(loss, model.trainable_weights)
-    optimizer.apply(grads, model.trainable_weights)
-    return loss
-
+"""
+    + STEP
+    + """
 for x, y in train:
     train_step(x, y)
 print(json.dumps({"copies": 1}))
 """
+)
 
 
 def test_a_shuffle_buffer_is_the_input_pipelines(tmp_path):
