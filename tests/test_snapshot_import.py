@@ -265,6 +265,9 @@ def test_torch_profilers_categories_become_regions(tmp_path):
             {**_entry("alloc", 0x8000, 8192, -1), "category": "optimizer_state"},
             {**_entry("alloc", 0xB000, 512, -1), "category": "autograd_detail"},
             {**_entry("alloc", 0xC000, 256, -1), "category": "unknown"},
+            # Made before the profile began (a parameter built before it): freed
+            # in it, never allocated there.
+            _entry("free_completed", 0x10000, 2048, -1),
         ]
     ]
     for entry in traces[0]:
@@ -282,9 +285,12 @@ def test_torch_profilers_categories_become_regions(tmp_path):
         "gradients": 4096,
         "optimizer_state": 8192,
         "activations": 8192 + 512,
-        "not_told": 256,
+        "not_told": 256 + 2048,
         "overhead": 256,  # the caching allocator's 512-byte rounding of the 256
     }
+    # What came before the profile is said, with what to change.
+    (untold,) = [k for k in device.kinds.kinds if k.kind == "not_told"]
+    assert any("before the profile's first entry" in how for how in untold.how)
     assert any("carry no times" in w for w in analysis.metadata.warnings)
 
 

@@ -37,7 +37,7 @@ from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
 from tpumem.analysis.programs import CompiledProgram, ProgramKinds
 from tpumem.hlo.shapes import numpy_dtype
 from tpumem.trace.model import Trace
-from tpumem.trace.schema import KERAS_STEP, MARK, TOLD
+from tpumem.trace.schema import BEFORE_TRACE, KERAS_STEP, MARK, TOLD
 
 # Stable keys (the JSON's); their words are the report's (report/answer_rows.py).
 PARAMETERS = "parameters"
@@ -76,6 +76,10 @@ BY_COUNTERS = "in use, in no buffer seen"
 BY_RUNTIME = "the runtime's own reservation (a program's stack)"
 BY_ROUNDING = "the allocator's rounding: bytes handed out beyond those asked for"
 NOT_TOLD = "not told by the framework"
+BY_BEFORE = (
+    "made before the profile's first entry (no category or op is known of them): "
+    "start recording before the model and its optimizer are built"
+)
 
 # The regions adapters give (adapters/book_rows.py) that tell a kind.
 _REGIONS = {
@@ -197,6 +201,11 @@ def peak_kinds(
             made_in_step &= events.time_ns[live] >= start
             kind_of[made_in_step] = ACTIVATIONS
             add(ACTIVATIONS, int(sizes[made_in_step].sum()), BY_STEP)
+        # An imported profile's allocations from before its first entry: the
+        # profiler saw them made by no op (torch.profiler gives them no category).
+        before = (kind_of == "") & (region_of == BEFORE_TRACE)
+        kind_of[before] = OTHER
+        add(OTHER, int(sizes[before].sum()), BY_BEFORE)
         add(OTHER, int(sizes[kind_of == ""].sum()), NOT_TOLD)
         # A program's arguments are the variables' values as it began: an
         # earlier value of a variable the step has since replaced is still of

@@ -32,7 +32,7 @@ import pyarrow as pa
 from tpumem.snapshots.walker import ACTION, EntryRows, SnapshotWalk
 from tpumem.trace.cuda_blocks import block_sizes, divisions_by_interval
 from tpumem.trace.metadata import IMPORTED, AllocatorOom, metadata_json
-from tpumem.trace.schema import ALLOC, ALLOCATOR, FREE, META, STACK
+from tpumem.trace.schema import ALLOC, ALLOCATOR, BEFORE_TRACE, FREE, META, STACK
 from tpumem.trace.source_paths import first_user_location
 from tpumem.trace.stack_rows import stack_text
 from tpumem.trace.values import MAX_ADDRESS, MAX_BYTES
@@ -374,6 +374,7 @@ class _Conversion:
             requested_bytes=requested if isinstance(requested, int) else None,
             stack=stack if stack >= 0 else None,
             source=self.stacks.sources[stack] if stack >= 0 else None,
+            region=BEFORE_TRACE,
         )
 
     def _with_pool(self, oom: AllocatorOom) -> AllocatorOom:

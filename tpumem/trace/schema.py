@@ -46,6 +46,9 @@ KERAS_STEP = "keras train batch"
 KERAS_EVALUATE = "keras evaluate batch"
 KERAS_PREDICT = "keras predict batch"
 PHASES = {KERAS_STEP: None, KERAS_EVALUATE: "evaluate()", KERAS_PREDICT: "predict()"}
+# The region of an imported profile's allocations made before its first entry
+# (live then, freed or still held later): no category can be known of them.
+BEFORE_TRACE = "before the trace"
 # Marks (their `text`) around a stretch where a chunked capture recorded nothing.
 CAPTURE_GAP = "capture gap"
 CAPTURE_RESUMED = "capture resumed"
