@@ -11,7 +11,7 @@ device that grows).
   backward pass: activations kept for the gradient, what rematerialization
   recomputes instead of keeping (op_passes.py); at most what it would free. With
   `--tpu`, where XLA:TPU plans the program's temporaries more than 10% apart
-  from the run's backend, from XLA:TPU's plan (tpu.py's plans_apart).
+  from the run's backend (tpu.py's plans_apart), from XLA:TPU's plan.
 - BF16: on a TPU slice (`--tpu`), the f32 state (parameters, optimizer state,
   other state carried between steps) the program running at the peak takes as
   arguments (by the kinds a chip's ledger gives them: chip_kinds.py), in
@@ -39,7 +39,7 @@ from tpumem.analysis.padding import parse_shape, tiled_bytes
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
-from tpumem.analysis.tpu import TpuProgram, TpuTarget, plans_apart, same_program
+from tpumem.analysis.tpu import PlansApart, TpuProgram, TpuTarget, same_program
 from tpumem.trace.memory_settings import MemorySettings
 
 if TYPE_CHECKING:
@@ -84,10 +84,12 @@ def what_to_change(
     settings: MemorySettings | None,
     devices: tuple[DeviceAnalysis, ...],
     targets: tuple[TpuTarget, ...] = (),
+    apart: tuple[PlansApart, ...] = (),
 ) -> tuple[Change, ...]:
     """The changes the run gives figures for, in the order of KEYS, largest first
     within each key. The allocator's settings (POOL, HEADROOM) are a
-    GPU's: on a CPU and a TPU there is none to give."""
+    GPU's: on a CPU and a TPU there is none to give. `apart`: the programs at
+    the peak whose temporaries XLA:TPU plans far from the run's (tpu.py)."""
     found: list[Change] = []
     for target in targets:
         program = _fitted(target)
@@ -106,9 +108,9 @@ def what_to_change(
         found += [c for r in device.programs_at_peak if (c := _donate(device, r)) is not None]
     # A program whose temporaries XLA:TPU plans far from the run's: what to
     # recompute is read from the target's plan, not the run's backend's.
-    apart = {a.program: a.topology for a in plans_apart(device.programs_at_peak, targets)}
+    on_tpu = {a.program: a.topology for a in apart}
     for at_peak in running:
-        slice_ = next((t for t in targets if t.topology == apart.get(at_peak.shown_name)), None)
+        slice_ = next((t for t in targets if t.topology == on_tpu.get(at_peak.shown_name)), None)
         tpu = same_program(slice_, at_peak) if slice_ is not None else None
         if slice_ is not None and tpu is not None and tpu.heap is not None:
             found += _remat(device, at_peak, tpu.heap, slice_.topology)

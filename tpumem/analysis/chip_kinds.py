@@ -23,11 +23,11 @@ from __future__ import annotations
 from tpumem.analysis.kinds import (
     ACTIVATIONS,
     INPUTS,
-    KINDS,
     OTHER,
     OVERHEAD,
     STATE,
     KindBytes,
+    Ledger,
     PeakKinds,
     region_kind,
 )
@@ -51,21 +51,10 @@ ON_CHIP_OUTSIDE = "the run's arrays outside the program at its peak, in TPU layo
 ON_CHIP_BESIDE = "stand-ins the script held beside the program's arguments (nothing ran)"
 
 
-class _Ledger:
+class _ChipLedger(Ledger):
     def __init__(self) -> None:
-        self.totals: dict[str, int] = {}
-        self.hows: dict[str, dict[str, None]] = {}
+        super().__init__()
         self.arguments: dict[int, str] = {}  # each argument's kind, by number
-
-    def add(self, kind: str, size: int, how: str) -> None:
-        if size > 0:
-            self.totals[kind] = self.totals.get(kind, 0) + size
-            self.hows.setdefault(kind, {})[how] = None
-
-    def kinds(self) -> tuple[KindBytes, ...]:
-        return tuple(
-            KindBytes(k, self.totals[k], tuple(self.hows[k])) for k in KINDS if self.totals.get(k)
-        )
 
 
 def chip_kinds(
@@ -78,22 +67,21 @@ def chip_kinds(
     program = _counted(target, fit)
     if fit is None or program is None or program.heap is None:
         return (), ()
-    ledger = _Ledger()
+    ledger = _ChipLedger()
     at_peak = running[0] if fit.running_at_peak and running else None
     told = at_peak.kinds if at_peak is not None else _objects_said(program)
     if fit.running_at_peak or fit.arrays_label == BESIDE:
         how = ON_CHIP_ARGUMENT if at_peak is not None else ON_CHIP_OBJECTS
         _program_kinds(ledger, program.heap, told, how)
-        ledger.add(OVERHEAD, program.code_bytes, ON_CHIP_CODE)
     else:  # no program ran at the peak: its working memory beside the run's arrays
         _temporaries(ledger, program.heap)
-        ledger.add(OVERHEAD, program.code_bytes, ON_CHIP_CODE)
+    ledger.add(OVERHEAD, program.code_bytes, ON_CHIP_CODE)
     if fit.arrays_label == BESIDE:
         ledger.add(OTHER, fit.arrays_bytes, ON_CHIP_BESIDE)
     else:
-        outside = dict(_kind_bytes(run_kinds))
+        outside = {k.kind: k.bytes for k in run_kinds.kinds} if run_kinds is not None else {}
         if at_peak is not None and at_peak.program.heap is not None:
-            held = _Ledger()
+            held = _ChipLedger()
             _program_kinds(held, at_peak.program.heap, told, temporaries=False)
             held.add(ACTIVATIONS, at_peak.temp_bytes, ON_CHIP_TEMPS)
             outside = {k: max(0, b - held.totals.get(k, 0)) for k, b in outside.items()}
@@ -122,12 +110,8 @@ def _objects_said(program: TpuProgram) -> ProgramKinds:
     return ProgramKinds(tuple(region_kind(r) or "" for r in regions))
 
 
-def _kind_bytes(kinds: PeakKinds | None) -> list[tuple[str, int]]:
-    return [] if kinds is None else [(k.kind, k.bytes) for k in kinds.kinds]
-
-
 def _program_kinds(
-    ledger: _Ledger,
+    ledger: _ChipLedger,
     heap: ProgramHeap,
     told: ProgramKinds,
     told_how: str = ON_CHIP_ARGUMENT,
@@ -176,7 +160,7 @@ def _program_kinds(
         _temporaries(ledger, heap)
 
 
-def _temporaries(ledger: _Ledger, heap: ProgramHeap) -> None:
+def _temporaries(ledger: _ChipLedger, heap: ProgramHeap) -> None:
     """The temporaries' allocations: the values live at the heap's peak, at their
     elements' bytes, and the rest (padding, what the heap leaves unused)."""
     allocated = heap.total_allocation_bytes - heap.whole_program_bytes

@@ -118,6 +118,25 @@ class KindBytes:
     how: tuple[str, ...]  # how it was told (the BY_ texts above)
 
 
+class Ledger:
+    """Bytes by kind, each with how it was told, in the order told."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.hows: dict[str, dict[str, None]] = {}
+
+    def add(self, kind: str, size: int, how: str) -> None:
+        if size:
+            self.totals[kind] = self.totals.get(kind, 0) + size
+            self.hows.setdefault(kind, {})[how] = None
+
+    def kinds(self) -> tuple[KindBytes, ...]:
+        """In KINDS' order, those with bytes."""
+        return tuple(
+            KindBytes(k, self.totals[k], tuple(self.hows[k])) for k in KINDS if self.totals.get(k)
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class PeakKinds:
     kinds: tuple[KindBytes, ...]  # in KINDS' order, those with bytes
@@ -144,14 +163,8 @@ def peak_kinds(
     running: ProgramsAtPeak,
     peak: PeakBreakdown,
 ) -> PeakKinds:
-    totals: dict[str, int] = {}
-    hows: dict[str, dict[str, None]] = {}
-
-    def add(kind: str, size: int, how: str) -> None:
-        if size:
-            totals[kind] = totals.get(kind, 0) + size
-            hows.setdefault(kind, {})[how] = None
-
+    ledger = Ledger()
+    add = ledger.add
     kind_of = np.full(len(live), "", object)
     told = _told_rows(trace, events.device)
     if len(live):
@@ -189,7 +202,7 @@ def peak_kinds(
         keras = bool(running.found) and KERAS_STEP in _mark_names(trace)
         keys = _live_keys(trace, events, live)
         for program in running.found:
-            for position, kind, how in _matched(trace, events, live, kind_of, program, keras):
+            for position, kind, how in _matched(keys, kind_of, program, keras):
                 kind_of[position] = kind
                 add(kind, int(sizes[position]), how)
         # What the ops of the step under way made, that no object holds: the
@@ -229,10 +242,7 @@ def peak_kinds(
             unseen -= size
     add(UNATTRIBUTED, unseen, BY_COUNTERS)
     add(OVERHEAD, peak.stack_bytes, BY_RUNTIME)
-    return PeakKinds(
-        tuple(KindBytes(k, totals[k], tuple(hows[k])) for k in KINDS if totals.get(k)),
-        arguments,
-    )
+    return PeakKinds(ledger.kinds(), arguments)
 
 
 def _step_start(trace: Trace, time_ns: int) -> int | None:
@@ -563,14 +573,13 @@ def _mark_names(trace: Trace) -> set[str]:
 
 
 def _matched(
-    trace: Trace,
-    events: DeviceEvents,
-    live: np.ndarray,
+    keys: list[tuple[str, int] | None],
     kind_of: np.ndarray,
     program: CompiledProgram,
     keras: bool,
 ) -> list[tuple[int, str, str]]:
-    """(position in `live`, kind, how) of the live arrays not yet told that are
+    """(position in `live`, kind, how) of the live arrays (`keys`: each one's
+    dtype and size, _live_keys) not yet told that are
     the program's arguments (of each dtype and size, the earliest made) and its
     new outputs (the latest). By size, not shape: XLA may hand an output back as
     a bitcast of another shape ([8,64,128] for a [512,128] parameter)."""
@@ -582,7 +591,7 @@ def _matched(
     # arguments and outputs are among them first (a step's state, told by its
     # objects), before any untold array of their size is taken for one.
     told: collections.Counter[tuple[str, int]] = collections.Counter()
-    for position, key in enumerate(_live_keys(trace, events, live)):
+    for position, key in enumerate(keys):
         if key is None:
             continue
         if kind_of[position] == "":

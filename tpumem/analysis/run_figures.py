@@ -313,6 +313,7 @@ def analyze_with_events(
         smallest={c.device: c.smallest_bytes for c in checks},
     )
     targets = _tpu(trace, analysed, fit)
+    apart = plans_apart(highest(analysed).programs_at_peak, targets) if analysed else ()
     run = RunAnalysis(
         path=trace.path,
         framework=trace.framework,
@@ -339,8 +340,8 @@ def analyze_with_events(
         capacity=checks,
         tpu=targets,
         changes=what_to_change(
-            trace.framework, metadata.backend, metadata.memory_settings, analysed, targets
+            trace.framework, metadata.backend, metadata.memory_settings, analysed, targets, apart
         ),
-        plans_apart=plans_apart(highest(analysed).programs_at_peak, targets) if analysed else (),
+        plans_apart=apart,
     )
     return run, figures
