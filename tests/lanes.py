@@ -251,6 +251,7 @@ LANES: dict[str, Lanes] = {
     ),
     "test_stacks.py": FRAMEWORKS,
     "test_steps.py": FRAMEWORKS,
+    "test_kept_arrays.py": UNIT,
     "test_summaries.py": (
         UNIT,
         {

@@ -129,10 +129,58 @@ def test_keras_training_op_by_op_is_said(tmp_path):
 
 def test_a_loop_nothing_marks_is_told_how_to_mark_it(tmp_path):
     (tmp_path / "plain.py").write_text(
-        "import jax.numpy as jnp\nfor i in range(8):\n    x = jnp.ones((256, 256)) * i\n"
+        # (four calls of each program: too few to stand for steps)
+        "import jax.numpy as jnp\nfor i in range(4):\n    x = jnp.ones((256, 256)) * i\n"
     )
     result = profile(tmp_path, "--width", "200", "plain.py")
     assert result.returncode == 0, result.stderr[-3000:]
     text = " ".join(result.stderr.split())
     assert "Growth across steps not checked: no step marks (5 needed)" in text
     assert "mark each step with jax.profiler.StepTraceAnnotation" in text
+
+
+# A user's own leak, with no step marks: one jitted step called 30 times, 1 MiB
+# of each call's outputs kept in a list (the line that keeps them is 13).
+LEAK = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp
+
+    @jax.jit
+    def step(x):
+        y = jnp.tanh(x) * 2.0
+        return y, y[:512].reshape(512, 512)
+
+    x = jnp.ones((2048, 512), jnp.float32)
+    history = []
+    for i in range(30):
+        x, keep = step(x)
+        history.append(KEPT)
+    print(len(history))
+    """
+)
+
+
+def test_a_leak_without_step_marks_is_found_from_the_repeated_calls(tmp_path):
+    (tmp_path / "leak.py").write_text(LEAK.replace("KEPT", "keep"))
+    result = profile(tmp_path, "--width", "200", "leak.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (device,) = analyze(load(tmp_path / "leak.tpumem")).devices
+    growth = device.growth
+    assert growth is not None and growth.growing and growth.calls_of == "step"
+    assert abs(growth.per_step_bytes - (1 << 20)) < 64 * 1024  # 1 MiB kept a call
+    assert growth.kept is not None and growth.kept.name == "history"
+    assert growth.kept.arrays == 30 and growth.kept.line == "leak.py:13"
+    text = " ".join(result.stderr.split())
+    assert "steps: the 30 calls of step (no step marks)" in text
+    change = text.split("What to change", 1)[1]
+    # The leak comes first, with the line that keeps it.
+    assert change.split()[1] == "MiB/step"
+    assert "history (list, filled at leak.py:13) held 30 device arrays" in change
+
+    # The change applied: a Python number kept instead, and nothing grows.
+    (tmp_path / "fixed.py").write_text(LEAK.replace("KEPT", "float(keep[0, 0])"))
+    result = profile(tmp_path, "fixed.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (device,) = analyze(load(tmp_path / "fixed.tpumem")).devices
+    assert device.growth is not None and not device.growth.growing
+    assert "makes arrays that stay" not in result.stderr

@@ -38,6 +38,7 @@ from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.interrupts import keep_interrupts
 from tpumem.adapters.jax.array_hooks import JaxHooks
 from tpumem.adapters.jax.buffer_book import BufferBook, device_name
+from tpumem.adapters.kept_arrays import kept_arrays
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
@@ -274,10 +275,28 @@ class JaxAdapter(Adapter):
             )
         close_dump(self._dump, self.writer, bool(self.hooks.programs), self._warnings)
         if self._book is not None:
+            self._write_kept(self._book)
             self._write_book(self._book)
             self.writer.patch_metadata(extra=JaxExtra(buffer_book=self._book_metadata(self._book)))
         self.writer.patch_metadata(allocator_settings=self._settings(), warnings=self._warnings)
         self.hooks.uninstall()
+
+    def _write_kept(self, book: BufferBook) -> None:
+        """The script's containers that still hold arrays (kept_arrays.py)."""
+        main = sys.modules.get("__main__")
+        array_type = book.array_type
+        try:
+            kept = kept_arrays(
+                vars(main) if main is not None else {},
+                getattr(main, "__file__", None),
+                lambda value: type(value) is array_type,
+                book.buffer_ids,
+            )
+        except Exception as error:  # (the script's objects: anything may raise)
+            self._warnings.append(f"the script's containers of arrays were not read: {error!r}")
+            return
+        if kept:
+            self.writer.patch_metadata(kept=kept)
 
     def forget(self) -> None:
         self.hooks.uninstall()

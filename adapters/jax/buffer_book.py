@@ -232,6 +232,17 @@ class BufferBook:
                         (TOLD_CODE, time_ns, device, buffer_id, NONE, size, NONE, label)
                     )
 
+    def buffer_ids(self, arrays: list[Any]) -> list[int]:
+        """The ids of the buffers the book holds for `arrays` (their rows')."""
+        with self._lock:
+            found = []
+            for array in arrays:
+                ref_id = self._by_object.get(id(array))
+                entry = self._entries.get(ref_id) if ref_id is not None else None
+                if entry is not None:
+                    found += [buffer[1] for buffer in entry[1]]
+            return found
+
     def release_deleted(self, arrays: list[Any], time_ns: int) -> None:
         """Releases the buffers of the arrays among `arrays` that were deleted:
         a program that took them as donated arguments."""

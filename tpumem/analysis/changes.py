@@ -3,6 +3,8 @@ No generic tips: a change is named only where the run shows the bytes it is
 about, at the peak of the device that peaked highest (or, for growth, on the
 device that grows).
 
+- GROWTH: bytes that stay from step to step and grow, at the line that holds
+  them (growth.py).
 - DONATE: a JAX program running at the peak whose outputs have the shapes of
   arguments it was not given to reuse (`donate_argnums`): its outputs take memory
   of their own while the arguments stay live, the outputs' bytes twice at the peak
@@ -19,8 +21,6 @@ device that grows).
   (padding.py's rule, held to libtpu's own sizes by the suite).
 - PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
   tiles pad most (its plan: each buffer's bytes and its elements').
-- GROWTH: bytes that stay from step to step and grow, at the line that holds
-  them (growth.py).
 - POOL: an allocator that held far more than the run needed (its own pool,
   measured), with the setting that holds it to the need.
 - HEADROOM: free memory at the peak in pieces too small to use, where it is a
@@ -41,13 +41,15 @@ from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffe
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
 from tpumem.analysis.tpu import PlansApart, TpuProgram, TpuTarget, same_program
 from tpumem.trace.memory_settings import MemorySettings
+from tpumem.trace.metadata import KeptArrays
 
 if TYPE_CHECKING:
     from tpumem.analysis.run_figures import DeviceAnalysis
 
 DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
 BF16, PADDING = "bf16", "padding"
-KEYS = (DONATE, REMAT, BF16, PADDING, GROWTH, POOL, HEADROOM)
+# A leak first: it outgrows every other change the longer the run goes on.
+KEYS = (GROWTH, DONATE, REMAT, BF16, PADDING, POOL, HEADROOM)
 
 # Below these a change is not worth a line: a share of the device's peak, and bytes.
 SMALLEST_SHARE = 0.05
@@ -76,6 +78,9 @@ class Change:
     before_bytes: int | None = None
     # BF16, PADDING (and REMAT where XLA:TPU's plan is far from the run's): the slice
     topology: str | None = None
+    # GROWTH: the script's container that held what grew when it ended, and the
+    # line that adds to it (adapters/kept_arrays.py)
+    kept: KeptArrays | None = None
 
 
 def what_to_change(
@@ -310,6 +315,7 @@ def _growth(device: DeviceAnalysis) -> list[Change]:
             line=stack.frames[-1].location if stack.frames else None,
             start_bytes=stack.start_bytes,
             end_bytes=stack.end_bytes,
+            kept=growth.kept,
         )
         for stack in growth.stacks[:1]
     ]

@@ -12,6 +12,9 @@ others. The first steps allocate what stays (the optimizer's state, compiled
 programs' constants): they are warm-up, told apart by where the step-to-step
 changes settle. After them, memory grows steadily when most steps' floors are
 higher than the one before and they rise overall.
+
+Where the trace marks too few steps, the repeated calls of one compiled program
+stand for them (call_steps.py): a loop that marks nothing is still read.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpumem.analysis.call_steps import call_steps
 from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.peak import live_at
 from tpumem.analysis.stacks import StackBytes, stack_bytes
+from tpumem.trace.metadata import KeptArrays
 from tpumem.trace.model import Trace
 
 MIN_STEPS = 4  # step ends needed to tell warm-up from growth
@@ -31,6 +36,7 @@ MIN_STEPS = 4  # step ends needed to tell warm-up from growth
 # median distance from it, where they scatter more (TensorFlow's BFC chunks).
 SETTLED_BYTES = 64 * 1024
 NOISE_SPREADS = 3.0
+LEAST_KEPT = 2  # grown buffers a container must hold to be the one that keeps them
 RISING_SHARE = 0.75  # growing: at least this share of settled steps end higher,
 # and the rise from the first settled step to the last is above the noise
 
@@ -51,6 +57,11 @@ class Growth:
     per_step_bytes: float  # after warm-up: (last end - first end) / steps between
     growing: bool
     stacks: tuple[StackGrowth, ...]  # what grows, largest first (only when growing)
+    # Where no marks gave the steps: the program whose calls stood for them.
+    calls_of: str | None = None
+    # The script's container that held most of what grew, when it ended
+    # (adapters/kept_arrays.py): where the leak is kept.
+    kept: KeptArrays | None = None
 
     @property
     def settled_range(self) -> tuple[int, int]:
@@ -65,6 +76,11 @@ def step_growth(trace: Trace, events: DeviceEvents) -> Growth | None:
     if len(times):  # a step marked twice (two annotations) is one step
         first_mark = np.append(True, numbers[1:] != numbers[:-1])
         times, numbers = times[first_mark], numbers[first_mark]
+    calls_of = None
+    if len(times) < MIN_STEPS + 1 and len(events):
+        calls = call_steps(trace, events, MIN_STEPS + 1)
+        if calls is not None:
+            times, numbers, calls_of = calls.times, calls.numbers, calls.program
     if len(times) < MIN_STEPS + 1 or not len(events):
         return None
     # Events at one moment (a program's donated inputs freed, its outputs made)
@@ -91,8 +107,10 @@ def step_growth(trace: Trace, events: DeviceEvents) -> Growth | None:
     rises = np.diff(end_bytes[first:]) > 0
     growing = per_step * (last - first) > tolerance and rises.mean() >= RISING_SHARE
     stacks: tuple[StackGrowth, ...] = ()
+    kept = None
     if growing:
         stacks = _growing_stacks(trace, events, floor_at[first], floor_at[last], last - first)
+        kept = _kept_in(trace, events, floor_at[first], floor_at[last])
     return Growth(
         steps=tuple(int(s) for s in steps),
         end_bytes=tuple(int(b) for b in end_bytes),
@@ -100,6 +118,8 @@ def step_growth(trace: Trace, events: DeviceEvents) -> Growth | None:
         per_step_bytes=per_step,
         growing=bool(growing),
         stacks=stacks,
+        calls_of=calls_of,
+        kept=kept,
     )
 
 
@@ -119,6 +139,18 @@ def _warmup(floors: np.ndarray) -> tuple[int, float]:
     noise = max(float(SETTLED_BYTES), NOISE_SPREADS * float(np.median(np.abs(residual[middle:]))))
     unsettled = np.flatnonzero(np.abs(residual[: (count + 1) // 2]) > noise)
     return (int(unsettled[-1] + 1) if len(unsettled) else 0), noise
+
+
+def _kept_in(trace: Trace, events: DeviceEvents, start: int, end: int) -> KeptArrays | None:
+    """The container holding most of the buffers live at `end` and not at
+    `start`, at least LEAST_KEPT of them."""
+    kept = trace.metadata.kept or ()
+    if not kept:
+        return None
+    grown = np.setdiff1d(live_at(events, end), live_at(events, start))
+    ids = events.buffer_id[grown]
+    best = max(kept, key=lambda k: int(np.isin(ids, k.buffer_ids).sum()))
+    return best if int(np.isin(ids, best.buffer_ids).sum()) >= LEAST_KEPT else None
 
 
 def _growing_stacks(

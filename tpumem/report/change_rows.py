@@ -25,6 +25,13 @@ _REMAT = {
     "torch_xla": "torch.utils.checkpoint",
 }
 
+# How each framework copies an array to the host (what a kept history can hold).
+_HOST_COPY = {
+    "jax": "jax.device_get(x)",
+    "tensorflow": "x.numpy()",
+    "torch_xla": "x.cpu()",
+}
+
 
 def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str, str, str]]:
     """(figure, sentence, how the figure was obtained) for each change, in the
@@ -76,10 +83,22 @@ def _sentence(change: Change, framework: str) -> str:
             "before it) pad least."
         )
     if change.key == GROWTH:
+        made = (
+            f"{change.line or 'A line with no stack recorded'} makes arrays that stay, "
+            f"{format_bytes(change.start_bytes)} to {format_bytes(change.end_bytes)}"
+        )
+        kept = change.kept
+        if kept is None:
+            return (
+                f"{made}: something holds every step's arrays (a list, a cache, a metric "
+                "kept on the device)."
+            )
+        at = f", filled at {kept.line}" if kept.line else ""
         return (
-            f"{change.line or 'A line with no stack recorded'} keeps more each step, "
-            f"{format_bytes(change.start_bytes)} to {format_bytes(change.end_bytes)}: "
-            "something holds every step's arrays (a list, a cache, a metric kept on the device)."
+            f"{made}: {kept.name} ({kept.container}{at}) held {kept.arrays} device arrays "
+            "when the script ended. Keep a Python number (float(x)) or a host copy "
+            f"({_HOST_COPY.get(framework, 'a copy in host memory')}) instead, or only the "
+            "last few."
         )
     if change.key == POOL:
         setting = " or ".join(change.names) or "its preallocation setting"

@@ -18,6 +18,17 @@ GROWTH_HEADERS = ("a step", "at the last step", "call stack, innermost first")
 
 def growth_text(growth: Growth) -> str:
     """Whether the bytes that stay from step to step grow once warm-up is over."""
+    return _steps_were(growth) + _verdict(growth)
+
+
+def _steps_were(growth: Growth) -> str:
+    """Where nothing marked the steps, what stood for them (call_steps.py)."""
+    if growth.calls_of is None:
+        return ""
+    return f"steps: the {len(growth.steps) + 1} calls of {growth.calls_of} (no step marks); "
+
+
+def _verdict(growth: Growth) -> str:
     first = growth.steps[growth.warmup_steps]
     last = growth.steps[-1]
     warmup = f" after {counted(growth.warmup_steps, 'warm-up step')}" if growth.warmup_steps else ""

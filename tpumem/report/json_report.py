@@ -244,6 +244,16 @@ def _growth(growth: Growth) -> dict[str, Any]:
         "warmup_steps": growth.warmup_steps,
         "per_step_bytes": growth.per_step_bytes,
         "growing": growth.growing,
+        # Where no marks gave the steps: the program whose calls stood for them.
+        "calls_of": growth.calls_of,
+        "kept": None
+        if growth.kept is None
+        else {
+            "name": growth.kept.name,
+            "container": growth.kept.container,
+            "arrays": growth.kept.arrays,
+            "line": growth.kept.line,
+        },
         "stacks": [
             {
                 "per_step_bytes": g.per_step_bytes,

@@ -185,6 +185,18 @@ class AllocatorOom:
     stack: int | None = None  # the call stack that asked (a stack row's id)
 
 
+@dataclass(frozen=True, slots=True)
+class KeptArrays:
+    """A container of the script's that held device arrays when it ended
+    (adapters/kept_arrays.py): what a leak's arrays are kept in."""
+
+    name: str = ""  # as the script writes it: history, metrics['loss'], trainer.outputs
+    container: str = ""  # its type: list, dict, deque
+    arrays: int = 0
+    buffer_ids: tuple[int, ...] = ()  # the arrays' buffers, as the trace's rows name them
+    line: str | None = None  # path:line of the first statement that adds to it
+
+
 # What only one adapter records, one class per adapter. On the file their fields
 # stand beside the common ones (the format's keys since version 1).
 @dataclass(frozen=True, slots=True)
@@ -246,6 +258,7 @@ class RunMetadata:
     memory_settings: MemorySettings | None = None
     capture: CaptureSummary | None = None
     not_exposed: tuple[str, ...] | None = None  # what the backend does not tell
+    kept: tuple[KeptArrays, ...] | None = None  # containers holding arrays at the end
     warnings: tuple[str, ...] = ()
     extra: JaxExtra | TorchXlaExtra | None = None  # by framework (EXTRAS)
     other: Mapping[str, Any] = field(default_factory=dict)  # fields tpumem does not know
