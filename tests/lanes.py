@@ -252,6 +252,7 @@ LANES: dict[str, Lanes] = {
     "test_stacks.py": FRAMEWORKS,
     "test_steps.py": FRAMEWORKS,
     "test_kept_arrays.py": UNIT,
+    "test_donation.py": FRAMEWORKS,
     "test_summaries.py": (
         UNIT,
         {

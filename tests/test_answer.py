@@ -149,8 +149,12 @@ def test_a_leak_is_named_at_its_line(tmp_path):
     (growth,) = [c for c in analysis.changes if c.key == GROWTH]
     assert growth.line == _line(script, "LEAK")
     assert growth.bytes == 128 * 4096 * 4  # one w1 a step
-    said = run_tpumem("report", str(trace), "--width", "120").stdout
-    assert f"{growth.line} keeps more each step" in said
+    # The list that keeps them, filled at the same line here.
+    assert growth.kept is not None and growth.kept.name == "kept"
+    assert growth.kept.line == growth.line and growth.kept.arrays == 12
+    said = " ".join(run_tpumem("report", str(trace), "--width", "120").stdout.split())
+    assert f"{growth.line} makes arrays that stay" in said
+    assert f"kept (list, filled at {growth.line}) held 12 device arrays" in said
 
 
 TORCH_XLA_STEP = """

@@ -8,7 +8,9 @@ device that grows).
 - DONATE: a JAX program running at the peak whose outputs have the shapes of
   arguments it was not given to reuse (`donate_argnums`): its outputs take memory
   of their own while the arguments stay live, the outputs' bytes twice at the peak
-  (XLA's buffer assignment: an output aliased to an argument shares its allocation).
+  (XLA's buffer assignment: an output aliased to an argument shares its allocation);
+  or a call whose outputs were live at the peak beside the arrays they replace,
+  which the caller dropped after it (held_twice.py: by what happens, not names).
 - REMAT: a line whose forward-pass values are live at a program's own peak in the
   backward pass: activations kept for the gradient, what rematerialization
   recomputes instead of keeping (op_passes.py); at most what it would free. With
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
+from tpumem.analysis.held_twice import HeldTwice
 from tpumem.analysis.kinds import INPUTS, OPTIMIZER, PARAMETERS, STATE
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.padding import parse_shape, tiled_bytes
@@ -110,7 +113,9 @@ def what_to_change(
     device = highest(devices)
     running = [r.program for r in device.programs_at_peak]
     if framework == "jax":
-        found += [c for r in device.programs_at_peak if (c := _donate(device, r)) is not None]
+        donations = [c for r in device.programs_at_peak if (c := _donate(device, r)) is not None]
+        donations += [_donate_dropped(device, h) for h in device.held_twice]
+        found += _one_a_program(donations)
     # A program whose temporaries XLA:TPU plans far from the run's: what to
     # recompute is read from the target's plan, not the run's backend's.
     on_tpu = {a.program: a.topology for a in apart}
@@ -234,6 +239,29 @@ def _donate(device: DeviceAnalysis, running: RunningAtPeak) -> Change | None:
         program=program.shown_name,
         names=tuple(n for n in names if n),
     )
+
+
+def _donate_dropped(device: DeviceAnalysis, held: HeldTwice) -> Change:
+    """A call's outputs live beside the arrays they replace, which the caller
+    drops after the call (held_twice.py)."""
+    names = dict.fromkeys(_argument(b.op_name) for b in held.arguments)
+    return Change(
+        DONATE,
+        device.device,
+        held.bytes,
+        "measured (the run's arrays at the peak); the arguments: XLA's buffer assignment",
+        program=held.program.shown_name,
+        names=tuple(n for n in names if n),
+    )
+
+
+def _one_a_program(changes: list[Change]) -> list[Change]:
+    """One donation a program: the larger figure, where both rules found it."""
+    kept: dict[str | None, Change] = {}
+    for change in changes:
+        if change.program not in kept or change.bytes > kept[change.program].bytes:
+            kept[change.program] = change
+    return list(kept.values())
 
 
 def _argument(op_name: str) -> str:

@@ -17,6 +17,7 @@ from tpumem.analysis.counters import Counters, counters
 from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.growth import Growth, step_growth
+from tpumem.analysis.held_twice import HeldTwice, held_twice
 from tpumem.analysis.kinds import PeakKinds, peak_kinds
 from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
@@ -61,6 +62,8 @@ class DeviceAnalysis:
     series: DeviceSeries | None = None  # for drawing; only when asked for
     # Compiled programs whose temporaries were live at the peak (programs.py).
     programs_at_peak: tuple[RunningAtPeak, ...] = ()
+    # Calls whose outputs and the arrays they replace were both live at the peak.
+    held_twice: tuple[HeldTwice, ...] = ()
     # The peak by line and by stack, the programs running there opened (by_line.py).
     lines: PeakLines | None = None
     kinds: PeakKinds | None = None  # the peak by kind of memory (kinds.py)
@@ -232,6 +235,7 @@ def _with_programs(
         lines=lines,
         kinds=kinds,
         peak=replace(device.peak, stacks=lines.stacks),
+        held_twice=held_twice(trace, figures.events, device.peak.event_index, live, compiled),
     )
 
 
