@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from tpumem.adapters.import_watch import ImportWatch, imported_frameworks
 from tpumem.adapters.parent_death import die_with_parent
 from tpumem.adapters.script_target import run_target, user_traceback
+from tpumem.adapters.xla_dump import keep_dump_flags
 
 
 class SetupFailed(Exception):
@@ -130,7 +131,13 @@ def main(request_path: str) -> int:
 
     def begin(framework: str) -> Any:
         state["framework"] = framework
-        return lambda: state.update(compile_only=_slice(request, out))
+
+        def imported() -> None:
+            # (XLA reads XLA_FLAGS as the slice's devices are made, just below.)
+            state["their_flags"] = keep_dump_flags(os.environ, request["dump_dir"])
+            state["compile_only"] = _slice(request, out)
+
+        return imported
 
     # JAX's import alone: a JAX script may import TensorFlow first (tf.data,
     # tensorflow_datasets); one that never imports JAX is said to at its end.
@@ -168,6 +175,7 @@ def main(request_path: str) -> int:
                 sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
     ending["others"] = [f for f in imported_frameworks() if f != "jax"]
     ending["framework"] = state.get("framework")
+    ending["their_flags"] = state.get("their_flags")
     if "jax" in sys.modules:
         ending["framework_version"] = getattr(sys.modules["jax"], "__version__", None)
     out.write(json.dumps({"ending": ending}) + "\n")

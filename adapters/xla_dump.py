@@ -172,6 +172,21 @@ class XlaDump:
                 self._environ[FLAGS_VARIABLE] = self._flags
 
 
+def keep_dump_flags(environ: MutableMapping[str, str], directory: str) -> str | None:
+    """tpumem's dump to `directory` put back after the script's own XLA_FLAGS,
+    where the script replaced the variable after tpumem set it and before XLA
+    read it (Flax's examples set it in their main): XLA reads it once, and a dump
+    lost there is every program's plan lost. Returns the script's flags where
+    they were extended, None where tpumem's were still there. A later flag wins
+    in XLA's parse: a dump of the script's own elsewhere gives way to tpumem's."""
+    current = environ.get(FLAGS_VARIABLE, "")
+    flags = current.split()
+    if _flag(flags, DUMP_TO) == directory and _on(_flag(flags, AS_PROTO)):
+        return None
+    environ[FLAGS_VARIABLE] = " ".join([current, f"{DUMP_TO}={directory}", AS_PROTO]).strip()
+    return current
+
+
 def dump_directory() -> str:
     """A new directory for a dump tpumem owns: in memory where the machine has a
     memory filesystem, else with the other temporary files."""

@@ -618,3 +618,35 @@ def test_a_chip_by_kind_takes_each_argument_s_kind_from_the_script_s_objects(tmp
     assert chip["inputs"] == 64 * 512 * 4
     assert sum(chip.values()) == target.fit.need_bytes
     assert "One chip of v5e:1x1 by kind" in result.stdout
+
+
+FLAGS_OF_ITS_OWN = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"  # (as Flax's examples do)
+import jax, jax.numpy as jnp
+
+@jax.jit
+def step(w, x):
+    for _ in range(4):
+        x = jnp.tanh(x @ w)
+    return x.sum()
+
+print(step(jnp.ones((1024, 1024)), jnp.ones((1024, 1024))))
+"""
+
+
+def test_a_script_that_sets_xla_flags_keeps_its_flags_and_tpumem_s_plan(tmp_path):
+    result = _fit(tmp_path, FLAGS_OF_ITS_OWN, "--tpu", "v5e-1", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = " ".join(result.stdout.split())
+    assert "the script set XLA_FLAGS itself (--xla_cpu_enable_fast_math=false)" in said
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    (step,) = [p for p in target.programs if p.name == "jit_step"]
+    assert step.heap is not None  # XLA:TPU's plan, from the dump the script's flags dropped
+    # The same need as the script without flags of its own.
+    plain = FLAGS_OF_ITS_OWN.replace('os.environ["XLA_FLAGS"]', "_unused")
+    (tmp_path / "plain").mkdir()
+    assert _fit(tmp_path / "plain", plain, "--tpu", "v5e-1", "script.py").returncode == 0
+    (alone,) = analyze(load(tmp_path / "plain" / "script.fit.tpumem")).tpu
+    assert alone.fit is not None and target.fit is not None
+    assert target.fit.need_bytes == alone.fit.need_bytes

@@ -385,3 +385,27 @@ def test_a_pool_forked_before_the_import_and_an_import_in_a_thread_are_recorded(
     made = last_json(result.stdout)["made"]
     (device,) = analyze(load(tmp_path / "forks.tpumem")).devices
     assert device.peak.bytes >= made == 1024 * 1024
+
+
+def test_a_script_that_sets_xla_flags_after_importing_jax_keeps_xla_s_plans(tmp_path):
+    (tmp_path / "late.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import jax, jax.numpy as jnp
+            os.environ["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"  # (before a device)
+
+            @jax.jit
+            def step(w, x):
+                return jnp.tanh(x @ w).sum()
+
+            print(step(jnp.ones((512, 512)), jnp.ones((512, 512))))
+            """
+        )
+    )
+    result = profile(tmp_path, "--width", "200", "late.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "late.tpumem"))
+    (step,) = [p for p in analysis.compiled if p.short_name == "jit_step"]
+    assert step.heap is not None  # the buffer assignment, from tpumem's dump
+    assert any("the script set XLA_FLAGS itself" in w for w in analysis.warnings)

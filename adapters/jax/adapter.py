@@ -42,7 +42,7 @@ from tpumem.adapters.kept_arrays import kept_arrays
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace
-from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump
+from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump, keep_dump_flags
 from tpumem.trace.metadata import DeviceInfo, JaxBook, JaxExtra, ProcessInfo
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.trace.writer import TraceWriter
@@ -192,6 +192,8 @@ class JaxAdapter(Adapter):
 
         @functools.wraps(original)
         def backends() -> Any:
+            if not adapter._ready:
+                adapter._keep_dump_flags()
             found = original()
             if adapter._ready or not found:
                 return found
@@ -204,6 +206,19 @@ class JaxAdapter(Adapter):
             return found
 
         self.hooks.patches.replace(xla_bridge, "backends", backends)
+
+    def _keep_dump_flags(self) -> None:
+        """The dump's flags back after the script's own XLA_FLAGS, where the
+        script replaced them after `import jax` (xla_dump.keep_dump_flags)."""
+        dump = self._dump
+        if dump is None or not dump.owned:
+            return
+        theirs = keep_dump_flags(os.environ, dump.directory)
+        if theirs is not None:
+            self._warnings.append(
+                f"the script set XLA_FLAGS itself ({theirs or 'empty'}); tpumem added its dump "
+                "of XLA's plans after the script's flags (XLA reads them once)"
+            )
 
     def _backend_ready(self, client: Any) -> None:
         """What needs the backend: which devices, the buffer book and its hooks, the

@@ -251,7 +251,7 @@ def _compiled_jax(
         if ending.get("framework_version"):
             versions.add(str(ending["framework_version"]))
         said, through = _ending_notes(request, label(request, topology), ending)
-        notes += said
+        notes += _flags_note(label(request, topology), ending) + said
         if ending["how"] == "interrupted":  # (no slice after it is compiled)
             trace = None
             if compiled:
@@ -375,6 +375,17 @@ def _fit_one(
     if known is not None:
         texts.append(budget_row_text(TpuBudget(label(request, topology), known, release)))
     return texts, ending, changes
+
+
+def _flags_note(topology: str, ending: dict[str, Any]) -> list[str]:
+    """Where the script replaced XLA_FLAGS after tpumem set them (fit_runner.py)."""
+    theirs = ending.get("their_flags")
+    if theirs is None:
+        return []
+    return [
+        f"{topology}: the script set XLA_FLAGS itself ({theirs or 'empty'}); tpumem added "
+        "its dump of XLA's plans after the script's flags (XLA reads them once)"
+    ]
 
 
 def _ending_notes(
