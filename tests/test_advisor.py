@@ -175,3 +175,19 @@ def test_a_tpu_run_already_holds_its_padding(make_trace):
     (device,) = analysis.devices
     assert device.padding.included and device.padding.extra_bytes == 0
     assert analysis.fit.rows[0].needed_bytes == 4_096_000
+
+
+def test_two_slices_of_one_generation_are_two_verdicts():
+    """`--tpu v5e:1x1 --tpu v5e-8`: a row each, the refusal kept beside the fit."""
+    from tpumem.analysis.advisor import with_tpu_compiles
+    from tpumem.analysis.tpu import TpuFit, TpuTarget
+
+    def target(topology: str, need: int) -> TpuTarget:
+        usable = 15 * GiB
+        chip = TpuFit("jit_step", True, need, 0, "", need, usable, "measured", need <= usable)
+        return TpuTarget(topology, "TPU v5 lite", (), (), {}, 1.0, fit=chip)
+
+    fit = with_tpu_compiles(None, (target("v5e:1x1", 20 * GiB), target("v5e:2x4", 4 * GiB)))
+    assert fit is not None
+    rows = [(r.compiled_for, r.fits) for r in fit.rows]
+    assert rows == [("v5e:1x1", False), ("v5e:2x4", True)]

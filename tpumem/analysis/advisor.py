@@ -149,9 +149,15 @@ def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> 
             source=_budget_source(target),
             compiled_for=target.topology,
         )
-        same = [i for i, r in enumerate(rows) if r.accelerator == row.accelerator]
+        # The generation's estimate gives way to the first slice of it compiled
+        # (the model's smallest capacity is not XLA:TPU's answer: not kept);
+        # every other slice of it is a row of its own (v5e:1x1 beside v5e-8).
+        same = [
+            i
+            for i, r in enumerate(rows)
+            if r.accelerator == row.accelerator and r.compiled_for is None
+        ]
         if same:
-            # The model's smallest capacity is not XLA:TPU's answer: not kept.
             rows[same[0]] = row
         else:
             rows.append(row)
