@@ -219,6 +219,7 @@ def test_the_verdict_flips_where_xla_tpu_refuses_and_fit_fails_then(tmp_path):
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "DOES NOT FIT on v5e:1x1: XLA:TPU refused jit_step" in refused.stdout
     assert "RESOURCE_EXHAUSTED" in refused.stdout  # XLA:TPU's own words, kept
+    assert "\\x0a" not in refused.stdout  # (its lines as lines)
     # The script went on past the refusal with the shapes the step would have made,
     # and its second step is the same compile: refused once.
     assert "stepped" in refused.stdout

@@ -116,7 +116,9 @@ def _tpu(target: TpuTarget) -> list[str]:
     tpu_peak = tpu_peak_rows(target)
     if tpu_peak is not None:
         lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]
-    return lines + [""] + [f"> {_cell(note)}" for note in tpu_notes(target)]
+    # A note's own lines (XLA's message) each quoted: one block a note.
+    notes = ["\n".join(f"> {_cell(line)}" for line in n.splitlines()) for n in tpu_notes(target)]
+    return lines + [""] + notes
 
 
 def _fit(fit: FitAdvice) -> list[str]:

@@ -273,7 +273,8 @@ def _tpu(console: Console, target: TpuTarget) -> None:
     if peak is not None:
         _table(console, peak[0], BUFFER_HEADERS, peak[1])
     for note in tpu_notes(target):
-        console.print(Text(visible(note)), style="dim")
+        # Line by line: XLA's own message has lines of its own, each shown as it is.
+        console.print(Text("\n".join(visible(line) for line in note.splitlines())), style="dim")
 
 
 def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -> None:
