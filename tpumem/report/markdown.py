@@ -118,7 +118,7 @@ def _tpu(target: TpuTarget) -> list[str]:
         lines += ["", f"{_cell(tpu_peak[0])}:", "", *md_table(BUFFER_HEADERS, tpu_peak[1])]
     # A note's own lines (XLA's message) each quoted: one block a note.
     notes = ["\n".join(f"> {_cell(line)}" for line in n.splitlines()) for n in tpu_notes(target)]
-    return lines + [""] + notes
+    return [*lines, "", *notes]
 
 
 def _fit(fit: FitAdvice) -> list[str]:
