@@ -165,3 +165,55 @@ def test_a_capacity_the_real_run_fits_predicts_no_failure(churns):
         env={"TF_CPU_BFC_MEM_LIMIT_IN_MB": "300"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# Eight 16 MiB tensors freed between 1 MiB ones that stay, then 9 MiB tensors
+# kept until the limit: BFC gives each a freed 16 MiB chunk whole (it splits a
+# chunk only at twice the request). The script says how many it kept.
+HOLES = """
+import tensorflow as tf
+big, pins = [], []
+for _ in range(8):
+    big.append(tf.ones((FIRST, 1024), tf.float32))
+    pins.append(tf.ones((256, 1024), tf.float32))  # 1 MiB between them
+del big
+kept = []
+try:
+    for i in range(100):
+        kept.append(tf.ones((2304, 1024), tf.float32))  # 9 MiB
+except tf.errors.ResourceExhaustedError:
+    print("kept", len(kept))
+    raise
+"""
+
+
+def test_allocator_rounding_is_the_cause_on_the_first_screen_and_the_rerun_confirms(tmp_path):
+    env = {"TF_CPU_BFC_MEM_LIMIT_IN_MB": "200"}
+    (tmp_path / "holes.py").write_text(HOLES.replace("FIRST", "4096"))  # 16 MiB
+    result = profile(tmp_path, "-o", "holes.tpumem", "holes.py", env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    kept_before = int(result.stdout.split()[-1])
+    report = run_tpumem("report", str(tmp_path / "holes.tpumem"), "--format", "json")
+    (oom,) = json.loads(report.stdout)["out_of_memory"]
+    rounding = oom["causes"][0]
+    assert rounding["cause"] == "allocator rounding" and rounding["how"] == "measured"
+    assert (rounding["asked_bytes"], rounding["given_bytes"]) == (9 * MiB, 16 * MiB)
+    assert rounding["share"] > 0.2
+    text = run_tpumem("report", str(tmp_path / "holes.tpumem"), "--width", "200").stdout
+    lines = text.splitlines()
+    assert lines[1].startswith("Out of memory") and lines[2].startswith("Why")
+    assert lines[3].startswith("Where it went") and "allocator rounding" in lines[3]
+
+    # The change: the tensors freed first of the size the later ones ask for.
+    (tmp_path / "sized.py").write_text(HOLES.replace("FIRST", "2304"))  # 9 MiB
+    rerun = profile(tmp_path, "-o", "sized.tpumem", "sized.py", env=env)
+    assert rerun.returncode == 1, rerun.stderr[-3000:]
+    kept_after = int(rerun.stdout.split()[-1])
+    # Less rounding (BFC's regions still end in chunks the 9 MiB tensors take
+    # whole), and what it no longer wastes holds more tensors: one for every
+    # 9 MiB the rounding went down by.
+    report = run_tpumem("report", str(tmp_path / "sized.tpumem"), "--format", "json")
+    (oom,) = json.loads(report.stdout)["out_of_memory"]
+    after = sum(c["bytes"] for c in oom["causes"] if c["cause"] == "allocator rounding")
+    assert after < rounding["bytes"]
+    assert abs((kept_after - kept_before) - (rounding["bytes"] - after) / (9 * MiB)) <= 1

@@ -18,6 +18,7 @@ import numpy as np
 from tpumem.analysis import provenance
 from tpumem.analysis.caching_allocator import segment_size
 from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.oom_causes import OomCause, oom_causes
 from tpumem.analysis.oom_messages import (
     CompiledAllocation,
     OomMessage,
@@ -66,6 +67,7 @@ class OutOfMemory:
     live: tuple[LiveGroup, ...]  # the captured buffers live at the failure, largest first
     compiled_largest: tuple[CompiledAllocation, ...] = ()
     location: str | None = None  # the source line that asked, where the trace knows it
+    causes: tuple[OomCause, ...] = ()  # where the memory went, largest first (oom_causes.py)
 
     @property
     def live_bytes(self) -> int:
@@ -185,6 +187,11 @@ def out_of_memory(
             free = max(0, limit - in_use)
         verdict, short = _why(message, free)
         groups = live_groups(trace, events, live) if events is not None else ()
+        causes: tuple[OomCause, ...] = ()
+        if events is not None and index is not None:
+            whole = limit if limit is not None else in_use
+            largest = message.largest_free_block_bytes
+            causes = oom_causes(trace, events, live, whole, free, largest)
         found.append(
             OutOfMemory(
                 phase=message.phase,
@@ -206,6 +213,7 @@ def out_of_memory(
                 short_by_bytes=short,
                 live=groups,
                 compiled_largest=message.largest,
+                causes=causes,
             )
         )
     found += _recorded(trace, devices, in_use_labels)

@@ -580,6 +580,19 @@ def _out_of_memory(oom: OutOfMemory) -> dict[str, Any]:
             for a in oom.compiled_largest
         ],
         "location": oom.location,
+        "causes": [
+            {
+                "cause": c.cause,
+                "bytes": c.bytes,
+                "share": c.share,
+                "how": c.how,
+                "asked_bytes": c.asked_bytes,
+                "given_bytes": c.given_bytes,
+                "count": c.count,
+                "program": c.program,
+            }
+            for c in oom.causes
+        ],
     }
 
 

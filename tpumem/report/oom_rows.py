@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tpumem.analysis.capacity import SEGMENTS, CapacityCheck
 from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
+from tpumem.analysis.oom_causes import PIECES, ROUNDING, OomCause
 from tpumem.units import format_bytes, format_seconds
 
 SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
@@ -88,12 +89,37 @@ def why(oom: OutOfMemory) -> str:
 
 
 def oom_rows(failures: tuple[OutOfMemory, ...]) -> list[tuple[str, str]]:
-    """Two rows a failure, the last one (the one that ended the run) first."""
+    """Two rows a failure, the last one (the one that ended the run) first, and
+    where its memory went, with the change, where the events show it."""
     rows = []
     for oom in reversed(failures):
         rows.append(("Out of memory", what(oom)))
         rows.append(("Why", why(oom)))
+        rows += [("Where it went", cause_text(c)) for c in oom.causes]
     return rows
+
+
+def cause_text(cause: OomCause) -> str:
+    """A cause of the failure with its share, and what to change (oom_causes.py)."""
+    head = f"{format_bytes(cause.bytes)} ({cause.share:.0%} of the limit) {cause.cause}"
+    if cause.cause == ROUNDING:
+        asked, given = format_bytes(cause.asked_bytes), format_bytes(cause.given_bytes)
+        return (
+            f"{head}: {cause.count} requests of {asked} each got a {given} chunk (BFC splits "
+            "a free chunk only when it is twice the request), bytes no array uses. Requests "
+            "of the sizes freed before them, or the large arrays made after the small ones, "
+            f"reuse the chunks whole ({cause.how})"
+        )
+    if cause.cause == PIECES:
+        return (
+            f"{head}: free, but outside the largest free block; fewer sizes, or the "
+            f"long-lived arrays made first, keep the free memory in one piece ({cause.how})"
+        )
+    program = f" of {cause.program}" if cause.program else ""
+    return (
+        f"{head}: the working memory{program} live at the failure; rematerialization or a "
+        f"smaller batch shrinks it ({cause.how})"
+    )
 
 
 def shown_checks(checks: tuple[CapacityCheck, ...]) -> tuple[CapacityCheck, ...]:

@@ -1,0 +1,112 @@
+"""Where the memory went when an allocation failed: the causes a run's events
+show, each with its bytes and its share of the limit, largest first.
+
+"Not enough memory" is what the allocator says; what the user changes is why
+there was not: bytes handed out beyond what was asked (the allocator's rounding:
+BFC gives a request a whole free chunk unless the chunk is at least twice its
+size, so 9 MiB requests reuse 16 MiB chunks whole), free memory in pieces too
+small for the request, a compiled program's working memory live at the moment.
+Each from the device's events up to the failure (measured where the trace has
+requested sizes), never estimated; a cause below CAUSE_SHARE of the limit is no
+cause worth a line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpumem.analysis import provenance
+from tpumem.analysis.device_events import DeviceEvents
+from tpumem.trace.model import Trace
+
+ROUNDING = "allocator rounding"
+PIECES = "free memory in pieces"
+TEMPORARIES = "a program's temporaries"
+CAUSE_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class OomCause:
+    cause: str  # ROUNDING, PIECES or TEMPORARIES
+    bytes: int
+    share: float  # of the limit (else of the bytes in use)
+    how: str
+    # ROUNDING: the request that wasted most, the chunk it got, how many did so.
+    asked_bytes: int | None = None
+    given_bytes: int | None = None
+    count: int = 0
+    program: str | None = None  # TEMPORARIES: whose
+
+
+def oom_causes(
+    trace: Trace,
+    events: DeviceEvents,
+    live: np.ndarray,
+    whole: int | None,
+    free: int | None,
+    largest_free: int | None,
+) -> tuple[OomCause, ...]:
+    """`live`: the allocations live at the failure (indices into `events`);
+    `whole`: what the shares are of (the limit, else the bytes in use)."""
+    if not whole or whole <= 0:
+        return ()
+    found = [
+        c
+        for c in (
+            _rounding(events, live, whole),
+            _pieces(free, largest_free, whole),
+            _temporaries(trace, events, live, whole),
+        )
+        if c is not None and c.share >= CAUSE_SHARE
+    ]
+    return tuple(sorted(found, key=lambda c: -c.bytes))
+
+
+def _rounding(events: DeviceEvents, live: np.ndarray, whole: int) -> OomCause | None:
+    asked, given = events.requested[live], events.bytes[live]
+    if not len(live) or (asked < 0).any():
+        return None  # (requested sizes not recorded: no figure)
+    waste = given - asked
+    total = int(waste.sum())
+    if total <= 0:
+        return None
+    # The request and chunk that wasted most together: the pattern to change.
+    pairs, inverse = np.unique(np.stack([asked, given], axis=1), axis=0, return_inverse=True)
+    wasted = np.bincount(inverse.ravel(), weights=waste)
+    top = int(np.argmax(wasted))
+    return OomCause(
+        ROUNDING,
+        total,
+        total / whole,
+        provenance.MEASURED,
+        asked_bytes=int(pairs[top][0]),
+        given_bytes=int(pairs[top][1]),
+        count=int(np.count_nonzero(inverse.ravel() == top)),
+    )
+
+
+def _pieces(free: int | None, largest_free: int | None, whole: int) -> OomCause | None:
+    if free is None or largest_free is None or free <= largest_free:
+        return None
+    pieces = free - largest_free
+    return OomCause(PIECES, pieces, pieces / whole, provenance.MEASURED)
+
+
+def _temporaries(
+    trace: Trace, events: DeviceEvents, live: np.ndarray, whole: int
+) -> OomCause | None:
+    if not len(live):
+        return None
+    regions, names = trace.codes_at("region", events.row[live])
+    temp = [i for i, name in enumerate(names) if name == "temp"]
+    held = np.isin(regions, temp)
+    if not held.any():
+        return None
+    size = int(events.bytes[live][held].sum())
+    ops, op_names = trace.codes_at("op", events.row[live][held])
+    sizes = events.bytes[live][held]
+    largest = int(ops[int(np.argmax(sizes))])
+    program = str(op_names[largest]) if largest >= 0 else None
+    return OomCause(TEMPORARIES, size, size / whole, provenance.DERIVED, program=program)
