@@ -253,6 +253,7 @@ LANES: dict[str, Lanes] = {
     "test_steps.py": FRAMEWORKS,
     "test_kept_arrays.py": UNIT,
     "test_donation.py": FRAMEWORKS,
+    "test_advice_tensorflow.py": FRAMEWORKS,
     "test_summaries.py": (
         UNIT,
         {

@@ -21,6 +21,9 @@ device that grows).
   arguments (by the kinds a chip's ledger gives them: chip_kinds.py), in
   XLA:TPU's plan, against the same arrays in bfloat16 in XLA:TPU's layouts
   (padding.py's rule, held to libtpu's own sizes by the suite).
+- MOMENTS: an optimizer state at the peak twice the parameters (by the
+  framework's objects: Adam's two moments a parameter): an optimizer with one
+  value a parameter holds the parameters' bytes less (estimated).
 - PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
   tiles pad most (its plan: each buffer's bytes and its elements').
 - POOL: an allocator that held far more than the run needed (its own pool,
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
 from tpumem.analysis.held_twice import HeldTwice
-from tpumem.analysis.kinds import INPUTS, OPTIMIZER, PARAMETERS, STATE
+from tpumem.analysis.kinds import BY_ADAPTER, INPUTS, OPTIMIZER, PARAMETERS, STATE
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.padding import parse_shape, tiled_bytes
 from tpumem.analysis.peak import highest
@@ -50,10 +53,15 @@ if TYPE_CHECKING:
     from tpumem.analysis.run_figures import DeviceAnalysis
 
 DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
-BF16, PADDING = "bf16", "padding"
+BF16, PADDING, MOMENTS = "bf16", "padding", "moments"
 # A leak first: it outgrows every other change the longer the run goes on.
-KEYS = (GROWTH, DONATE, REMAT, BF16, PADDING, POOL, HEADROOM)
+KEYS = (GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
 
+# An optimizer state this many times the parameters keeps two values for each
+# (Adam's, AdamW's, Adamax's moments; nearer two than one: at the peak, a moment
+# the step has just replaced is the step's): one with one keeps the parameters'
+# bytes less.
+TWO_MOMENTS = 1.5
 # Below these a change is not worth a line: a share of the device's peak, and bytes.
 SMALLEST_SHARE = 0.05
 SMALLEST_BYTES = 64 * 1024
@@ -127,6 +135,9 @@ def what_to_change(
         else:
             found += _remat(device, at_peak)
     found += _one_a_line([c for d in devices for c in _growth(d)])
+    moments = _moments(device)
+    if moments is not None:
+        found.append(moments)
     if backend == "gpu":
         found += [c for c in (_pool(device, settings), _headroom(device, settings)) if c]
     kept = [c for c in found if c.topology is not None or _worth(c, device.peak.bytes)]
@@ -318,6 +329,29 @@ def _remat(
         )
         for line, (total, ops) in largest
     ]
+
+
+def _moments(device: DeviceAnalysis) -> Change | None:
+    """An optimizer whose state at the peak is twice the parameters, by the
+    framework's own objects (kinds.py): two values a parameter. One with one
+    value a parameter holds the parameters' bytes less (estimated: its slot
+    takes the parameter's dtype and shape)."""
+    if device.kinds is None:
+        return None
+    kinds = {k.kind: k for k in device.kinds.kinds}
+    parameters, state = kinds.get(PARAMETERS), kinds.get(OPTIMIZER)
+    if parameters is None or state is None or BY_ADAPTER not in state.how:
+        return None
+    if state.bytes < TWO_MOMENTS * parameters.bytes:
+        return None
+    return Change(
+        MOMENTS,
+        device.device,
+        parameters.bytes,
+        "estimated: one value a parameter instead of two (the parameters and the optimizer's "
+        "state at the peak, by the framework's own objects)",
+        before_bytes=state.bytes,
+    )
 
 
 def _one_a_line(changes: list[Change]) -> list[Change]:

@@ -8,6 +8,7 @@ from tpumem.analysis.changes import (
     DONATE,
     GROWTH,
     HEADROOM,
+    MOMENTS,
     PADDING,
     POOL,
     REMAT,
@@ -23,6 +24,13 @@ _REMAT = {
     "jax": "jax.checkpoint",
     "tensorflow": "tf.recompute_grad",
     "torch_xla": "torch.utils.checkpoint",
+}
+
+# An optimizer with one value a parameter, as each framework's users write it.
+_ONE_MOMENT = {
+    "jax": "optax.sgd(lr, momentum=0.9)",
+    "tensorflow": "keras.optimizers.SGD(momentum=0.9)",
+    "torch_xla": "torch.optim.SGD(params, lr, momentum=0.9)",
 }
 
 # How each framework copies an array to the host (what a kept history can hold).
@@ -74,6 +82,14 @@ def _sentence(change: Change, framework: str) -> str:
             f"{format_bytes(change.before_bytes)} a chip; in bfloat16, "
             f"{format_bytes(change.bytes)} less (keep an f32 master copy where the optimizer "
             "needs one)."
+        )
+    if change.key == MOMENTS:
+        one = _ONE_MOMENT.get(framework, "SGD with momentum")
+        return (
+            f"The optimizer keeps two values for each parameter "
+            f"({format_bytes(change.before_bytes)} at the peak, twice the parameters: Adam's "
+            f"moments). One that keeps one ({one}) holds {format_bytes(change.bytes)} less; "
+            "it trains differently, so check the loss."
         )
     if change.key == PADDING:
         return (

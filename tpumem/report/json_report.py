@@ -89,6 +89,8 @@ def _change(change: Change) -> dict[str, Any]:
         "pool_bytes": change.pool_bytes,
         "before_bytes": change.before_bytes,
         "topology": change.topology,
+        "kept_in": change.kept.name if change.kept is not None else None,
+        "kept_line": change.kept.line if change.kept is not None else None,
     }
 
 
