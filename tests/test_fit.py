@@ -21,6 +21,7 @@ from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import InATerminal, profile
 from tpumem.analysis import analyze
+from tpumem.analysis.changes import DONATE
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
 
@@ -651,3 +652,49 @@ def test_a_script_that_sets_xla_flags_keeps_its_flags_and_tpumem_s_plan(tmp_path
     (alone,) = analyze(load(tmp_path / "plain" / "script.fit.tpumem")).tpu
     assert alone.fit is not None and target.fit is not None
     assert target.fit.need_bytes == alone.fit.need_bytes
+
+
+# The MLP's step donated, compiled by JAX's own AOT path for one v5e chip.
+DONATED_MLP = PRINT_MEMORY + """
+import functools
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
+
+chip = topologies.get_topology_desc(
+    platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
+).devices[0]
+where = SingleDeviceSharding(chip)
+
+def loss(params, x):
+    for w in params:
+        x = jnp.tanh(x @ w)
+    return (x ** 2).mean()
+
+def step(params, x, lr):
+    grads = jax.grad(loss)(params, x)
+    return [w - lr * g for w, g in zip(params, grads)]
+
+train = jax.jit(functools.partial(step, lr=0.01), donate_argnames=("params",))
+params = [jax.ShapeDtypeStruct((8192, 8192), jnp.float32, sharding=where) for _ in range(32)]
+x = jax.ShapeDtypeStruct((128, 8192), jnp.float32, sharding=where)
+print_memory(train.lower(params, x).compile())
+"""
+
+
+def test_a_refused_step_gets_the_donation_that_fits_with_xla_tpus_figure(tmp_path):
+    refused = _fit(tmp_path, MLP, "--tpu", "v5e-1", "script.py", "--layers=32")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "script.fit.tpumem"))
+    (target,) = analysis.tpu
+    (candidate,) = target.candidates
+    assert candidate.change == "donate_argnames=('params',)"
+    (donate,) = [c for c in analysis.changes if c.key == DONATE]
+    assert donate.names == ("params",) and donate.topology == "v5e:1x1"
+    assert donate.before_bytes == candidate.need_bytes <= donate.pool_bytes  # it fits
+    said = " ".join(refused.stdout.split())
+    assert "with the arguments its outputs replace donated" in said and "it fits" in said
+    # XLA:TPU's figures for the donated step equal JAX's own compile of it.
+    independent = run_python(DONATED_MLP, tmp_path, env=aot_env())
+    assert {k: candidate.program.memory(k) for k in MEMORY} == independent
+    assert independent["alias_bytes"] == 32 * 8192 * 8192 * 4  # every layer donated

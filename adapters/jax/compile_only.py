@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpumem.adapters.jax import stand_ins, tree_kinds
+from tpumem.adapters.jax.donation import argument_names, donatable
 from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
 from tpumem.hlo.refusals import refusal
 from tpumem.trace.tpu_rows import MAX_ERROR, TpuCompile, compile_row_text, memory_fields
@@ -171,8 +172,10 @@ class CompileOnly:
         chips: int,
         beside: int | None = None,
         regions: tuple[str, ...] | None = None,
+        change: tuple[str, tuple[str, ...]] | None = None,
     ) -> tuple[Any | None, TpuCompile]:
-        """(XLA:TPU's executable or None where it refused, the row for it)."""
+        """(XLA:TPU's executable or None where it refused, the row for it);
+        `change`: a candidate's (words, names) in place of the script's program."""
         self._count += 1
         base = TpuCompile(
             topology=self.topology,
@@ -182,6 +185,8 @@ class CompileOnly:
             device_kind=self.devices[0].device_kind,
             outside_bytes=beside,
             argument_regions=regions,
+            change=change[0] if change else None,
+            change_names=change[1] if change else None,
         )
         start = time.perf_counter()
         try:
@@ -197,9 +202,12 @@ class CompileOnly:
                 seconds=time.perf_counter() - start,
             )
             self._record(row)  # (at once: a diagnostic compile may take long, or die)
-            diagnosis = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
-            if diagnosis.diagnostic is not None:
-                self._write(diagnosis)
+            if change is None:  # (a candidate's refusal is its verdict: no diagnosis)
+                diagnosis = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
+                if diagnosis.diagnostic is not None:
+                    self._write(diagnosis)
+            else:
+                optimized_dump(self._dump, self._seen_dumps, name)  # (not a later one's)
             return None, row
         memory = memory_fields(compiled.memory_analysis())
         hlo = optimized_dump(self._dump, self._seen_dumps, name)
@@ -224,12 +232,13 @@ class CompileOnly:
         self._out.flush()
 
     def _say(self, row: TpuCompile) -> None:
+        module = row.module if row.change is None else f"{row.module} with {row.change}"
         if row.error is None:
-            said = f"compiled {row.module} in {row.seconds:.1f} s"
+            said = f"compiled {module} in {row.seconds:.1f} s"
         else:
             why = row.error.splitlines()[0][:200]
             did = "refused" if refusal(row.error) is not None else "did not compile"
-            said = f"XLA:TPU {did} {row.module}: {why}"
+            said = f"XLA:TPU {did} {module}: {why}"
         print(f"tpumem fit: {self.topology}: {said}", file=sys.stderr, flush=True)
 
 
@@ -250,6 +259,7 @@ class _Jitted:
         except TypeError:
             key = id(self)
         self._answers = owner.answers.setdefault(key, {})
+        self._fun, self._options = fun, options
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "fun")
         self.__doc__ = getattr(fun, "__doc__", None)
@@ -281,6 +291,8 @@ class _Jitted:
         beside = self._owner.held_beside((args, kwargs))
         regions = self._regions(args, kwargs)
         compiled, _ = self._owner.compile(lowered, self._name, _chips(specs), beside, regions)
+        if compiled is None:
+            self._donated(args, kwargs, lowered, beside)
         if compiled is not None:
             answer = jax.tree.map(
                 stand_ins.out_stand_in, compiled.out_info, compiled.output_shardings
@@ -292,6 +304,30 @@ class _Jitted:
             self._answers[key] = answer
         # Stand-ins of their own for each call: the cache holds none the script holds.
         return self._owner.made(stand_ins.fresh(answer))
+
+    def _donated(self, args: tuple, kwargs: dict, lowered: Any, beside: int | None) -> None:
+        """A refused program compiled again with the arguments its outputs
+        replace donated (donation.py's rule), to see whether that fits: a
+        candidate row, none of the script's programs."""
+        donate = donatable(args, lowered.out_info, self._static_nums, self._options)
+        if not donate:
+            return
+        names = argument_names(self._fun, donate)
+        options = dict(self._options)
+        options["donate_argnums"] = tuple(sorted({*_numbers(options), *donate}))
+        try:
+            variant = self._owner._original_jit(self._fun, **options)
+            relowered = self._owner.lower(variant, args, kwargs)
+        except Exception:  # (a function JAX cannot donate for: no candidate)
+            return
+        words = (
+            f"donate_argnames={names!r}"
+            if len(names) == len(donate)
+            else f"donate_argnums={tuple(donate)!r}"
+        )
+        self._owner.compile(
+            relowered, self._name, _chips(args, kwargs), beside, None, (words, names)
+        )
 
     def _regions(self, args: tuple, kwargs: dict) -> tuple[str, ...]:
         """What the framework's objects say each array argument is, in the order
@@ -365,3 +401,8 @@ def _module_name(hlo: bytes | None) -> str | None:
         return parse_hlo_proto(hlo).hlo_module.name or None
     except HloError:
         return None
+
+
+def _numbers(options: dict) -> tuple[int, ...]:
+    nums = options.get("donate_argnums", ())
+    return (nums,) if isinstance(nums, int) else tuple(nums or ())

@@ -45,7 +45,7 @@ from tpumem.analysis.padding import parse_shape, tiled_bytes
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
-from tpumem.analysis.tpu import PlansApart, TpuProgram, TpuTarget, same_program
+from tpumem.analysis.tpu import PlansApart, TpuProgram, TpuTarget, same_program, usable
 from tpumem.trace.memory_settings import MemorySettings
 from tpumem.trace.metadata import KeptArrays
 
@@ -108,6 +108,7 @@ def what_to_change(
     the peak whose temporaries XLA:TPU plans far from the run's (tpu.py)."""
     found: list[Change] = []
     for target in targets:
+        found += _candidates(target)
         program = _fitted(target)
         if program is not None and program.heap is not None:
             need = target.fit.need_bytes if target.fit is not None else program.need_bytes
@@ -142,6 +143,36 @@ def what_to_change(
         found += [c for c in (_pool(device, settings), _headroom(device, settings)) if c]
     kept = [c for c in found if c.topology is not None or _worth(c, device.peak.bytes)]
     return tuple(sorted(kept, key=lambda c: (KEYS.index(c.key), -c.bytes)))
+
+
+def _candidates(target: TpuTarget) -> list[Change]:
+    """Each change `tpumem fit` compiled in place of a refused program (the
+    donation of what its outputs replace), with XLA:TPU's verdict on it: the
+    bytes a chip needs less, the need with it (`before_bytes`), and whether it
+    fits (POOL_BYTES holds the budget)."""
+    limit = usable(target)
+    refused = {r.name: r for r in target.refused}
+    found = []
+    for candidate in target.candidates:
+        need = candidate.need_bytes
+        was = refused.get(candidate.compile.module)
+        if need is None or was is None or limit is None:
+            continue
+        before = was.refusal.needed.bytes if was.refusal.needed else limit[0]
+        found.append(
+            Change(
+                DONATE,
+                target.topology,
+                max(0, before - need),
+                f"XLA:TPU's compile of the donated program for {target.topology} (exact)",
+                program=short_program_name(candidate.compile.module),
+                names=candidate.compile.change_names or (),
+                before_bytes=need,
+                pool_bytes=limit[0],
+                topology=target.topology,
+            )
+        )
+    return found
 
 
 def _fitted(target: TpuTarget) -> TpuProgram | None:

@@ -107,6 +107,26 @@ class TpuRefused:
 
 
 @dataclass(frozen=True, slots=True)
+class TpuCandidate:
+    """A change `tpumem fit` compiled in place of a refused program, to see
+    whether it fits (compile_only.py): XLA:TPU's own answer for the change."""
+
+    compile: TpuCompile
+    program: TpuProgram | None  # compiled: its plan; None: XLA:TPU refused it too
+
+    @property
+    def change(self) -> str:
+        return self.compile.change or ""
+
+    @property
+    def need_bytes(self) -> int | None:
+        """A chip's need with the change: its plan and what the script held beside."""
+        if self.program is None:
+            return None
+        return self.program.need_bytes + (self.compile.outside_bytes or 0)
+
+
+@dataclass(frozen=True, slots=True)
 class TpuFit:
     """What one chip of the topology needs for the run, from XLA:TPU, and whether
     that fits in what XLA:TPU allows a chip."""
@@ -152,6 +172,8 @@ class TpuTarget:
     fit: TpuFit | None = None
     # Code of the programs the run lowered in the CPU's form, compiled so (not fit's).
     cpu_forms: tuple[CpuForm, ...] = ()
+    # Changes `tpumem fit` compiled in place of refused programs (none of the run's).
+    candidates: tuple[TpuCandidate, ...] = ()
 
     @property
     def generation(self) -> str:
@@ -169,7 +191,13 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
     forms = _cpu_forms(trace)
     targets = []
     for topology, rows in by_topology.items():
-        compiles = _diagnosed([r for r in rows if isinstance(r, TpuCompile)])
+        every = [r for r in rows if isinstance(r, TpuCompile)]
+        compiles = _diagnosed([r for r in every if r.change is None])
+        candidates = tuple(
+            TpuCandidate(c, TpuProgram(c, _heap(c)) if c.error is None else None)
+            for c in every
+            if c.change is not None
+        )
         layouts = next((r for r in rows if isinstance(r, TpuLayouts)), None)
         budget = next((r for r in rows if isinstance(r, TpuBudget)), None)
         programs = [TpuProgram(c, _heap(c)) for c in compiles if c.error is None]
@@ -193,6 +221,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
             refused=tuple(refused),
             budget=budget,
             cpu_forms=tuple(f for c in compiles for f in forms.get(c.program_id, ())),
+            candidates=candidates,
         )
         targets.append(target)
     return tuple(targets)

@@ -54,6 +54,20 @@ def _figure(change: Change) -> str:
 
 
 def _sentence(change: Change, framework: str) -> str:
+    if change.key == DONATE and change.pool_bytes is not None:  # fit's compile of it
+        donate = (
+            f"jax.jit(..., donate_argnames={_tuple(change.names)})"
+            if change.names
+            else "jax.jit(..., donate_argnums=...)"
+        )
+        fits = change.before_bytes is not None and change.before_bytes <= change.pool_bytes
+        verdict = "it fits" if fits else "still too much"
+        return (
+            f"On {change.topology}, XLA:TPU refused {change.program}; with the arguments its "
+            f"outputs replace donated ({donate}) it compiles at "
+            f"{format_bytes(change.before_bytes)} a chip, of the "
+            f"{format_bytes(change.pool_bytes)} there is: {verdict}."
+        )
     if change.key == DONATE:
         names = ", ".join(change.names) or "its arguments"
         donate = (

@@ -149,6 +149,17 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
             {"name": f.module, "program_id": f.program_id, "error": f.error} for f in target.failed
         ],
         "refused": [_refused(r) for r in target.refused],
+        # Changes `tpumem fit` compiled in place of refused programs.
+        "candidates": [
+            {
+                "program": c.compile.module,
+                "change": c.change,
+                "names": list(c.compile.change_names or ()),
+                "need_bytes": c.need_bytes,
+                "error": c.compile.error,
+            }
+            for c in target.candidates
+        ],
         "cpu_forms": [
             {
                 "program": f.program,

@@ -71,13 +71,18 @@ def _answer(analysis: RunAnalysis) -> list[str]:
         lines += [f"{_cell(table.title)}:", "", *md_table(table.headers, table.rows), ""]
     lines += [line for note in said.notes for line in (f"> {_cell(note)}", "")]
     if said.changes:
-        lines += [f"{said.changes_title}:", ""]
-        lines += [
-            f"- **{_cell(figure)}** {_cell(sentence)} ({_cell(how)})"
-            for figure, sentence, how in said.changes
-        ]
-        lines.append("")
+        lines += _changes((said.changes_title, said.changes))
     return lines
+
+
+def _changes(section: tuple[str, list[tuple[str, str, str]]]) -> list[str]:
+    title, changes = section
+    lines = [f"{title}:", ""]
+    lines += [
+        f"- **{_cell(figure)}** {_cell(sentence)} ({_cell(how)})"
+        for figure, sentence, how in changes
+    ]
+    return [*lines, ""]
 
 
 def _failure(table: tuple[str, tuple[LiveGroup, ...]]) -> list[str]:
@@ -168,5 +173,6 @@ _SECTIONS: dict[str, Callable[[Any], list[str]]] = {
     ],
     sections.PROGRAMS: _programs,
     sections.TPU: _tpu,
+    sections.CHANGES: _changes,
     sections.FIT: _fit,
 }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.rows import devices_shown, fact_rows, failure_tables, headline_rows
 from tpumem.trace.metadata import COMPILED_ONLY
 
@@ -26,6 +27,9 @@ OTHER_DEVICES = "other devices"  # a brief row for each of the next devices
 PROGRAMS = "programs"  # the compiled programs (a tuple of CompiledProgram)
 TPU = "tpu"  # a TpuTarget: what XLA:TPU compiled for one topology
 FIT = "fit"  # the FitAdvice
+# What to change where no answer holds it (a trace `tpumem fit` wrote: no device
+# ran): (title, change lines as change_rows.change_lines gives them).
+CHANGES = "changes"
 NO_EVENTS_TEXT = "No allocation events in this trace."
 KINDS = (
     HEADLINE,
@@ -39,6 +43,7 @@ KINDS = (
     OTHER_DEVICES,
     PROGRAMS,
     TPU,
+    CHANGES,
     FIT,
 )
 
@@ -68,6 +73,9 @@ def report_sections(analysis: RunAnalysis) -> list[Section]:
     if analysis.compiled:
         sections.append(Section(PROGRAMS, analysis.compiled))
     sections += [Section(TPU, target) for target in analysis.tpu]
+    if not analysis.devices and analysis.changes:
+        lines = change_lines(analysis.changes, analysis.framework)
+        sections.append(Section(CHANGES, (CHANGES_TITLE, lines)))
     if analysis.fit is not None:
         sections.append(Section(FIT, analysis.fit))
     return sections

@@ -203,15 +203,21 @@ def _answer(console: Console, analysis: RunAnalysis) -> None:
     for note in said.notes:
         console.print(Text(visible(note)), style="dim")
     if said.changes:
-        console.print(Text(said.changes_title, style="bold"))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(justify="right", no_wrap=True)
-        grid.add_column(overflow="fold")  # (a long path folds whole, never cut)
-        for figure, sentence, how in said.changes:
-            words = Text(visible(sentence))
-            words.append(f" ({visible(how)})", style="dim")
-            grid.add_row(Text(figure, style="bold"), words)
-        console.print(grid)
+        _changes(console, (said.changes_title, said.changes))
+
+
+def _changes(console: Console, section: tuple[str, list[tuple[str, str, str]]]) -> None:
+    """What to change: each figure, its sentence, how the figure is known."""
+    title, changes = section
+    console.print(Text(title, style="bold"))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")  # (a long path folds whole, never cut)
+    for figure, sentence, how in changes:
+        words = Text(visible(sentence))
+        words.append(f" ({visible(how)})", style="dim")
+        grid.add_row(Text(figure, style="bold"), words)
+    console.print(grid)
 
 
 def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
@@ -360,5 +366,6 @@ _SECTIONS: dict[str, Callable[[Console, Any], None]] = {
     sections.OTHER_DEVICES: _other_devices,
     sections.PROGRAMS: _programs,
     sections.TPU: _tpu,
+    sections.CHANGES: _changes,
     sections.FIT: _fit,
 }

@@ -61,6 +61,12 @@ class TpuCompile:
     # `tpumem fit`: the region the framework's objects give each of the call's
     # array arguments, in order ("" where none does; adapters/jax/tree_kinds.py).
     argument_regions: tuple[str, ...] | None = None
+    # `tpumem fit`: a change tpumem compiled in place of the script's program to
+    # see what would fit, as the user writes it (`donate_argnames=('params',)`);
+    # such a compile is a candidate, none of the script's programs.
+    change: str | None = None
+    # ...and the arguments the change names (their Python names).
+    change_names: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,12 @@ def compile_row_text(compiled: TpuCompile) -> str:
                 {}
                 if compiled.argument_regions is None
                 else {"argument_regions": list(compiled.argument_regions)}
+            ),
+            **({} if compiled.change is None else {"change": compiled.change}),
+            **(
+                {}
+                if compiled.change_names is None
+                else {"change_names": list(compiled.change_names)}
             ),
         }
     )
@@ -186,6 +198,8 @@ def read_tpu_row(text: object) -> TpuRow | None:
         outside_bytes=_int(record.get("outside_bytes")),
         diagnostic=_str(record.get("diagnostic")) or None,
         argument_regions=_regions(record.get("argument_regions")),
+        change=_str(record.get("change"))[:MAX_ERROR] or None,
+        change_names=_regions(record.get("change_names")),
     )
 
 
