@@ -11,7 +11,7 @@ import pytest
 
 from sample_traces import MiB
 from tpumem.analysis import analyze
-from tpumem.analysis.padding import element_bits, parse_shape, tiled_bytes
+from tpumem.hlo.tiles import element_bits, parse_shape, tiled_bytes
 from tpumem.report.fit_rows import fit_note
 from tpumem.trace.reader import load
 

@@ -655,7 +655,9 @@ def test_a_script_that_sets_xla_flags_keeps_its_flags_and_tpumem_s_plan(tmp_path
 
 
 # The MLP's step donated, compiled by JAX's own AOT path for one v5e chip.
-DONATED_MLP = PRINT_MEMORY + """
+DONATED_MLP = (
+    PRINT_MEMORY
+    + """
 import functools
 import jax, jax.numpy as jnp
 from jax.experimental import topologies
@@ -680,6 +682,7 @@ params = [jax.ShapeDtypeStruct((8192, 8192), jnp.float32, sharding=where) for _ 
 x = jax.ShapeDtypeStruct((128, 8192), jnp.float32, sharding=where)
 print_memory(train.lower(params, x).compile())
 """
+)
 
 
 def test_a_refused_step_gets_the_donation_that_fits_with_xla_tpus_figure(tmp_path):

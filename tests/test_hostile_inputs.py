@@ -17,9 +17,9 @@ from hostile_snapshots import FLOOD_BYTES, write_flooding_snapshot
 
 from conftest import assert_one_line_error, run_tpumem
 from hostile_traces import _header, _rows, _with_stack, packed_zeros, write, zeros_hlo_row
-from tpumem.analysis import padding
-from tpumem.analysis.padding import MAX_ELEMENTS, MAX_RANK, element_bits, parse_shape, tiled_bytes
 from tpumem.analysis.run_figures import analyze
+from tpumem.hlo import tiles
+from tpumem.hlo.tiles import MAX_ELEMENTS, MAX_RANK, element_bits, parse_shape, tiled_bytes
 from tpumem.tpu.topology import parse_topology
 from tpumem.trace import arrow_arrays, hlo_rows
 from tpumem.trace.model import Trace
@@ -131,13 +131,13 @@ def test_the_best_layout_is_found_without_trying_every_pair(monkeypatch):
         bits = pick.choice((1, 4, 8, 16, 32, 64))
         itemsize = max(1, bits // 8)
         every_pair = min(
-            padding._tiled(dims, minor, second, bits, itemsize)
+            tiles._tiled(dims, minor, second, bits, itemsize)
             for minor, second in itertools.permutations(range(len(dims)), 2)
         )
         assert tiled_bytes(dims, bits).best == every_pair, (dims, bits)
     sized = []
-    original = padding._tiled
-    monkeypatch.setattr(padding, "_tiled", lambda *a: sized.append(1) or original(*a))
+    original = tiles._tiled
+    monkeypatch.setattr(tiles, "_tiled", lambda *a: sized.append(1) or original(*a))
     tiled_bytes(tuple(range(1, MAX_RANK + 1)), 32)
     assert len(sized) <= 3  # every pair: 254 x 253
 

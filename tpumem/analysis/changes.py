@@ -20,7 +20,7 @@ device that grows).
   other state carried between steps) the program running at the peak takes as
   arguments (by the kinds a chip's ledger gives them: chip_kinds.py), in
   XLA:TPU's plan, against the same arrays in bfloat16 in XLA:TPU's layouts
-  (padding.py's rule, held to libtpu's own sizes by the suite).
+  (hlo/tiles.py's rule, held to libtpu's own sizes by the suite).
 - MOMENTS: an optimizer state at the peak twice the parameters (by the
   framework's objects: Adam's two moments a parameter): an optimizer with one
   value a parameter holds the parameters' bytes less (estimated).
@@ -41,11 +41,11 @@ from tpumem.analysis import provenance
 from tpumem.analysis.held_twice import HeldTwice
 from tpumem.analysis.kinds import BY_ADAPTER, INPUTS, OPTIMIZER, PARAMETERS, STATE
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
-from tpumem.analysis.padding import parse_shape, tiled_bytes
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
 from tpumem.analysis.tpu import PlansApart, TpuProgram, TpuTarget, same_program, usable
+from tpumem.hlo.tiles import parse_shape, tiled_bytes
 from tpumem.trace.memory_settings import MemorySettings
 from tpumem.trace.metadata import KeptArrays
 
@@ -209,7 +209,7 @@ def _bf16(target: TpuTarget, heap: ProgramHeap) -> Change | None:
         BF16,
         target.topology,
         before - after,
-        "f32: XLA:TPU's plan; bfloat16: estimated in XLA:TPU's tiles (padding.py)",
+        "f32: XLA:TPU's plan; bfloat16: estimated in XLA:TPU's tiles (hlo/tiles.py)",
         program=short_program_name(heap.module),
         names=tuple(n for n in names if n),
         before_bytes=before,

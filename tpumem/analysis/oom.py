@@ -26,8 +26,8 @@ from tpumem.analysis.oom_messages import (
     parse_allocator_log,
     parse_exception,
 )
-from tpumem.analysis.padding import element_bits, parse_shape
 from tpumem.analysis.peak import LiveGroup, live_at, live_groups, step_at
+from tpumem.hlo.tiles import element_bits, parse_shape
 from tpumem.trace.cuda_blocks import block_sizes
 from tpumem.trace.model import Trace
 from tpumem.trace.source_paths import first_user_location

@@ -23,12 +23,12 @@ from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.cpu_forms import CpuForm, cpu_forms
 from tpumem.analysis.kinds import KindBytes
-from tpumem.analysis.padding import parse_shape
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import ProgramHeap, program_heap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak
 from tpumem.hlo.refusals import Refusal, refusal
 from tpumem.hlo.schema import HloError
+from tpumem.hlo.tiles import parse_shape
 from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
 from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, TpuLayouts, TpuRow, tpu_rows

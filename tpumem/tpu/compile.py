@@ -121,8 +121,8 @@ def _programs(trace: Trace, directory: Path) -> tuple[list[dict], dict[str, list
 def _shapes(trace: Trace) -> list[tuple[list[int], str]]:
     """The array shapes live at each device's peak, to be sized in TPU layouts."""
     from tpumem.analysis.device_events import split_by_device
-    from tpumem.analysis.padding import parse_shape
     from tpumem.analysis.peak import peak_breakdown
+    from tpumem.hlo.tiles import parse_shape
 
     seen: dict[tuple[tuple[int, ...], str], None] = {}
     for events in split_by_device(trace):
