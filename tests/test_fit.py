@@ -701,3 +701,59 @@ def test_a_refused_step_gets_the_donation_that_fits_with_xla_tpus_figure(tmp_pat
     independent = run_python(DONATED_MLP, tmp_path, env=aot_env())
     assert {k: candidate.program.memory(k) for k in MEMORY} == independent
     assert independent["alias_bytes"] == 32 * 8192 * 8192 * 4  # every layer donated
+
+
+# A table held beside the step, of a shape XLA:TPU pads (a minor dimension of 3).
+HELD_BESIDE = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def step(w, x):
+    return w - 0.01 * jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
+
+table = jax.jit(lambda: jnp.zeros((1 << 24, 3), jnp.float32))()
+w = step(jnp.zeros((1024, 1024)), jnp.ones((256, 1024)))
+print("stepped")
+"""
+
+
+def test_an_array_held_beside_a_step_counts_at_xla_tpus_layout(tmp_path):
+    result = _fit(tmp_path, HELD_BESIDE, "--tpu", "v5e-1", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    (step,) = [p for p in target.programs if p.name == "jit_step"]
+    env = aot_env()
+    shapes = json.dumps([[[1 << 24, 3], "float32"]])
+    (size,) = run_python(ARRAY_SIZES, tmp_path, env=env, args=[shapes])
+    assert size == 256 << 20  # (its elements: 192 MiB)
+    assert step.compile.outside_bytes == size
+    assert target.fit is not None and target.fit.need_bytes == step.need_bytes + size
+
+
+# The first state kept as a reference while the step runs again (cached calls).
+KEEPS_THE_FIRST = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def step(params, x):
+    grads = jax.grad(lambda p: sum(jnp.tanh(x @ w).sum() for w in p))(params)
+    return [w - 0.01 * g for w, g in zip(params, grads)]
+
+params = jax.jit(lambda: [jnp.zeros((4096, 4096)) for _ in range(8)])()
+x = jnp.ones((128, 4096))
+first = params
+for _ in range(3):
+    params = step(params, x)
+print("stepped")
+"""
+
+
+def test_arrays_kept_across_cached_calls_count_at_each_call(tmp_path):
+    result = _fit(tmp_path, KEEPS_THE_FIRST, "--tpu", "v5e-1", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    (step,) = [p for p in target.programs if p.name == "jit_step"]
+    # Held beside the second call, not the first (the first call's arguments).
+    assert step.compile.outside_bytes == 8 * 4096 * 4096 * 4
+    assert target.fit is not None
+    assert target.fit.need_bytes == step.need_bytes + step.compile.outside_bytes

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Collection
 from typing import Any
 
+from tpumem.hlo.tiles import MAX_RANK, element_bits, tiled_bytes
+
 # The references an object held by one list alone shows to sys.getrefcount read
 # through that list: the list's and the call's argument (2 on CPython 3.11, fewer
 # where the interpreter borrows references): measured, not assumed.
@@ -95,7 +97,8 @@ def fresh(tree: Any) -> Any:
 
 
 def shard_bytes(x: Any) -> int:
-    """One chip's shard of a stand-in, at its shape's bytes (no layout padding)."""
+    """One chip's shard of a stand-in, in XLA:TPU's tiles (hlo/tiles.py: a
+    f32[16M,3] takes 256 MiB, not its elements' 192)."""
     shape = tuple(x.shape)
     sharding = x.sharding
     if sharding is not None and hasattr(sharding, "shard_shape"):
@@ -104,8 +107,11 @@ def shard_bytes(x: Any) -> int:
     try:
         itemsize = int(x.dtype.itemsize)
     except (AttributeError, TypeError):  # (an extended dtype that gives none)
-        itemsize = 0
-    return math.prod(shape) * itemsize
+        return 0
+    bits = element_bits(str(x.dtype)) or itemsize * 8
+    if not all(isinstance(d, int) for d in shape) or len(shape) > MAX_RANK:
+        return math.prod(shape) * itemsize
+    return tiled_bytes(shape, bits).best
 
 
 def holds_stand_ins(x: Any) -> bool:

@@ -17,7 +17,7 @@ memory. A program XLA:TPU refused does not fit, by XLA:TPU's own figures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS
@@ -31,11 +31,12 @@ from tpumem.hlo.schema import HloError
 from tpumem.hlo.tiles import parse_shape
 from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
-from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, TpuLayouts, TpuRow, tpu_rows
+from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, TpuHeld, TpuLayouts, TpuRow, tpu_rows
 
 # How `tpumem fit` counts the arrays a script held beside a program's arguments:
-# each stand-in's shard on one chip, at its shape's bytes (no TPU layout padding).
-BESIDE = "held beside its arguments, unpadded"
+# each stand-in's shard on one chip in XLA:TPU's tiles (hlo/tiles.py), the most
+# held at any of its calls.
+BESIDE = "held beside its arguments, in XLA:TPU's tiles (estimated)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +192,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
     forms = _cpu_forms(trace)
     targets = []
     for topology, rows in by_topology.items():
-        every = [r for r in rows if isinstance(r, TpuCompile)]
+        every = _held_again([r for r in rows if isinstance(r, TpuCompile)], rows)
         compiles = _diagnosed([r for r in every if r.change is None])
         candidates = tuple(
             TpuCandidate(c, TpuProgram(c, _heap(c)) if c.error is None else None)
@@ -225,6 +226,21 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
         )
         targets.append(target)
     return tuple(targets)
+
+
+def _held_again(compiles: list[TpuCompile], rows: list[TpuRow]) -> list[TpuCompile]:
+    """Each compile with the most the script held beside it at any call, its
+    later (cached) calls' included (fit's TpuHeld rows)."""
+    most: dict[int, int] = {}
+    for row in rows:
+        if isinstance(row, TpuHeld):
+            most[row.program_id] = max(most.get(row.program_id, 0), row.outside_bytes)
+    return [
+        replace(c, outside_bytes=max(c.outside_bytes or 0, most[c.program_id]))
+        if c.program_id in most
+        else c
+        for c in compiles
+    ]
 
 
 def _diagnosed(compiles: list[TpuCompile]) -> list[TpuCompile]:

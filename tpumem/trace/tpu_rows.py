@@ -149,7 +149,27 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-TpuRow = TpuCompile | TpuLayouts | TpuBudget
+@dataclass(frozen=True, slots=True)
+class TpuHeld:
+    """`tpumem fit`: a later call of a compiled program (a cached one, no compile
+    of its own) with more of the script's arrays held beside it than at its
+    first call (an EMA or a reference copy kept since): a chip holds those too."""
+
+    topology: str
+    program_id: int
+    outside_bytes: int
+
+
+def held_row_text(held: TpuHeld) -> str:
+    return json.dumps(
+        {
+            "topology": held.topology,
+            "held": {"program_id": held.program_id, "bytes": held.outside_bytes},
+        }
+    )
+
+
+TpuRow = TpuCompile | TpuLayouts | TpuBudget | TpuHeld
 
 
 def read_tpu_row(text: object) -> TpuRow | None:
@@ -159,6 +179,12 @@ def read_tpu_row(text: object) -> TpuRow | None:
         return None
     seconds = record.get("seconds")
     seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
+    held = record.get("held")
+    if isinstance(held, dict):
+        program, size = _int(held.get("program_id")), _int(held.get("bytes"))
+        if program is None or size is None or size < 0:
+            return None
+        return TpuHeld(record["topology"], program, size)
     budget = record.get("budget")
     if isinstance(budget, dict):
         usable = _int(budget.get("usable_bytes"))
