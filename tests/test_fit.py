@@ -757,3 +757,54 @@ def test_arrays_kept_across_cached_calls_count_at_each_call(tmp_path):
     assert step.compile.outside_bytes == 8 * 4096 * 4096 * 4
     assert target.fit is not None
     assert target.fit.need_bytes == step.need_bytes + step.compile.outside_bytes
+
+
+PJIT = """
+import jax, jax.numpy as jnp
+from jax.experimental.pjit import pjit
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((len(jax.devices()),), ("d",))
+
+def step(w, x):
+    return w - 0.01 * jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
+
+columns = NamedSharding(mesh, P(None, "d"))
+train = pjit(step, in_shardings=(columns, NamedSharding(mesh, P("d"))), out_shardings=columns)
+w = train(jnp.zeros((1024, 1024)), jnp.ones((256, 1024)))
+print("stepped")
+"""
+
+PMAP = (
+    PRINT_MEMORY
+    + """
+import sys
+import jax, jax.numpy as jnp
+
+def loss(x):
+    return jnp.tanh(x @ x.T).sum()
+
+if sys.argv[1:] == ["aot"]:
+    from jax.experimental import topologies
+    chips = topologies.get_topology_desc(
+        platform="tpu", topology_name="v5e:2x4", chips_per_host_bounds=[2, 4, 1]
+    ).devices
+    mapped = jax.pmap(loss, devices=chips)
+    print_memory(mapped.lower(jax.ShapeDtypeStruct((8, 512, 512), jnp.float32)).compile())
+else:
+    print(jax.pmap(loss)(jnp.ones((jax.local_device_count(), 512, 512))))
+"""
+)
+
+
+@pytest.mark.parametrize("script", [PJIT, PMAP], ids=["pjit", "pmap"])
+def test_pjit_and_pmap_compile_for_the_slice(tmp_path, script):
+    result = _fit(tmp_path, script, "--tpu", "v5e-8", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "FITS on v5e:2x4" in result.stdout
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    (program,) = target.programs
+    assert program.compile.partitions == 8
+    if script is PMAP:  # the same figures as JAX's own compile of the pmap
+        independent = run_python(PMAP, tmp_path, env=aot_env(), args=["aot"])
+        assert {k: program.memory(k) for k in MEMORY} == independent

@@ -104,6 +104,13 @@ class CompileOnly:
             if hasattr(module, name):
                 setattr(module, name, _on_devices(getattr(module, name), tpu))
         jax.jit = self.jit  # type: ignore[assignment]
+        self._original_pmap = jax.pmap
+        jax.pmap = self.pmap  # type: ignore[assignment]
+        # pjit is jit by another name (and its options are jit's): older code
+        # imports it from here.
+        from jax.experimental import pjit
+
+        pjit.pjit = self.jit  # type: ignore[assignment]
         jax.device_put = self.device_put  # type: ignore[assignment]
         original_block = jax.block_until_ready
         jax.block_until_ready = lambda x: x if stand_ins.holds_stand_ins(x) else original_block(x)
@@ -112,6 +119,16 @@ class CompileOnly:
         if fun is None:  # @jax.jit(static_argnums=...) and partial(jax.jit, ...)
             return lambda f: self.jit(f, **options)
         return _Jitted(self, self._original_jit(fun, **options), fun, options)
+
+    def pmap(self, fun: Callable | None = None, **options: Any) -> Any:
+        """jax.pmap over the slice's chips, compiled as a jitted call is (one
+        replica a chip; the mapped axis is the script's device count)."""
+        if fun is None:
+            return lambda f: self.pmap(f, **options)
+        mapped = self._original_pmap(fun, **{"devices": list(self.devices), **options})
+        static = options.get("static_broadcasted_argnums", ())
+        own = {k: v for k, v in options.items() if k != "devices"}
+        return _Jitted(self, mapped, fun, {**own, "static_argnums": static}, "pmap_")
 
     def device_put(self, x: Any, device: Any = None, *args: Any, **kwargs: Any) -> Any:
         import jax
@@ -262,10 +279,12 @@ class CompileOnly:
 class _Jitted:
     """A jitted function whose calls compile for the slice and return stand-ins."""
 
-    def __init__(self, owner: CompileOnly, jitted: Any, fun: Callable, options: dict) -> None:
+    def __init__(
+        self, owner: CompileOnly, jitted: Any, fun: Callable, options: dict, prefix: str = "jit_"
+    ) -> None:
         self._owner = owner
         self._jitted = jitted
-        self._name = "jit_" + getattr(fun, "__name__", "fun").replace("<lambda>", "_lambda_")
+        self._name = prefix + getattr(fun, "__name__", "fun").replace("<lambda>", "_lambda_")
         nums = options.get("static_argnums", ())
         names = options.get("static_argnames", ())
         self._static_nums = (nums,) if isinstance(nums, int) else tuple(nums or ())
