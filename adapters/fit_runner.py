@@ -26,6 +26,7 @@ from tpumem.adapters.import_watch import ImportWatch, imported_frameworks
 from tpumem.adapters.parent_death import die_with_parent
 from tpumem.adapters.script_target import run_target, user_traceback
 from tpumem.adapters.xla_dump import keep_dump_flags
+from tpumem.trace.source_paths import user_path
 
 
 class SetupFailed(Exception):
@@ -106,7 +107,9 @@ def _where(error: BaseException, script: str) -> str:
     if found is None:
         return ""
     code = linecache.getline(found[0], found[1]).strip()
-    return f"{os.path.relpath(found[0])}:{found[1]}" + (f": {code}" if code else "")
+    # (As every line is named: relative where near, whole where far.)
+    where = user_path(found[0], os.getcwd())
+    return f"{where}:{found[1]}" + (f": {code}" if code else "")
 
 
 # What JAX says when an operation outside any jitted function runs on a device

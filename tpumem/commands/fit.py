@@ -149,7 +149,8 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
             "slice, as one replica of a data-parallel job holds it"
         )
     if not request.quiet:
-        devices = f", on {wanted} CPU devices (CPU_NUM_DEVICES)" if set_here else ""
+        cpus = counted(int(wanted), "CPU device")
+        devices = f", on {cpus} (CPU_NUM_DEVICES)" if set_here else ""
         print(
             f"tpumem fit: {request.target}: running it here{devices} with tpumem profile "
             f"--tpu {how}",
@@ -313,7 +314,8 @@ def _fit_one(
     if not request.quiet:
         print(
             f"tpumem fit: compiling {request.target} for {label(request, topology)} "
-            f"({_chips(topology.chips * request.slices)}) with XLA:TPU, never running it",
+            f"({_chips(topology.chips * request.slices)}) with XLA:TPU (jitted calls compiled, "
+            "not run)",
             file=sys.stderr,
             flush=True,
         )
