@@ -92,6 +92,10 @@ class Change:
     # GROWTH: the script's container that held what grew when it ended, and the
     # line that adds to it (adapters/kept_arrays.py)
     kept: KeptArrays | None = None
+    # How sure the figure is: exact (XLA's compile of the program or of the
+    # changed one), measured (the run), modeled (the allocator's model) or
+    # estimated (a rule: an upper bound, a layout from shapes).
+    known: str = provenance.ESTIMATED
 
 
 def what_to_change(
@@ -164,12 +168,13 @@ def _candidates(target: TpuTarget) -> list[Change]:
                 DONATE,
                 target.topology,
                 max(0, before - need),
-                f"XLA:TPU's compile of the donated program for {target.topology} (exact)",
+                f"XLA:TPU's compile of the donated program for {target.topology}",
                 program=short_program_name(candidate.compile.module),
                 names=candidate.compile.change_names or (),
                 before_bytes=need,
                 pool_bytes=limit[0],
                 topology=target.topology,
+                known=provenance.EXACT,
             )
         )
     return found
@@ -236,13 +241,15 @@ def _padding(target: TpuTarget, heap: ProgramHeap) -> Change | None:
         names=(shape,),
         before_bytes=total,
         topology=target.topology,
+        known=provenance.EXACT,
     )
 
 
 def _worth(change: Change, peak: int) -> bool:
-    if change.key == GROWTH:
-        return change.bytes > 0
-    return change.bytes >= max(SMALLEST_BYTES, SMALLEST_SHARE * peak)
+    size = change.bytes
+    if change.key == GROWTH:  # (what it grew by over the run, not a step's)
+        size = (change.end_bytes or 0) - (change.start_bytes or 0)
+    return size > 0 and size >= max(SMALLEST_BYTES, SMALLEST_SHARE * peak)
 
 
 def _donate(device: DeviceAnalysis, running: RunningAtPeak) -> Change | None:
@@ -280,6 +287,7 @@ def _donate(device: DeviceAnalysis, running: RunningAtPeak) -> Change | None:
         "XLA's buffer assignment of the program (compile-time)",
         program=program.shown_name,
         names=tuple(n for n in names if n),
+        known=provenance.EXACT,
     )
 
 
@@ -291,9 +299,10 @@ def _donate_dropped(device: DeviceAnalysis, held: HeldTwice) -> Change:
         DONATE,
         device.device,
         held.bytes,
-        "measured (the run's arrays at the peak); the arguments: XLA's buffer assignment",
+        "the run's arrays at the peak; the arguments: XLA's buffer assignment",
         program=held.program.shown_name,
         names=tuple(n for n in names if n),
+        known=provenance.MEASURED,
     )
 
 
@@ -350,9 +359,10 @@ def _remat(
             REMAT,
             device.device,
             round(total * scale),
-            "XLA's buffer assignment at the program's peak (compile-time)"
+            "at most: the values XLA's buffer assignment keeps at the program's peak (compile-time)"
             if topology is None
-            else f"XLA:TPU's buffer assignment for {topology} at the program's peak",
+            else f"at most: the values XLA:TPU's buffer assignment for {topology} keeps at "
+            "the program's peak",
             program=program.shown_name,
             line=line,
             ops=tuple(ops),
@@ -379,8 +389,8 @@ def _moments(device: DeviceAnalysis) -> Change | None:
         MOMENTS,
         device.device,
         parameters.bytes,
-        "estimated: one value a parameter instead of two (the parameters and the optimizer's "
-        "state at the peak, by the framework's own objects)",
+        "one value a parameter instead of two (the parameters and the optimizer's state at "
+        "the peak, by the framework's own objects)",
         before_bytes=state.bytes,
     )
 
@@ -404,11 +414,12 @@ def _growth(device: DeviceAnalysis) -> list[Change]:
             GROWTH,
             device.device,
             round(stack.per_step_bytes),
-            provenance.MEASURED,
+            "bytes live at each step's lowest point",
             line=stack.frames[-1].location if stack.frames else None,
             start_bytes=stack.start_bytes,
             end_bytes=stack.end_bytes,
             kept=growth.kept,
+            known=provenance.MEASURED,
         )
         for stack in growth.stacks[:1]
     ]
@@ -430,7 +441,13 @@ def _pool(device: DeviceAnalysis, settings: MemorySettings | None) -> Change | N
     if settings is not None and settings.fraction_variable and pre.smallest_fraction:
         names.append(f"{settings.fraction_variable}={pre.smallest_fraction:.2f}")
     return Change(
-        POOL, device.device, pool - peak, pre.pool_source, names=tuple(names), pool_bytes=pool
+        POOL,
+        device.device,
+        pool - peak,
+        pre.pool_source,
+        names=tuple(names),
+        pool_bytes=pool,
+        known=provenance.MEASURED,
     )
 
 
@@ -441,4 +458,11 @@ def _headroom(device: DeviceAnalysis, settings: MemorySettings | None) -> Change
     setting = settings.defragment_setting if settings is not None else None
     if not setting:
         return None  # (the fit advice counts it; there is nothing to set)
-    return Change(HEADROOM, device.device, room, device.headroom_label, names=(setting,))
+    return Change(
+        HEADROOM,
+        device.device,
+        room,
+        "free bytes at the peak outside the largest free block",
+        names=(setting,),
+        known=device.headroom_label,
+    )

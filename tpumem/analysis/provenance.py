@@ -1,6 +1,7 @@
 """How a figure was obtained; every figure in a report carries one."""
 
 MEASURED = "measured"  # the allocator or framework reported it
+EXACT = "exact"  # XLA's own compile of the program, or of the changed program
 DERIVED = "derived"  # computed exactly from measured events (e.g. the address map)
 MODELED = "modeled"  # from a model of the allocator replaying measured lifetimes
 NOT_AVAILABLE = "not available"

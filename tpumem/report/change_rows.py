@@ -44,7 +44,7 @@ _HOST_COPY = {
 def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str, str, str]]:
     """(figure, sentence, how the figure was obtained) for each change, in the
     analysis' order."""
-    return [(_figure(c), _sentence(c, framework), c.how) for c in changes]
+    return [(_figure(c), _sentence(c, framework), f"{c.known}: {c.how}") for c in changes]
 
 
 def _figure(change: Change) -> str:

@@ -80,6 +80,7 @@ def _change(change: Change) -> dict[str, Any]:
         "device": change.device,
         "bytes": change.bytes,
         "how": change.how,
+        "known": change.known,
         "program": change.program,
         "line": change.line,
         "names": list(change.names),
