@@ -137,7 +137,7 @@ def main(request_path: str) -> int:
 
         def imported() -> None:
             # (XLA reads XLA_FLAGS as the slice's devices are made, just below.)
-            state["their_flags"] = keep_dump_flags(os.environ, request["dump_dir"])
+            state["their_flags"] = keep_dump_flags(os.environ, request["dump_dir"], True)
             state["compile_only"] = _slice(request, out)
 
         return imported

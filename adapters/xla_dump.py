@@ -172,16 +172,22 @@ class XlaDump:
                 self._environ[FLAGS_VARIABLE] = self._flags
 
 
-def keep_dump_flags(environ: MutableMapping[str, str], directory: str) -> str | None:
+def keep_dump_flags(
+    environ: MutableMapping[str, str], directory: str, over_theirs: bool = False
+) -> str | None:
     """tpumem's dump to `directory` put back after the script's own XLA_FLAGS,
     where the script replaced the variable after tpumem set it and before XLA
     read it (Flax's examples set it in their main): XLA reads it once, and a dump
     lost there is every program's plan lost. Returns the script's flags where
-    they were extended, None where tpumem's were still there. A later flag wins
-    in XLA's parse: a dump of the script's own elsewhere gives way to tpumem's."""
+    they were extended, None where tpumem's were still there or where the script
+    asked for a dump of its own (left as it asked, unless `over_theirs`: `tpumem
+    fit`, whose script never runs, reads its plans from tpumem's)."""
     current = environ.get(FLAGS_VARIABLE, "")
     flags = current.split()
-    if _flag(flags, DUMP_TO) == directory and _on(_flag(flags, AS_PROTO)):
+    theirs = _flag(flags, DUMP_TO)
+    if theirs == directory and _on(_flag(flags, AS_PROTO)):
+        return None
+    if theirs and not over_theirs:  # a dump of the script's own, as it asked
         return None
     environ[FLAGS_VARIABLE] = " ".join([current, f"{DUMP_TO}={directory}", AS_PROTO]).strip()
     return current

@@ -442,6 +442,22 @@ def test_tpumems_own_xla_dump_is_written_to_memory_where_the_machine_has_it(monk
     assert Path(made).parent == tmp_path and Path(made).name.startswith("tpumem-xla-")
 
 
+def test_flags_a_script_set_after_tpumem_get_tpumem_s_dump_back_and_keep_their_own():
+    environ = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}  # (the script replaced them)
+    theirs = xla_dump.keep_dump_flags(environ, "/dump")
+    assert theirs == "--xla_cpu_enable_fast_math=false"
+    assert environ["XLA_FLAGS"] == (
+        "--xla_cpu_enable_fast_math=false --xla_dump_to=/dump --xla_dump_hlo_as_proto"
+    )
+    assert xla_dump.keep_dump_flags(environ, "/dump") is None  # (there already)
+    # A dump of the script's own stays as it asked; fit, which never runs it, reads its own.
+    own = {"XLA_FLAGS": "--xla_dump_to=/theirs"}
+    assert xla_dump.keep_dump_flags(own, "/dump") is None
+    assert own == {"XLA_FLAGS": "--xla_dump_to=/theirs"}
+    assert xla_dump.keep_dump_flags(own, "/dump", over_theirs=True) == "--xla_dump_to=/theirs"
+    assert own["XLA_FLAGS"].endswith("--xla_dump_to=/dump --xla_dump_hlo_as_proto")
+
+
 def test_stderr_loses_only_what_tpumem_threads_logged():
     read_end, write_end = os.pipe()
     stderr = StderrFilter(destination=write_end)

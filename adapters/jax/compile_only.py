@@ -333,7 +333,7 @@ class _Jitted:
         compiled, row = self._owner.compile(lowered, self._name, _chips(specs), beside, regions)
         if key is not None:
             self._rows[key] = [row.program_id or 0, beside]
-        if compiled is None:
+        if compiled is None and self._name.startswith("jit_"):  # (pmap's: not tried)
             self._donated(args, kwargs, lowered, beside)
         if compiled is not None:
             answer = jax.tree.map(

@@ -23,7 +23,7 @@ device that grows).
   (hlo/tiles.py's rule, held to libtpu's own sizes by the suite).
 - MOMENTS: an optimizer state at the peak twice the parameters (by the
   framework's objects: Adam's two moments a parameter): an optimizer with one
-  value a parameter holds the parameters' bytes less (estimated).
+  value a parameter holds half that state less (estimated).
 - PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
   tiles pad most (its plan: each buffer's bytes and its elements').
 - POOL: an allocator that held far more than the run needed (its own pool,
@@ -59,8 +59,7 @@ KEYS = (GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
 
 # An optimizer state this many times the parameters keeps two values for each
 # (Adam's, AdamW's, Adamax's moments; nearer two than one: at the peak, a moment
-# the step has just replaced is the step's): one with one keeps the parameters'
-# bytes less.
+# the step has just replaced is the step's): one with one keeps half as much.
 TWO_MOMENTS = 1.5
 # Below these a change is not worth a line: a share of the device's peak, and bytes.
 SMALLEST_SHARE = 0.05
@@ -375,8 +374,9 @@ def _remat(
 def _moments(device: DeviceAnalysis) -> Change | None:
     """An optimizer whose state at the peak is twice the parameters, by the
     framework's own objects (kinds.py): two values a parameter. One with one
-    value a parameter holds the parameters' bytes less (estimated: its slot
-    takes the parameter's dtype and shape)."""
+    value a parameter holds half that state less (estimated: its slot takes the
+    parameter's dtype and shape; a step that does not donate holds the state
+    twice, old and new, and the half is of both)."""
     if device.kinds is None:
         return None
     kinds = {k.kind: k for k in device.kinds.kinds}
@@ -388,9 +388,9 @@ def _moments(device: DeviceAnalysis) -> Change | None:
     return Change(
         MOMENTS,
         device.device,
-        parameters.bytes,
-        "one value a parameter instead of two (the parameters and the optimizer's state at "
-        "the peak, by the framework's own objects)",
+        state.bytes // 2,
+        "one value a parameter instead of two: half the optimizer's state at the peak (it, "
+        "and the parameters it is twice, by the framework's own objects)",
         before_bytes=state.bytes,
     )
 

@@ -101,9 +101,9 @@ def _sentence(change: Change, framework: str) -> str:
         one = _ONE_MOMENT.get(framework, "SGD with momentum")
         return (
             f"The optimizer keeps two values for each parameter "
-            f"({format_bytes(change.before_bytes)} at the peak, twice the parameters: Adam's "
-            f"moments). One that keeps one ({one}) holds {format_bytes(change.bytes)} less; "
-            "it trains differently, so check the loss."
+            f"({format_bytes(change.before_bytes)} at the peak, at least twice the parameters: "
+            f"Adam's moments). One that keeps one ({one}) holds half of it, "
+            f"{format_bytes(change.bytes)} less; it trains differently, so check the loss."
         )
     if change.key == PADDING:
         return (
