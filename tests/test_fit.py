@@ -21,7 +21,7 @@ from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
 from conftest import assert_one_line_error, run_python, run_tpumem
 from profiling import InATerminal, profile
 from tpumem.analysis import analyze
-from tpumem.analysis.changes import DONATE
+from tpumem.analysis.changes import SEARCH
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
 
@@ -654,11 +654,12 @@ def test_a_script_that_sets_xla_flags_keeps_its_flags_and_tpumem_s_plan(tmp_path
     assert target.fit.need_bytes == alone.fit.need_bytes
 
 
-# The MLP's step donated, compiled by JAX's own AOT path for one v5e chip.
+# The MLP's step donated, compiled by JAX's own AOT path for one v5e chip:
+# `LAYERS DTYPE`, the parameters' count and dtype.
 DONATED_MLP = (
     PRINT_MEMORY
     + """
-import functools
+import functools, sys
 import jax, jax.numpy as jnp
 from jax.experimental import topologies
 from jax.sharding import SingleDeviceSharding
@@ -678,29 +679,42 @@ def step(params, x, lr):
     return [w - lr * g for w, g in zip(params, grads)]
 
 train = jax.jit(functools.partial(step, lr=0.01), donate_argnames=("params",))
-params = [jax.ShapeDtypeStruct((8192, 8192), jnp.float32, sharding=where) for _ in range(32)]
-x = jax.ShapeDtypeStruct((128, 8192), jnp.float32, sharding=where)
+layers, dtype = int(sys.argv[1]), jnp.dtype(sys.argv[2])
+params = [jax.ShapeDtypeStruct((8192, 8192), dtype, sharding=where) for _ in range(layers)]
+x = jax.ShapeDtypeStruct((128, 8192), jnp.float32)
 print_memory(train.lower(params, x).compile())
 """
 )
 
 
-def test_a_refused_step_gets_the_donation_that_fits_with_xla_tpus_figure(tmp_path):
-    refused = _fit(tmp_path, MLP, "--tpu", "v5e-1", "script.py", "--layers=32")
+@pytest.mark.parametrize(
+    ("layers", "dtype", "tried"),
+    [("32", "float32", 1), ("62", "bfloat16", 2)],
+    ids=["donated", "donated-in-bfloat16"],
+)
+def test_a_refused_step_gets_the_changes_that_fit_with_xla_tpus_figure(
+    tmp_path, layers, dtype, tried
+):
+    """The 32-layer step fits donated; the 62-layer one (15.5 GiB of f32
+    parameters) is still refused donated, and fits with them in bfloat16."""
+    refused = _fit(tmp_path, MLP, "--tpu", "v5e-1", "script.py", f"--layers={layers}")
     assert refused.returncode == 1, refused.stderr[-3000:]
     analysis = analyze(load(tmp_path / "script.fit.tpumem"))
     (target,) = analysis.tpu
-    (candidate,) = target.candidates
-    assert candidate.change == "donate_argnames=('params',)"
-    (donate,) = [c for c in analysis.changes if c.key == DONATE]
-    assert donate.names == ("params",) and donate.topology == "v5e:1x1"
-    assert donate.before_bytes == candidate.need_bytes <= donate.pool_bytes  # it fits
-    said = " ".join(refused.stdout.split())
-    assert "with the arguments its outputs replace donated" in said and "it fits" in said
-    # XLA:TPU's figures for the donated step equal JAX's own compile of it.
-    independent = run_python(DONATED_MLP, tmp_path, env=aot_env())
+    assert len(target.candidates) == tried  # one more change at a time, to the first that fits
+    candidate = target.candidates[-1]
+    assert candidate.change.startswith("donated (jax.jit(..., donate_argnames=('params',)))")
+    assert ("in bfloat16" in candidate.change) == (dtype == "bfloat16")
+    (search,) = [c for c in analysis.changes if c.key == SEARCH]
+    assert search.names == ("params",) and search.topology == "v5e:1x1"
+    assert search.before_bytes == candidate.need_bytes <= search.pool_bytes  # it fits
+    assert "it fits" in " ".join(refused.stdout.split())
+    # XLA:TPU's figures for the changed step equal JAX's own compile of it.
+    independent = run_python(DONATED_MLP, tmp_path, env=aot_env(), args=[layers, dtype])
+    assert candidate.program is not None
     assert {k: candidate.program.memory(k) for k in MEMORY} == independent
-    assert independent["alias_bytes"] == 32 * 8192 * 8192 * 4  # every layer donated
+    size = 2 if dtype == "bfloat16" else 4
+    assert independent["alias_bytes"] == int(layers) * 8192 * 8192 * size  # every layer donated
 
 
 # A table held beside the step, of a shape XLA:TPU pads (a minor dimension of 3).
@@ -808,3 +822,57 @@ def test_pjit_and_pmap_compile_for_the_slice(tmp_path, script):
     if script is PMAP:  # the same figures as JAX's own compile of the pmap
         independent = run_python(PMAP, tmp_path, env=aot_env(), args=["aot"])
         assert {k: program.memory(k) for k in MEMORY} == independent
+
+
+# A step whose activations, not its state, overflow a chip: what fits is half
+# the batch (donation kept: it costs nothing; bfloat16 left out: not needed).
+# `aot`: that step, compiled by JAX's own AOT path for one v5e chip.
+WIDE_BATCH = (
+    PRINT_MEMORY
+    + """
+import sys
+import jax, jax.numpy as jnp
+
+def loss(params, x):
+    for w in params:
+        x = jnp.tanh(x @ w)
+    return (x ** 2).mean()
+
+def step(params, x):
+    grads = jax.grad(loss)(params, x)
+    return [w - 0.01 * g for w, g in zip(params, grads)]
+
+if sys.argv[1:] == ["aot"]:
+    from jax.experimental import topologies
+    from jax.sharding import SingleDeviceSharding
+    chip = topologies.get_topology_desc(
+        platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
+    ).devices[0]
+    on = SingleDeviceSharding(chip)
+    params = [jax.ShapeDtypeStruct((4096, 4096), jnp.float32, sharding=on)] * 6
+    x = jax.ShapeDtypeStruct((131072, 4096), jnp.float32)
+    train = jax.jit(step, donate_argnames=("params",))
+    print_memory(train.lower(params, x).compile())
+    raise SystemExit
+params = jax.jit(lambda: [jnp.zeros((4096, 4096), jnp.float32) for _ in range(6)])()
+params = jax.jit(step)(params, jnp.ones((262144, 4096), jnp.float32))
+print("stepped")
+"""
+)
+
+
+def test_a_step_whose_batch_overflows_fits_at_half_the_batch_donated(tmp_path):
+    refused = _fit(tmp_path, WIDE_BATCH, "--tpu", "v5e-1", "script.py")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "script.fit.tpumem"))
+    (search,) = [c for c in analysis.changes if c.key == SEARCH]
+    (target,) = analysis.tpu
+    (chosen,) = [c for c in target.candidates if c.change == search.ops[0]]
+    assert chosen.change == (
+        "donated (jax.jit(..., donate_argnames=('params',))); "
+        "batch 131072, not 262144 (twice the steps an epoch)"
+    )
+    assert search.before_bytes == chosen.need_bytes <= search.pool_bytes
+    independent = run_python(WIDE_BATCH, tmp_path, env=aot_env(), args=["aot"])
+    assert chosen.program is not None
+    assert {k: chosen.program.memory(k) for k in MEMORY} == independent

@@ -33,8 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tpumem.adapters.jax import stand_ins, tree_kinds
-from tpumem.adapters.jax.donation import argument_names, donatable
+from tpumem.adapters.jax import search, stand_ins, tree_kinds
 from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
 from tpumem.hlo.refusals import refusal
 from tpumem.trace.tpu_rows import (
@@ -334,7 +333,7 @@ class _Jitted:
         if key is not None:
             self._rows[key] = [row.program_id or 0, beside]
         if compiled is None and self._name.startswith("jit_"):  # (pmap's: not tried)
-            self._donated(args, kwargs, lowered, beside)
+            self._searched(args, kwargs, lowered, beside)
         if compiled is not None:
             answer = jax.tree.map(
                 stand_ins.out_stand_in, compiled.out_info, compiled.output_shardings
@@ -347,29 +346,41 @@ class _Jitted:
         # Stand-ins of their own for each call: the cache holds none the script holds.
         return self._owner.made(stand_ins.fresh(answer))
 
-    def _donated(self, args: tuple, kwargs: dict, lowered: Any, beside: int | None) -> None:
-        """A refused program compiled again with the arguments its outputs
-        replace donated (donation.py's rule), to see whether that fits: a
-        candidate row, none of the script's programs."""
-        donate = donatable(args, lowered.out_info, self._static_nums, self._options)
-        if not donate:
-            return
-        names = argument_names(self._fun, donate)
-        options = dict(self._options)
-        options["donate_argnums"] = tuple(sorted({*_numbers(options), *donate}))
-        try:
-            variant = self._owner._original_jit(self._fun, **options)
-            relowered = self._owner.lower(variant, args, kwargs)
-        except Exception:  # (a function JAX cannot donate for: no candidate)
-            return
-        words = (
-            f"donate_argnames={names!r}"
-            if len(names) == len(donate)
-            else f"donate_argnums={tuple(donate)!r}"
-        )
-        self._owner.compile(
-            relowered, self._name, _chips(args, kwargs), beside, None, (words, names)
-        )
+    def _searched(self, args: tuple, kwargs: dict, lowered: Any, beside: int | None) -> None:
+        """A refused program compiled again with the changes that shrink it
+        (search.py): the first set that XLA:TPU compiles, made smaller where it
+        can be. Each compile a candidate row, none of the script's programs."""
+        import jax
+
+        shapes = jax.tree.map(stand_ins.spec, args)
+        static = self._static_nums
+        found, names = search.steps(self._fun, shapes, lowered.out_info, static, self._options)
+
+        def fits(chosen: tuple[search.Step, ...]) -> bool | None:
+            change = search.combined(chosen, names, dict(self._options), shapes)
+            try:
+                variant = self._owner._original_jit(self._fun, **change.options)
+                relowered = self._owner.lower(variant, change.args, kwargs)
+            except Exception:  # (a change JAX cannot lower here: none tried further)
+                return None
+            chips = _chips(change.args, kwargs)
+            words = (change.words, change.names)
+            compiled, _ = self._owner.compile(relowered, self._name, chips, beside, None, words)
+            return compiled is not None
+
+        for count in range(1, len(found) + 1):
+            chosen = found[:count]
+            compiled = fits(chosen)
+            if compiled is None:
+                return
+            if compiled:
+                for step in chosen[:-1]:  # the fewest costly changes: each not needed, out
+                    if step.free:
+                        continue
+                    fewer = tuple(s for s in chosen if s is not step)
+                    if fits(fewer):
+                        chosen = fewer
+                return
 
     def _regions(self, args: tuple, kwargs: dict) -> tuple[str, ...]:
         """What the framework's objects say each array argument is, in the order
@@ -443,8 +454,3 @@ def _module_name(hlo: bytes | None) -> str | None:
         return parse_hlo_proto(hlo).hlo_module.name or None
     except HloError:
         return None
-
-
-def _numbers(options: dict) -> tuple[int, ...]:
-    nums = options.get("donate_argnums", ())
-    return (nums,) if isinstance(nums, int) else tuple(nums or ())

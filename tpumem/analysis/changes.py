@@ -54,8 +54,9 @@ if TYPE_CHECKING:
 
 DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
 BF16, PADDING, MOMENTS = "bf16", "padding", "moments"
+SEARCH = "search"  # `tpumem fit`: the changes XLA:TPU compiled a refused program with
 # A leak first: it outgrows every other change the longer the run goes on.
-KEYS = (GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
+KEYS = (SEARCH, GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
 
 # An optimizer state this many times the parameters keeps two values for each
 # (Adam's, AdamW's, Adamax's moments; nearer two than one: at the peak, a moment
@@ -149,27 +150,33 @@ def what_to_change(
 
 
 def _candidates(target: TpuTarget) -> list[Change]:
-    """Each change `tpumem fit` compiled in place of a refused program (the
-    donation of what its outputs replace), with XLA:TPU's verdict on it: the
-    bytes a chip needs less, the need with it (`before_bytes`), and whether it
-    fits (POOL_BYTES holds the budget)."""
+    """Per program XLA:TPU refused, what `tpumem fit` compiled in its place
+    (adapters/jax/search.py): the smallest set of changes that fits, with the
+    bytes a chip needs less, the need with it (`before_bytes`) and the budget
+    (`pool_bytes`); or, where none fit, the most it tried (`before_bytes` None)."""
     limit = usable(target)
-    refused = {r.name: r for r in target.refused}
+    if limit is None:
+        return []
     found = []
-    for candidate in target.candidates:
-        need = candidate.need_bytes
-        was = refused.get(candidate.compile.module)
-        if need is None or was is None or limit is None:
+    for refused in target.refused:
+        tried = [c for c in target.candidates if c.compile.module == refused.name]
+        if not tried:
             continue
-        before = was.refusal.needed.bytes if was.refusal.needed else limit[0]
+        fitting = [c for c in tried if c.need_bytes is not None and c.need_bytes <= limit[0]]
+        # The smallest set that fits (fewest changes; of those, the least need).
+        fitting.sort(key=lambda c: (len(c.change.split("; ")), c.need_bytes or 0))
+        chosen = fitting[0] if fitting else tried[-1]
+        need = chosen.need_bytes if fitting else None
+        before = refused.refusal.needed.bytes if refused.refusal.needed else limit[0]
         found.append(
             Change(
-                DONATE,
+                SEARCH,
                 target.topology,
-                max(0, before - need),
-                f"XLA:TPU's compile of the donated program for {target.topology}",
-                program=short_program_name(candidate.compile.module),
-                names=candidate.compile.change_names or (),
+                max(0, before - need) if need is not None else 0,
+                f"XLA:TPU's compile of the changed program for {target.topology}",
+                program=short_program_name(refused.name),
+                names=chosen.compile.change_names or (),
+                ops=(chosen.change,),
                 before_bytes=need,
                 pool_bytes=limit[0],
                 topology=target.topology,

@@ -12,6 +12,7 @@ from tpumem.analysis.changes import (
     PADDING,
     POOL,
     REMAT,
+    SEARCH,
     Change,
 )
 from tpumem.report.shorten import op_tail
@@ -48,25 +49,26 @@ def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str,
 
 
 def _figure(change: Change) -> str:
+    if change.key == SEARCH and change.before_bytes is None:
+        return "refused"
     if change.key == GROWTH:
         return f"+{format_bytes(change.bytes)}/step"
     return format_bytes(change.bytes)
 
 
 def _sentence(change: Change, framework: str) -> str:
-    if change.key == DONATE and change.pool_bytes is not None:  # fit's compile of it
-        donate = (
-            f"jax.jit(..., donate_argnames={_tuple(change.names)})"
-            if change.names
-            else "jax.jit(..., donate_argnums=...)"
-        )
-        fits = change.before_bytes is not None and change.before_bytes <= change.pool_bytes
-        verdict = "it fits" if fits else "still too much"
+    if change.key == SEARCH:
+        changed = change.ops[0] if change.ops else "changed"
+        if change.before_bytes is None:
+            return (
+                f"On {change.topology}, XLA:TPU refused {change.program}, and still refuses it "
+                f"{changed}: it needs a larger slice, or its state sharded over the slice's "
+                "chips."
+            )
         return (
-            f"On {change.topology}, XLA:TPU refused {change.program}; with the arguments its "
-            f"outputs replace donated ({donate}) it compiles at "
-            f"{format_bytes(change.before_bytes)} a chip, of the "
-            f"{format_bytes(change.pool_bytes)} there is: {verdict}."
+            f"On {change.topology}, XLA:TPU refused {change.program}; {changed}, it compiles "
+            f"at {format_bytes(change.before_bytes)} a chip, of the "
+            f"{format_bytes(change.pool_bytes)} there is: it fits."
         )
     if change.key == DONATE:
         names = ", ".join(change.names) or "its arguments"

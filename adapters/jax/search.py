@@ -1,0 +1,188 @@
+"""What `tpumem fit` tries when XLA:TPU refuses a program: the changes that
+shrink it, one more at a time, in the order a user would make them, each
+compiled by XLA:TPU (compile_only.py) until one fits:
+
+1. donation: the arguments the call's outputs replace, donated. By what the
+   call does, never by names: a positional argument (not static, not donated
+   already) each of whose arrays has the shape and dtype of an output no other
+   argument took, as a training step gives back its parameters and optimizer
+   state. Costs nothing: the step overwrites what it replaces.
+2. that state in bfloat16: the donated arguments' float32 arrays as bfloat16
+   (the update then runs in bfloat16: a precision cost, which the words say).
+3. half the batch: the other array arguments whose leading dimension is the
+   most common one among them (the batch), halved where it is even (twice the
+   steps an epoch).
+Each is tried with those before it until one set compiles; then each of that
+set's that costs something (not donation), but the last, is left out, one at a
+time, where the rest still compiles: the fewest costly changes that fit.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One change: its words, and what it does to jax.jit's options and the call's
+    arguments."""
+
+    words: str
+    change: Callable[[dict, tuple], tuple[dict, tuple]]
+    free: bool = False  # costs nothing (donation): never left out
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    words: str  # as the report says it: what the user writes, each part
+    names: tuple[str, ...]  # the donated arguments' Python names
+    options: dict  # jax.jit's, with the change
+    args: tuple  # the call's arguments, with the change
+
+
+def steps(
+    fun: Callable, args: tuple, out_info: Any, static: tuple[int, ...], options: dict
+) -> tuple[tuple[Step, ...], tuple[str, ...]]:
+    """(the changes to try, in order; the names of the arguments donation
+    donates); `args`: the call's, as shapes (stand_ins.spec)."""
+    donate = donatable(args, out_info, static, options)
+    if not donate:
+        return (), ()
+    names = argument_names(fun, donate)
+    numbers = tuple(sorted({*_numbers(options), *donate}))
+    kept = set(donate) | set(static)
+    found = [
+        Step(
+            f"donated (jax.jit(..., donate_argnames={names!r}))"
+            if len(names) == len(donate)
+            else f"donated (jax.jit(..., donate_argnums={donate!r}))",
+            lambda o, a: ({**o, "donate_argnums": numbers}, a),
+            free=True,
+        )
+    ]
+    if _bfloat16(args, donate) is not None:
+        found.append(
+            Step(
+                f"{', '.join(names) or 'the donated state'} in bfloat16 (the update's precision)",
+                lambda o, a: (o, _bfloat16(a, donate) or a),
+            )
+        )
+    smaller = _half_batch(args, kept)
+    if smaller is not None:
+        batch = smaller[1]
+        found.append(
+            Step(
+                f"batch {batch // 2}, not {batch} (twice the steps an epoch)",
+                lambda o, a: (o, (_half_batch(a, kept) or (a, 0))[0]),
+            )
+        )
+    return tuple(found), names
+
+
+def combined(
+    chosen: tuple[Step, ...], names: tuple[str, ...], options: dict, args: tuple
+) -> Change:
+    """The call with each of `chosen` made."""
+    for step in chosen:
+        options, args = step.change(options, args)
+    return Change("; ".join(s.words for s in chosen), names, options, args)
+
+
+def donatable(
+    args: tuple, out_info: Any, static: tuple[int, ...], options: dict
+) -> tuple[int, ...]:
+    """The positions of the arguments to donate, in order."""
+    import jax
+
+    left = collections.Counter(_shape(o) for o in jax.tree.leaves(out_info))
+    donated = set(_numbers(options))
+    found = []
+    for position, argument in enumerate(args):
+        if position in static or position in donated:
+            continue
+        leaves = [_shape(a) for a in jax.tree.leaves(argument) if hasattr(a, "shape")]
+        if not leaves:
+            continue
+        wanted = collections.Counter(leaves)
+        if all(left[key] >= count for key, count in wanted.items()):
+            left -= wanted
+            found.append(position)
+    return tuple(found)
+
+
+def argument_names(fun: Callable, positions: tuple[int, ...]) -> tuple[str, ...]:
+    """The Python names of the positional arguments (a partial's too); () where
+    the signature cannot say (a builtin, *args)."""
+    try:
+        parameters = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    named = [p.name for p in parameters if p.kind in kinds]
+    if any(p >= len(named) for p in positions):
+        return ()
+    return tuple(named[p] for p in positions)
+
+
+def _bfloat16(args: tuple, positions: tuple[int, ...]) -> tuple | None:
+    """`args` with the float32 arrays at `positions` as bfloat16 shapes; None
+    where there are none."""
+    import jax
+    import jax.numpy as jnp
+
+    found = []
+
+    def cast(a: Any) -> Any:
+        if getattr(a, "dtype", None) == jnp.float32 and hasattr(a, "shape"):
+            found.append(a)
+            return jax.ShapeDtypeStruct(a.shape, jnp.bfloat16, sharding=_sharding(a))
+        return a
+
+    changed = tuple(jax.tree.map(cast, a) if i in positions else a for i, a in enumerate(args))
+    return changed if found else None
+
+
+def _half_batch(args: tuple, kept: set[int]) -> tuple[tuple, int] | None:
+    """(`args` with the batch halved, the batch) where a batch is found: the
+    leading dimension most of the other array arguments share, even."""
+    import jax
+
+    leading = collections.Counter(
+        a.shape[0]
+        for i, argument in enumerate(args)
+        if i not in kept
+        for a in jax.tree.leaves(argument)
+        if getattr(a, "shape", None)
+    )
+    if not leading:
+        return None
+    batch, _ = leading.most_common(1)[0]
+    if batch < 2 or batch % 2:
+        return None
+
+    def halve(a: Any) -> Any:
+        if getattr(a, "shape", None) and a.shape[0] == batch:
+            shape = (batch // 2, *a.shape[1:])
+            return jax.ShapeDtypeStruct(shape, a.dtype, sharding=_sharding(a))
+        return a
+
+    halved = tuple(a if i in kept else jax.tree.map(halve, a) for i, a in enumerate(args))
+    return halved, batch
+
+
+def _sharding(a: Any) -> Any:
+    """A shape's sharding (a stand-in's; None, a fresh array's, leaves it to XLA:TPU)."""
+    return getattr(a, "sharding", None)
+
+
+def _numbers(options: dict) -> tuple[int, ...]:
+    nums = options.get("donate_argnums", ())
+    return (nums,) if isinstance(nums, int) else tuple(nums or ())
+
+
+def _shape(array: Any) -> tuple[tuple[int, ...], str]:
+    return tuple(array.shape), str(array.dtype)
