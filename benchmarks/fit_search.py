@@ -1,0 +1,86 @@
+"""`tpumem fit` searching what makes a refused step fit, against its anchor: the
+same XLA:TPU compiles made bare with JAX's AOT API (fit_search_anchor.py),
+whole process to whole process, in one run.
+
+    .venv/bin/python benchmarks/fit_search.py [--repeats 3]
+
+The script is a 62-layer MLP step (f32[8192,8192] layers, 15.5 GiB of
+parameters) on v5e-1: XLA:TPU refuses it; fit compiles it on v5p to show what
+fills it, then donated (refused), then donated with its parameters in bfloat16
+(it fits), and writes the trace and the report. XLA:TPU's budget for v5e is
+measured once before (tpumem's cache then holds it). The two alternate,
+`repeats` times each; printed: the medians and fit / anchor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+from common import WORK
+from fit_vs_aot import HERE, _libtpu_env
+
+MLP = """
+import argparse, functools
+import jax, jax.numpy as jnp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--layers", type=int, default=62)
+layers = parser.parse_args().layers
+
+def loss(params, x):
+    for w in params:
+        x = jnp.tanh(x @ w)
+    return (x ** 2).mean()
+
+def step(params, x, lr):
+    grads = jax.grad(loss)(params, x)
+    return [w - lr * g for w, g in zip(params, grads)]
+
+train = jax.jit(functools.partial(step, lr=0.01))
+params = jax.jit(lambda: [jnp.zeros((8192, 8192), jnp.float32) for _ in range(layers)])()
+params = train(params, jnp.ones((128, 8192), jnp.float32))
+"""
+
+
+def _seconds(command: list[str], env: dict[str, str] | None, ok: tuple[int, ...]) -> float:
+    import subprocess
+    import time
+
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=WORK, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode not in ok:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    WORK.mkdir(exist_ok=True)
+    (WORK / "fit_search_mlp.py").write_text(MLP)
+    fit = [sys.executable, "-m", "tpumem", "fit", "-q", "--tpu", "v5e-1", "--force"]
+    fit += ["-o", "fit_search_mlp.fit.tpumem", "fit_search_mlp.py"]
+    anchor = [sys.executable, str(HERE / "fit_search_anchor.py")]
+    env = _libtpu_env()
+    _seconds(fit, None, (1,))  # XLA:TPU's budget for v5e into tpumem's cache
+    anchors, fits = [], []
+    for _ in range(options.repeats):
+        anchors.append(_seconds(anchor, env, (0,)))
+        fits.append(_seconds(fit, None, (1,)))  # (1: it does not fit as written)
+    result = {
+        "anchor_aot_s": statistics.median(anchors),
+        "fit_s": statistics.median(fits),
+        "ratio": statistics.median(fits) / statistics.median(anchors),
+        "anchor_runs": anchors,
+        "fit_runs": fits,
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
