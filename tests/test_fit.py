@@ -876,3 +876,36 @@ def test_a_step_whose_batch_overflows_fits_at_half_the_batch_donated(tmp_path):
     independent = run_python(WIDE_BATCH, tmp_path, env=aot_env(), args=["aot"])
     assert chosen.program is not None
     assert {k: chosen.program.memory(k) for k in MEMORY} == independent
+
+
+# A Pallas kernel whose one block (the whole f32[8192,8192]) is 256 MiB of
+# on-chip VMEM, which a v5e chip has 128 MiB of.
+VMEM_KERNEL = """
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0
+
+@jax.jit
+def double(x):
+    whole = pl.BlockSpec(x.shape, lambda i: (0, 0))
+    out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return pl.pallas_call(kernel, out_shape=out, grid=(1,), in_specs=[whole], out_specs=whole)(x)
+
+print(double(jnp.ones((8192, 8192), jnp.float32)))
+"""
+
+
+def test_a_kernel_too_large_for_vmem_is_a_verdict_and_nothing_more_is_compiled(tmp_path):
+    refused = _fit(tmp_path, VMEM_KERNEL, "--tpu", "v5e-1", "script.py")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    said = " ".join(refused.stdout.split())
+    assert (
+        "DOES NOT FIT on v5e:1x1: XLA:TPU refused jit_double: a kernel's blocks need "
+        "256.00 MiB of the 128.00 MiB of on-chip VMEM" in said
+    )
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    # No diagnostic compile (VMEM is no larger on a larger chip), no search (what
+    # shrinks HBM does not shrink a block).
+    assert target.refused[0].diagnostic is None and not target.candidates

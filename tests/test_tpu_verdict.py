@@ -10,7 +10,7 @@ import pytest
 from tpumem.analysis import provenance
 from tpumem.analysis.tpu import TpuProgram, TpuRefused, TpuTarget, tpu_fit, tpu_targets
 from tpumem.errors import TpumemError
-from tpumem.hlo.refusals import Figure, refusal
+from tpumem.hlo.refusals import VMEM, Figure, refusal
 from tpumem.tpu.budget_cache import cache_file, cached_budget, remember_budget
 from tpumem.tpu.topology import diagnostic_topology, parse_topology
 from tpumem.trace.tpu_rows import TpuBudget, TpuCompile, budget_row_text, read_tpu_row
@@ -67,6 +67,25 @@ def test_xla_tpus_refusals_are_read_with_their_rounding():
     assert near is not None and near.over == Figure(round(34.0 * 1024), round(0.05 * 1024))
     assert refusal("INVALID_ARGUMENT: the shapes do not match") is None
     assert refusal("RESOURCE_EXHAUSTED: out of host memory") is None
+
+
+def test_a_kernel_refused_for_on_chip_vmem_is_a_refusal_in_that_space():
+    """libtpu 0.0.42.1's two forms for a Pallas block too large for VMEM."""
+    exact = refusal(
+        "RESOURCE_EXHAUSTED: Allocation (size=268435456) would exceed memory "
+        "(size=134217728) :: #allocation2 [shape = 'u8[268435456]{0}', space=vmem, "
+        "size = 0x10000000, scoped, tag = 'input window allocation']"
+    )
+    assert exact is not None and exact.space == VMEM
+    assert exact.needed == Figure(256 << 20, 0) and exact.available == Figure(128 << 20, 0)
+    assert exact.over == Figure(128 << 20, 0)
+    rounded = refusal(
+        "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory "
+        "space vmem. Used 256.00M of 128.00M vmem."
+    )
+    assert rounded is not None and rounded.space == VMEM
+    assert rounded.needed is not None and rounded.needed.bytes == 256 << 20
+    assert refusal(FAR) is not None and refusal(FAR).space == "hbm"  # type: ignore[union-attr]
 
 
 def _program(need: int, name: str = "jit_step") -> TpuProgram:

@@ -35,7 +35,7 @@ from typing import Any
 
 from tpumem.adapters.jax import search, stand_ins, tree_kinds
 from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
-from tpumem.hlo.refusals import refusal
+from tpumem.hlo.refusals import HBM, refusal
 from tpumem.trace.tpu_rows import (
     MAX_ERROR,
     TpuCompile,
@@ -332,7 +332,9 @@ class _Jitted:
         compiled, row = self._owner.compile(lowered, self._name, _chips(specs), beside, regions)
         if key is not None:
             self._rows[key] = [row.program_id or 0, beside]
-        if compiled is None and self._name.startswith("jit_"):  # (pmap's: not tried)
+        said = refusal(row.error) if compiled is None and row.error else None
+        if said is not None and said.space == HBM and self._name.startswith("jit_"):
+            # (Refused for its size in HBM: what would fit is searched; pmap's not.)
             self._searched(args, kwargs, lowered, beside)
         if compiled is not None:
             answer = jax.tree.map(

@@ -26,7 +26,7 @@ from tpumem.analysis.kinds import KindBytes
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.program_heap import ProgramHeap, program_heap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak
-from tpumem.hlo.refusals import Refusal, refusal
+from tpumem.hlo.refusals import VMEM, Refusal, refusal
 from tpumem.hlo.schema import HloError
 from tpumem.hlo.tiles import parse_shape
 from tpumem.trace.hlo_rows import hlo_rows
@@ -322,6 +322,10 @@ def tpu_fit(
         # budget (its rounded "Used 15.75G" may be under the budget measured).
         over = usable_bytes + (said.over.bytes if said.over else 1)
         need = max(said.needed.bytes if said.needed else 0, over)
+        if said.space == VMEM and said.needed and said.available:
+            # A kernel's blocks against on-chip VMEM: those are the figures known
+            # (what it would need of HBM is not: it was never planned).
+            need, usable_bytes = said.needed.bytes, said.available.bytes
         return TpuFit(
             program=first.name,
             running_at_peak=False,

@@ -8,6 +8,7 @@ import os
 from tpumem.analysis.cpu_forms import CpuForm
 from tpumem.analysis.programs import short_program_name
 from tpumem.analysis.tpu import TpuTarget
+from tpumem.hlo.refusals import VMEM
 from tpumem.report.fit_rows import budget_words
 from tpumem.report.kind_words import kinds_rows
 from tpumem.report.program_rows import MORE_ON_A_TPU, TOP_PROGRAMS, buffer_rows
@@ -57,6 +58,13 @@ def tpu_verdict(target: TpuTarget) -> str | None:
         )
         over = f": over by {format_bytes(figures.over.bytes, 2)}" if figures.over else ""
         more = f" ({len(target.refused) - 1:,} more refused)" if len(target.refused) > 1 else ""
+        if figures.space == VMEM:
+            return (
+                f"DOES NOT FIT on {target.topology}: XLA:TPU refused "
+                f"{short_program_name(refused.name)}{more}: a kernel's blocks need {needed} of "
+                f"the {allowed} of on-chip VMEM{over}, XLA:TPU's own figures; smaller blocks "
+                "(a Pallas BlockSpec's block shape) fit"
+            )
         return (
             f"DOES NOT FIT on {target.topology}: XLA:TPU refused "
             f"{short_program_name(refused.name)}{more}: it needs {needed} of the {allowed} a "
