@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -71,11 +72,11 @@ def _candidates(namespace: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
         if _is_container(value):
             yield name, value
         if isinstance(value, dict):
-            for key, item in list(value.items())[:1000]:
+            for key, item in list(itertools.islice(value.items(), 1000)):
                 if isinstance(key, str | int) and _is_container(item):
                     yield f"{name}[{key!r}]", item
         elif _is_plain_object(value):
-            for attribute, item in list(vars(value).items())[:1000]:
+            for attribute, item in list(itertools.islice(vars(value).items(), 1000)):
                 if isinstance(attribute, str) and _is_container(item):
                     yield f"{name}.{attribute}", item
 
@@ -103,13 +104,13 @@ def _arrays_in(container: Any, is_array: Callable[[Any], bool], budget: list[int
     # A dict's lists are containers of their own (_candidates: `metrics['loss']`).
     inner_kinds = (tuple, dict) if isinstance(container, dict) else (tuple, list, dict)
     arrays: list[Any] = []
-    for item in list(items)[: max(budget[0], 0)]:
+    for item in list(itertools.islice(items, max(budget[0], 0))):
         budget[0] -= 1
         if is_array(item):
             arrays.append(item)
         elif isinstance(item, inner_kinds):
             inner = item.values() if isinstance(item, dict) else item
-            for element in list(inner)[:64]:
+            for element in list(itertools.islice(inner, 64)):
                 budget[0] -= 1
                 if is_array(element):
                     arrays.append(element)

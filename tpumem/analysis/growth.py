@@ -37,6 +37,7 @@ MIN_STEPS = 4  # step ends needed to tell warm-up from growth
 SETTLED_BYTES = 64 * 1024
 NOISE_SPREADS = 3.0
 LEAST_KEPT = 2  # grown buffers a container must hold to be the one that keeps them
+MOST_KEPT = 64  # containers read
 RISING_SHARE = 0.75  # growing: at least this share of settled steps end higher,
 # and the rise from the first settled step to the last is above the noise
 
@@ -144,7 +145,9 @@ def _warmup(floors: np.ndarray) -> tuple[int, float]:
 def _kept_in(trace: Trace, events: DeviceEvents, start: int, end: int) -> KeptArrays | None:
     """The container holding most of the buffers live at `end` and not at
     `start`, at least LEAST_KEPT of them."""
-    kept = trace.metadata.kept or ()
+    # (The largest first, as the adapter wrote them; a trace of any other
+    # writer's is read for its first MOST_KEPT, so the cost stays the events'.)
+    kept = (trace.metadata.kept or ())[:MOST_KEPT]
     if not kept:
         return None
     grown = np.setdiff1d(live_at(events, end), live_at(events, start))
