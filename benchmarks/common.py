@@ -110,3 +110,19 @@ def seconds_and_memory(command: list[str]) -> tuple[float, int]:
             said = errors.read().decode(errors="replace")[-2000:]
             raise SystemExit(f"{' '.join(command)} failed: {said}")
     return seconds, max(peak, usage.ru_maxrss * 1024)
+
+
+def in_turns(anchor: Callable[[], float], measured: Callable[[], float], repeats: int) -> dict:
+    """The anchor and the measured command, alternating `repeats` times each:
+    their medians, measured / anchor, and every run (what the fit benchmarks print)."""
+    anchors, runs = [], []
+    for _ in range(repeats):
+        anchors.append(anchor())
+        runs.append(measured())
+    return {
+        "anchor_aot_s": statistics.median(anchors),
+        "fit_s": statistics.median(runs),
+        "ratio": statistics.median(runs) / statistics.median(anchors),
+        "anchor_runs": anchors,
+        "fit_runs": runs,
+    }

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
-from common import WORK
-from fit_vs_aot import HERE, _libtpu_env
+from common import WORK, in_turns
+from fit_vs_aot import HERE, _libtpu_env, _seconds
 
 MLP = """
 import argparse, functools
@@ -45,18 +44,6 @@ params = train(params, jnp.ones((128, 8192), jnp.float32))
 """
 
 
-def _seconds(command: list[str], env: dict[str, str] | None, ok: tuple[int, ...]) -> float:
-    import subprocess
-    import time
-
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=WORK, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode not in ok:
-        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    return seconds
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
@@ -67,18 +54,11 @@ def main() -> None:
     fit += ["-o", "fit_search_mlp.fit.tpumem", "fit_search_mlp.py"]
     anchor = [sys.executable, str(HERE / "fit_search_anchor.py")]
     env = _libtpu_env()
-    _seconds(fit, None, (1,))  # XLA:TPU's budget for v5e into tpumem's cache
-    anchors, fits = [], []
-    for _ in range(options.repeats):
-        anchors.append(_seconds(anchor, env, (0,)))
-        fits.append(_seconds(fit, None, (1,)))  # (1: it does not fit as written)
-    result = {
-        "anchor_aot_s": statistics.median(anchors),
-        "fit_s": statistics.median(fits),
-        "ratio": statistics.median(fits) / statistics.median(anchors),
-        "anchor_runs": anchors,
-        "fit_runs": fits,
-    }
+    _seconds(fit, ok=(1,))  # XLA:TPU's budget for v5e into tpumem's cache
+    # (fit exits 1: the step does not fit as written.)
+    result = in_turns(
+        lambda: _seconds(anchor, env), lambda: _seconds(fit, ok=(1,)), options.repeats
+    )
     print(json.dumps(result, indent=1))
 
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import WORK
+from common import WORK, in_turns
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,11 +46,14 @@ def _libtpu_env() -> dict[str, str]:
     }
 
 
-def _seconds(command: list[str], env: dict[str, str] | None = None) -> float:
+def _seconds(
+    command: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)
+) -> float:
+    """The command's whole-process seconds; any exit status but `ok` ends the run."""
     start = time.perf_counter()
     done = subprocess.run(command, cwd=WORK, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    if done.returncode != 0:
+    if done.returncode not in ok:
         sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
     return seconds
 
@@ -67,17 +69,7 @@ def main() -> None:
     anchor = [sys.executable, str(HERE / "fit_anchor.py")]
     env = _libtpu_env()
     _seconds(fit)  # XLA:TPU's budget for v5e into tpumem's cache, as after a first fit
-    anchors, fits = [], []
-    for _ in range(options.repeats):
-        anchors.append(_seconds(anchor, env))
-        fits.append(_seconds(fit))
-    result = {
-        "anchor_aot_s": statistics.median(anchors),
-        "fit_s": statistics.median(fits),
-        "ratio": statistics.median(fits) / statistics.median(anchors),
-        "anchor_runs": anchors,
-        "fit_runs": fits,
-    }
+    result = in_turns(lambda: _seconds(anchor, env), lambda: _seconds(fit), options.repeats)
     print(json.dumps(result, indent=1))
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tpu_aot import ARRAY_SIZES, MEMORY, PRINT_MEMORY, aot_env, entry_parameters
@@ -731,11 +732,17 @@ print("stepped")
 """
 
 
-def test_an_array_held_beside_a_step_counts_at_xla_tpus_layout(tmp_path):
-    result = _fit(tmp_path, HELD_BESIDE, "--tpu", "v5e-1", "script.py")
+def _one_step(tmp_path: Path, script: str) -> tuple[Any, Any]:
+    """(the v5e-1 target, its jit_step) of a script that fits."""
+    result = _fit(tmp_path, script, "--tpu", "v5e-1", "script.py")
     assert result.returncode == 0, result.stderr[-3000:]
     (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
     (step,) = [p for p in target.programs if p.name == "jit_step"]
+    return target, step
+
+
+def test_an_array_held_beside_a_step_counts_at_xla_tpus_layout(tmp_path):
+    target, step = _one_step(tmp_path, HELD_BESIDE)
     env = aot_env()
     shapes = json.dumps([[[1 << 24, 3], "float32"]])
     (size,) = run_python(ARRAY_SIZES, tmp_path, env=env, args=[shapes])
@@ -763,10 +770,7 @@ print("stepped")
 
 
 def test_arrays_kept_across_cached_calls_count_at_each_call(tmp_path):
-    result = _fit(tmp_path, KEEPS_THE_FIRST, "--tpu", "v5e-1", "script.py")
-    assert result.returncode == 0, result.stderr[-3000:]
-    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
-    (step,) = [p for p in target.programs if p.name == "jit_step"]
+    target, step = _one_step(tmp_path, KEEPS_THE_FIRST)
     # Held beside the second call, not the first (the first call's arguments).
     assert step.compile.outside_bytes == 8 * 4096 * 4096 * 4
     assert target.fit is not None
