@@ -67,11 +67,11 @@ def _candidates(namespace: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """(name as the script writes it, container): the globals, their dicts'
     entries and plain objects' attributes, one level down."""
     for name, value in list(namespace.items()):
-        if name.startswith("__") or not isinstance(name, str):
+        if not isinstance(name, str) or name.startswith("__"):
             continue
         if _is_container(value):
             yield name, value
-        if isinstance(value, dict):
+        if type(value) is dict:
             for key, item in list(itertools.islice(value.items(), 1000)):
                 if isinstance(key, str | int) and _is_container(item):
                     yield f"{name}[{key!r}]", item
@@ -82,7 +82,9 @@ def _candidates(namespace: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
 
 
 def _is_container(value: Any) -> bool:
-    return isinstance(value, (*_SEQUENCES, dict))
+    # The built-in kinds themselves: a subclass's iteration is the script's code
+    # (a dict that loads on read), which must not run at its end.
+    return type(value) in (*_SEQUENCES, dict)
 
 
 def _is_plain_object(value: Any) -> bool:
@@ -108,9 +110,9 @@ def _arrays_in(container: Any, is_array: Callable[[Any], bool], budget: list[int
         budget[0] -= 1
         if is_array(item):
             arrays.append(item)
-        elif isinstance(item, inner_kinds):
-            inner = item.values() if isinstance(item, dict) else item
-            for element in list(itertools.islice(inner, 64)):
+        elif type(item) in inner_kinds and budget[0] > 0:
+            inner = item.values() if type(item) is dict else item
+            for element in list(itertools.islice(inner, min(64, budget[0]))):
                 budget[0] -= 1
                 if is_array(element):
                     arrays.append(element)

@@ -704,7 +704,7 @@ def test_a_refused_step_gets_the_changes_that_fit_with_xla_tpus_figure(
     (target,) = analysis.tpu
     assert len(target.candidates) == tried  # one more change at a time, to the first that fits
     candidate = target.candidates[-1]
-    assert candidate.change.startswith("donated (jax.jit(..., donate_argnames=('params',)))")
+    assert candidate.change.startswith("donated (jax.jit(..., donate_argnames=('params',)),")
     assert ("in bfloat16" in candidate.change) == (dtype == "bfloat16")
     (search,) = [c for c in analysis.changes if c.key == SEARCH]
     assert search.names == ("params",) and search.topology == "v5e:1x1"
@@ -873,8 +873,8 @@ def test_a_step_whose_batch_overflows_fits_at_half_the_batch_donated(tmp_path):
     (target,) = analysis.tpu
     (chosen,) = [c for c in target.candidates if c.change == search.ops[0]]
     assert chosen.change == (
-        "donated (jax.jit(..., donate_argnames=('params',))); "
-        "batch 131072, not 262144 (twice the steps an epoch)"
+        "donated (jax.jit(..., donate_argnames=('params',)), where the script does not use "
+        "them after the call); batch 131072, not 262144 (twice the steps an epoch)"
     )
     assert search.before_bytes == chosen.need_bytes <= search.pool_bytes
     independent = run_python(WIDE_BATCH, tmp_path, env=aot_env(), args=["aot"])

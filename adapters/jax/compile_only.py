@@ -64,6 +64,7 @@ class CompileOnly:
         # many times the script calls it, and however many times it jits it.
         self.answers: dict[Any, dict[Any, Any]] = {}
         self.rows: dict[Any, dict[Any, list[int]]] = {}
+        self._sizes: dict[Any, int] = {}  # a stand-in's shard bytes, by its kind
 
     # -- the patches ---------------------------------------------------------
     def install(self) -> None:
@@ -109,7 +110,7 @@ class CompileOnly:
         # imports it from here.
         from jax.experimental import pjit
 
-        pjit.pjit = self.jit  # type: ignore[assignment]
+        pjit.pjit = self.pjit  # type: ignore[assignment]
         jax.device_put = self.device_put  # type: ignore[assignment]
         original_block = jax.block_until_ready
         jax.block_until_ready = lambda x: x if stand_ins.holds_stand_ins(x) else original_block(x)
@@ -119,9 +120,17 @@ class CompileOnly:
             return lambda f: self.jit(f, **options)
         return _Jitted(self, self._original_jit(fun, **options), fun, options)
 
-    def pmap(self, fun: Callable | None = None, **options: Any) -> Any:
+    def pjit(self, fun: Callable, *shardings: Any, **options: Any) -> Any:
+        """pjit, whose in_shardings and out_shardings may come by position."""
+        named = dict(zip(("in_shardings", "out_shardings"), shardings, strict=False))
+        return self.jit(fun, **named, **options)
+
+    def pmap(self, fun: Callable | None = None, *axis: Any, **options: Any) -> Any:
         """jax.pmap over the slice's chips, compiled as a jitted call is (one
-        replica a chip; the mapped axis is the script's device count)."""
+        replica a chip; the mapped axis is the script's device count); its
+        axis_name may come by position."""
+        if axis:
+            options["axis_name"] = axis[0]
         if fun is None:
             return lambda f: self.pmap(f, **options)
         mapped = self._original_pmap(fun, **{"devices": list(self.devices), **options})
@@ -179,7 +188,20 @@ class CompileOnly:
 
         given = {id(x) for x in jax.tree.leaves(args)}
         self._let_go()
-        return sum(stand_ins.shard_bytes(x) for x in self._made if id(x) not in given)
+        return sum(self._shard_bytes(x) for x in self._made if id(x) not in given)
+
+    def _shard_bytes(self, x: Any) -> int:
+        """stand_ins.shard_bytes, once a shape, dtype and sharding: a loop of
+        cached calls asks again for the same stand-ins' sizes every call."""
+        try:
+            key = (tuple(x.shape), str(x.dtype), x.sharding)
+            hash(key)
+        except TypeError:
+            return stand_ins.shard_bytes(x)
+        size = self._sizes.get(key)
+        if size is None:
+            size = self._sizes[key] = stand_ins.shard_bytes(x)
+        return size
 
     def held_again(self, row: list[int], args: Any) -> None:
         """A cached call: where the script holds more beside it than at any call
@@ -205,7 +227,7 @@ class CompileOnly:
         chips: int,
         beside: int | None = None,
         regions: tuple[str, ...] | None = None,
-        change: tuple[str, tuple[str, ...]] | None = None,
+        change: tuple[str, tuple[str, ...], int] | None = None,
     ) -> tuple[Any | None, TpuCompile]:
         """(XLA:TPU's executable or None where it refused, the row for it);
         `change`: a candidate's (words, names) in place of the script's program."""
@@ -220,6 +242,7 @@ class CompileOnly:
             argument_regions=regions,
             change=change[0] if change else None,
             change_names=change[1] if change else None,
+            change_of=change[2] if change else None,
         )
         start = time.perf_counter()
         try:
@@ -335,7 +358,7 @@ class _Jitted:
         said = refusal(row.error) if compiled is None and row.error else None
         if said is not None and said.space == HBM and self._name.startswith("jit_"):
             # (Refused for its size in HBM: what would fit is searched; pmap's not.)
-            self._searched(args, kwargs, lowered, beside)
+            self._searched(args, kwargs, lowered, beside, row.program_id or 0)
         if compiled is not None:
             answer = jax.tree.map(
                 stand_ins.out_stand_in, compiled.out_info, compiled.output_shardings
@@ -348,7 +371,9 @@ class _Jitted:
         # Stand-ins of their own for each call: the cache holds none the script holds.
         return self._owner.made(stand_ins.fresh(answer))
 
-    def _searched(self, args: tuple, kwargs: dict, lowered: Any, beside: int | None) -> None:
+    def _searched(
+        self, args: tuple, kwargs: dict, lowered: Any, beside: int | None, refused: int
+    ) -> None:
         """A refused program compiled again with the changes that shrink it
         (search.py): the first set that XLA:TPU compiles, made smaller where it
         can be. Each compile a candidate row, none of the script's programs."""
@@ -356,7 +381,9 @@ class _Jitted:
 
         shapes = jax.tree.map(stand_ins.spec, args)
         static = self._static_nums
-        found, names = search.steps(self._fun, shapes, lowered.out_info, static, self._options)
+        found, names = search.steps(
+            self._fun, shapes, lowered.out_info, static, self._options, self._static_names
+        )
 
         def fits(chosen: tuple[search.Step, ...]) -> bool | None:
             change = search.combined(chosen, names, dict(self._options), shapes)
@@ -366,7 +393,7 @@ class _Jitted:
             except Exception:  # (a change JAX cannot lower here: none tried further)
                 return None
             chips = _chips(change.args, kwargs)
-            words = (change.words, change.names)
+            words = (change.words, change.names, refused)
             compiled, _ = self._owner.compile(relowered, self._name, chips, beside, None, words)
             return compiled is not None
 

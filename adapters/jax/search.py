@@ -45,11 +45,20 @@ class Change:
 
 
 def steps(
-    fun: Callable, args: tuple, out_info: Any, static: tuple[int, ...], options: dict
+    fun: Callable,
+    args: tuple,
+    out_info: Any,
+    static: tuple[int, ...],
+    options: dict,
+    static_names: tuple[str, ...] = (),
 ) -> tuple[tuple[Step, ...], tuple[str, ...]]:
     """(the changes to try, in order; the names of the arguments donation
     donates); `args`: the call's, as shapes (stand_ins.spec)."""
-    donate = donatable(args, out_info, static, options)
+    # Arguments named static, or donated by name already, are no candidates.
+    every = argument_names(fun, tuple(range(len(args))))
+    named = set(static_names) | set(_names(options))
+    skipped = tuple(i for i, name in enumerate(every) if name in named)
+    donate = donatable(args, out_info, (*static, *skipped), options)
     if not donate:
         return (), ()
     names = argument_names(fun, donate)
@@ -57,9 +66,11 @@ def steps(
     kept = set(donate) | set(static)
     found = [
         Step(
-            f"donated (jax.jit(..., donate_argnames={names!r}))"
+            f"donated (jax.jit(..., donate_argnames={names!r}), where the script does not "
+            "use them after the call)"
             if len(names) == len(donate)
-            else f"donated (jax.jit(..., donate_argnums={donate!r}))",
+            else f"donated (jax.jit(..., donate_argnums={donate!r}), where the script does "
+            "not use them after the call)",
             lambda o, a: ({**o, "donate_argnums": numbers}, a),
             free=True,
         )
@@ -177,6 +188,11 @@ def _half_batch(args: tuple, kept: set[int]) -> tuple[tuple, int] | None:
 def _sharding(a: Any) -> Any:
     """A shape's sharding (a stand-in's; None, a fresh array's, leaves it to XLA:TPU)."""
     return getattr(a, "sharding", None)
+
+
+def _names(options: dict) -> tuple[str, ...]:
+    names = options.get("donate_argnames", ())
+    return (names,) if isinstance(names, str) else tuple(names or ())
 
 
 def _numbers(options: dict) -> tuple[int, ...]:

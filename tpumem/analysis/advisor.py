@@ -24,6 +24,7 @@ from tpumem.analysis.accelerators import ACCELERATORS, Accelerator
 from tpumem.analysis.fragmentation import Fragmentation
 from tpumem.analysis.padding import LayoutPadding
 from tpumem.analysis.preallocation import Preallocation
+from tpumem.hlo import refusals
 from tpumem.trace.memory_settings import MemorySettings
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class FitRow:
     # Where needed_bytes comes from: the estimate above, or XLA:TPU's own compile
     # of the run's programs for a topology (`--tpu`, analysis/tpu.py).
     compiled_for: str | None = None
+    # XLA:TPU refused a kernel for its on-chip VMEM: the HBM need is not known.
+    refused_for_vmem: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,9 @@ def with_tpu_compiles(fit: FitAdvice | None, targets: tuple[TpuTarget, ...]) -> 
             setting=None,
             source=_budget_source(target),
             compiled_for=target.topology,
+            refused_for_vmem=any(
+                r.name == tpu.refused and r.refusal.space == refusals.VMEM for r in target.refused
+            ),
         )
         # The generation's estimate gives way to the first slice of it compiled
         # (the model's smallest capacity is not XLA:TPU's answer: not kept);

@@ -34,9 +34,7 @@ def call_steps(trace: Trace, events: DeviceEvents, least: int) -> CallSteps | No
     if len(made) < least:
         return None
     codes, names = trace.codes_at("op", events.row[made])
-    compiled = tuple(
-        CompiledProgram(p.module or p.name, p, None) for p in programs(trace) if p.name != "?"
-    )
+    compiled = trace.derived("programs by name", lambda: _compiled(trace))
     best: tuple[float, int, str, np.ndarray] | None = None
     for code in np.unique(codes[codes >= 0]).tolist():
         name = names[code]
@@ -54,3 +52,10 @@ def call_steps(trace: Trace, events: DeviceEvents, least: int) -> CallSteps | No
         return None
     times = best[3]
     return CallSteps(best[2], times, np.arange(len(times), dtype=np.int64))
+
+
+def _compiled(trace: Trace) -> tuple[CompiledProgram, ...]:
+    """The trace's programs as names to match ops to (read once, every device's)."""
+    return tuple(
+        CompiledProgram(p.module or p.name, p, None) for p in programs(trace) if p.name != "?"
+    )

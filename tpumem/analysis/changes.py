@@ -23,7 +23,7 @@ device that grows).
   (hlo/tiles.py's rule, held to libtpu's own sizes by the suite).
 - MOMENTS: an optimizer state at the peak twice the parameters (by the
   framework's objects: Adam's two moments a parameter): an optimizer with one
-  value a parameter holds half that state less (estimated).
+  value a parameter holds the state less the parameters (estimated).
 - PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
   tiles pad most (its plan: each buffer's bytes and its elements').
 - POOL: an allocator that held far more than the run needed (its own pool,
@@ -60,7 +60,8 @@ KEYS = (SEARCH, GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
 
 # An optimizer state this many times the parameters keeps two values for each
 # (Adam's, AdamW's, Adamax's moments; nearer two than one: at the peak, a moment
-# the step has just replaced is the step's): one with one keeps half as much.
+# the step has just replaced is the step's): one with one keeps the state less
+# the parameters.
 TWO_MOMENTS = 1.5
 # Below these a change is not worth a line: a share of the device's peak, and bytes.
 SMALLEST_SHARE = 0.05
@@ -122,7 +123,7 @@ def what_to_change(
                 if c is not None and _worth(c, need)
             ]
     if not devices:
-        return tuple(found)
+        return tuple(sorted(found, key=lambda c: (KEYS.index(c.key), -c.bytes)))
     device = highest(devices)
     running = [r.program for r in device.programs_at_peak]
     if framework == "jax":
@@ -151,36 +152,43 @@ def what_to_change(
 
 def _candidates(target: TpuTarget) -> list[Change]:
     """Per program XLA:TPU refused, what `tpumem fit` compiled in its place
-    (adapters/jax/search.py): the smallest set of changes that fits, with the
-    bytes a chip needs less, the need with it (`before_bytes`) and the budget
-    (`pool_bytes`); or, where none fit, the most it tried (`before_bytes` None)."""
+    (adapters/jax/search.py), with a chip's need with it (`before_bytes`: the
+    changed program's plan and what the script held beside it) against the
+    budget (`pool_bytes`): the smallest set that fits; else the compiled one
+    that needs least (over the budget with what was held beside); else the
+    refusal stands (`before_bytes` None). The figure is that need."""
     limit = usable(target)
     if limit is None:
         return []
+    by_program: dict[int | None, list] = {}
+    for candidate in target.candidates:
+        by_program.setdefault(candidate.compile.change_of, []).append(candidate)
     found = []
     for refused in target.refused:
-        tried = [c for c in target.candidates if c.compile.module == refused.name]
+        tried = by_program.get(refused.compile.program_id, [])
         if not tried:
             continue
-        fitting = [c for c in tried if c.need_bytes is not None and c.need_bytes <= limit[0]]
-        # The smallest set that fits (fewest changes; of those, the least need).
-        fitting.sort(key=lambda c: (len(c.change.split("; ")), c.need_bytes or 0))
-        chosen = fitting[0] if fitting else tried[-1]
-        need = chosen.need_bytes if fitting else None
-        before = refused.refusal.needed.bytes if refused.refusal.needed else limit[0]
+        compiled = [c for c in tried if c.need_bytes is not None]
+        # The fewest changes that fit; of those (or of none that fit), the least need.
+        compiled.sort(key=lambda c: (c.need_bytes > limit[0], c.change.count("; "), c.need_bytes))
+        chosen = compiled[0] if compiled else tried[-1]
+        need = chosen.need_bytes
+        beside = chosen.compile.outside_bytes or 0
         found.append(
             Change(
                 SEARCH,
                 target.topology,
-                max(0, before - need) if need is not None else 0,
-                f"XLA:TPU's compile of the changed program for {target.topology}",
+                need or 0,
+                f"XLA:TPU's compile of the changed program for {target.topology}"
+                + (", with the arrays held beside it in its tiles" if beside else ""),
                 program=short_program_name(refused.name),
                 names=chosen.compile.change_names or (),
                 ops=(chosen.change,),
                 before_bytes=need,
                 pool_bytes=limit[0],
                 topology=target.topology,
-                known=provenance.EXACT,
+                # (What the script held beside is sized by the tile rule: estimated.)
+                known=provenance.EXACT if not beside else provenance.ESTIMATED,
             )
         )
     return found
@@ -381,9 +389,9 @@ def _remat(
 def _moments(device: DeviceAnalysis) -> Change | None:
     """An optimizer whose state at the peak is twice the parameters, by the
     framework's own objects (kinds.py): two values a parameter. One with one
-    value a parameter holds half that state less (estimated: its slot takes the
-    parameter's dtype and shape; a step that does not donate holds the state
-    twice, old and new, and the half is of both)."""
+    value a parameter holds the state less the parameters (estimated: its slot
+    takes the parameter's dtype and shape; a step that does not donate holds
+    both twice, old and new, and the difference is of both)."""
     if device.kinds is None:
         return None
     kinds = {k.kind: k for k in device.kinds.kinds}
@@ -395,9 +403,9 @@ def _moments(device: DeviceAnalysis) -> Change | None:
     return Change(
         MOMENTS,
         device.device,
-        state.bytes // 2,
-        "one value a parameter instead of two: half the optimizer's state at the peak (it, "
-        "and the parameters it is twice, by the framework's own objects)",
+        state.bytes - parameters.bytes,
+        "one value a parameter instead of two: the optimizer's state less the parameters, "
+        "at the peak (both by the framework's own objects)",
         before_bytes=state.bytes,
     )
 

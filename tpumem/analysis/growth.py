@@ -36,7 +36,6 @@ MIN_STEPS = 4  # step ends needed to tell warm-up from growth
 # median distance from it, where they scatter more (TensorFlow's BFC chunks).
 SETTLED_BYTES = 64 * 1024
 NOISE_SPREADS = 3.0
-LEAST_KEPT = 2  # grown buffers a container must hold to be the one that keeps them
 MOST_KEPT = 64  # containers read
 RISING_SHARE = 0.75  # growing: at least this share of settled steps end higher,
 # and the rise from the first settled step to the last is above the noise
@@ -143,17 +142,22 @@ def _warmup(floors: np.ndarray) -> tuple[int, float]:
 
 
 def _kept_in(trace: Trace, events: DeviceEvents, start: int, end: int) -> KeptArrays | None:
-    """The container holding most of the buffers live at `end` and not at
-    `start`, at least LEAST_KEPT of them."""
+    """The container holding most of the bytes live at `end` and not at
+    `start`, where it holds at least half of them."""
     # (The largest first, as the adapter wrote them; a trace of any other
     # writer's is read for its first MOST_KEPT, so the cost stays the events'.)
     kept = (trace.metadata.kept or ())[:MOST_KEPT]
     if not kept:
         return None
     grown = np.setdiff1d(live_at(events, end), live_at(events, start))
-    ids = events.buffer_id[grown]
-    best = max(kept, key=lambda k: int(np.isin(ids, k.buffer_ids).sum()))
-    return best if int(np.isin(ids, best.buffer_ids).sum()) >= LEAST_KEPT else None
+    ids, sizes = events.buffer_id[grown], events.bytes[grown]
+
+    def held(container: KeptArrays) -> int:
+        return int(sizes[np.isin(ids, container.buffer_ids)].sum())
+
+    best = max(kept, key=held)
+    # Most of what grew, not a few arrays made anew each step (a rebuilt dict).
+    return best if held(best) * 2 >= int(sizes.sum()) > 0 else None
 
 
 def _growing_stacks(

@@ -6,7 +6,8 @@ the run, never by what the arguments are called.
 At the device's peak: the arrays one call of a program made (its rows share
 the call's time), each matched by dtype and shape to an array made before the
 call that is freed after the peak and before the program's next call (the
-caller dropped it once the call returned), and to an argument of the program's
+caller dropped it once the call returned; a program's last call, after which
+frees may be the run's end, is not read), and to an argument of the program's
 plan of that dtype and shape that no output takes the memory of (not donated).
 Held twice: the matched outputs' bytes. The arguments, by number, name the
 `donate_argnames` (JAX's metadata names a parameter after the Python argument
@@ -52,6 +53,8 @@ def held_twice(
     shapes, shape_names = trace.codes_at("shape", events.row[live])
     ends = events.ends()[live]
     times = events.time_ns[live]
+    freed = ends < len(events)
+    end_times = np.where(freed, events.time_ns[np.minimum(ends, len(events) - 1)], -1)
     found = []
     for code in np.unique(code_of[live][code_of[live] >= 0]).tolist():
         named = programs_named(str(op_names[code]), compiled)
@@ -61,13 +64,12 @@ def held_twice(
         call = int(times[mine].max())
         outputs = np.flatnonzero(mine & (times == call))
         later = made[(op_codes == code) & (events.time_ns[made] > call)]
-        next_call = int(events.time_ns[later[0]]) if len(later) else np.iinfo(np.int64).max
-        end_times = np.where(
-            ends < len(events), events.time_ns[np.minimum(ends, len(events) - 1)], -1
-        )
+        if not len(later):
+            continue  # (its last call: what is freed after it may be the run's end)
+        next_call = int(events.time_ns[later[0]])
         # (Made before this call: the program's own earlier outputs among them,
         # the state an update gave back last time.)
-        dropped = np.flatnonzero((times < call) & (ends < len(events)) & (end_times <= next_call))
+        dropped = np.flatnonzero((times < call) & freed & (end_times <= next_call))
         by_shape: dict[tuple[str, str], list[int]] = {}
         for i in dropped.tolist():
             key = _labels(i, dtypes, dtype_names, shapes, shape_names)

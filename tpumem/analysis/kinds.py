@@ -142,9 +142,6 @@ class PeakKinds:
     kinds: tuple[KindBytes, ...]  # in KINDS' order, those with bytes
     # Of each program running at the peak, in ProgramsAtPeak.found's order.
     programs: tuple[ProgramKinds, ...] = ()
-    # The activations' bytes in arrays of 32-bit floats (what a mixed bfloat16
-    # policy computes in half); a program's temporaries, of no dtype, not among them.
-    float32_activation_bytes: int = 0
 
 
 # Keras 3's JAX trainer: `state[k]` of its train step is, by k, its trainable,
@@ -231,8 +228,6 @@ def peak_kinds(
             variable = _REGIONS.get(region_of[position][len(SUPERSEDED) :])
             if variable is not None:
                 as_argument[position] = variable
-        float32 = _float32(trace, events, live) & (kind_of == ACTIVATIONS)
-        float32_activations = int(sizes[float32].sum())
         variables = told.variables() if told is not None else {}
         arguments = tuple(
             _program_kinds(keys, as_argument, program_of == index, p, variables)
@@ -240,7 +235,6 @@ def peak_kinds(
         )
     else:
         arguments = tuple(ProgramKinds() for _ in running.found)
-        float32_activations = 0
     unseen = peak.unattributed_bytes
     if unseen and len(live) and told is not None:
         for kind, size in _held_unseen(events, live, peak.time_ns, unseen, told).items():
@@ -248,14 +242,7 @@ def peak_kinds(
             unseen -= size
     add(UNATTRIBUTED, unseen, BY_COUNTERS)
     add(OVERHEAD, peak.stack_bytes, BY_RUNTIME)
-    return PeakKinds(ledger.kinds(), arguments, float32_activations)
-
-
-def _float32(trace: Trace, events: DeviceEvents, live: np.ndarray) -> np.ndarray:
-    """Which live buffers hold 32-bit floats (TensorFlow names them "float")."""
-    codes, names = trace.codes_at("dtype", events.row[live])
-    wanted = [i for i, name in enumerate(names) if name in ("float32", "float")]
-    return np.isin(codes, wanted)
+    return PeakKinds(ledger.kinds(), arguments)
 
 
 def _step_start(trace: Trace, time_ns: int) -> int | None:

@@ -189,9 +189,12 @@ def out_of_memory(
         groups = live_groups(trace, events, live) if events is not None else ()
         causes: tuple[OomCause, ...] = ()
         if events is not None and index is not None:
-            whole = limit if limit is not None else in_use
+            whole = (limit, "the limit") if limit is not None else (in_use, "the bytes in use")
+            # (Free as the message says it, measured; else the limit less what
+            # was in use, known as that was.)
+            free_how = provenance.MEASURED if message.free_bytes is not None else in_use_label
             largest = message.largest_free_block_bytes
-            causes = oom_causes(trace, events, live, whole, free, largest)
+            causes = oom_causes(trace, events, live, whole, (free, free_how), largest)
         found.append(
             OutOfMemory(
                 phase=message.phase,

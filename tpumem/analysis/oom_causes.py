@@ -13,7 +13,7 @@ cause worth a line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,8 +31,9 @@ CAUSE_SHARE = 0.05
 class OomCause:
     cause: str  # ROUNDING, PIECES or TEMPORARIES
     bytes: int
-    share: float  # of the limit (else of the bytes in use)
+    share: float  # of `of`
     how: str
+    of: str = "the limit"  # what the share is of: the limit, else the bytes in use
     # ROUNDING: the request that wasted most, the chunk it got, how many did so.
     asked_bytes: int | None = None
     given_bytes: int | None = None
@@ -44,20 +45,22 @@ def oom_causes(
     trace: Trace,
     events: DeviceEvents,
     live: np.ndarray,
-    whole: int | None,
-    free: int | None,
+    whole: tuple[int | None, str],
+    free: tuple[int | None, str],
     largest_free: int | None,
 ) -> tuple[OomCause, ...]:
     """`live`: the allocations live at the failure (indices into `events`);
-    `whole`: what the shares are of (the limit, else the bytes in use)."""
-    if not whole or whole <= 0:
+    `whole`: what the shares are of and its words (the limit, else the bytes in
+    use); `free`: the bytes free and how they are known."""
+    size, of = whole
+    if not size or size <= 0:
         return ()
     found = [
-        c
+        replace(c, of=of)
         for c in (
-            _rounding(events, live, whole),
-            _pieces(free, largest_free, whole),
-            _temporaries(trace, events, live, whole),
+            _rounding(events, live, size),
+            _pieces(free, largest_free, size),
+            _temporaries(trace, events, live, size),
         )
         if c is not None and c.share >= CAUSE_SHARE
     ]
@@ -87,11 +90,12 @@ def _rounding(events: DeviceEvents, live: np.ndarray, whole: int) -> OomCause | 
     )
 
 
-def _pieces(free: int | None, largest_free: int | None, whole: int) -> OomCause | None:
-    if free is None or largest_free is None or free <= largest_free:
+def _pieces(free: tuple[int | None, str], largest_free: int | None, whole: int) -> OomCause | None:
+    size, how = free
+    if size is None or largest_free is None or size <= largest_free:
         return None
-    pieces = free - largest_free
-    return OomCause(PIECES, pieces, pieces / whole, provenance.MEASURED)
+    pieces = size - largest_free
+    return OomCause(PIECES, pieces, pieces / whole, how)
 
 
 def _temporaries(

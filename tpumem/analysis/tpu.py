@@ -230,17 +230,20 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
 
 def _held_again(compiles: list[TpuCompile], rows: list[TpuRow]) -> list[TpuCompile]:
     """Each compile with the most the script held beside it at any call, its
-    later (cached) calls' included (fit's TpuHeld rows)."""
+    later (cached) calls' included (fit's TpuHeld rows), a candidate's as its
+    program's."""
     most: dict[int, int] = {}
     for row in rows:
         if isinstance(row, TpuHeld):
             most[row.program_id] = max(most.get(row.program_id, 0), row.outside_bytes)
-    return [
-        replace(c, outside_bytes=max(c.outside_bytes or 0, most[c.program_id]))
-        if c.program_id in most
-        else c
-        for c in compiles
-    ]
+    found = []
+    for c in compiles:
+        # (A candidate is held beside as the program it stands in for.)
+        key = c.change_of if c.change_of is not None else c.program_id
+        if key in most:
+            c = replace(c, outside_bytes=max(c.outside_bytes or 0, most[key]))
+        found.append(c)
+    return found
 
 
 def _diagnosed(compiles: list[TpuCompile]) -> list[TpuCompile]:
@@ -322,10 +325,10 @@ def tpu_fit(
         # budget (its rounded "Used 15.75G" may be under the budget measured).
         over = usable_bytes + (said.over.bytes if said.over else 1)
         need = max(said.needed.bytes if said.needed else 0, over)
-        if said.space == VMEM and said.needed and said.available:
-            # A kernel's blocks against on-chip VMEM: those are the figures known
-            # (what it would need of HBM is not: it was never planned).
-            need, usable_bytes = said.needed.bytes, said.available.bytes
+        if said.space == VMEM:
+            # A kernel's blocks against on-chip VMEM: its HBM need is not known
+            # (never planned); the verdict and the table say VMEM's figures.
+            need = usable_bytes
         return TpuFit(
             program=first.name,
             running_at_peak=False,

@@ -51,6 +51,8 @@ def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str,
 def _figure(change: Change) -> str:
     if change.key == SEARCH and change.before_bytes is None:
         return "refused"
+    if change.key == SEARCH:
+        return f"{format_bytes(change.before_bytes)}/chip"
     if change.key == GROWTH:
         return f"+{format_bytes(change.bytes)}/step"
     return format_bytes(change.bytes)
@@ -65,10 +67,17 @@ def _sentence(change: Change, framework: str) -> str:
                 f"{changed}: it needs a larger slice, or its state sharded over the slice's "
                 "chips."
             )
+        fits = change.pool_bytes is not None and change.before_bytes <= change.pool_bytes
+        verdict = (
+            "it fits"
+            if fits
+            else "still over, with what the script holds beside it: a larger slice, or its "
+            "state sharded over the slice's chips"
+        )
         return (
             f"On {change.topology}, XLA:TPU refused {change.program}; {changed}, it compiles "
-            f"at {format_bytes(change.before_bytes)} a chip, of the "
-            f"{format_bytes(change.pool_bytes)} there is: it fits."
+            f"and a chip needs {format_bytes(change.before_bytes)}, of the "
+            f"{format_bytes(change.pool_bytes)} there is: {verdict}."
         )
     if change.key == DONATE:
         names = ", ".join(change.names) or "its arguments"
@@ -103,8 +112,8 @@ def _sentence(change: Change, framework: str) -> str:
         one = _ONE_MOMENT.get(framework, "SGD with momentum")
         return (
             f"The optimizer keeps two values for each parameter "
-            f"({format_bytes(change.before_bytes)} at the peak, at least twice the parameters: "
-            f"Adam's moments). One that keeps one ({one}) holds half of it, "
+            f"({format_bytes(change.before_bytes)} at the peak, about twice the parameters: "
+            f"Adam's moments). One that keeps one ({one}) holds "
             f"{format_bytes(change.bytes)} less; it trains differently, so check the loss."
         )
     if change.key == PADDING:

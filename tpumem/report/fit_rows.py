@@ -75,6 +75,11 @@ def fit_table(fit: FitAdvice) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
 def fit_answer(row: FitRow) -> str:
     """One accelerator's answer: fits or not, and the share and bytes it needs."""
     verdict = "fits" if row.fits else "does not fit"
+    if row.refused_for_vmem:
+        return (
+            f"does not fit: XLA:TPU refused a kernel's blocks for on-chip VMEM, compiled for "
+            f"{row.compiled_for} (its need of the {format_bytes(row.memory_bytes, 2)} is not known)"
+        )
     if row.compiled_for:
         return (
             f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes, 2)} of "

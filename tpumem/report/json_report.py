@@ -561,6 +561,9 @@ def _fit(fit: FitAdvice) -> dict[str, Any]:
                 "source": row.source,
                 "smallest_capacity_bytes": row.smallest_capacity_bytes,
                 "compiled_for": row.compiled_for,
+                # (A kernel refused for on-chip VMEM: needed_bytes is the budget, the
+                # HBM need not known.)
+                "refused_for_vmem": row.refused_for_vmem,
             }
             for row in fit.rows
         ],

@@ -101,7 +101,7 @@ def oom_rows(failures: tuple[OutOfMemory, ...]) -> list[tuple[str, str]]:
 
 def cause_text(cause: OomCause) -> str:
     """A cause of the failure with its share, and what to change (oom_causes.py)."""
-    head = f"{format_bytes(cause.bytes)} ({cause.share:.0%} of the limit) {cause.cause}"
+    head = f"{format_bytes(cause.bytes)} ({cause.share:.0%} of {cause.of}) {cause.cause}"
     if cause.cause == ROUNDING:
         asked, given = format_bytes(cause.asked_bytes), format_bytes(cause.given_bytes)
         return (

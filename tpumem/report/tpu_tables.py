@@ -62,8 +62,8 @@ def tpu_verdict(target: TpuTarget) -> str | None:
             return (
                 f"DOES NOT FIT on {target.topology}: XLA:TPU refused "
                 f"{short_program_name(refused.name)}{more}: a kernel's blocks need {needed} of "
-                f"the {allowed} of on-chip VMEM{over}, XLA:TPU's own figures; smaller blocks "
-                "(a Pallas BlockSpec's block shape) fit"
+                f"the {allowed} of on-chip VMEM{over}, XLA:TPU's own figures: its blocks must "
+                "be smaller (a Pallas BlockSpec's block shape)"
             )
         return (
             f"DOES NOT FIT on {target.topology}: XLA:TPU refused "

@@ -65,8 +65,10 @@ class TpuCompile:
     # see what would fit, as the user writes it (`donate_argnames=('params',)`);
     # such a compile is a candidate, none of the script's programs.
     change: str | None = None
-    # ...and the arguments the change names (their Python names).
+    # ...the arguments the change names (their Python names), and the program it
+    # was compiled in place of (its program_id).
     change_names: tuple[str, ...] | None = None
+    change_of: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ def compile_row_text(compiled: TpuCompile) -> str:
                 if compiled.change_names is None
                 else {"change_names": list(compiled.change_names)}
             ),
+            **({} if compiled.change_of is None else {"change_of": compiled.change_of}),
         }
     )
 
@@ -226,6 +229,7 @@ def read_tpu_row(text: object) -> TpuRow | None:
         argument_regions=_regions(record.get("argument_regions")),
         change=_str(record.get("change"))[:MAX_ERROR] or None,
         change_names=_regions(record.get("change_names")),
+        change_of=_int(record.get("change_of")),
     )
 
 
