@@ -4,7 +4,7 @@ whole process to whole process, in one run.
 
     .venv/bin/python benchmarks/fit_search.py [--repeats 3]
 
-The script is a 62-layer MLP step (f32[8192,8192] layers, 15.5 GiB of
+The script is fit_search_mlp.py, a 62-layer MLP step (f32[8192,8192] layers, 15.5 GiB of
 parameters) on v5e-1: XLA:TPU refuses it; fit compiles it on v5p to show what
 fills it, then donated (refused), then donated with its parameters in bfloat16
 (it fits), and writes the trace and the report. XLA:TPU's budget for v5e is
@@ -21,37 +21,14 @@ import sys
 from common import WORK, in_turns
 from fit_vs_aot import HERE, _libtpu_env, _seconds
 
-MLP = """
-import argparse, functools
-import jax, jax.numpy as jnp
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--layers", type=int, default=62)
-layers = parser.parse_args().layers
-
-def loss(params, x):
-    for w in params:
-        x = jnp.tanh(x @ w)
-    return (x ** 2).mean()
-
-def step(params, x, lr):
-    grads = jax.grad(loss)(params, x)
-    return [w - lr * g for w, g in zip(params, grads)]
-
-train = jax.jit(functools.partial(step, lr=0.01))
-params = jax.jit(lambda: [jnp.zeros((8192, 8192), jnp.float32) for _ in range(layers)])()
-params = train(params, jnp.ones((128, 8192), jnp.float32))
-"""
-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
     WORK.mkdir(exist_ok=True)
-    (WORK / "fit_search_mlp.py").write_text(MLP)
     fit = [sys.executable, "-m", "tpumem", "fit", "-q", "--tpu", "v5e-1", "--force"]
-    fit += ["-o", "fit_search_mlp.fit.tpumem", "fit_search_mlp.py"]
+    fit += ["-o", "fit_search_mlp.fit.tpumem", str(HERE / "fit_search_mlp.py")]
     anchor = [sys.executable, str(HERE / "fit_search_anchor.py")]
     env = _libtpu_env()
     _seconds(fit, ok=(1,))  # XLA:TPU's budget for v5e into tpumem's cache

@@ -14,21 +14,11 @@ start = time.perf_counter()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from fit_search_mlp import BATCH, WIDTH, init, step  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import SingleDeviceSharding  # noqa: E402
 
-LAYERS = 62
-
-
-def loss(params, x):
-    for w in params:
-        x = jnp.tanh(x @ w)
-    return (x**2).mean()
-
-
-def step(params, x, lr):
-    grads = jax.grad(loss)(params, x)
-    return [w - lr * g for w, g in zip(params, grads, strict=True)]
+LAYERS = 62  # (fit_search_mlp.py's default)
 
 
 def chip(name: str, dims: list[int]) -> SingleDeviceSharding:
@@ -47,18 +37,16 @@ def compiled(fun, *args) -> bool:
 
 
 v5e, v5p = chip("v5e:1x1", [1, 1, 1]), chip("v5p:1x1x1", [1, 1, 1])
-init = jax.jit(
-    lambda: [jnp.zeros((8192, 8192), jnp.float32) for _ in range(LAYERS)], out_shardings=v5e
-)
-compiled(init)
+made = jax.jit(functools.partial(init, LAYERS), out_shardings=v5e)
+compiled(made)
 for on, dtype, donate in (
     (v5e, jnp.float32, ()),
     (v5p, jnp.float32, ()),
     (v5e, jnp.float32, ("params",)),
     (v5e, jnp.bfloat16, ("params",)),
 ):
-    params = [jax.ShapeDtypeStruct((8192, 8192), dtype, sharding=on)] * LAYERS
-    x = jax.ShapeDtypeStruct((128, 8192), jnp.float32, sharding=on)
+    params = [jax.ShapeDtypeStruct((WIDTH, WIDTH), dtype, sharding=on)] * LAYERS
+    x = jax.ShapeDtypeStruct((BATCH, WIDTH), jnp.float32, sharding=on)
     train = jax.jit(functools.partial(step, lr=0.01), donate_argnames=donate)
     compiled(train, params, x)
 print(json.dumps({"seconds": time.perf_counter() - start}))

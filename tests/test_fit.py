@@ -94,14 +94,9 @@ print("loss", float(loss))
 # An MLP step of N f32[8192,8192] layers called as a script calls it (no AOT
 # API): 31 layers fit one v5e chip, 32 do not (test_tpu_verdict_real.py checks
 # the same against XLA:TPU's AOT outcome).
-MLP = """
-import argparse, functools
-import jax, jax.numpy as jnp
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--layers", type=int, default=31)
-layers = parser.parse_args().layers
-
+# A layer stack and its SGD step, for the scripts below (each imports jax and
+# jax.numpy as jnp first).
+TANH_MLP = """
 def loss(params, x):
     for w in params:
         x = jnp.tanh(x @ w)
@@ -110,7 +105,19 @@ def loss(params, x):
 def step(params, x, lr):
     grads = jax.grad(loss)(params, x)
     return [w - lr * g for w, g in zip(params, grads)]
+"""
 
+MLP = (
+    """
+import argparse, functools
+import jax, jax.numpy as jnp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--layers", type=int, default=31)
+layers = parser.parse_args().layers
+"""
+    + TANH_MLP
+    + """
 # Named by the function the partial holds (JAX's jit_step), as Flax and optax
 # code wraps its steps.
 train = jax.jit(functools.partial(step, lr=0.01))
@@ -119,6 +126,7 @@ for _ in range(2):
     params = train(params, jnp.ones((128, 8192), jnp.float32))
 print("stepped")
 """
+)
 
 # Attention that lowers per platform: on a CPU a [4096, 4096] score matrix per
 # head; on a TPU (as Pallas kernels do) a blockwise form without it.
@@ -669,16 +677,9 @@ chip = topologies.get_topology_desc(
     platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
 ).devices[0]
 where = SingleDeviceSharding(chip)
-
-def loss(params, x):
-    for w in params:
-        x = jnp.tanh(x @ w)
-    return (x ** 2).mean()
-
-def step(params, x, lr):
-    grads = jax.grad(loss)(params, x)
-    return [w - lr * g for w, g in zip(params, grads)]
-
+"""
+    + TANH_MLP
+    + """
 train = jax.jit(functools.partial(step, lr=0.01), donate_argnames=("params",))
 layers, dtype = int(sys.argv[1]), jnp.dtype(sys.argv[2])
 params = [jax.ShapeDtypeStruct((8192, 8192), dtype, sharding=where) for _ in range(layers)]
@@ -834,18 +835,11 @@ def test_pjit_and_pmap_compile_for_the_slice(tmp_path, script):
 WIDE_BATCH = (
     PRINT_MEMORY
     + """
-import sys
+import functools, sys
 import jax, jax.numpy as jnp
-
-def loss(params, x):
-    for w in params:
-        x = jnp.tanh(x @ w)
-    return (x ** 2).mean()
-
-def step(params, x):
-    grads = jax.grad(loss)(params, x)
-    return [w - 0.01 * g for w, g in zip(params, grads)]
-
+"""
+    + TANH_MLP
+    + """
 if sys.argv[1:] == ["aot"]:
     from jax.experimental import topologies
     from jax.sharding import SingleDeviceSharding
@@ -855,11 +849,12 @@ if sys.argv[1:] == ["aot"]:
     on = SingleDeviceSharding(chip)
     params = [jax.ShapeDtypeStruct((4096, 4096), jnp.float32, sharding=on)] * 6
     x = jax.ShapeDtypeStruct((131072, 4096), jnp.float32)
-    train = jax.jit(step, donate_argnames=("params",))
+    train = jax.jit(functools.partial(step, lr=0.01), donate_argnames=("params",))
     print_memory(train.lower(params, x).compile())
     raise SystemExit
 params = jax.jit(lambda: [jnp.zeros((4096, 4096), jnp.float32) for _ in range(6)])()
-params = jax.jit(step)(params, jnp.ones((262144, 4096), jnp.float32))
+train = jax.jit(functools.partial(step, lr=0.01))
+params = train(params, jnp.ones((262144, 4096), jnp.float32))
 print("stepped")
 """
 )

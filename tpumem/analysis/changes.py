@@ -129,7 +129,7 @@ def what_to_change(
     if framework == "jax":
         donations = [c for r in device.programs_at_peak if (c := _donate(device, r)) is not None]
         donations += [_donate_dropped(device, h) for h in device.held_twice]
-        found += _one_a_program(donations)
+        found += _largest_by(donations, "program")
     # A program whose temporaries XLA:TPU plans far from the run's: what to
     # recompute is read from the target's plan, not the run's backend's.
     on_tpu = {a.program: a.topology for a in apart}
@@ -140,7 +140,7 @@ def what_to_change(
             found += _remat(device, at_peak, tpu.heap, slice_.topology)
         else:
             found += _remat(device, at_peak)
-    found += _one_a_line([c for d in devices for c in _growth(d)])
+    found += _largest_by([c for d in devices for c in _growth(d)], "line")
     moments = _moments(device)
     if moments is not None:
         found.append(moments)
@@ -320,15 +320,6 @@ def _donate_dropped(device: DeviceAnalysis, held: HeldTwice) -> Change:
     )
 
 
-def _one_a_program(changes: list[Change]) -> list[Change]:
-    """One donation a program: the larger figure, where both rules found it."""
-    kept: dict[str | None, Change] = {}
-    for change in changes:
-        if change.program not in kept or change.bytes > kept[change.program].bytes:
-            kept[change.program] = change
-    return list(kept.values())
-
-
 def _argument(op_name: str) -> str:
     """The argument's name in JAX's metadata of a parameter (`params['w1']`,
     `state.opt_state[0].mu`): the Python argument it is part of."""
@@ -410,13 +401,15 @@ def _moments(device: DeviceAnalysis) -> Change | None:
     )
 
 
-def _one_a_line(changes: list[Change]) -> list[Change]:
-    """A line that grows on several devices (the processes of a host) once: on
-    the device where it grows most."""
-    kept: dict[str | None, Change] = {}
+def _largest_by(changes: list[Change], what: str) -> list[Change]:
+    """One change for each value of its field `what`, the largest: a line that
+    grows on several devices (the processes of a host) where it grows most; a
+    program both donation rules found, at the larger figure."""
+    kept: dict[object, Change] = {}
     for change in changes:
-        if change.line not in kept or change.bytes > kept[change.line].bytes:
-            kept[change.line] = change
+        key = getattr(change, what)
+        if key not in kept or change.bytes > kept[key].bytes:
+            kept[key] = change
     return list(kept.values())
 
 

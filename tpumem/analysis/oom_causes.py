@@ -19,6 +19,7 @@ import numpy as np
 
 from tpumem.analysis import provenance
 from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.waste import internal_waste
 from tpumem.trace.model import Trace
 
 ROUNDING = "allocator rounding"
@@ -68,22 +69,21 @@ def oom_causes(
 
 
 def _rounding(events: DeviceEvents, live: np.ndarray, whole: int) -> OomCause | None:
+    """The allocator's rounding over the live buffers (waste.py's figure), with
+    the request and chunk that wasted most together: the pattern to change."""
+    waste = internal_waste(events, live)
+    total = waste.at_peak_bytes
+    if total is None or total <= 0:
+        return None  # (requested sizes not recorded, or nothing rounded)
     asked, given = events.requested[live], events.bytes[live]
-    if not len(live) or (asked < 0).any():
-        return None  # (requested sizes not recorded: no figure)
-    waste = given - asked
-    total = int(waste.sum())
-    if total <= 0:
-        return None
-    # The request and chunk that wasted most together: the pattern to change.
     pairs, inverse = np.unique(np.stack([asked, given], axis=1), axis=0, return_inverse=True)
-    wasted = np.bincount(inverse.ravel(), weights=waste)
+    wasted = np.bincount(inverse.ravel(), weights=given - asked)
     top = int(np.argmax(wasted))
     return OomCause(
         ROUNDING,
         total,
         total / whole,
-        provenance.MEASURED,
+        waste.label,
         asked_bytes=int(pairs[top][0]),
         given_bytes=int(pairs[top][1]),
         count=int(np.count_nonzero(inverse.ravel() == top)),
