@@ -62,7 +62,14 @@ def _made_slice(request: dict[str, Any], out: TextIO) -> Any:
 
         out.write(budget_row(name, devices[0], request.get("libtpu", "")) + "\n")
         out.flush()
-    compile_only = CompileOnly(name, list(devices), out, request["dump_dir"])
+    compile_only = CompileOnly(
+        name,
+        list(devices),
+        out,
+        request["dump_dir"],
+        search=request.get("search"),
+        diagnose=request.get("diagnose", True),
+    )
     compile_only.install()
     return compile_only
 

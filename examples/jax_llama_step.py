@@ -6,7 +6,8 @@ after the steps. Far too large for this machine's CPU; made to be compiled for a
 TPU slice without running:
 
     tpumem fit --tpu v5e-8 examples/jax_llama_step.py
-    tpumem fit --tpu v5e-8 --sweep batch=8,16,32,64 examples/jax_llama_step.py
+    tpumem fit --tpu v5e-8 --sweep batch=8,32,128 --sweep remat=full,dots,none \
+        examples/jax_llama_step.py
 
 benchmarks/fit_anchor.py compiles the same two programs (`build`) with JAX's own
 ahead-of-time API, the anchor for `tpumem fit`.
@@ -24,6 +25,12 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+POLICIES = {
+    "none": None,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="A Llama-shaped train step, FSDP.")
@@ -34,7 +41,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=2048)
-    parser.add_argument("--no-remat", dest="remat", action="store_false")
+    # What each layer keeps for the backward pass: everything (none), its matrix
+    # products (dots), or only its input (full: the rest recomputed).
+    parser.add_argument("--remat", choices=sorted(POLICIES), default="full")
     return parser.parse_args(argv)
 
 
@@ -92,7 +101,8 @@ def build(devices: Sequence[Any], args: argparse.Namespace) -> dict[str, Any]:
 
     def loss_fn(params, tokens):
         x = params["embed"][tokens]
-        body = jax.checkpoint(layer) if args.remat else layer
+        policy = POLICIES[args.remat]
+        body = layer if policy is None else jax.checkpoint(layer, policy=policy)
         x, _ = jax.lax.scan(body, x, params["layers"])
         return -jax.nn.log_softmax(x @ params["out"])[..., 0].mean()
 

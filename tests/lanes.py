@@ -277,6 +277,10 @@ LANES: dict[str, Lanes] = {
         },
     ),
     "test_fit.py": FRAMEWORKS,
+    "test_fit_frontier.py": (
+        FRAMEWORKS,
+        {CLI: ["test_sweeps_fit_cannot_make_are_one_line_before_any_compile"]},
+    ),
     "test_tpu_verdict.py": UNIT,
     "test_cpu_forms.py": FRAMEWORKS,
     "test_tpu_verdict_real.py": FRAMEWORKS,

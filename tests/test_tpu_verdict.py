@@ -176,7 +176,7 @@ def test_a_trace_without_tpu_rows_has_no_targets(make_trace):
 
 
 def test_a_sweep_sets_the_scripts_argument_where_it_is_or_adds_it():
-    from tpumem.commands.fit import with_argument
+    from tpumem.commands.fit_sweep import with_argument
 
     assert with_argument(("--batch", "8", "--seq", "2"), "batch", "16") == (
         "--batch",
@@ -191,15 +191,44 @@ def test_a_sweep_sets_the_scripts_argument_where_it_is_or_adds_it():
 def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
     from dataclasses import replace
 
-    from tpumem.report.tpu_tables import sweep_largest
+    from tpumem.report.sweep_tables import SweepPoint, sweep_largest
 
     fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
-    answers = [("64", {"v5e:1x1": over}), ("8", {"v5e:1x1": fits}), ("32", {"v5e:1x1": fits})]
-    assert sweep_largest("batch", ["v5e:1x1"], answers) == [
+    points = [
+        SweepPoint(("64",), {"v5e:1x1": over}),
+        SweepPoint(("8",), {"v5e:1x1": fits}),
+        SweepPoint(("32",), {"v5e:1x1": fits}),
+    ]
+    assert sweep_largest(("batch",), ["v5e:1x1"], points) == [
         "v5e:1x1: the largest --batch that fits is 32"
     ]
-    assert sweep_largest("batch", ["v5e:1x1"], answers[:1]) == [
+    assert sweep_largest(("batch",), ["v5e:1x1"], points[:1]) == [
         "v5e:1x1: no value of --batch given fits"
+    ]
+
+
+def test_the_frontier_gives_per_policy_the_largest_batch_and_the_next_that_does_not():
+    from dataclasses import replace
+
+    from tpumem.report.sweep_tables import SweepPoint, frontier_table
+
+    fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
+    on = "v5e:1x1"
+    points = [
+        SweepPoint(("16", "none"), {on: fits}),
+        SweepPoint(("32", "none"), {on: over}),
+        SweepPoint(("64", "none"), {}, {on: "--batch 32 did not fit"}),
+        SweepPoint(("16", "full"), {on: fits}),
+        SweepPoint(("32", "full"), {on: fits}),
+        SweepPoint(("64", "full"), {on: fits}),
+        SweepPoint(("16", "dots"), {on: over}),
+    ]
+    title, headers, rows = frontier_table(("batch", "remat"), [on], points)
+    assert headers == ("remat", on) and "--batch" in title and "--remat" in title
+    assert rows == [
+        ("none", "16 (1.00 GiB); 32 does not fit"),
+        ("full", "64 (1.00 GiB), the largest given"),
+        ("dots", "none given fits"),
     ]
 
 

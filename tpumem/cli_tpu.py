@@ -29,12 +29,27 @@ def fit(
     ] = None,
     force: Force = False,
     sweep: Annotated[
-        Optional[Sweep],  # noqa: UP045
+        Optional[list[Sweep]],  # noqa: UP045
         typer.Option(
             metavar="NAME=V1,V2,...",
             parser=options.sweep,
             help="Compile the script at each value of its argument --NAME (batch=8,16,32) "
-            "and give the largest that fits each slice; a trace each.",
+            "and give the largest that fits each slice; a trace each. Repeat for several "
+            "(--sweep batch=8,16,32 --sweep remat=none,full): every combination, and the "
+            "first's largest that fits for each of the others' (a value above one that did "
+            "not fit is not compiled).",
+            show_default=False,
+        ),
+    ] = None,
+    search: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option(
+            "--search/--no-search",
+            help="Where XLA:TPU refuses a program, compile it again with the changes that "
+            "shrink it (donation, bfloat16 state, half the batch) until one fits: done by "
+            "default. --search also where it fits: the batch doubled until XLA:TPU "
+            "refuses, the largest that fits. --no-search: the verdict alone.",
+            show_default=False,
         ),
     ] = None,
     slices: Annotated[
@@ -70,7 +85,8 @@ def fit(
         force=force,
         width=width,
         quiet=quiet,
-        sweep=sweep,
+        sweeps=tuple(sweep or ()),
+        search=search,
         slices=slices,
     )
     raise typer.Exit(run_fit(request))

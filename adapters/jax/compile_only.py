@@ -35,7 +35,7 @@ from typing import Any
 
 from tpumem.adapters.jax import search, stand_ins, tree_kinds
 from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
-from tpumem.hlo.refusals import HBM, refusal
+from tpumem.hlo.refusals import HBM, LISTED, refusal
 from tpumem.trace.tpu_rows import (
     MAX_ERROR,
     TpuCompile,
@@ -49,8 +49,22 @@ from tpumem.trace.tpu_rows import (
 class CompileOnly:
     """The process's compiles for one slice, and the patches that make them."""
 
-    def __init__(self, topology: str, devices: list[Any], out: Any, dump_dir: str) -> None:
+    def __init__(
+        self,
+        topology: str,
+        devices: list[Any],
+        out: Any,
+        dump_dir: str,
+        search: bool | None = None,
+        diagnose: bool = True,
+    ) -> None:
         self.topology = topology
+        # None: what fits searched where XLA:TPU refuses; False: never; True: and
+        # where a step fits, the largest batch (search.py).
+        self.search = search
+        # A refusal compiled again on a larger chip, for what fills it (not in a
+        # sweep, whose answer is the verdict; not where XLA's words list it).
+        self.diagnose = diagnose
         self.devices = devices
         self._out = out  # the rows' file, a line each
         self._dump = dump_dir
@@ -258,7 +272,8 @@ class CompileOnly:
                 seconds=time.perf_counter() - start,
             )
             self._record(row)  # (at once: a diagnostic compile may take long, or die)
-            if change is None:  # (a candidate's refusal is its verdict: no diagnosis)
+            if change is None and self.diagnose and LISTED not in said:
+                # (A candidate's refusal is its verdict: no diagnosis.)
                 diagnosis = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
                 if diagnosis.diagnostic is not None:
                     self._write(diagnosis)
@@ -356,9 +371,12 @@ class _Jitted:
         if key is not None:
             self._rows[key] = [row.program_id or 0, beside]
         said = refusal(row.error) if compiled is None and row.error else None
-        if said is not None and said.space == HBM and self._name.startswith("jit_"):
+        searching = self._owner.search is not False and self._name.startswith("jit_")
+        if searching and said is not None and said.space == HBM:
             # (Refused for its size in HBM: what would fit is searched; pmap's not.)
             self._searched(args, kwargs, lowered, beside, row.program_id or 0)
+        elif searching and compiled is not None and self._owner.search:
+            self._larger(args, kwargs, lowered, beside, row.program_id or 0)
         if compiled is not None:
             answer = jax.tree.map(
                 stand_ins.out_stand_in, compiled.out_info, compiled.output_shardings
@@ -409,6 +427,33 @@ class _Jitted:
                     fewer = tuple(s for s in chosen if s is not step)
                     if fits(fewer):
                         chosen = fewer
+                return
+
+    def _larger(
+        self, args: tuple, kwargs: dict, lowered: Any, beside: int | None, fitted: int
+    ) -> None:
+        """A step that compiled (fit --search), compiled again at twice its batch,
+        and twice that, until XLA:TPU refuses: each a candidate row."""
+        import jax
+
+        shapes = jax.tree.map(stand_ins.spec, args)
+        for larger in search.larger_batches(
+            self._fun,
+            shapes,
+            lowered.out_info,
+            self._static_nums,
+            self._options,
+            self._static_names,
+        ):
+            try:
+                variant = self._owner._original_jit(self._fun, **self._options)
+                relowered = self._owner.lower(variant, larger.args, kwargs)
+            except Exception:  # (a batch JAX cannot lower: none larger tried)
+                return
+            chips = _chips(larger.args, kwargs)
+            words = (larger.words, (), fitted)
+            compiled, _ = self._owner.compile(relowered, self._name, chips, beside, None, words)
+            if compiled is None:
                 return
 
     def _regions(self, args: tuple, kwargs: dict) -> tuple[str, ...]:

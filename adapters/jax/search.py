@@ -15,15 +15,21 @@ compiled by XLA:TPU (compile_only.py) until one fits:
 Each is tried with those before it until one set compiles; then each of that
 set's that costs something (not donation), but the last, is left out, one at a
 time, where the rest still compiles: the fewest costly changes that fit.
+
+With `fit --search`, a training step (a call that gives back state in the shapes
+it took, as for donation) that compiled is compiled again at twice its batch,
+and twice that, up to LARGEST_FACTOR, until XLA:TPU refuses (larger_batches).
 """
 
 from __future__ import annotations
 
 import collections
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+LARGEST_FACTOR = 64  # a step's batch doubled at most up to this many times it
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +60,7 @@ def steps(
 ) -> tuple[tuple[Step, ...], tuple[str, ...]]:
     """(the changes to try, in order; the names of the arguments donation
     donates); `args`: the call's, as shapes (stand_ins.spec)."""
-    # Arguments named static, or donated by name already, are no candidates.
-    every = argument_names(fun, tuple(range(len(args))))
-    named = set(static_names) | set(_names(options))
-    skipped = tuple(i for i, name in enumerate(every) if name in named)
-    donate = donatable(args, out_info, (*static, *skipped), options)
+    donate = _state(fun, args, out_info, static, options, static_names)
     if not donate:
         return (), ()
     names = argument_names(fun, donate)
@@ -82,16 +84,60 @@ def steps(
                 lambda o, a: (o, _bfloat16(a, donate) or a),
             )
         )
-    smaller = _half_batch(args, kept)
+    smaller = _scaled_batch(args, kept, 0.5)
     if smaller is not None:
         batch = smaller[1]
         found.append(
             Step(
                 f"batch {batch // 2}, not {batch} (twice the steps an epoch)",
-                lambda o, a: (o, (_half_batch(a, kept) or (a, 0))[0]),
+                lambda o, a: (o, (_scaled_batch(a, kept, 0.5) or (a, 0))[0]),
             )
         )
     return tuple(found), names
+
+
+def larger_batches(
+    fun: Callable,
+    args: tuple,
+    out_info: Any,
+    static: tuple[int, ...],
+    options: dict,
+    static_names: tuple[str, ...] = (),
+) -> Iterator[Change]:
+    """A training step's call at twice its batch, four times, ... (each to be
+    compiled until one is refused); none for a call that gives back no state
+    (an init, an eval step) or has no batch."""
+    # Donated already or not, what it gives back is its state.
+    every = argument_names(fun, tuple(range(len(args))))
+    skipped = (*static, *(i for i, name in enumerate(every) if name in static_names))
+    state = donatable(args, out_info, skipped, {})
+    if not state:
+        return
+    kept = set(state) | set(skipped)
+    factor = 2
+    while factor <= LARGEST_FACTOR:
+        scaled = _scaled_batch(args, kept, factor)
+        if scaled is None:
+            return
+        changed, batch = scaled
+        yield Change(f"batch {batch * factor}, not {batch}", (), options, changed)
+        factor *= 2
+
+
+def _state(
+    fun: Callable,
+    args: tuple,
+    out_info: Any,
+    static: tuple[int, ...],
+    options: dict,
+    static_names: tuple[str, ...],
+) -> tuple[int, ...]:
+    """The positions of the state the call gives back (donatable), but those
+    named static or donated by name already, which are no candidates."""
+    every = argument_names(fun, tuple(range(len(args))))
+    named = set(static_names) | set(_names(options))
+    skipped = tuple(i for i, name in enumerate(every) if name in named)
+    return donatable(args, out_info, (*static, *skipped), options)
 
 
 def combined(
@@ -157,9 +203,10 @@ def _bfloat16(args: tuple, positions: tuple[int, ...]) -> tuple | None:
     return changed if found else None
 
 
-def _half_batch(args: tuple, kept: set[int]) -> tuple[tuple, int] | None:
-    """(`args` with the batch halved, the batch) where a batch is found: the
-    leading dimension most of the other array arguments share, even."""
+def _scaled_batch(args: tuple, kept: set[int], factor: float) -> tuple[tuple, int] | None:
+    """(`args` with the batch times `factor`, the batch) where a batch is found:
+    the leading dimension most of the other array arguments share (even, to be
+    halved)."""
     import jax
 
     leading = collections.Counter(
@@ -172,17 +219,17 @@ def _half_batch(args: tuple, kept: set[int]) -> tuple[tuple, int] | None:
     if not leading:
         return None
     batch, _ = leading.most_common(1)[0]
-    if batch < 2 or batch % 2:
+    if batch < 2 or (factor < 1 and batch % 2):
         return None
 
-    def halve(a: Any) -> Any:
+    def scale(a: Any) -> Any:
         if getattr(a, "shape", None) and a.shape[0] == batch:
-            shape = (batch // 2, *a.shape[1:])
+            shape = (int(batch * factor), *a.shape[1:])
             return jax.ShapeDtypeStruct(shape, a.dtype, sharding=_sharding(a))
         return a
 
-    halved = tuple(a if i in kept else jax.tree.map(halve, a) for i, a in enumerate(args))
-    return halved, batch
+    scaled = tuple(a if i in kept else jax.tree.map(scale, a) for i, a in enumerate(args))
+    return scaled, batch
 
 
 def _sharding(a: Any) -> Any:

@@ -55,8 +55,9 @@ if TYPE_CHECKING:
 DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
 BF16, PADDING, MOMENTS = "bf16", "padding", "moments"
 SEARCH = "search"  # `tpumem fit`: the changes XLA:TPU compiled a refused program with
+LARGER = "larger"  # `tpumem fit --search`: the largest batch a step that fits compiles at
 # A leak first: it outgrows every other change the longer the run goes on.
-KEYS = (SEARCH, GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
+KEYS = (SEARCH, LARGER, GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
 
 # An optimizer state this many times the parameters keeps two values for each
 # (Adam's, AdamW's, Adamax's moments; nearer two than one: at the peak, a moment
@@ -191,7 +192,34 @@ def _candidates(target: TpuTarget) -> list[Change]:
                 known=provenance.EXACT if not beside else provenance.ESTIMATED,
             )
         )
+    for program in target.programs:
+        tried = by_program.get(program.compile.program_id, [])
+        if tried:
+            found.append(_larger(target, program, tried, limit[0]))
     return found
+
+
+def _larger(target: TpuTarget, program: TpuProgram, tried: list, limit: int) -> Change:
+    """A step that fits, compiled at twice its batch and more (fit --search, in
+    that order, until one was refused): the largest that fits, and the next,
+    which does not (`ops`: their words; the first None where none fits)."""
+    fitting = [c for c in tried if c.need_bytes is not None and c.need_bytes <= limit]
+    over = next((c for c in tried if c not in fitting), None)
+    best = fitting[-1] if fitting else None
+    beside = (best or tried[0]).compile.outside_bytes or 0
+    return Change(
+        LARGER,
+        target.topology,
+        (best.need_bytes or 0) if best else program.need_bytes,
+        f"XLA:TPU's compile of the step at each batch for {target.topology}"
+        + (", with the arrays held beside it in its tiles" if beside else ""),
+        program=short_program_name(program.name),
+        ops=(best.change if best else "", over.change if over else ""),
+        before_bytes=best.need_bytes if best else None,
+        pool_bytes=limit,
+        topology=target.topology,
+        known=provenance.EXACT if not beside else provenance.ESTIMATED,
+    )
 
 
 def _fitted(target: TpuTarget) -> TpuProgram | None:

@@ -18,7 +18,6 @@ import platform
 import signal
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,10 @@ def run_fit(request: FitRequest) -> int:
 
     if not request.tpu:
         raise TpumemError("fit: give the slice to fit with --tpu (e.g. --tpu v5e-8)")
-    if request.sweep is not None and request.output is not None:
-        raise TpumemError(
-            "--sweep writes a trace per value (<script>.fit-NAME-VALUE.tpumem): give no -o"
-        )
+    if request.sweeps:
+        from tpumem.commands.fit_sweep import check_sweeps
+
+        check_sweeps(request)
     if not request.module:
         _check_script(Path(request.target))
     else:
@@ -55,28 +54,21 @@ def run_fit(request: FitRequest) -> int:
     release = libtpu_version(libtpu)
     short: set[str] = set()
     framework = None if request.module else _hlo_framework(Path(request.target))
-    if request.sweep is None:
+    if not request.sweeps:
         try:
-            trace = _compiled(request, libtpu, release, _default_name(request), short, framework)
+            trace = _compiled(request, libtpu, release, default_name(request), short, framework)
         except FitStopped as stop:  # what was compiled before, then how it was stopped
             if stop.trace is not None:
                 _report(request, stop.trace, short)
             return say_stopped(stop)
         return _report(request, trace, short)
-    results = []
-    name = request.sweep.name
-    for value in request.sweep.values:
-        at = replace(request, args=with_argument(request.args, name, value))
-        default = _default_name(request, f"-{name}-{value}")
-        try:
-            results.append((value, _compiled(at, libtpu, release, default, short, framework)))
-        except FitStopped as stop:  # the values done, then how it was stopped
-            if stop.trace is not None:
-                results.append((value, stop.trace))
-            if results:
-                _sweep_report(request, results, short)
-            return say_stopped(replace(stop, where=f"{stop.where}, --{name} {value}"))
-    return _sweep_report(request, results, short)
+    from tpumem.commands.fit_sweep import run_sweep
+
+    return run_sweep(
+        request,
+        lambda at, default: _compiled(at, libtpu, release, default, short, framework),
+        short,
+    )
 
 
 # The frameworks fit takes the HLO route for: what they hand XLA is compiled for
@@ -202,21 +194,6 @@ def _say_routed(path: Path, said: list[str], set_here: dict[str, str]) -> None:
         )
 
 
-def with_argument(args: tuple[str, ...], name: str, value: str) -> tuple[str, ...]:
-    """The script's arguments with --NAME set to `value`: in place where given
-    (`--NAME V` or `--NAME=V`), else added at the end."""
-    flag = f"--{name}"
-    changed = list(args)
-    for index, arg in enumerate(changed):
-        if arg == flag and index + 1 < len(changed):
-            changed[index + 1] = value
-            return tuple(changed)
-        if arg.startswith(flag + "="):
-            changed[index] = f"{flag}={value}"
-            return tuple(changed)
-    return (*changed, flag, value)
-
-
 def _compiled(
     request: FitRequest,
     libtpu: str,
@@ -263,7 +240,7 @@ def _compiled_jax(
     return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
 
 
-def _default_name(request: FitRequest, suffix: str = "") -> Path:
+def default_name(request: FitRequest, suffix: str = "") -> Path:
     stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
     # A value becomes part of a file name: what a name may not hold is left out.
     kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in suffix)
@@ -336,6 +313,8 @@ def _fit_one(
             "measure_budget": known is None,
             "libtpu": release,
             "parent_pid": os.getpid(),  # (it dies with this process: PR_SET_PDEATHSIG)
+            "search": request.search,
+            "diagnose": not request.sweeps,
         }
         (directory / "request.json").write_text(json.dumps(order))
         # The script's own XLA_FLAGS kept, XLA's dump after them.
@@ -496,51 +475,19 @@ def _report(request: FitRequest, trace: Path, short: set[str]) -> int:
         end="",
     )
     print(f"tpumem: trace written to {trace}", file=sys.stderr)
-    _say_short(short)
+    say_short(short)
     answered = {t.topology: t.fit for t in analysis.tpu}
     fits = all((f := answered.get(label(request, t))) is not None and f.fits for t in request.tpu)
     return 0 if fits and not short else 1
 
 
-def _say_short(short: set[str]) -> None:
+def say_short(short: set[str]) -> None:
     for topology in sorted(short):
         print(
             f"tpumem: the script did not get through on {topology} (the report says where): "
             "the answer covers only the programs it called before",
             file=sys.stderr,
         )
-
-
-def _sweep_report(request: FitRequest, results: list[tuple[str, Path]], short: set[str]) -> int:
-    """The sweep's table on stdout; 0 where some value fits every slice, else 1."""
-    from tpumem.reading.analyses import analysed
-    from tpumem.report.text import render_sweep_text
-
-    assert request.sweep is not None
-    slices = [label(request, t) for t in request.tpu]
-    answers = []
-    for value, trace in results:
-        analysis = analysed(trace, str(trace))
-        answers.append((value, {t.topology: t for t in analysis.tpu}))
-    color = sys.stdout.isatty()
-    text = render_sweep_text(
-        request.sweep.name,
-        slices,
-        answers,
-        width=text_width(request.width, sys.stdout),
-        color=color,
-    )
-    print(text, end="")
-    for _, trace in results:
-        print(f"tpumem: trace written to {trace}", file=sys.stderr)
-    _say_short(short)
-    fitting = {
-        topology
-        for _, found in answers
-        for topology, target in found.items()
-        if target.fit is not None and target.fit.fits
-    }
-    return 0 if set(slices) <= fitting else 1
 
 
 def label(request: FitRequest, topology: Any) -> str:

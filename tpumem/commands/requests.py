@@ -124,5 +124,10 @@ class FitRequest:
     force: bool = False
     width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
     quiet: bool = False
-    sweep: Sweep | None = None  # the script's argument to compile at each value
+    # The script's arguments to compile at each value, every combination of them;
+    # the first is the one whose largest value that fits is sought.
+    sweeps: tuple[Sweep, ...] = ()
+    search: bool | None = (
+        None  # None: where XLA:TPU refuses; False: never; True: also where it fits
+    )
     slices: int = 1  # of each slice, joined over the data-center network (multislice)

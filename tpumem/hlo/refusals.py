@@ -31,6 +31,9 @@ _WOULD_EXCEED = re.compile(r"Allocation \(size=([0-9]+)\) would exceed memory \(
 HBM, VMEM = "hbm", "vmem"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MARK = "RESOURCE_EXHAUSTED"
+# Where the second form lists the largest allocations (then a compile on a larger
+# chip, to show what fills the program, adds nothing).
+LISTED = "Largest program allocations"
 
 
 @dataclass(frozen=True, slots=True)

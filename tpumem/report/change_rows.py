@@ -8,6 +8,7 @@ from tpumem.analysis.changes import (
     DONATE,
     GROWTH,
     HEADROOM,
+    LARGER,
     MOMENTS,
     PADDING,
     POOL,
@@ -51,8 +52,10 @@ def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str,
 def _figure(change: Change) -> str:
     if change.key == SEARCH and change.before_bytes is None:
         return "refused"
-    if change.key == SEARCH:
+    if change.key in (SEARCH, LARGER) and change.before_bytes is not None:
         return f"{format_bytes(change.before_bytes)}/chip"
+    if change.key == LARGER:
+        return "refused"
     if change.key == GROWTH:
         return f"+{format_bytes(change.bytes)}/step"
     return format_bytes(change.bytes)
@@ -78,6 +81,20 @@ def _sentence(change: Change, framework: str) -> str:
             f"On {change.topology}, XLA:TPU refused {change.program}; {changed}, it compiles "
             f"and a chip needs {format_bytes(change.before_bytes)}, of the "
             f"{format_bytes(change.pool_bytes)} there is: {verdict}."
+        )
+    if change.key == LARGER:
+        best, over = change.ops
+        refused = f"; at {over.partition(',')[0]} XLA:TPU refuses it" if over else ""
+        if change.before_bytes is None:
+            return (
+                f"On {change.topology}, {change.program} fits, and at {over} XLA:TPU refuses "
+                "it: its batch is the largest of the doublings that fits."
+            )
+        return (
+            f"On {change.topology}, {change.program} also compiles at {best}: a chip needs "
+            f"{format_bytes(change.before_bytes)} of the {format_bytes(change.pool_bytes)} "
+            f"there is{refused or ' (the largest tried)'}. Fewer steps an epoch, the same "
+            "parameters: scale the learning rate with it."
         )
     if change.key == DONATE:
         names = ", ".join(change.names) or "its arguments"

@@ -43,11 +43,10 @@ from tpumem.report.program_rows import (
 from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
 from tpumem.report.shorten import from_left, last_parts
+from tpumem.report.sweep_tables import SweepPoint, frontier_table, sweep_largest, sweep_table
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     chip_kind_rows,
-    sweep_largest,
-    sweep_table,
     tpu_notes,
     tpu_peak_rows,
     tpu_program_rows,
@@ -288,19 +287,23 @@ def _table(console: Console, title: str, headers: tuple[str, ...], rows: list) -
 
 
 def render_sweep_text(
-    name: str,
+    names: tuple[str, ...],
     slices: list[str],
-    answers: list[tuple[str, dict[str, TpuTarget]]],
+    points: list[SweepPoint],
     *,
     width: int = 100,
     color: bool = False,
 ) -> str:
-    """`tpumem fit --sweep`: each value's answer on each slice, then the largest
-    value that fits each."""
+    """`tpumem fit --sweep`: each combination's answer on each slice, then the
+    largest value of the first argument that fits each (per combination of the
+    others, where there are others)."""
     console, buffer = string_console(width, color)
-    _table(console, *sweep_table(name, slices, answers))
-    for line in sweep_largest(name, slices, answers):
-        console.print(Text(visible(line)))
+    _table(console, *sweep_table(names, slices, points))
+    if len(names) > 1:
+        _table(console, *frontier_table(names, slices, points))
+    else:
+        for line in sweep_largest(names, slices, points):
+            console.print(Text(visible(line)))
     return buffer.getvalue()
 
 

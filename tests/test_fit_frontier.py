@@ -1,0 +1,177 @@
+"""`tpumem fit --sweep batch=... --sweep remat=...` and `fit --search`: what fits
+a slice, searched with XLA:TPU's compiles. A Llama-shaped step (its layers
+scanned, each recomputed in the backward pass under --remat full) gives the
+largest batch that fits per policy; each answer is held to JAX's own
+ahead-of-time compile of the same step: the largest batch compiles with the
+figures the trace holds, and the next is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tpu_aot import MEMORY, PRINT_MEMORY, aot_env
+
+from conftest import run_python, run_tpumem
+from tpumem.analysis import analyze
+from tpumem.analysis.changes import LARGER
+from tpumem.trace.reader import load
+
+# `--aot`: the step compiled for one v5e chip by JAX's own API, its memory
+# analysis printed (or XLA:TPU's refusal).
+LLAMA = (
+    PRINT_MEMORY
+    + """
+import argparse, json
+import jax, jax.numpy as jnp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=8)
+parser.add_argument("--remat", default="none", choices=["none", "full"])
+parser.add_argument("--aot", action="store_true")
+a = parser.parse_args()
+D, F, L, V, SEQ = 1024, 2816, 4, 8000, 4096
+
+def init(key):
+    k = jax.random.split(key, 4)
+    w = lambda i, *shape: jax.random.normal(k[i], shape) * 0.02
+    layers = {"wq": w(0, L, D, D), "wo": w(0, L, D, D), "w1": w(1, L, D, F), "w2": w(2, L, F, D)}
+    return {"embed": w(3, V, D), "layers": layers}
+
+def block(x, w):
+    h = x + jnp.tanh(x @ w["wq"]) @ w["wo"]
+    return h + jax.nn.silu(h @ w["w1"]) @ w["w2"], None
+
+def loss(params, tokens):
+    x = params["embed"][tokens]
+    body = block
+    if a.remat == "full":
+        body = jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)
+    x, _ = jax.lax.scan(body, x, params["layers"])
+    return -jnp.mean(jax.nn.log_softmax(x @ params["embed"].T)[..., 0])
+
+def step(params, moments, tokens):
+    grads = jax.grad(loss)(params, tokens)
+    moments = jax.tree.map(lambda m, g: 0.9 * m + g, moments, grads)
+    return jax.tree.map(lambda p, m: p - 1e-3 * m, params, moments), moments
+
+if a.aot:
+    from jax.experimental import topologies
+    from jax.sharding import SingleDeviceSharding
+    chip = topologies.get_topology_desc(
+        platform="tpu", topology_name="v5e:1x1", chips_per_host_bounds=[1, 1, 1]
+    ).devices[0]
+    on = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=SingleDeviceSharding(chip))
+    params = jax.tree.map(on, jax.eval_shape(init, jax.random.key(0)))
+    tokens = on(jax.ShapeDtypeStruct((a.batch, SEQ), jnp.int32))
+    try:
+        compiled = jax.jit(step).lower(params, params, tokens).compile()
+    except Exception as error:
+        print(json.dumps({"refused": str(error).splitlines()[0]}))
+    else:
+        print_memory(compiled)
+    raise SystemExit
+
+params = jax.jit(init)(jax.random.key(0))
+moments = jax.tree.map(jnp.zeros_like, params)
+tokens = jnp.zeros((a.batch, SEQ), jnp.int32)
+train_step = jax.jit(step)
+for _ in range(3):
+    params, moments = train_step(params, moments, tokens)
+print("done")
+"""
+)
+
+
+def _fit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "script.py").write_text(LLAMA)
+    return subprocess.run(
+        [sys.executable, "-m", "tpumem", "fit", "--width", "200", "--tpu", "v5e-1", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout=600,
+    )
+
+
+def _aot(tmp_path: Path, batch: int, remat: str) -> dict:
+    return run_python(
+        LLAMA, tmp_path, env=aot_env(), args=["--aot", "--batch", str(batch), "--remat", remat]
+    )
+
+
+def _step(trace: Path):
+    (target,) = analyze(load(trace)).tpu
+    return next(p for p in target.programs if p.name == "jit_step")
+
+
+def test_a_sweep_of_batch_and_remat_gives_the_largest_batch_per_policy(tmp_path):
+    result = _fit(tmp_path, "--sweep", "batch=8,32,64", "--sweep", "remat=none,full", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {
+        tuple(cell.strip() for cell in line.split("│")[1:-1]): line
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+    }
+    frontier = {key[0]: key[1] for key in rows if len(key) == 2}
+    # Without remat, batch 8 fits and 32 is refused (64 is not compiled: a larger
+    # batch needs no less); with each layer recomputed, 32 fits and 64 does not.
+    assert frontier["none"].startswith("8 (") and frontier["none"].endswith("32 does not fit")
+    assert frontier["full"].startswith("32 (") and frontier["full"].endswith("64 does not fit")
+    cells = {key[:2]: key[2] for key in rows if len(key) == 3}
+    assert cells[("64", "none")] == "not compiled: --batch 32 did not fit"
+    assert cells[("32", "none")].startswith("does not fit: refused")
+    assert not (tmp_path / "script.fit-batch-64-remat-none.tpumem").exists()
+    # Each answer is XLA:TPU's: JAX's own compile of the step at the largest
+    # batch has the trace's figures, and at the next it is refused.
+    for batch, over, remat in ((8, 32, "none"), (32, 64, "full")):
+        fitted = _step(tmp_path / f"script.fit-batch-{batch}-remat-{remat}.tpumem")
+        assert {k: fitted.memory(k) for k in MEMORY} == _aot(tmp_path, batch, remat)
+        assert _aot(tmp_path, over, remat)["refused"].startswith("RESOURCE_EXHAUSTED")
+
+
+def test_search_gives_the_largest_batch_a_step_that_fits_compiles_at(tmp_path):
+    result = _fit(tmp_path, "--search", "script.py", "--batch", "8", "--remat", "full")
+    assert result.returncode == 0, result.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "script.fit.tpumem"))
+    (target,) = analysis.tpu
+    # Doubled until XLA:TPU refused: 16 and 32 compile, 64 does not.
+    assert [c.change for c in target.candidates] == [
+        "batch 16, not 8",
+        "batch 32, not 8",
+        "batch 64, not 8",
+    ]
+    assert [c.program is not None for c in target.candidates] == [True, True, False]
+    (larger,) = [c for c in analysis.changes if c.key == LARGER]
+    assert larger.ops == ("batch 32, not 8", "batch 64, not 8")
+    best = target.candidates[1]
+    assert larger.before_bytes == best.need_bytes <= larger.pool_bytes
+    said = " ".join(result.stdout.split())
+    assert "jit_step also compiles at batch 32, not 8" in said
+    assert "at batch 64 XLA:TPU refuses it" in said
+    assert best.program is not None
+    assert {k: best.program.memory(k) for k in MEMORY} == _aot(tmp_path, 32, "full")
+    # The verdict alone: no candidate compiled, and none where it is refused.
+    plain = _fit(
+        tmp_path, "--no-search", "--force", "-o", "plain.tpumem", "script.py", "--batch", "64"
+    )
+    assert plain.returncode == 1, plain.stderr[-3000:]
+    (refused,) = analyze(load(tmp_path / "plain.tpumem")).tpu
+    assert refused.refused and not refused.candidates
+
+
+def test_sweeps_fit_cannot_make_are_one_line_before_any_compile(tmp_path):
+    (tmp_path / "script.py").write_text("print('never run')\n")
+    for args, said in (
+        (["--sweep", "batch=8,16", "--sweep", "batch=32"], "--sweep batch=... given twice"),
+        (
+            ["--sweep", "a=" + ",".join("1" * 9), "--sweep", "b=" + ",".join("2" * 8)],
+            "72 combinations",
+        ),
+    ):
+        bad = run_tpumem("fit", "--tpu", "v5e-1", *args, "script.py", cwd=tmp_path)
+        assert bad.returncode == 2 and said in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr and "never run" not in bad.stdout
