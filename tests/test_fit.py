@@ -719,6 +719,50 @@ def test_a_refused_step_gets_the_changes_that_fit_with_xla_tpus_figure(
     assert independent["alias_bytes"] == int(layers) * 8192 * 8192 * size  # every layer donated
 
 
+# The MLP step donated and sharded over v5e:2x4's eight chips as fit's search
+# shards it (FSDP): each weight split along its first dimension, the batch too.
+SHARDED_MLP = (
+    PRINT_MEMORY
+    + """
+import functools, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import topologies
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+devices = topologies.get_topology_desc(
+    platform="tpu", topology_name="v5e:2x4", chips_per_host_bounds=[2, 4, 1]
+).devices
+split = NamedSharding(Mesh(np.array(devices), ("fsdp",)), P("fsdp", None))
+"""
+    + TANH_MLP
+    + """
+train = jax.jit(functools.partial(step, lr=0.01), donate_argnames=("params",))
+params = [jax.ShapeDtypeStruct((8192, 8192), jnp.float32, sharding=split) for _ in range(62)]
+x = jax.ShapeDtypeStruct((128, 8192), jnp.float32, sharding=split)
+print_memory(train.lower(params, x).compile())
+"""
+)
+
+
+def test_a_step_one_chip_cannot_hold_is_sharded_over_the_slices_chips(tmp_path):
+    """On v5e-8 the script's 62 f32 layers (15.5 GiB) sit on one chip, as a plain
+    script's do: donated, still refused; sharded over the eight chips, it fits,
+    with the figures of JAX's own compile of that sharded step."""
+    refused = _fit(tmp_path, MLP, "--tpu", "v5e-8", "script.py", "--layers=62")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "script.fit.tpumem"))
+    (target,) = analysis.tpu
+    assert [c.program is not None for c in target.candidates] == [False, True]
+    candidate = target.candidates[-1]
+    assert "params sharded over the slice's 8 chips (FSDP" in candidate.change
+    assert "bfloat16" not in candidate.change
+    (search,) = [c for c in analysis.changes if c.key == SEARCH]
+    assert search.before_bytes == candidate.need_bytes <= search.pool_bytes
+    independent = run_python(SHARDED_MLP, tmp_path, env=aot_env())
+    assert candidate.program is not None and candidate.compile.partitions == 8
+    assert {k: candidate.program.memory(k) for k in MEMORY} == independent
+
+
 # A table held beside the step, of a shape XLA:TPU pads (a minor dimension of 3).
 HELD_BESIDE = """
 import jax, jax.numpy as jnp

@@ -400,7 +400,13 @@ class _Jitted:
         shapes = jax.tree.map(stand_ins.spec, args)
         static = self._static_nums
         found, names = search.steps(
-            self._fun, shapes, lowered.out_info, static, self._options, self._static_names
+            self._fun,
+            shapes,
+            lowered.out_info,
+            static,
+            self._options,
+            self._static_names,
+            tuple(self._owner.devices),
         )
 
         def fits(chosen: tuple[search.Step, ...]) -> bool | None:
@@ -408,23 +414,24 @@ class _Jitted:
             try:
                 variant = self._owner._original_jit(self._fun, **change.options)
                 relowered = self._owner.lower(variant, change.args, kwargs)
-            except Exception:  # (a change JAX cannot lower here: none tried further)
+            except Exception:  # (a change JAX cannot lower here: left out)
                 return None
             chips = _chips(change.args, kwargs)
             words = (change.words, change.names, refused)
             compiled, _ = self._owner.compile(relowered, self._name, chips, beside, None, words)
             return compiled is not None
 
-        for count in range(1, len(found) + 1):
-            chosen = found[:count]
-            compiled = fits(chosen)
+        chosen: tuple[search.Step, ...] = ()
+        for step in found:
+            compiled = fits((*chosen, step))
             if compiled is None:
-                return
+                continue
+            chosen = (*chosen, step)
             if compiled:
-                for step in chosen[:-1]:  # the fewest costly changes: each not needed, out
-                    if step.free:
+                for tried in chosen[:-1]:  # the fewest costly changes: each not needed, out
+                    if tried.free:
                         continue
-                    fewer = tuple(s for s in chosen if s is not step)
+                    fewer = tuple(s for s in chosen if s is not tried)
                     if fits(fewer):
                         chosen = fewer
                 return

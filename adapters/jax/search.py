@@ -7,12 +7,18 @@ compiled by XLA:TPU (compile_only.py) until one fits:
    already) each of whose arrays has the shape and dtype of an output no other
    argument took, as a training step gives back its parameters and optimizer
    state. Costs nothing: the step overwrites what it replaces.
-2. that state in bfloat16: the donated arguments' float32 arrays as bfloat16
+2. that state sharded over the slice's chips (FSDP), where the slice has more
+   than one and the state is not split over all of them: each array split along
+   its first dimension the chips' count divides (else replicated), the batch
+   along its leading dimension where it divides, the jit's own shardings left
+   to XLA (a cost in communication: each layer's weights gathered as used).
+3. that state in bfloat16: the donated arguments' float32 arrays as bfloat16
    (the update then runs in bfloat16: a precision cost, which the words say).
-3. half the batch: the other array arguments whose leading dimension is the
+4. half the batch: the other array arguments whose leading dimension is the
    most common one among them (the batch), halved where it is even (twice the
    steps an epoch).
-Each is tried with those before it until one set compiles; then each of that
+Each is tried with those before it (one JAX cannot lower is left out) until one
+set compiles; then each of that
 set's that costs something (not donation), but the last, is left out, one at a
 time, where the rest still compiles: the fewest costly changes that fit.
 
@@ -28,6 +34,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from tpumem.trace.tpu_rows import SHARDED_OVER
 
 LARGEST_FACTOR = 64  # a step's batch doubled at most up to this many times it
 
@@ -57,9 +65,11 @@ def steps(
     static: tuple[int, ...],
     options: dict,
     static_names: tuple[str, ...] = (),
+    devices: tuple[Any, ...] = (),
 ) -> tuple[tuple[Step, ...], tuple[str, ...]]:
     """(the changes to try, in order; the names of the arguments donation
-    donates); `args`: the call's, as shapes (stand_ins.spec)."""
+    donates); `args`: the call's, as shapes (stand_ins.spec); `devices`: the
+    slice's chips."""
     donate = _state(fun, args, out_info, static, options, static_names)
     if not donate:
         return (), ()
@@ -77,6 +87,16 @@ def steps(
             free=True,
         )
     ]
+    if len(devices) > 1 and not _split_over(args, donate, len(devices)):
+        chips = len(devices)
+        found.append(
+            Step(
+                f"{', '.join(names) or 'the donated state'} {SHARDED_OVER} {chips} chips "
+                "(FSDP: jax.device_put(x, NamedSharding(mesh, P('fsdp'))) along a "
+                f"dimension {chips} divides, the batch split over them)",
+                lambda o, a: (_unpinned(o), _sharded(a, donate, devices)),
+            )
+        )
     if _bfloat16(args, donate) is not None:
         found.append(
             Step(
@@ -183,6 +203,52 @@ def argument_names(fun: Callable, positions: tuple[int, ...]) -> tuple[str, ...]
     if any(p >= len(named) for p in positions):
         return ()
     return tuple(named[p] for p in positions)
+
+
+def _split_over(args: tuple, positions: tuple[int, ...], chips: int) -> bool:
+    """Whether the state's arrays are split over all the slice's chips already."""
+    import jax
+
+    leaves = [a for i in positions for a in jax.tree.leaves(args[i]) if hasattr(a, "shape")]
+    for a in leaves:
+        sharding = _sharding(a)
+        if sharding is None or sharding.is_fully_replicated:
+            return False
+        if len(sharding.device_set) < chips:
+            return False
+    return bool(leaves)
+
+
+def _sharded(args: tuple, positions: tuple[int, ...], devices: tuple[Any, ...]) -> tuple:
+    """`args` on a mesh of all `devices`: the arrays at `positions` split along
+    their first dimension the devices' count divides, the others along their
+    leading one where it divides; the rest replicated."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(devices), ("fsdp",))
+    chips = len(devices)
+
+    def placed(a: Any, dims: range) -> Any:
+        if not hasattr(a, "shape"):
+            return a
+        axis = next((d for d in dims if d < len(a.shape) and a.shape[d] % chips == 0), None)
+        spec = [None] * len(a.shape)
+        if axis is not None:
+            spec[axis] = "fsdp"
+        sharding = NamedSharding(mesh, PartitionSpec(*spec))
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+
+    return tuple(
+        jax.tree.map(lambda a, i=i: placed(a, range(8) if i in positions else range(1)), x)
+        for i, x in enumerate(args)
+    )
+
+
+def _unpinned(options: dict) -> dict:
+    """jax.jit's options without the shardings it pinned (the change's own rule)."""
+    return {k: v for k, v in options.items() if k not in ("in_shardings", "out_shardings")}
 
 
 def _bfloat16(args: tuple, positions: tuple[int, ...]) -> tuple | None:

@@ -17,6 +17,7 @@ from tpumem.analysis.changes import (
     Change,
 )
 from tpumem.report.shorten import op_tail
+from tpumem.trace.tpu_rows import SHARDED_OVER
 from tpumem.units import format_bytes
 
 CHANGES_TITLE = "What to change"
@@ -64,19 +65,18 @@ def _figure(change: Change) -> str:
 def _sentence(change: Change, framework: str) -> str:
     if change.key == SEARCH:
         changed = change.ops[0] if change.ops else "changed"
+        left = (
+            "a larger slice"
+            if SHARDED_OVER in changed
+            else "a larger slice, or its state sharded over the slice's chips"
+        )
         if change.before_bytes is None:
             return (
                 f"On {change.topology}, XLA:TPU refused {change.program}, and still refuses it "
-                f"{changed}: it needs a larger slice, or its state sharded over the slice's "
-                "chips."
+                f"{changed}: it needs {left}."
             )
         fits = change.pool_bytes is not None and change.before_bytes <= change.pool_bytes
-        verdict = (
-            "it fits"
-            if fits
-            else "still over, with what the script holds beside it: a larger slice, or its "
-            "state sharded over the slice's chips"
-        )
+        verdict = "it fits" if fits else f"still over, with what the script holds beside it: {left}"
         return (
             f"On {change.topology}, XLA:TPU refused {change.program}; {changed}, it compiles "
             f"and a chip needs {format_bytes(change.before_bytes)}, of the "

@@ -39,6 +39,11 @@ def memory_fields(stats: object) -> dict[str, int]:
     }
 
 
+# The words of fit's search for its state sharded over the slice's chips (FSDP),
+# which the report reads: a refusal that stands then needs a larger slice.
+SHARDED_OVER = "sharded over the slice's"
+
+
 @dataclass(frozen=True, slots=True)
 class TpuCompile:
     """One program compiled for a TPU topology."""
