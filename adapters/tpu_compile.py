@@ -169,12 +169,27 @@ def diagnosed(refused: TpuCompile, stablehlo: Any, dump: str, seen: set[str]) ->
     )
     try:
         devices = slice_devices(larger.name, list(larger.dims))
-        compile_on(stablehlo, devices[:chips])
+        executable = compile_on(stablehlo, devices[:chips])
     except (RuntimeError, ValueError):
         optimized_dump(dump, seen, refused.module)
         return refused
     hlo = optimized_dump(dump, seen, refused.module)
-    return refused if hlo is None else replace(refused, hlo=hlo, diagnostic=larger.name)
+    if hlo is None:
+        return refused
+    return replace(refused, hlo=hlo, diagnostic=larger.name, flops=flops_of(executable))
+
+
+def flops_of(executable: Any) -> float | None:
+    """XLA's count of a compiled program's floating-point operations per chip
+    (None where its cost analysis gives none)."""
+    try:
+        analysis = executable.cost_analysis()
+    except Exception:  # (not every backend analyses cost)
+        return None
+    if isinstance(analysis, list | tuple):
+        analysis = analysis[0] if analysis else None
+    flops = analysis.get("flops") if isinstance(analysis, dict) else None
+    return float(flops) if isinstance(flops, int | float) and flops >= 0 else None
 
 
 def name_of(stablehlo: Any) -> str | None:

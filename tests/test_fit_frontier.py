@@ -16,7 +16,7 @@ from tpu_aot import MEMORY, PRINT_MEMORY, aot_env
 
 from conftest import run_python, run_tpumem
 from tpumem.analysis import analyze
-from tpumem.analysis.changes import LARGER
+from tpumem.analysis.changes import LARGER, SEARCH
 from tpumem.trace.reader import load
 
 # `--aot`: the step compiled for one v5e chip by JAX's own API, its memory
@@ -31,6 +31,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--batch", type=int, default=8)
 parser.add_argument("--remat", default="none", choices=["none", "full"])
 parser.add_argument("--aot", action="store_true")
+parser.add_argument("--donate", action="store_true")
 a = parser.parse_args()
 D, F, L, V, SEQ = 1024, 2816, 4, 8000, 4096
 
@@ -67,7 +68,8 @@ if a.aot:
     params = jax.tree.map(on, jax.eval_shape(init, jax.random.key(0)))
     tokens = on(jax.ShapeDtypeStruct((a.batch, SEQ), jnp.int32))
     try:
-        compiled = jax.jit(step).lower(params, params, tokens).compile()
+        donate = ("params", "moments") if a.donate else ()
+        compiled = jax.jit(step, donate_argnames=donate).lower(params, params, tokens).compile()
     except Exception as error:
         print(json.dumps({"refused": str(error).splitlines()[0]}))
     else:
@@ -97,10 +99,9 @@ def _fit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _aot(tmp_path: Path, batch: int, remat: str) -> dict:
-    return run_python(
-        LLAMA, tmp_path, env=aot_env(), args=["--aot", "--batch", str(batch), "--remat", remat]
-    )
+def _aot(tmp_path: Path, batch: int, remat: str, *more: str) -> dict:
+    args = ["--aot", "--batch", str(batch), "--remat", remat, *more]
+    return run_python(LLAMA, tmp_path, env=aot_env(), args=args)
 
 
 def _step(trace: Path):
@@ -161,6 +162,28 @@ def test_search_gives_the_largest_batch_a_step_that_fits_compiles_at(tmp_path):
     assert plain.returncode == 1, plain.stderr[-3000:]
     (refused,) = analyze(load(tmp_path / "plain.tpumem")).tpu
     assert refused.refused and not refused.candidates
+
+
+def test_a_refused_scanned_step_is_searched_with_its_layers_recomputed(tmp_path):
+    """Batch 16 without remat is refused, and still refused donated; with each
+    step of the script's scan recomputed it fits: JAX's own compile of the step
+    donated under --remat full has the candidate's figures, and XLA's count of
+    its operations is the larger."""
+    refused = _fit(tmp_path, "script.py", "--batch", "16")
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "script.fit.tpumem"))
+    (target,) = analysis.tpu
+    assert [c.program is not None for c in target.candidates] == [False, True]
+    candidate = target.candidates[-1]
+    scan = next(n for n, line in enumerate(LLAMA.splitlines(), 1) if "jax.lax.scan(" in line)
+    assert f"each step of the scan at script.py:{scan} recomputed" in candidate.change
+    (search,) = [c for c in analysis.changes if c.key == SEARCH]
+    assert search.before_bytes == candidate.need_bytes <= search.pool_bytes
+    assert search.flops is not None and search.flops_before is not None
+    assert search.flops > search.flops_before  # the forward pass again
+    assert candidate.program is not None
+    independent = _aot(tmp_path, 16, "full", "--donate")
+    assert {k: candidate.program.memory(k) for k in MEMORY} == independent
 
 
 def test_sweeps_fit_cannot_make_are_one_line_before_any_compile(tmp_path):

@@ -26,6 +26,7 @@ refusal whole), so a killed fit keeps what it compiled.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import types
@@ -34,7 +35,13 @@ from dataclasses import replace
 from typing import Any
 
 from tpumem.adapters.jax import search, stand_ins, tree_kinds
-from tpumem.adapters.tpu_compile import diagnosed, name_of, optimized_dump, partitions_of
+from tpumem.adapters.tpu_compile import (
+    diagnosed,
+    flops_of,
+    name_of,
+    optimized_dump,
+    partitions_of,
+)
 from tpumem.hlo.refusals import HBM, LISTED, refusal
 from tpumem.trace.tpu_rows import (
     MAX_ERROR,
@@ -281,6 +288,7 @@ class CompileOnly:
                 optimized_dump(self._dump, self._seen_dumps, name)  # (not a later one's)
             return None, row
         memory = memory_fields(compiled.memory_analysis())
+        flops = flops_of(compiled)
         hlo = optimized_dump(self._dump, self._seen_dumps, name)
         shardings = (compiled.input_shardings, compiled.output_shardings)
         row = replace(
@@ -290,6 +298,7 @@ class CompileOnly:
             memory=memory,
             seconds=time.perf_counter() - start,
             hlo=hlo,
+            flops=flops,
         )
         self._record(row)
         return compiled, row
@@ -399,6 +408,10 @@ class _Jitted:
 
         shapes = jax.tree.map(stand_ins.spec, args)
         static = self._static_nums
+        jit = self._owner._original_jit
+        scans = search.scan_lines(
+            lambda: jit(search.fresh(self._fun), **self._options).trace(*shapes, **kwargs)
+        )
         found, names = search.steps(
             self._fun,
             shapes,
@@ -407,13 +420,18 @@ class _Jitted:
             self._options,
             self._static_names,
             tuple(self._owner.devices),
+            scans,
         )
 
         def fits(chosen: tuple[search.Step, ...]) -> bool | None:
             change = search.combined(chosen, names, dict(self._options), shapes)
             try:
-                variant = self._owner._original_jit(self._fun, **change.options)
-                relowered = self._owner.lower(variant, change.args, kwargs)
+                with contextlib.ExitStack() as held:
+                    for step in chosen:
+                        if step.around is not None:
+                            held.enter_context(step.around())
+                    variant = jit(search.fresh(self._fun), **change.options)
+                    relowered = self._owner.lower(variant, change.args, kwargs)
             except Exception:  # (a change JAX cannot lower here: left out)
                 return None
             chips = _chips(change.args, kwargs)

@@ -12,9 +12,14 @@ compiled by XLA:TPU (compile_only.py) until one fits:
    its first dimension the chips' count divides (else replicated), the batch
    along its leading dimension where it divides, the jit's own shardings left
    to XLA (a cost in communication: each layer's weights gathered as used).
-3. that state in bfloat16: the donated arguments' float32 arrays as bfloat16
+3. each step of the script's `jax.lax.scan` calls (the layers of a scanned
+   model) recomputed in the backward pass: the body under
+   `jax.checkpoint(..., policy=nothing_saveable)`, only each step's carry kept
+   (a cost in compute: the forward pass again). Offered where the call's trace
+   reaches `jax.lax.scan` from the script's own code (scan_lines).
+4. that state in bfloat16: the donated arguments' float32 arrays as bfloat16
    (the update then runs in bfloat16: a precision cost, which the words say).
-4. half the batch: the other array arguments whose leading dimension is the
+5. half the batch: the other array arguments whose leading dimension is the
    most common one among them (the batch), halved where it is even (twice the
    steps an epoch).
 Each is tried with those before it (one JAX cannot lower is left out) until one
@@ -30,12 +35,13 @@ and twice that, up to LARGEST_FACTOR, until XLA:TPU refuses (larger_batches).
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.trace.tpu_rows import SHARDED_OVER
+from tpumem.trace.tpu_rows import RECOMPUTED, SHARDED_OVER
 
 LARGEST_FACTOR = 64  # a step's batch doubled at most up to this many times it
 
@@ -43,11 +49,12 @@ LARGEST_FACTOR = 64  # a step's batch doubled at most up to this many times it
 @dataclass(frozen=True, slots=True)
 class Step:
     """One change: its words, and what it does to jax.jit's options and the call's
-    arguments."""
+    arguments (and, `around`, what holds while the changed call is traced)."""
 
     words: str
     change: Callable[[dict, tuple], tuple[dict, tuple]]
     free: bool = False  # costs nothing (donation): never left out
+    around: Callable[[], contextlib.AbstractContextManager] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +73,11 @@ def steps(
     options: dict,
     static_names: tuple[str, ...] = (),
     devices: tuple[Any, ...] = (),
+    scans: tuple[str, ...] = (),
 ) -> tuple[tuple[Step, ...], tuple[str, ...]]:
     """(the changes to try, in order; the names of the arguments donation
     donates); `args`: the call's, as shapes (stand_ins.spec); `devices`: the
-    slice's chips."""
+    slice's chips; `scans`: the lines of the script's scans (scan_lines)."""
     donate = _state(fun, args, out_info, static, options, static_names)
     if not donate:
         return (), ()
@@ -95,6 +103,16 @@ def steps(
                 "(FSDP: jax.device_put(x, NamedSharding(mesh, P('fsdp'))) along a "
                 f"dimension {chips} divides, the batch split over them)",
                 lambda o, a: (_unpinned(o), _sharded(a, donate, devices)),
+            )
+        )
+    if scans:
+        found.append(
+            Step(
+                f"each step of the scan at {', '.join(scans)} {RECOMPUTED} "
+                "(jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable): the "
+                "forward pass again)",
+                lambda o, a: (o, a),
+                around=recomputed_scans,
             )
         )
     if _bfloat16(args, donate) is not None:
@@ -158,6 +176,73 @@ def _state(
     named = set(static_names) | set(_names(options))
     skipped = tuple(i for i, name in enumerate(every) if name in named)
     return donatable(args, out_info, (*static, *skipped), options)
+
+
+@contextlib.contextmanager
+def recomputed_scans(seen: list[str] | None = None) -> Iterator[None]:
+    """While it holds, `jax.lax.scan` recomputes each step's values in the
+    backward pass (the script's scans: those that look `jax.lax.scan` up when
+    called; JAX's own keep theirs); `seen` gets the script's line of each."""
+    import jax
+
+    original = jax.lax.scan
+
+    def scan(f: Callable, *args: Any, **kwargs: Any) -> Any:
+        if seen is not None:
+            seen.append(_caller())
+        policy = jax.checkpoint_policies.nothing_saveable
+        return original(jax.checkpoint(f, policy=policy), *args, **kwargs)
+
+    jax.lax.scan = scan
+    try:
+        yield
+    finally:
+        jax.lax.scan = original
+
+
+def scan_lines(trace: Callable[[], Any]) -> tuple[str, ...]:
+    """The script's lines that call `jax.lax.scan` as `trace()` runs (a trace
+    of the call with shapes); () where it calls none, or the trace fails."""
+    seen: list[str] = []
+    try:
+        with recomputed_scans(seen):
+            trace()
+    except Exception:  # (what does not trace here is no candidate)
+        return ()
+    return tuple(dict.fromkeys(seen))
+
+
+def _caller() -> str:
+    """file:line of the first frame outside the installed packages (JAX, Flax)
+    and tpumem: the script's."""
+    import os
+    import sys
+    import sysconfig
+
+    skipped = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    skipped.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not name.startswith("<") and not any(name.startswith(p + os.sep) for p in skipped):
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def fresh(fun: Callable) -> Callable:
+    """`fun` under a new identity (its name and signature kept): JAX traces it
+    again, where it would reuse its trace of `fun` (a change made while tracing,
+    recomputed_scans, must be traced)."""
+    import functools
+
+    def again(*args: Any, **kwargs: Any) -> Any:
+        return fun(*args, **kwargs)
+
+    functools.update_wrapper(again, fun)
+    if not hasattr(fun, "__name__"):  # (a partial: JAX names it by its function)
+        again.__name__ = getattr(getattr(fun, "func", None), "__name__", "fun")
+    return again
 
 
 def combined(

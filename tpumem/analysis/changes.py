@@ -44,10 +44,18 @@ from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
 from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
-from tpumem.analysis.tpu import PlansApart, TpuProgram, TpuTarget, same_program, usable
+from tpumem.analysis.tpu import (
+    PlansApart,
+    TpuCandidate,
+    TpuProgram,
+    TpuTarget,
+    same_program,
+    usable,
+)
 from tpumem.hlo.tiles import parse_shape, tiled_bytes
 from tpumem.trace.memory_settings import MemorySettings
 from tpumem.trace.metadata import KeptArrays
+from tpumem.trace.tpu_rows import RECOMPUTED, SHARDED_OVER, TpuCompile
 
 if TYPE_CHECKING:
     from tpumem.analysis.run_figures import DeviceAnalysis
@@ -98,6 +106,10 @@ class Change:
     # changed one), measured (the run), modeled (the allocator's model) or
     # estimated (a rule: an upper bound, a layout from shapes).
     known: str = provenance.ESTIMATED
+    # SEARCH with recomputation: XLA's operations per chip a step with the change,
+    # and as written (from the compile that showed what fills it)
+    flops: float | None = None
+    flops_before: float | None = None
 
 
 def what_to_change(
@@ -190,6 +202,7 @@ def _candidates(target: TpuTarget) -> list[Change]:
                 topology=target.topology,
                 # (What the script held beside is sized by the tile rule: estimated.)
                 known=provenance.EXACT if not beside else provenance.ESTIMATED,
+                **_recompute_cost(chosen, refused.compile),
             )
         )
     for program in target.programs:
@@ -197,6 +210,19 @@ def _candidates(target: TpuTarget) -> list[Change]:
         if tried:
             found.append(_larger(target, program, tried, limit[0]))
     return found
+
+
+def _recompute_cost(chosen: TpuCandidate, refused: TpuCompile) -> dict[str, float]:
+    """A change that recomputes: XLA's operations a step with it, and as written
+    (counted where XLA:TPU compiled the program to show what fills it), where
+    both are known and the change keeps the batch and the sharding (else the
+    counts measure those too)."""
+    words = chosen.change
+    if RECOMPUTED not in words or SHARDED_OVER in words or "batch " in words:
+        return {}
+    if chosen.compile.flops is None or refused.flops is None:
+        return {}
+    return {"flops": chosen.compile.flops, "flops_before": refused.flops}
 
 
 def _larger(target: TpuTarget, program: TpuProgram, tried: list, limit: int) -> Change:

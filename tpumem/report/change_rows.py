@@ -62,6 +62,17 @@ def _figure(change: Change) -> str:
     return format_bytes(change.bytes)
 
 
+def _cost(change: Change) -> str:
+    """What recomputing costs, as XLA's cost analysis counts it."""
+    if change.flops is None or not change.flops_before:
+        return ""
+    more = change.flops / change.flops_before - 1
+    return (
+        f" Its cost: {change.flops / 1e12:,.2f} TFLOP a chip a step, against "
+        f"{change.flops_before / 1e12:,.2f} as written ({more:+.0%}, XLA's count)."
+    )
+
+
 def _sentence(change: Change, framework: str) -> str:
     if change.key == SEARCH:
         changed = change.ops[0] if change.ops else "changed"
@@ -80,7 +91,7 @@ def _sentence(change: Change, framework: str) -> str:
         return (
             f"On {change.topology}, XLA:TPU refused {change.program}; {changed}, it compiles "
             f"and a chip needs {format_bytes(change.before_bytes)}, of the "
-            f"{format_bytes(change.pool_bytes)} there is: {verdict}."
+            f"{format_bytes(change.pool_bytes)} there is: {verdict}.{_cost(change)}"
         )
     if change.key == LARGER:
         best, over = change.ops

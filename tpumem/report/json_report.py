@@ -92,6 +92,8 @@ def _change(change: Change) -> dict[str, Any]:
         "topology": change.topology,
         "kept_in": change.kept.name if change.kept is not None else None,
         "kept_line": change.kept.line if change.kept is not None else None,
+        "flops": change.flops,
+        "flops_before": change.flops_before,
     }
 
 

@@ -7,6 +7,7 @@ bytes of a chip XLA:TPU lets a program use (its budget, measured from libtpu).""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,8 @@ def memory_fields(stats: object) -> dict[str, int]:
 # The words of fit's search for its state sharded over the slice's chips (FSDP),
 # which the report reads: a refusal that stands then needs a larger slice.
 SHARDED_OVER = "sharded over the slice's"
+# ...and for a scan's steps recomputed: its cost is then the operations added.
+RECOMPUTED = "recomputed in the backward pass"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,10 @@ class TpuCompile:
     # was compiled in place of (its program_id).
     change_names: tuple[str, ...] | None = None
     change_of: int | None = None
+    # `tpumem fit`: XLA's cost analysis of the compiled program, floating-point
+    # operations per chip (what recomputing costs, a candidate's against its
+    # program's).
+    flops: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,7 @@ def compile_row_text(compiled: TpuCompile) -> str:
                 else {"change_names": list(compiled.change_names)}
             ),
             **({} if compiled.change_of is None else {"change_of": compiled.change_of}),
+            **({} if compiled.flops is None else {"flops": compiled.flops}),
         }
     )
 
@@ -235,7 +243,15 @@ def read_tpu_row(text: object) -> TpuRow | None:
         change=_str(record.get("change"))[:MAX_ERROR] or None,
         change_names=_regions(record.get("change_names")),
         change_of=_int(record.get("change_of")),
+        flops=_flops(record.get("flops")),
     )
+
+
+def _flops(value: object) -> float | None:
+    """A count of operations: a finite number, not negative."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def _regions(value: Any) -> tuple[str, ...] | None:
