@@ -104,8 +104,7 @@ def _sentence(change: Change, framework: str) -> str:
         return (
             f"On {change.topology}, {change.program} also compiles at {best}: a chip needs "
             f"{format_bytes(change.before_bytes)} of the {format_bytes(change.pool_bytes)} "
-            f"there is{refused or ' (the largest tried)'}. Fewer steps an epoch, the same "
-            "parameters: scale the learning rate with it."
+            f"there is{refused or ' (the largest tried)'}: fewer steps an epoch."
         )
     if change.key == DONATE:
         names = ", ".join(change.names) or "its arguments"
