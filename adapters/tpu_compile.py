@@ -151,7 +151,7 @@ def diagnosed(refused: TpuCompile, stablehlo: Any, dump: str, seen: set[str]) ->
     as near as XLA:TPU can show, its buffers and their source lines. Unchanged
     where XLA:TPU gave no figures (another error than its size), where no such
     slice exists, or where that refuses it too."""
-    from tpumem.hlo.refusals import HBM, refusal
+    from tpumem.hlo.refusals import HBM, LISTED, refusal
     from tpumem.tpu.topology import diagnostic_topology
 
     # (What XLA dumped before it gave up is not a later compile's.)
@@ -159,8 +159,9 @@ def diagnosed(refused: TpuCompile, stablehlo: Any, dump: str, seen: set[str]) ->
     chips = refused.partitions
     larger = diagnostic_topology(chips, refused.topology.partition(":")[0])
     said = refusal(refused.error or "")
-    if said is None or said.space != HBM or larger is None:
-        return refused  # (a kernel's VMEM is no larger on a larger chip)
+    if said is None or said.space != HBM or larger is None or LISTED in (refused.error or ""):
+        # (A kernel's VMEM is no larger on a larger chip; XLA's words list what fills it.)
+        return refused
     print(
         f"tpumem: {refused.module} does not fit {refused.topology}; compiling it for "
         f"{larger.name} to show what fills it",

@@ -152,7 +152,7 @@ def test_search_gives_the_largest_batch_a_step_that_fits_compiles_at(tmp_path):
     assert larger.before_bytes == best.need_bytes <= larger.pool_bytes
     said = " ".join(result.stdout.split())
     assert "jit_step also compiles at batch 32, not 8" in said
-    assert "at batch 64 XLA:TPU refuses it" in said
+    assert "at batch 64 it does not fit" in said
     assert best.program is not None
     assert {k: best.program.memory(k) for k in MEMORY} == _aot(tmp_path, 32, "full")
     # The verdict alone: no candidate compiled, and none where it is refused.
@@ -190,11 +190,61 @@ def test_sweeps_fit_cannot_make_are_one_line_before_any_compile(tmp_path):
     (tmp_path / "script.py").write_text("print('never run')\n")
     for args, said in (
         (["--sweep", "batch=8,16", "--sweep", "batch=32"], "--sweep batch=... given twice"),
+        (["--sweep", "batch=8,16,8"], "8 given twice"),
         (
-            ["--sweep", "a=" + ",".join("1" * 9), "--sweep", "b=" + ",".join("2" * 8)],
+            ["--sweep", "a=" + ",".join("123456789"), "--sweep", "b=" + ",".join("12345678")],
             "72 combinations",
         ),
     ):
         bad = run_tpumem("fit", "--tpu", "v5e-1", *args, "script.py", cwd=tmp_path)
         assert bad.returncode == 2 and said in bad.stderr, bad.stderr
         assert "Traceback" not in bad.stderr and "never run" not in bad.stdout
+
+
+# fit's search helpers on JAX's own objects, on eight CPU devices.
+HELPERS = """
+import json, os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from tpumem.adapters.jax import search
+
+devices = tuple(jax.devices())
+mesh = Mesh(np.array(devices), ("fsdp",))
+split = NamedSharding(mesh, P("fsdp", None))
+whole = NamedSharding(mesh, P())
+def shape(dims, sharding=None, dtype=jnp.float32):
+    return jax.ShapeDtypeStruct(dims, dtype, sharding=sharding)
+state = {"w": shape((1024, 64), split), "count": shape((), whole)}
+said = {}
+# Nearly all its bytes split over the eight: sharded already (a whole count aside).
+said["split"] = search._split_over((state,), (0,), 8)
+said["whole"] = search._split_over(({"w": shape((1024, 64), whole)},), (0,), 8)
+# A raw random key first is no batch; the batch halved stays split where 8 divides it.
+key, tokens = shape((2,), dtype=jnp.uint32), shape((16, 128), split, jnp.int32)
+(_, halved_key, halved), batch = search._scaled_batch((state, key, tokens), {0}, 0.5)
+said["batch"] = batch
+said["key"] = list(halved_key.shape)
+said["halved"] = [list(halved.shape), list(halved.sharding.spec)]
+(_, _, quarter), _ = search._scaled_batch((state, key, shape((12, 128), split)), {0}, 0.5)
+said["indivisible"] = [list(quarter.shape), list(quarter.sharding.spec)]
+# The script's scan named by its line; JAX's scan itself again after.
+def body(c, x):
+    return c + x, None
+lines = search.scan_lines(lambda: jax.jit(lambda xs: jax.lax.scan(body, 0.0, xs)[0]).trace(
+    jnp.ones(4)))
+said["lines"] = list(lines)
+said["restored"] = jax.lax.scan.__module__
+print(json.dumps(said))
+"""
+
+
+def test_the_searchs_helpers_on_jaxs_own_objects(tmp_path):
+    said = run_python(HELPERS, tmp_path)
+    assert said["split"] is True and said["whole"] is False
+    assert said["batch"] == 16 and said["key"] == [2]
+    assert said["halved"] == [[8, 128], ["fsdp", None]]
+    assert said["indivisible"] == [[6, 128], [None, None]]
+    line = next(n for n, text in enumerate(HELPERS.splitlines(), 1) if "jax.lax.scan(body" in text)
+    assert said["lines"] == [f"script.py:{line}"]
+    assert said["restored"].startswith("jax")

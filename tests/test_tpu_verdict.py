@@ -280,3 +280,33 @@ def test_a_refusal_written_before_its_diagnosis_is_replaced_by_it():
     )
     assert _diagnosed([refused, other, fine, diagnosis]) == [diagnosis, other, fine]
     assert _diagnosed([refused, other]) == [refused, other]
+
+
+def test_a_recompute_cost_is_given_only_where_the_change_keeps_batch_and_sharding():
+    from tpumem.analysis.changes import _recompute_cost
+    from tpumem.analysis.tpu import TpuCandidate
+    from tpumem.trace.tpu_rows import RECOMPUTED, SHARDED_OVER
+
+    refused = TpuCompile("v5e:1x1", 2, "jit_step", 1, error="RESOURCE_EXHAUSTED", flops=6e12)
+
+    def candidate(words: str, flops: float | None = 7e12) -> TpuCandidate:
+        row = TpuCompile("v5e:1x1", 3, "jit_step", 1, change=words, change_of=2, flops=flops)
+        return TpuCandidate(row, None)
+
+    remat = f"donated; each step of the scan at s.py:3 {RECOMPUTED} (jax.checkpoint)"
+    assert _recompute_cost(candidate(remat), refused) == {"flops": 7e12, "flops_before": 6e12}
+    for other in (f"{remat}; batch 8, not 16", f"params {SHARDED_OVER} 8 chips; {remat}"):
+        assert _recompute_cost(candidate(other), refused) == {}  # (those change the count too)
+    assert _recompute_cost(candidate("donated (jax.jit(...))"), refused) == {}
+    assert _recompute_cost(candidate(remat, None), refused) == {}
+
+
+def test_a_compile_rows_operation_count_is_kept_and_a_bad_one_read_as_none():
+    from tpumem.trace.tpu_rows import compile_row_text
+
+    row = TpuCompile("v5e:1x1", 1, "jit_step", 1, flops=1.5e12)
+    assert read_tpu_row(compile_row_text(row)) == row
+    for bad in ("-1", "1e999", "true", '"many"'):
+        text = compile_row_text(row).replace('"flops": 1500000000000.0', f'"flops": {bad}')
+        read = read_tpu_row(text)
+        assert read is not None and read.flops is None

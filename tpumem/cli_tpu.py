@@ -46,9 +46,10 @@ def fit(
         typer.Option(
             "--search/--no-search",
             help="Where XLA:TPU refuses a program, compile it again with the changes that "
-            "shrink it (donation, bfloat16 state, half the batch) until one fits: done by "
-            "default. --search also where it fits: the batch doubled until XLA:TPU "
-            "refuses, the largest that fits. --no-search: the verdict alone.",
+            "shrink it (donation, the state sharded over the chips, the scan's steps "
+            "recomputed, bfloat16 state, half the batch) until one fits: done by default. "
+            "--search also where it fits: the batch doubled until XLA:TPU refuses, the "
+            "largest that fits. --no-search: the verdict alone.",
             show_default=False,
         ),
     ] = None,

@@ -42,7 +42,7 @@ from tpumem.adapters.tpu_compile import (
     optimized_dump,
     partitions_of,
 )
-from tpumem.hlo.refusals import HBM, LISTED, refusal
+from tpumem.hlo.refusals import HBM, refusal
 from tpumem.trace.tpu_rows import (
     MAX_ERROR,
     TpuCompile,
@@ -279,7 +279,7 @@ class CompileOnly:
                 seconds=time.perf_counter() - start,
             )
             self._record(row)  # (at once: a diagnostic compile may take long, or die)
-            if change is None and self.diagnose and LISTED not in said:
+            if change is None and self.diagnose:
                 # (A candidate's refusal is its verdict: no diagnosis.)
                 diagnosis = diagnosed(row, stablehlo, self._dump, self._seen_dumps)
                 if diagnosis.diagnostic is not None:
@@ -384,7 +384,8 @@ class _Jitted:
         if searching and said is not None and said.space == HBM:
             # (Refused for its size in HBM: what would fit is searched; pmap's not.)
             self._searched(args, kwargs, lowered, beside, row.program_id or 0)
-        elif searching and compiled is not None and self._owner.search:
+        elif searching and compiled is not None and self._owner.search and len(self._rows) <= 1:
+            # (Its first call's shapes only: an epoch's smaller last batch is the same step.)
             self._larger(args, kwargs, lowered, beside, row.program_id or 0)
         if compiled is not None:
             answer = jax.tree.map(
@@ -409,9 +410,7 @@ class _Jitted:
         shapes = jax.tree.map(stand_ins.spec, args)
         static = self._static_nums
         jit = self._owner._original_jit
-        scans = search.scan_lines(
-            lambda: jit(search.fresh(self._fun), **self._options).trace(*shapes, **kwargs)
-        )
+        scans = search.scan_lines(lambda: jit(self._fun, **self._options).trace(*shapes, **kwargs))
         found, names = search.steps(
             self._fun,
             shapes,
@@ -430,7 +429,7 @@ class _Jitted:
                     for step in chosen:
                         if step.around is not None:
                             held.enter_context(step.around())
-                    variant = jit(search.fresh(self._fun), **change.options)
+                    variant = jit(self._fun, **change.options)
                     relowered = self._owner.lower(variant, change.args, kwargs)
             except Exception:  # (a change JAX cannot lower here: left out)
                 return None

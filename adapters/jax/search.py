@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import inspect
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ from typing import Any
 from tpumem.trace.tpu_rows import RECOMPUTED, SHARDED_OVER
 
 LARGEST_FACTOR = 64  # a step's batch doubled at most up to this many times it
+SPLIT_SHARE = 0.9  # state this much split over the slice's chips is sharded already
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +86,13 @@ def steps(
     names = argument_names(fun, donate)
     numbers = tuple(sorted({*_numbers(options), *donate}))
     kept = set(donate) | set(static)
+    jit = _jit_name(fun)
     found = [
         Step(
-            f"donated (jax.jit(..., donate_argnames={names!r}), where the script does not "
+            f"donated ({jit}(..., donate_argnames={names!r}), where the script does not "
             "use them after the call)"
             if len(names) == len(donate)
-            else f"donated (jax.jit(..., donate_argnums={donate!r}), where the script does "
+            else f"donated ({jit}(..., donate_argnums={donate!r}), where the script does "
             "not use them after the call)",
             lambda o, a: ({**o, "donate_argnums": numbers}, a),
             free=True,
@@ -146,12 +149,10 @@ def larger_batches(
     compiled until one is refused); none for a call that gives back no state
     (an init, an eval step) or has no batch."""
     # Donated already or not, what it gives back is its state.
-    every = argument_names(fun, tuple(range(len(args))))
-    skipped = (*static, *(i for i, name in enumerate(every) if name in static_names))
-    state = donatable(args, out_info, skipped, {})
+    state = _state(fun, args, out_info, static, {}, static_names)
     if not state:
         return
-    kept = set(state) | set(skipped)
+    kept = set(state) | set(static)
     factor = 2
     while factor <= LARGEST_FACTOR:
         scaled = _scaled_batch(args, kept, factor)
@@ -193,11 +194,15 @@ def recomputed_scans(seen: list[str] | None = None) -> Iterator[None]:
         policy = jax.checkpoint_policies.nothing_saveable
         return original(jax.checkpoint(f, policy=policy), *args, **kwargs)
 
+    # JAX reuses a function's trace: a jitted function the call reaches, traced
+    # before, would not see the change, nor one traced under it lose it after.
+    jax.clear_caches()
     jax.lax.scan = scan
     try:
         yield
     finally:
         jax.lax.scan = original
+        jax.clear_caches()
 
 
 def scan_lines(trace: Callable[[], Any]) -> tuple[str, ...]:
@@ -213,36 +218,26 @@ def scan_lines(trace: Callable[[], Any]) -> tuple[str, ...]:
 
 
 def _caller() -> str:
-    """file:line of the first frame outside the installed packages (JAX, Flax)
-    and tpumem: the script's."""
+    """Where the scan is: the script's file:line that calls `jax.lax.scan`, or,
+    for a library's scan (Flax's nn.scan), the library and the script's line
+    that reaches it."""
     import os
     import sys
     import sysconfig
 
-    skipped = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
-    skipped.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    frame = sys._getframe(2)
+    libraries = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (tpumem's)
+    frame, library = sys._getframe(2), None
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
-        if not name.startswith("<") and not any(name.startswith(p + os.sep) for p in skipped):
-            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        home = next((p for p in libraries if name.startswith(p + os.sep)), None)
+        if home is not None and library is None:
+            library = name[len(home) + 1 :].split(os.sep)[0].removesuffix(".py")
+        elif home is None and not name.startswith((ours + os.sep, "<")):
+            line = f"{os.path.basename(name)}:{frame.f_lineno}"
+            return line if library is None else f"{library}'s scan, reached from {line}"
         frame = frame.f_back
     return "?"
-
-
-def fresh(fun: Callable) -> Callable:
-    """`fun` under a new identity (its name and signature kept): JAX traces it
-    again, where it would reuse its trace of `fun` (a change made while tracing,
-    recomputed_scans, must be traced)."""
-    import functools
-
-    def again(*args: Any, **kwargs: Any) -> Any:
-        return fun(*args, **kwargs)
-
-    functools.update_wrapper(again, fun)
-    if not hasattr(fun, "__name__"):  # (a partial: JAX names it by its function)
-        again.__name__ = getattr(getattr(fun, "func", None), "__name__", "fun")
-    return again
 
 
 def combined(
@@ -276,6 +271,12 @@ def donatable(
     return tuple(found)
 
 
+def _jit_name(fun: Callable) -> str:
+    """What the user wrote to jit it: Flax NNX's nnx.jit hands JAX a function
+    object of its own, which wraps theirs; else jax.jit."""
+    return "nnx.jit" if type(fun).__module__.startswith("flax.nnx") else "jax.jit"
+
+
 def argument_names(fun: Callable, positions: tuple[int, ...]) -> tuple[str, ...]:
     """The Python names of the positional arguments (a partial's too); () where
     the signature cannot say (a builtin, *args)."""
@@ -291,17 +292,19 @@ def argument_names(fun: Callable, positions: tuple[int, ...]) -> tuple[str, ...]
 
 
 def _split_over(args: tuple, positions: tuple[int, ...], chips: int) -> bool:
-    """Whether the state's arrays are split over all the slice's chips already."""
+    """Whether most of the state's bytes are split over all the slice's chips
+    already (an optimizer's step count or a bias may stay whole)."""
     import jax
 
     leaves = [a for i in positions for a in jax.tree.leaves(args[i]) if hasattr(a, "shape")]
+    total = split = 0
     for a in leaves:
+        size = math.prod(a.shape) * a.dtype.itemsize
+        total += size
         sharding = _sharding(a)
-        if sharding is None or sharding.is_fully_replicated:
-            return False
-        if len(sharding.device_set) < chips:
-            return False
-    return bool(leaves)
+        if sharding is not None and not sharding.is_fully_replicated:
+            split += size if len(sharding.device_set) >= chips else 0
+    return total > 0 and split >= SPLIT_SHARE * total
 
 
 def _sharded(args: tuple, positions: tuple[int, ...], devices: tuple[Any, ...]) -> tuple:
@@ -315,9 +318,11 @@ def _sharded(args: tuple, positions: tuple[int, ...], devices: tuple[Any, ...]) 
     mesh = Mesh(np.array(devices), ("fsdp",))
     chips = len(devices)
 
-    def placed(a: Any, dims: range) -> Any:
+    def placed(a: Any, state: bool) -> Any:
         if not hasattr(a, "shape"):
             return a
+        # State: its first dimension the chips divide; anything else: its leading one.
+        dims = range(len(a.shape) if state else min(1, len(a.shape)))
         axis = next((d for d in dims if d < len(a.shape) and a.shape[d] % chips == 0), None)
         spec = [None] * len(a.shape)
         if axis is not None:
@@ -326,8 +331,7 @@ def _sharded(args: tuple, positions: tuple[int, ...], devices: tuple[Any, ...]) 
         return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
 
     return tuple(
-        jax.tree.map(lambda a, i=i: placed(a, range(8) if i in positions else range(1)), x)
-        for i, x in enumerate(args)
+        jax.tree.map(lambda a, i=i: placed(a, i in positions), x) for i, x in enumerate(args)
     )
 
 
@@ -357,7 +361,8 @@ def _bfloat16(args: tuple, positions: tuple[int, ...]) -> tuple | None:
 def _scaled_batch(args: tuple, kept: set[int], factor: float) -> tuple[tuple, int] | None:
     """(`args` with the batch times `factor`, the batch) where a batch is found:
     the leading dimension most of the other array arguments share (even, to be
-    halved)."""
+    halved; a random key's is none). Where the batch is split over chips and
+    the new one is not divisible so, it is whole on each."""
     import jax
 
     leading = collections.Counter(
@@ -365,22 +370,48 @@ def _scaled_batch(args: tuple, kept: set[int], factor: float) -> tuple[tuple, in
         for i, argument in enumerate(args)
         if i not in kept
         for a in jax.tree.leaves(argument)
-        if getattr(a, "shape", None)
+        if getattr(a, "shape", None) and not _key(a)
     )
     if not leading:
         return None
     batch, _ = leading.most_common(1)[0]
     if batch < 2 or (factor < 1 and batch % 2):
         return None
+    size = int(batch * factor)
 
     def scale(a: Any) -> Any:
-        if getattr(a, "shape", None) and a.shape[0] == batch:
-            shape = (int(batch * factor), *a.shape[1:])
-            return jax.ShapeDtypeStruct(shape, a.dtype, sharding=_sharding(a))
+        if getattr(a, "shape", None) and a.shape[0] == batch and not _key(a):
+            shape = (size, *a.shape[1:])
+            return jax.ShapeDtypeStruct(shape, a.dtype, sharding=_divisible(a, size))
         return a
 
     scaled = tuple(a if i in kept else jax.tree.map(scale, a) for i, a in enumerate(args))
     return scaled, batch
+
+
+def _key(a: Any) -> bool:
+    """A random key: a typed key array, or a raw one (uint32[2])."""
+    import jax
+
+    dtype = getattr(a, "dtype", None)
+    raw = str(dtype) == "uint32" and tuple(a.shape) == (2,)
+    return raw or (dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def _divisible(a: Any, size: int) -> Any:
+    """`a`'s sharding for a leading dimension of `size`: its own, but where that
+    splits the leading dimension over more devices than divide `size`, whole."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sharding = _sharding(a)
+    if not isinstance(sharding, NamedSharding) or not sharding.spec:
+        return sharding
+    axes = sharding.spec[0]
+    names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    ways = math.prod(sharding.mesh.shape[n] for n in names)
+    if size % ways == 0:
+        return sharding
+    return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec[1:]))
 
 
 def _sharding(a: Any) -> Any:

@@ -119,6 +119,12 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
             f"fit of a {name} script: give slices of one size ({name} is run here, "
             "on one count of devices a run)"
         )
+    if request.search:
+        print(
+            f"tpumem fit: --search changes a JAX script's jitted calls; a {name} script's "
+            "programs are compiled as it ran them, and nothing is searched",
+            file=sys.stderr,
+        )
     env = dict(os.environ)
     how = (
         f"({name} cannot compile for devices it does not have) and compiled its programs "

@@ -113,17 +113,21 @@ def run_sweep(
         try:
             trace = compiled(at, default_name(request, suffix))
         except FitStopped as stop:  # the combinations done, then how it was stopped
-            if stop.trace is not None:
-                points.append(SweepPoint(values, _answers(stop.trace), skipped))
+            # (The stopped combination's own answer is partial: it is no point;
+            # its trace, and those before, are kept.)
             if points:
                 _report(request, names, points)
+            say_short(short)
             return say_stopped(replace(stop, where=f"{stop.where}, {said}"))
         point = SweepPoint(values, _answers(trace), skipped)
         points.append(point)
         print(f"tpumem: trace written to {trace}", file=sys.stderr)
         for topology in slices:
-            if does_not_fit(point, topology) and (values[1:], topology) not in refused_at:
-                refused_at[(values[1:], topology)] = values[0]
+            key = (values[1:], topology)
+            if does_not_fit(point, topology) and (
+                key not in refused_at or (number(values[0]) or 0) < (number(refused_at[key]) or 0)
+            ):
+                refused_at[key] = values[0]  # (the smallest refused: given in any order)
     _report(request, names, points)
     say_short(short)
     fitting = {s for p in points for s in slices if fits(p, s)}

@@ -99,6 +99,9 @@ def sweep(text: str) -> Sweep:
         )
     if len(values) > 64:
         raise _bad("at most 64 values: each is a compile of the whole script")
+    if len(set(values)) < len(values):
+        twice = next(v for v in values if values.count(v) > 1)
+        raise _bad(f"{twice} given twice: each value is compiled once")
     return Sweep(match.group(1).lstrip("-"), values)
 
 

@@ -56,7 +56,7 @@ def _figure(change: Change) -> str:
     if change.key in (SEARCH, LARGER) and change.before_bytes is not None:
         return f"{format_bytes(change.before_bytes)}/chip"
     if change.key == LARGER:
-        return "refused"
+        return "no larger"
     if change.key == GROWTH:
         return f"+{format_bytes(change.bytes)}/step"
     return format_bytes(change.bytes)
@@ -69,7 +69,8 @@ def _cost(change: Change) -> str:
     more = change.flops / change.flops_before - 1
     return (
         f" Its cost: {change.flops / 1e12:,.2f} TFLOP a chip a step, against "
-        f"{change.flops_before / 1e12:,.2f} as written ({more:+.0%}, XLA's count)."
+        f"{change.flops_before / 1e12:,.2f} as written ({more:+.0%}; XLA's counts, as written "
+        "where it compiled the program to show what fills it)."
     )
 
 
@@ -79,7 +80,7 @@ def _sentence(change: Change, framework: str) -> str:
         left = (
             "a larger slice"
             if SHARDED_OVER in changed
-            else "a larger slice, or its state sharded over the slice's chips"
+            else "a larger slice, with its state sharded over the chips"
         )
         if change.before_bytes is None:
             return (
@@ -95,11 +96,11 @@ def _sentence(change: Change, framework: str) -> str:
         )
     if change.key == LARGER:
         best, over = change.ops
-        refused = f"; at {over.partition(',')[0]} XLA:TPU refuses it" if over else ""
+        refused = f"; at {over.partition(',')[0]} it does not fit" if over else ""
         if change.before_bytes is None:
             return (
-                f"On {change.topology}, {change.program} fits, and at {over} XLA:TPU refuses "
-                "it: its batch is the largest of the doublings that fits."
+                f"On {change.topology}, {change.program} fits, and at {over} it does not: "
+                "its batch is the largest of the doublings that fits."
             )
         return (
             f"On {change.topology}, {change.program} also compiles at {best}: a chip needs "
