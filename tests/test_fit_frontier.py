@@ -87,14 +87,16 @@ print("done")
 )
 
 
-def _fit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    (tmp_path / "script.py").write_text(LLAMA)
+def _fit(
+    tmp_path: Path, *args: str, script: str = LLAMA, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    (tmp_path / "script.py").write_text(script)
     return subprocess.run(
         [sys.executable, "-m", "tpumem", "fit", "--width", "200", "--tpu", "v5e-1", *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
         timeout=600,
     )
 
@@ -184,6 +186,57 @@ def test_a_refused_scanned_step_is_searched_with_its_layers_recomputed(tmp_path)
     assert candidate.program is not None
     independent = _aot(tmp_path, 16, "full", "--donate")
     assert {k: candidate.program.memory(k) for k in MEMORY} == independent
+
+
+# Flax NNX's train step, as its tutorials write it: nnx.jit, the model and the
+# optimizer as arguments, updated in place. 32 f32[8192,8192] layers: refused on
+# one v5e chip unless donated. DONATE=1: the step donated, as the advice says.
+NNX = """
+import os
+import jax, jax.numpy as jnp, optax
+from flax import nnx
+
+class MLP(nnx.Module):
+    def __init__(self, rngs):
+        self.layers = nnx.List(
+            [nnx.Linear(8192, 8192, use_bias=False, rngs=rngs) for _ in range(32)]
+        )
+    def __call__(self, x):
+        for layer in self.layers:
+            x = jnp.tanh(layer(x))
+        return x
+
+model = MLP(nnx.Rngs(0))
+optimizer = nnx.Optimizer(model, optax.sgd(1e-3), wrt=nnx.Param)
+donate = ("model", "optimizer") if os.environ.get("DONATE") else ()
+
+@nnx.jit(donate_argnames=donate)
+def train_step(model, optimizer, x):
+    loss, grads = nnx.value_and_grad(lambda m: (m(x) ** 2).mean())(model)
+    optimizer.update(model, grads)
+    return loss
+
+x = jnp.ones((128, 8192))
+for _ in range(2):
+    train_step(model, optimizer, x)
+"""
+
+
+def test_an_nnx_step_gets_donation_in_nnx_words_and_the_donated_step_needs_its_figure(tmp_path):
+    refused = _fit(tmp_path, "script.py", script=NNX)
+    assert refused.returncode == 1, refused.stderr[-3000:]
+    analysis = analyze(load(tmp_path / "script.fit.tpumem"))
+    (search,) = [c for c in analysis.changes if c.key == SEARCH]
+    (candidate,) = analysis.tpu[0].candidates
+    assert candidate.change.startswith(
+        "donated (nnx.jit(..., donate_argnames=('model', 'optimizer'))"
+    )
+    assert search.before_bytes is not None and search.before_bytes <= search.pool_bytes
+    # The script changed as said: XLA:TPU compiles it at the advice's figure.
+    donated = _fit(tmp_path, "-o", "donated.tpumem", "script.py", script=NNX, env={"DONATE": "1"})
+    assert donated.returncode == 0, donated.stderr[-3000:]
+    (target,) = analyze(load(tmp_path / "donated.tpumem")).tpu
+    assert target.fit is not None and target.fit.need_bytes == search.before_bytes
 
 
 def test_sweeps_fit_cannot_make_are_one_line_before_any_compile(tmp_path):
