@@ -6,34 +6,14 @@ JAX_PLATFORMS=cpu (fit_larger.py sets both)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import jax
-import jax.numpy as jnp
-from jax.experimental import topologies
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from jax_llama_step import build, parse_args
+from fit_anchor import initialised, parse_args, tokens
 
 args = parse_args([])
-devices = topologies.get_topology_desc(
-    platform="tpu", topology_name="v5e:2x4", chips_per_host_bounds=[2, 4, 1]
-).devices
-model = build(devices, args)
-key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)  # (made on the CPU)
-with jax.default_device(devices[0]):
-    model["init"].lower(key).compile()
-state = jax.tree.map(
-    lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
-    model["state_shape"](),
-    model["state_sharding"],
-)
+model, state = initialised(args)
 batch = args.batch
 while batch <= 64 * args.batch:
-    tokens = jax.ShapeDtypeStruct((batch, args.seq), jnp.int32, sharding=model["batch_sharding"])
     try:
-        model["step"].lower(state, tokens).compile()
+        model["step"].lower(state, tokens(model, args, batch)).compile()
     except Exception:  # (XLA:TPU's refusal, as fit meets it)
         print("refused at", batch)
         break

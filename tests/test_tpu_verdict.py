@@ -294,11 +294,11 @@ def test_a_recompute_cost_is_given_only_where_the_change_keeps_batch_and_shardin
         return TpuCandidate(row, None)
 
     remat = f"donated; each step of the scan at s.py:3 {RECOMPUTED} (jax.checkpoint)"
-    assert _recompute_cost(candidate(remat), refused) == {"flops": 7e12, "flops_before": 6e12}
+    assert _recompute_cost(candidate(remat), refused) == (7e12, 6e12)
     for other in (f"{remat}; batch 8, not 16", f"params {SHARDED_OVER} 8 chips; {remat}"):
-        assert _recompute_cost(candidate(other), refused) == {}  # (those change the count too)
-    assert _recompute_cost(candidate("donated (jax.jit(...))"), refused) == {}
-    assert _recompute_cost(candidate(remat, None), refused) == {}
+        assert _recompute_cost(candidate(other), refused) == (None, None)  # (they change it too)
+    assert _recompute_cost(candidate("donated (jax.jit(...))"), refused) == (None, None)
+    assert _recompute_cost(candidate(remat, None), refused) == (None, None)
 
 
 def test_a_compile_rows_operation_count_is_kept_and_a_bad_one_read_as_none():

@@ -38,6 +38,7 @@ import collections
 import contextlib
 import inspect
 import math
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -227,7 +228,8 @@ def _caller() -> str:
 
     libraries = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (tpumem's)
-    frame, library = sys._getframe(2), None
+    frame: types.FrameType | None = sys._getframe(2)
+    library = None
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
         home = next((p for p in libraries if name.startswith(p + os.sep)), None)
@@ -324,7 +326,7 @@ def _sharded(args: tuple, positions: tuple[int, ...], devices: tuple[Any, ...]) 
         # State: its first dimension the chips divide; anything else: its leading one.
         dims = range(len(a.shape) if state else min(1, len(a.shape)))
         axis = next((d for d in dims if d < len(a.shape) and a.shape[d] % chips == 0), None)
-        spec = [None] * len(a.shape)
+        spec: list[str | None] = [None] * len(a.shape)
         if axis is not None:
             spec[axis] = "fsdp"
         sharding = NamedSharding(mesh, PartitionSpec(*spec))

@@ -185,6 +185,7 @@ def _candidates(target: TpuTarget) -> list[Change]:
         # The fewest changes that fit; of those (or of none that fit), the least need.
         compiled.sort(key=lambda c: (c.need_bytes > limit[0], c.change.count("; "), c.need_bytes))
         chosen = compiled[0] if compiled else tried[-1]
+        cost = _recompute_cost(chosen, refused.compile)
         need = chosen.need_bytes
         beside = chosen.compile.outside_bytes or 0
         found.append(
@@ -202,7 +203,8 @@ def _candidates(target: TpuTarget) -> list[Change]:
                 topology=target.topology,
                 # (What the script held beside is sized by the tile rule: estimated.)
                 known=provenance.EXACT if not beside else provenance.ESTIMATED,
-                **_recompute_cost(chosen, refused.compile),
+                flops=cost[0],
+                flops_before=cost[1],
             )
         )
     for program in target.programs:
@@ -212,17 +214,17 @@ def _candidates(target: TpuTarget) -> list[Change]:
     return found
 
 
-def _recompute_cost(chosen: TpuCandidate, refused: TpuCompile) -> dict[str, float]:
+def _recompute_cost(chosen: TpuCandidate, refused: TpuCompile) -> tuple[float | None, float | None]:
     """A change that recomputes: XLA's operations a step with it, and as written
     (counted where XLA:TPU compiled the program to show what fills it), where
     both are known and the change keeps the batch and the sharding (else the
     counts measure those too)."""
     words = chosen.change
     if RECOMPUTED not in words or SHARDED_OVER in words or "batch " in words:
-        return {}
+        return None, None
     if chosen.compile.flops is None or refused.flops is None:
-        return {}
-    return {"flops": chosen.compile.flops, "flops_before": refused.flops}
+        return None, None
+    return chosen.compile.flops, refused.flops
 
 
 def _larger(target: TpuTarget, program: TpuProgram, tried: list, limit: int) -> Change:
