@@ -217,3 +217,48 @@ def test_allocator_rounding_is_the_cause_on_the_first_screen_and_the_rerun_confi
     after = sum(c["bytes"] for c in oom["causes"] if c["cause"] == "allocator rounding")
     assert after < rounding["bytes"]
     assert abs((kept_after - kept_before) - (rounding["bytes"] - after) / (9 * MiB)) <= 1
+
+
+# A custom loop whose step is a tf.function (its calls are the steps) that keeps
+# each step's 4 MiB activations in a list, as a history, until the limit; KEEP
+# unset: it keeps the step's loss as a Python number instead.
+KEEPS = """
+import os
+import tensorflow as tf
+w = tf.Variable(tf.ones((1024, 1024)))
+opt = tf.keras.optimizers.SGD(0.01)
+
+@tf.function
+def step(x):
+    with tf.GradientTape() as tape:
+        h = tf.tanh(x @ w)
+        loss = tf.reduce_mean(h)
+    opt.apply_gradients([(tape.gradient(loss, w), w)])
+    return h, loss
+
+history = []
+x = tf.ones((1024, 1024))
+for i in range(60):
+    h, loss = step(x)
+    history.append(h if os.environ.get("KEEP") else float(loss))
+print("steps", len(history))
+"""
+
+
+def test_arrays_kept_from_earlier_steps_are_the_cause_and_the_rerun_without_them_fits(tmp_path):
+    env = {"TF_CPU_BFC_MEM_LIMIT_IN_MB": "160"}
+    (tmp_path / "keeps.py").write_text(KEEPS)
+    result = profile(tmp_path, "-o", "keeps.tpumem", "keeps.py", env={**env, "KEEP": "1"})
+    assert result.returncode == 1, result.stderr[-3000:]
+    report = run_tpumem("report", str(tmp_path / "keeps.tpumem"), "--format", "json")
+    (oom,) = json.loads(report.stdout)["out_of_memory"]
+    (kept,) = [c for c in oom["causes"] if c["cause"] == "arrays kept from earlier steps"]
+    # Most of the limit: a 4 MiB array from each step but the last two.
+    assert kept["how"] == "measured" and kept["share"] > 0.5
+    assert kept["bytes"] % (4 * MiB) == 0 and kept["steps"][0] <= 2 < kept["steps"][1]
+    text = run_tpumem("report", str(tmp_path / "keeps.tpumem"), "--width", "200").stdout
+    assert "arrays kept from earlier steps" in text and "float(x)" in text
+    # The change: the loss kept as a number; the same loop runs to its end.
+    rerun = profile(tmp_path, "-o", "numbers.tpumem", "keeps.py", env=env)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "steps 60" in rerun.stdout

@@ -18,19 +18,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.analysis.device_events import DeviceEvents
+from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.waste import internal_waste
 from tpumem.trace.model import Trace
 
 ROUNDING = "allocator rounding"
 PIECES = "free memory in pieces"
 TEMPORARIES = "a program's temporaries"
+KEPT = "arrays kept from earlier steps"
 CAUSE_SHARE = 0.05
+KEPT_STEPS = 3  # step marks needed to tell a step's state from what is kept longer
 
 
 @dataclass(frozen=True, slots=True)
 class OomCause:
-    cause: str  # ROUNDING, PIECES or TEMPORARIES
+    cause: str  # ROUNDING, PIECES, TEMPORARIES or KEPT
     bytes: int
     share: float  # of `of`
     how: str
@@ -40,6 +42,9 @@ class OomCause:
     given_bytes: int | None = None
     count: int = 0
     program: str | None = None  # TEMPORARIES: whose
+    # KEPT: the steps they were made in (first, last), and the line that made most.
+    steps: tuple[int, int] | None = None
+    line: str | None = None
 
 
 def oom_causes(
@@ -62,6 +67,7 @@ def oom_causes(
             _rounding(events, live, size),
             _pieces(free, largest_free, size),
             _temporaries(trace, events, live, size),
+            _kept(trace, events, live, size),
         )
         if c is not None and c.share >= CAUSE_SHARE
     ]
@@ -96,6 +102,33 @@ def _pieces(free: tuple[int | None, str], largest_free: int | None, whole: int) 
         return None
     pieces = size - largest_free
     return OomCause(PIECES, pieces, pieces / whole, how)
+
+
+def _kept(trace: Trace, events: DeviceEvents, live: np.ndarray, whole: int) -> OomCause | None:
+    """The live arrays made in a step after the first and two or more steps
+    before the one that failed (a step's state is the previous step's outputs:
+    one step old at most)."""
+    times, numbers = step_marks(trace)
+    if not len(live) or len(times) < KEPT_STEPS:
+        return None
+    made = np.searchsorted(times, events.time_ns[live], side="right") - 1
+    failing = int(np.searchsorted(times, events.time_ns[live].max(), side="right")) - 1
+    old = (made >= 1) & (made <= failing - 2)
+    if not old.any():
+        return None
+    sizes = events.bytes[live][old]
+    size = int(sizes.sum())
+    sources, names = trace.codes_at("source", events.row[live][old])
+    top = int(sources[int(np.argmax(sizes))])
+    return OomCause(
+        KEPT,
+        size,
+        size / whole,
+        provenance.MEASURED,
+        count=int(old.sum()),
+        steps=(int(numbers[made[old].min()]), int(numbers[made[old].max()])),
+        line=str(names[top]) if top >= 0 else None,
+    )
 
 
 def _temporaries(

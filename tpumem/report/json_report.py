@@ -609,6 +609,8 @@ def _out_of_memory(oom: OutOfMemory) -> dict[str, Any]:
                 "given_bytes": c.given_bytes,
                 "count": c.count,
                 "program": c.program,
+                "steps": list(c.steps) if c.steps is not None else None,
+                "line": c.line,
             }
             for c in oom.causes
         ],

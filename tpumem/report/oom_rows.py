@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tpumem.analysis.capacity import SEGMENTS, CapacityCheck
 from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
-from tpumem.analysis.oom_causes import PIECES, ROUNDING, OomCause
+from tpumem.analysis.oom_causes import KEPT, PIECES, ROUNDING, OomCause
 from tpumem.units import format_bytes, format_seconds
 
 SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
@@ -114,6 +114,13 @@ def cause_text(cause: OomCause) -> str:
         return (
             f"{head}: free, but outside the largest free block; fewer sizes, or the "
             f"long-lived arrays made first, keep the free memory in one piece ({cause.how})"
+        )
+    if cause.cause == KEPT and cause.steps is not None:
+        made = f", most by {cause.line}" if cause.line else ""
+        return (
+            f"{head}: {cause.count:,} arrays made in steps {cause.steps[0]} to {cause.steps[1]}"
+            f"{made}, still live: a step's state lasts one step; keep what a step reports "
+            f"as a Python number (float(x)), not the device array ({cause.how})"
         )
     program = f" of {cause.program}" if cause.program else ""
     return (
