@@ -76,7 +76,9 @@ if a.aot:
         print_memory(compiled)
     raise SystemExit
 
-params = jax.jit(init)(jax.random.key(0))
+# (Made on the host, as a loaded checkpoint is: no init program to compile.)
+shapes = jax.eval_shape(init, jax.random.key(0))
+params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 moments = jax.tree.map(jnp.zeros_like, params)
 tokens = jnp.zeros((a.batch, SEQ), jnp.int32)
 train_step = jax.jit(step)
@@ -128,6 +130,12 @@ def test_a_sweep_of_batch_and_remat_gives_the_largest_batch_per_policy(tmp_path)
     assert cells[("64", "none")] == "not compiled: --batch 32 did not fit"
     assert cells[("32", "none")].startswith("does not fit: refused")
     assert not (tmp_path / "script.fit-batch-64-remat-none.tpumem").exists()
+    # A sweep is the search: its refusal gets no candidate and no diagnostic
+    # compile (as --no-search gives the verdict alone).
+    (refused,) = analyze(load(tmp_path / "script.fit-batch-32-remat-none.tpumem")).tpu
+    assert refused.refused and not refused.candidates
+    assert refused.refused[0].diagnostic is None
+    assert "to show what fills it" not in result.stderr
     # Each answer is XLA:TPU's: JAX's own compile of the step at the largest
     # batch has the trace's figures, and at the next it is refused.
     for batch, over, remat in ((8, 32, "none"), (32, 64, "full")):
@@ -137,33 +145,22 @@ def test_a_sweep_of_batch_and_remat_gives_the_largest_batch_per_policy(tmp_path)
 
 
 def test_search_gives_the_largest_batch_a_step_that_fits_compiles_at(tmp_path):
-    result = _fit(tmp_path, "--search", "script.py", "--batch", "8", "--remat", "full")
+    result = _fit(tmp_path, "--search", "script.py", "--batch", "16", "--remat", "full")
     assert result.returncode == 0, result.stderr[-3000:]
     analysis = analyze(load(tmp_path / "script.fit.tpumem"))
     (target,) = analysis.tpu
-    # Doubled until XLA:TPU refused: 16 and 32 compile, 64 does not.
-    assert [c.change for c in target.candidates] == [
-        "batch 16, not 8",
-        "batch 32, not 8",
-        "batch 64, not 8",
-    ]
-    assert [c.program is not None for c in target.candidates] == [True, True, False]
+    # Doubled until XLA:TPU refused: 32 compiles, 64 does not.
+    assert [c.change for c in target.candidates] == ["batch 32, not 16", "batch 64, not 16"]
+    assert [c.program is not None for c in target.candidates] == [True, False]
     (larger,) = [c for c in analysis.changes if c.key == LARGER]
-    assert larger.ops == ("batch 32, not 8", "batch 64, not 8")
-    best = target.candidates[1]
+    assert larger.ops == ("batch 32, not 16", "batch 64, not 16")
+    best = target.candidates[0]
     assert larger.before_bytes == best.need_bytes <= larger.pool_bytes
     said = " ".join(result.stdout.split())
-    assert "jit_step also compiles at batch 32, not 8" in said
+    assert "jit_step also compiles at batch 32, not 16" in said
     assert "at batch 64 it does not fit" in said
     assert best.program is not None
     assert {k: best.program.memory(k) for k in MEMORY} == _aot(tmp_path, 32, "full")
-    # The verdict alone: no candidate compiled, and none where it is refused.
-    plain = _fit(
-        tmp_path, "--no-search", "--force", "-o", "plain.tpumem", "script.py", "--batch", "64"
-    )
-    assert plain.returncode == 1, plain.stderr[-3000:]
-    (refused,) = analyze(load(tmp_path / "plain.tpumem")).tpu
-    assert refused.refused and not refused.candidates
 
 
 def test_a_refused_scanned_step_is_searched_with_its_layers_recomputed(tmp_path):
