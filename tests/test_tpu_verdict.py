@@ -191,7 +191,8 @@ def test_a_sweep_sets_the_scripts_argument_where_it_is_or_adds_it():
 def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
     from dataclasses import replace
 
-    from tpumem.report.sweep_tables import SweepPoint, sweep_largest
+    from tpumem.analysis.sweep import SweepPoint
+    from tpumem.report.sweep_tables import sweep_largest
 
     fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
     points = [
@@ -210,7 +211,8 @@ def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
 def test_the_frontier_gives_per_policy_the_largest_batch_and_the_next_that_does_not():
     from dataclasses import replace
 
-    from tpumem.report.sweep_tables import SweepPoint, frontier_table
+    from tpumem.analysis.sweep import SweepPoint
+    from tpumem.report.sweep_tables import frontier_table
 
     fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
     on = "v5e:1x1"

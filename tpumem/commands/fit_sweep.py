@@ -70,7 +70,7 @@ def run_sweep(
     """Every combination compiled (`compiled`: the request at it, its trace's
     default name -> the trace), then the tables; 0 where every slice has a
     combination that fits, else 1."""
-    from tpumem.report.sweep_tables import SweepPoint, does_not_fit, fits, number
+    from tpumem.analysis.sweep import SweepPoint, does_not_fit, fits, number
 
     first, *others = request.sweeps
     names = tuple(s.name for s in request.sweeps)

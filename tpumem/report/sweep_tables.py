@@ -4,20 +4,8 @@ each combination of the others (the frontier)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from tpumem.analysis.tpu import TpuTarget
+from tpumem.analysis.sweep import SweepPoint, largest
 from tpumem.units import format_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SweepPoint:
-    """One combination: its values (in the order of the --sweep options), each
-    slice's answer there, and the slices it was not compiled for, with why."""
-
-    values: tuple[str, ...]
-    found: dict[str, TpuTarget]
-    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def sweep_cell(point: SweepPoint, topology: str) -> str:
@@ -43,45 +31,6 @@ def sweep_table(
     title = f"{' x '.join(f'--{n}' for n in names)}: a chip's need, compiled by XLA:TPU"
     rows = [(*p.values, *(sweep_cell(p, s) for s in slices)) for p in points]
     return title, (*names, *slices), rows
-
-
-def fits(point: SweepPoint, topology: str) -> bool:
-    target = point.found.get(topology)
-    return target is not None and target.fit is not None and target.fit.fits
-
-
-def does_not_fit(point: SweepPoint, topology: str) -> bool:
-    """XLA:TPU's answer there is no (not: not known, not compiled)."""
-    target = point.found.get(topology)
-    fit = target.fit if target is not None else None
-    return fit is not None and not fit.fits and not fit.not_compiled
-
-
-def largest(points: list[SweepPoint], topology: str) -> tuple[SweepPoint | None, str | None]:
-    """Of points that differ in their first value only: (the one with the largest
-    first value that fits `topology`, the next larger value known not to fit
-    there, compiled or passed over); numbers by value, else the last given."""
-    order = (
-        sorted(range(len(points)), key=lambda i: (number(points[i].values[0]) or 0.0, i))
-        if all(number(p.values[0]) is not None for p in points)
-        else range(len(points))
-    )
-    ranked = [points[i] for i in order]
-    best = None
-    for index, point in enumerate(ranked):
-        if fits(point, topology):
-            best = index
-    if best is None:
-        return None, None
-    above = next(
-        (
-            p.values[0]
-            for p in ranked[best + 1 :]
-            if does_not_fit(p, topology) or topology in p.skipped
-        ),
-        None,
-    )
-    return ranked[best], above
 
 
 def sweep_largest(names: tuple[str, ...], slices: list[str], points: list[SweepPoint]) -> list[str]:
@@ -120,11 +69,3 @@ def frontier_table(
         rows.append((*rest, *cells))
     title = f"Largest --{names[0]} that fits, per " + ", ".join(f"--{n}" for n in names[1:])
     return title, (*names[1:], *slices), rows
-
-
-def number(value: str) -> float | None:
-    """A swept value as a number, where it is one."""
-    try:
-        return float(value)
-    except ValueError:
-        return None

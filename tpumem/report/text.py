@@ -15,6 +15,7 @@ from tpumem.analysis.advisor import FitAdvice
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.sweep import SweepPoint
 from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
@@ -43,7 +44,7 @@ from tpumem.report.program_rows import (
 from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
 from tpumem.report.sections import report_sections
 from tpumem.report.shorten import from_left, last_parts
-from tpumem.report.sweep_tables import SweepPoint, frontier_table, sweep_largest, sweep_table
+from tpumem.report.sweep_tables import frontier_table, sweep_largest, sweep_table
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
     chip_kind_rows,
