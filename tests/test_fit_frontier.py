@@ -188,6 +188,8 @@ def test_a_refused_scanned_step_is_searched_with_its_layers_recomputed(tmp_path)
 # Flax NNX's train step, as its tutorials write it: nnx.jit, the model and the
 # optimizer as arguments, updated in place. 32 f32[8192,8192] layers: refused on
 # one v5e chip unless donated. DONATE=1: the step donated, as the advice says.
+# (Zeros, not random kernels: fit runs the eager init for real, and 8 GiB of
+# random numbers take two cores half a minute; the step compiles the same.)
 NNX = """
 import os
 import jax, jax.numpy as jnp, optax
@@ -196,7 +198,9 @@ from flax import nnx
 class MLP(nnx.Module):
     def __init__(self, rngs):
         self.layers = nnx.List(
-            [nnx.Linear(8192, 8192, use_bias=False, rngs=rngs) for _ in range(32)]
+            [nnx.Linear(
+                8192, 8192, use_bias=False, kernel_init=nnx.initializers.zeros, rngs=rngs
+            ) for _ in range(32)]
         )
     def __call__(self, x):
         for layer in self.layers:
