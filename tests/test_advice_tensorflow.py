@@ -1,7 +1,9 @@
 """What to change on TensorFlow, with a figure a rerun confirms: Keras' fit()
 and a custom tf.function loop with Adam keep two values a parameter; the rerun
 with one (SGD with momentum) holds the parameters' bytes less optimizer state.
-Each run in its own process, on real TensorFlow and Keras."""
+A convolutional step whose activations hold the peak gets half the batch; the
+rerun at half the batch peaks lower by the figure. Each run in its own process,
+on real TensorFlow and Keras."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import pytest
 
 from profiling import profile
 from tpumem.analysis import analyze
-from tpumem.analysis.changes import MOMENTS
-from tpumem.analysis.kinds import OPTIMIZER
+from tpumem.analysis.changes import BATCH, MOMENTS
+from tpumem.analysis.kinds import ACTIVATIONS, OPTIMIZER
 from tpumem.trace.reader import load
 
 MiB = 1 << 20
@@ -97,3 +99,95 @@ def test_adam_gets_the_one_moment_change_that_the_rerun_confirms(tmp_path, scrip
     # moment and two are the parameters' 9 MiB apart.
     assert abs(after - (before - moments.bytes)) <= 4 * MiB + 64
     assert not [c for c in rerun.changes if c.key == MOMENTS]
+
+
+# Four convolutions over 32x32 images, each normalised: the activations are most
+# of the peak. The batch is the script's argument; the data (128 examples) is the
+# same at each.
+CONV_LAYERS = """
+    keras.Sequential(
+        [keras.Input((32, 32, 3))]
+        + [
+            layer
+            for _ in range(4)
+            for layer in (
+                keras.layers.Conv2D(32, 3, padding="same"),
+                keras.layers.BatchNormalization(),
+                keras.layers.ReLU(),
+            )
+        ]
+        + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)]
+    )
+"""
+
+CONV_FIT = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    import numpy as np
+    import keras
+    x = np.random.rand(128, 32, 32, 3).astype("float32")
+    y = np.random.randint(0, 10, 128)
+    model = MODEL
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=int(sys.argv[1]), epochs=1, verbose=0)
+    print("trained")
+    """
+).replace("MODEL", CONV_LAYERS.strip())
+
+CONV_LOOP = textwrap.dedent(
+    """
+    import sys
+    import tensorflow as tf
+    import keras
+    model = MODEL
+    optimizer = keras.optimizers.Adam()
+    data = tf.data.Dataset.from_tensor_slices(
+        (tf.random.normal((128, 32, 32, 3)), tf.random.uniform((128,), 0, 10, tf.int64))
+    ).batch(int(sys.argv[1]))
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)
+            )
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    for x, y in data:
+        step(x, y)
+    print("trained")
+    """
+).replace("MODEL", CONV_LAYERS.strip())
+
+
+def _at_batch(tmp_path, script: str, batch: int):
+    (tmp_path / "conv.py").write_text(script)
+    name = f"batch{batch}.tpumem"
+    result = profile(tmp_path, "--width", "200", "-o", name, "conv.py", str(batch))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("trained")
+    (device,) = (analysis := analyze(load(tmp_path / name))).devices
+    return result, analysis, device
+
+
+@pytest.mark.parametrize(
+    ("script", "where"),
+    [(CONV_FIT, "model.fit(..., batch_size=...)"), (CONV_LOOP, "the dataset's .batch(...)")],
+    ids=["keras-fit", "custom-loop"],
+)
+def test_activations_at_the_peak_get_half_the_batch_and_the_rerun_confirms(tmp_path, script, where):
+    result, analysis, before = _at_batch(tmp_path, script, 64)
+    (half,) = [c for c in analysis.changes if c.key == BATCH]
+    assert before.kinds is not None
+    (activations,) = [k.bytes for k in before.kinds.kinds if k.kind == ACTIVATIONS]
+    assert half.before_bytes == activations >= before.peak.bytes / 2
+    said = " ".join(result.stderr.split())
+    assert f"Half the batch ({where})" in said and "gradient_accumulation_steps=2" in said
+    # The rerun at half the batch peaks lower by the figure, to a tenth: what the
+    # activations do not hold (variables, the data, the allocator's rounding) stays.
+    _, _, after = _at_batch(tmp_path, script, 32)
+    fell = before.peak.bytes - after.peak.bytes
+    assert abs(fell - half.bytes) <= 0.1 * half.bytes, (fell, half.bytes)

@@ -24,6 +24,9 @@ device that grows).
 - MOMENTS: an optimizer state at the peak twice the parameters (by the
   framework's objects: Adam's two moments a parameter): an optimizer with one
   value a parameter holds the state less the parameters (estimated).
+- BATCH: the activations at the peak (by the framework's objects: the values
+  the step's ops made, or its program's temporaries) scale with the batch: half
+  the batch holds half of them (estimated).
 - PADDING: on a TPU slice, the shape whose buffers at the program's peak XLA:TPU's
   tiles pad most (its plan: each buffer's bytes and its elements').
 - POOL: an allocator that held far more than the run needed (its own pool,
@@ -39,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
 from tpumem.analysis.held_twice import HeldTwice
-from tpumem.analysis.kinds import BY_ADAPTER, INPUTS, OPTIMIZER, PARAMETERS, STATE
+from tpumem.analysis.kinds import ACTIVATIONS, BY_ADAPTER, INPUTS, OPTIMIZER, PARAMETERS, STATE
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
@@ -61,11 +64,12 @@ if TYPE_CHECKING:
     from tpumem.analysis.run_figures import DeviceAnalysis
 
 DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
-BF16, PADDING, MOMENTS = "bf16", "padding", "moments"
+BF16, PADDING, MOMENTS, BATCH = "bf16", "padding", "moments", "batch"
 SEARCH = "search"  # `tpumem fit`: the changes XLA:TPU compiled a refused program with
 LARGER = "larger"  # `tpumem fit --search`: the largest batch a step that fits compiles at
 # A leak first: it outgrows every other change the longer the run goes on.
-KEYS = (SEARCH, LARGER, GROWTH, DONATE, REMAT, BF16, MOMENTS, PADDING, POOL, HEADROOM)
+# A smaller batch after the changes that keep what the program computes.
+KEYS = (SEARCH, LARGER, GROWTH, DONATE, REMAT, BF16, MOMENTS, BATCH, PADDING, POOL, HEADROOM)
 
 # An optimizer state this many times the parameters keeps two values for each
 # (Adam's, AdamW's, Adamax's moments; nearer two than one: at the peak, a moment
@@ -79,6 +83,11 @@ REMAT_LINES = 2  # the lines holding most activations, at most
 POOL_RATIO = 2.0  # a pool this many times the peak, and POOL_EXCESS above it
 POOL_EXCESS = 256 << 20
 HEADROOM_SHARE = 0.10
+# Half the batch is advised where the activations are at least this share of the
+# peak: below it the peak moves, at half the batch, to a moment they do not hold
+# (an optimizer's update: on a Keras MLP whose activations were 13% of the
+# peak, half the batch took 1% off it), and no figure from the trace would hold.
+BATCH_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +98,15 @@ class Change:
     how: str  # how the figure was obtained (provenance)
     program: str | None = None  # DONATE, REMAT: the program
     line: str | None = None  # REMAT, GROWTH: the line (file:line)
-    # DONATE, BF16: the arguments; POOL, HEADROOM: settings; PADDING: the shape
+    # DONATE, BF16: the arguments; POOL, HEADROOM: settings; PADDING: the shape;
+    # BATCH: the argument that sets the batch, where the run tells it (Keras' fit)
     names: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()  # REMAT: the ops whose values are kept
     start_bytes: int | None = None  # GROWTH: what the line held after warm-up
     end_bytes: int | None = None  # GROWTH: what it held at the last step read
     pool_bytes: int | None = None  # POOL: what the allocator held
-    # BF16: the arguments' bytes in f32 (PADDING: the buffers' bytes with padding)
+    # BF16: the arguments' bytes in f32 (PADDING: the buffers' bytes with padding;
+    # BATCH: the activations at the peak)
     before_bytes: int | None = None
     # BF16, PADDING (and REMAT where XLA:TPU's plan is far from the run's): the slice
     topology: str | None = None
@@ -119,6 +130,7 @@ def what_to_change(
     devices: tuple[DeviceAnalysis, ...],
     targets: tuple[TpuTarget, ...] = (),
     apart: tuple[PlansApart, ...] = (),
+    keras: bool = False,
 ) -> tuple[Change, ...]:
     """The changes the run gives figures for, in the order of KEYS, largest first
     within each key. The allocator's settings (POOL, HEADROOM) are a
@@ -154,9 +166,7 @@ def what_to_change(
         else:
             found += _remat(device, at_peak)
     found += _largest_by([c for d in devices for c in _growth(d)], "line")
-    moments = _moments(device)
-    if moments is not None:
-        found.append(moments)
+    found += [c for c in (_moments(device), _batch(device, keras)) if c is not None]
     if backend == "gpu":
         found += [c for c in (_pool(device, settings), _headroom(device, settings)) if c]
     kept = [c for c in found if c.topology is not None or _worth(c, device.peak.bytes)]
@@ -454,6 +464,28 @@ def _moments(device: DeviceAnalysis) -> Change | None:
         "one value a parameter instead of two: the optimizer's state less the parameters, "
         "at the peak (both by the framework's own objects)",
         before_bytes=state.bytes,
+    )
+
+
+def _batch(device: DeviceAnalysis, keras: bool) -> Change | None:
+    """Half the batch: the activations at the peak, each the value of an op of
+    the step (or a temporary of its program) over the batch's examples, take half
+    their bytes. Estimated: the peak may move to a moment the activations do not
+    hold, and an allocator rounds; the inputs are left out, as they may be the
+    whole dataset rather than the batch (Keras' fit on arrays holds them all)."""
+    if device.kinds is None:
+        return None
+    held = next((k.bytes for k in device.kinds.kinds if k.kind == ACTIVATIONS), 0)
+    if not held or held < BATCH_SHARE * device.peak.bytes:
+        return None
+    return Change(
+        BATCH,
+        device.device,
+        held // 2,
+        "half the activations at the peak (the framework's objects); the peak may move "
+        "to a moment that holds fewer",
+        names=("batch_size",) if keras else (),
+        before_bytes=held,
     )
 
 

@@ -199,7 +199,7 @@ def peak_kinds(
             mine = (region_of == SIZED + name) & (kind_of == "")
             kind_of[mine] = kind
             add(kind, int(sizes[mine].sum()), BY_SIZE)
-        keras = bool(running.found) and KERAS_STEP in _mark_names(trace)
+        keras = bool(running.found) and trained_by_keras(trace)
         keys = _live_keys(trace, events, live)
         for program in running.found:
             for position, kind, how in _matched(keys, kind_of, program, keras):
@@ -566,6 +566,11 @@ def _launched_outputs(program: CompiledProgram, held: int) -> int:
         return 0
     beyond = held - heap.temp_peak_bytes
     return min(beyond, heap.output_bytes) if beyond >= heap.output_bytes // 2 else 0
+
+
+def trained_by_keras(trace: Trace) -> bool:
+    """Whether Keras' fit() ran the steps (its marks: adapters/keras_steps.py)."""
+    return KERAS_STEP in _mark_names(trace)
 
 
 def _mark_names(trace: Trace) -> set[str]:

@@ -18,7 +18,7 @@ from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_ma
 from tpumem.analysis.fragmentation import Fragmentation, fragmentation
 from tpumem.analysis.growth import Growth, step_growth
 from tpumem.analysis.held_twice import HeldTwice, held_twice
-from tpumem.analysis.kinds import PeakKinds, peak_kinds
+from tpumem.analysis.kinds import PeakKinds, peak_kinds, trained_by_keras
 from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
 from tpumem.analysis.padding import LayoutPadding, layout_padding
 from tpumem.analysis.peak import PeakBreakdown, highest, live_at, peak_breakdown, total_peak
@@ -344,7 +344,13 @@ def analyze_with_events(
         capacity=checks,
         tpu=targets,
         changes=what_to_change(
-            trace.framework, metadata.backend, metadata.memory_settings, analysed, targets, apart
+            trace.framework,
+            metadata.backend,
+            metadata.memory_settings,
+            analysed,
+            targets,
+            apart,
+            keras=trained_by_keras(trace),
         ),
         plans_apart=apart,
     )

@@ -4,6 +4,7 @@ as one sentence that starts with its figure and names what to set or edit."""
 from __future__ import annotations
 
 from tpumem.analysis.changes import (
+    BATCH,
     BF16,
     DONATE,
     GROWTH,
@@ -34,6 +35,19 @@ _ONE_MOMENT = {
     "jax": "optax.sgd(lr, momentum=0.9)",
     "tensorflow": "keras.optimizers.SGD(momentum=0.9)",
     "torch_xla": "torch.optim.SGD(params, lr, momentum=0.9)",
+}
+
+# Where each framework's users set the batch (Keras' fit: its batch_size, told
+# apart by the run), and how they keep the batch the optimizer sees in halves.
+_BATCH = {
+    "jax": "the leading dimension of the step's inputs",
+    "tensorflow": "the dataset's .batch(...)",
+    "torch_xla": "the DataLoader's batch_size",
+}
+_ACCUMULATE = {
+    "jax": "optax.MultiSteps(optimizer, every_k_schedule=2)",
+    "tensorflow": "the Keras optimizer's gradient_accumulation_steps=2",
+    "torch_xla": "two backward passes for each optimizer.step()",
 }
 
 # How each framework copies an array to the host (what a kept history can hold).
@@ -143,6 +157,16 @@ def _sentence(change: Change, framework: str) -> str:
             f"({format_bytes(change.before_bytes)} at the peak, about twice the parameters: "
             f"Adam's moments). One that keeps one ({one}) holds "
             f"{format_bytes(change.bytes)} less; it trains differently, so check the loss."
+        )
+    if change.key == BATCH:
+        where = "model.fit(..., batch_size=...)" if change.names else _BATCH.get(framework, "")
+        keep = _ACCUMULATE["tensorflow"] if change.names else _ACCUMULATE.get(framework)
+        return (
+            f"Half the batch ({where}): the step's activations, "
+            f"{format_bytes(change.before_bytes)} at the peak, scale with it; half as many "
+            f"hold about {format_bytes(change.bytes)} less. The optimizer then sees half the "
+            "examples a step"
+            + (f"; to keep the batch it sees, accumulate two halves ({keep})." if keep else ".")
         )
     if change.key == PADDING:
         return (
