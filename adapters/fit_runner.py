@@ -69,6 +69,7 @@ def _made_slice(request: dict[str, Any], out: TextIO) -> Any:
         request["dump_dir"],
         search=request.get("search"),
         diagnose=request.get("diagnose", True),
+        cache=request.get("compile_cache"),
     )
     compile_only.install()
     return compile_only

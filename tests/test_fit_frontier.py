@@ -302,3 +302,67 @@ def test_the_searchs_helpers_on_jaxs_own_objects(tmp_path):
     line = next(n for n, text in enumerate(HELPERS.splitlines(), 1) if "jax.lax.scan(body" in text)
     assert said["lines"] == [f"script.py:{line}"]
     assert said["restored"].startswith("jax")
+
+
+# An init jitted apart from the step, its parameters split over the slice's four
+# chips: the sweep's points change the step's batch, not the init.
+SHARDED_INIT = """
+import argparse
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=8)
+a = parser.parse_args()
+split = NamedSharding(Mesh(np.array(jax.devices()), ("fsdp",)), P("fsdp", None))
+
+@jax.jit
+def init(key):
+    params = [jax.random.normal(k, (2048, 2048)) for k in jax.random.split(key, 4)]
+    return jax.lax.with_sharding_constraint(params, [split] * 4)
+
+def loss(params, x):
+    for w in params:
+        x = jnp.tanh(x @ w)
+    return (x ** 2).mean()
+
+@jax.jit
+def step(params, x):
+    grads = jax.grad(loss)(params, x)
+    return [w - 1e-3 * g for w, g in zip(params, grads)]
+
+params = init(jax.random.key(0))
+for _ in range(2):
+    params = step(params, jnp.ones((a.batch, 2048)))
+print("done")
+"""
+
+
+def test_a_sweep_compiles_a_program_its_values_do_not_change_once(tmp_path):
+    """The init is compiled at the first point and read back at the second; the
+    step, whose batch changed, is compiled at each. The second point's programs
+    are those a fit of that batch alone compiles, the step's parameters still
+    split over the chips (one chip's share of them as its outputs)."""
+    (tmp_path / "script.py").write_text(SHARDED_INIT)
+    swept = run_tpumem("fit", "--tpu", "v5e-4", "--sweep", "batch=8,16", "script.py", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    said = swept.stderr.splitlines()
+    assert [line for line in said if "not compiled again" in line] == [
+        "tpumem fit: v5e:2x2: jit_init is the program an earlier point compiled: not compiled again"
+    ]
+    assert len([line for line in said if "compiled jit_step in" in line]) == 2
+    alone = run_tpumem(
+        "fit", "--tpu", "v5e-4", "-o", "alone.tpumem", "script.py", "--batch", "16", cwd=tmp_path
+    )
+    assert alone.returncode == 0, alone.stderr[-3000:]
+
+    def programs(trace: str) -> dict:
+        (target,) = analyze(load(tmp_path / trace)).tpu
+        assert target.fit is not None
+        figures = {p.name: {k: p.memory(k) for k in MEMORY} for p in target.programs}
+        return {"need": target.fit.need_bytes, **figures}
+
+    reused = programs("script.fit-batch-16.tpumem")
+    assert reused == programs("alone.tpumem")
+    share = 4 * 2048 * 2048 * 4 // 4  # (XLA:TPU adds a few bytes of its own)
+    assert share <= reused["jit_step"]["output_bytes"] < 2 * share

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tpumem.adapters.jax import search, stand_ins, tree_kinds
+from tpumem.adapters.jax import compile_cache, search, stand_ins, tree_kinds
 from tpumem.adapters.tpu_compile import (
     diagnosed,
     flops_of,
@@ -64,8 +64,11 @@ class CompileOnly:
         dump_dir: str,
         search: bool | None = None,
         diagnose: bool = True,
+        cache: str | None = None,
     ) -> None:
         self.topology = topology
+        # A sweep's directory of its earlier points' compiles (compile_cache.py).
+        self._cache = cache
         # None: what fits searched where XLA:TPU refuses; False: never; True: and
         # where a step fits, the largest batch (search.py).
         self.search = search
@@ -249,9 +252,42 @@ class CompileOnly:
         beside: int | None = None,
         regions: tuple[str, ...] | None = None,
         change: tuple[str, tuple[str, ...], int] | None = None,
+        reuse: bool = False,
     ) -> tuple[Any | None, TpuCompile]:
         """(XLA:TPU's executable or None where it refused, the row for it);
-        `change`: a candidate's (words, names) in place of the script's program."""
+        `change`: a candidate's (words, names) in place of the script's program;
+        `reuse`: an earlier sweep point's compile of the same program will do
+        (its outputs' shapes and shardings in place of the executable)."""
+        cached = compile_cache.key(lowered, self.topology, chips) if reuse and self._cache else None
+        if cached is not None and self._cache is not None:
+            found = compile_cache.read(self._cache, cached, lowered, self.devices)
+            if found is not None:
+                self._count += 1
+                reused, kept = found
+                row = replace(
+                    kept,
+                    program_id=self._count,
+                    outside_bytes=beside,
+                    argument_regions=regions,
+                    seconds=0.0,
+                )
+                self._write(row)
+                self._say(row, reused=True)
+                return reused, row
+        compiled, row = self._compiled(lowered, name, chips, beside, regions, change)
+        if cached is not None and self._cache is not None:
+            compile_cache.write(self._cache, cached, row, compiled)
+        return compiled, row
+
+    def _compiled(
+        self,
+        lowered: Any,
+        name: str,
+        chips: int,
+        beside: int | None,
+        regions: tuple[str, ...] | None,
+        change: tuple[str, tuple[str, ...], int] | None,
+    ) -> tuple[Any | None, TpuCompile]:
         self._count += 1
         base = TpuCompile(
             topology=self.topology,
@@ -311,9 +347,12 @@ class CompileOnly:
         self._out.write(compile_row_text(row) + "\n")
         self._out.flush()
 
-    def _say(self, row: TpuCompile) -> None:
+    def _say(self, row: TpuCompile, reused: bool = False) -> None:
         module = row.module if row.change is None else f"{row.module} with {row.change}"
-        if row.error is None:
+        if reused:
+            verdict = "XLA:TPU refused" if row.error else "compiled"
+            said = f"{module} is the program an earlier point {verdict}: not compiled again"
+        elif row.error is None:
             said = f"compiled {module} in {row.seconds:.1f} s"
         else:
             why = row.error.splitlines()[0][:200]
@@ -376,7 +415,9 @@ class _Jitted:
         lowered = self._owner.lower(self._jitted, args, kwargs)
         beside = self._owner.held_beside((args, kwargs))
         regions = self._regions(args, kwargs)
-        compiled, row = self._owner.compile(lowered, self._name, _chips(specs), beside, regions)
+        compiled, row = self._owner.compile(
+            lowered, self._name, _chips(specs), beside, regions, reuse=True
+        )
         if key is not None:
             self._rows[key] = [row.program_id or 0, beside]
         said = refusal(row.error) if compiled is None and row.error else None

@@ -321,6 +321,7 @@ def _fit_one(
             "parent_pid": os.getpid(),  # (it dies with this process: PR_SET_PDEATHSIG)
             "search": request.search,
             "diagnose": not request.sweeps,
+            "compile_cache": None if request.compile_cache is None else str(request.compile_cache),
         }
         (directory / "request.json").write_text(json.dumps(order))
         # The script's own XLA_FLAGS kept, XLA's dump after them.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -69,7 +70,16 @@ def run_sweep(
 ) -> int:
     """Every combination compiled (`compiled`: the request at it, its trace's
     default name -> the trace), then the tables; 0 where every slice has a
-    combination that fits, else 1."""
+    combination that fits, else 1. A program a combination does not change is
+    compiled at the first and read back at the others (the sweep's own
+    directory: adapters/jax/compile_cache.py)."""
+    with tempfile.TemporaryDirectory(prefix="tpumem-sweep-") as kept:
+        return _swept(replace(request, compile_cache=Path(kept)), compiled, short)
+
+
+def _swept(
+    request: FitRequest, compiled: Callable[[FitRequest, Path], Path], short: set[str]
+) -> int:
     from tpumem.analysis.sweep import SweepPoint, does_not_fit, fits, number
 
     first, *others = request.sweeps

@@ -131,3 +131,6 @@ class FitRequest:
         None  # None: where XLA:TPU refuses; False: never; True: also where it fits
     )
     slices: int = 1  # of each slice, joined over the data-center network (multislice)
+    # A sweep's directory of its points' compiles: a program a later point lowers
+    # the same is not compiled again (adapters/jax/compile_cache.py).
+    compile_cache: Path | None = None
