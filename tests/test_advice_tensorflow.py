@@ -175,7 +175,10 @@ def _at_batch(tmp_path, script: str, batch: int):
 
 @pytest.mark.parametrize(
     ("script", "where"),
-    [(CONV_FIT, "model.fit(..., batch_size=...)"), (CONV_LOOP, "the dataset's .batch(...)")],
+    [
+        (CONV_FIT, "model.fit(..., batch_size=...)"),
+        (CONV_LOOP, "tf.data's .batch(n), or where the script makes its batch"),
+    ],
     ids=["keras-fit", "custom-loop"],
 )
 def test_activations_at_the_peak_get_half_the_batch_and_the_rerun_confirms(tmp_path, script, where):
@@ -186,8 +189,11 @@ def test_activations_at_the_peak_get_half_the_batch_and_the_rerun_confirms(tmp_p
     assert half.before_bytes == activations >= before.peak.bytes / 2
     said = " ".join(result.stderr.split())
     assert f"Half the batch ({where})" in said and "gradient_accumulation_steps=2" in said
-    # The rerun at half the batch peaks lower by the figure, to a tenth: what the
-    # activations do not hold (variables, the data, the allocator's rounding) stays.
+    # The rerun at half the batch peaks lower by the figure, what the activations
+    # do not hold (variables, the data, the allocator's rounding) staying: by 2%
+    # here on an idle machine; beside two CPU burners Keras' fit at batch 32 held
+    # 12% more than half at its peak (TensorFlow's executor ran its ops in
+    # another order), so to 15%.
     _, _, after = _at_batch(tmp_path, script, 32)
     fell = before.peak.bytes - after.peak.bytes
-    assert abs(fell - half.bytes) <= 0.1 * half.bytes, (fell, half.bytes)
+    assert abs(fell - half.bytes) <= 0.15 * half.bytes, (fell, half.bytes)

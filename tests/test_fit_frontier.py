@@ -288,6 +288,15 @@ def body(c, x):
 lines = search.scan_lines(lambda: jax.jit(lambda xs: jax.lax.scan(body, 0.0, xs)[0]).trace(
     jnp.ones(4)))
 said["lines"] = list(lines)
+# A sweep's kept sharding rebuilt over the same devices: jax.make_mesh's explicit
+# axes and a Mesh's automatic ones, each as it was.
+from tpumem.adapters.jax import compile_cache
+explicit = NamedSharding(jax.make_mesh((8,), ("fsdp",)), P("fsdp", None))
+said["kept"] = [
+    compile_cache._sharding(compile_cache._described(s), list(devices)) == s
+    for s in (explicit, split)
+]
+said["types"] = [str(t) for t in explicit.mesh.axis_types]
 said["restored"] = jax.lax.scan.__module__
 print(json.dumps(said))
 """
@@ -301,6 +310,7 @@ def test_the_searchs_helpers_on_jaxs_own_objects(tmp_path):
     assert said["indivisible"] == [[6, 128], [None, None]]
     line = next(n for n, text in enumerate(HELPERS.splitlines(), 1) if "jax.lax.scan(body" in text)
     assert said["lines"] == [f"script.py:{line}"]
+    assert said["kept"] == [True, True] and said["types"] == ["AxisType.Explicit"]
     assert said["restored"].startswith("jax")
 
 
@@ -348,7 +358,7 @@ def test_a_sweep_compiles_a_program_its_values_do_not_change_once(tmp_path):
     assert swept.returncode == 0, swept.stderr[-3000:]
     said = swept.stderr.splitlines()
     assert [line for line in said if "not compiled again" in line] == [
-        "tpumem fit: v5e:2x2: jit_init is the program an earlier point compiled: not compiled again"
+        "tpumem fit: v5e:2x2: jit_init: compiled earlier in this sweep; not compiled again"
     ]
     assert len([line for line in said if "compiled jit_step in" in line]) == 2
     alone = run_tpumem(

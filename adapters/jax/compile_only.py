@@ -258,9 +258,10 @@ class CompileOnly:
         `change`: a candidate's (words, names) in place of the script's program;
         `reuse`: an earlier sweep point's compile of the same program will do
         (its outputs' shapes and shardings in place of the executable)."""
-        cached = compile_cache.key(lowered, self.topology, chips) if reuse and self._cache else None
-        if cached is not None and self._cache is not None:
-            found = compile_cache.read(self._cache, cached, lowered, self.devices)
+        directory = self._cache if reuse else None
+        cached = compile_cache.key(lowered, self.topology, chips, self._dump) if directory else None
+        if directory is not None and cached is not None:
+            found = compile_cache.read(directory, cached, lowered, self.devices)
             if found is not None:
                 self._count += 1
                 reused, kept = found
@@ -270,13 +271,13 @@ class CompileOnly:
                     outside_bytes=beside,
                     argument_regions=regions,
                     seconds=0.0,
+                    reused=True,
                 )
-                self._write(row)
-                self._say(row, reused=True)
+                self._record(row)
                 return reused, row
         compiled, row = self._compiled(lowered, name, chips, beside, regions, change)
-        if cached is not None and self._cache is not None:
-            compile_cache.write(self._cache, cached, row, compiled)
+        if directory is not None and cached is not None:
+            compile_cache.write(directory, cached, row, compiled)
         return compiled, row
 
     def _compiled(
@@ -347,17 +348,21 @@ class CompileOnly:
         self._out.write(compile_row_text(row) + "\n")
         self._out.flush()
 
-    def _say(self, row: TpuCompile, reused: bool = False) -> None:
+    def _say(self, row: TpuCompile) -> None:
         module = row.module if row.change is None else f"{row.module} with {row.change}"
-        if reused:
-            verdict = "XLA:TPU refused" if row.error else "compiled"
-            said = f"{module} is the program an earlier point {verdict}: not compiled again"
-        elif row.error is None:
-            said = f"compiled {module} in {row.seconds:.1f} s"
+        again = " earlier in this sweep" if row.reused else ""
+        if row.error is None:
+            said = (
+                f"{module}: compiled{again}; not compiled again"
+                if row.reused
+                else f"compiled {module} in {row.seconds:.1f} s"
+            )
         else:
             why = row.error.splitlines()[0][:200]
             did = "refused" if refusal(row.error) is not None else "did not compile"
-            said = f"XLA:TPU {did} {module}: {why}"
+            said = f"XLA:TPU {did} {module}{again}: {why}" + (
+                " (not compiled again)" if row.reused else ""
+            )
         print(f"tpumem fit: {self.topology}: {said}", file=sys.stderr, flush=True)
 
 

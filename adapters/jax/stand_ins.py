@@ -45,17 +45,26 @@ def stand_in(array: Any, sharding: Any) -> Any:
     return jax.ShapeDtypeStruct(np.shape(array), dtype, sharding=sharding, weak_type=_weak(array))
 
 
-def out_stand_in(info: Any, sharding: Any) -> Any:
-    """A program's output. On the first chip because nothing decided otherwise:
-    uncommitted, as a fresh array is, so the next call places it with its other
-    arguments."""
+def placed(sharding: Any) -> Any:
+    """The sharding a stand-in keeps: None for an output on one chip or where
+    nothing decided, left uncommitted, as a fresh array is, so that the next call
+    places it with its other arguments."""
     import jax
 
     if not isinstance(sharding, jax.sharding.Sharding) or isinstance(
         sharding, jax.sharding.SingleDeviceSharding
     ):
-        sharding = None
-    return jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding, weak_type=_weak(info))
+        return None
+    return sharding
+
+
+def out_stand_in(info: Any, sharding: Any) -> Any:
+    """A program's output, with the sharding it keeps (placed)."""
+    import jax
+
+    return jax.ShapeDtypeStruct(
+        info.shape, info.dtype, sharding=placed(sharding), weak_type=_weak(info)
+    )
 
 
 def refused_out(info: Any) -> Any:

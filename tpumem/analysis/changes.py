@@ -42,7 +42,16 @@ from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
 from tpumem.analysis.held_twice import HeldTwice
-from tpumem.analysis.kinds import ACTIVATIONS, BY_ADAPTER, INPUTS, OPTIMIZER, PARAMETERS, STATE
+from tpumem.analysis.kinds import (
+    ACTIVATIONS,
+    BY_ADAPTER,
+    BY_SUPERSEDED,
+    GRADIENTS,
+    INPUTS,
+    OPTIMIZER,
+    PARAMETERS,
+    STATE,
+)
 from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.peak import highest
 from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
@@ -99,7 +108,7 @@ class Change:
     program: str | None = None  # DONATE, REMAT: the program
     line: str | None = None  # REMAT, GROWTH: the line (file:line)
     # DONATE, BF16: the arguments; POOL, HEADROOM: settings; PADDING: the shape;
-    # BATCH: the argument that sets the batch, where the run tells it (Keras' fit)
+    # BATCH: the Keras call whose batch_size sets it ("fit", "evaluate", "predict")
     names: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()  # REMAT: the ops whose values are kept
     start_bytes: int | None = None  # GROWTH: what the line held after warm-up
@@ -121,6 +130,10 @@ class Change:
     # and as written (from the compile that showed what fills it)
     flops: float | None = None
     flops_before: float | None = None
+    # BATCH: the peak is a training step's (an optimizer's state or gradients at
+    # it, outside Keras' evaluate and predict): two half batches accumulated keep
+    # the batch the optimizer sees
+    accumulate: bool = False
 
 
 def what_to_change(
@@ -471,21 +484,30 @@ def _batch(device: DeviceAnalysis, keras: bool) -> Change | None:
     """Half the batch: the activations at the peak, each the value of an op of
     the step (or a temporary of its program) over the batch's examples, take half
     their bytes. Estimated: the peak may move to a moment the activations do not
-    hold, and an allocator rounds; the inputs are left out, as they may be the
-    whole dataset rather than the batch (Keras' fit on arrays holds them all)."""
+    hold, an allocator rounds, and a program's temporaries are counted whole (its
+    gradients among them). Left out: a variable's earlier value the step still
+    holds (no example's), and the inputs, which may be the whole dataset rather
+    than the batch (Keras' fit on arrays holds them all)."""
     if device.kinds is None:
         return None
-    held = next((k.bytes for k in device.kinds.kinds if k.kind == ACTIVATIONS), 0)
-    if not held or held < BATCH_SHARE * device.peak.bytes:
+    kinds = {k.kind: k for k in device.kinds.kinds}
+    activations = kinds.get(ACTIVATIONS)
+    if activations is None:
         return None
+    held = activations.bytes - activations.told(BY_SUPERSEDED)
+    if held <= 0 or held < BATCH_SHARE * device.peak.bytes:
+        return None
+    phase = device.peak.phase  # Keras' evaluate() or predict(): its own batch_size
+    call = (phase or "fit()").removesuffix("()")
     return Change(
         BATCH,
         device.device,
         held // 2,
-        "half the activations at the peak (the framework's objects); the peak may move "
-        "to a moment that holds fewer",
-        names=("batch_size",) if keras else (),
+        "half the activations at the peak (the framework's objects; a program's "
+        "temporaries whole); the peak may move to a moment that holds fewer",
+        names=(call,) if keras else (),
         before_bytes=held,
+        accumulate=phase is None and (OPTIMIZER in kinds or GRADIENTS in kinds),
     )
 
 

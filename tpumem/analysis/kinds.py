@@ -116,6 +116,11 @@ class KindBytes:
     kind: str
     bytes: int
     how: tuple[str, ...]  # how it was told (the BY_ texts above)
+    parts: tuple[int, ...] = ()  # the bytes told each way, in `how`'s order
+
+    def told(self, how: str) -> int:
+        """The bytes told one way (`how`: a BY_ text)."""
+        return dict(zip(self.how, self.parts, strict=False)).get(how, 0)
 
 
 class Ledger:
@@ -123,17 +128,20 @@ class Ledger:
 
     def __init__(self) -> None:
         self.totals: dict[str, int] = {}
-        self.hows: dict[str, dict[str, None]] = {}
+        self.hows: dict[str, dict[str, int]] = {}  # kind -> how -> bytes told so
 
     def add(self, kind: str, size: int, how: str) -> None:
         if size:
             self.totals[kind] = self.totals.get(kind, 0) + size
-            self.hows.setdefault(kind, {})[how] = None
+            told = self.hows.setdefault(kind, {})
+            told[how] = told.get(how, 0) + size
 
     def kinds(self) -> tuple[KindBytes, ...]:
         """In KINDS' order, those with bytes."""
         return tuple(
-            KindBytes(k, self.totals[k], tuple(self.hows[k])) for k in KINDS if self.totals.get(k)
+            KindBytes(k, self.totals[k], tuple(self.hows[k]), tuple(self.hows[k].values()))
+            for k in KINDS
+            if self.totals.get(k)
         )
 
 

@@ -175,6 +175,8 @@ class TpuTarget:
     cpu_forms: tuple[CpuForm, ...] = ()
     # Changes `tpumem fit` compiled in place of refused programs (none of the run's).
     candidates: tuple[TpuCandidate, ...] = ()
+    # Programs a sweep's earlier point compiled, read back (not in `seconds`).
+    reused: int = 0
 
     @property
     def generation(self) -> str:
@@ -223,6 +225,7 @@ def tpu_targets(trace: Trace) -> tuple[TpuTarget, ...]:
             budget=budget,
             cpu_forms=tuple(f for c in compiles for f in forms.get(c.program_id, ())),
             candidates=candidates,
+            reused=sum(c.reused for c in compiles),
         )
         targets.append(target)
     return tuple(targets)

@@ -41,13 +41,16 @@ _ONE_MOMENT = {
 # apart by the run), and how they keep the batch the optimizer sees in halves.
 _BATCH = {
     "jax": "the leading dimension of the step's inputs",
-    "tensorflow": "the dataset's .batch(...)",
+    "tensorflow": "tf.data's .batch(n), or where the script makes its batch",
     "torch_xla": "the DataLoader's batch_size",
+    "pytorch": "the DataLoader's batch_size",
 }
+_KERAS_ACCUMULATE = "the Keras optimizer's gradient_accumulation_steps=2"
 _ACCUMULATE = {
     "jax": "optax.MultiSteps(optimizer, every_k_schedule=2)",
-    "tensorflow": "the Keras optimizer's gradient_accumulation_steps=2",
+    "tensorflow": _KERAS_ACCUMULATE,
     "torch_xla": "two backward passes for each optimizer.step()",
+    "pytorch": "two backward passes for each optimizer.step()",
 }
 
 # How each framework copies an array to the host (what a kept history can hold).
@@ -159,15 +162,22 @@ def _sentence(change: Change, framework: str) -> str:
             f"{format_bytes(change.bytes)} less; it trains differently, so check the loss."
         )
     if change.key == BATCH:
-        where = "model.fit(..., batch_size=...)" if change.names else _BATCH.get(framework, "")
-        keep = _ACCUMULATE["tensorflow"] if change.names else _ACCUMULATE.get(framework)
-        return (
-            f"Half the batch ({where}): the step's activations, "
-            f"{format_bytes(change.before_bytes)} at the peak, scale with it; half as many "
-            f"hold about {format_bytes(change.bytes)} less. The optimizer then sees half the "
-            "examples a step"
-            + (f"; to keep the batch it sees, accumulate two halves ({keep})." if keep else ".")
+        where = (
+            f"model.{change.names[0]}(..., batch_size=...)"
+            if change.names
+            else _BATCH.get(framework, "")
         )
+        keep = _KERAS_ACCUMULATE if change.names else _ACCUMULATE.get(framework)
+        said = (
+            f"Half the batch{f' ({where})' if where else ''}: the activations, "
+            f"{format_bytes(change.before_bytes)} at the peak, scale with it; at half the "
+            f"batch they hold about {format_bytes(change.bytes)} less."
+        )
+        if change.accumulate:
+            said += " The optimizer then sees half the examples a step" + (
+                f"; to keep the batch it sees, accumulate two halves ({keep})." if keep else "."
+            )
+        return said
     if change.key == PADDING:
         return (
             f"On {change.topology}, {change.names[0]} buffers at {change.program}'s peak take "

@@ -94,6 +94,7 @@ def _change(change: Change) -> dict[str, Any]:
         "kept_line": change.kept.line if change.kept is not None else None,
         "flops": change.flops,
         "flops_before": change.flops_before,
+        "accumulate": change.accumulate,
     }
 
 

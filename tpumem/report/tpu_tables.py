@@ -36,9 +36,14 @@ def tpu_title(target: TpuTarget, limit: int | None = TOP_PROGRAMS) -> str:
     shown = len(target.programs) if limit is None else min(len(target.programs), limit)
     more = f", the {shown} largest shown" if len(target.programs) > shown else ""
     kind = f" ({target.device_kind})" if target.device_kind else ""
+    reused = (
+        f" ({target.reused} of them compiled earlier in the sweep, read back)"
+        if target.reused
+        else ""
+    )
     return (
         f"On {target.topology}{kind}: {counted(count, 'program')} compiled "
-        f"by XLA:TPU ahead of time in {target.seconds:.1f} s, per chip{more}"
+        f"by XLA:TPU ahead of time in {target.seconds:.1f} s{reused}, per chip{more}"
     )
 
 

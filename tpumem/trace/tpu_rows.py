@@ -81,6 +81,9 @@ class TpuCompile:
     # operations per chip (what recomputing costs, a candidate's against its
     # program's).
     flops: float | None = None
+    # `tpumem fit --sweep`: read back from an earlier point's compile of the same
+    # program (no compile here: its seconds are 0).
+    reused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ def compile_row_text(compiled: TpuCompile) -> str:
             ),
             **({} if compiled.change_of is None else {"change_of": compiled.change_of}),
             **({} if compiled.flops is None else {"flops": compiled.flops}),
+            **({"reused": True} if compiled.reused else {}),
         }
     )
 
@@ -244,6 +248,7 @@ def read_tpu_row(text: object) -> TpuRow | None:
         change_names=_regions(record.get("change_names")),
         change_of=_int(record.get("change_of")),
         flops=_flops(record.get("flops")),
+        reused=record.get("reused") is True,
     )
 
 
