@@ -87,6 +87,10 @@ bench: setup
 	$(BIN)/python benchmarks/snapshot_flood.py
 	$(BIN)/python benchmarks/pod_summaries.py
 	$(BIN)/python benchmarks/pod_storage.py
+	$(BIN)/python benchmarks/fit_vs_aot.py
+	$(BIN)/python benchmarks/fit_search.py
+	$(BIN)/python benchmarks/fit_larger.py
+	$(BIN)/python benchmarks/fit_sweep.py
 
 clean:
 	rm -rf $(VENV) demo benchmarks/_work

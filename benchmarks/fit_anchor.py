@@ -17,16 +17,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from jax_llama_step import build, parse_args
 
 
-def initialised(args: Any) -> tuple[dict, Any]:
-    """The example's model for v5e:2x4, its init compiled; (the model, its state's
-    shapes with their shardings)."""
+def initialised(args: Any, init: bool = True) -> tuple[dict, Any]:
+    """The example's model for v5e:2x4, its init compiled (unless not `init`);
+    (the model, its state's shapes with their shardings)."""
     devices = topologies.get_topology_desc(
         platform="tpu", topology_name="v5e:2x4", chips_per_host_bounds=[2, 4, 1]
     ).devices
     model = build(devices, args)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)  # (made on the CPU)
-    with jax.default_device(devices[0]):
-        model["init"].lower(key).compile()
+    if init:
+        with jax.default_device(devices[0]):
+            model["init"].lower(key).compile()
     state = jax.tree.map(
         lambda s, h: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=h),
         model["state_shape"](),
