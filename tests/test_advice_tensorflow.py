@@ -37,33 +37,53 @@ KERAS_FIT = textwrap.dedent(
     """
 )
 
-CUSTOM_LOOP = textwrap.dedent(
-    """
-    import tensorflow as tf
-    import keras
-    model = keras.Sequential(
-        [keras.Input((256,))] + [keras.layers.Dense(1024, activation="relu") for _ in range(3)]
-        + [keras.layers.Dense(10)]
+# A custom tf.function loop over a tf.data dataset, as TensorFlow's guides write
+# one: the model, the optimizer, the data's shape (its first dimension the
+# examples) and the batch filled in.
+LOOP = """
+import sys
+import tensorflow as tf
+import keras
+model = {model}
+optimizer = {optimizer}
+data = tf.data.Dataset.from_tensor_slices(
+    (tf.random.normal(({shape})), tf.random.uniform(({examples},), 0, 10, tf.int64))
+).batch({batch})
+
+@tf.function
+def step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)
+        )
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+for x, y in data:
+    step(x, y)
+print("trained")
+"""
+
+
+def _loop(model: str, optimizer: str, shape: tuple[int, ...], batch: str) -> str:
+    return LOOP.format(
+        model=model,
+        optimizer=optimizer,
+        shape=", ".join(map(str, shape)),
+        examples=shape[0],
+        batch=batch,
     )
-    optimizer = OPTIMIZER
-    data = tf.data.Dataset.from_tensor_slices(
-        (tf.random.normal((512, 256)), tf.random.uniform((512,), 0, 10, tf.int64))
-    ).batch(128)
 
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(
-                keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)
-            )
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
 
-    for x, y in data:
-        step(x, y)
-    print("trained")
-    """
+CUSTOM_LOOP = _loop(
+    """keras.Sequential(
+    [keras.Input((256,))] + [keras.layers.Dense(1024, activation="relu") for _ in range(3)]
+    + [keras.layers.Dense(10)]
+)""",
+    "OPTIMIZER",
+    (512, 256),
+    "128",
 )
 
 
@@ -135,32 +155,9 @@ CONV_FIT = textwrap.dedent(
     """
 ).replace("MODEL", CONV_LAYERS.strip())
 
-CONV_LOOP = textwrap.dedent(
-    """
-    import sys
-    import tensorflow as tf
-    import keras
-    model = MODEL
-    optimizer = keras.optimizers.Adam()
-    data = tf.data.Dataset.from_tensor_slices(
-        (tf.random.normal((128, 32, 32, 3)), tf.random.uniform((128,), 0, 10, tf.int64))
-    ).batch(int(sys.argv[1]))
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(
-                keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)
-            )
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    for x, y in data:
-        step(x, y)
-    print("trained")
-    """
-).replace("MODEL", CONV_LAYERS.strip())
+CONV_LOOP = _loop(
+    CONV_LAYERS.strip(), "keras.optimizers.Adam()", (128, 32, 32, 3), "int(sys.argv[1])"
+)
 
 
 def _at_batch(tmp_path, script: str, batch: int):
