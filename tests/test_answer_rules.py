@@ -323,3 +323,47 @@ def test_a_programs_name_with_terminal_escapes_reaches_the_terminal_escaped(make
 )
 def test_keras_fit_tells_its_states_kinds_by_its_trainers_layout(name, kind):
     assert keras_state_kind(name) == kind
+
+
+def _at_peak(parts: dict[str, int], phase: str | None = None, superseded: int = 0):
+    """A device whose ledger at a 100 MiB peak holds `parts` (kind -> bytes), and
+    `superseded` bytes of a variable's earlier value among the activations: what
+    the batch rule reads of a DeviceAnalysis."""
+    from types import SimpleNamespace
+
+    from tpumem.analysis.kinds import BY_PLAN, BY_SUPERSEDED, KindBytes
+
+    kinds = []
+    for kind, size in parts.items():
+        if kind == ACTIVATIONS and superseded:
+            told = (BY_PLAN, BY_SUPERSEDED)
+            kinds.append(KindBytes(kind, size + superseded, told, (size, superseded)))
+        else:
+            kinds.append(KindBytes(kind, size, (BY_PLAN,), (size,)))
+    peak = SimpleNamespace(bytes=100 << 20, phase=phase)
+    return SimpleNamespace(device="CPU:0", kinds=SimpleNamespace(kinds=tuple(kinds)), peak=peak)
+
+
+def test_half_the_batch_is_told_where_activations_hold_half_the_peak_in_the_runs_words():
+    from tpumem.analysis.changes import _batch
+    from tpumem.report.change_rows import change_lines
+
+    MiB = 1 << 20
+    training = {OPTIMIZER: 20 * MiB, ACTIVATIONS: 60 * MiB}
+    # Half the activations, less a variable's earlier value the step still held.
+    fit = _batch(_at_peak(training, superseded=10 * MiB), keras=True)
+    assert fit is not None and (fit.bytes, fit.before_bytes) == (30 * MiB, 60 * MiB)
+    assert fit.names == ("fit",) and fit.accumulate
+    ((_, said, how),) = change_lines((fit,), "tensorflow")
+    assert said.startswith("Half the batch (model.fit(..., batch_size=...)): the activations")
+    assert "gradient_accumulation_steps=2" in said and how.startswith("estimated: ")
+    # A peak in predict(): its own batch_size, and no optimizer to accumulate for.
+    predict = _batch(_at_peak(training, phase="predict()"), keras=True)
+    assert predict is not None and predict.names == ("predict",) and not predict.accumulate
+    ((_, said, _),) = change_lines((predict,), "tensorflow")
+    assert "model.predict(..., batch_size=...)" in said and "accumulate" not in said
+    # A framework with no words for its batch: no empty parentheses.
+    ((_, said, _),) = change_lines((_batch(_at_peak(training), keras=False),), "unknown")
+    assert said.startswith("Half the batch: the activations")
+    # Below half the peak the peak would move: nothing told.
+    assert _batch(_at_peak({OPTIMIZER: 60 * MiB, ACTIVATIONS: 40 * MiB}), keras=False) is None
