@@ -14,27 +14,13 @@ measured once before (tpumem's cache then holds it). The two alternate,
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
-from common import WORK, in_turns
-from fit_vs_aot import HERE, _libtpu_env, _seconds
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=1)
-    options = parser.parse_args()
-    WORK.mkdir(exist_ok=True)
-    script = str(HERE.parent / "examples" / "jax_llama_step.py")
-    fit = [sys.executable, "-m", "tpumem", "fit", "-q", "--search", "--tpu", "v5e-8", "--force"]
-    fit += ["-o", "jax_llama_step.search.tpumem", script]
-    anchor = [sys.executable, str(HERE / "fit_larger_anchor.py")]
-    env = _libtpu_env()
-    result = in_turns(lambda: _seconds(anchor, env), lambda: _seconds(fit), options.repeats)
-    print(json.dumps(result, indent=1))
-
+from fit_vs_aot import HERE, fit_against_anchor
 
 if __name__ == "__main__":
-    main()
+    script = str(HERE.parent / "examples" / "jax_llama_step.py")
+    fit_against_anchor(
+        ["--search", "--tpu", "v5e-8", "-o", "jax_llama_step.search.tpumem", script],
+        "fit_larger_anchor.py",
+        1,
+        warm=False,
+    )

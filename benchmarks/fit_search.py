@@ -14,30 +14,13 @@ measured once before (tpumem's cache then holds it). The two alternate,
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
-from common import WORK, in_turns
-from fit_vs_aot import HERE, _libtpu_env, _seconds
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    options = parser.parse_args()
-    WORK.mkdir(exist_ok=True)
-    fit = [sys.executable, "-m", "tpumem", "fit", "-q", "--tpu", "v5e-1", "--force"]
-    fit += ["-o", "fit_search_mlp.fit.tpumem", str(HERE / "fit_search_mlp.py")]
-    anchor = [sys.executable, str(HERE / "fit_search_anchor.py")]
-    env = _libtpu_env()
-    _seconds(fit, ok=(1,))  # XLA:TPU's budget for v5e into tpumem's cache
-    # (fit exits 1: the step does not fit as written.)
-    result = in_turns(
-        lambda: _seconds(anchor, env), lambda: _seconds(fit, ok=(1,)), options.repeats
-    )
-    print(json.dumps(result, indent=1))
-
+from fit_vs_aot import HERE, fit_against_anchor
 
 if __name__ == "__main__":
-    main()
+    # (fit exits 1: the step does not fit as written.)
+    fit_against_anchor(
+        ["--tpu", "v5e-1", "-o", "fit_search_mlp.fit.tpumem", str(HERE / "fit_search_mlp.py")],
+        "fit_search_anchor.py",
+        3,
+        ok=(1,),
+    )

@@ -58,19 +58,36 @@ def _seconds(
     return seconds
 
 
-def main() -> None:
+def fit_against_anchor(
+    fit_args: list[str],
+    anchor: str,
+    repeats: int,
+    warm: bool = True,
+    ok: tuple[int, ...] = (0,),
+) -> None:
+    """The fit benchmarks' driver: `tpumem fit -q --force FIT_ARGS` against the
+    anchor script (bare compiles with libtpu on the path), alternating, `--repeats`
+    times each (default `repeats`); printed: the medians and fit / anchor. `warm`:
+    one fit first, so that XLA:TPU's budget is in tpumem's cache, as after a
+    first fit; `ok`: the exit statuses fit may end with (1: does not fit)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=repeats)
     options = parser.parse_args()
     WORK.mkdir(exist_ok=True)
-    script = str(HERE.parent / "examples" / "jax_llama_step.py")
-    fit = [sys.executable, "-m", "tpumem", "fit", "-q", "--tpu", "v5e-8", "--force"]
-    fit += ["-o", "jax_llama_step.fit.tpumem", script]
-    anchor = [sys.executable, str(HERE / "fit_anchor.py")]
+    fit = [sys.executable, "-m", "tpumem", "fit", "-q", "--force", *fit_args]
+    bare = [sys.executable, str(HERE / anchor)]
     env = _libtpu_env()
-    _seconds(fit)  # XLA:TPU's budget for v5e into tpumem's cache, as after a first fit
-    result = in_turns(lambda: _seconds(anchor, env), lambda: _seconds(fit), options.repeats)
+    if warm:
+        _seconds(fit, ok=ok)
+    result = in_turns(lambda: _seconds(bare, env), lambda: _seconds(fit, ok=ok), options.repeats)
     print(json.dumps(result, indent=1))
+
+
+def main() -> None:
+    script = str(HERE.parent / "examples" / "jax_llama_step.py")
+    fit_against_anchor(
+        ["--tpu", "v5e-8", "-o", "jax_llama_step.fit.tpumem", script], "fit_anchor.py", 3
+    )
 
 
 if __name__ == "__main__":

@@ -350,19 +350,15 @@ class CompileOnly:
 
     def _say(self, row: TpuCompile) -> None:
         module = row.module if row.change is None else f"{row.module} with {row.change}"
-        again = " earlier in this sweep" if row.reused else ""
-        if row.error is None:
-            said = (
-                f"{module}: compiled{again}; not compiled again"
-                if row.reused
-                else f"compiled {module} in {row.seconds:.1f} s"
-            )
+        why = row.error.splitlines()[0][:200] if row.error else ""
+        if row.reused:
+            verdict = f"refused by XLA:TPU ({why})" if row.error else "compiled"
+            said = f"{module}: {verdict} earlier in this sweep; not compiled again"
+        elif row.error is None:
+            said = f"compiled {module} in {row.seconds:.1f} s"
         else:
-            why = row.error.splitlines()[0][:200]
             did = "refused" if refusal(row.error) is not None else "did not compile"
-            said = f"XLA:TPU {did} {module}{again}: {why}" + (
-                " (not compiled again)" if row.reused else ""
-            )
+            said = f"XLA:TPU {did} {module}: {why}"
         print(f"tpumem fit: {self.topology}: {said}", file=sys.stderr, flush=True)
 
 
