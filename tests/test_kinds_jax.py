@@ -117,12 +117,18 @@ print(json.dumps({"parameters": size(model.trainable_variables),
 
 
 def peak_kinds(
-    tmp_path, name: str, source: str, *args: str, env: dict | None = None
+    tmp_path,
+    name: str,
+    source: str,
+    *args: str,
+    env: dict | None = None,
+    options: tuple[str, ...] = (),
 ) -> tuple[dict, dict]:
-    """The kinds at the peak (key -> bytes) and the script's own counts."""
+    """The kinds at the peak (key -> bytes) and the script's own counts;
+    `options`: tpumem profile's own."""
     script = tmp_path / f"{name}.py"
     script.write_text("import json\n" + textwrap.dedent(source))
-    result = profile(tmp_path, str(script), *args, env=env)
+    result = profile(tmp_path, *options, str(script), *args, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     counts = json.loads(result.stdout.strip().splitlines()[-1])
     report = run_tpumem("report", str(tmp_path / f"{name}.tpumem"), "--format", "json")
