@@ -70,6 +70,36 @@ def test_variables_and_gradients_are_what_the_frameworks_objects_count(tmp_path,
     assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds
 
 
+# The guide's loop whose first batch is its largest (a whole epoch's 4096
+# examples, then batches of 64): the peak is the first step's backward pass,
+# before any update has ended a step.
+FIRST_STEP = (
+    MODEL.replace("rand(512,", "rand(4096,").replace("10, 512)", "10, 4096)")
+    + """
+for x, y in [data] + [(data[0][:64], data[1][:64])] * 2:
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_weights)
+    optimizer.apply(grads, model.trainable_weights)
+"""
+    + COUNTS
+)
+
+
+def test_a_peak_in_a_loops_first_step_holds_its_activations(tmp_path):
+    """The first step of a loop that numbers none begins where its GradientTape
+    opened: the ops' outputs since then are its activations (before, with no
+    mark to begin it, 90% of this peak was of no kind)."""
+    kinds, counts = peak_kinds(tmp_path, "first_step", FIRST_STEP, env=QUIET, options=WHOLE)
+    assert counts["step"] == 0
+    assert kinds.get("parameters") == counts["parameters"], kinds
+    # The hidden layer's values over 4096 examples, [4096,1024] float32 each
+    # (its output, and the gradient flowing back through it), at the least.
+    assert kinds.get("activations", 0) >= 2 * 4096 * 1024 * 4, kinds
+    assert sum(kinds.values()) == counts["peak"]
+    assert kinds.get("not_told", 0) <= 0.05 * counts["peak"], kinds
+
+
 # The same loop with its step in a tf.function, as the TensorFlow guide writes it
 # for speed: the tape and the optimizer run once, as the function traces.
 STEP = """

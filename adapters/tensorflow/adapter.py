@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 _THREADPOOL_LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
 # The mark (its `text`) of an eager optimizer update in a loop that numbers no steps.
 OPTIMIZER_UPDATE = "optimizer update (eager)"
+# The mark of where such a loop's first step began: its GradientTape opened.
+FIRST_TAPE = "first GradientTape opened (eager)"
 FUNCTION_STEP = "tf.function step"
 _WATCH_S = 0.1  # while a session records every allocation: how often the sampler wakes
 
@@ -240,11 +243,13 @@ class TensorFlowAdapter(Adapter):
         self._peaks: dict[str, int] = {}
         self._annotated = False  # the script numbers its steps itself
         self._updates = 0
+        self._tape_opened_ns: int | None = None  # the last eager tape before any update
         self._function_calls = 0
         self._kinds.install()
         self._function_steps.install()
         self._keras = KerasSteps(writer, self._patches, self._kinds.model)
         self.tf = tf
+        self._watch_first_tape()
         self._context = context
         writer.patch_metadata(framework_version=tf.__version__)
         self._spool = Path(tempfile.mkdtemp(prefix="tpumem-tf-"))
@@ -419,12 +424,34 @@ class TensorFlowAdapter(Adapter):
                 moved = True
         return moved
 
+    def _watch_first_tape(self) -> None:
+        """Where an eager custom loop's first step began: the last GradientTape
+        opened before its first optimizer update (its forward pass is under
+        that tape). Later steps begin where the update before them ended."""
+        from tensorflow.python.eager import backprop
+
+        adapter, eager = self, self.tf.executing_eagerly
+        original = backprop.GradientTape.__enter__
+
+        def enter(tape: Any) -> Any:
+            if adapter._updates == 0 and eager():  # (a tape traced into a tf.function: no)
+                adapter._tape_opened_ns = time.time_ns()
+            return original(tape)
+
+        self._patches.replace(backprop.GradientTape, "__enter__", enter)
+
     def _optimizer_updated(self) -> None:
         """An eager custom loop marks no steps: where neither the script nor
         Keras' fit() numbers them, each eager optimizer update ends one (the
-        next step's ops are those run until the next update ends)."""
+        next step's ops are those run until the next update ends); the first
+        begins where its tape opened."""
         if self._annotated or self._keras.marked:
             return
+        opened, self._tape_opened_ns = self._tape_opened_ns, None
+        if self._updates == 0 and opened is not None:
+            at = opened - self.writer.start_time_ns
+            self.writer.mark(FIRST_TAPE, step=0, time_ns=at)
+            self._updates = 1
         self.writer.mark(OPTIMIZER_UPDATE, step=self._updates)
         self._updates += 1
 
