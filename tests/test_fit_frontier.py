@@ -7,6 +7,7 @@ figures the trace holds, and the next is refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -374,5 +375,12 @@ def test_a_sweep_compiles_a_program_its_values_do_not_change_once(tmp_path):
 
     reused = programs("script.fit-batch-16.tpumem")
     assert reused == programs("alone.tpumem")
+    # The JSON report says which program was read back, not compiled.
+    said_json = run_tpumem("report", "script.fit-batch-16.tpumem", "--format", "json", cwd=tmp_path)
+    (tpu,) = json.loads(said_json.stdout)["tpu"]
+    assert {p["name"]: p["reused"] for p in tpu["programs"]} == {
+        "jit_init": True,
+        "jit_step": False,
+    }
     share = 4 * 2048 * 2048 * 4 // 4  # (XLA:TPU adds a few bytes of its own)
     assert share <= reused["jit_step"]["output_bytes"] < 2 * share

@@ -145,6 +145,8 @@ def _tpu(target: TpuTarget) -> dict[str, Any]:
                 "hbm_temp_bytes": program.temp_bytes,
                 "padding_at_peak_bytes": program.padding_bytes if program.heap else None,
                 "compile_seconds": program.compile.seconds,
+                # (fit --sweep: read back from an earlier point's compile)
+                "reused": program.compile.reused,
                 "heap": None if program.heap is None else _heap(program.heap),
             }
             for program in target.programs
