@@ -243,7 +243,7 @@ class TensorFlowAdapter(Adapter):
         self._peaks: dict[str, int] = {}
         self._annotated = False  # the script numbers its steps itself
         self._updates = 0
-        self._tape_opened_ns: int | None = None  # the last eager tape before any update
+        self._tape_opened_ns: int | None = None  # the first eager tape before any update
         self._function_calls = 0
         self._kinds.install()
         self._function_steps.install()
@@ -425,16 +425,18 @@ class TensorFlowAdapter(Adapter):
         return moved
 
     def _watch_first_tape(self) -> None:
-        """Where an eager custom loop's first step began: the last GradientTape
+        """Where an eager custom loop's first step began: the first GradientTape
         opened before its first optimizer update (its forward pass is under
-        that tape). Later steps begin where the update before them ended."""
+        that tape; the first of a GAN's two, the outer of nested ones). Later
+        steps begin where the update before them ended."""
         from tensorflow.python.eager import backprop
 
         adapter, eager = self, self.tf.executing_eagerly
         original = backprop.GradientTape.__enter__
 
         def enter(tape: Any) -> Any:
-            if adapter._updates == 0 and eager():  # (a tape traced into a tf.function: no)
+            # (A tape traced into a tf.function is none of an eager loop's.)
+            if adapter._updates == 0 and adapter._tape_opened_ns is None and eager():
                 adapter._tape_opened_ns = time.time_ns()
             return original(tape)
 
