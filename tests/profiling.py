@@ -14,6 +14,7 @@ import termios
 import time
 from pathlib import Path
 
+from conftest import assert_written_json_valid
 from tpumem.trace.records import DROPPED
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -37,7 +38,7 @@ def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
 def run_compare(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """`tpumem compare ARGS` in its own process; scripts among them are profiled
     first, each in its own process, which takes a while."""
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "tpumem", "compare", *args],
         capture_output=True,
         text=True,
@@ -45,6 +46,8 @@ def run_compare(cwd: Path, *args: str) -> subprocess.CompletedProcess:
         env={**os.environ, **QUIET},
         timeout=900,
     )
+    assert_written_json_valid(result, ["compare", *args], cwd)
+    return result
 
 
 def run_plain(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -13,14 +13,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import SCHEMAS, assert_valid_json, run_tpumem
+from conftest import SCHEMAS, assert_valid_json, run_tpumem, schema_registry
 from tpumem.trace.metadata import EXTRA, EXTRAS, RunMetadata
 from tpumem.trace.records import OTHER, hints
 
 DEMO = Path(__file__).parent / "data" / "demo"
 
 
-@pytest.mark.parametrize("name", ["report", "compare"])
+@pytest.mark.parametrize("name", ["report", "compare", "run", "diff"])
 def test_the_schemas_are_json_schemas(name):
     schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -50,16 +50,32 @@ def test_a_comparison_keeps_to_its_schema(tmp_path):
     assert json.loads(result.stdout)["schema"] == "tpumem-compare/1"
 
 
+def test_a_comparisons_runs_are_held_to_the_reports_own_schema():
+    """The comparison's schema refers to the report's for its runs (one schema
+    for one report, no copy to drift): a run that breaks the report's schema
+    breaks the comparison's, found through the reference."""
+    report = json.loads(gzip.decompress((DEMO / "jax_transformer.report.json.gz").read_bytes()))
+    compare = json.loads((SCHEMAS / "tpumem-compare-1.json").read_text())
+    assert compare["properties"]["runs"]["items"] == {"$ref": "../tpumem-report/1"}
+    validator = jsonschema.Draft202012Validator(compare, registry=schema_registry())
+
+    def errors(run: dict) -> list:
+        return list(validator.descend([run], compare["properties"]["runs"]))
+
+    assert errors(report) == []
+    report["devices"][0]["peak"]["bytes"] = "57 MiB"
+    (error,) = errors(report)
+    assert error.validator == "type" and error.instance == "57 MiB"
+
+
 def test_the_metadata_in_the_schema_has_the_traces_fields():
     """A field the trace's metadata gains is described in the report's schema too
     (its type checked there), and one it loses leaves the schema."""
     fields = {name for name in hints(RunMetadata) if name not in (EXTRA, OTHER)}
     for extra in EXTRAS.values():
         fields |= set(hints(extra))
-    for name in ("report", "compare"):
-        schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
-        run = schema if name == "report" else schema["properties"]["runs"]["items"]
-        assert set(run["properties"]["metadata"]["properties"]) == fields, name
+    schema = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())
+    assert set(schema["properties"]["metadata"]["properties"]) == fields
 
 
 def test_a_wrongly_typed_metadata_field_is_caught():
