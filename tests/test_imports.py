@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import tomllib
 
 from tpumem.adapters.import_watch import FRAMEWORKS as ADAPTED
 from tpumem.adapters.import_watch import KERAS_BACKENDS
@@ -119,67 +122,10 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
     assert ast.literal_eval(value) == WATCHED
 
 
-# What each floor may not import: data goes one way, adapter -> trace -> analysis
-# -> reading (the traces a command reads, many at once) -> report/export ->
-# commands and the CLI (and tpumem.track, the notebook). Beside them: the launcher
-# (profile's parent side), and the modules every floor may use (errors, units,
-# outputs, regular_files, progress, the TPU topologies, the HLO reader, object
-# storage's client).
-UPPER = (
-    "tpumem.commands",
-    "tpumem.cli",
-    "tpumem.cli_options",
-    "tpumem.tracking",
-    "tpumem.notebook",
-    "tpumem.launch",
-)
-ABOVE_ANALYSIS = ("tpumem.reading", "tpumem.report", "tpumem.export", *UPPER)
-BELOW_ALL = ("tpumem.analysis", "tpumem.adapters", *ABOVE_ANALYSIS)
-FLOORS = {
-    "tpumem.trace": BELOW_ALL,
-    "tpumem.xplane": BELOW_ALL,
-    "tpumem.hlo": BELOW_ALL,
-    "tpumem.units": BELOW_ALL,
-    "tpumem.errors": BELOW_ALL,
-    "tpumem.distinct_names": BELOW_ALL,
-    "tpumem.outputs": BELOW_ALL,
-    "tpumem.regular_files": BELOW_ALL,
-    "tpumem.progress": BELOW_ALL,
-    "tpumem.tpu.topology": BELOW_ALL,
-    "tpumem.storage": BELOW_ALL,  # (object storage's client: its callers say what it moves)
-    # (the compile for --tpu reads a trace, finds its programs' peaks and writes
-    # what XLA:TPU said into it: a floor of the commands' reading)
-    "tpumem.tpu": ("tpumem.report", "tpumem.export", *UPPER),
-    "tpumem.importer": ("tpumem.analysis", *ABOVE_ANALYSIS),
-    "tpumem.snapshots": ("tpumem.analysis", *ABOVE_ANALYSIS),
-    "tpumem.adapters": ("tpumem.analysis", *ABOVE_ANALYSIS),
-    # (the analysis reads no file and starts no process: what it is given, it reads)
-    "tpumem.analysis": (
-        *ABOVE_ANALYSIS,
-        "tpumem.adapters",  # (the frameworks' facts come in the trace's metadata)
-        "tpumem.trace.reader",
-        "concurrent",
-        "multiprocessing",
-    ),
-    "tpumem.reading": ("tpumem.report", "tpumem.export", *UPPER),
-    "tpumem.report": ("tpumem.reading", *UPPER),
-    "tpumem.export": ("tpumem.reading", *UPPER),
-    "tpumem.launch": ("tpumem.analysis", *ABOVE_ANALYSIS[:-1]),
-}
-# The commands: each is one module, which imports no other (what two of them
-# share lives in a module of its own beside them).
-COMMANDS = (
-    "check",
-    "compare",
-    "diff",
-    "export",
-    "fit",
-    "import_",
-    "install_libtpu",
-    "profile",
-    "report",
-    "watch",
-)
+# The floors (docs/floors.toml): each module's, what each may import.
+FLOORS = tomllib.loads((PACKAGE.parent / "docs" / "floors.toml").read_text())["floors"]
+# A string that names a module of tpumem's, or a function in one ("module:function").
+_NAMED = re.compile(r"tpumem(?:\.[A-Za-z_]\w*)+(?::\w+)?")
 ROOTS = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
 
 
@@ -210,21 +156,105 @@ def _imported(module: str, path: Path) -> set[str]:
                 parts = package.split(".")
                 parts = parts[: len(parts) - node.level + 1]
                 base = ".".join(p for p in (*parts, base) if p)
-            names.add(base)
+            if base != "tpumem":  # (`from tpumem import x` takes x: the package is loaded anyway)
+                names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
 
 
-def test_the_floors_import_downwards_only():
-    """No module imports a module of a floor above its own."""
+def _floor_of(name: str) -> str | None:
+    """The floor whose entry is the longest prefix of `name` (the package
+    `tpumem` itself is its entry "tpumem" alone, not a prefix of its modules)."""
+    best = None, -1
+    for floor, rule in FLOORS.items():
+        for entry in rule["modules"]:
+            matches = name == entry or (entry != "tpumem" and name.startswith(f"{entry}."))
+            if matches and len(entry) > best[1]:
+                best = floor, len(entry)
+    return best[0]
+
+
+def _allowed(floor: str) -> set[str]:
+    """The floor, and every floor it uses, and theirs."""
+    found, queue = set(), [floor]
+    while queue:
+        name = queue.pop()
+        if name not in found:
+            found.add(name)
+            queue.extend(FLOORS[name]["uses"])
+    return found
+
+
+def _named(path: Path, modules: set[str]) -> set[str]:
+    """The modules of tpumem's that strings in the source name (imports by string,
+    the reporters' registry, `python -m` commands)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            module = node.value.partition(":")[0]
+            if _NAMED.fullmatch(node.value) and module in modules:
+                names.add(module)
+    return names
+
+
+def _upward(sources: list[tuple[str, Path]]) -> list[tuple[str, str]]:
+    """(module, what it imports) for each import the floors do not allow."""
+    modules = {module for module, _ in sources}
     found = []
-    for module, path in _sources():
-        banned = next(
-            (b for floor, b in FLOORS.items() if f"{module}.".startswith(f"{floor}.")), ()
-        )
-        prefixes = tuple(f"{b}." for b in banned)
-        found += [(module, n) for n in _imported(module, path) if f"{n}.".startswith(prefixes)]
-    assert found == []
+    for module, path in sources:
+        floor = _floor_of(module)
+        if floor is None:
+            found.append((module, "(on no floor)"))
+            continue
+        allowed, never = _allowed(floor), tuple(FLOORS[floor].get("never", ()))
+        for name in sorted(_imported(module, path) | _named(path, modules)):
+            banned = any(name == n or name.startswith(f"{n}.") for n in never)
+            ours = name == "tpumem" or name.startswith("tpumem.")
+            if banned or (ours and _floor_of(name) not in allowed):
+                found.append((module, name))
+    return found
+
+
+def test_the_floors_import_downwards_only():
+    """Every module is on a floor, and imports none above it (by statement or by
+    string), nor what its floor may never import."""
+    assert _upward(_sources()) == []
+
+
+def test_an_upward_import_is_found_in_any_form(tmp_path):
+    """The rule above on imports planted where the floors forbid them (a test of
+    the test): each is found, and a module on no floor is too."""
+    planted = {
+        "tpumem.threads": "from tpumem import cli",
+        "tpumem.protos": "import tpumem.cli_options",
+        "tpumem.report.rows": "from tpumem.adapters import runner",
+        "tpumem.report.__init__": "RENDER = 'tpumem.commands.report:run_report'",
+        "tpumem.analysis.peak": "import importlib; importlib.import_module('tpumem.reading.paths')",
+        "tpumem.analysis.bins": "from tpumem.trace.reader import load",
+        "tpumem.launch.launcher": "from ..analysis import peak",
+        "tpumem.unplaced": "x = 1",
+    }
+    sources = []
+    for module, code in planted.items():
+        path = tmp_path / f"{module}.py"
+        path.write_text(code + "\n")
+        sources.append((module.removesuffix(".__init__"), path))
+    # (the modules the plants name, as the package has them)
+    named = ("tpumem.cli", "tpumem.cli_options", "tpumem.commands.report", "tpumem.reading.paths")
+    sources += [(m, PACKAGE / "units.py") for m in named]
+    found: dict[str, set[str]] = {}
+    for module, name in _upward(sources):
+        found.setdefault(module, set()).add(name)
+    assert found == {
+        "tpumem.threads": {"tpumem.cli"},
+        "tpumem.protos": {"tpumem.cli_options"},
+        "tpumem.report.rows": {"tpumem.adapters", "tpumem.adapters.runner"},
+        "tpumem.report": {"tpumem.commands.report"},
+        "tpumem.analysis.peak": {"tpumem.reading.paths"},
+        "tpumem.analysis.bins": {"tpumem.trace.reader", "tpumem.trace.reader.load"},
+        "tpumem.launch.launcher": {"tpumem.analysis", "tpumem.analysis.peak"},
+        "tpumem.unplaced": {"(on no floor)"},
+    }
 
 
 def test_the_import_reader_sees_every_form():
@@ -256,12 +286,44 @@ def test_the_launcher_takes_from_the_adapters_their_registry_and_protocol_alone(
     assert found <= allowed, sorted(found - allowed)
 
 
-def test_no_command_imports_another():
-    commands = {f"tpumem.commands.{name}" for name in COMMANDS}
+def _commands() -> set[str]:
+    """The commands' modules, found where the CLI takes each command's `run_*`."""
+    found = set()
+    for name in _CLI:
+        source = PACKAGE / f"{name.removeprefix('tpumem.')}.py"
+        for node in ast.walk(ast.parse(source.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("tpumem.commands.")
+                and any(alias.name.startswith("run_") for alias in node.names)
+            ):
+                found.add(node.module)
+    return found
+
+
+_CLI = ("tpumem.cli", "tpumem.cli_tpu")
+
+
+def _commands_imported(
+    sources: list[tuple[str, Path]], commands: set[str]
+) -> list[tuple[str, str]]:
+    """(module, command) for each command's module imported outside the CLI."""
     found = []
-    for module, path in _sources():
-        if module in commands:
-            others = commands - {module}
-            found += [(module, n) for n in _imported(module, path) if n in others]
-    assert found == []
-    assert {p.stem for p in (PACKAGE / "commands").glob("*.py")} >= set(COMMANDS)
+    for module, path in sources:
+        if module not in _CLI:
+            found += [(module, n) for n in _imported(module, path) if n in commands - {module}]
+    return found
+
+
+def test_only_the_cli_imports_a_command(tmp_path):
+    """A command's module is the CLI's to import: what two commands share lives
+    in a module of its own beside them (fit's names, for fit and its sweep). A
+    shared helper planted importing a command is found."""
+    commands = _commands()
+    assert {"tpumem.commands.profile", "tpumem.commands.fit", "tpumem.commands.report"} <= commands
+    assert "tpumem.commands.options" not in commands
+    assert _commands_imported(_sources(), commands) == []
+    planted = tmp_path / "rendering.py"
+    planted.write_text("from tpumem.commands import fit\n")
+    found = _commands_imported([("tpumem.commands.rendering", planted)], commands)
+    assert found == [("tpumem.commands.rendering", "tpumem.commands.fit")]

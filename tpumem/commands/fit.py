@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tpumem.commands.fit_names import default_name, label, say_short
 from tpumem.commands.fit_stops import (
     FitStopped,
     run_compiling,
@@ -244,13 +245,6 @@ def _compiled_jax(
         if not through:
             short.add(label(request, topology))
     return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
-
-
-def default_name(request: FitRequest, suffix: str = "") -> Path:
-    stem = request.target.rsplit(".", 1)[-1] if request.module else Path(request.target).stem
-    # A value becomes part of a file name: what a name may not hold is left out.
-    kept = "".join(c if c.isalnum() or c in "._-" else "_" for c in suffix)
-    return Path(f"{stem}.fit{kept}.tpumem")
 
 
 def _inputs(request: FitRequest) -> list[Path]:
@@ -486,21 +480,6 @@ def _report(request: FitRequest, trace: Path, short: set[str]) -> int:
     answered = {t.topology: t.fit for t in analysis.tpu}
     fits = all((f := answered.get(label(request, t))) is not None and f.fits for t in request.tpu)
     return 0 if fits and not short else 1
-
-
-def say_short(short: set[str]) -> None:
-    for topology in sorted(short):
-        print(
-            f"tpumem: the script did not get through on {topology} (the report says where): "
-            "the answer covers only the programs it called before",
-            file=sys.stderr,
-        )
-
-
-def label(request: FitRequest, topology: Any) -> str:
-    """The slice as the trace and the report name it: `v5e:2x4`, or with
-    --slices, `v5e:2x4 x2` (its generation still the name's first part)."""
-    return topology.name if request.slices == 1 else f"{topology.name} x{request.slices}"
 
 
 def _chips(count: int) -> str:

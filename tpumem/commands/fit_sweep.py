@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpumem.commands.fit import default_name, label, say_short
+from tpumem.commands.fit_names import default_name, label, say_short
 from tpumem.commands.fit_stops import FitStopped, say_stopped
 from tpumem.commands.options import text_width
 from tpumem.commands.requests import FitRequest
