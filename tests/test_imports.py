@@ -323,7 +323,7 @@ def test_only_the_cli_imports_a_command(tmp_path):
     assert {"tpumem.commands.profile", "tpumem.commands.fit", "tpumem.commands.report"} <= commands
     assert "tpumem.commands.options" not in commands
     assert _commands_imported(_sources(), commands) == []
-    planted = tmp_path / "rendering.py"
+    planted = tmp_path / "analysed_runs.py"
     planted.write_text("from tpumem.commands import fit\n")
-    found = _commands_imported([("tpumem.commands.rendering", planted)], commands)
-    assert found == [("tpumem.commands.rendering", "tpumem.commands.fit")]
+    found = _commands_imported([("tpumem.commands.analysed_runs", planted)], commands)
+    assert found == [("tpumem.commands.analysed_runs", "tpumem.commands.fit")]

@@ -71,8 +71,8 @@ def _run_breaches(
     summaries the recordings left judged processes, how many."""
     from functools import partial
 
+    from tpumem.commands.analysed_runs import analysed_processes
     from tpumem.commands.limits import breach_findings, imbalance_breaches, summary_findings
-    from tpumem.commands.rendering import analysed_processes
 
     # A gate judges by the traces: a summary stands for its trace on its size and
     # the digest of its end, which anyone can compute, so a summary written by

@@ -187,7 +187,7 @@ def _check_follow_options(
 def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> bool:
     """The run's report, from every process's trace in its directory; whether
     any process recorded (none is an error, said in one line, as without --follow)."""
-    from tpumem.commands.rendering import analysed_processes
+    from tpumem.commands.analysed_runs import analysed_processes
     from tpumem.report import PROCESSES, reporter
 
     traces = sorted(directory.glob("*.tpumem"))

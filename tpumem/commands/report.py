@@ -33,7 +33,7 @@ def run_report(request: ReportRequest) -> None:
             ):
                 if value:
                     raise TpumemError(f"{option} reports on one trace: give one of the run's")
-            from tpumem.commands.rendering import analysed_processes
+            from tpumem.commands.analysed_runs import analysed_processes
 
             run = analysed_processes(
                 given.traces,
@@ -64,7 +64,7 @@ def run_report(request: ReportRequest) -> None:
     if request.program is None:
         text = chosen.render(analysis, width=width, color=color)
     else:
-        from tpumem.commands.rendering import program_named
+        from tpumem.commands.analysed_runs import program_named
 
         found = program_named(analysis, request.program)
         text = reporter(PROGRAM, chosen.name).render(

@@ -34,7 +34,7 @@ class Fetched:
     traces: list[Path]
     _fs: Any
     # (URL, shortened; why) of each trace there that could not be brought here:
-    # left out of the run, which the report says (rendering.analysed_processes)
+    # left out of the run, which the report says (commands/analysed_runs.py)
     left_out: list[tuple[str, str]] = field(default_factory=list)
     _remote: dict[Path, str] = field(default_factory=dict)  # each stand-in's object
     _brought: set[Path] = field(default_factory=set)  # the stand-ins made whole
