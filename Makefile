@@ -37,7 +37,8 @@ test: setup lint browser
 	$(BIN)/python -m pytest
 
 # The fast lanes (tests/lanes.py): in-process tests and the CLI on recorded
-# traces, no framework and no browser; under a minute on two cores.
+# traces, no framework, no browser, no fuzzing or emulator (the slow lane);
+# about 30 s on two cores.
 test-fast: setup
 	$(BIN)/python -m pytest -m "unit or cli"
 

@@ -16,7 +16,7 @@ from cli_forks import close_servers, run_tpumem_process
 from lanes import LaneGuard, mark_lanes
 from tpumem.trace.writer import TraceWriter
 
-# The lanes (unit, cli, frameworks): decided and enforced in lanes.py, one guard
+# The lanes (unit, cli, slow, frameworks): decided and enforced in lanes.py, one guard
 # per process (an xdist worker runs one test at a time).
 _lane_guard: LaneGuard | None = None
 

@@ -1,17 +1,20 @@
-"""The suite's three lanes: every test's lane is decided here, from LANES, and the
-fast lanes are held to their word while each test runs (conftest.py's hooks).
+"""The suite's four lanes: every test's lane is decided here, from LANES, and the
+lanes without frameworks are held to their word while each test runs (conftest.py's
+hooks).
 
 - unit: in the test's own process; it imports no framework and starts no process.
 - cli: starts processes (`python -m tpumem` on recorded traces, mostly) in which
   no framework is ever imported.
+- slow: as cli, but seconds a test: fuzzing, storage emulators and servers that
+  never answer, inputs at the bounds' scale.
 - frameworks: runs real frameworks (profile runs, notebooks, the pytest plugin,
   distributed runs, XProf and TensorBoard), and Chromium's pages.
 
 `make test-fast` runs the unit and cli lanes (`pytest -m "unit or cli"`), `make
-test` all three. A file missing from LANES stops the collection; a unit or cli
-test that imports a framework, in its own process or in any process it starts,
-fails, and so does a unit test that starts a process. A frameworks test that
-needs no framework only costs time: put it where it belongs.
+test` all four. A file missing from LANES stops the collection; a unit, cli or
+slow test that imports a framework, in its own process or in any process it
+starts, fails, and so does a unit test that starts a process. A frameworks test
+that needs no framework only costs time: put it where it belongs.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from typing import Any
 
 import pytest
 
-UNIT, CLI, FRAMEWORKS = "unit", "cli", "frameworks"
-FAST_LANES = (UNIT, CLI)
+UNIT, CLI, SLOW, FRAMEWORKS = "unit", "cli", "slow", "frameworks"
+WITHOUT_FRAMEWORKS = (UNIT, CLI, SLOW)
 
-# What a fast lane never imports. A package's submodules import it first.
+# What those lanes never import. A package's submodules import it first.
 FRAMEWORK_PACKAGES = ("jax", "jaxlib", "tensorflow", "keras", "torch", "torch_xla")
 
 # Each test file's lane; where some of a file's tests differ, they are named under
@@ -89,7 +92,7 @@ LANES: dict[str, Lanes] = {
     ),
     "test_framework_choice.py": FRAMEWORKS,
     "test_fuzz.py": (
-        CLI,
+        SLOW,
         {
             UNIT: [
                 "test_a_damaged_batch_keeps_the_batches_before_it",
@@ -111,6 +114,10 @@ LANES: dict[str, Lanes] = {
     "test_hostile_inputs.py": (
         CLI,
         {
+            SLOW: [
+                "test_a_snapshot_whose_addresses_share_a_hash_slot_imports_whole",
+                "test_a_program_row_past_the_bound_is_left_out_with_one_warning",
+            ],
             UNIT: [
                 "test_the_bounds_of_a_shape_and_a_dtype",
                 "test_the_best_layout_is_found_without_trying_every_pair",
@@ -159,7 +166,7 @@ LANES: dict[str, Lanes] = {
         },
     ),
     "test_object_storage.py": (
-        CLI,
+        SLOW,
         {
             FRAMEWORKS: [
                 "test_profile_puts_its_trace_and_summary_where_o_says",
@@ -292,10 +299,12 @@ LANES: dict[str, Lanes] = {
         FRAMEWORKS,
         {
             CLI: [
-                "test_watch_refuses_what_never_is_a_trace_by_reports_rule",
                 "test_watch_of_a_batch_claiming_a_terabyte_reads_up_to_it",
-                "test_watch_of_every_hand_built_hostile_trace_ends_in_a_line_or_one_error",
                 "test_a_live_trace_deleted_under_watch_is_said_deleted",
+            ],
+            SLOW: [
+                "test_watch_refuses_what_never_is_a_trace_by_reports_rule",
+                "test_watch_of_every_hand_built_hostile_trace_ends_in_a_line_or_one_error",
             ],
         },
     ),
@@ -338,7 +347,7 @@ class LaneGuard:
     the test gives it away. In the processes it starts, a package of each
     framework's name, put first on PYTHONPATH, stands in for the framework: its
     import writes to a log the guard reads after the test, and fails, so that no
-    framework ever runs in a fast lane (and a process that catches the ImportError
+    framework ever runs in those lanes (and a process that catches the ImportError
     is still caught). The environment carries it to every process the test starts,
     and to theirs; Popen adds it to an environment given whole. No sitecustomize:
     tpumem's --follow puts its own on the path."""
@@ -359,7 +368,7 @@ class LaneGuard:
 
     def start(self, item: pytest.Item) -> None:
         self.lane = lane_of(item)
-        if self.lane not in FAST_LANES:
+        if self.lane not in WITHOUT_FRAMEWORKS:
             return
         self.loaded_before = _frameworks_loaded()
         self.log.unlink(missing_ok=True)
@@ -369,7 +378,7 @@ class LaneGuard:
         subprocess.Popen.__init__ = self._popen_init(self.lane)  # type: ignore[method-assign]
 
     def check(self) -> None:
-        if self.lane not in FAST_LANES:
+        if self.lane not in WITHOUT_FRAMEWORKS:
             return
         # Each import is told once: the check after the call and after the teardown.
         problems = []
@@ -388,7 +397,7 @@ class LaneGuard:
             )
 
     def stop(self) -> None:
-        if self.lane not in FAST_LANES:
+        if self.lane not in WITHOUT_FRAMEWORKS:
             return
         subprocess.Popen.__init__ = self.popen_init  # type: ignore[method-assign]
         for name, value in self.saved_environ.items():
@@ -424,9 +433,9 @@ def _frameworks_loaded() -> set[str]:
     return {name for name in FRAMEWORK_PACKAGES if name in sys.modules}
 
 
-# A framework's stand-in on a fast lane's PYTHONPATH.
+# A framework's stand-in on the PYTHONPATH of a lane without frameworks.
 TRIPWIRE = """\
 with open({log!r}, "a") as log:
     log.write(__name__ + "\\n")
-raise ImportError(__name__ + " imported in a fast lane's test (tests/lanes.py)")
+raise ImportError(__name__ + " imported in a test of a lane without frameworks (tests/lanes.py)")
 """
