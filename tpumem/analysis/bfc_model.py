@@ -45,7 +45,8 @@ class ReplayResult:
 
     @property
     def chunk_bytes(self) -> np.ndarray:
-        return np.abs(self.change)
+        sizes: np.ndarray = np.abs(self.change)
+        return sizes
 
     @property
     def fragmentation(self) -> np.ndarray:
@@ -124,7 +125,7 @@ def replay(
     if step_starts is not None and len(step_starts) > 2:
         starts = np.unique(step_starts).tolist()
         signature = (is_alloc, requested, _partner_offsets(is_alloc, buffer_id))
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple[object, ...], int] = {}
     copied = 0
     failed = None
     next_start = 0

@@ -11,7 +11,8 @@ def bin_of(time_ns: np.ndarray, count: int) -> np.ndarray:
     """The bin of each event, `count` equal bins from the first event to the last."""
     start = int(time_ns[0])
     span = max(1, int(time_ns[-1]) - start)
-    return np.minimum(((time_ns - start) * count) // span, count - 1).astype(np.int64)
+    bins: np.ndarray = np.minimum(((time_ns - start) * count) // span, count - 1)
+    return bins.astype(np.int64)
 
 
 def bin_max(bins: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:

@@ -196,7 +196,7 @@ def _candidates(target: TpuTarget) -> list[Change]:
     limit = usable(target)
     if limit is None:
         return []
-    by_program: dict[int | None, list] = {}
+    by_program: dict[int | None, list[TpuCandidate]] = {}
     for candidate in target.candidates:
         by_program.setdefault(candidate.compile.change_of, []).append(candidate)
     found = []
@@ -206,7 +206,9 @@ def _candidates(target: TpuTarget) -> list[Change]:
             continue
         compiled = [c for c in tried if c.need_bytes is not None]
         # The fewest changes that fit; of those (or of none that fit), the least need.
-        compiled.sort(key=lambda c: (c.need_bytes > limit[0], c.change.count("; "), c.need_bytes))
+        compiled.sort(
+            key=lambda c: ((c.need_bytes or 0) > limit[0], c.change.count("; "), c.need_bytes or 0)
+        )
         chosen = compiled[0] if compiled else tried[-1]
         cost = _recompute_cost(chosen, refused.compile)
         need = chosen.need_bytes
@@ -250,7 +252,9 @@ def _recompute_cost(chosen: TpuCandidate, refused: TpuCompile) -> tuple[float | 
     return chosen.compile.flops, refused.flops
 
 
-def _larger(target: TpuTarget, program: TpuProgram, tried: list, limit: int) -> Change:
+def _larger(
+    target: TpuTarget, program: TpuProgram, tried: list[TpuCandidate], limit: int
+) -> Change:
     """A step that fits, compiled at twice its batch and more (fit --search, in
     that order, until one was refused): the largest that fits, and the next,
     which does not (`ops`: their words; the first None where none fits)."""

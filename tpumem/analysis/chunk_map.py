@@ -100,7 +100,8 @@ class Chunks:
         change = np.zeros(count + 1, dtype=np.int64)
         np.add.at(change, self.first, self.size)
         np.add.at(change, np.minimum(self.end, count), -self.size)
-        return np.cumsum(change)[:count] == events.heap
+        counted: np.ndarray = np.cumsum(change)[:count] == events.heap
+        return counted
 
 
 def infer_regions(chunks: Chunks, schedule: RegionSchedule, label: str) -> Regions:

@@ -49,7 +49,7 @@ class DeviceEvents:
     # The events are the allocator's counters read now and then (split_by_device):
     # no buffer, no allocation, nothing to replay.
     counters_only: bool = False
-    memo: list = field(default_factory=list, repr=False, compare=False)  # ends(), once
+    memo: list[np.ndarray] = field(default_factory=list, repr=False, compare=False)  # ends()
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -125,7 +125,8 @@ def _counter_samples(trace: Trace, is_memory: np.ndarray, counted: list[str]) ->
         code for code, name in enumerate(device_names) if name in counted and name not in has_events
     ]
     is_sample = trace.is_kind(SAMPLE) & trace.valid("bytes_in_use")
-    return is_sample & np.isin(device_codes, wanted)
+    wanted_rows: np.ndarray = is_sample & np.isin(device_codes, wanted)
+    return wanted_rows
 
 
 class _Columns:

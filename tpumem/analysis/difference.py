@@ -170,7 +170,7 @@ def _changes(
     return tuple(changes), hidden
 
 
-def _frame_key(frame: Frame, script: str | None) -> tuple:
+def _frame_key(frame: Frame, script: str | None) -> tuple[str, str, str | int]:
     """A frame as the same line in two versions: its file's name (two checkouts
     of a script lie in two directories; the run's own script, whatever its
     name), its function and its code where kept."""
@@ -178,7 +178,9 @@ def _frame_key(frame: Frame, script: str | None) -> tuple:
     return (THE_SCRIPT if name == script else name, frame.function, frame.code or frame.line)
 
 
-def _add(found: Breakdown, key: object, label: str | None, size: int, frames: tuple) -> None:
+def _add(
+    found: Breakdown, key: object, label: str | None, size: int, frames: tuple[Frame, ...]
+) -> None:
     _, bytes_before, kept = found.get(key, (label, 0, frames))
     found[key] = (label, bytes_before + size, kept)
 

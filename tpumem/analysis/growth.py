@@ -29,6 +29,7 @@ from tpumem.analysis.peak import live_at
 from tpumem.analysis.stacks import StackBytes, stack_bytes
 from tpumem.trace.metadata import KeptArrays
 from tpumem.trace.model import Trace
+from tpumem.trace.stack_rows import Frame
 
 MIN_STEPS = 4  # step ends needed to tell warm-up from growth
 # Floors within this of the settled line are settled (the allocator rounds, a
@@ -43,7 +44,7 @@ RISING_SHARE = 0.75  # growing: at least this share of settled steps end higher,
 
 @dataclass(frozen=True, slots=True)
 class StackGrowth:
-    frames: tuple  # the stack (stack_rows.Frame, outermost first)
+    frames: tuple[Frame, ...]  # the stack, outermost first
     per_step_bytes: float
     start_bytes: int  # live at the floor of the first step after warm-up
     end_bytes: int  # live at the floor of the last step read

@@ -371,7 +371,11 @@ def _regions(
 
 
 def _by_op(
-    trace: Trace, events: DeviceEvents, live: np.ndarray, names: np.ndarray, by_op: dict
+    trace: Trace,
+    events: DeviceEvents,
+    live: np.ndarray,
+    names: np.ndarray,
+    by_op: dict[str, str],
 ) -> None:
     """The region TOLD rows give the outputs of named ops (a tape's gradients
     traced into a tf.function): a live op output made by one, its name inside

@@ -73,7 +73,7 @@ def _where(piece: Trace, row: int) -> str | None:
     for column in ("source", "op"):
         codes, values = piece.codes_at(column, np.array([row]))
         if codes[0] >= 0:
-            return values[codes[0]]
+            return str(values[codes[0]])
     return None
 
 

@@ -238,7 +238,7 @@ def _spread(figure: str, values: list[float | None]) -> Spread | None:
     return Spread(figure, highest[0], highest[1], lowest[0], lowest[1], mean)
 
 
-def process_order(summary: ProcessSummary) -> tuple:
+def process_order(summary: ProcessSummary) -> tuple[bool, int, str, int]:
     """Processes in the order people count them: by rank, then host and pid."""
     return (summary.index is None, summary.index or 0, summary.host or "", summary.pid or 0)
 

@@ -199,7 +199,7 @@ class _Buffers:
         the value returned (not another value sharing its memory)."""
         defined = self.logical[buffer_id].defined_at.instruction_id
         if self.allocation_of[buffer_id].is_entry_computation_parameter:
-            return self.instructions[defined].opcode == "parameter"
+            return bool(self.instructions[defined].opcode == "parameter")
         return defined in self.returned
 
     def heap_buffer(self, buffer_id: int) -> HeapBuffer:

@@ -90,7 +90,7 @@ def step_positions(trace: Trace, time_ns: np.ndarray) -> np.ndarray | None:
     index = np.clip(np.searchsorted(times, time_ns, side="right") - 1, 0, len(times) - 1)
     following = np.append(times[1:], times[-1] + typical)
     length = np.maximum(following[index] - times[index], 1)
-    position = numbers[index] + (time_ns - times[index]) / length
+    position: np.ndarray = numbers[index] + (time_ns - times[index]) / length
     before = time_ns < times[0]
     if before.any():
         first = min(int(time_ns[0]), int(times[0]) - 1)

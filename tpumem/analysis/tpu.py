@@ -284,13 +284,19 @@ def _heap(compiled: TpuCompile) -> ProgramHeap | None:
         return None
 
 
-def _resized(groups: tuple[LiveGroup, ...], layouts: dict) -> tuple[int, int]:
+def _resized(
+    groups: tuple[LiveGroup, ...], layouts: dict[tuple[tuple[int, ...], str], int]
+) -> tuple[int, int]:
     """(bytes of the groups, the same in TPU layouts): shapes XLA:TPU sized at
     theirs, others as they were."""
     before = after = 0
     for group in groups:
         dims = parse_shape(group.shape)
-        size = layouts.get((dims, group.dtype)) if dims is not None else None
+        size = (
+            layouts.get((dims, group.dtype))
+            if dims is not None and group.dtype is not None
+            else None
+        )
         before += group.bytes
         after += group.count * size if size is not None else group.bytes
     return before, after

@@ -86,7 +86,15 @@ class _Sweep:
     overlap, so their ends are sorted too and one binary search finds the ones a
     range meets."""
 
-    def __init__(self, end, is_alloc, partner, size, address, heap) -> None:
+    def __init__(
+        self,
+        end: np.ndarray,
+        is_alloc: np.ndarray,
+        partner: np.ndarray,
+        size: np.ndarray,
+        address: np.ndarray,
+        heap: np.ndarray | None,
+    ) -> None:
         self.end, self.size, self.address, self.heap = end, size, address, heap
         self.count = len(end)
         self.allocs = np.flatnonzero(is_alloc)
@@ -112,7 +120,7 @@ class _Sweep:
             if len(self.doubtful):
                 self._reused(lo, hi)
             if self.heap is not None and len(self.doubtful):
-                self._bounded(lo, hi, live_before)
+                self._bounded(lo, hi, live_before, self.heap)
             live_before += int(self.change[lo:hi].sum())
 
     def _join(self, fresh: np.ndarray) -> None:
@@ -144,11 +152,11 @@ class _Sweep:
         self._finish(self.doubtful[met], np.full(int(met.sum()), lo))
         self.doubtful = self.doubtful[~met]
 
-    def _bounded(self, lo: int, hi: int, live_before: int) -> None:
+    def _bounded(self, lo: int, hi: int, live_before: int, heap: np.ndarray) -> None:
         """End every doubtful buffer at the first event of the segment where the
         named buffers would hold more than the allocator had in use."""
         named = live_before + np.cumsum(self.change[lo:hi])
-        over = np.flatnonzero(named > self.heap[lo:hi])
+        over = np.flatnonzero(named > heap[lo:hi])
         if len(over):
             self._finish(self.doubtful, np.full(len(self.doubtful), lo + int(over[0])))
             self.doubtful = self.doubtful[:0]

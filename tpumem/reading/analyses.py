@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tpumem.analysis.run_figures import DeviceEventFigures, RunAnalysis
-    from tpumem.trace.reader import Trace
+    from tpumem.trace.model import Trace
 
 
 def analysed(

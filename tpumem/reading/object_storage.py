@@ -196,7 +196,7 @@ def _ranges(fs: Any, url: str, names: list[str], spans: list[tuple[int, int]]) -
     if not names:
         return []
     with said(url):
-        got = fs.cat_ranges(names, [s for s, _ in spans], [e for _, e in spans])
+        got: list[bytes] = fs.cat_ranges(names, [s for s, _ in spans], [e for _, e in spans])
     for name, one in zip(names, got, strict=True):
         if isinstance(one, BaseException):
             raise StorageError(f"{fs.unstrip_protocol(name)}: {why(one)}")

@@ -37,7 +37,8 @@ def to_plain(value: Any) -> Any:
 
 def from_plain(kind: type[T], value: Any) -> T:
     """`value` (as json.loads gives it) as a `kind`; Unreadable where it is not one."""
-    return _read(kind, value, kind.__name__)
+    read: T = _read(kind, value, kind.__name__)
+    return read
 
 
 @cache
@@ -81,7 +82,7 @@ def _read(kind: Any, value: Any, at: str) -> Any:
     raise Unreadable(f"{at}: no reading for {kind}")
 
 
-def _scalars(kind: type, value: list, at: str) -> tuple:
+def _scalars(kind: type, value: list[Any], at: str) -> tuple[Any, ...]:
     words, holds = SCALARS[kind]
     for i, item in enumerate(value):
         if not holds(item):

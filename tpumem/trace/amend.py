@@ -44,7 +44,7 @@ def rows_tail(schema: pa.Schema, rows: list[dict[str, Any]]) -> bytes:
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(rows_to_batch(rows))
     tail = sink.getvalue()
-    return tail.slice(_message_ends(tail)[0]).to_pybytes()
+    return bytes(tail.slice(_message_ends(tail)[0]).to_pybytes())
 
 
 def metadata_tail(schema: pa.Schema, patch: dict[str, Any], time_ns: int) -> bytes:

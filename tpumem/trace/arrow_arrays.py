@@ -11,7 +11,7 @@ bitmap, offsets, the values), so numpy reads them in place.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,8 @@ def _chunks(column: Column) -> list[pa.Array]:
 def _dtype(column: Column) -> np.dtype:
     """The numpy type of a numeric column's values (a dictionary column's codes)."""
     kind = column.type.index_type if pa.types.is_dictionary(column.type) else column.type
-    return np.dtype(kind.to_pandas_dtype())
+    dtype: np.dtype[Any] = np.dtype(kind.to_pandas_dtype())
+    return dtype
 
 
 def _valid(chunk: pa.Array) -> np.ndarray | None:
@@ -120,7 +121,9 @@ def texts_at(column: Column, rows: np.ndarray) -> list[str | None]:
     return found
 
 
-def dictionary_codes(column: Column, rows: np.ndarray | None = None) -> tuple[np.ndarray, list]:
+def dictionary_codes(
+    column: Column, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, list[Any]]:
     """A dictionary column (or those rows of it) as (int32 codes, -1 where null;
     its values)."""
     if isinstance(column, pa.ChunkedArray):
@@ -133,7 +136,7 @@ def dictionary_codes(column: Column, rows: np.ndarray | None = None) -> tuple[np
     return codes.astype(np.int32, copy=False), values
 
 
-def codes_of(values: list, value: object) -> list[int]:
+def codes_of(values: list[Any], value: object) -> list[int]:
     """The codes a dictionary gives `value` (Arrow does not require them unique)."""
     return [code for code, v in enumerate(values) if v == value]
 

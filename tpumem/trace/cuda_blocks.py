@@ -40,7 +40,7 @@ def divisions_by_interval(setting: object) -> np.ndarray:
 def block_sizes(requested: np.ndarray, divisions: np.ndarray | None = None) -> np.ndarray:
     """The block each request gets, as the allocator rounds it."""
     size = np.maximum(requested.astype(np.int64), 0)
-    rounded = np.maximum((size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK, MIN_BLOCK)
+    rounded: np.ndarray = np.maximum((size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK, MIN_BLOCK)
     if divisions is None or not divisions.any():
         return rounded
     log = np.floor(np.log2(np.maximum(size, 1))).astype(np.int64)

@@ -269,7 +269,7 @@ class RunMetadata:
         extra_class = EXTRAS.get(str(value.get("framework")))
         extra_names = set(hints(extra_class)) if extra_class else set()
         own = {k: v for k, v in value.items() if k not in extra_names and k != EXTRA}
-        metadata = decode_record(cls, own, "", dropped)
+        metadata: RunMetadata = decode_record(cls, own, "", dropped)
         if metadata.memory_settings is None:
             declared = DECLARED_BEFORE_WRITTEN.get(metadata.framework)
             metadata = dataclasses.replace(metadata, memory_settings=declared)

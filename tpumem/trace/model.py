@@ -5,7 +5,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +17,7 @@ from tpumem.trace.metadata import RunMetadata
 # Up to this many values (devices), rows are found by scanning a column.
 FEW_VALUES = 16
 KEPT_CODES = "device"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class Trace:
     mapping: mmap.mmap | None = None
     # Masks, codes and row groups, read once: the analysis asks for them per device,
     # and a run on thousands of devices would otherwise read them thousands of times.
-    _columns: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
+    _columns: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _give_back_pages(self) -> None:
         if self.mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
@@ -54,7 +55,7 @@ class Trace:
         return list(self.metadata.warnings)
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     def numbers(self, name: str, fill: float | int = 0) -> np.ndarray:
         """A numeric column as numpy, nulls replaced by `fill`."""
@@ -86,11 +87,12 @@ class Trace:
             ("kind", kind), lambda: arrow_arrays.equal_to(self.table.column("kind"), kind)
         )
 
-    def _kept(self, key: tuple, read: Callable[[], np.ndarray]) -> np.ndarray:
+    def _kept(self, key: tuple[str, ...], read: Callable[[], np.ndarray]) -> np.ndarray:
         """`read()`, kept for the next call when the trace has many devices (each
         asks); with few, not kept (a large trace's masks would add up)."""
         if key in self._columns:
-            return self._columns[key]
+            kept: np.ndarray = self._columns[key]
+            return kept
         values = _read_only(read())
         if self._many_devices():
             self._columns[key] = values
@@ -106,7 +108,8 @@ class Trace:
         shared: read only."""
         key = ("codes", name)
         if key in self._columns:
-            return self._columns[key]
+            both: tuple[np.ndarray, list[str]] = self._columns[key]
+            return both
         codes, values = arrow_arrays.dictionary_codes(self.table.column(name))
         self._give_back_pages()
         if name == KEPT_CODES or self._many_devices():
@@ -122,12 +125,13 @@ class Trace:
             return codes[rows], values
         return arrow_arrays.dictionary_codes(self.table.column(name), rows)
 
-    def derived(self, name: str, compute: Callable[[], Any]) -> Any:
+    def derived(self, name: str, compute: Callable[[], T]) -> T:
         """`compute()`, once per trace: a figure every device's analysis reads."""
         key = ("derived", name)
         if key not in self._columns:
             self._columns[key] = compute()
-        return self._columns[key]
+        value: T = self._columns[key]
+        return value
 
     def rows_of(self, name: str, code: int) -> np.ndarray:
         """The rows where a string column has the value of `code`, in order. With
@@ -145,7 +149,8 @@ class Trace:
                 for group in np.split(order, starts[1:])
                 if len(group)
             }
-        return self._columns[key].get(code, np.zeros(0, np.int64))
+        groups: dict[int, np.ndarray] = self._columns[key]
+        return groups.get(code, np.zeros(0, np.int64))
 
     def to_pandas(self) -> Any:
         """All rows as a pandas DataFrame (needs pandas)."""

@@ -137,7 +137,8 @@ def _read_batches(
 def _join(group: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
     if len(group) < 2:
         return group
-    return pa.Table.from_batches(group, schema).combine_chunks().to_batches()
+    batches: list[Any] = pa.Table.from_batches(group, schema).combine_chunks().to_batches()
+    return batches
 
 
 def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:

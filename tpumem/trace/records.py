@@ -156,7 +156,7 @@ def merge_metadata(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def _list(value: object) -> list:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
