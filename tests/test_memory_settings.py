@@ -5,14 +5,22 @@ reads what its adapter declared then, by its framework's name."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 from tpumem.adapters.base import memory_settings
 from tpumem.adapters.import_watch import FRAMEWORKS
 from tpumem.adapters.run_header import run_metadata
-from tpumem.analysis import analyze
+from tpumem.analysis import analyze, caching_allocator
 from tpumem.analysis.capacity import GROWTH, PREALLOCATED, pool_growth
 from tpumem.analysis.step_programs import no_program_reason
 from tpumem.report.fit_rows import fit_note
-from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, GrowthSetting, MemorySettings
+from tpumem.trace.memory_settings import (
+    CUDA_CACHING,
+    DECLARED_BEFORE_WRITTEN,
+    GrowthSetting,
+    MemorySettings,
+)
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
 
@@ -80,3 +88,52 @@ def test_the_header_records_the_variables_the_framework_declared(monkeypatch):
     monkeypatch.setenv("PJRT_ALLOCATOR_PREALLOCATE", "false")
     header = run_metadata("torch_xla", "tpumem profile", ["s.py"], {}, {})
     assert header["env"]["PJRT_ALLOCATOR_PREALLOCATE"] == "false"
+
+
+def test_a_fact_added_since_a_trace_was_written_reads_as_declared_then(make_trace):
+    """A JAX trace written before the adapters declared how their framework
+    donates still says donate_argnums (the donation advice asks the trace, not
+    the framework's name), beside the facts it holds itself; a framework that
+    declared none has none."""
+    written = {"fraction_variable": "XLA_CLIENT_MEM_FRACTION", "defragment_setting": "X=platform"}
+    meta = {"framework": "jax", "memory_settings": written}
+    settings = load(make_trace([], meta, "jax.tpumem")).metadata.memory_settings
+    assert settings.donation == "donate_argnums" == memory_settings("jax").donation
+    assert settings.defragment_setting == "X=platform"  # (the trace's own)
+    assert settings.default_fraction == 0.75  # (what it left out, as declared then)
+    fourth = load(make_trace([], {"framework": "fourth", "memory_settings": FOURTH}))
+    assert fourth.metadata.memory_settings.donation is None
+    assert memory_settings("torch_xla").donation is None
+
+
+def test_the_allocator_model_is_the_one_the_trace_declares(make_trace):
+    """The caching allocator's model replays a GPU run whose trace declares that
+    allocator, whatever its framework is called; PyTorch's snapshots (imported,
+    no adapter's) declare it by their framework's name."""
+    gpu = {"backend": "gpu"}
+    declared = {**FOURTH, "allocator_model": CUDA_CACHING}
+    fourth = load(make_trace([], {**gpu, "framework": "fourth", "memory_settings": declared}))
+    assert caching_allocator.models(fourth.metadata)
+    pytorch = load(make_trace([], {**gpu, "framework": "pytorch"}, "pytorch.tpumem"))
+    assert caching_allocator.models(pytorch.metadata)
+    jax = load(make_trace([], {**gpu, "framework": "jax"}, "jax.tpumem"))
+    assert not caching_allocator.models(jax.metadata)
+    plain = load(
+        make_trace([], {**gpu, "framework": "fourth", "memory_settings": FOURTH}, "f.tpumem")
+    )
+    assert not caching_allocator.models(plain.metadata)
+
+
+def test_no_analysis_module_names_a_framework():
+    """The analysis asks the trace what a framework declared; a comparison with a
+    framework's name (`framework == "pytorch"`) is a rule that a fourth framework
+    would have to find and edit."""
+    names = {*FRAMEWORKS, "pytorch", "torch", "keras"}
+    package = Path(__file__).resolve().parent.parent / "tpumem" / "analysis"
+    found = [
+        (path.name, node.value)
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert found == []

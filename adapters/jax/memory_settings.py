@@ -13,4 +13,6 @@ MEMORY_SETTINGS = MemorySettings(
     ),
     # Each buffer malloc'ed and freed on its own: no pool to fragment (and slower).
     defragment_setting="XLA_PYTHON_CLIENT_ALLOCATOR=platform",
+    # jax.jit(f, donate_argnums=...): the outputs take the donated arguments' buffers.
+    donation="donate_argnums",
 )

@@ -34,6 +34,7 @@ import numpy as np
 from tpumem.analysis.bfc_model import ReplayResult, replay_sizes
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.trace.cuda_blocks import MIN_BLOCK, block_sizes
+from tpumem.trace.memory_settings import CUDA_CACHING
 from tpumem.trace.metadata import RunMetadata
 
 SMALL_SIZE = 1 << 20  # kSmallSize: the small pool's largest request
@@ -242,8 +243,10 @@ def models(metadata: RunMetadata) -> bool:
     settings the model follows (the defaults: no expandable segments, no
     max_split_size, no garbage collection threshold, no rounding divisions)."""
     settings = {k: str(v).lower() for k, v in (metadata.allocator_settings or {}).items()}
+    declared = metadata.memory_settings
     return (
-        metadata.framework == "pytorch"
+        declared is not None
+        and declared.allocator_model == CUDA_CACHING
         and metadata.backend == "gpu"
         and settings.get("expandable_segments", "false") == "false"
         and settings.get("max_split_size", "-1") in ("-1", str(2**64 - 1))

@@ -137,7 +137,6 @@ class Change:
 
 
 def what_to_change(
-    framework: str,
     backend: str,
     settings: MemorySettings | None,
     devices: tuple[DeviceAnalysis, ...],
@@ -164,7 +163,7 @@ def what_to_change(
         return tuple(sorted(found, key=lambda c: (KEYS.index(c.key), -c.bytes)))
     device = highest(devices)
     running = [r.program for r in device.programs_at_peak]
-    if framework == "jax":
+    if settings is not None and settings.donation is not None:
         donations = [c for r in device.programs_at_peak if (c := _donate(device, r)) is not None]
         donations += [_donate_dropped(device, h) for h in device.held_twice]
         found += _largest_by(donations, "program")

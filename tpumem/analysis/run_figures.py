@@ -344,7 +344,6 @@ def analyze_with_events(
         capacity=checks,
         tpu=targets,
         changes=what_to_change(
-            trace.framework,
             metadata.backend,
             metadata.memory_settings,
             analysed,

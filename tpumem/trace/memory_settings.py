@@ -8,6 +8,8 @@ Traces written before adapters wrote these facts read them from the table below.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 
@@ -39,6 +41,15 @@ class MemorySettings:
     # The setting, as written (NAME=value), with which the allocator's free memory
     # does not fragment (what the advice names where free memory was in pieces).
     defragment_setting: str | None = None
+    # The model of the allocator that replays the run's events where its own
+    # counters are not in the trace (CUDA_CACHING: PyTorch's caching allocator).
+    allocator_model: str | None = None
+    # How a compiled call is told to reuse its arguments' memory for its outputs,
+    # where the framework lets its users say it (the donation advice's words).
+    donation: str | None = None
+
+
+CUDA_CACHING = "cuda caching allocator"
 
 
 # What the adapters declared when they began writing these facts: traces recorded
@@ -53,6 +64,7 @@ DECLARED_BEFORE_WRITTEN = {
             GrowthSetting("XLA_PYTHON_CLIENT_PREALLOCATE", ("false", "0")),
             GrowthSetting("XLA_PYTHON_CLIENT_ALLOCATOR", ("platform",)),
         ),
+        donation="donate_argnums",
     ),
     "tensorflow": MemorySettings(
         limit_mib_setting="memory_limit",
@@ -68,6 +80,7 @@ DECLARED_BEFORE_WRITTEN = {
     "pytorch": MemorySettings(
         fraction_function="torch.cuda.set_per_process_memory_fraction",
         defragment_setting="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        allocator_model=CUDA_CACHING,
     ),
     "torch_xla": MemorySettings(
         fraction_variable="PJRT_ALLOCATOR_FRACTION",
@@ -75,3 +88,23 @@ DECLARED_BEFORE_WRITTEN = {
         growth_settings=(GrowthSetting("PJRT_ALLOCATOR_PREALLOCATE", ("false", "0")),),
     ),
 }
+
+
+def declared_since(
+    framework: str, written: MemorySettings | None, keys: Collection[str]
+) -> MemorySettings | None:
+    """The settings a trace holds, with what its writer left out (`keys`: those it
+    wrote) as the framework declared it before adapters wrote it: the whole of
+    them for a trace that holds none, a fact added since for one written before
+    the fact was (a JAX trace of last month still donates with donate_argnums).
+    A writer leaves None out too: a fact DECLARED_BEFORE_WRITTEN holds as None
+    for a framework reads as None either way."""
+    declared = DECLARED_BEFORE_WRITTEN.get(framework)
+    if written is None or declared is None:
+        return written if written is not None else declared
+    missing = {
+        field.name: getattr(declared, field.name)
+        for field in dataclasses.fields(MemorySettings)
+        if field.name not in keys and getattr(declared, field.name) is not None
+    }
+    return dataclasses.replace(written, **missing) if missing else written

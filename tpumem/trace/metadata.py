@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, MemorySettings
+from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, MemorySettings, declared_since
 from tpumem.trace.records import OTHER, decode_record, encode, hints
 
 # Environment variables that decide how much a framework reserves up front: a
@@ -270,9 +270,14 @@ class RunMetadata:
         extra_names = set(hints(extra_class)) if extra_class else set()
         own = {k: v for k, v in value.items() if k not in extra_names and k != EXTRA}
         metadata: RunMetadata = decode_record(cls, own, "", dropped)
-        if metadata.memory_settings is None:
-            declared = DECLARED_BEFORE_WRITTEN.get(metadata.framework)
-            metadata = dataclasses.replace(metadata, memory_settings=declared)
+        written = value.get("memory_settings")
+        settings = declared_since(
+            metadata.framework,
+            metadata.memory_settings,
+            written.keys() if isinstance(written, Mapping) else (),
+        )
+        if settings != metadata.memory_settings:
+            metadata = dataclasses.replace(metadata, memory_settings=settings)
         if extra_class is None:
             return metadata
         mine = {k: v for k, v in value.items() if k in extra_names}
