@@ -47,7 +47,14 @@ def test_a_comparison_keeps_to_its_schema(tmp_path):
         traces.append(str(trace))
     result = run_tpumem("compare", *traces, "--format", "json")  # validated there too
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["schema"] == "tpumem-compare/1"
+    comparison = json.loads(result.stdout)
+    assert comparison["schema"] == "tpumem-compare/1"
+    # Each row is named by its key (and what it is of), not by its title's words.
+    rows = comparison["rows"] + comparison["program_rows"]
+    named = [(row["key"], row["about"]) for row in rows]
+    assert len(set(named)) == len(named)
+    peak = next(row for row in rows if row["key"] == "peak")
+    assert peak["figure"] == "Peak in use" and peak["about"] is None
 
 
 def test_a_comparisons_runs_are_held_to_the_reports_own_schema():

@@ -33,7 +33,11 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
 
 
 def _row(row: CompareRow) -> dict[str, Any]:
+    # `key` and `about` name the row for programs (its title is for people, and
+    # its words may change); `figure` is the title the text and the page show.
     return {
+        "key": row.key,
+        "about": row.about,
         "figure": row_title(row),
         "unit": row.unit,
         "values": list(row.values),
