@@ -321,6 +321,18 @@ def test_only_the_cli_imports_a_command(tmp_path):
     shared helper planted importing a command is found."""
     commands = _commands()
     assert {"tpumem.commands.profile", "tpumem.commands.fit", "tpumem.commands.report"} <= commands
+    # One module for each command the CLI registers (`app.command(...)`): none
+    # reached another way escapes the rule.
+    registered = sum(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "command"
+        for name in _CLI
+        for node in ast.walk(
+            ast.parse((PACKAGE / f"{name.removeprefix('tpumem.')}.py").read_text())
+        )
+    )
+    assert len(commands) == registered
     assert "tpumem.commands.options" not in commands
     assert _commands_imported(_sources(), commands) == []
     planted = tmp_path / "analysed_runs.py"

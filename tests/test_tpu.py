@@ -154,7 +154,7 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     # Advice on the target's plan: the CPU's temporaries would name a line to
     # recompute; XLA:TPU's plan of the step, whose values stay out of HBM, names
     # none, and no advice is the CPU's.
-    on_the_cpu = what_to_change("cpu", None, analysis.devices)
+    on_the_cpu = what_to_change("cpu", analysis.metadata.memory_settings, analysis.devices)
     assert [c for c in on_the_cpu if c.key == REMAT]
     assert all(c.topology == "v5e:1x1" for c in analysis.changes if c.key == REMAT)
     assert "One chip of v5e:1x1 by kind" in said

@@ -50,6 +50,9 @@ class MemorySettings:
 
 
 CUDA_CACHING = "cuda caching allocator"
+# The facts declared after adapters began writing their settings into the trace
+# (2026-12-05): a trace written before lacks them, and reads them as declared then.
+ADDED_SINCE = ("allocator_model", "donation")
 
 
 # What the adapters declared when they began writing these facts: traces recorded
@@ -93,18 +96,15 @@ DECLARED_BEFORE_WRITTEN = {
 def declared_since(
     framework: str, written: MemorySettings | None, keys: Collection[str]
 ) -> MemorySettings | None:
-    """The settings a trace holds, with what its writer left out (`keys`: those it
-    wrote) as the framework declared it before adapters wrote it: the whole of
-    them for a trace that holds none, a fact added since for one written before
-    the fact was (a JAX trace of last month still donates with donate_argnums).
-    A writer leaves None out too: a fact DECLARED_BEFORE_WRITTEN holds as None
-    for a framework reads as None either way."""
+    """The settings a trace holds, as the framework declared them before adapters
+    wrote them where it holds none; and where it holds some, each fact ADDED_SINCE
+    that its writer did not write (`keys`: those it wrote) as declared then (a
+    JAX trace of last month still donates with donate_argnums). Only those: a
+    writer leaves a None out, so a fact written from the start and absent is one
+    the adapter declared None, which must read as None."""
     declared = DECLARED_BEFORE_WRITTEN.get(framework)
     if written is None or declared is None:
         return written if written is not None else declared
-    missing = {
-        field.name: getattr(declared, field.name)
-        for field in dataclasses.fields(MemorySettings)
-        if field.name not in keys and getattr(declared, field.name) is not None
-    }
+    missing = {name: getattr(declared, name) for name in ADDED_SINCE if name not in keys}
+    missing = {name: value for name, value in missing.items() if value is not None}
     return dataclasses.replace(written, **missing) if missing else written
