@@ -5,6 +5,7 @@ process, loads none of the analysis or the reports. Each in a fresh interpreter.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 import subprocess
@@ -124,8 +125,8 @@ def test_follow_boot_watches_the_frameworks_the_import_watch_does():
 
 # The floors (docs/floors.toml): each module's, what each may import.
 FLOORS = tomllib.loads((PACKAGE.parent / "docs" / "floors.toml").read_text())["floors"]
-# A string that names a module of tpumem's, or a function in one ("module:function").
-_NAMED = re.compile(r"tpumem(?:\.[A-Za-z_]\w*)+(?::\w+)?")
+# The start of a string that names a module of tpumem's (or a name in one).
+_PREFIX = re.compile(r"tpumem(?:\.[A-Za-z_]\w*)+\.?")
 ROOTS = ((PACKAGE, ("tpumem",)), (PACKAGE.parent / "adapters", ("tpumem", "adapters")))
 
 
@@ -186,20 +187,50 @@ def _allowed(floor: str) -> set[str]:
 
 
 def _named(path: Path, modules: set[str]) -> set[str]:
-    """The modules of tpumem's that strings in the source name (imports by string,
-    the reporters' registry, `python -m` commands)."""
+    """The modules of tpumem's that strings in the source name: imports by string
+    and the reporters' registry ("module" or "module:function"), a function's
+    dotted path, a name built from a module's ("tpumem.report." + x, an
+    f-string), `python -m tpumem...` (the bare package runs its __main__)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            module = node.value.partition(":")[0]
-            if _NAMED.fullmatch(node.value) and module in modules:
-                names.add(module)
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List | ast.Tuple):
+            for flag, value in itertools.pairwise(node.elts):
+                if _text(flag) == "-m" and _text(value) == "tpumem":
+                    names.add("tpumem.__main__")
+        start = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else node
+        named = _PREFIX.match(_text(start) or "")
+        if named is not None:
+            # The longest part of the dotted name that is a module of tpumem's.
+            parts = named.group(0).rstrip(".").split(".")
+            prefixes = [".".join(parts[:n]) for n in range(len(parts), 1, -1)]
+            names.update(next(([p] for p in prefixes if p in modules), []))
     return names
+
+
+def _text(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _reexports(sources: list[tuple[str, Path]]) -> dict[str, str]:
+    """`package.name` -> where the package's __init__ took the name from
+    (`tpumem.trace.load` -> `tpumem.trace.reader.load`): an import of a
+    re-exported name is an import of its module."""
+    found = {}
+    for module, path in sources:
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    found[f"{module}.{alias.asname or alias.name}"] = f"{node.module}.{alias.name}"
+    return found
 
 
 def _upward(sources: list[tuple[str, Path]]) -> list[tuple[str, str]]:
     """(module, what it imports) for each import the floors do not allow."""
     modules = {module for module, _ in sources}
+    reexported = _reexports(sources)
     found = []
     for module, path in sources:
         floor = _floor_of(module)
@@ -207,7 +238,8 @@ def _upward(sources: list[tuple[str, Path]]) -> list[tuple[str, str]]:
             found.append((module, "(on no floor)"))
             continue
         allowed, never = _allowed(floor), tuple(FLOORS[floor].get("never", ()))
-        for name in sorted(_imported(module, path) | _named(path, modules)):
+        imported = _imported(module, path) | _named(path, modules)
+        for name in sorted(imported | {reexported[n] for n in imported if n in reexported}):
             banned = any(name == n or name.startswith(f"{n}.") for n in never)
             ours = name == "tpumem" or name.startswith("tpumem.")
             if banned or (ours and _floor_of(name) not in allowed):
@@ -223,7 +255,9 @@ def test_the_floors_import_downwards_only():
 
 def test_an_upward_import_is_found_in_any_form(tmp_path):
     """The rule above on imports planted where the floors forbid them (a test of
-    the test): each is found, and a module on no floor is too."""
+    the test): each is found, in every form an import takes (by statement, by a
+    string or a name built from one, through a package's re-export, python -m),
+    and a module on no floor is too."""
     planted = {
         "tpumem.threads": "from tpumem import cli",
         "tpumem.protos": "import tpumem.cli_options",
@@ -233,6 +267,13 @@ def test_an_upward_import_is_found_in_any_form(tmp_path):
         "tpumem.analysis.bins": "from tpumem.trace.reader import load",
         "tpumem.launch.launcher": "from ..analysis import peak",
         "tpumem.unplaced": "x = 1",
+        # a name a package re-exports (tpumem.trace's load is its reader's)
+        "tpumem.analysis.kinds": "from tpumem.trace import load",
+        # names built at run time, a function's dotted path, python -m tpumem
+        "tpumem.analysis.series": "import importlib as i; i.import_module(f'tpumem.reading.{x}')",
+        "tpumem.report.html": "RUN = 'tpumem.commands.' + name",
+        "tpumem.report.text": "RUN = 'tpumem.commands.report.run_report'",
+        "tpumem.launch.signals": "import sys; COMMAND = [sys.executable, '-m', 'tpumem', 'report']",
     }
     sources = []
     for module, code in planted.items():
@@ -241,7 +282,9 @@ def test_an_upward_import_is_found_in_any_form(tmp_path):
         sources.append((module.removesuffix(".__init__"), path))
     # (the modules the plants name, as the package has them)
     named = ("tpumem.cli", "tpumem.cli_options", "tpumem.commands.report", "tpumem.reading.paths")
+    named += ("tpumem.reading", "tpumem.commands", "tpumem.__main__")
     sources += [(m, PACKAGE / "units.py") for m in named]
+    sources.append(("tpumem.trace", PACKAGE / "trace" / "__init__.py"))
     found: dict[str, set[str]] = {}
     for module, name in _upward(sources):
         found.setdefault(module, set()).add(name)
@@ -254,6 +297,11 @@ def test_an_upward_import_is_found_in_any_form(tmp_path):
         "tpumem.analysis.bins": {"tpumem.trace.reader", "tpumem.trace.reader.load"},
         "tpumem.launch.launcher": {"tpumem.analysis", "tpumem.analysis.peak"},
         "tpumem.unplaced": {"(on no floor)"},
+        "tpumem.analysis.kinds": {"tpumem.trace.reader.load"},
+        "tpumem.analysis.series": {"tpumem.reading"},
+        "tpumem.report.html": {"tpumem.commands"},
+        "tpumem.report.text": {"tpumem.commands.report"},
+        "tpumem.launch.signals": {"tpumem.__main__"},
     }
 
 
