@@ -338,6 +338,10 @@ def test_an_interrupt_stops_a_jax_loop_under_profile(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # SIGINT as a terminal's job has it: a suite started in the background
+            # (`pytest &`, nohup) has it ignored, and tpumem keeps an ignored
+            # signal ignored, as Python does (the run would go on, rightly).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             assert process.stdout is not None and process.stdout.readline() == "ready\n"
