@@ -334,22 +334,30 @@ def test_the_launcher_takes_from_the_adapters_their_registry_and_protocol_alone(
     assert found <= allowed, sorted(found - allowed)
 
 
+_CLI = ("tpumem.cli", "tpumem.cli_tpu")
+
+
+def _cli_nodes() -> list[ast.AST]:
+    """Every node of the CLI's modules."""
+    return [
+        node
+        for name in _CLI
+        for node in ast.walk(
+            ast.parse((PACKAGE / f"{name.removeprefix('tpumem.')}.py").read_text())
+        )
+    ]
+
+
 def _commands() -> set[str]:
     """The commands' modules, found where the CLI takes each command's `run_*`."""
-    found = set()
-    for name in _CLI:
-        source = PACKAGE / f"{name.removeprefix('tpumem.')}.py"
-        for node in ast.walk(ast.parse(source.read_text())):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and (node.module or "").startswith("tpumem.commands.")
-                and any(alias.name.startswith("run_") for alias in node.names)
-            ):
-                found.add(node.module)
-    return found
-
-
-_CLI = ("tpumem.cli", "tpumem.cli_tpu")
+    return {
+        node.module
+        for node in _cli_nodes()
+        if isinstance(node, ast.ImportFrom)
+        and node.module is not None
+        and node.module.startswith("tpumem.commands.")
+        and any(alias.name.startswith("run_") for alias in node.names)
+    }
 
 
 def _commands_imported(
@@ -375,10 +383,7 @@ def test_only_the_cli_imports_a_command(tmp_path):
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "command"
-        for name in _CLI
-        for node in ast.walk(
-            ast.parse((PACKAGE / f"{name.removeprefix('tpumem.')}.py").read_text())
-        )
+        for node in _cli_nodes()
     )
     assert len(commands) == registered
     assert "tpumem.commands.options" not in commands

@@ -105,6 +105,9 @@ def declared_since(
     declared = DECLARED_BEFORE_WRITTEN.get(framework)
     if written is None or declared is None:
         return written if written is not None else declared
-    missing = {name: getattr(declared, name) for name in ADDED_SINCE if name not in keys}
-    missing = {name: value for name, value in missing.items() if value is not None}
+    missing = {
+        name: getattr(declared, name)
+        for name in ADDED_SINCE
+        if name not in keys and getattr(declared, name) is not None
+    }
     return dataclasses.replace(written, **missing) if missing else written
