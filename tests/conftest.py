@@ -87,7 +87,7 @@ def assert_written_json_valid(
     if result.returncode == 0 and args[:1] in (["report"], ["compare"], ["diff"]):
         written = _json_written(args, cwd, result.stdout)
         if written is not None:
-            assert_valid_json(args[0], written)
+            assert_valid_json(written)
 
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "tpumem" / "report" / "schemas"
@@ -107,39 +107,32 @@ def _json_written(args: list[str], cwd: Path | None, stdout: str) -> str | None:
     return None
 
 
-def assert_valid_json(command: str, text: str) -> None:
+def assert_valid_json(text: str) -> None:
+    """`text` keeps to the schema its own `schema` names (a report, one of its
+    programs, a distributed run's report, a comparison, a diff)."""
     document = json.loads(text)
-    if document.get("schema") == "tpumem-program/1":  # one of a report's programs
-        program = {key: value for key, value in document.items() if key != "schema"}
-        _validate("program", program)
-        return
-    name = command if command in ("report", "diff", "run") else "compare"
-    if name == "report" and document.get("schema") == "tpumem-run/1":
-        name = "run"  # the report of a distributed run
-    _validate(name, document)
+    _validate(document["schema"], document)
 
 
-def _validate(name: str, document: Any) -> None:
+def _validate(schema_id: str, document: Any) -> None:
     """As jsonschema.validate: the best match among the errors, raised."""
     from jsonschema.exceptions import best_match
 
-    error = best_match(_validator(name).iter_errors(document))
+    error = best_match(_validator(schema_id).iter_errors(document))
     if error is not None:
         raise error
 
 
 @functools.cache
-def _validator(name: str) -> Any:
-    """The validator of tpumem-NAME-1.json ("program": of one of a report's
-    programs). Its schema is checked once: jsonschema.validate checks it against
-    JSON Schema's own at every call, 0.1-0.2 s each, a fifth of the cli lane."""
+def _validator(schema_id: str) -> Any:
+    """The validator of the published schema of that id. Its schema is checked
+    once: jsonschema.validate checks it against JSON Schema's own at every call,
+    0.1-0.2 s each, a fifth of the cli lane."""
     import jsonschema
 
-    if name == "program":
-        report = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())
-        schema = report["properties"]["programs"]["items"]
-    else:
-        schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
+    from tpumem.report.schema_files import file_name
+
+    schema = json.loads((SCHEMAS / file_name(schema_id)).read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema, registry=schema_registry())
 

@@ -153,7 +153,15 @@ LANES: dict[str, Lanes] = {
     ),
     "test_kinds_jax.py": FRAMEWORKS,
     "test_kinds_tensorflow.py": FRAMEWORKS,
-    "test_json_schema.py": (UNIT, {CLI: ["test_a_comparison_keeps_to_its_schema"]}),
+    "test_json_schema.py": (
+        UNIT,
+        {
+            CLI: [
+                "test_a_comparison_keeps_to_its_schema",
+                "test_every_json_a_command_writes_keeps_to_its_schema",
+            ]
+        },
+    ),
     "test_memory_settings.py": UNIT,
     "test_moments.py": UNIT,
     "test_notebook.py": (

@@ -99,23 +99,18 @@ def test_the_three_frameworks_compared_from_their_scripts(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     comparison = json.loads(result.stdout)
     assert comparison["names"] == ["tensorflow", "jax", "torch_xla"]
-    rows = {row["figure"]: row for row in comparison["rows"]}
+    rows = {row["key"]: row for row in comparison["rows"]}
     traces = [tmp_path / f"{name}.tpumem" for name in ("tf_mlp", "jax_mlp", "torch_xla_mlp")]
     for index, trace in enumerate(traces):
         report = json.loads(run_tpumem("report", str(trace), "--format", "json").stdout)
         (device,) = report["devices"]
-        assert rows["Peak in use"]["values"][index] == device["peak"]["bytes"] > 4 * 1_055_754
-        assert (
-            rows["Pool held (preallocated)"]["values"][index]
-            == (device["preallocation"]["pool_peak_bytes"])
-        )
-        assert (
-            rows["Fragmentation at peak"]["values"][index] == (device["fragmentation"]["at_peak"])
-        )
-        assert rows["Allocations"]["values"][index] == device["allocations"]
-        assert rows["Fidelity"]["values"][index] == device["fidelity"]
+        assert rows["peak"]["values"][index] == device["peak"]["bytes"] > 4 * 1_055_754
+        assert rows["pool"]["values"][index] == (device["preallocation"]["pool_peak_bytes"])
+        assert rows["frag_peak"]["values"][index] == (device["fragmentation"]["at_peak"])
+        assert rows["allocations"]["values"][index] == device["allocations"]
+        assert rows["fidelity"]["values"][index] == device["fidelity"]
         assert comparison["runs"][index]["devices"] == report["devices"]
-    assert rows["Fidelity"]["values"] == ["allocator", "buffer", "buffer"]
+    assert rows["fidelity"]["values"] == ["allocator", "buffer", "buffer"]
     assert comparison["alignment"] == "step"
     assert page.stat().st_size > 10_000
     assert Path(tmp_path / "tf_mlp.tpumem").exists()

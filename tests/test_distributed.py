@@ -164,7 +164,7 @@ def test_jax_distributed_processes_each_trace_their_shard_and_read_as_one_run(tm
     assert Path(diff["before"]).parent.name == "run" and diff["before"].endswith("-1.tpumem")
     assert Path(diff["after"]).parent.name == "later" and diff["after"].endswith("-1.tpumem")
     (device,) = diff["devices"]
-    assert device["peak_bytes"]["after"] - device["peak_bytes"]["before"] == 2 * MiB
+    assert device["figures"]["peak"]["after"] - device["figures"]["peak"]["before"] == 2 * MiB
     compared = run_tpumem("compare", str(run), str(later), "--format", "json")
     assert compared.returncode == 0, compared.stderr
     assert "run (2 processes) stands for its busiest, rank 1" in compared.stderr

@@ -1,8 +1,9 @@
-"""The JSON report and comparison have their own schemas (tpumem/report/schemas/,
-kept by hand: they are the reports' contract with other programs, and the reports
-are written field by field to them); run_tpumem validates every one the suite writes
-against them. Here: the schemas are valid JSON Schemas, the demo's reports keep to
-them, a report that does not is caught, and the metadata's fields are the trace's."""
+"""Every JSON tpumem writes has its schema (tpumem/report/schemas/), generated from
+the shapes that write it (report/json_shapes.py); run_tpumem validates every one
+the suite writes against them. Here: the files are what the shapes generate, they
+are valid JSON Schemas, each command's JSON keeps to its own, a report that does
+not is caught, the figures are declared whole, and the metadata's fields are the
+trace's."""
 
 from __future__ import annotations
 
@@ -14,29 +15,101 @@ import jsonschema
 import pytest
 
 from conftest import SCHEMAS, assert_valid_json, run_tpumem, schema_registry
+from tpumem.analysis.comparison import COMPARED, ROWS
+from tpumem.analysis.difference import FIGURES as DIFFERED
+from tpumem.analysis.figures import BYTES, COUNT, FIGURES, RATE, SHARE, TEXT, TIME
+from tpumem.report.diff_report import DIFF_SCHEMA
+from tpumem.report.schema_files import file_name, generated, text
 from tpumem.trace.metadata import EXTRA, EXTRAS, RunMetadata
 from tpumem.trace.records import OTHER, hints
 
 DEMO = Path(__file__).parent / "data" / "demo"
+UNITS = (BYTES, COUNT, SHARE, RATE, TIME, TEXT)
 
 
-@pytest.mark.parametrize("name", ["report", "compare", "run", "diff"])
+def _resolved(schema: dict, node: dict) -> dict:
+    """A schema node with its `$defs` reference and its null alternative left out."""
+    if "$ref" in node:
+        node = schema["$defs"][node["$ref"].split("/")[-1]]
+    alternatives = [n for n in node.get("anyOf", ()) if n != {"type": "null"}]
+    return _resolved(schema, alternatives[0]) if len(alternatives) == 1 else node
+
+
+def test_the_schema_files_are_what_the_shapes_generate():
+    """A key added to a JSON's shape, or a type changed, changes its schema: the
+    files are written again (python -m tpumem.report.schema_files), never edited."""
+    documents = generated()
+    assert sorted(path.name for path in SCHEMAS.glob("*.json")) == sorted(documents)
+    for name, schema in documents.items():
+        assert (SCHEMAS / name).read_text() == text(schema), f"{name}: run schema_files"
+
+
+@pytest.mark.parametrize("name", sorted(generated()))
 def test_the_schemas_are_json_schemas(name):
-    schema = json.loads((SCHEMAS / f"tpumem-{name}-1.json").read_text())
+    schema = json.loads((SCHEMAS / name).read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["$id"] == f"tpumem-{name}/1"
+    assert file_name(schema["$id"]) == name
+
+
+def test_every_json_a_command_writes_keeps_to_its_schema(tmp_path):
+    """Each command that writes JSON, run as a user runs it: its JSON names its
+    schema, keeps to it, and every published schema is one some command writes."""
+    traces = []
+    for run in ("jax_transformer", "torch_xla_transformer"):
+        trace = tmp_path / f"{run}.tpumem"
+        trace.write_bytes(gzip.decompress((DEMO / f"{run}.tpumem.gz").read_bytes()))
+        traces.append(str(trace))
+    run = str(Path(__file__).parent / "data" / "gpu" / "run")
+    commands = [
+        ("report", traces[0], "-f", "json"),
+        ("report", traces[0], "--program", "jit_step", "-f", "json"),
+        ("report", run, "-f", "json"),
+        ("report", traces[1], "-o", str(tmp_path / "written.json")),
+        ("compare", *traces, "-f", "json"),
+        ("diff", *traces, "-f", "json"),
+        ("diff", run, run, "-f", "json"),
+    ]
+    written = set()
+    for command in commands:
+        result = run_tpumem(*command)
+        assert result.returncode == 0, result.stderr
+        output = tmp_path / "written.json" if "-o" in command else None
+        document = json.loads(output.read_text() if output else result.stdout)
+        assert_valid_json(json.dumps(document))
+        written.add(document["schema"])
+    assert {file_name(schema) for schema in written} == set(generated())
+
+
+def test_each_figure_is_declared_whole():
+    """A figure the report, comparison, diff and a run's spread show has a key, a
+    title and a unit, and the field it reads is in the report's schema; the keys
+    and titles are distinct, and a diff's and a comparison's JSON name it by key."""
+    report = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())
+    diff = json.loads((SCHEMAS / file_name(DIFF_SCHEMA)).read_text())
+    device = report["properties"]["devices"]["items"]["properties"]
+    assert len({f.key for f in FIGURES}) == len({f.title for f in FIGURES}) == len(FIGURES)
+    for figure in FIGURES:
+        assert figure.key and figure.title and figure.short and figure.unit in UNITS
+        node = {"properties": device}
+        for part in figure.field.split("."):
+            node = node["properties"][part]
+            node = _resolved(report, node)
+        assert node, figure.field
+    shown = diff["properties"]["devices"]["items"]["properties"]["figures"]["properties"]
+    assert list(shown) == [f.key for f in DIFFERED]
+    assert {f.key for f in COMPARED} <= {key for key, _ in ROWS}
 
 
 def test_the_demo_reports_keep_to_the_schema_and_a_changed_one_does_not():
     report = json.loads(gzip.decompress((DEMO / "tf_transformer.report.json.gz").read_bytes()))
-    assert_valid_json("report", json.dumps(report))
+    assert_valid_json(json.dumps(report))
     renamed = dict(report)
     renamed["peak_bytes"] = renamed.pop("total_peak_bytes")
     with pytest.raises(jsonschema.ValidationError):
-        assert_valid_json("report", json.dumps(renamed))
+        assert_valid_json(json.dumps(renamed))
     report["devices"][0]["peak"]["bytes"] = "57 MiB"
     with pytest.raises(jsonschema.ValidationError):
-        assert_valid_json("report", json.dumps(report))
+        assert_valid_json(json.dumps(report))
 
 
 def test_a_comparison_keeps_to_its_schema(tmp_path):
@@ -89,4 +162,4 @@ def test_a_wrongly_typed_metadata_field_is_caught():
     report = json.loads(gzip.decompress((DEMO / "jax_transformer.report.json.gz").read_bytes()))
     report["metadata"]["buffer_book"]["arrays_entered"] = "many"
     with pytest.raises(jsonschema.ValidationError):
-        assert_valid_json("report", json.dumps(report))
+        assert_valid_json(json.dumps(report))

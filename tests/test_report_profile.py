@@ -78,7 +78,7 @@ def test_compare_diff_and_export_take_a_profile_as_report_does(tmp_path):
     diffed = run_tpumem("diff", str(TF_PROFILE), str(trace), "-f", "json", cwd=tmp_path)
     assert diffed.returncode == 0, diffed.stderr
     devices = json.loads(diffed.stdout)["devices"]
-    peaks = [d["peak_bytes"] for d in devices]
+    peaks = [d["figures"]["peak"] for d in devices]
     assert peaks and all(p["before"] == p["after"] > 0 for p in peaks)
     logdir = tmp_path / "tb"
     exported = run_tpumem("export", "tensorboard", str(TF_PROFILE), "--logdir", str(logdir))

@@ -152,7 +152,7 @@ def test_a_real_out_of_memory_is_explained_with_pytorchs_figures(tmp_path):
     # CUDA had room for the very segment: a limit refused it (the memory fraction),
     # which no snapshot records, but the figures settle.
     assert failure.verdict == LIMIT
-    assert_valid_json("report", json.dumps(report_dict(analysis)))
+    assert_valid_json(json.dumps(report_dict(analysis)))
 
 
 def test_the_caching_allocators_rounding():

@@ -327,7 +327,7 @@ def test_diff_finds_the_line_that_keeps_more_and_nothing_else(tmp_path, framewor
 
     same = diff("one", "again")  # one program twice: nothing beyond the noise
     assert [same[k] for k in ("by_line", "by_stack", "by_op", "by_region")] == [[]] * 4
-    assert abs(same["peak_bytes"]["after"] - same["peak_bytes"]["before"]) <= 64 * 1024
+    assert abs(same["figures"]["peak"]["after"] - same["figures"]["peak"]["before"]) <= 64 * 1024
 
     changed = diff("one", "two")
     (line,) = changed["by_line"]  # every other line matched by its code, though moved
@@ -337,7 +337,7 @@ def test_diff_finds_the_line_that_keeps_more_and_nothing_else(tmp_path, framewor
     assert 8 * MIB <= line["change"] < 16 * MIB
     (stack,) = changed["by_stack"]
     assert stack["change"] == line["change"]
-    grew = changed["peak_bytes"]["after"] - changed["peak_bytes"]["before"]
+    grew = changed["figures"]["peak"]["after"] - changed["figures"]["peak"]["before"]
     assert abs(grew - line["change"]) <= 64 * 1024
     # The page: both runs' timelines and the flame graph of the difference.
     page = run_tpumem("diff", "one/run.tpumem", "two/run.tpumem", "-o", "d.html", cwd=tmp_path)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpumem.analysis import figures as fig
 from tpumem.analysis import provenance
+from tpumem.analysis.figures import BYTES, TEXT, TIME
 from tpumem.analysis.kinds import KINDS
 from tpumem.analysis.programs import largest_temp
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
@@ -18,7 +20,6 @@ from tpumem.analysis.step_programs import (
 )
 from tpumem.distinct_names import distinct_names
 
-BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"
 TOP_OPS = 5
 
 
@@ -95,47 +96,34 @@ def _row(
     return CompareRow(key, about, unit, values, labels, best, ratios)
 
 
+# Each run's figures, in order: the device's (analysis/figures.py), then its largest
+# program temp.
+COMPARED = fig.COMPARED
+PROGRAM_TEMP = "program_temp"
+ROWS = (*((f.key, f.unit) for f in COMPARED), (PROGRAM_TEMP, BYTES))
+
+
 def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, Entry]:
     na: Entry = (None, provenance.NOT_AVAILABLE)
     if device is None:
         return {}
-    pre, frag = device.preallocation, device.fragmentation
     temp = largest_temp(run.programs)
-    return {
-        "peak": (device.peak.bytes, device.peak_label),
-        "peak_step": (device.peak.step, device.peak_label),
-        "peak_time": (device.peak.time_ns, device.peak_label),
-        "pool": (pre.pool_peak_bytes, pre.pool_label),
-        "unused": (pre.unused_bytes, pre.pool_label),
-        "frag_peak": (frag.at_peak, frag.label),
-        "frag_max": (frag.maximum, frag.label),
-        "waste": (device.waste.at_peak_bytes, device.waste.label),
-        "padding": (device.padding.extra_bytes, device.padding.label)
-        if not device.padding.included
-        else (0, provenance.INCLUDED),
-        "allocations": (device.allocations, provenance.MEASURED),
-        "rate": (device.allocations_per_s, provenance.MEASURED)
-        if device.allocations_per_s is not None
-        else na,
-        "program_temp": (temp.temp_bytes, provenance.COMPILE_TIME) if temp else na,
-    }
+    entries: dict[str, Entry] = {}
+    for figure in COMPARED:
+        value = figure.value(device)
+        entries[figure.key] = (
+            na
+            if value is None and figure.unit == fig.RATE
+            else (
+                value,
+                figure.label(device),
+            )
+        )
+    if device.padding.included:  # a TPU's recorded sizes hold their padding
+        entries[fig.PADDING.key] = (0, provenance.INCLUDED)
+    entries[PROGRAM_TEMP] = (temp.temp_bytes, provenance.COMPILE_TIME) if temp else na
+    return entries
 
-
-# Each run's figures, in order (their titles: report/compare_words.py).
-ROWS = (
-    ("peak", BYTES),
-    ("peak_step", TEXT),
-    ("peak_time", TIME),
-    ("pool", BYTES),
-    ("unused", BYTES),
-    ("frag_peak", SHARE),
-    ("frag_max", SHARE),
-    ("waste", BYTES),
-    ("padding", BYTES),
-    ("allocations", COUNT),
-    ("rate", RATE),
-    ("program_temp", BYTES),
-)
 
 # Rows where less is better: what the step needs, not what it is handed.
 PROGRAM_NEEDS = ("peak", "temps")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tpumem.analysis.device_events import step_marks
+from tpumem.analysis.figures import DIFFED, DeviceFigure
 from tpumem.analysis.per_step import per_step_max
 from tpumem.analysis.run_figures import DeviceAnalysis, DeviceEventFigures, RunAnalysis
 from tpumem.trace.model import Trace
@@ -39,18 +40,13 @@ class Change:
 class FigureChange:
     """One of a device's figures in both runs (None: not available there)."""
 
-    name: str
+    figure: DeviceFigure
     before: float | None
     after: float | None
 
 
-# The figures diff puts side by side, and how each is read from a device.
-FIGURES: tuple[tuple[str, Callable[[DeviceAnalysis], float | None]], ...] = (
-    ("Peak in use", lambda d: d.peak.bytes),
-    ("Pool held from device", lambda d: d.preallocation.pool_peak_bytes),
-    ("Fragmentation headroom", lambda d: d.headroom_bytes),
-    ("Fragmentation at peak", lambda d: d.fragmentation.at_peak),
-)
+# The figures diff puts side by side (analysis/figures.py).
+FIGURES = DIFFED
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +115,10 @@ def diff_runs(
         figures = tuple(
             FigureChange(
                 figure,
-                read(pair[0]) if pair[0] is not None else None,
-                read(pair[1]) if pair[1] is not None else None,
+                figure.value(pair[0]) if pair[0] is not None else None,
+                figure.value(pair[1]) if pair[1] is not None else None,
             )
-            for figure, read in FIGURES
+            for figure in FIGURES
         )
         by_stack, by_line, by_op, by_region = (changes for changes, _ in lists)
         devices.append(

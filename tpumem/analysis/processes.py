@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tpumem.analysis.figures import FRAGMENTATION, PEAK, POOL, DeviceFigure
 from tpumem.analysis.oom import OutOfMemory
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.trace.metadata import ExitStatus
@@ -113,7 +114,7 @@ class ProcessSummary:
 class Spread:
     """One figure across the processes: the largest, the smallest, the mean."""
 
-    figure: str
+    figure: DeviceFigure  # of each process's busiest device
     highest: float
     highest_at: int  # position in ProcessRun.processes
     lowest: float
@@ -228,7 +229,7 @@ def summarize(analysis: RunAnalysis) -> ProcessSummary:
     )
 
 
-def _spread(figure: str, values: list[float | None]) -> Spread | None:
+def _spread(figure: DeviceFigure, values: list[float | None]) -> Spread | None:
     known = [(v, i) for i, v in enumerate(values) if v is not None]
     if not known:
         return None
@@ -260,9 +261,9 @@ def process_run(
     """The run the processes make together: `processes` in process_order, and the
     full analysis of the busiest of them (`busiest`)."""
     spreads = [
-        _spread("peak", [p.peak_bytes for p in processes]),
-        _spread("pool", [p.pool_bytes for p in processes]),
-        _spread("fragmentation at peak", [p.fragmentation_at_peak for p in processes]),
+        _spread(PEAK, [p.peak_bytes for p in processes]),
+        _spread(POOL, [p.pool_bytes for p in processes]),
+        _spread(FRAGMENTATION, [p.fragmentation_at_peak for p in processes]),
     ]
     lines = [p.line for p in processes if p.line is not None]
     stepped = bool(lines) and all(line.step_position for line in lines)

@@ -92,7 +92,7 @@ REPORTERS = {
     **_reporters(
         PROCESSES,
         text="tpumem.report.run_report:render_run_text",
-        json="tpumem.report.run_report:render_run_json",
+        json="tpumem.report.run_json:render_run_json",
         md="tpumem.report.run_report:render_run_markdown",
         html="tpumem.report.run_report:render_run_html",
     ),

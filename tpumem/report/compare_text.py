@@ -10,7 +10,8 @@ from rich.table import Table
 
 from tpumem.analysis import provenance, step_programs
 from tpumem.analysis.advisor import FitRow
-from tpumem.analysis.comparison import BYTES, COUNT, RATE, SHARE, TIME, CompareRow, Comparison
+from tpumem.analysis.comparison import CompareRow, Comparison
+from tpumem.analysis.figures import BYTES, COUNT, RATE, SHARE, TIME
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
 from tpumem.report.fit_rows import fit_answer, fit_note, runs_fit_title

@@ -3,7 +3,7 @@ in the text table, the JSON comparison and the page alike."""
 
 from __future__ import annotations
 
-from tpumem.analysis.comparison import CHIP_KIND, CompareRow
+from tpumem.analysis.comparison import CHIP_KIND, COMPARED, PROGRAM_TEMP, CompareRow
 from tpumem.report.kind_words import KIND_WORDS
 from tpumem.units import format_bytes
 
@@ -12,18 +12,9 @@ TITLES = {
     "fidelity": "Fidelity",
     "out_of_memory": "Out of memory: asked for",
     "capacity_smallest": "Smallest capacity that holds it",
-    "peak": "Peak in use",
-    "peak_step": "Peak at step",
-    "peak_time": "Peak at time",
-    "pool": "Pool held (preallocated)",
-    "unused": "Unused pool at peak",
-    "frag_peak": "Fragmentation at peak",
-    "frag_max": "Fragmentation, maximum",
-    "waste": "Internal waste at peak",
-    "padding": "TPU layout padding (estimate)",
-    "allocations": "Allocations",
-    "rate": "Allocation rate",
-    "program_temp": "Largest program temp",
+    # A device's figures are titled where they are declared (analysis/figures.py).
+    **{figure.key: figure.title for figure in COMPARED},
+    PROGRAM_TEMP: "Largest program temp",
     "program.name": "Step program",
     "program.peak": "Its peak",
     "program.arguments": "Arguments",

@@ -8,15 +8,28 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from tpumem.analysis.difference import Change, DeviceDiff, RunDiff
+from tpumem.analysis.difference import FIGURES, Change, DeviceDiff, RunDiff
+from tpumem.analysis.figures import BYTES, SHARE
 from tpumem.report.escapes import markdown, visible
-from tpumem.report.json_report import dump, finite
+from tpumem.report.json_report import FRAMES, dump, finite
+from tpumem.report.json_shapes import (
+    INT,
+    NUMBER,
+    STRING,
+    Array,
+    Const,
+    Object,
+    Optional,
+    Shape,
+    item,
+    key,
+)
 from tpumem.report.live_rows import frame_text
 from tpumem.report.markdown import md_table
 from tpumem.report.text import string_console
 from tpumem.units import format_bytes
 
-DIFF_SCHEMA = "tpumem-diff/1"
+DIFF_SCHEMA = "tpumem-diff/2"
 TOP_CHANGES = 10
 FIGURE_HEADERS = ("", "before", "after", "change")
 CHANGE_HEADERS = ("change", "before", "after")
@@ -42,15 +55,15 @@ def _share(before: int | float, after: int | float) -> str:
 def figure_rows(diff: DeviceDiff) -> list[tuple[str, str, str, str]]:
     """Peak, pool, headroom and fragmentation at the peak: before, after, the change."""
     rows = []
-    for figure in diff.figures:
-        a, b = figure.before, figure.after
-        if figure.name == "Fragmentation at peak":  # a share, not bytes
+    for change in diff.figures:
+        a, b = change.before, change.after
+        if change.figure.unit == SHARE:
             shown = tuple("-" if v is None else f"{v:.3f}" for v in (a, b))
-            change = "-" if a is None or b is None else f"{b - a:+.3f}"
+            difference = "-" if a is None or b is None else f"{b - a:+.3f}"
         else:
             shown = (format_bytes(a), format_bytes(b))
-            change = "-" if a is None or b is None else signed_bytes(b - a) + _share(a, b)
-        rows.append((figure.name, shown[0], shown[1], change))
+            difference = "-" if a is None or b is None else signed_bytes(b - a) + _share(a, b)
+        rows.append((change.figure.title, shown[0], shown[1], difference))
     return rows
 
 
@@ -212,57 +225,101 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
     return "\n".join(lines) + "\n"
 
 
-def diff_dict(diff: RunDiff) -> dict[str, Any]:
-    return {
-        "schema": DIFF_SCHEMA,
-        "before": diff.before.path,
-        "after": diff.after.path,
-        "noise_bytes": diff.noise_bytes,
-        "frameworks": {"before": diff.before.framework, "after": diff.after.framework},
-        "devices": [_device(device) for device in diff.devices],
-        **(
-            {
-                "processes": [
-                    {"process": name, "before": before, "after": after}
-                    for name, before, after in diff.processes
-                ]
-            }
-            if diff.processes
-            else {}
+def _either(shape: Shape) -> Object:
+    return Object((key("before", Optional(shape)), key("after", Optional(shape))))
+
+
+def _named(field: str) -> Any:
+    """A breakdown's changes, each with its breakdown (which names it)."""
+    return lambda device: [(change, field) for change in getattr(device, field)]
+
+
+CHANGE = Object(
+    (
+        key("name", STRING, lambda pair: change_name(*pair)),
+        key("before", INT, lambda pair: pair[0].before),
+        key("after", INT, lambda pair: pair[0].after),
+        key("change", INT, lambda pair: pair[0].delta),
+        key("frames", FRAMES, lambda pair: pair[0].frames),
+    )
+)
+DEVICE = Object(
+    (
+        key("device", STRING),
+        key(
+            "figures",
+            Object(
+                tuple(
+                    key(f.key, _either(INT if f.unit == BYTES else NUMBER), item(i))
+                    for i, f in enumerate(FIGURES)
+                ),
+                about="each figure (analysis/figures.py, by its key) in both runs; null where "
+                "a run has no such figure or not the device",
+            ),
+            "figures",
         ),
-    }
+        *(key(field, Array(CHANGE), _named(field)) for field, _ in BREAKDOWNS),
+        key("hidden_changes", INT, "hidden"),
+        key(
+            "steps",
+            Array(
+                Object(
+                    (
+                        key("step", INT, lambda s: s[0]),
+                        key("before", Optional(INT), lambda s: s[1]),
+                        key("after", Optional(INT), lambda s: s[2]),
+                    )
+                )
+            ),
+        ),
+    )
+)
+DIFF = Object(
+    (
+        key("schema", Const(DIFF_SCHEMA), lambda _: DIFF_SCHEMA),
+        key("before", Optional(STRING), lambda d: d.before.path),
+        key("after", Optional(STRING), lambda d: d.after.path),
+        key("noise_bytes", INT),
+        key(
+            "frameworks",
+            Object(
+                (
+                    key("before", STRING, lambda d: d.before.framework),
+                    key("after", STRING, lambda d: d.after.framework),
+                ),
+                about="each run's framework, as its trace names it: where they differ, the "
+                "text, markdown and HTML diffs say so in a line, since two allocators place "
+                "and pool buffers each its own way",
+            ),
+            lambda d: d,
+        ),
+        key("devices", Array(DEVICE)),
+        key(
+            "processes",
+            Array(
+                Object(
+                    (
+                        key("process", STRING, lambda p: p[0]),
+                        key("before", Optional(INT), lambda p: p[1]),
+                        key("after", Optional(INT), lambda p: p[2]),
+                    )
+                )
+            ),
+            about="two distributed runs (directories): each process's peak on its busiest "
+            "device, before and after (null where the process is in one run only); `before`, "
+            "`after` and `devices` are then those of the pair AFTER's busiest process makes; "
+            "empty for two traces",
+        ),
+    ),
+    title="tpumem diff",
+    about="What changed between two runs, device by device: peak, pool, fragmentation, and "
+    "the bytes live at the peak by line, call stack, op and region (changes within "
+    "noise_bytes left out).",
+)
 
 
-# The JSON name of each of the analysis' FIGURES.
-FIGURE_KEYS = {
-    "Peak in use": "peak_bytes",
-    "Pool held from device": "pool_bytes",
-    "Fragmentation headroom": "headroom_bytes",
-    "Fragmentation at peak": "fragmentation_at_peak",
-}
-
-
-def _device(device: DeviceDiff) -> dict[str, Any]:
-    return {
-        "device": device.device,
-        **{FIGURE_KEYS[f.name]: {"before": f.before, "after": f.after} for f in device.figures},
-        **{field: [_change(c, field) for c in getattr(device, field)] for field, _ in BREAKDOWNS},
-        "hidden_changes": device.hidden,
-        "steps": [{"step": s, "before": a, "after": b} for s, a, b in device.steps],
-    }
-
-
-def _change(change: Change, field: str) -> dict[str, Any]:
-    return {
-        "name": change_name(change, field),
-        "before": change.before,
-        "after": change.after,
-        "change": change.delta,
-        "frames": [
-            {"file": f.file, "line": f.line, "function": f.function, "code": f.code}
-            for f in change.frames
-        ],
-    }
+def diff_dict(diff: RunDiff) -> dict[str, Any]:
+    return DIFF.write(diff)
 
 
 def render_diff_json(diff: RunDiff, *, width: int = 100, color: bool = False) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 
+from tpumem.analysis import figures as fig
 from tpumem.analysis.growth import MIN_STEPS
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.programs import RunningAtPeak, largest_temp
@@ -29,7 +30,7 @@ from tpumem.units import counted, format_bytes, format_seconds
 # peaks: these are shown in full, the next ones a line each, the rest counted.
 SHOWN_DEVICES = 8
 LISTED_DEVICES = 32
-BRIEF_HEADERS = ("device", "peak in use", "pool held", "fragmentation at peak")
+BRIEF_HEADERS = ("device", fig.PEAK.short, fig.POOL.short, fig.FRAGMENTATION.short)
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -289,18 +290,18 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     temp = dict(peak.by_region).get("temp")
     rows = [
         (
-            "Peak in use",
+            fig.PEAK.title,
             f"{format_bytes(peak.bytes)} at {format_seconds(peak.time_ns)}{step}",
             device.peak_label + _temp_note(device.fidelity, temp),
         ),
         *_counter_rows(device),
         ("Live at peak", _live_at_peak(peak), device.peak_label),
         (
-            "Pool held from device",
+            fig.POOL.title,
             format_bytes(pre.pool_peak_bytes),
             f"{pre.pool_label}" + (f" ({pre.pool_source})" if pre.pool_source else ""),
         ),
-        ("Unused pool at peak", format_bytes(pre.unused_bytes), pre.pool_label),
+        (fig.UNUSED.title, format_bytes(pre.unused_bytes), pre.pool_label),
     ]
     if pre.limit_bytes is not None:
         rows.append(("Allocator limit", format_bytes(pre.limit_bytes), "measured"))
@@ -349,7 +350,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         rows.append(("Address-map check", "not possible", frag.check_unavailable))
     rows.append(
         (
-            "Fragmentation headroom",
+            fig.HEADROOM.title,
             format_bytes(device.headroom_bytes),
             device.headroom_label
             + (
@@ -362,7 +363,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     if waste.at_peak_bytes is not None:
         rows.append(
             (
-                "Internal waste at peak",
+                fig.WASTE.title,
                 f"{format_bytes(waste.at_peak_bytes)} ({waste.at_peak_share:.1%} of live bytes)",
                 waste.label,
             )
@@ -371,7 +372,8 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
         rows.append(("Internal waste", "-", f"{waste.label} (requested sizes not recorded)"))
     rows.append(_padding_row(device))
     if device.allocations_per_s is not None:
-        rows.append(("Allocation rate", f"{device.allocations_per_s:,.0f} per second", "measured"))
+        rate = f"{device.allocations_per_s:,.0f} per second"
+        rows.append((fig.ALLOCATION_RATE.title, rate, fig.ALLOCATION_RATE.label(device)))
     if device.growth is not None:
         rows.append(("Growth across steps", growth_text(device.growth), GROWTH_HOW))
     else:

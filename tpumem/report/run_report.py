@@ -4,11 +4,10 @@ analysis/processes.py; this module words them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 from rich.text import Text
 
+from tpumem.analysis.figures import SHARE
 from tpumem.analysis.processes import ProcessRun, ProcessSummary, Spread
 from tpumem.report.escapes import markdown, visible
 from tpumem.report.markdown import md_table, render_markdown
@@ -16,7 +15,7 @@ from tpumem.report.rows import ending_text
 from tpumem.report.text import render_text, string_console
 from tpumem.units import counted, format_bytes
 
-RUN_SCHEMA = "tpumem-run/1"
+RUN_SCHEMA = "tpumem-run/2"
 PROCESS_HEADERS = ("process", "host", "peak", "device", "at step", "pool", "fragmentation", "ended")
 SPREAD_HEADERS = ("", "highest", "lowest", "mean", "difference")
 
@@ -30,7 +29,7 @@ def _share(value: float | None) -> str:
 
 
 def _value(spread: Spread, value: float) -> str:
-    return _share(value) if spread.figure.startswith("fragmentation") else format_bytes(value)
+    return _share(value) if spread.figure.unit == SHARE else format_bytes(value)
 
 
 def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:
@@ -72,7 +71,7 @@ def spread_rows(run: ProcessRun) -> list[tuple[str, ...]]:
 
     return [
         (
-            spread.figure.capitalize(),
+            spread.figure.title,
             f"{_value(spread, spread.highest)} ({who(spread.highest_at, spread)})",
             f"{_value(spread, spread.lowest)} ({who(spread.lowest_at, spread)})",
             _value(spread, spread.mean),
@@ -184,70 +183,9 @@ def render_run_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _process(process: ProcessSummary) -> dict[str, Any]:
-    return {
-        "path": process.path,
-        "host": process.host,
-        "index": process.index,
-        "count": process.count,
-        "pid": process.pid,
-        "run": process.run,
-        "framework": process.framework,
-        "backend": process.backend,
-        "complete": process.complete,
-        "ended": ending_text(process.exit, process.complete, process.source, process.running),
-        "devices": process.devices,
-        "peak_bytes": process.peak_bytes,
-        "peak_device": process.peak_device,
-        "peak_label": process.peak_label,
-        "peak_step": process.peak_step,
-        "peak_time_ns": process.peak_time_ns,
-        "pool_bytes": process.pool_bytes,
-        "fragmentation_at_peak": process.fragmentation_at_peak,
-        "steps": process.steps,
-        "made_from": process.made_from,
-    }
-
-
-def _spread(spread: Spread, processes: tuple[ProcessSummary, ...]) -> dict[str, Any]:
-    return {
-        "figure": spread.figure,
-        "highest": spread.highest,
-        "highest_process": processes[spread.highest_at].path,
-        "lowest": spread.lowest,
-        "lowest_process": processes[spread.lowest_at].path,
-        "mean": spread.mean,
-        "difference": spread.difference,
-        "imbalance": spread.imbalance,
-    }
-
-
-def run_dict(run: ProcessRun, where: str) -> dict[str, Any]:
-    from tpumem.report.json_report import report_dict
-
-    return {
-        "schema": RUN_SCHEMA,
-        "path": where,
-        "run_ids": list(run.run_ids),
-        "processes": [_process(p) for p in run.processes],
-        "spread": [_spread(s, run.processes) for s in run.spreads],
-        "busiest": run.processes[run.busiest_at].path,
-        "axis": run.axis,
-        "missing_ranks": list(run.missing_ranks),
-        "repeated_ranks": list(run.repeated_ranks),
-        "notes": notes(run),
-        "busiest_report": report_dict(run.busiest),
-    }
-
-
-def render_run_json(run: ProcessRun, where: str, *, width: int = 100, color: bool = False) -> str:
-    from tpumem.report.json_report import dump, finite
-
-    return dump(finite(run_dict(run, where)), indent=2) + "\n"
-
-
 def render_run_html(run: ProcessRun, where: str, *, width: int = 100, color: bool = False) -> str:
     from tpumem.report.html import SCHEMA, page, run_data
+    from tpumem.report.run_json import run_dict
 
     body = run_dict(run, where)
     del body["busiest_report"]  # the page draws the busiest process from its run data
