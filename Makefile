@@ -38,7 +38,7 @@ test: setup lint browser
 
 # The fast lanes (tests/lanes.py): in-process tests and the CLI on recorded
 # traces, no framework, no browser, no fuzzing or emulator (the slow lane);
-# about 30 s on two cores.
+# about 26 s on two cores.
 test-fast: setup
 	$(BIN)/python -m pytest -m "unit or cli"
 

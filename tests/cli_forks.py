@@ -148,9 +148,12 @@ def _text(chunks: list[bytes]) -> str:
 def _serve(descriptor: int) -> None:
     """The server's side: one child at a time, forked with nothing running but this
     thread, waited for, its status sent back."""
-    import tpumem.analysis
-    import tpumem.cli
-    import tpumem.report  # noqa: F401  (what a command's process spends its start on)
+    import importlib
+
+    # What a command's process spends its start on: the CLI, the analysis, the
+    # commands and their reporters (a fork then finds them imported).
+    for module in _PRELOADED:
+        importlib.import_module(module)
 
     channel = socket.socket(fileno=descriptor)
     while True:
@@ -171,6 +174,28 @@ def _serve(descriptor: int) -> None:
         channel.sendall(f"{pid}\n".encode())
         _, status = os.waitpid(pid, 0)
         channel.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+
+
+_PRELOADED = (
+    "tpumem.cli",
+    "tpumem.analysis",
+    "tpumem.report",
+    "tpumem.commands.report",
+    "tpumem.commands.compare",
+    "tpumem.commands.diff",
+    "tpumem.commands.check",
+    "tpumem.commands.import_",
+    "tpumem.commands.export",
+    "tpumem.report.text",
+    "tpumem.report.markdown",
+    "tpumem.report.json_report",
+    "tpumem.report.html",
+    "tpumem.report.run_report",
+    "tpumem.report.run_json",
+    "tpumem.report.diff_report",
+    "tpumem.report.compare_text",
+    "tpumem.report.compare_json",
+)
 
 
 def _run_command(request: dict[str, Any], stdout: int, stderr: int) -> None:
