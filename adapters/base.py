@@ -22,6 +22,7 @@ from tpumem.adapters.quiet import announce_thread
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
+    from tpumem.adapters.framework import Framework
     from tpumem.trace.memory_settings import MemorySettings
     from tpumem.trace.metadata import ProcessInfo
     from tpumem.trace.writer import TraceWriter
@@ -41,6 +42,9 @@ class CaptureOptions:
 
 
 class Adapter(ABC):
+    # What the adapter's package declares of its framework (its framework.py);
+    # the names below are read from it.
+    framework: Framework
     name: str  # the framework's name, as in --framework
     module: str  # the top-level module whose presence means the framework is installed
     # Import names in a script that mean it uses this framework.
@@ -48,6 +52,13 @@ class Adapter(ABC):
     # Frameworks that import this one whether or not it is used (TensorFlow imports
     # JAX where JAX is installed): with one of them, imported is not used.
     imported_by: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        declared = cls.__dict__.get("framework")
+        if declared is not None:
+            cls.name, cls.module = declared.name, declared.module
+            cls.import_names, cls.imported_by = declared.import_names, declared.imported_by
 
     def __init__(self, options: CaptureOptions) -> None:
         self.options = options
@@ -244,20 +255,25 @@ _REGISTRY: dict[str, type[Adapter]] = {}
 # An adapter is named as its framework's top-level module; its package,
 # adapters/<framework>/, holds it in adapter.py.
 ADAPTER_MODULES = {name: f"tpumem.adapters.{name}.adapter" for name in FRAMEWORKS}
-# Each framework's facts about its allocator (plain data: no adapter, no framework
-# loaded), which the trace's header carries for the analysis to read.
-MEMORY_SETTINGS_MODULES = {name: f"tpumem.adapters.{name}.memory_settings" for name in FRAMEWORKS}
+# What each package declares of its framework (plain data: no adapter, no
+# framework loaded): its names, its allocator's settings and its users' words,
+# which the trace's header carries for the analysis and the reports to read.
+FRAMEWORK_MODULES = {name: f"tpumem.adapters.{name}.framework" for name in FRAMEWORKS}
+
+
+def declared(name: str) -> Framework | None:
+    """What the framework's package declares of it; None for a name no adapter
+    records."""
+    if name not in FRAMEWORK_MODULES:
+        return None
+    framework: Framework = importlib.import_module(FRAMEWORK_MODULES[name]).FRAMEWORK
+    return framework
 
 
 def memory_settings(name: str) -> MemorySettings | None:
-    """The framework's allocator settings, as its package declares them; None
-    for a name no adapter records."""
-    if name not in MEMORY_SETTINGS_MODULES:
-        return None
-    settings: MemorySettings = importlib.import_module(
-        MEMORY_SETTINGS_MODULES[name]
-    ).MEMORY_SETTINGS
-    return settings
+    """The framework's allocator settings, as its package declares them."""
+    framework = declared(name)
+    return None if framework is None else framework.memory_settings
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:

@@ -17,11 +17,12 @@ def run_metadata(
 ) -> dict[str, Any]:
     """The trace's header for a run recorded in this process."""
     from tpumem import __version__
-    from tpumem.adapters.base import memory_settings
+    from tpumem.adapters.base import declared as declared_framework
     from tpumem.adapters.process_identity import from_environment, run_id_from_environment
     from tpumem.trace.metadata import SETTINGS_VARIABLES
 
-    settings = memory_settings(framework)
+    facts = declared_framework(framework)
+    settings = None if facts is None else facts.memory_settings
     # The variables the framework's allocator reads, as it declared them, are
     # recorded beside the common ones: the analysis reads them there.
     declared = set(SETTINGS_VARIABLES)
@@ -44,5 +45,6 @@ def run_metadata(
         "set_by_tpumem": environment,
         "env": {k: v for k, v in os.environ.items() if k in declared},
         "memory_settings": settings,
+        "words": None if facts is None else facts.words,
         "warnings": (),
     }

@@ -347,6 +347,9 @@ def _at_peak(parts: dict[str, int], phase: str | None = None, superseded: int = 
 def test_half_the_batch_is_told_where_activations_hold_half_the_peak_in_the_runs_words():
     from tpumem.analysis.changes import _batch
     from tpumem.report.change_rows import change_lines
+    from tpumem.trace.framework_words import WORDS_BEFORE_WRITTEN
+
+    tensorflow = WORDS_BEFORE_WRITTEN["tensorflow"]
 
     MiB = 1 << 20
     training = {OPTIMIZER: 20 * MiB, ACTIVATIONS: 60 * MiB}
@@ -354,16 +357,16 @@ def test_half_the_batch_is_told_where_activations_hold_half_the_peak_in_the_runs
     fit = _batch(_at_peak(training, superseded=10 * MiB), keras=True)
     assert fit is not None and (fit.bytes, fit.before_bytes) == (30 * MiB, 60 * MiB)
     assert fit.names == ("fit",) and fit.accumulate
-    ((_, said, how),) = change_lines((fit,), "tensorflow")
+    ((_, said, how),) = change_lines((fit,), tensorflow)
     assert said.startswith("Half the batch (model.fit(..., batch_size=...)): the activations")
     assert "gradient_accumulation_steps=2" in said and how.startswith("estimated: ")
     # A peak in predict(): its own batch_size, and no optimizer to accumulate for.
     predict = _batch(_at_peak(training, phase="predict()"), keras=True)
     assert predict is not None and predict.names == ("predict",) and not predict.accumulate
-    ((_, said, _),) = change_lines((predict,), "tensorflow")
+    ((_, said, _),) = change_lines((predict,), tensorflow)
     assert "model.predict(..., batch_size=...)" in said and "accumulate" not in said
     # A framework with no words for its batch: no empty parentheses.
-    ((_, said, _),) = change_lines((_batch(_at_peak(training), keras=False),), "unknown")
+    ((_, said, _),) = change_lines((_batch(_at_peak(training), keras=False),), None)
     assert said.startswith("Half the batch: the activations")
     # Below half the peak the peak would move: nothing told.
     assert _batch(_at_peak({OPTIMIZER: 60 * MiB, ACTIVATIONS: 40 * MiB}), keras=False) is None

@@ -1,26 +1,31 @@
-"""Each framework's facts about its allocator: declared in its package
-(adapters/<framework>/memory_settings.py), written into the trace's header, and
-read by the analysis from the metadata alone; a trace written before they were
-reads what its adapter declared then, by its framework's name."""
+"""Each framework's facts about its allocator, and its users' words: declared in
+its package (adapters/<framework>/framework.py), written into the trace's header,
+and read by the analysis and the reports from the metadata alone; a trace written
+before they were reads what its adapter declared then, by its framework's name."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from tpumem.adapters.base import memory_settings
+from tpumem.adapters.base import declared, get_adapter, memory_settings
 from tpumem.adapters.import_watch import FRAMEWORKS
 from tpumem.adapters.run_header import run_metadata
 from tpumem.analysis import analyze, caching_allocator
 from tpumem.analysis.capacity import GROWTH, PREALLOCATED, pool_growth
+from tpumem.analysis.changes import GROWTH as GROWTH_CHANGE
+from tpumem.analysis.changes import MOMENTS, Change
 from tpumem.analysis.step_programs import no_program_reason
+from tpumem.report.change_rows import change_lines
 from tpumem.report.fit_rows import fit_note
+from tpumem.trace.framework_words import WORDS_BEFORE_WRITTEN, FrameworkWords
 from tpumem.trace.memory_settings import (
     CUDA_CACHING,
     DECLARED_BEFORE_WRITTEN,
     GrowthSetting,
     MemorySettings,
 )
+from tpumem.trace.metadata import KeptArrays
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
 
@@ -41,18 +46,56 @@ def test_every_framework_declares_its_settings():
     assert memory_settings("unknown") is None
 
 
-def test_the_header_carries_the_frameworks_settings(tmp_path):
+def test_the_header_carries_the_frameworks_settings_and_words(tmp_path):
     path = tmp_path / "t.tpumem"
     header = run_metadata("torch_xla", "tpumem profile", ["s.py"], {}, {})
     with TraceWriter(path, header):
         pass
-    assert load(path).metadata.memory_settings == memory_settings("torch_xla")
+    metadata = load(path).metadata
+    facts = declared("torch_xla")
+    assert facts is not None and facts.name == "torch_xla"
+    assert metadata.memory_settings == memory_settings("torch_xla") == facts.memory_settings
+    assert metadata.words == facts.words and facts.words.title == "PyTorch/XLA"
+
+
+def test_an_adapters_names_are_its_declarations():
+    """The adapter class takes its names from its package's declaration: one place."""
+    for name in FRAMEWORKS:
+        facts, adapter = declared(name), get_adapter(name)
+        assert facts is not None and adapter.framework is facts
+        assert (adapter.name, adapter.module, adapter.import_names, adapter.imported_by) == (
+            facts.name,
+            facts.module,
+            facts.import_names,
+            facts.imported_by,
+        )
+
+
+def test_the_advice_speaks_the_words_the_trace_carries(make_trace):
+    """A fourth framework's words, written in its trace, are the advice's; a trace
+    without words reads its framework's words as declared before they were
+    written, and a framework tpumem never knew gets plain words, not another's."""
+    words = {"title": "Fourth", "one_moment_optimizer": "fourth.sgd()", "host_copy": "x.host()"}
+    metadata = load(make_trace([], {"framework": "fourth", "words": words})).metadata
+    assert metadata.words == FrameworkWords(**words)
+    moments = Change(MOMENTS, "GPU:0", 8 << 20, "rule", before_bytes=16 << 20)
+    kept = KeptArrays(name="history", container="list", arrays=3)
+    growth = Change(GROWTH_CHANGE, "GPU:0", 1 << 20, "rule", line="t.py:3", kept=kept)
+    said = [sentence for _, sentence, _ in change_lines((moments, growth), metadata.words)]
+    assert "(fourth.sgd())" in said[0] and "(x.host())" in said[1]
+    for name, before in WORDS_BEFORE_WRITTEN.items():
+        read = load(make_trace([], {"framework": name}, f"{name}.tpumem")).metadata
+        assert read.words == before
+    unknown = load(make_trace([], {"framework": "test"}, "test.tpumem")).metadata
+    assert unknown.words is None
+    plain = [s for _, s, _ in change_lines((moments, growth), unknown.words)]
+    assert "SGD with momentum" in plain[0] and "a copy in host memory" in plain[1]
 
 
 def test_a_trace_written_before_reads_what_its_adapter_declared_then(make_trace):
-    for name, declared in DECLARED_BEFORE_WRITTEN.items():
+    for name, before in DECLARED_BEFORE_WRITTEN.items():
         metadata = load(make_trace([], {"framework": name}, f"{name}.tpumem")).metadata
-        assert metadata.memory_settings == declared
+        assert metadata.memory_settings == before
     assert load(make_trace([], {"framework": "test"})).metadata.memory_settings is None
 
 
@@ -126,15 +169,16 @@ def test_the_allocator_model_is_the_one_the_trace_declares(make_trace):
     assert not caching_allocator.models(plain.metadata)
 
 
-def test_no_analysis_module_names_a_framework():
-    """The analysis asks the trace what a framework declared; a comparison with a
-    framework's name (`framework == "pytorch"`) is a rule that a fourth framework
-    would have to find and edit."""
+def test_no_analysis_or_report_module_names_a_framework():
+    """The analysis and the reports ask the trace what a framework declared (its
+    settings, its words); a comparison with a framework's name (`framework ==
+    "pytorch"`) is a rule that a fourth framework would have to find and edit."""
     names = {*FRAMEWORKS, "pytorch", "torch", "keras"}
-    package = Path(__file__).resolve().parent.parent / "tpumem" / "analysis"
+    root = Path(__file__).resolve().parent.parent / "tpumem"
     found = [
         (path.name, node.value)
-        for path in sorted(package.rglob("*.py"))
+        for package in ("analysis", "report", "reading", "export")
+        for path in sorted((root / package).rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant) and node.value in names
     ]

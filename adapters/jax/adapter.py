@@ -38,6 +38,7 @@ from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.interrupts import keep_interrupts
 from tpumem.adapters.jax.array_hooks import JaxHooks
 from tpumem.adapters.jax.buffer_book import BufferBook, device_name
+from tpumem.adapters.jax.framework import FRAMEWORK
 from tpumem.adapters.kept_arrays import kept_arrays
 from tpumem.adapters.keras_steps import KerasSteps
 from tpumem.adapters.process_identity import agreed_run_id
@@ -99,10 +100,7 @@ class _JaxSessions:
 
 @register
 class JaxAdapter(Adapter):
-    name = "jax"
-    module = "jax"
-    import_names = ("jax", "jaxlib", "flax", "optax", "equinox", "haiku", "orbax")
-    imported_by = ("tensorflow",)
+    framework = FRAMEWORK
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)

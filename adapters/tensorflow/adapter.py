@@ -37,6 +37,7 @@ from tpumem.adapters.process_identity import agreed_run_id, from_tf_config
 from tpumem.adapters.profiler_chunks import ProfilerChunks, newest_xspace, newest_xspace_file
 from tpumem.adapters.tensorflow.allocator_stacks import TfStacks
 from tpumem.adapters.tensorflow.devices import device_name
+from tpumem.adapters.tensorflow.framework import FRAMEWORK
 from tpumem.adapters.tensorflow.function_steps import FunctionSteps
 from tpumem.adapters.tensorflow.host_transfers import HostTransfers
 from tpumem.adapters.tensorflow.input_pipeline import label_pipeline
@@ -193,9 +194,7 @@ def _without_bfc(events: int) -> str:
 
 @register
 class TensorFlowAdapter(Adapter):
-    name = "tensorflow"
-    module = "tensorflow"
-    import_names = ("tensorflow", "keras", "tf_keras")
+    framework = FRAMEWORK
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)

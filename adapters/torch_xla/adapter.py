@@ -49,6 +49,7 @@ from tpumem.adapters.torch_xla.debug_log import (
     DebugLog,
     Graph,
 )
+from tpumem.adapters.torch_xla.framework import FRAMEWORK
 from tpumem.adapters.torch_xla.graph_ends import GraphEnds
 from tpumem.adapters.torch_xla.op_stacks import TorchStacks
 from tpumem.adapters.torch_xla.optimizer_steps import OptimizerSteps
@@ -80,9 +81,7 @@ def accelerator_present() -> bool:
 
 @register
 class TorchXlaAdapter(Adapter):
-    name = "torch_xla"
-    module = "torch_xla"
-    import_names = ("torch_xla",)
+    framework = FRAMEWORK
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__(options)

@@ -75,7 +75,15 @@ def run_fit(request: FitRequest) -> int:
 # The frameworks fit takes the HLO route for: what they hand XLA is compiled for
 # the slice after a run on this machine (profile --tpu), as neither can lower a
 # program for devices it does not have. Their names as imported.
-HLO_ROUTE = {"tensorflow": "TensorFlow", "torch_xla": "PyTorch/XLA"}
+HLO_ROUTE = ("tensorflow", "torch_xla")
+
+
+def _title(framework: str) -> str:
+    """The framework's name as its users write it (its package declares it)."""
+    from tpumem.adapters.base import declared
+
+    facts = declared(framework)
+    return (facts.words.title if facts is not None else None) or framework
 
 
 class _NotJax(Exception):
@@ -111,7 +119,7 @@ def _through_a_run(request: FitRequest, default: Path, framework: str, short: se
     its programs compiled for each slice; PyTorch/XLA given as many CPU devices as
     a slice has chips (CPU_NUM_DEVICES), so its meshes are the slice's. A run that
     fails adds the slices to `short`: the answer covers what it compiled."""
-    name = HLO_ROUTE[framework]
+    name = _title(framework)
     chips = {t.chips for t in request.tpu}
     if request.slices > 1:
         raise TpumemError(f"fit of a {name} script: no --slices ({name} is run here)")

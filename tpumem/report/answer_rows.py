@@ -15,6 +15,7 @@ from tpumem.report.kind_words import KIND_HEADERS, kinds_rows
 from tpumem.report.rows import step_words
 from tpumem.report.shorten import op_tail
 from tpumem.report.tpu_tables import tpu_verdict
+from tpumem.trace.framework_words import FrameworkWords
 from tpumem.units import counted, format_bytes, format_seconds
 
 TOP_LINES = 8
@@ -100,7 +101,7 @@ def _what(line: LineBytes, why: str) -> str:
     return f"{line.program} temporaries: {ops}"
 
 
-def lines_note(lines: PeakLines | None, framework: str = "") -> str | None:
+def lines_note(lines: PeakLines | None, words: FrameworkWords | None = None) -> str | None:
     """How the programs' temporaries were placed at lines, where any were."""
     if lines is None:
         return None
@@ -109,11 +110,7 @@ def lines_note(lines: PeakLines | None, framework: str = "") -> str | None:
         return None
     names = ", ".join(p.name for p in opened[:3])
     scaled = [p.name for p in opened if p.scale < 1.0]
-    where = (
-        "at the lines their ops were built at, as the adapter recorded them"
-        if framework == "tensorflow"
-        else "at the lines XLA's metadata gives them"
-    )
+    where = (words and words.program_lines) or "at the lines XLA's metadata gives them"
     note = (
         f"Temporaries of {names}: the buffers live at the program's own peak in XLA's "
         f"buffer assignment (compile-time), {where}"
@@ -171,7 +168,7 @@ def answer(analysis: RunAnalysis) -> Answer | None:
         if rows:
             tables.append(AnswerTable(title, headers, rows, (sizes + [0] * len(rows))[: len(rows)]))
     notes = (
-        lines_note(device.lines, analysis.framework),
+        lines_note(device.lines, analysis.metadata.words),
         no_lines(device.lines),
         *map(plans_apart_words, analysis.plans_apart),
     )
@@ -182,5 +179,5 @@ def answer(analysis: RunAnalysis) -> Answer | None:
         tables=tuple(tables),
         notes=tuple(note for note in notes if note),
         changes_title=CHANGES_TITLE,
-        changes=change_lines(analysis.changes, analysis.framework),
+        changes=change_lines(analysis.changes, analysis.metadata.words),
     )

@@ -18,53 +18,25 @@ from tpumem.analysis.changes import (
     Change,
 )
 from tpumem.report.shorten import op_tail
+from tpumem.trace.framework_words import FrameworkWords
 from tpumem.trace.tpu_rows import SHARDED_OVER
 from tpumem.units import format_bytes
 
 CHANGES_TITLE = "What to change"
 
-# How each framework recomputes a function's values in the backward pass.
-_REMAT = {
-    "jax": "jax.checkpoint",
-    "tensorflow": "tf.recompute_grad",
-    "torch_xla": "torch.utils.checkpoint",
-}
-
-# An optimizer with one value a parameter, as each framework's users write it.
-_ONE_MOMENT = {
-    "jax": "optax.sgd(lr, momentum=0.9)",
-    "tensorflow": "keras.optimizers.SGD(momentum=0.9)",
-    "torch_xla": "torch.optim.SGD(params, lr, momentum=0.9)",
-}
-
-# Where each framework's users set the batch (Keras' fit: its batch_size, told
-# apart by the run), and how they keep the batch the optimizer sees in halves.
-_BATCH = {
-    "jax": "the leading dimension of the step's inputs",
-    "tensorflow": "tf.data's .batch(n), or where the script makes its batch",
-    "torch_xla": "the DataLoader's batch_size",
-    "pytorch": "the DataLoader's batch_size",
-}
+# Keras' own words, whatever its backend: a run whose batch Keras' fit (or
+# evaluate, predict) set keeps the batch its optimizer sees with this.
 _KERAS_ACCUMULATE = "the Keras optimizer's gradient_accumulation_steps=2"
-_ACCUMULATE = {
-    "jax": "optax.MultiSteps(optimizer, every_k_schedule=2)",
-    "tensorflow": _KERAS_ACCUMULATE,
-    "torch_xla": "two backward passes for each optimizer.step()",
-    "pytorch": "two backward passes for each optimizer.step()",
-}
-
-# How each framework copies an array to the host (what a kept history can hold).
-_HOST_COPY = {
-    "jax": "jax.device_get(x)",
-    "tensorflow": "x.numpy()",
-    "torch_xla": "x.cpu()",
-}
+_NO_WORDS = FrameworkWords()
 
 
-def change_lines(changes: tuple[Change, ...], framework: str) -> list[tuple[str, str, str]]:
+def change_lines(
+    changes: tuple[Change, ...], words: FrameworkWords | None
+) -> list[tuple[str, str, str]]:
     """(figure, sentence, how the figure was obtained) for each change, in the
-    analysis' order."""
-    return [(_figure(c), _sentence(c, framework), f"{c.known}: {c.how}") for c in changes]
+    analysis' order, in the framework's words (as the trace carries them)."""
+    said = words or _NO_WORDS
+    return [(_figure(c), _sentence(c, said), f"{c.known}: {c.how}") for c in changes]
 
 
 def _figure(change: Change) -> str:
@@ -91,7 +63,7 @@ def _cost(change: Change) -> str:
     )
 
 
-def _sentence(change: Change, framework: str) -> str:
+def _sentence(change: Change, words: FrameworkWords) -> str:
     if change.key == SEARCH:
         changed = change.ops[0] if change.ops else "changed"
         left = (
@@ -138,7 +110,7 @@ def _sentence(change: Change, framework: str) -> str:
         )
     if change.key == REMAT:
         ops = ", ".join(dict.fromkeys(op_tail(op) for op in change.ops[:4]))
-        how = _REMAT.get(framework, "rematerialization (recomputing in the backward pass)")
+        how = words.remat or "rematerialization (recomputing in the backward pass)"
         where = f" on {change.topology}" if change.topology else ""
         return (
             f"{change.line} keeps forward values ({ops}) live at {change.program}'s peak"
@@ -154,7 +126,7 @@ def _sentence(change: Change, framework: str) -> str:
             "needs one)."
         )
     if change.key == MOMENTS:
-        one = _ONE_MOMENT.get(framework, "SGD with momentum")
+        one = words.one_moment_optimizer or "SGD with momentum"
         return (
             f"The optimizer keeps two values for each parameter "
             f"({format_bytes(change.before_bytes)} at the peak, about twice the parameters: "
@@ -163,11 +135,9 @@ def _sentence(change: Change, framework: str) -> str:
         )
     if change.key == BATCH:
         where = (
-            f"model.{change.names[0]}(..., batch_size=...)"
-            if change.names
-            else _BATCH.get(framework, "")
+            f"model.{change.names[0]}(..., batch_size=...)" if change.names else words.batch or ""
         )
-        keep = _KERAS_ACCUMULATE if change.names else _ACCUMULATE.get(framework)
+        keep = _KERAS_ACCUMULATE if change.names else words.accumulate
         said = (
             f"Half the batch{f' ({where})' if where else ''}: the activations, "
             f"{format_bytes(change.before_bytes)} at the peak, scale with it; at half the "
@@ -200,7 +170,7 @@ def _sentence(change: Change, framework: str) -> str:
         return (
             f"{made}: {kept.name} ({kept.container}{at}) held {kept.arrays} device arrays "
             "when the script ended. Keep a Python number (float(x)) or a host copy "
-            f"({_HOST_COPY.get(framework, 'a copy in host memory')}) instead, or only the "
+            f"({words.host_copy or 'a copy in host memory'}) instead, or only the "
             "last few."
         )
     if change.key == POOL:

@@ -74,7 +74,7 @@ def report_sections(analysis: RunAnalysis) -> list[Section]:
         sections.append(Section(PROGRAMS, analysis.compiled))
     sections += [Section(TPU, target) for target in analysis.tpu]
     if not analysis.devices and analysis.changes:
-        lines = change_lines(analysis.changes, analysis.framework)
+        lines = change_lines(analysis.changes, analysis.metadata.words)
         sections.append(Section(CHANGES, (CHANGES_TITLE, lines)))
     if analysis.fit is not None:
         sections.append(Section(FIT, analysis.fit))

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpumem.trace.framework_words import WORDS_BEFORE_WRITTEN, FrameworkWords
 from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, MemorySettings, declared_since
 from tpumem.trace.records import OTHER, decode_record, encode, hints
 
@@ -256,6 +257,8 @@ class RunMetadata:
     # How the framework's allocator is set, as its adapter declared it (read from
     # DECLARED_BEFORE_WRITTEN by the framework's name where the trace lacks it).
     memory_settings: MemorySettings | None = None
+    # How its users write what the advice asks of them, as its adapter declared it.
+    words: FrameworkWords | None = None
     capture: CaptureSummary | None = None
     not_exposed: tuple[str, ...] | None = None  # what the backend does not tell
     kept: tuple[KeptArrays, ...] | None = None  # containers holding arrays at the end
@@ -278,6 +281,9 @@ class RunMetadata:
         )
         if settings != metadata.memory_settings:
             metadata = dataclasses.replace(metadata, memory_settings=settings)
+        if metadata.words is None:
+            words = WORDS_BEFORE_WRITTEN.get(metadata.framework)
+            metadata = dataclasses.replace(metadata, words=words)
         if extra_class is None:
             return metadata
         mine = {k: v for k, v in value.items() if k in extra_names}
@@ -290,6 +296,8 @@ class RunMetadata:
         # before them reads as it did).
         if self.memory_settings == DECLARED_BEFORE_WRITTEN.get(self.framework):
             fields["memory_settings"] = None
+        if self.words == WORDS_BEFORE_WRITTEN.get(self.framework):
+            fields["words"] = None
         return metadata_json(fields)
 
     def with_warnings(self, *more: str) -> RunMetadata:
