@@ -25,7 +25,7 @@ from common import WORK
 # (the synthetic steps repeat exactly, so the analysis above copies them).
 REPLAY_ALL = """
 import json, resource, sys, time
-from tpumem.analysis.bfc_model import replay
+from tpumem.analysis.allocators.bfc_model import replay
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 (events,) = split_by_device(load(sys.argv[1]))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tpumem.analysis.bfc_model import replay
+from tpumem.analysis.allocators.bfc_model import replay
 from tpumem.trace.schema import ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.stack_rows import stack_text
 from tpumem.trace.writer import TraceWriter

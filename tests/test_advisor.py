@@ -180,7 +180,7 @@ def test_a_tpu_run_already_holds_its_padding(make_trace):
 def test_two_slices_of_one_generation_are_two_verdicts():
     """`--tpu v5e:1x1 --tpu v5e-8`: a row each, the refusal kept beside the fit."""
     from tpumem.analysis.advisor import with_tpu_compiles
-    from tpumem.analysis.tpu import TpuFit, TpuTarget
+    from tpumem.analysis.compiled.tpu import TpuFit, TpuTarget
 
     def target(topology: str, need: int) -> TpuTarget:
         usable = 15 * GiB

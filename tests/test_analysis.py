@@ -7,9 +7,9 @@ import pytest
 
 from sample_traces import KiB, MiB, buffer_rows, chunk_map_rows, unseen_rows
 from tpumem.analysis import analyze
-from tpumem.analysis.bfc import fragmentation_ratio, rounded_bytes
-from tpumem.analysis.bfc_model import replay
-from tpumem.analysis.chunk_map import AddressMap, Chunks
+from tpumem.analysis.allocators.bfc import fragmentation_ratio, rounded_bytes
+from tpumem.analysis.allocators.bfc_model import replay
+from tpumem.analysis.allocators.chunk_map import AddressMap, Chunks
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 
@@ -255,7 +255,7 @@ def test_a_chunk_the_capture_missed_counts_from_when_it_is_freed(make_trace):
 
 
 def test_quiet_points_find_step_boundaries_without_marks():
-    from tpumem.analysis.bfc_model import quiet_points
+    from tpumem.analysis.allocators.bfc_model import quiet_points
 
     # A parameter, then three steps of two activations each.
     is_alloc = np.array([1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0], dtype=bool)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from hlo_builder import hlo_proto
 from tpumem.analysis import analyze
+from tpumem.analysis.compiled.op_passes import BACKWARD, FORWARD, op_pass
 from tpumem.analysis.kinds import (
     ACTIVATIONS,
     OPTIMIZER,
@@ -19,7 +20,6 @@ from tpumem.analysis.kinds import (
     STATE,
     keras_state_kind,
 )
-from tpumem.analysis.op_passes import BACKWARD, FORWARD, op_pass
 from tpumem.hlo.schema import ALLOC, FREE
 from tpumem.report import REPORT, reporter
 from tpumem.report.shorten import from_left, last_parts, op_tail

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from tpumem.analysis import analyze
-from tpumem.analysis.caching_allocator import (
+from tpumem.analysis.allocators.caching_allocator import (
     SOURCE,
     CachingAllocator,
     OutOfMemory,
     replay,
     segment_size,
 )
-from tpumem.analysis.capacity import SEGMENTS
+from tpumem.analysis.allocators.capacity import SEGMENTS
 from tpumem.outputs import create_trace
 from tpumem.snapshots.importing import import_snapshot
 from tpumem.trace.reader import load

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_tpumem
 from tpumem.analysis import analyze
-from tpumem.analysis.capacity import GROWTH, PREALLOCATED, pool_growth
+from tpumem.analysis.allocators.capacity import GROWTH, PREALLOCATED, pool_growth
 from tpumem.analysis.oom import FRAGMENTED, NOT_ENOUGH
 from tpumem.trace.reader import load
 from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED

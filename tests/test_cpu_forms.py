@@ -1,4 +1,4 @@
-"""Code a CPU run lowered in the CPU's form (analysis/cpu_forms.py), read from
+"""Code a CPU run lowered in the CPU's form (analysis/compiled/cpu_forms.py), read from
 programs JAX lowers on the CPU in a process of their own: a branch
 lax.platform_dependent chose (at a jit's root, inside a nested jit, beside a
 lax.cond taken at run time) and the CPU's LAPACK kernels are named; a shard_map's
@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 
 from conftest import run_python
-from tpumem.analysis.cpu_forms import CHOSEN_BRANCH, cpu_forms
+from tpumem.analysis.compiled.cpu_forms import CHOSEN_BRANCH, cpu_forms
 
 PROGRAMS = """
 import base64, json

@@ -264,13 +264,15 @@ def test_an_upward_import_is_found_in_any_form(tmp_path):
         "tpumem.report.rows": "from tpumem.adapters import runner",
         "tpumem.report.__init__": "RENDER = 'tpumem.commands.report:run_report'",
         "tpumem.analysis.peak": "import importlib; importlib.import_module('tpumem.reading.paths')",
-        "tpumem.analysis.bins": "from tpumem.trace.reader import load",
+        "tpumem.analysis.allocators.bins": "from tpumem.trace.reader import load",
         "tpumem.launch.launcher": "from ..analysis import peak",
         "tpumem.unplaced": "x = 1",
         # a name a package re-exports (tpumem.trace's load is its reader's)
         "tpumem.analysis.kinds": "from tpumem.trace import load",
         # names built at run time, a function's dotted path, python -m tpumem
-        "tpumem.analysis.series": "import importlib as i; i.import_module(f'tpumem.reading.{x}')",
+        "tpumem.analysis.drawing.series": (
+            "import importlib as i; i.import_module(f'tpumem.reading.{x}')"
+        ),
         "tpumem.report.html": "RUN = 'tpumem.commands.' + name",
         "tpumem.report.text": "RUN = 'tpumem.commands.report.run_report'",
         "tpumem.launch.signals": "import sys; COMMAND = [sys.executable, '-m', 'tpumem', 'report']",
@@ -294,11 +296,11 @@ def test_an_upward_import_is_found_in_any_form(tmp_path):
         "tpumem.report.rows": {"tpumem.adapters", "tpumem.adapters.runner"},
         "tpumem.report": {"tpumem.commands.report"},
         "tpumem.analysis.peak": {"tpumem.reading.paths"},
-        "tpumem.analysis.bins": {"tpumem.trace.reader", "tpumem.trace.reader.load"},
+        "tpumem.analysis.allocators.bins": {"tpumem.trace.reader", "tpumem.trace.reader.load"},
         "tpumem.launch.launcher": {"tpumem.analysis", "tpumem.analysis.peak"},
         "tpumem.unplaced": {"(on no floor)"},
         "tpumem.analysis.kinds": {"tpumem.trace.reader.load"},
-        "tpumem.analysis.series": {"tpumem.reading"},
+        "tpumem.analysis.drawing.series": {"tpumem.reading"},
         "tpumem.report.html": {"tpumem.commands"},
         "tpumem.report.text": {"tpumem.commands.report"},
         "tpumem.launch.signals": {"tpumem.__main__"},

@@ -11,11 +11,12 @@ from pathlib import Path
 from tpumem.adapters.base import declared, get_adapter, memory_settings
 from tpumem.adapters.import_watch import FRAMEWORKS
 from tpumem.adapters.run_header import run_metadata
-from tpumem.analysis import analyze, caching_allocator
-from tpumem.analysis.capacity import GROWTH, PREALLOCATED, pool_growth
+from tpumem.analysis import analyze
+from tpumem.analysis.allocators import caching_allocator
+from tpumem.analysis.allocators.capacity import GROWTH, PREALLOCATED, pool_growth
 from tpumem.analysis.changes import GROWTH as GROWTH_CHANGE
 from tpumem.analysis.changes import MOMENTS, Change
-from tpumem.analysis.step_programs import no_program_reason
+from tpumem.analysis.compiled.step_programs import no_program_reason
 from tpumem.report.change_rows import change_lines
 from tpumem.report.fit_rows import fit_note
 from tpumem.trace.framework_words import WORDS_BEFORE_WRITTEN, FrameworkWords

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tpumem.analysis import analyze
-from tpumem.analysis import moments as moments_module
-from tpumem.analysis.detail import detail_levels
 from tpumem.analysis.device_events import split_by_device
-from tpumem.analysis.largest_buffers import largest_buffers
-from tpumem.analysis.moments import MOMENT_GROUPS, moment_indices, moments
+from tpumem.analysis.drawing import moments as moments_module
+from tpumem.analysis.drawing.detail import detail_levels
+from tpumem.analysis.drawing.largest_buffers import largest_buffers
+from tpumem.analysis.drawing.moments import MOMENT_GROUPS, moment_indices, moments
 from tpumem.analysis.peak import live_at, live_groups
 from tpumem.trace.reader import load
 

@@ -14,7 +14,7 @@ from conftest import run_python, run_tpumem
 from hlo_builder import hlo_proto as _proto
 from profiling import EXAMPLES, profile
 from tpumem.analysis import analyze
-from tpumem.analysis.program_heap import program_heap
+from tpumem.analysis.compiled.program_heap import program_heap
 from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError
 from tpumem.trace.reader import load
 from xprof_runner import memory_viewer as _memory_viewer

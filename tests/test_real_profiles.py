@@ -9,8 +9,8 @@ import pytest
 
 from conftest import run_python, run_tpumem
 from tpumem.analysis import analyze
-from tpumem.analysis.bfc_model import replay
-from tpumem.analysis.chunk_map import AddressMap
+from tpumem.analysis.allocators.bfc_model import replay
+from tpumem.analysis.allocators.chunk_map import AddressMap
 from tpumem.analysis.device_events import split_by_device
 from tpumem.trace.reader import load
 

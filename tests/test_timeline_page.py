@@ -18,7 +18,7 @@ from conftest import run_tpumem
 from hostile_traces import cases
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import split_by_device
-from tpumem.analysis.moments import MOMENT_GROUPS
+from tpumem.analysis.drawing.moments import MOMENT_GROUPS
 from tpumem.analysis.peak import live_at, live_groups
 from tpumem.trace.reader import load
 

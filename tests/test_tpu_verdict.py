@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tpumem.analysis import provenance
-from tpumem.analysis.tpu import TpuProgram, TpuRefused, TpuTarget, tpu_fit, tpu_targets
+from tpumem.analysis.compiled.tpu import TpuProgram, TpuRefused, TpuTarget, tpu_fit, tpu_targets
 from tpumem.errors import TpumemError
 from tpumem.hlo.refusals import VMEM, Figure, refusal
 from tpumem.tpu.budget_cache import cache_file, cached_budget, remember_budget
@@ -191,7 +191,7 @@ def test_a_sweep_sets_the_scripts_argument_where_it_is_or_adds_it():
 def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
     from dataclasses import replace
 
-    from tpumem.analysis.sweep import SweepPoint
+    from tpumem.analysis.compiled.sweep import SweepPoint
     from tpumem.report.sweep_tables import sweep_largest
 
     fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
@@ -211,7 +211,7 @@ def test_the_largest_value_that_fits_is_the_largest_number_not_the_last():
 def test_the_frontier_gives_per_policy_the_largest_batch_and_the_next_that_does_not():
     from dataclasses import replace
 
-    from tpumem.analysis.sweep import SweepPoint
+    from tpumem.analysis.compiled.sweep import SweepPoint
     from tpumem.report.sweep_tables import frontier_table
 
     fits, over = (replace(t, fit=tpu_fit(t, 0, (), ())) for t in (_target(GiB), _target(16 * GiB)))
@@ -272,7 +272,7 @@ def test_a_diagnostic_plan_keeps_its_topology_in_the_trace():
 def test_a_refusal_written_before_its_diagnosis_is_replaced_by_it():
     """The refusal's row comes first (a diagnostic compile may die); a later row
     with the diagnosis takes its place, and a refusal without one stands."""
-    from tpumem.analysis.tpu import _diagnosed
+    from tpumem.analysis.compiled.tpu import _diagnosed
 
     refused = TpuCompile("v5e:2x4", 3, "jit_step", 8, error="RESOURCE_EXHAUSTED: ...")
     other = TpuCompile("v5e:2x4", 4, "jit_init", 8, error="RESOURCE_EXHAUSTED: ...")
@@ -286,7 +286,7 @@ def test_a_refusal_written_before_its_diagnosis_is_replaced_by_it():
 
 def test_a_recompute_cost_is_given_only_where_the_change_keeps_batch_and_sharding():
     from tpumem.analysis.changes import _recompute_cost
-    from tpumem.analysis.tpu import TpuCandidate
+    from tpumem.analysis.compiled.tpu import TpuCandidate
     from tpumem.trace.tpu_rows import RECOMPUTED, SHARDED_OVER
 
     refused = TpuCompile("v5e:1x1", 2, "jit_step", 1, error="RESOURCE_EXHAUSTED", flops=6e12)

@@ -9,7 +9,7 @@ import json
 from conftest import run_tpumem
 from sample_traces import KiB, MiB
 from tpumem.analysis import analyze
-from tpumem.analysis.chunk_map import Chunks
+from tpumem.analysis.allocators.chunk_map import Chunks
 from tpumem.analysis.device_events import split_by_device
 from tpumem.analysis.peak import live_at
 from tpumem.trace.reader import load

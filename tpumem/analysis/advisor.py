@@ -28,7 +28,7 @@ from tpumem.hlo import refusals
 from tpumem.trace.memory_settings import MemorySettings
 
 if TYPE_CHECKING:
-    from tpumem.analysis.tpu import TpuTarget
+    from tpumem.analysis.compiled.tpu import TpuTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class FitRow:
     # TPUs), where a capacity was asked about (capacity.py); modeled.
     smallest_capacity_bytes: int | None = None
     # Where needed_bytes comes from: the estimate above, or XLA:TPU's own compile
-    # of the run's programs for a topology (`--tpu`, analysis/tpu.py).
+    # of the run's programs for a topology (`--tpu`, analysis/compiled/tpu.py).
     compiled_for: str | None = None
     # XLA:TPU refused a kernel for its on-chip VMEM: the HBM need is not known.
     refused_for_vmem: bool = False

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpumem.analysis.compiled.program_heap import TEMPORARY, HeapBuffer
+from tpumem.analysis.compiled.programs import CompiledProgram, programs_named
 from tpumem.analysis.device_events import DeviceEvents
-from tpumem.analysis.program_heap import TEMPORARY, HeapBuffer
-from tpumem.analysis.programs import CompiledProgram, programs_named
 from tpumem.analysis.stacks import NO_STACK, StackBytes, stack_bytes
 from tpumem.trace.model import Trace
 from tpumem.trace.source_paths import library_file

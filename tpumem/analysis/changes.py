@@ -41,7 +41,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpumem.analysis import provenance
-from tpumem.analysis.held_twice import HeldTwice
+from tpumem.analysis.compiled.held_twice import HeldTwice
+from tpumem.analysis.compiled.op_passes import FORWARD, has_tape, op_pass
+from tpumem.analysis.compiled.program_heap import (
+    OUTPUT,
+    PARAMETER,
+    TEMPORARY,
+    HeapBuffer,
+    ProgramHeap,
+)
+from tpumem.analysis.compiled.programs import CompiledProgram, RunningAtPeak, short_program_name
+from tpumem.analysis.compiled.tpu import (
+    PlansApart,
+    TpuCandidate,
+    TpuProgram,
+    TpuTarget,
+    same_program,
+    usable,
+)
 from tpumem.analysis.kinds import (
     ACTIVATIONS,
     BY_ADAPTER,
@@ -52,18 +69,7 @@ from tpumem.analysis.kinds import (
     PARAMETERS,
     STATE,
 )
-from tpumem.analysis.op_passes import FORWARD, has_tape, op_pass
 from tpumem.analysis.peak import highest
-from tpumem.analysis.program_heap import OUTPUT, PARAMETER, TEMPORARY, HeapBuffer, ProgramHeap
-from tpumem.analysis.programs import CompiledProgram, RunningAtPeak, short_program_name
-from tpumem.analysis.tpu import (
-    PlansApart,
-    TpuCandidate,
-    TpuProgram,
-    TpuTarget,
-    same_program,
-    usable,
-)
 from tpumem.hlo.tiles import parse_shape, tiled_bytes
 from tpumem.trace.memory_settings import MemorySettings
 from tpumem.trace.metadata import KeptArrays

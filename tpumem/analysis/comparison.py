@@ -7,17 +7,17 @@ from dataclasses import dataclass
 
 from tpumem.analysis import figures as fig
 from tpumem.analysis import provenance
-from tpumem.analysis.figures import BYTES, TEXT, TIME
-from tpumem.analysis.kinds import KINDS
-from tpumem.analysis.programs import largest_temp
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.step_programs import (
+from tpumem.analysis.compiled.programs import largest_temp
+from tpumem.analysis.compiled.step_programs import (
     XLA_TPU,
     Entry,
     no_program_reason,
     program_figures,
     step_program,
 )
+from tpumem.analysis.figures import BYTES, TEXT, TIME
+from tpumem.analysis.kinds import KINDS
+from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.distinct_names import distinct_names
 
 TOP_OPS = 5

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpumem.analysis.unseen_frees import allocation_ends
+from tpumem.analysis.allocators.unseen_frees import allocation_ends
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import (
     ALLOC,

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.analysis.bfc_model import ReplayResult
-from tpumem.analysis.chunk_map import AddressMap, spread
+from tpumem.analysis.allocators.bfc_model import ReplayResult
+from tpumem.analysis.allocators.chunk_map import AddressMap, spread
 from tpumem.analysis.device_events import DeviceEvents
 
 CHECK_POINTS = 64  # address-map check points, besides the peak and the maximum

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.call_steps import call_steps
+from tpumem.analysis.compiled.call_steps import call_steps
 from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.peak import live_at
 from tpumem.analysis.stacks import StackBytes, stack_bytes

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from tpumem.analysis.by_line import ProgramsAtPeak
+from tpumem.analysis.compiled.program_heap import OUTPUT, PARAMETER, HeapBuffer
+from tpumem.analysis.compiled.programs import CompiledProgram, ProgramKinds
 from tpumem.analysis.device_events import DeviceEvents, step_marks
 from tpumem.analysis.peak import PeakBreakdown
-from tpumem.analysis.program_heap import OUTPUT, PARAMETER, HeapBuffer
-from tpumem.analysis.programs import CompiledProgram, ProgramKinds
 from tpumem.hlo.shapes import numpy_dtype
 from tpumem.trace.model import Trace
 from tpumem.trace.schema import BEFORE_TRACE, KERAS_STEP, MARK, TOLD

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.analysis.caching_allocator import segment_size
+from tpumem.analysis.allocators.caching_allocator import segment_size
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.oom_causes import OomCause, oom_causes
 from tpumem.analysis.oom_messages import (

@@ -6,24 +6,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tpumem.analysis import caching_allocator, provenance
+from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, fit_advice, headroom, with_tpu_compiles
-from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
+from tpumem.analysis.allocators import caching_allocator
+from tpumem.analysis.allocators.bfc_model import (
+    ReplayResult,
+    repeat_candidates,
+    replay,
+    replay_sizes,
+)
+from tpumem.analysis.allocators.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.by_line import PeakLines, peak_lines, programs_at_peak
-from tpumem.analysis.capacity import CapacityCheck, check_capacity
 from tpumem.analysis.changes import Change, what_to_change
-from tpumem.analysis.chip_kinds import chip_kinds
-from tpumem.analysis.counters import Counters, counters
-from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
-from tpumem.analysis.fragmentation import Fragmentation, fragmentation
-from tpumem.analysis.growth import Growth, step_growth
-from tpumem.analysis.held_twice import HeldTwice, held_twice
-from tpumem.analysis.kinds import PeakKinds, peak_kinds, trained_by_keras
-from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
-from tpumem.analysis.padding import LayoutPadding, layout_padding
-from tpumem.analysis.peak import PeakBreakdown, highest, live_at, peak_breakdown, total_peak
-from tpumem.analysis.preallocation import Preallocation, preallocation
-from tpumem.analysis.programs import (
+from tpumem.analysis.compiled.chip_kinds import chip_kinds
+from tpumem.analysis.compiled.held_twice import HeldTwice, held_twice
+from tpumem.analysis.compiled.programs import (
     CompiledProgram,
     ProgramMemory,
     RunningAtPeak,
@@ -31,10 +28,19 @@ from tpumem.analysis.programs import (
     compiled_programs,
     programs,
 )
-from tpumem.analysis.series import DeviceSeries, device_series
+from tpumem.analysis.compiled.tpu import PlansApart, TpuTarget, plans_apart, tpu_fit, tpu_targets
+from tpumem.analysis.counters import Counters, counters
+from tpumem.analysis.device_events import DeviceEvents, split_by_device, step_marks
+from tpumem.analysis.drawing.series import DeviceSeries, device_series
+from tpumem.analysis.drawing.timeline import Timeline, timeline
+from tpumem.analysis.fragmentation import Fragmentation, fragmentation
+from tpumem.analysis.growth import Growth, step_growth
+from tpumem.analysis.kinds import PeakKinds, peak_kinds, trained_by_keras
+from tpumem.analysis.oom import OutOfMemory, demand_floor, out_of_memory
+from tpumem.analysis.padding import LayoutPadding, layout_padding
+from tpumem.analysis.peak import PeakBreakdown, highest, live_at, peak_breakdown, total_peak
+from tpumem.analysis.preallocation import Preallocation, preallocation
 from tpumem.analysis.stacks import stack_warnings
-from tpumem.analysis.timeline import Timeline, timeline
-from tpumem.analysis.tpu import PlansApart, TpuTarget, plans_apart, tpu_fit, tpu_targets
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.hlo_rows import hlo_warnings
 from tpumem.trace.metadata import IMPORTED, RunMetadata

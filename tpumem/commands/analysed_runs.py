@@ -12,8 +12,8 @@ from tpumem.progress import progress
 from tpumem.units import counted
 
 if TYPE_CHECKING:
+    from tpumem.analysis.compiled.programs import CompiledProgram
     from tpumem.analysis.processes import ProcessRun
-    from tpumem.analysis.programs import CompiledProgram
     from tpumem.analysis.run_figures import RunAnalysis
     from tpumem.reading.many_traces import PerProcess, PerSummary
     from tpumem.reading.object_storage import Fetched
@@ -77,7 +77,7 @@ def _renamed(
 
 def program_named(analysis: RunAnalysis, name: str) -> CompiledProgram:
     """`--program NAME`: the compiled program of that name (or part of it)."""
-    from tpumem.analysis.programs import find_program
+    from tpumem.analysis.compiled.programs import find_program
 
     found = find_program(analysis.compiled, name)
     if found is None:

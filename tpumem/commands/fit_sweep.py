@@ -25,7 +25,7 @@ from tpumem.commands.requests import FitRequest
 from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
-    from tpumem.analysis.tpu import TpuTarget
+    from tpumem.analysis.compiled.tpu import TpuTarget
 
 MAX_COMBINATIONS = 64  # each a compile of the whole script per slice
 
@@ -80,7 +80,7 @@ def run_sweep(
 def _swept(
     request: FitRequest, compiled: Callable[[FitRequest, Path], Path], short: set[str]
 ) -> int:
-    from tpumem.analysis.sweep import SweepPoint, does_not_fit, fits, number
+    from tpumem.analysis.compiled.sweep import SweepPoint, does_not_fit, fits, number
 
     first, *others = request.sweeps
     names = tuple(s.name for s in request.sweeps)

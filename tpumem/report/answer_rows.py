@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, PeakLines
+from tpumem.analysis.compiled.tpu import PlansApart
 from tpumem.analysis.peak import highest
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.tpu import PlansApart
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.kind_words import KIND_HEADERS, kinds_rows
 from tpumem.report.rows import step_words

@@ -8,9 +8,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tpumem.analysis import provenance, step_programs
+from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import CompareRow, Comparison
+from tpumem.analysis.compiled import step_programs
 from tpumem.analysis.figures import BYTES, COUNT, RATE, SHARE, TIME
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup

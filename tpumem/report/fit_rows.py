@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from tpumem.analysis import advisor
 from tpumem.analysis.advisor import FitAdvice, FitNote, FitRow
+from tpumem.analysis.compiled.programs import short_program_name
+from tpumem.analysis.compiled.tpu import BESIDE, TpuTarget
 from tpumem.analysis.padding import LayoutPadding
-from tpumem.analysis.programs import short_program_name
-from tpumem.analysis.tpu import BESIDE, TpuTarget
 from tpumem.hlo.tiles import MAX_ELEMENT_BITS, MAX_ELEMENTS, MAX_RANK
 from tpumem.units import format_bytes
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
+from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.difference import RunDiff
-from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import RunAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.answer_rows import answer

@@ -25,24 +25,11 @@ from typing import Any
 
 from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitAdvice, FitRow
+from tpumem.analysis.allocators.capacity import CapacityCheck
 from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, OpenedProgram
-from tpumem.analysis.capacity import CapacityCheck
 from tpumem.analysis.changes import KEYS, Change
-from tpumem.analysis.counters import Counters
-from tpumem.analysis.cpu_forms import CpuForm
-from tpumem.analysis.fragmentation import Fragmentation
-from tpumem.analysis.growth import Growth, StackGrowth
-from tpumem.analysis.kinds import KINDS, KindBytes
-from tpumem.analysis.largest_buffers import BufferLife
-from tpumem.analysis.moments import Moments
-from tpumem.analysis.oom import COMPILE as COMPILE_VERDICT
-from tpumem.analysis.oom import FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
-from tpumem.analysis.oom_causes import OomCause
-from tpumem.analysis.oom_messages import CompiledAllocation
-from tpumem.analysis.padding import LayoutPadding, PaddedShape
-from tpumem.analysis.peak import GROUP_KEYS, LiveGroup, PeakBreakdown
-from tpumem.analysis.preallocation import Preallocation
-from tpumem.analysis.program_heap import (
+from tpumem.analysis.compiled.cpu_forms import CpuForm
+from tpumem.analysis.compiled.program_heap import (
     CONSTANT,
     OUTPUT,
     PARAMETER,
@@ -50,12 +37,25 @@ from tpumem.analysis.program_heap import (
     HeapBuffer,
     ProgramHeap,
 )
-from tpumem.analysis.programs import CompiledProgram
+from tpumem.analysis.compiled.programs import CompiledProgram
+from tpumem.analysis.compiled.tpu import TpuFit
+from tpumem.analysis.counters import Counters
+from tpumem.analysis.drawing.largest_buffers import BufferLife
+from tpumem.analysis.drawing.moments import Moments
+from tpumem.analysis.drawing.series import DeviceSeries
+from tpumem.analysis.drawing.timeline import Timeline
+from tpumem.analysis.fragmentation import Fragmentation
+from tpumem.analysis.growth import Growth, StackGrowth
+from tpumem.analysis.kinds import KINDS, KindBytes
+from tpumem.analysis.oom import COMPILE as COMPILE_VERDICT
+from tpumem.analysis.oom import FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
+from tpumem.analysis.oom_causes import OomCause
+from tpumem.analysis.oom_messages import CompiledAllocation
+from tpumem.analysis.padding import LayoutPadding, PaddedShape
+from tpumem.analysis.peak import GROUP_KEYS, LiveGroup, PeakBreakdown
+from tpumem.analysis.preallocation import Preallocation
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.series import DeviceSeries
 from tpumem.analysis.stacks import StackBytes
-from tpumem.analysis.timeline import Timeline
-from tpumem.analysis.tpu import TpuFit
 from tpumem.analysis.waste import InternalWaste
 from tpumem.hlo.refusals import Figure
 from tpumem.report.fit_rows import fit_note

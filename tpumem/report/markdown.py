@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.compiled.programs import CompiledProgram
+from tpumem.analysis.compiled.tpu import TpuTarget
 from tpumem.analysis.peak import LiveGroup
-from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markdown as _cell

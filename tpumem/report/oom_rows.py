@@ -3,7 +3,7 @@ and what a capacity asked about would give (the allocator model's replay)."""
 
 from __future__ import annotations
 
-from tpumem.analysis.capacity import SEGMENTS, CapacityCheck
+from tpumem.analysis.allocators.capacity import SEGMENTS, CapacityCheck
 from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
 from tpumem.analysis.oom_causes import KEPT, PIECES, ROUNDING, OomCause
 from tpumem.units import format_bytes, format_seconds

@@ -7,8 +7,8 @@ import itertools
 import os
 from collections import Counter
 
-from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap
-from tpumem.analysis.programs import CompiledProgram
+from tpumem.analysis.compiled.program_heap import HeapBuffer, ProgramHeap
+from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.units import counted, format_bytes
 
 TOP_PROGRAMS = 5  # programs listed in a report

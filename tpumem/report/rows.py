@@ -6,9 +6,9 @@ import itertools
 import re
 
 from tpumem.analysis import figures as fig
+from tpumem.analysis.compiled.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.growth import MIN_STEPS
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
-from tpumem.analysis.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.provenance import NOT_AVAILABLE
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.report.growth_rows import GROWTH_HOW, growth_text

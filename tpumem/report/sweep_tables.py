@@ -4,7 +4,7 @@ each combination of the others (the frontier)."""
 
 from __future__ import annotations
 
-from tpumem.analysis.sweep import SweepPoint, largest
+from tpumem.analysis.compiled.sweep import SweepPoint, largest
 from tpumem.units import format_bytes
 
 

@@ -12,11 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.compiled.programs import CompiledProgram
+from tpumem.analysis.compiled.sweep import SweepPoint
+from tpumem.analysis.compiled.tpu import TpuTarget
 from tpumem.analysis.peak import LiveGroup
-from tpumem.analysis.programs import CompiledProgram
 from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
-from tpumem.analysis.sweep import SweepPoint
-from tpumem.analysis.tpu import TpuTarget
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markup, visible

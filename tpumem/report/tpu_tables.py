@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from tpumem.analysis.cpu_forms import CpuForm
-from tpumem.analysis.programs import short_program_name
-from tpumem.analysis.tpu import TpuTarget
+from tpumem.analysis.compiled.cpu_forms import CpuForm
+from tpumem.analysis.compiled.programs import short_program_name
+from tpumem.analysis.compiled.tpu import TpuTarget
 from tpumem.hlo.refusals import VMEM
 from tpumem.report.fit_rows import budget_words
 from tpumem.report.kind_words import kinds_rows

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_of, highest_of_bins
+from tpumem.analysis.allocators.bins import bin_of, highest_of_bins
 from tpumem.analysis.device_events import DeviceEvents
 
 DETAIL_FACTOR = 8

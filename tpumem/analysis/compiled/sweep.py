@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpumem.analysis.tpu import TpuTarget
+from tpumem.analysis.compiled.tpu import TpuTarget
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpumem.analysis.compiled.program_heap import PARAMETER, HeapBuffer
+from tpumem.analysis.compiled.programs import CompiledProgram, programs_named
 from tpumem.analysis.device_events import DeviceEvents
-from tpumem.analysis.program_heap import PARAMETER, HeapBuffer
-from tpumem.analysis.programs import CompiledProgram, programs_named
 from tpumem.hlo.shapes import numpy_dtype
 from tpumem.trace.model import Trace
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bfc import (
+from tpumem.analysis.allocators.bfc import (
     MAX_INTERNAL_FRAGMENTATION,
     MIN_ALLOCATION,
     UNLIMITED,

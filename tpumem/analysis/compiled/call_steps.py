@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpumem.analysis.compiled.programs import CompiledProgram, programs, programs_named
 from tpumem.analysis.device_events import DeviceEvents
-from tpumem.analysis.programs import CompiledProgram, programs, programs_named
 from tpumem.trace.model import Trace
 
 

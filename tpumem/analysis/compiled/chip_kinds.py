@@ -20,6 +20,9 @@ run's ledger (kinds.py) carried onto XLA:TPU's plan of the program counted
 
 from __future__ import annotations
 
+from tpumem.analysis.compiled.program_heap import CONSTANT, OUTPUT, PARAMETER, ProgramHeap
+from tpumem.analysis.compiled.programs import ProgramKinds, RunningAtPeak
+from tpumem.analysis.compiled.tpu import BESIDE, TpuFit, TpuProgram, TpuTarget
 from tpumem.analysis.kinds import (
     ACTIVATIONS,
     INPUTS,
@@ -31,9 +34,6 @@ from tpumem.analysis.kinds import (
     PeakKinds,
     region_kind,
 )
-from tpumem.analysis.program_heap import CONSTANT, OUTPUT, PARAMETER, ProgramHeap
-from tpumem.analysis.programs import ProgramKinds, RunningAtPeak
-from tpumem.analysis.tpu import BESIDE, TpuFit, TpuProgram, TpuTarget
 
 ON_CHIP_ARGUMENT = "XLA:TPU's plan of the program's arguments, each of the kind the run gave it"
 ON_CHIP_OBJECTS = (

@@ -1,5 +1,5 @@
 """Bytes in use and fragmentation over time in the report: the maximum of each of
-64 bins (analysis/bins.py)."""
+64 bins (analysis/allocators/bins.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_max, bin_of
+from tpumem.analysis.allocators.bins import bin_max, bin_of
 
 
 @dataclass(frozen=True, slots=True)

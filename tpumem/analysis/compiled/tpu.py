@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 
 from tpumem.analysis import provenance
 from tpumem.analysis.accelerators import ACCELERATORS
-from tpumem.analysis.cpu_forms import CpuForm, cpu_forms
+from tpumem.analysis.compiled.cpu_forms import CpuForm, cpu_forms
+from tpumem.analysis.compiled.program_heap import ProgramHeap, program_heap
+from tpumem.analysis.compiled.programs import CompiledProgram, RunningAtPeak
 from tpumem.analysis.kinds import KindBytes
 from tpumem.analysis.peak import LiveGroup
-from tpumem.analysis.program_heap import ProgramHeap, program_heap
-from tpumem.analysis.programs import CompiledProgram, RunningAtPeak
 from tpumem.hlo.refusals import VMEM, Refusal, refusal
 from tpumem.hlo.schema import HloError
 from tpumem.hlo.tiles import parse_shape

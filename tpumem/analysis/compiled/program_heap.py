@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.analysis.op_passes import BACKWARD, has_tape, op_pass
+from tpumem.analysis.compiled.op_passes import BACKWARD, has_tape, op_pass
 from tpumem.hlo.schema import ALLOC, FREE, SHARE_WITH, HloError, parse_hlo_proto
 from tpumem.hlo.shapes import dims_text, element_name, shape_text, subshape, unpadded_bytes
 from tpumem.trace.stack_rows import Frame, Stack

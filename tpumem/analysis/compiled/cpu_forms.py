@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.analysis.program_heap import instruction_source
+from tpumem.analysis.compiled.program_heap import instruction_source
 from tpumem.hlo.schema import HloError, parse_hlo_proto
 
 # The CPU's own kernels, by their custom-call targets' names.

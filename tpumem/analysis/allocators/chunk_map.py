@@ -21,15 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bfc import (
+from tpumem.analysis.allocators.bfc import (
     INITIAL_GROWTH_REGION,
     UNLIMITED,
     RegionSchedule,
     fragmentation_ratio,
     rounded_bytes,
 )
+from tpumem.analysis.allocators.unseen_frees import neighbours_at_address
 from tpumem.analysis.device_events import DeviceEvents, pair_events
-from tpumem.analysis.unseen_frees import neighbours_at_address
 
 _GROWTH_STEPS = 12  # candidate first regions: 2 MiB .. 4 GiB
 _SCORING_POINTS = 16

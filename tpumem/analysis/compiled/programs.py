@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tpumem.analysis.program_heap import HeapBuffer, ProgramHeap, program_heap
+from tpumem.analysis.compiled.program_heap import HeapBuffer, ProgramHeap, program_heap
 from tpumem.hlo.schema import HloError
 from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace

@@ -10,10 +10,10 @@ import os
 from dataclasses import dataclass
 
 from tpumem.analysis import provenance
-from tpumem.analysis.program_heap import HeapBuffer
-from tpumem.analysis.programs import CompiledProgram
+from tpumem.analysis.compiled.program_heap import HeapBuffer
+from tpumem.analysis.compiled.programs import CompiledProgram
+from tpumem.analysis.compiled.tpu import TpuProgram, same_program
 from tpumem.analysis.run_figures import RunAnalysis
-from tpumem.analysis.tpu import TpuProgram, same_program
 
 RUNNING_AT_PEAK = "running at the peak"
 LARGEST_PLAN = "the largest plan"

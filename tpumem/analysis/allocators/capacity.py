@@ -18,10 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis import caching_allocator, provenance
-from tpumem.analysis.bfc import MIN_ALLOCATION, UNLIMITED, rounded_bytes
-from tpumem.analysis.bfc_model import ReplayResult, repeat_candidates, replay, replay_sizes
-from tpumem.analysis.caching_allocator import segment_size
+from tpumem.analysis import provenance
+from tpumem.analysis.allocators import caching_allocator
+from tpumem.analysis.allocators.bfc import MIN_ALLOCATION, UNLIMITED, rounded_bytes
+from tpumem.analysis.allocators.bfc_model import (
+    ReplayResult,
+    repeat_candidates,
+    replay,
+    replay_sizes,
+)
+from tpumem.analysis.allocators.caching_allocator import segment_size
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.oom import OutOfMemory, verdict
 from tpumem.analysis.peak import live_at, live_groups, step_at

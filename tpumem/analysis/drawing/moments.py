@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_of, highest_and_last_of_bins
+from tpumem.analysis.allocators.bins import bin_of, highest_and_last_of_bins
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.analysis.peak import GROUP_KEYS
 from tpumem.trace.model import Trace

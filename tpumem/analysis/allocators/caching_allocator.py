@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpumem.analysis.bfc_model import ReplayResult, replay_sizes
+from tpumem.analysis.allocators.bfc_model import ReplayResult, replay_sizes
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.trace.cuda_blocks import MIN_BLOCK, block_sizes
 from tpumem.trace.memory_settings import CUDA_CACHING

@@ -14,11 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpumem.analysis.bins import bin_max, bin_of, highest_and_last_of_bins, highest_of_bins
-from tpumem.analysis.detail import DetailLevel, detail_levels
+from tpumem.analysis.allocators.bins import (
+    bin_max,
+    bin_of,
+    highest_and_last_of_bins,
+    highest_of_bins,
+)
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
-from tpumem.analysis.largest_buffers import LargestBuffers, largest_buffers
-from tpumem.analysis.moments import Moments, moment_indices, moments
+from tpumem.analysis.drawing.detail import DetailLevel, detail_levels
+from tpumem.analysis.drawing.largest_buffers import LargestBuffers, largest_buffers
+from tpumem.analysis.drawing.moments import Moments, moment_indices, moments
 from tpumem.analysis.peak import NO_REGION, STACK, UNSEEN
 from tpumem.trace.model import Trace
 
