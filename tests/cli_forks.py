@@ -13,7 +13,7 @@ A server serves one environment: a command in another one (a test that changed a
 variable) gets a server of its own, since the interpreter reads some of it at its
 start (PYTHONPATH, the encodings). What differs from a fresh process: standard
 input is /dev/null, and the modules the server imported are there in every child
-(tests/test_imports.py checks what the CLI imports in processes of its own).
+(tests/cli/test_imports.py checks what the CLI imports in processes of its own).
 TPUMEM_TEST_FRESH_PROCESSES=1 starts every command fresh.
 """
 

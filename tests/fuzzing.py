@@ -8,7 +8,7 @@ outcome: exit 0 with a valid report, or exit 2 with one line. A worker that dies
 (a crash inside a library) or stops answering (a hang) is a finding too; the next
 worker goes on from the mutant after.
 
-Used by tests/test_fuzz.py (a few hundred mutants per run) and by
+Used by tests/slow/test_fuzz.py (a few hundred mutants per run) and by
 tests/tools/fuzz_campaign.py (thousands, with counts per outcome).
 """
 

@@ -1,5 +1,5 @@
 """PyTorch memory snapshots made to cost: what `tpumem import SNAPSHOT.pickle`
-must read in time linear in their size (tests/test_hostile_inputs.py, and
+must read in time linear in their size (tests/cli/test_hostile_inputs.py, and
 benchmarks/snapshot_flood.py for the cost)."""
 
 from __future__ import annotations

@@ -9,6 +9,34 @@ import shutil
 from pathlib import Path
 
 from conftest import run_tpumem
+from hostile_traces import _header, write
+from tpumem.trace.stack_rows import stack_text
+
+KiB = 1024
+LEAK = 128 * KiB  # what each step of a ranked_trace keeps
+
+
+def ranked_trace(path: Path, peak_kib: int, rank: int, steps: int = 0) -> Path:
+    """A trace whose one device peaks at `peak_kib` KiB (two buffers, one freed),
+    with `steps` step marks, each keeping LEAK more (a leak)."""
+    rows = [
+        {"kind": "alloc", "time_ns": 10, "device": "CPU:0", "buffer_id": 1, "bytes": KiB},
+        {"kind": "alloc", "time_ns": 20, "device": "CPU:0", "buffer_id": 2,
+         "bytes": (peak_kib - 1) * KiB, "source": "train.py:7"},
+        {"kind": "free", "time_ns": 30, "device": "CPU:0", "buffer_id": 2,
+         "bytes": (peak_kib - 1) * KiB},
+    ]  # fmt: skip
+    frames = [("train.py", 3, "<module>"), ("train.py", 9, "step")]
+    rows.insert(0, {"kind": "stack", "time_ns": 0, "stack": 1, "text": stack_text(frames)})
+    for step in range(steps):
+        time = 100 + step * 100
+        rows += [
+            {"kind": "mark", "time_ns": time, "text": "step", "step": step},
+            {"kind": "alloc", "time_ns": time + 10, "device": "CPU:0",
+             "buffer_id": 10 + step, "bytes": LEAK, "stack": 1},
+        ]  # fmt: skip
+    process = {"index": rank, "count": 3, "source": "RANK"}
+    return write(path, rows, header=_header(host="h", pid=1000 + rank, run="r", process=process))
 
 
 def bare_copy(run: Path, into: Path) -> Path:

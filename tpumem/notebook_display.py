@@ -1,6 +1,6 @@
 """What a notebook shows for tpumem's values (a run's analysis, a comparison):
 their reports, HTML and text. The analysis knows nothing of reports (the floors
-import downwards only: tests/test_imports.py); IPython is told instead, by type
+import downwards only: tests/cli/test_imports.py); IPython is told instead, by type
 name, so that nothing is imported until a value is shown.
 
 Registered when tpumem is imported inside IPython, and by `%load_ext tpumem`.

@@ -74,7 +74,7 @@ def is_trace(path: Path) -> bool:
     return head is not None and head.startswith(_TRACE_MAGIC) and FORMAT_NAME.encode() in head
 
 
-# The first bytes of every report and page tpumem writes (tests/test_outputs.py
+# The first bytes of every report and page tpumem writes (tests/cli/test_outputs.py
 # holds each format and command to this).
 _REPORT_HEADS = (
     re.compile(rb"(# )?tpumem [a-z]"),  # text and Markdown: the title line

@@ -5,7 +5,7 @@ for anything outside the file. Writes a screenshot beside each page to look at.
 
     python tests/browser/chromium_check.py PAGE.html [PAGE.html ...]
 
-tests/test_browser.py runs it in the suite (`make test` installs Chromium where it
+tests/browser/test_browser.py runs it in the suite (`make test` installs Chromium where it
 is missing); `make html-check` runs it on the demo's pages.
 """
 

@@ -1,4 +1,4 @@
-"""Records the demo's traces and their JSON reports for tests/test_demo_figures.py:
+"""Records the demo's traces and their JSON reports for tests/cli/test_demo_figures.py:
 run `make demo` first, then
 
     .venv/bin/python tests/tools/record_demo_figures.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Records a two-process jax.distributed run on one GPU for tests/test_gpu_traces.py
+# Records a two-process jax.distributed run on one GPU for tests/unit/test_gpu_traces.py
 # (run on a machine with an NVIDIA GPU and jax[cuda]; writes into DIR, default
 # tests/data/gpu/run): each process under `tpumem profile -o 'run/{host}-{rank}.tpumem'`,
 # both on GPU 0 (local_device_ids), each with a 20% memory fraction; rank r keeps

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Records the JAX adapter's GPU traces that tests/test_gpu_traces.py reads (run on a
+# Records the JAX adapter's GPU traces that tests/unit/test_gpu_traces.py reads (run on a
 # machine with an NVIDIA GPU and jax[cuda]; writes into DIR, default tests/data/gpu):
 #   known.tpumem  arrays of known sizes; known.json: what memory_stats() said
 #   oom.tpumem    a run that asks for more than a 2% memory fraction holds

@@ -1,7 +1,7 @@
 """The JSON schemas tpumem publishes (tpumem/report/schemas/), generated from the
 shapes that write each JSON: a schema file is never edited by hand.
 
-`python -m tpumem.report.schema_files` writes them; tests/test_json_schema.py
+`python -m tpumem.report.schema_files` writes them; tests/unit/test_json_schema.py
 fails while a file differs from what its shape generates.
 """
 

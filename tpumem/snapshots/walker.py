@@ -5,7 +5,7 @@ Read by the C walker of pickle_walk.c where the install built it: in memory the
 size of the allocator's state plus a few bytes an entry, never executing the
 pickle. Without it, the snapshot is unpickled whole (no object but plain data is
 allowed to load) and its entries turned into the same rows: the same answers, in
-several times the file's size of memory. tests/test_snapshot_import.py holds the
+several times the file's size of memory. tests/unit/test_snapshot_import.py holds the
 two to the same rows.
 """
 

@@ -2,7 +2,7 @@
 
 They are an optional extension (pyproject.toml): without a C compiler tpumem
 installs all the same and reads with its numpy decoder, which gives the same
-columns (tests/test_xplane_wire.py holds the two to that) at a few times the
+columns (tests/unit/test_xplane_wire.py holds the two to that) at a few times the
 CPU. The library is plain C, loaded with ctypes: no Python headers needed to
 build it, and ctypes lets go of the GIL for each call.
 """

@@ -21,7 +21,7 @@ Not modeled: `expandable_segments` (a pool as one segment that grows by pages),
 
 Checked against PyTorch itself: replayed from the recorded snapshots
 (tests/data/torch_cuda), the model's reserved bytes follow the segments PyTorch
-took, and peak at its `max_memory_reserved()` (tests/test_caching_allocator.py).
+took, and peak at its `max_memory_reserved()` (tests/unit/test_caching_allocator.py).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from conftest import run_tpumem
 from hostile_traces import HTML, _header, _rows, cases, write
 from profiling import EXAMPLES, profile
 
-sys.path.insert(0, str(Path(__file__).parent / "browser"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "browser"))
 from chromium_check import rendered
 
-GPU = Path(__file__).parent / "data" / "gpu"
+GPU = Path(__file__).parent.parent / "data" / "gpu"
 INJECTED = ('<img src="x"', "<script>alert", 'onerror="alert')
 
 

@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from run_summaries import figures
+from run_summaries import figures, ranked_trace
 from storage_servers import filesystem, storage_servers, upload
-from test_summaries import _trace
 
 from conftest import assert_one_line_error, run_tpumem
 from profiling import profile
@@ -20,7 +19,7 @@ from tpumem.outputs import summary_of
 from tpumem.reading.summary_files import summarise_beside
 
 KiB = 1024
-PROFILE = Path(__file__).resolve().parent / "data" / "xplane" / "jax_cpu.xplane.pb"
+PROFILE = Path(__file__).resolve().parent.parent / "data" / "xplane" / "jax_cpu.xplane.pb"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def stored(servers, tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     for rank, peak in ((0, 6400), (1, 9600), (2, 8000)):
-        trace = _trace(run / f"h-{rank}.tpumem", peak, rank, steps=6)
+        trace = ranked_trace(run / f"h-{rank}.tpumem", peak, rank, steps=6)
         assert summarise_beside(trace) is None
     bucket = f"b{tmp_path.name.replace('_', '-').lower()[-40:]}"
     for scheme in ("gs", "s3"):

@@ -24,10 +24,10 @@ from tpumem.trace.metadata import ExitStatus
 from tpumem.trace.reader import load
 from tpumem.trace.writer import TraceWriter
 
-XPLANE = Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb"
-TRACE = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
-RUN = Path(__file__).parent / "data" / "gpu" / "run"
-DEMO = Path(__file__).parent / "data" / "demo"
+XPLANE = Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb"
+TRACE = Path(__file__).parent.parent / "data" / "gpu" / "mlp.tpumem"
+RUN = Path(__file__).parent.parent / "data" / "gpu" / "run"
+DEMO = Path(__file__).parent.parent / "data" / "demo"
 
 JAX_SCRIPT = """
 import os, sys, time

@@ -15,7 +15,7 @@ from tpumem.analysis import analyze
 from tpumem.report.rows import device_rows, fact_rows
 from tpumem.trace.reader import load
 
-GPU = Path(__file__).parent / "data" / "gpu"
+GPU = Path(__file__).parent.parent / "data" / "gpu"
 STATS = json.loads((GPU / "known.json").read_text())  # memory_stats() at the script's end
 
 

@@ -100,7 +100,7 @@ def test_the_chunk_dump_gives_the_exact_bytes():
     """A whole dump (TensorFlow on this machine, 40 MiB limit, tensors dropped so
     the free memory was in pieces): the reader sums the chunks as they pass; its
     stats round 21 MiB + 256 B to 21.00MiB, the chunks do not."""
-    dump = Path(__file__).parent / "data" / "bfc_oom_dump.txt"
+    dump = Path(__file__).parent.parent / "data" / "bfc_oom_dump.txt"
     reader = OomLogReader()
     for line in dump.read_bytes().splitlines():
         reader.feed(line)

@@ -26,7 +26,7 @@ from tpumem.analysis.changes import SEARCH
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
 
 # An FSDP train step as a training script writes it: a mesh over jax.devices(),

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from page_data import embedded
 
 from conftest import run_tpumem
 from sample_traces import buffer_rows
@@ -23,14 +24,6 @@ from tpumem.trace.reader import load
 
 HOSTILE = "</script><script>alert(1)</script>"
 HOSTILE_SOURCE = '<img src=x onerror="alert(2)">:7'
-
-
-def embedded(page: str) -> dict:
-    found = re.search(
-        rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', page, re.DOTALL
-    )
-    assert found, "no embedded data"
-    return json.loads(found.group(1))
 
 
 def _loop_rows(steps: int = 40) -> list[dict]:
@@ -240,7 +233,7 @@ def test_the_page_says_only_the_words_python_gives_it():
     each asked for with as many values as it has blanks."""
     from tpumem.report.page_words import PAGE_WORDS
 
-    assets = Path(__file__).parent.parent / "tpumem/report/assets"
+    assets = Path(__file__).parent.parent.parent / "tpumem/report/assets"
     script = "\n".join(path.read_text() for path in sorted(assets.glob("*.js")))
     calls = [
         (m.group(1), _arguments(script, m.end())) for m in re.finditer(r'say\("(\w+)"', script)

@@ -11,11 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from run_summaries import assert_summaries_stand_for_the_traces, bare_copy
+from run_summaries import LEAK, assert_summaries_stand_for_the_traces, bare_copy, ranked_trace
 
 import tpumem
 from conftest import run_tpumem
-from hostile_traces import _header, write
 from tpumem.analysis.processes import SERIES_POINTS, summarize
 from tpumem.outputs import create_trace, summary_of
 from tpumem.reading.analyses import analysed
@@ -29,35 +28,8 @@ from tpumem.reading.summary_files import (
     summarise_beside,
     write_summary,
 )
-from tpumem.trace.stack_rows import stack_text
 
 KiB = 1024
-
-
-LEAK = 128 * KiB  # what each step keeps
-
-
-def _trace(path: Path, peak_kib: int, rank: int, steps: int = 0) -> Path:
-    """A trace whose one device peaks at `peak_kib` KiB (two buffers, one freed),
-    with `steps` step marks, each keeping LEAK more (a leak)."""
-    rows = [
-        {"kind": "alloc", "time_ns": 10, "device": "CPU:0", "buffer_id": 1, "bytes": KiB},
-        {"kind": "alloc", "time_ns": 20, "device": "CPU:0", "buffer_id": 2,
-         "bytes": (peak_kib - 1) * KiB, "source": "train.py:7"},
-        {"kind": "free", "time_ns": 30, "device": "CPU:0", "buffer_id": 2,
-         "bytes": (peak_kib - 1) * KiB},
-    ]  # fmt: skip
-    frames = [("train.py", 3, "<module>"), ("train.py", 9, "step")]
-    rows.insert(0, {"kind": "stack", "time_ns": 0, "stack": 1, "text": stack_text(frames)})
-    for step in range(steps):
-        time = 100 + step * 100
-        rows += [
-            {"kind": "mark", "time_ns": time, "text": "step", "step": step},
-            {"kind": "alloc", "time_ns": time + 10, "device": "CPU:0",
-             "buffer_id": 10 + step, "bytes": LEAK, "stack": 1},
-        ]  # fmt: skip
-    process = {"index": rank, "count": 3, "source": "RANK"}
-    return write(path, rows, header=_header(host="h", pid=1000 + rank, run="r", process=process))
 
 
 @pytest.fixture
@@ -66,7 +38,7 @@ def run(tmp_path: Path) -> Path:
     directory = tmp_path / "run"
     directory.mkdir()
     for rank, peak in ((0, 6400), (1, 9600), (2, 8000)):
-        trace = _trace(directory / f"h-{rank}.tpumem", peak, rank, steps=6)
+        trace = ranked_trace(directory / f"h-{rank}.tpumem", peak, rank, steps=6)
         assert summarise_beside(trace) is None
     return directory
 
@@ -135,7 +107,7 @@ def test_check_trusting_summaries_reads_no_trace_but_the_busiest(run):
 
 def test_a_summary_that_no_longer_stands_for_its_trace_is_not_used(run):
     # rank 0's trace replaced by another of the same name: its summary is stale
-    _trace(run / "h-0.tpumem", 5000, 0)
+    ranked_trace(run / "h-0.tpumem", 5000, 0)
     # rank 2's summary is of a newer version; rank 1's (the busiest) overstates its
     # peak, which makes it the one read in full (one that understates it cannot be
     # told from its summary alone)
@@ -288,7 +260,7 @@ def forged(tmp_path: Path) -> Path:
     directory = tmp_path / "forged"
     directory.mkdir()
     for rank, peak in ((0, 321), (1, 200)):
-        assert summarise_beside(_trace(directory / f"h-{rank}.tpumem", peak, rank)) is None
+        assert summarise_beside(ranked_trace(directory / f"h-{rank}.tpumem", peak, rank)) is None
     _forged(directory / "h-0.tpumem", 1000)
     return directory
 

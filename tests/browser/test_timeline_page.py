@@ -22,8 +22,8 @@ from tpumem.analysis.drawing.moments import MOMENT_GROUPS
 from tpumem.analysis.peak import live_at, live_groups
 from tpumem.trace.reader import load
 
-DEMO = Path(__file__).parent / "data" / "demo"
-GPU = Path(__file__).parent / "data" / "gpu"
+DEMO = Path(__file__).parent.parent / "data" / "demo"
+GPU = Path(__file__).parent.parent / "data" / "gpu"
 UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
 
 

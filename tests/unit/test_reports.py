@@ -16,7 +16,7 @@ from tpumem.report.live_rows import group_rows
 from tpumem.report.rows import device_rows, fact_rows, one_line
 from tpumem.trace.reader import load
 
-GOLDEN = str(Path(__file__).parent / "data" / "report_buffer_trace_{}.txt")
+GOLDEN = str(Path(__file__).parent.parent / "data" / "report_buffer_trace_{}.txt")
 
 
 def _text(make_trace, width: int) -> str:

@@ -23,7 +23,7 @@ from tpumem.report.schema_files import file_name, generated, text
 from tpumem.trace.metadata import EXTRA, EXTRAS, RunMetadata
 from tpumem.trace.records import OTHER, hints
 
-DEMO = Path(__file__).parent / "data" / "demo"
+DEMO = Path(__file__).parent.parent / "data" / "demo"
 UNITS = (BYTES, COUNT, SHARE, RATE, TIME, TEXT)
 
 
@@ -59,7 +59,7 @@ def test_every_json_a_command_writes_keeps_to_its_schema(tmp_path):
         trace = tmp_path / f"{run}.tpumem"
         trace.write_bytes(gzip.decompress((DEMO / f"{run}.tpumem.gz").read_bytes()))
         traces.append(str(trace))
-    run = str(Path(__file__).parent / "data" / "gpu" / "run")
+    run = str(Path(__file__).parent.parent / "data" / "gpu" / "run")
     commands = [
         ("report", traces[0], "-f", "json"),
         ("report", traces[0], "--program", "jit_step", "-f", "json"),

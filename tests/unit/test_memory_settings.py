@@ -175,7 +175,7 @@ def test_no_analysis_or_report_module_names_a_framework():
     settings, its words); a comparison with a framework's name (`framework ==
     "pytorch"`) is a rule that a fourth framework would have to find and edit."""
     names = {*FRAMEWORKS, "pytorch", "torch", "keras"}
-    root = Path(__file__).resolve().parent.parent / "tpumem"
+    root = Path(__file__).resolve().parent.parent.parent / "tpumem"
     found = [
         (path.name, node.value)
         for package in ("analysis", "report", "reading", "export")

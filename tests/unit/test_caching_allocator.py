@@ -25,7 +25,7 @@ from tpumem.outputs import create_trace
 from tpumem.snapshots.importing import import_snapshot
 from tpumem.trace.reader import load
 
-DATA = Path(__file__).parent / "data" / "torch_cuda"
+DATA = Path(__file__).parent.parent / "data" / "torch_cuda"
 MiB = 1 << 20
 
 

@@ -17,7 +17,7 @@ import tomllib
 from tpumem.adapters.import_watch import FRAMEWORKS as ADAPTED
 from tpumem.adapters.import_watch import KERAS_BACKENDS
 
-PACKAGE = Path(__file__).resolve().parent.parent / "tpumem"
+PACKAGE = Path(__file__).resolve().parent.parent.parent / "tpumem"
 # Every framework tpumem has an adapter for (its registry), Keras and its backends.
 FRAMEWORKS = tuple(sorted({*ADAPTED, *KERAS_BACKENDS, "keras"}))
 
@@ -78,7 +78,7 @@ def test_every_package_is_installed():
     not editable (tpumem.hlo was, until a GPU machine's install said so)."""
     import tomllib
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     listed = set(
         tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
@@ -93,7 +93,7 @@ def test_a_report_does_not_load_arrow_compute():
     """pyarrow.compute takes about 35 ms to import: more than a report of a
     100,000-event profile spends reading its trace. A report of a profile (read,
     written as a trace, read again) and of a trace reads its columns without it."""
-    data = Path(__file__).resolve().parent / "data"
+    data = Path(__file__).resolve().parent.parent / "data"
     for given in (data / "xplane" / "tf_cpu.xplane.pb", data / "gpu" / "known.tpumem"):
         loaded = _modules_loaded(
             "import contextlib, io, sys\n"

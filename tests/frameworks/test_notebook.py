@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from test_html import embedded
+from page_data import embedded
 
 import tpumem
 from sample_traces import buffer_rows

@@ -17,7 +17,7 @@ from hostile_traces import cases, write
 from tpumem.trace.reader import CHUNK_ROWS, load
 from tpumem.trace.writer import TraceWriter
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 TRACES = sorted((DATA / "gpu").glob("*.tpumem"))
 PROFILES = sorted((DATA / "xplane").glob("*.xplane.pb"))
 MUTANTS_PER_FILE = 60

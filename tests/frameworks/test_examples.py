@@ -14,7 +14,7 @@ import pytest
 
 from tpumem.adapters.import_watch import FRAMEWORKS
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
 
 def _prefixes(model: str) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import assert_one_line_error, run_tpumem
 
-TF_PROFILE = Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb"
+TF_PROFILE = Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb"
 
 
 def _figures(text: str) -> dict:

@@ -306,7 +306,7 @@ def test_only_the_profiles_own_program_files_are_read(tmp_path):
 
     profile = tmp_path / "host.xplane.pb"
     profile.write_bytes(
-        (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+        (Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
     )
     (tmp_path / "x(7).hlo_proto.pb").symlink_to("/etc/passwd")
     (tmp_path / "z(8).hlo_proto.pb").symlink_to("/dev/zero")
@@ -323,7 +323,7 @@ def test_a_directory_is_searched_for_profiles_in_xprofs_layouts_only(tmp_path):
     """`report /` walked the whole filesystem for profiles and called what it found
     one run. Profiles are looked for where XProf and TensorBoard write them: a
     logdir's plugins/profile/<run>/, also one or two directories down."""
-    source = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    source = (Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
     deep = tmp_path / "a" / "b" / "c" / "d" / "run" / "host.xplane.pb"
     deep.parent.mkdir(parents=True)
     deep.write_bytes(source)

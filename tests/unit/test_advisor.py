@@ -18,7 +18,9 @@ from tpumem.trace.reader import load
 GiB = 1 << 30
 
 
-LAYOUTS = json.loads((Path(__file__).parent / "data" / "tpu_layouts.json").read_text())["records"]
+LAYOUTS = json.loads((Path(__file__).parent.parent / "data" / "tpu_layouts.json").read_text())[
+    "records"
+]
 
 
 @pytest.mark.parametrize(

@@ -299,7 +299,7 @@ def test_sized_varints_read_a_varint_only_at_its_size():
 def test_regular_and_general_decoders_agree_on_a_real_profile(monkeypatch):
     from pathlib import Path
 
-    data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    data = (Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
     regular = _in_every_decoder(monkeypatch, data)
     assert len(regular[0]) > 100
 
@@ -313,7 +313,7 @@ def test_chunks_decoded_on_threads_are_the_same_columns(monkeypatch):
     from tpumem.xplane import memory_events
     from tpumem.xplane.wire import WireError
 
-    data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    data = (Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
     monkeypatch.setattr(memory_events, "CHUNK_EVENTS", 7)
     one = _columns(data)
     assert len(one[0]) > 100
@@ -355,7 +355,7 @@ def test_the_c_kernels_take_any_bytes():
     columns[1] = compiled.numeric_column(values, present)
     columns[2] = compiled.string_column(ref, start, length)
     id_codes = np.array([0, 1, 2, 1], dtype=np.int8)
-    data = (Path(__file__).parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
+    data = (Path(__file__).parent.parent / "data" / "xplane" / "tf_cpu.xplane.pb").read_bytes()
     real = np.frombuffer(data, np.uint8)
     pieces = [rng.integers(0, 256, rng.integers(1, 300), dtype=np.uint8) for _ in range(300)]
     pieces += [real[at : at + cut] for at in range(1000, 1100, 7) for cut in range(0, 200, 9)]

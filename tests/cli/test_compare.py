@@ -123,7 +123,7 @@ def test_names_from_a_trace_are_shown_escaped_in_compare_and_diff(tmp_path):
     from hostile_traces import cases
 
     hostile = cases()["escapes everywhere"](tmp_path / "escapes.tpumem")
-    other = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
+    other = Path(__file__).parent.parent / "data" / "gpu" / "mlp.tpumem"
     for command in (
         ["compare", str(hostile), str(other)],
         ["compare", str(other), str(hostile)],

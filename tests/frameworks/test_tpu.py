@@ -22,7 +22,7 @@ from tpumem.tpu.compile import LIBTPU_VARIABLE, libtpu_path
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
 
-sys.path.insert(0, str(Path(__file__).parent / "browser"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "browser"))
 from chromium_check import rendered
 
 TINY = ["--width", "64", "--layers", "1", "--seq", "16", "--vocab", "128", "--batch", "4"]
@@ -330,6 +330,6 @@ def test_libtpu_is_where_only_tpumem_looks():
     assert libtpu_requirement().startswith("libtpu==")
     assert libtpu_path() == str(Path(sys.prefix) / "libtpu")
     assert find_spec("libtpu") is None
-    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parent.parent.parent / "pyproject.toml"
     extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
     assert not [r for rs in extras.values() for r in rs if "[tpu]" in r or "libtpu" in r]

@@ -21,7 +21,7 @@ from tpumem.hlo.refusals import refusal
 from tpumem.trace.reader import load
 from tpumem.units import format_bytes
 
-sys.path.insert(0, str(Path(__file__).parent / "browser"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "browser"))
 from chromium_check import rendered
 
 # An MLP train step of N f32[8192,8192] layers: 31 fit a v5e chip, 32 do not

@@ -29,7 +29,7 @@ from conftest import assert_one_line_error, run_tpumem
 from profiling import QUIET, InATerminal, profile
 from tpumem.trace.reader import load
 
-DATA = Path(__file__).parent / "data" / "gpu"
+DATA = Path(__file__).parent.parent / "data" / "gpu"
 
 WAIT_S = 120  # how long a test waits for a file a script writes, before it fails
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_tpumem
 
-DEMO = Path(__file__).parent / "data" / "demo"
+DEMO = Path(__file__).parent.parent / "data" / "demo"
 RUNS = ("tf_transformer", "jax_transformer", "torch_xla_transformer")
 
 

@@ -21,7 +21,7 @@ from tpumem.trace.reader import load
 from tpumem.trace.schema import CAPTURE_GAP, CAPTURE_RESUMED
 
 MiB = 1 << 20
-DEMO = Path(__file__).parent / "data" / "demo"
+DEMO = Path(__file__).parent.parent / "data" / "demo"
 
 
 def _alloc(t: int, buffer: int, size: int, op: str) -> dict:

@@ -29,7 +29,7 @@ from tpumem.snapshots.walker import ACTION, SnapshotWalk
 from tpumem.trace.cuda_blocks import block_sizes, divisions_by_interval
 from tpumem.trace.reader import load
 
-DATA = Path(__file__).parent / "data" / "torch_cuda"
+DATA = Path(__file__).parent.parent / "data" / "torch_cuda"
 PARTS = ("mlp", "oom", "overflow", "expandable", "state", "bare", "gpt2")
 # Recorded from before the first allocation: the peak is the whole run's.
 FROM_THE_START = ("mlp", "oom", "expandable", "gpt2")
@@ -403,7 +403,7 @@ def test_jax_and_pytorch_on_one_gpu_side_by_side(tmp_path):
     as `tpumem profile` recorded it, PyTorch's from its snapshot."""
     _, converted = _imported(DATA / "mlp.pickle", tmp_path)
     assert converted.allocations
-    jax_trace = Path(__file__).parent / "data" / "gpu" / "mlp.tpumem"
+    jax_trace = Path(__file__).parent.parent / "data" / "gpu" / "mlp.tpumem"
     page = tmp_path / "both.html"
     done = run_tpumem(
         "compare",
@@ -426,7 +426,7 @@ def test_check_fails_a_run_that_ended_out_of_memory_not_one_that_went_on(tmp_pat
     """A gate passes no run that ended out of memory, whatever its peak (JAX on
     the H200: its exception); the snapshot's script caught its failure and went
     on (it dumped the snapshot after), so its run is judged on its figures."""
-    ended = run_tpumem("check", str(Path(__file__).parent / "data" / "gpu" / "oom.tpumem"),
+    ended = run_tpumem("check", str(Path(__file__).parent.parent / "data" / "gpu" / "oom.tpumem"),
                        "--max-peak", "100GiB")  # fmt: skip
     assert ended.returncode == 1, ended.stderr
     assert "the run ended out of memory" in ended.stderr and "asked for 4.0 GiB" in ended.stderr
