@@ -23,7 +23,6 @@ from tpumem.errors import TpumemError
 
 if TYPE_CHECKING:
     from tpumem.adapters.framework import Framework
-    from tpumem.trace.memory_settings import MemorySettings
     from tpumem.trace.metadata import ProcessInfo
     from tpumem.trace.writer import TraceWriter
 
@@ -268,12 +267,6 @@ def declared(name: str) -> Framework | None:
         return None
     framework: Framework = importlib.import_module(FRAMEWORK_MODULES[name]).FRAMEWORK
     return framework
-
-
-def memory_settings(name: str) -> MemorySettings | None:
-    """The framework's allocator settings, as its package declares them."""
-    framework = declared(name)
-    return None if framework is None else framework.memory_settings
 
 
 def register(adapter: type[Adapter]) -> type[Adapter]:

@@ -83,11 +83,23 @@ def assert_written_json_valid(
     result: subprocess.CompletedProcess[str], args: list[str], cwd: Path | None
 ) -> None:
     """The JSON report, comparison or diff that `tpumem ARGS` wrote (if it wrote
-    one) keeps to its JSON Schema."""
+    one) keeps to its JSON Schema; and the report `profile -f json` printed after
+    the run, on standard error (its standard output is the script's)."""
     if result.returncode == 0 and args[:1] in (["report"], ["compare"], ["diff"]):
         written = _json_written(args, cwd, result.stdout)
         if written is not None:
-            assert_valid_json(written)
+            assert_valid_json(written, args[0])
+    if args[:1] == ["profile"] and _option(args, "-f", "--format") == "json":
+        assert_valid_json(json.dumps(printed_report(result.stderr)), "profile")
+
+
+def printed_report(stderr: str) -> Any:
+    """The JSON report `profile -f json` printed on standard error, between the
+    script's own lines and tpumem's last ones."""
+    start = stderr.rfind('{\n  "schema": ')
+    assert start >= 0, f"no JSON report in: {stderr[-2000:]}"
+    document, _ = json.JSONDecoder().raw_decode(stderr, start)
+    return document
 
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "tpumem" / "report" / "schemas"
@@ -107,10 +119,23 @@ def _json_written(args: list[str], cwd: Path | None, stdout: str) -> str | None:
     return None
 
 
-def assert_valid_json(text: str) -> None:
+# The schemas each command's JSON may name.
+WRITES = {
+    "report": ("tpumem-report/1", "tpumem-program/1", "tpumem-run/2"),
+    "profile": ("tpumem-report/1", "tpumem-run/2"),
+    "compare": ("tpumem-compare/1",),
+    "diff": ("tpumem-diff/2",),
+}
+
+
+def assert_valid_json(text: str, command: str | None = None) -> None:
     """`text` keeps to the schema its own `schema` names (a report, one of its
-    programs, a distributed run's report, a comparison, a diff)."""
+    programs, a distributed run's report, a comparison, a diff), one that
+    `command` writes."""
     document = json.loads(text)
+    assert isinstance(document, dict) and "schema" in document, text[:200]
+    if command is not None:
+        assert document["schema"] in WRITES[command], (command, document["schema"])
     _validate(document["schema"], document)
 
 

@@ -32,6 +32,7 @@ def profile(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Comple
     )
     # What the adapters record is what the reader expects (trace/records.py).
     assert DROPPED not in result.stderr, result.stderr[-2000:]
+    assert_written_json_valid(result, ["profile", *args], cwd)
     return result
 
 

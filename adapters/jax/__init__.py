@@ -1,5 +1,5 @@
 """The JAX adapter's package: adapter.py (the adapter), array_hooks.py (where
 JAX makes arrays), buffer_book.py (the buffers jax.Arrays hold) and
-memory_settings.py (how JAX's allocator is set, as plain data). Importing the
+framework.py (what tpumem knows of JAX, as plain data). Importing the
 package loads none of them, and never JAX: inside it `import jax` is the
 framework's (imports are absolute)."""

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import printed_report
 from jax_scripts import COUNTS_ITSELF, KNOWN_LINES
 from profiling import (
     BAD_ENDINGS,
@@ -206,15 +207,18 @@ print(json.dumps({
 
 
 def test_jitted_functions_behave_as_without_tpumem(tmp_path):
+    """The script's output is its own; the JSON report (-f json) comes after it, on
+    standard error, and keeps to its schema (checked in `profile`)."""
     (tmp_path / "jits.py").write_text(JIT_STILL_WORKS)
     plain = subprocess.run(
         [sys.executable, "jits.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )
     assert plain.returncode == 0, plain.stderr[-3000:]
-    profiled = profile(tmp_path, "jits.py")
+    profiled = profile(tmp_path, "-f", "json", "jits.py")
     assert profiled.returncode == 0, profiled.stderr[-3000:]
     assert last_json(profiled.stdout) == last_json(plain.stdout)
     assert last_json(plain.stdout)["square"] == [0.0, 1.0, 4.0, 9.0]
+    assert printed_report(profiled.stderr)["framework"] == "jax"
 
 
 SESSIONS = """

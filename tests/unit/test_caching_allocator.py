@@ -1,4 +1,4 @@
-"""PyTorch's CUDA caching allocator, modeled (tpumem/analysis/caching_allocator.py),
+"""PyTorch's CUDA caching allocator, modeled (tpumem/analysis/allocators/caching_allocator.py),
 held to what PyTorch itself did in the snapshots recorded on an H200
 (tests/data/torch_cuda): the segments it took, its reserved peak, the free blocks
 its segments held at the end, and the allocation it failed under a limit."""

@@ -1,5 +1,5 @@
 """A buffer whose free fell in a gap of the capture (TensorFlow's profiler
-sessions switching): when it stopped being live (tpumem/analysis/unseen_frees.py),
+sessions switching): when it stopped being live (tpumem/analysis/allocators/unseen_frees.py),
 on hand-built traces with the allocator's own counts, and on a real Keras fit()."""
 
 from __future__ import annotations

@@ -111,14 +111,10 @@ def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, Entry
     entries: dict[str, Entry] = {}
     for figure in COMPARED:
         value = figure.value(device)
-        entries[figure.key] = (
-            na
-            if value is None and figure.unit == fig.RATE
-            else (
-                value,
-                figure.label(device),
-            )
-        )
+        # (No rate where the device's events span no time: not available, though
+        # its events were counted.)
+        missing_rate = value is None and figure is fig.ALLOCATION_RATE
+        entries[figure.key] = na if missing_rate else (value, figure.label(device))
     if device.padding.included:  # a TPU's recorded sizes hold their padding
         entries[fig.PADDING.key] = (0, provenance.INCLUDED)
     entries[PROGRAM_TEMP] = (temp.temp_bytes, provenance.COMPILE_TIME) if temp else na

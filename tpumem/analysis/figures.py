@@ -28,7 +28,10 @@ class DeviceFigure:
     short: str  # for a narrow table's header
     unit: str  # BYTES, COUNT, SHARE, RATE, TIME or TEXT
     field: str  # the DeviceAnalysis field it reads, dotted
-    how: str  # the field that says how it was obtained (dotted), or a provenance word
+    # The field that says how it was obtained (dotted); "" where that is always the
+    # same (`provenance`).
+    label_field: str
+    provenance: str = ""
     compared: bool = True  # a row of `tpumem compare`
     diffed: bool = False  # a row of `tpumem diff`, before and after
 
@@ -36,12 +39,10 @@ class DeviceFigure:
         return operator.attrgetter(self.field)(device)
 
     def label(self, device: DeviceAnalysis) -> str:
-        if self.how in _PROVENANCE:
-            return self.how
-        return str(operator.attrgetter(self.how)(device))
+        if not self.label_field:
+            return self.provenance
+        return str(operator.attrgetter(self.label_field)(device))
 
-
-_PROVENANCE = frozenset({provenance.MEASURED, provenance.DERIVED, provenance.MODELED})
 
 PEAK = DeviceFigure(
     "peak", "Peak in use", "peak in use", BYTES, "peak.bytes", "peak_label", diffed=True
@@ -105,11 +106,12 @@ PADDING = DeviceFigure(
     "padding.extra_bytes",
     "padding.label",
 )
+# Counted from the allocator's events: measured, whatever else the device's figures are.
 ALLOCATIONS = DeviceFigure(
-    "allocations", "Allocations", "allocations", COUNT, "allocations", provenance.MEASURED
+    "allocations", "Allocations", "allocations", COUNT, "allocations", "", provenance.MEASURED
 )
 ALLOCATION_RATE = DeviceFigure(
-    "rate", "Allocation rate", "allocation rate", RATE, "allocations_per_s", provenance.MEASURED
+    "rate", "Allocation rate", "allocation rate", RATE, "allocations_per_s", "", provenance.MEASURED
 )
 
 # In the order the comparison's and the diff's rows show them.
@@ -127,6 +129,5 @@ FIGURES = (
     ALLOCATIONS,
     ALLOCATION_RATE,
 )
-BY_KEY = {figure.key: figure for figure in FIGURES}
 COMPARED = tuple(figure for figure in FIGURES if figure.compared)
 DIFFED = tuple(figure for figure in FIGURES if figure.diffed)

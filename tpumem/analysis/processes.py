@@ -229,6 +229,15 @@ def summarize(analysis: RunAnalysis) -> ProcessSummary:
     )
 
 
+# The figures spread across a run's processes (each its busiest device's), and
+# the field of a process's summary that holds each.
+SPREAD = (
+    (PEAK, "peak_bytes"),
+    (POOL, "pool_bytes"),
+    (FRAGMENTATION, "fragmentation_at_peak"),
+)
+
+
 def _spread(figure: DeviceFigure, values: list[float | None]) -> Spread | None:
     known = [(v, i) for i, v in enumerate(values) if v is not None]
     if not known:
@@ -260,11 +269,7 @@ def process_run(
 ) -> ProcessRun:
     """The run the processes make together: `processes` in process_order, and the
     full analysis of the busiest of them (`busiest`)."""
-    spreads = [
-        _spread(PEAK, [p.peak_bytes for p in processes]),
-        _spread(POOL, [p.pool_bytes for p in processes]),
-        _spread(FRAGMENTATION, [p.fragmentation_at_peak for p in processes]),
-    ]
+    spreads = [_spread(figure, [getattr(p, field) for p in processes]) for figure, field in SPREAD]
     lines = [p.line for p in processes if p.line is not None]
     stepped = bool(lines) and all(line.step_position for line in lines)
     missing, repeated = _ranks(processes)

@@ -68,7 +68,7 @@ COMPARISON = Object(
         key("program_rows", Array(ROW)),
         key(
             "kinds",
-            Array(record(KindDifference, shapes={"kind": KIND})),
+            Array(record(KindDifference, "kind", "bytes", "change", shapes={"kind": KIND})),
             about="Each run's peak by kind, as its own report gives it; the kind that differs "
             "most from the first run first.",
         ),

@@ -12,13 +12,14 @@ from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitRow
 from tpumem.analysis.comparison import CompareRow, Comparison
 from tpumem.analysis.compiled import step_programs
-from tpumem.analysis.figures import BYTES, COUNT, RATE, SHARE, TIME
+from tpumem.analysis.figures import BYTES, COUNT, RATE
 from tpumem.report.compare_words import row_title
 from tpumem.report.escapes import markup
+from tpumem.report.figure_values import format_value
 from tpumem.report.fit_rows import fit_answer, fit_note, runs_fit_title
 from tpumem.report.kind_words import KIND_WORDS, difference_sentence
 from tpumem.report.text import string_console
-from tpumem.units import format_bytes, format_seconds
+from tpumem.units import format_bytes
 
 # How each figure was obtained, shortened to fit under a value.
 _TAGS = {
@@ -33,22 +34,6 @@ _TAGS = {
     step_programs.LARGEST_PLAN: "the largest plan",
     step_programs.XLA_TPU: "XLA:TPU",
 }
-
-
-def format_value(unit: str, value: object) -> str:
-    if value is None:
-        return "-"
-    if unit == BYTES:
-        return format_bytes(value)  # type: ignore[arg-type]
-    if unit == COUNT:
-        return f"{value:,}"
-    if unit == RATE:
-        return f"{value:,.0f} /s"
-    if unit == SHARE:
-        return f"{value:.3f}"
-    if unit == TIME:
-        return format_seconds(value)  # type: ignore[arg-type]
-    return str(value)
 
 
 def _cell(row: CompareRow, index: int) -> str:

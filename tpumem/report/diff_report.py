@@ -9,8 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tpumem.analysis.difference import FIGURES, Change, DeviceDiff, RunDiff
-from tpumem.analysis.figures import BYTES, SHARE
+from tpumem.analysis.figures import BYTES, COUNT, TIME
 from tpumem.report.escapes import markdown, visible
+from tpumem.report.figure_values import format_change, format_value
 from tpumem.report.json_report import FRAMES, dump, finite
 from tpumem.report.json_shapes import (
     INT,
@@ -20,8 +21,6 @@ from tpumem.report.json_shapes import (
     Const,
     Object,
     Optional,
-    Shape,
-    item,
     key,
 )
 from tpumem.report.live_rows import frame_text
@@ -48,23 +47,17 @@ def signed_bytes(count: int | float) -> str:
     return ("+" if count > 0 else "-" if count < 0 else "±") + format_bytes(abs(count))
 
 
-def _share(before: int | float, after: int | float) -> str:
-    return f" ({(after - before) / before:+.1%})" if before else ""
-
-
 def figure_rows(diff: DeviceDiff) -> list[tuple[str, str, str, str]]:
-    """Peak, pool, headroom and fragmentation at the peak: before, after, the change."""
-    rows = []
-    for change in diff.figures:
-        a, b = change.before, change.after
-        if change.figure.unit == SHARE:
-            shown = tuple("-" if v is None else f"{v:.3f}" for v in (a, b))
-            difference = "-" if a is None or b is None else f"{b - a:+.3f}"
-        else:
-            shown = (format_bytes(a), format_bytes(b))
-            difference = "-" if a is None or b is None else signed_bytes(b - a) + _share(a, b)
-        rows.append((change.figure.title, shown[0], shown[1], difference))
-    return rows
+    """Each figure diff shows (analysis/figures.py): before, after, the change."""
+    return [
+        (
+            change.figure.title,
+            format_value(change.figure.unit, change.before),
+            format_value(change.figure.unit, change.after),
+            format_change(change.figure.unit, change.before, change.after),
+        )
+        for change in diff.figures
+    ]
 
 
 # What a change without a label is, per breakdown.
@@ -100,13 +93,10 @@ PROCESS_HEADERS = ("process", "before", "after", "change")
 
 def process_rows(diff: RunDiff) -> list[tuple[str, str, str, str]]:
     """Two distributed runs: each process's peak, before and after."""
-    rows = []
-    for name, before, after in diff.processes:
-        change = "-" if before is None or after is None else signed_bytes(after - before)
-        if before is not None and after is not None:
-            change += _share(before, after)
-        rows.append((name, format_bytes(before), format_bytes(after), change))
-    return rows
+    return [
+        (name, format_bytes(before), format_bytes(after), format_change(BYTES, before, after))
+        for name, before, after in diff.processes
+    ]
 
 
 def pair_note(diff: RunDiff) -> str:
@@ -225,8 +215,15 @@ def render_diff_markdown(diff: RunDiff, *, width: int = 100, color: bool = False
     return "\n".join(lines) + "\n"
 
 
-def _either(shape: Shape) -> Object:
+def _both(unit: str) -> Object:
+    """A figure in both runs, each a number of its unit (null where not available)."""
+    shape = INT if unit in (BYTES, COUNT, TIME) else NUMBER
     return Object((key("before", Optional(shape)), key("after", Optional(shape))))
+
+
+def _figure(name: str) -> Any:
+    """The device's change of the figure of that key."""
+    return lambda changes: next(c for c in changes if c.figure.key == name)
 
 
 def _named(field: str) -> Any:
@@ -249,10 +246,7 @@ DEVICE = Object(
         key(
             "figures",
             Object(
-                tuple(
-                    key(f.key, _either(INT if f.unit == BYTES else NUMBER), item(i))
-                    for i, f in enumerate(FIGURES)
-                ),
+                tuple(key(f.key, _both(f.unit), _figure(f.key)) for f in FIGURES),
                 about="each figure (analysis/figures.py, by its key) in both runs; null where "
                 "a run has no such figure or not the device",
             ),

@@ -205,7 +205,7 @@ def render_diff_html(diff: RunDiff, *, width: int = 100, color: bool = False) ->
         body["pair_note"] = pair_note(diff)
     for device, analysed in zip(body["devices"], diff.devices, strict=True):
         device["title"] = device_title(analysed)
-        device["figures"] = [list(row) for row in figure_rows(analysed)]
+        device["figure_rows"] = [list(row) for row in figure_rows(analysed)]
     data = {
         "kind": "diff",
         "schema": SCHEMA,

@@ -1,7 +1,7 @@
 """The JSON report: every figure of the analysis under a versioned schema.
 
 Schema "tpumem-report/1" (tpumem/report/schemas/tpumem-report-1.json, generated
-from the shapes below by tests/tools/write_schemas.py; the rules in
+from the shapes below by `python -m tpumem.report.schema_files`; the rules in
 docs/figures.md, "JSON report"): the run (framework, backend, source, complete,
 duration_ns, total peak, warnings, metadata, programs (each with its memory plan
 from XLA's buffer assignment, `heap`), fit advice, out_of_memory, capacity) and
@@ -104,10 +104,28 @@ KNOWN = one_of(
 # Shapes several keys share: described once, under the schema file's `$defs`.
 FRAME = register(
     Frame,
-    Named("frame", record(Frame, keys={"code": "the line's text, where the capture read it"})),
+    Named(
+        "frame",
+        record(
+            Frame,
+            "file",
+            "line",
+            "function",
+            "code",
+            about={"code": "the line's text, where the capture read it"},
+        ),
+    ),
 )
 FRAMES = Array(FRAME)
-LIVE_GROUPS = Array(register(LiveGroup, Named("live_group", record(LiveGroup))))
+LIVE_GROUPS = Array(
+    register(
+        LiveGroup,
+        Named(
+            "live_group",
+            record(LiveGroup, "op", "region", "dtype", "shape", "source", "count", "bytes"),
+        ),
+    )
+)
 KIND_BYTES = Named("kind_bytes", record(KindBytes, "kind", "bytes", "how", shapes={"kind": KIND}))
 STACKS = Array(Named("stack_bytes", record(StackBytes, "bytes", "buffers", "frames")))
 
@@ -157,7 +175,7 @@ PROGRAM = Object(
         *(key(name, Optional(INT), _of_memory(name)) for name in MEMORY_FIELDS),
         key("compiled_at_ns", Optional(INT), _of_memory("compiled_at_ns")),
         key("unavailable", Optional(STRING), _of_memory("unavailable")),
-        key("peak_bytes", Optional(INT)),
+        key("peak_bytes", INT),
         key("heap", Optional(HEAP)),
         key("hlo_problem", Optional(STRING)),
     )
@@ -349,7 +367,7 @@ LINES = Object(
                     "unplaced",
                     "at_call",
                     "regions",
-                    keys={
+                    about={
                         "buffers": "the run's allocations (arrays), or the buffers of XLA's "
                         "plan (a program's temporaries); 0 for the unplaced rest",
                         "program": "the program whose temporaries these are; null: arrays "
@@ -578,9 +596,47 @@ DEVICE = Object(
     (
         *fields(DeviceAnalysis, "device", "fidelity", "allocations", "frees", "allocations_per_s"),
         key("peak", PEAK.extended(key("label", LABEL)), lambda d: _Labelled(d.peak, d.peak_label)),
-        key("preallocation", record(Preallocation)),
-        key("fragmentation", record(Fragmentation)),
-        key("waste", record(InternalWaste)),
+        key(
+            "preallocation",
+            record(
+                Preallocation,
+                "pool_peak_bytes",
+                "pool_at_peak_bytes",
+                "pool_label",
+                "pool_source",
+                "unused_bytes",
+                "limit_bytes",
+                "capacity_bytes",
+                "settings",
+                "smallest_fraction",
+            ),
+        ),
+        key(
+            "fragmentation",
+            record(
+                Fragmentation,
+                "label",
+                "source",
+                "at_peak",
+                "maximum",
+                "time_of_maximum_ns",
+                "check_points",
+                "check_max_error",
+                "check_schedule",
+                "check_unavailable",
+            ),
+        ),
+        key(
+            "waste",
+            record(
+                InternalWaste,
+                "label",
+                "at_peak_bytes",
+                "at_peak_share",
+                "total_allocated_bytes",
+                "total_requested_bytes",
+            ),
+        ),
         key(
             "padding",
             record(
@@ -592,12 +648,26 @@ DEVICE = Object(
                 "uncounted_bytes",
                 "included",
                 "largest",
-                shapes={"largest": Array(record(PaddedShape))},
+                shapes={
+                    "largest": Array(
+                        record(PaddedShape, "shape", "dtype", "count", "bytes", "extra_bytes")
+                    )
+                },
             ),
         ),
         *fields(DeviceAnalysis, "headroom_bytes", "headroom_label"),
-        key("timeline", record(Timeline)),
-        key("counters", record(Counters)),
+        key("timeline", record(Timeline, "start_ns", "end_ns", "in_use_max", "fragmentation_max")),
+        key(
+            "counters",
+            record(
+                Counters,
+                "samples",
+                "reported_peak_bytes",
+                "sampled_peak_bytes",
+                "pool_bytes",
+                "limit_bytes",
+            ),
+        ),
         key("series", Optional(SERIES)),
         key(
             "programs_at_peak",
@@ -640,7 +710,18 @@ FIT = Object(
             Array(
                 record(
                     FitRow,
-                    keys={
+                    "accelerator",
+                    "kind",
+                    "memory_bytes",
+                    "needed_bytes",
+                    "fits",
+                    "share",
+                    "setting",
+                    "source",
+                    "smallest_capacity_bytes",
+                    "compiled_for",
+                    "refused_for_vmem",
+                    about={
                         "refused_for_vmem": "XLA:TPU refused a kernel's blocks for on-chip "
                         "VMEM: needed_bytes is the budget, the HBM need is not known"
                     },
@@ -701,7 +782,7 @@ OUT_OF_MEMORY = Named(
                         "program",
                         "steps",
                         "line",
-                        keys={
+                        about={
                             "steps": "arrays kept from earlier steps: the first and last step "
                             "they were made in",
                             "line": "arrays kept from earlier steps: the line that made most "
@@ -742,11 +823,43 @@ CAPACITY = Object(
 )
 
 
+# What the metadata's records hold, as the schema describes them.
+_METADATA_ABOUT = {
+    "process": "which process of a distributed run this was, and who said so",
+    "memory_settings": "how the framework's allocator is set, as its adapter declared it "
+    "(tpumem/trace/memory_settings.py); left out where the framework's name says as much",
+    "words": "how the framework's users write what the advice asks of them, as its adapter "
+    "declared them (tpumem/trace/framework_words.py); left out where the framework's name "
+    "says as much",
+}
+_SETTINGS_ABOUT = {
+    "defragment_setting": "the setting, as written (NAME=value), that keeps the allocator's "
+    "free memory from fragmenting",
+    "allocator_model": "the model of the allocator that replays the run's events where its "
+    'own counters are not in the trace ("cuda caching allocator": PyTorch\'s)',
+    "donation": "how a compiled call is told to reuse its arguments' memory for its outputs, "
+    'where the framework lets its users say it ("donate_argnums")',
+}
+
+
+def _described(shape: Object, about: dict[str, str]) -> Object:
+    """The object with these keys described."""
+    return dataclasses.replace(
+        shape,
+        keys=tuple(dataclasses.replace(k, about=about.get(k.name, k.about)) for k in shape.keys),
+    )
+
+
 def _metadata_shape() -> Shape:
     """The trace's metadata as the trace writes it (its own `to_json`): its fields,
     and beside them each adapter's own (EXTRAS)."""
-    described = encoded_record(RunMetadata)
-    mine = [k for k in described.keys if k.name != "extra"]
+    described = encoded_record(RunMetadata, required=("framework", "backend", "source", "warnings"))
+    mine = []
+    for k in described.keys:
+        if k.name == "memory_settings" and isinstance(k.shape, Object):
+            k = dataclasses.replace(k, shape=_described(k.shape, _SETTINGS_ABOUT))
+        if k.name != "extra":
+            mine.append(k)
     extra: dict[str, list[Shape]] = {}
     for cls in EXTRAS.values():
         for k in encoded_record(cls).keys:
@@ -754,23 +867,13 @@ def _metadata_shape() -> Shape:
     for name, shapes in extra.items():
         shape = shapes[0] if len(shapes) == 1 else AnyOf(tuple(shapes))
         mine.append(key(name, shape, optional=True))
-    about = {
-        "process": "which process of a distributed run this was, and who said so",
-        "memory_settings": "how the framework's allocator is set, as its adapter declared "
-        "it (tpumem/trace/memory_settings.py); left out where the framework's name says "
-        "as much",
-    }
-    mine = [dataclasses.replace(k, about=about.get(k.name, k.about)) for k in mine]
-    return Written(
-        dataclasses.replace(
-            described,
-            keys=tuple(mine),
-            about="the trace's metadata (tpumem/trace/metadata.py: RunMetadata and, beside "
-            "its fields, the adapter's own); fields tpumem does not know are kept as the "
-            "trace has them",
-        ),
-        RunMetadata.to_json,
+    whole = dataclasses.replace(
+        described,
+        keys=tuple(mine),
+        about="the trace's metadata (tpumem/trace/metadata.py: RunMetadata and, beside its "
+        "fields, the adapter's own); fields tpumem does not know are kept as the trace has them",
     )
+    return Written(_described(whole, _METADATA_ABOUT), RunMetadata.to_json)
 
 
 REPORT = Object(

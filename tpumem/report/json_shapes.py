@@ -4,13 +4,14 @@ A JSON form is declared once, as a `Shape`: an object's keys, each with what it
 reads from the value written and the shape of what it reads. The same shape
 writes the JSON (`write`) and its JSON Schema (`schema`), so a key written is a
 key the schema describes, with the type it is written with: the schema files in
-tpumem/report/schemas/ are generated from the shapes (tests/tools/write_schemas.py)
-and a test fails when they differ.
+tpumem/report/schemas/ are generated from the shapes (`python -m
+tpumem.report.schema_files`) and a test fails when they differ.
 
-Keys are named in the shapes, not taken from the analysis' field names: a
-report's readers are other programs, and renaming a field of the analysis must
-not rename a key. Where a key is the field of the same name, `fields` reads the
-field's type from the dataclass, so the type is declared once too.
+Keys are named in the shapes, each one: a report's readers are other programs,
+and a field the analysis gains or renames must not add or rename a key unseen.
+Where a key is the field of the same name, `fields` reads the field's type from
+the dataclass, so the type is declared once too. A key added to a published
+schema is declared `optional`: a report written before it lacks it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ Schema = dict[str, Any]
 class Shape:
     """What a JSON value is: how to write one and how to describe it."""
 
+    # Written as it is (a number, a string, null): an array of them is copied
+    # whole, not item by item (a page's series hold a million numbers).
+    plain = False
+
     def write(self, value: Any) -> Any:
         return value
 
@@ -39,6 +44,7 @@ class Shape:
 class Scalar(Shape):
     json_type: str  # "integer", "number", "string", "boolean", "null"
     values: tuple[Any, ...] = ()  # the only values it takes, where it has a few
+    plain = True
 
     def schema(self) -> Schema:
         if self.values:
@@ -50,11 +56,12 @@ INT = Scalar("integer")
 NUMBER = Scalar("number")
 STRING = Scalar("string")
 BOOL = Scalar("boolean")
-NULL = Scalar("null")
 
 
 class AnyValue(Shape):
     """A value kept as it came (a trace's metadata fields tpumem does not know)."""
+
+    plain = True
 
     def schema(self) -> Schema:
         return {}
@@ -85,6 +92,10 @@ class Optional(Shape):
 
     inner: Shape
 
+    @property
+    def plain(self) -> bool:  # type: ignore[override]
+        return self.inner.plain
+
     def write(self, value: Any) -> Any:
         return None if value is None else self.inner.write(value)
 
@@ -99,6 +110,8 @@ class Array(Shape):
     item: Shape
 
     def write(self, value: Any) -> Any:
+        if self.item.plain:
+            return list(value)
         return [self.item.write(item) for item in value]
 
     def schema(self) -> Schema:
@@ -110,8 +123,15 @@ class Fixed(Shape):
     """An array of a fixed length, each place its own shape (a Python tuple)."""
 
     items: tuple[Shape, ...]
+    # Each place written as it is: the tuple is copied whole (decided once).
+    _copied: bool = dataclasses.field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_copied", all(shape.plain for shape in self.items))
 
     def write(self, value: Any) -> Any:
+        if self._copied:
+            return list(value)
         return [shape.write(item) for shape, item in zip(self.items, value, strict=True)]
 
     def schema(self) -> Schema:
@@ -229,10 +249,12 @@ def fields(
     shapes: Mapping[str, Shape] | None = None,
     optional: Sequence[str] = (),
 ) -> tuple[Key, ...]:
-    """Keys for fields of dataclass `cls`, each named as the field, its shape
-    from the field's type (or `shapes`). Without `names`, every field in order."""
+    """Keys for fields of dataclass `cls` (or its properties), each named as the
+    field, its shape from the field's type (or `shapes`). Each is named: a field
+    the analysis gains is no key until it is written here."""
+    if not names:
+        raise TypeError(f"name the fields of {cls.__name__} that the JSON writes")
     hints = _hints(cls)
-    chosen = names or tuple(f.name for f in dataclasses.fields(cls))
     about = about or {}
     shapes = shapes or {}
     return tuple(
@@ -242,7 +264,7 @@ def fields(
             about=about.get(name, ""),
             optional=name in optional,
         )
-        for name in chosen
+        for name in names
     )
 
 
@@ -258,13 +280,13 @@ def _hints(cls: type) -> dict[str, Any]:
 def record(
     cls: type,
     *names: str,
-    about: str = "",
-    keys: Mapping[str, str] | None = None,
+    about: Mapping[str, str] | None = None,
     shapes: Mapping[str, Shape] | None = None,
     optional: Sequence[str] = (),
 ) -> Object:
-    """An object of dataclass `cls`'s fields (`names`, else all of them)."""
-    return Object(fields(cls, *names, about=keys, shapes=shapes, optional=optional), about=about)
+    """An object of dataclass `cls`'s fields `names` (`about`: a key's
+    description; `optional`: the keys a report written before them lacks)."""
+    return Object(fields(cls, *names, about=about, shapes=shapes, optional=optional))
 
 
 # The shapes of dataclasses written whole, found by `shape_of` for a field of
@@ -280,7 +302,7 @@ def register(cls: type, shape: Shape) -> Shape:
 def shape_of(hint: Any, records: Callable[[type], Shape] | None = None) -> Shape:
     """The shape of a value of a Python type: scalars, `X | None`, tuples, lists,
     mappings, and dataclasses (`records`' shape of them: by default the one
-    registered, else every field)."""
+    registered)."""
     records = records or _record_of
     origin = typing.get_origin(hint)
     arguments = typing.get_args(hint)
@@ -308,17 +330,17 @@ def shape_of(hint: Any, records: Callable[[type], Shape] | None = None) -> Shape
 
 
 def _record_of(cls: type) -> Shape:
-    return _RECORDS.get(cls) or record(cls)
+    shape = _RECORDS.get(cls)
+    if shape is None:
+        raise TypeError(f"no JSON shape registered for {cls.__name__}")
+    return shape
 
 
-def encoded(cls: type, writer: Callable[[Any], Any], other: str = "other") -> Written:
+def encoded_record(cls: type, required: Sequence[str] = (), other: str = "other") -> Object:
     """The shape of a record as the trace's files write it (trace/records.py's
-    `encode`, the writer): a field that is None is left out, not null, and the
-    fields of `other` (what another version of tpumem wrote) stand beside."""
-    return Written(encoded_record(cls, other), writer)
-
-
-def encoded_record(cls: type, other: str = "other") -> Object:
+    `encode`): a field that is None is left out, not null, and the fields of
+    `other` (what another version of tpumem wrote) stand beside. Only `required`
+    is: a trace of another version of tpumem may lack any other field."""
     hints = typing.get_type_hints(cls)
     keys = []
     kept_apart = False
@@ -327,10 +349,8 @@ def encoded_record(cls: type, other: str = "other") -> Object:
             kept_apart = True
             continue
         shape = shape_of(hints[f.name], encoded_record)
-        absent = isinstance(shape, Optional)
-        keys.append(
-            key(f.name, shape.inner if isinstance(shape, Optional) else shape, optional=absent)
-        )
+        inner = shape.inner if isinstance(shape, Optional) else shape
+        keys.append(key(f.name, inner, optional=f.name not in required))
     return Object(tuple(keys), others=ANY if kept_apart else None)
 
 
@@ -353,7 +373,13 @@ def _is(origin: Any, abstract: type) -> bool:
 
 
 # (bool before int: True is an int to Python, not to JSON.)
-_SCALARS: dict[Any, Shape] = {bool: BOOL, int: INT, float: NUMBER, str: STRING, type(None): NULL}
+_SCALARS: dict[Any, Shape] = {
+    bool: BOOL,
+    int: INT,
+    float: NUMBER,
+    str: STRING,
+    type(None): Scalar("null"),
+}
 
 
 @dataclass(frozen=True, slots=True)

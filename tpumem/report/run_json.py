@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpumem.analysis.figures import FIGURES
-from tpumem.analysis.processes import CLOCK_AXIS, STEP_AXIS, ProcessRun, ProcessSummary
+from tpumem.analysis.processes import (
+    CLOCK_AXIS,
+    STEP_AXIS,
+    ProcessRun,
+    ProcessSummary,
+)
+from tpumem.analysis.processes import (
+    SPREAD as SPREAD_FIGURES,
+)
 from tpumem.report.json_report import REPORT, dump, finite
 from tpumem.report.json_shapes import (
     INT,
@@ -74,7 +81,7 @@ def _path(at: str) -> Any:
 
 SPREAD = Object(
     (
-        key("figure", one_of(*(f.key for f in FIGURES)), lambda pair: pair[0].figure.key),
+        key("figure", one_of(*(f.key for f, _ in SPREAD_FIGURES)), lambda pair: pair[0].figure.key),
         key("highest", NUMBER, lambda pair: pair[0].highest),
         key("highest_process", STRING, _path("highest_at")),
         key("lowest", NUMBER, lambda pair: pair[0].lowest),

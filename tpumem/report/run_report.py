@@ -7,15 +7,14 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from tpumem.analysis.figures import SHARE
 from tpumem.analysis.processes import ProcessRun, ProcessSummary, Spread
 from tpumem.report.escapes import markdown, visible
+from tpumem.report.figure_values import format_value
 from tpumem.report.markdown import md_table, render_markdown
 from tpumem.report.rows import ending_text
 from tpumem.report.text import render_text, string_console
 from tpumem.units import counted, format_bytes
 
-RUN_SCHEMA = "tpumem-run/2"
 PROCESS_HEADERS = ("process", "host", "peak", "device", "at step", "pool", "fragmentation", "ended")
 SPREAD_HEADERS = ("", "highest", "lowest", "mean", "difference")
 
@@ -29,7 +28,7 @@ def _share(value: float | None) -> str:
 
 
 def _value(spread: Spread, value: float) -> str:
-    return _share(value) if spread.figure.unit == SHARE else format_bytes(value)
+    return format_value(spread.figure.unit, value)
 
 
 def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:

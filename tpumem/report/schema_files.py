@@ -15,6 +15,9 @@ from typing import Any
 from tpumem.report.json_shapes import Shape, document
 
 FOLDER = Path(__file__).resolve().parent / "schemas"
+# Versions tpumem no longer writes, kept as they were published for the programs
+# that read documents written under them (never generated again, never deleted).
+SUPERSEDED = ("tpumem-diff-1.json", "tpumem-run-1.json")
 
 
 def _shapes() -> dict[str, Shape]:
@@ -55,7 +58,7 @@ def text(schema: dict[str, Any]) -> str:
 def main() -> None:
     documents = generated()
     for stale in FOLDER.glob("*.json"):
-        if stale.name not in documents:
+        if stale.name not in documents and stale.name not in SUPERSEDED:
             stale.unlink()
     for name, schema in documents.items():
         (FOLDER / name).write_text(text(schema), encoding="utf-8")

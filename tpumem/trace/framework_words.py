@@ -30,6 +30,10 @@ class FrameworkWords:
     program_lines: str | None = None
 
 
+# The words declared after adapters began writing theirs: a trace written before
+# one lacks it, and reads it as declared then (records.filled_since). None yet.
+WORDS_ADDED_SINCE: tuple[str, ...] = ()
+
 # What the adapters declared when they began writing their words (2026-12-05): a
 # trace recorded before (tests/data, the demo), or a profile imported, which no
 # adapter recorded, reads them from here by its framework's name. A change to an

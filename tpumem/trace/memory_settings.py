@@ -8,9 +8,10 @@ Traces written before adapters wrote these facts read them from the table below.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
+
+from tpumem.trace.records import filled_since
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +97,6 @@ DECLARED_BEFORE_WRITTEN = {
 def declared_since(
     framework: str, written: MemorySettings | None, keys: Collection[str]
 ) -> MemorySettings | None:
-    """The settings a trace holds, as the framework declared them before adapters
-    wrote them where it holds none; and where it holds some, each fact ADDED_SINCE
-    that its writer did not write (`keys`: those it wrote) as declared then (a
-    JAX trace of last month still donates with donate_argnums). Only those: a
-    writer leaves a None out, so a fact written from the start and absent is one
-    the adapter declared None, which must read as None."""
-    declared = DECLARED_BEFORE_WRITTEN.get(framework)
-    if written is None or declared is None:
-        return written if written is not None else declared
-    missing = {
-        name: getattr(declared, name)
-        for name in ADDED_SINCE
-        if name not in keys and getattr(declared, name) is not None
-    }
-    return dataclasses.replace(written, **missing) if missing else written
+    """The settings a trace holds, read as records.filled_since says (a JAX trace
+    of last month still donates with donate_argnums)."""
+    return filled_since(DECLARED_BEFORE_WRITTEN.get(framework), written, keys, ADDED_SINCE)

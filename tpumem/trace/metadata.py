@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpumem.trace.framework_words import WORDS_BEFORE_WRITTEN, FrameworkWords
+from tpumem.trace.framework_words import WORDS_ADDED_SINCE, WORDS_BEFORE_WRITTEN, FrameworkWords
 from tpumem.trace.memory_settings import DECLARED_BEFORE_WRITTEN, MemorySettings, declared_since
-from tpumem.trace.records import OTHER, decode_record, encode, hints
+from tpumem.trace.records import OTHER, decode_record, encode, filled_since, hints
 
 # Environment variables that decide how much a framework reserves up front: a
 # profiled run's metadata records those set (`env`), and those its framework's
@@ -281,8 +281,14 @@ class RunMetadata:
         )
         if settings != metadata.memory_settings:
             metadata = dataclasses.replace(metadata, memory_settings=settings)
-        if metadata.words is None:
-            words = WORDS_BEFORE_WRITTEN.get(metadata.framework)
+        written_words = value.get("words")
+        words = filled_since(
+            WORDS_BEFORE_WRITTEN.get(metadata.framework),
+            metadata.words,
+            written_words.keys() if isinstance(written_words, Mapping) else (),
+            WORDS_ADDED_SINCE,
+        )
+        if words != metadata.words:
             metadata = dataclasses.replace(metadata, words=words)
         if extra_class is None:
             return metadata

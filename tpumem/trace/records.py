@@ -16,8 +16,8 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, TypeVar
 
 INT_LIMIT = 1 << 63  # what an int64 column, numpy and the report's arithmetic hold
 _MISSING = object()
@@ -178,3 +178,25 @@ DROPPED = "ignored what a tpumem trace does not hold there"
 def dropped_warning(what: str, dropped: list[str]) -> str:
     shown = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
     return f"{what}: {DROPPED}: {shown}"
+
+
+R = TypeVar("R")
+
+
+def filled_since(
+    declared: R | None, written: R | None, keys: Collection[str], added: Collection[str]
+) -> R | None:
+    """A record of facts an adapter declares (its allocator's settings, its users'
+    words) as a trace holds it: as the framework declared it before adapters
+    wrote it (`declared`) where the trace holds none; and where it holds one, each
+    fact `added` since that its writer did not write (`keys`: those it wrote) as
+    declared then. Only those: a writer leaves a None out, so a fact written from
+    the start and absent is one the adapter declared None, which must read as None."""
+    if written is None or declared is None:
+        return written if written is not None else declared
+    missing = {
+        name: getattr(declared, name)
+        for name in added
+        if name not in keys and getattr(declared, name) is not None
+    }
+    return dataclasses.replace(written, **missing) if missing else written  # type: ignore[type-var]

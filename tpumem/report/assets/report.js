@@ -700,7 +700,7 @@
     for (const device of diff.devices) {
       app.appendChild(el("h2", {}, device.title));
       const table = el("table", {}, el("tr", {}, ...heads("diff_figure_headers").map((h) => el("th", {}, h))));
-      for (const row of device.figures) {
+      for (const row of device.figure_rows) {
         table.appendChild(el("tr", {}, el("th", {}, row[0]), ...row.slice(1).map((c) => el("td", { class: "num" }, c))));
       }
       app.appendChild(table);
