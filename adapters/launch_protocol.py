@@ -25,7 +25,7 @@ GRACE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
-class RunConfig:
+class LaunchConfig:
     output: str  # the trace's name; with placeholders ({host}, {rank}, {pid}) when `named_here`
     framework: str  # as --framework named it; empty: the one the script imports
     target: str  # a script's path, or a module's name when `module` is true
@@ -47,7 +47,7 @@ class RunConfig:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> RunConfig:
+    def from_json(cls, text: str) -> LaunchConfig:
         return cls(**json.loads(text))
 
 

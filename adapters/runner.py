@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpumem.adapters.import_watch import imported_frameworks
-from tpumem.adapters.launch_protocol import ADAPTER_FAILED, CONFIG_VARIABLE, RunConfig, tell
+from tpumem.adapters.launch_protocol import ADAPTER_FAILED, CONFIG_VARIABLE, LaunchConfig, tell
 from tpumem.adapters.parent_death import die_with_parent, ended
 from tpumem.adapters.run_header import run_metadata
 from tpumem.adapters.script_target import run_target, user_traceback
@@ -35,7 +35,7 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _metadata(config: RunConfig, framework: str, environment: dict[str, str]) -> dict[str, Any]:
+def _metadata(config: LaunchConfig, framework: str, environment: dict[str, str]) -> dict[str, Any]:
     command = ["-m", config.target] if config.module else [config.target]
     return run_metadata(
         framework,
@@ -119,7 +119,7 @@ class _Recording:
     """The runner's own trace and adapter (without --follow), opened when the
     script imports its framework (import_watch.py)."""
 
-    config: RunConfig
+    config: LaunchConfig
     unopened: _UnopenedTrace | None = None
     writer: Any = None
     adapter: Any = None
@@ -291,7 +291,7 @@ class _Recording:
             )
 
 
-def _watch_imports(config: RunConfig, unopened: _UnopenedTrace) -> _Recording:
+def _watch_imports(config: LaunchConfig, unopened: _UnopenedTrace) -> _Recording:
     """The recording, to start when the script imports its framework: nothing of
     the framework, nor the trace's writer, is loaded before the script asks."""
     from tpumem.adapters.import_watch import ImportWatch
@@ -318,7 +318,7 @@ def _torch_used_cuda() -> bool | None:
 
 
 def main() -> None:
-    config = RunConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
+    config = LaunchConfig.from_json(os.environ.pop(CONFIG_VARIABLE))
     unopened = _UnopenedTrace(config.output_fd, config.output, config.parent_pid)
     unopened.install()
     # (One sent meanwhile is delivered here: the script has not begun.)

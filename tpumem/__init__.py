@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from tpumem.analysis.comparison import Comparison
-    from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.analysis.trace_figures import TraceAnalysis
     from tpumem.trace.model import Trace
     from tpumem.tracking import Tracker
 
@@ -35,7 +35,7 @@ def track(
     return _track(output, framework=framework, force=force, programs=programs, summary=summary)
 
 
-def compare(*runs: str | Tracker | RunAnalysis) -> Comparison:
+def compare(*runs: str | Tracker | TraceAnalysis) -> Comparison:
     """Runs side by side, as `tpumem compare` shows them: trace files, tracks
     (`tpumem.track`), or analyses. In a notebook the value shows the comparison."""
     from tpumem.tracking import compare_runs

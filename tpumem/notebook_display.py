@@ -14,7 +14,7 @@ from typing import Any
 
 # (module, class, the function of tpumem/report/notebook_bundles.py that shows it)
 SHOWN = (
-    ("tpumem.analysis.run_figures", "RunAnalysis", "run_bundle"),
+    ("tpumem.analysis.trace_figures", "TraceAnalysis", "run_bundle"),
     ("tpumem.analysis.comparison", "Comparison", "comparison_bundle"),
 )
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from tpumem.analysis.run_figures import DeviceAnalysis
+    from tpumem.analysis.trace_figures import DeviceAnalysis
 
 MEMORY_MARK = "limit_device_memory"
 FRAGMENTATION_MARK = "limit_device_fragmentation"

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from tpumem.adapters.base import Adapter
     from tpumem.adapters.import_watch import ImportWatch
     from tpumem.analysis.comparison import Comparison
-    from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.analysis.trace_figures import TraceAnalysis
     from tpumem.trace.writer import TraceWriter
 
 SOURCE = TRACKED
@@ -289,7 +289,7 @@ class Tracker:
     def _repr_html_(self) -> str | None:
         return self._repr_mimebundle_().get("text/html")
 
-    def analysis(self, series_points: int = HTML_SERIES_POINTS) -> RunAnalysis:
+    def analysis(self, series_points: int = HTML_SERIES_POINTS) -> TraceAnalysis:
         """The recording's analysis; by default with the series the HTML report draws."""
         return analysis_of(self._recorded(), series_points)
 
@@ -303,7 +303,7 @@ class Tracker:
             raise TpumemError("tpumem.track is still recording: report after the block")
         return self.path
 
-    def report(self, format: str | None = None, *, width: int = 100) -> RunAnalysis | str:
+    def report(self, format: str | None = None, *, width: int = 100) -> TraceAnalysis | str:
         """The recording's analysis; with `format` ("text", "json", "md", "html"),
         the report in that format, as `tpumem report` writes it."""
         from tpumem.report import reporter_for
@@ -339,7 +339,7 @@ def _forked() -> None:
         )
 
 
-def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> RunAnalysis:
+def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> TraceAnalysis:
     """A trace's analysis (or a profile's), as a track, a notebook or
     `tpumem.compare` shows it."""
     from tpumem.reading.analyses import analysed_one
@@ -347,16 +347,16 @@ def analysis_of(path: str | Path, series_points: int = HTML_SERIES_POINTS) -> Ru
     return analysed_one(path, series_points=series_points)
 
 
-def compare_runs(runs: tuple[str | Path | Tracker | RunAnalysis, ...]) -> Comparison:
+def compare_runs(runs: tuple[str | Path | Tracker | TraceAnalysis, ...]) -> Comparison:
     """`tpumem.compare`: each run as a trace file, a track, or an analysis."""
     from tpumem.analysis.comparison import compare
-    from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.analysis.trace_figures import TraceAnalysis
 
     if len(runs) < 2:
         raise TpumemError("tpumem.compare needs two runs or more")
     analyses = []
     for run in runs:
-        if isinstance(run, RunAnalysis):
+        if isinstance(run, TraceAnalysis):
             analyses.append(run)
         elif isinstance(run, Tracker):
             analyses.append(run.analysis())

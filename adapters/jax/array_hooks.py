@@ -75,7 +75,7 @@ class Program:
 
 
 @dataclass(frozen=True, slots=True)
-class _Run:
+class _Call:
     program: Program
     start_ns: int
     end_ns: int
@@ -86,7 +86,7 @@ class _CallState(threading.local):
     thread; `wrapped`, the primitive calls under way whose outputs their wrapper
     enters (install_every_call). Class defaults: no getattr on the hot path."""
 
-    run: _Run | None = None
+    run: _Call | None = None
     wrapped = 0
 
 
@@ -194,7 +194,7 @@ class JaxHooks:
             start = time.time_ns()
             out = original_call(self, *args)
             end = time.time_ns()
-            run = _Run(hooks._program(self), start - hooks.origin, end - hooks.origin)
+            run = _Call(hooks._program(self), start - hooks.origin, end - hooks.origin)
             hooks._local.run = run
             hooks.python_runs += 1
             if hooks.every_call and not hooks._local.wrapped:
@@ -414,7 +414,7 @@ class JaxHooks:
                 total += sum(v.nbytes for v in items if type(v) is ndarray)
         return total
 
-    def _ran(self, run: _Run, args: Any, out: Any) -> None:
+    def _ran(self, run: _Call, args: Any, out: Any) -> None:
         """A program that ran outside any wrapper (install_every_call): its
         outputs, the arguments it consumed (donated) and its temporaries."""
         book = self.book

@@ -92,7 +92,7 @@ class _Seen:
 
 
 @dataclass(slots=True)
-class Run:
+class Execution:
     """One graph execution, from its launch until its outputs are ready."""
 
     start_ns: int
@@ -160,8 +160,8 @@ class TensorBook:
         self._autograd_runs = 0
         self._first_run_since_look: int | None = None  # (its number)
         self._graphs_kept = False  # a run kept its graph for another
-        self._ended: collections.deque[tuple[Run, int]] = collections.deque()
-        self._running: dict[int, Run] = {}  # id(run) -> run, until it ends
+        self._ended: collections.deque[tuple[Execution, int]] = collections.deque()
+        self._running: dict[int, Execution] = {}  # id(run) -> run, until it ends
         self._launching = 0  # graphs between `prepare` and `settle`, on any thread
         self._rows = BookRows()
         self._next_id = 0
@@ -280,13 +280,13 @@ class TensorBook:
 
     def settle(
         self, pending: _Pending, start_ns: int, graph: str | None, temp_bytes: int, where: Where
-    ) -> tuple[Run, Any]:
+    ) -> tuple[Execution, Any]:
         """After a graph was launched: new buffers for the tensors it
         materialized and for those it updated in place (the tensors that were
         pending before it), and its temporaries, made where it was run
         (`where`). Returns the run, which `end` closes, and one tensor the graph
         gave a buffer (None if it gave none)."""
-        run = Run(start_ns, frees=pending.frees)
+        run = Execution(start_ns, frees=pending.frees)
         with self._lock:
             self._launching -= 1
             self._drain_deaths()
@@ -333,7 +333,7 @@ class TensorBook:
         with self._lock:
             self._launching -= 1
 
-    def end(self, run: Run, end_ns: int) -> None:
+    def end(self, run: Execution, end_ns: int) -> None:
         """A run's outputs are ready (called on GraphEnds' thread)."""
         self._ended.append((run, end_ns))
 
@@ -563,7 +563,7 @@ class TensorBook:
             self._free(buffer, time_ns)
         return True
 
-    def _replace(self, entry: _Tensor, run: Run, shared: _Buffer | None) -> _Buffer:
+    def _replace(self, entry: _Tensor, run: Execution, shared: _Buffer | None) -> _Buffer:
         """A tensor updated in place has a new buffer from the graph of `run`
         (`shared`: one an alias of it already got). PyTorch/XLA donates the old
         one to the graph when it can (same size, aliasing on): it is freed as

@@ -17,7 +17,7 @@ from hostile_snapshots import FLOOD_BYTES, write_flooding_snapshot
 
 from conftest import assert_one_line_error, run_tpumem
 from hostile_traces import _header, _rows, _with_stack, packed_zeros, write, zeros_hlo_row
-from tpumem.analysis.run_figures import analyze
+from tpumem.analysis.trace_figures import analyze
 from tpumem.hlo import tiles
 from tpumem.hlo.tiles import MAX_ELEMENTS, MAX_RANK, element_bits, parse_shape, tiled_bytes
 from tpumem.tpu.topology import parse_topology

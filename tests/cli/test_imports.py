@@ -40,7 +40,7 @@ def test_no_module_of_tpumem_imports_a_framework():
         )
         for path in PACKAGE.rglob("*.py")
     )
-    assert "tpumem.cli" in names and "tpumem.analysis.run_figures" in names
+    assert "tpumem.cli" in names and "tpumem.analysis.trace_figures" in names
     loaded = _modules_loaded("\n".join(f"import {name}" for name in names))
     assert [m for m in loaded if m.split(".")[0] in FRAMEWORKS] == []
 
@@ -101,7 +101,7 @@ def test_a_report_does_not_load_arrow_compute():
             f"sys.argv = ['tpumem', 'report', {str(given)!r}]\n"
             "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
             "    main()\n"
-            "assert 'tpumem.analysis.run_figures' in sys.modules\n"
+            "assert 'tpumem.analysis.trace_figures' in sys.modules\n"
         )
         assert "pyarrow.compute" not in loaded, given
 

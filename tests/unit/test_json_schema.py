@@ -20,7 +20,7 @@ from tpumem.analysis.difference import FIGURES as DIFFERED
 from tpumem.analysis.figures import BYTES, COUNT, FIGURES, RATE, SHARE, TEXT, TIME
 from tpumem.report.diff_report import DIFF_SCHEMA
 from tpumem.report.schema_files import SUPERSEDED, file_name, generated, text
-from tpumem.trace.metadata import EXTRA, EXTRAS, RunMetadata
+from tpumem.trace.metadata import EXTRA, EXTRAS, TraceMetadata
 from tpumem.trace.records import OTHER, hints
 
 DEMO = Path(__file__).parent.parent / "data" / "demo"
@@ -152,7 +152,7 @@ def test_a_comparisons_runs_are_held_to_the_reports_own_schema():
 def test_the_metadata_in_the_schema_has_the_traces_fields():
     """A field the trace's metadata gains is described in the report's schema too
     (its type checked there), and one it loses leaves the schema."""
-    fields = {name for name in hints(RunMetadata) if name not in (EXTRA, OTHER)}
+    fields = {name for name in hints(TraceMetadata) if name not in (EXTRA, OTHER)}
     for extra in EXTRAS.values():
         fields |= set(hints(extra))
     schema = json.loads((SCHEMAS / "tpumem-report-1.json").read_text())

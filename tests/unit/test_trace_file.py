@@ -15,9 +15,9 @@ from tpumem.trace.compact import COMPACT_BATCHES, compact
 from tpumem.trace.metadata import (
     DeviceInfo,
     ExitStatus,
-    RunMetadata,
     TorchXlaBook,
     TorchXlaExtra,
+    TraceMetadata,
 )
 from tpumem.trace.reader import load
 from tpumem.trace.schema import META, SCHEMA
@@ -61,7 +61,7 @@ def test_the_metadata_is_typed_on_the_way_in_and_out(tmp_path):
     assert meta.exit == ExitStatus()  # its one field was not an integer
     assert meta.other == {"newer_field": [1]}
     assert [w for w in meta.warnings if "exit.code (not an integer)" in w]
-    assert RunMetadata.from_json(meta.to_json(), []) == meta
+    assert TraceMetadata.from_json(meta.to_json(), []) == meta
 
 
 def test_rows_reach_the_file_within_the_flush_interval(tmp_path):

@@ -1,5 +1,5 @@
 """The figures tpumem reports, computed from a trace (docs/figures.md)."""
 
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis, analyze
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis, analyze
 
-__all__ = ["DeviceAnalysis", "RunAnalysis", "analyze"]
+__all__ = ["DeviceAnalysis", "TraceAnalysis", "analyze"]

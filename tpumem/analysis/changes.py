@@ -76,7 +76,7 @@ from tpumem.trace.metadata import KeptArrays
 from tpumem.trace.tpu_rows import RECOMPUTED, SHARDED_OVER, TpuCompile
 
 if TYPE_CHECKING:
-    from tpumem.analysis.run_figures import DeviceAnalysis
+    from tpumem.analysis.trace_figures import DeviceAnalysis
 
 DONATE, REMAT, GROWTH, POOL, HEADROOM = "donate", "remat", "growth", "pool", "headroom"
 BF16, PADDING, MOMENTS, BATCH = "bf16", "padding", "moments", "batch"

@@ -17,7 +17,7 @@ from tpumem.analysis.compiled.step_programs import (
 )
 from tpumem.analysis.figures import BYTES, TEXT, TIME
 from tpumem.analysis.kinds import KINDS
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.distinct_names import distinct_names
 
 TOP_OPS = 5
@@ -44,7 +44,7 @@ class KindDifference:
 @dataclass(frozen=True, slots=True)
 class Comparison:
     names: tuple[str, ...]
-    runs: tuple[RunAnalysis, ...]
+    runs: tuple[TraceAnalysis, ...]
     devices: tuple[str | None, ...]  # the device each run is shown by
     rows: tuple[CompareRow, ...]
     # Each run's training-step program side by side (step_programs.py); empty when
@@ -55,11 +55,11 @@ class Comparison:
     alignment: str  # "step" when every run has step marks, else "normalized time"
 
 
-def busiest(run: RunAnalysis) -> DeviceAnalysis | None:
+def busiest(run: TraceAnalysis) -> DeviceAnalysis | None:
     return max(run.devices, key=lambda d: d.peak.bytes, default=None)
 
 
-def run_names(runs: list[RunAnalysis]) -> tuple[str, ...]:
+def run_names(runs: list[TraceAnalysis]) -> tuple[str, ...]:
     """Framework names, with what tells the runs' paths apart where two runs share
     one (`jax (v1/train)`, `jax (v3/train)`: distinct_names.py)."""
     frameworks = [run.framework for run in runs]
@@ -103,7 +103,7 @@ PROGRAM_TEMP = "program_temp"
 ROWS = (*((f.key, f.unit) for f in COMPARED), (PROGRAM_TEMP, BYTES))
 
 
-def _figures(device: DeviceAnalysis | None, run: RunAnalysis) -> dict[str, Entry]:
+def _figures(device: DeviceAnalysis | None, run: TraceAnalysis) -> dict[str, Entry]:
     na: Entry = (None, provenance.NOT_AVAILABLE)
     if device is None:
         return {}
@@ -137,7 +137,7 @@ PROGRAM_ROWS = (
 )
 
 
-def _program_rows(runs: list[RunAnalysis]) -> tuple[CompareRow, ...]:
+def _program_rows(runs: list[TraceAnalysis]) -> tuple[CompareRow, ...]:
     steps = [step_program(run) for run in runs]
     if not any(steps):
         return ()
@@ -163,7 +163,7 @@ def _program_rows(runs: list[RunAnalysis]) -> tuple[CompareRow, ...]:
 CHIP_KIND = "program.tpu-kind:"  # and a kind's key: a chip's need of that kind
 
 
-def _chip_kind_rows(runs: list[RunAnalysis]) -> list[CompareRow]:
+def _chip_kind_rows(runs: list[TraceAnalysis]) -> list[CompareRow]:
     """Each topology's chip by kind, run by run (chip_kinds.py: XLA:TPU's plan,
     with the kinds each run gave its arrays)."""
     by_topology: dict[str, list[dict[str, int]]] = {}
@@ -212,7 +212,7 @@ def _kinds(devices: list[DeviceAnalysis | None]) -> tuple[KindDifference, ...]:
 
 
 def _capacity_rows(
-    runs: list[RunAnalysis], devices: list[DeviceAnalysis | None]
+    runs: list[TraceAnalysis], devices: list[DeviceAnalysis | None]
 ) -> list[CompareRow]:
     """Each run's busiest device at the capacity asked about (capacity.py)."""
     checks = [
@@ -260,7 +260,7 @@ def _capacity_rows(
     ]
 
 
-def compare(runs: list[RunAnalysis]) -> Comparison:
+def compare(runs: list[TraceAnalysis]) -> Comparison:
     devices = [busiest(run) for run in runs]
     figures = [_figures(device, run) for device, run in zip(devices, runs, strict=True)]
     missing = (None, provenance.NOT_AVAILABLE)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from tpumem.analysis.device_events import step_marks
 from tpumem.analysis.figures import DIFFED, DeviceFigure
 from tpumem.analysis.per_step import per_step_max
-from tpumem.analysis.run_figures import DeviceAnalysis, DeviceEventFigures, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, DeviceEventFigures, TraceAnalysis
 from tpumem.trace.model import Trace
 from tpumem.trace.stack_rows import Frame
 
@@ -75,8 +75,8 @@ class DeviceDiff:
 
 @dataclass(frozen=True, slots=True)
 class RunDiff:
-    before: RunAnalysis
-    after: RunAnalysis
+    before: TraceAnalysis
+    after: TraceAnalysis
     devices: tuple[DeviceDiff, ...]
     noise_bytes: int
     # Two distributed runs: each process's peak before and after (its name, and
@@ -90,8 +90,8 @@ def _peak(device: DeviceAnalysis | None) -> int:
 
 
 def diff_runs(
-    before: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
-    after: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
+    before: tuple[Trace, TraceAnalysis, list[DeviceEventFigures]],
+    after: tuple[Trace, TraceAnalysis, list[DeviceEventFigures]],
     noise_bytes: int,
 ) -> RunDiff:
     """Each (trace, its analysis, its figures with events), as analyze_with_events
@@ -137,7 +137,7 @@ Breakdown = dict[object, tuple[str | None, int, tuple[Frame, ...]]]
 THE_SCRIPT = "<the script>"
 
 
-def _script(analysis: RunAnalysis) -> str | None:
+def _script(analysis: TraceAnalysis) -> str | None:
     """The file name of the script the run ran, if it ran one."""
     command = analysis.metadata.command or ()
     first = command[0] if command else None
@@ -218,8 +218,8 @@ def _region_bytes(device: DeviceAnalysis, script: str | None) -> Breakdown:
 
 def _aligned_steps(
     device: str,
-    before: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
-    after: tuple[Trace, RunAnalysis, list[DeviceEventFigures]],
+    before: tuple[Trace, TraceAnalysis, list[DeviceEventFigures]],
+    after: tuple[Trace, TraceAnalysis, list[DeviceEventFigures]],
 ) -> tuple[tuple[int, int | None, int | None], ...]:
     """Each step's peak in both runs, by step number; none unless both have steps."""
     peaks = [dict(_step_peaks(device, *run)) for run in (before, after)]
@@ -230,7 +230,7 @@ def _aligned_steps(
 
 
 def _step_peaks(
-    device: str, trace: Trace, _: RunAnalysis, figures: Iterable[DeviceEventFigures]
+    device: str, trace: Trace, _: TraceAnalysis, figures: Iterable[DeviceEventFigures]
 ) -> list[tuple[int, int]]:
     times, numbers = step_marks(trace)
     for figure in figures:

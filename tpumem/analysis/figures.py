@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpumem.analysis import provenance
-from tpumem.analysis.run_figures import DeviceAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis
 
 # Units, as a comparison's rows and the JSON name them.
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"

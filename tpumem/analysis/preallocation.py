@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpumem.analysis import provenance
-from tpumem.trace.metadata import SETTINGS_OF, SETTINGS_VARIABLES, RunMetadata
+from tpumem.trace.metadata import SETTINGS_OF, SETTINGS_VARIABLES, TraceMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class Preallocation:
     smallest_fraction: float | None
 
 
-def _settings(metadata: RunMetadata) -> dict[str, str]:
+def _settings(metadata: TraceMetadata) -> dict[str, str]:
     settings = {str(k): str(v) for k, v in (metadata.allocator_settings or {}).items()}
     environment = metadata.env or {}
     for name in SETTINGS_OF.get(metadata.framework, SETTINGS_VARIABLES):
@@ -37,7 +37,7 @@ def _settings(metadata: RunMetadata) -> dict[str, str]:
 
 
 def preallocation(
-    metadata: RunMetadata,
+    metadata: TraceMetadata,
     device: str,
     peak_bytes: int,
     peak_index: int,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tpumem.analysis.figures import FRAGMENTATION, PEAK, POOL, DeviceFigure
 from tpumem.analysis.oom import OutOfMemory
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.trace.metadata import ExitStatus
 
 SERIES_POINTS = 200  # per process, for the page's lines
@@ -136,7 +136,7 @@ class ProcessRun:
     processes: tuple[ProcessSummary, ...]  # by rank, then host and pid
     spreads: tuple[Spread, ...]  # peak first; then pool and fragmentation where known
     busiest_at: int  # position of the process with the highest peak
-    busiest: RunAnalysis  # that process, analysed in full
+    busiest: TraceAnalysis  # that process, analysed in full
     axis: str  # STEP_AXIS or CLOCK_AXIS
     run_ids: tuple[str, ...]  # the distinct run ids the traces carry
     missing_ranks: tuple[int, ...]  # ranks below the run's count with no trace
@@ -151,7 +151,7 @@ class ProcessRun:
         return self.spreads[0]
 
 
-def _busiest(analysis: RunAnalysis) -> DeviceAnalysis | None:
+def _busiest(analysis: TraceAnalysis) -> DeviceAnalysis | None:
     return max(analysis.devices, key=lambda d: d.peak.bytes, default=None)
 
 
@@ -191,7 +191,7 @@ def _device_summary(device: DeviceAnalysis) -> DeviceSummary:
     )
 
 
-def summarize(analysis: RunAnalysis) -> ProcessSummary:
+def summarize(analysis: TraceAnalysis) -> ProcessSummary:
     """A process's figures, from its full analysis (made with series points)."""
     meta = analysis.metadata
     device = _busiest(analysis)
@@ -264,7 +264,7 @@ def _ranks(processes: Sequence[ProcessSummary]) -> tuple[tuple[int, ...], tuple[
 def process_run(
     processes: tuple[ProcessSummary, ...],
     unreadable: tuple[tuple[str, str], ...],
-    busiest_analysis: RunAnalysis,
+    busiest_analysis: TraceAnalysis,
     summarised_here: tuple[tuple[str, str], ...] = (),
 ) -> ProcessRun:
     """The run the processes make together: `processes` in process_order, and the
@@ -330,7 +330,7 @@ def busiest_pair(pairs: list[Pair]) -> Pair:
     )
 
 
-def busiest_peak(analysis: RunAnalysis) -> int:
+def busiest_peak(analysis: TraceAnalysis) -> int:
     """The analysis's highest peak on one device (what `busiest` compares)."""
     device = _busiest(analysis)
     return device.peak.bytes if device is not None else 0

@@ -14,7 +14,7 @@ from tpumem.units import counted
 if TYPE_CHECKING:
     from tpumem.analysis.compiled.programs import CompiledProgram
     from tpumem.analysis.processes import ProcessRun
-    from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.analysis.trace_figures import TraceAnalysis
     from tpumem.reading.many_traces import PerProcess, PerSummary
     from tpumem.reading.object_storage import Fetched
 
@@ -75,7 +75,7 @@ def _renamed(
     )
 
 
-def program_named(analysis: RunAnalysis, name: str) -> CompiledProgram:
+def program_named(analysis: TraceAnalysis, name: str) -> CompiledProgram:
     """`--program NAME`: the compiled program of that name (or part of it)."""
     from tpumem.analysis.compiled.programs import find_program
 

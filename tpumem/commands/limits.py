@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tpumem.analysis.growth import MIN_STEPS
 from tpumem.analysis.processes import DeviceSummary, ProcessRun, ProcessSummary, summarize
-from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.analysis.trace_figures import TraceAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
 from tpumem.report.oom_rows import what, why
 from tpumem.report.tpu_tables import tpu_verdict
@@ -21,7 +21,7 @@ class Limits:
     max_fragmentation: float | None = None  # at the peak
     capacity_bytes: int | None = None  # the allocator model must hold the run in this
     max_growth_bytes: int | None = None  # a step, after warm-up
-    baseline: RunAnalysis | None = None  # the run this one may not rise above by more than
+    baseline: TraceAnalysis | None = None  # the run this one may not rise above by more than
     max_increase: Increase = NO_INCREASE
     tpu: tuple[str, ...] = ()  # topologies the run must fit, as XLA:TPU compiled it
 
@@ -59,13 +59,13 @@ def summary_findings(summary: ProcessSummary, limits: Limits) -> tuple[str, ...]
     return tuple(summary_breaches(summary, limits))
 
 
-def breach_findings(analysis: RunAnalysis, limits: Limits) -> tuple[str, ...]:
+def breach_findings(analysis: TraceAnalysis, limits: Limits) -> tuple[str, ...]:
     """`breaches`, as a process's summary keeps them (made in a worker: a
     module-level function, so that it can be sent there)."""
     return tuple(breaches(analysis, limits))
 
 
-def breaches(analysis: RunAnalysis, limits: Limits) -> list[str]:
+def breaches(analysis: TraceAnalysis, limits: Limits) -> list[str]:
     """One line per limit a device breaks (or cannot be shown to keep): what its
     summary answers, and what only its analysis does (the slices it must fit, the
     allocator model at a capacity, the baseline)."""
@@ -115,7 +115,7 @@ def summary_breaches(
     return lines
 
 
-def _capacity_breaches(analysis: RunAnalysis) -> list[str]:
+def _capacity_breaches(analysis: TraceAnalysis) -> list[str]:
     return [
         f"{check.device}: at {format_bytes(check.capacity_bytes)} the allocator model "
         f"runs out of memory {what(check.failure)} ({why(check.failure)})"
@@ -124,7 +124,7 @@ def _capacity_breaches(analysis: RunAnalysis) -> list[str]:
     ]
 
 
-def _tpu_breaches(analysis: RunAnalysis, topologies: tuple[str, ...]) -> list[str]:
+def _tpu_breaches(analysis: TraceAnalysis, topologies: tuple[str, ...]) -> list[str]:
     """Each slice asked for that the run does not fit, or that nothing shows it fits."""
     lines = []
     for topology in topologies:
@@ -158,7 +158,7 @@ def _growth_breaches(device: DeviceSummary, limit: int | None) -> list[str]:
 
 
 def _baseline_breaches(
-    analysis: RunAnalysis, baseline: RunAnalysis, increase: Increase
+    analysis: TraceAnalysis, baseline: TraceAnalysis, increase: Increase
 ) -> list[str]:
     """Each device's peak against the same device's in the baseline."""
     before = {d.device: d.peak.bytes for d in baseline.devices}

@@ -26,7 +26,7 @@ import numpy as np
 from tpumem.analysis.device_events import step_marks
 from tpumem.analysis.drawing.series import device_series
 from tpumem.analysis.per_step import per_step_max
-from tpumem.analysis.run_figures import DeviceEventFigures, device_event_figures
+from tpumem.analysis.trace_figures import DeviceEventFigures, device_event_figures
 from tpumem.distinct_names import distinct_names, numbered
 from tpumem.errors import TpumemError
 from tpumem.export.event_file import EventFileWriter

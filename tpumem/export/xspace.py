@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tpumem.analysis.run_figures import DeviceEventFigures
+from tpumem.analysis.trace_figures import DeviceEventFigures
 from tpumem.hlo.schema import HloError, parse_hlo_proto
 from tpumem.trace.hlo_rows import hlo_rows
 from tpumem.trace.model import Trace
@@ -168,7 +168,7 @@ def memory_space(
     programs: Sequence[tuple[int, str, bytes]] = (),
 ) -> bytes:
     """The XSpace bytes of a trace's memory events, for `<host>.xplane.pb`;
-    `figures`: its devices' analysis (analysis/run_figures.py), made once;
+    `figures`: its devices' analysis (analysis/trace_figures.py), made once;
     `programs`: compiled programs for XProf's memory_viewer (trace_programs)."""
     m = messages("full")
     strings = _Strings()

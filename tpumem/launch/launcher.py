@@ -31,7 +31,7 @@ from tpumem.adapters.launch_protocol import (
     QUIET_VARIABLE,
     RUN_ID_VARIABLE,
     FollowConfig,
-    RunConfig,
+    LaunchConfig,
     read_ending,
 )
 from tpumem.adapters.xla_dump import dump_directory
@@ -270,7 +270,7 @@ def _start(launch: _Launch, signals: HeldSignals, own: OwnTrace | None = None) -
     # The runner says how the run ended on this pipe, once, as it exits; a runner
     # that was killed says nothing, and this process records the ending itself.
     status_read, status_write = os.pipe()
-    config = RunConfig(
+    config = LaunchConfig(
         output=str(launch.output),
         framework=launch.framework,
         target=request.target,

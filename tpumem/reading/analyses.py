@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tpumem.analysis.run_figures import DeviceEventFigures, RunAnalysis
+    from tpumem.analysis.trace_figures import DeviceEventFigures, TraceAnalysis
     from tpumem.trace.model import Trace
 
 
@@ -17,7 +17,7 @@ def analysed(
     series_points: int = 0,
     capacity: int | None = None,
     page: bool = True,
-) -> RunAnalysis:
+) -> TraceAnalysis:
     """Every figure of the trace at `path` (`shown_as`: the name a report gives it,
     where it is not the file's: a profile imported on the way); `series_points`,
     `capacity` and `page` as analyze takes them."""
@@ -33,10 +33,10 @@ def analysed_with_events(
     series_points: int = 0,
     capacity: int | None = None,
     page: bool = True,
-) -> tuple[Trace, RunAnalysis, list[DeviceEventFigures]]:
+) -> tuple[Trace, TraceAnalysis, list[DeviceEventFigures]]:
     """The trace, its figures and the per-event series they came from (what an
     export writes and a diff matches)."""
-    from tpumem.analysis.run_figures import analyze_with_events
+    from tpumem.analysis.trace_figures import analyze_with_events
     from tpumem.trace.reader import load
 
     trace = load(path, shown_as)
@@ -48,7 +48,7 @@ def analysed_with_events(
 
 def analysed_one(
     path: Path | str, *, series_points: int = 0, capacity: int | None = None, role: str = ""
-) -> RunAnalysis:
+) -> TraceAnalysis:
     """The one trace at `path` analysed, as every command reads a path: a trace,
     or a profile imported on the way; a distributed run is one line (`role`: what
     the path stands for, as the line names it: "--baseline")."""

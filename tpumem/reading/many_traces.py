@@ -22,7 +22,7 @@ from tpumem.analysis.processes import (
     process_run,
     summarize,
 )
-from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.analysis.trace_figures import TraceAnalysis
 from tpumem.errors import TpumemError
 from tpumem.reading.analyses import analysed
 from tpumem.reading.summary_files import MISSING, read_summary
@@ -36,7 +36,7 @@ _PARALLEL_FROM_BYTES = 64 * 1024 * 1024
 
 # What a caller asks of each process's full analysis, where it is made (a worker):
 # a module-level function (or a partial of one), so that it can be sent there.
-PerProcess = Callable[[RunAnalysis], tuple[str, ...]]
+PerProcess = Callable[[TraceAnalysis], tuple[str, ...]]
 # What a caller asks of each process's summary: answered from the summary its
 # recording left, where the traces need not be read.
 PerSummary = Callable[[ProcessSummary], tuple[str, ...]]
@@ -55,17 +55,19 @@ class _Task:
         (the allocator model replays the trace) nor what needs the full analysis."""
         return self.capacity is None and self.per_process is None
 
-    def analyse(self, path: str, points: int | None = None, page: bool = True) -> RunAnalysis:
+    def analyse(self, path: str, points: int | None = None, page: bool = True) -> TraceAnalysis:
         """`page`: what the busiest process's page explores too (its series' finer
         levels, moments); a summary's line needs only the points."""
         return analysed(
             path, series_points=points or self.points, capacity=self.capacity, page=page
         )
 
-    def summarize(self, analysis: RunAnalysis) -> ProcessSummary:
+    def summarize(self, analysis: TraceAnalysis) -> ProcessSummary:
         return self.found(summarize(analysis), analysis)
 
-    def found(self, summary: ProcessSummary, analysis: RunAnalysis | None = None) -> ProcessSummary:
+    def found(
+        self, summary: ProcessSummary, analysis: TraceAnalysis | None = None
+    ) -> ProcessSummary:
         """The summary with what the caller asks of it (of its analysis, where made)."""
         findings: tuple[str, ...] = ()
         if self.per_summary is not None:
@@ -173,7 +175,7 @@ def _disagreement(kept: ProcessSummary, fresh: ProcessSummary) -> str | None:
 
 def _summaries(
     paths: Sequence[Path], workers: int, done: Callable[[int, int], None] | None, task: _Task
-) -> tuple[list[ProcessSummary | str], RunAnalysis | None]:
+) -> tuple[list[ProcessSummary | str], TraceAnalysis | None]:
     """Each trace's summary (or why it could not be read), in the order given; in
     this process (workers == 0), the busiest analysis seen is kept, so that it is
     not analysed twice."""
@@ -181,7 +183,7 @@ def _summaries(
     tell = done or (lambda finished, total: None)
     if workers == 0:
         results: list[ProcessSummary | str] = []
-        kept: RunAnalysis | None = None
+        kept: TraceAnalysis | None = None
         for number, name in enumerate(names, 1):
             try:
                 analysis = task.analyse(name)
@@ -211,7 +213,7 @@ def _summaries(
 class _Read:
     processes: tuple[ProcessSummary, ...]  # in the order of processes (rank, host, pid)
     unreadable: tuple[tuple[str, str], ...]  # (trace, why)
-    kept: RunAnalysis | None  # the busiest analysis, where one was made here
+    kept: TraceAnalysis | None  # the busiest analysis, where one was made here
     summarised_here: tuple[tuple[str, str], ...]  # (trace, why its summary was not used)
 
 

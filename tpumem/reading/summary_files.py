@@ -31,7 +31,7 @@ from tpumem.reading.plain_json import Unreadable, from_plain, to_plain
 from tpumem.regular_files import NotRegular, read_regular
 
 if TYPE_CHECKING:
-    from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.analysis.trace_figures import TraceAnalysis
 
 FORMAT = "tpumem-summary"
 VERSION = 1
@@ -214,7 +214,7 @@ def read_summary(trace: Path, identity: tuple[int, str] | None = None) -> Proces
     return summary_from_text(text, trace, *identity)
 
 
-def summarise_beside(trace: Path, analysis: RunAnalysis | None = None) -> str | None:
+def summarise_beside(trace: Path, analysis: TraceAnalysis | None = None) -> str | None:
     """Writes the trace's summary beside it, from `analysis` where the caller made
     one with SERIES_POINTS (else analysed here); a line on why it could not, for
     the caller to say: the trace stands whatever happens here."""

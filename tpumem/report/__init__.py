@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from tpumem.errors import TpumemError
 
 # What is reported, as the error for an unknown format names it.
-REPORT = "report"  # one run (RunAnalysis)
+REPORT = "report"  # one run (TraceAnalysis)
 PROCESSES = "run"  # a distributed run's processes (ProcessRun), with `where`
 PROGRAM = "program"  # one compiled program (CompiledProgram), with its `analysis`
 COMPARISON = "compare"  # runs side by side (Comparison)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tpumem.analysis.by_line import NO_PLAN, NO_TEMPORARIES, LineBytes, PeakLines
 from tpumem.analysis.compiled.tpu import PlansApart
 from tpumem.analysis.peak import highest
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.kind_words import KIND_HEADERS, kinds_rows
 from tpumem.report.rows import step_words
@@ -153,7 +153,7 @@ def plans_apart_words(apart: PlansApart) -> str:
     )
 
 
-def answer(analysis: RunAnalysis) -> Answer | None:
+def answer(analysis: TraceAnalysis) -> Answer | None:
     if not analysis.devices:
         return None
     device = highest(analysis.devices)  # the device whose peak the answer is about

@@ -19,7 +19,7 @@ from tpumem.analysis.accelerators import ACCELERATORS
 from tpumem.analysis.comparison import Comparison
 from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.difference import RunDiff
-from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.analysis.trace_figures import TraceAnalysis
 from tpumem.report import HTML_SERIES_POINTS
 from tpumem.report.answer_rows import answer
 from tpumem.report.compare_json import comparison_data
@@ -61,7 +61,7 @@ def embed_json(data: Any) -> str:
     return text
 
 
-def run_data(analysis: RunAnalysis) -> dict[str, Any]:
+def run_data(analysis: TraceAnalysis) -> dict[str, Any]:
     body = report_dict(analysis)
     # The run's rows in the text report's own words (how it ended, the capture,
     # what tpumem set, what the framework does not expose).
@@ -94,7 +94,7 @@ def run_data(analysis: RunAnalysis) -> dict[str, Any]:
     return body
 
 
-def answer_data(analysis: RunAnalysis) -> dict[str, Any] | None:
+def answer_data(analysis: TraceAnalysis) -> dict[str, Any] | None:
     """The answer the page opens with, in the text report's words (answer_rows.py),
     each table with its rows' bytes to sort them by."""
     said = answer(analysis)
@@ -155,7 +155,7 @@ def page(title: str, data: dict[str, Any]) -> str:
 
 
 def render_html(
-    analysis: RunAnalysis, *, width: int = 100, color: bool = False, program: str | None = None
+    analysis: TraceAnalysis, *, width: int = 100, color: bool = False, program: str | None = None
 ) -> str:
     """(Width and color are the terminal's: the page sets its own.) `program`: the
     compiled program the page opens on."""
@@ -170,7 +170,7 @@ def render_program_html(
     *,
     width: int = 100,
     color: bool = False,
-    analysis: RunAnalysis | None = None,
+    analysis: TraceAnalysis | None = None,
 ) -> str:
     """The run's page, opened on `program` (one of `analysis`'s)."""
     assert analysis is not None, "a program's page is its run's"

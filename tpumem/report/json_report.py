@@ -54,8 +54,8 @@ from tpumem.analysis.oom_messages import CompiledAllocation
 from tpumem.analysis.padding import LayoutPadding, PaddedShape
 from tpumem.analysis.peak import GROUP_KEYS, LiveGroup, PeakBreakdown
 from tpumem.analysis.preallocation import Preallocation
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
 from tpumem.analysis.stacks import StackBytes
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.analysis.waste import InternalWaste
 from tpumem.hlo.refusals import Figure
 from tpumem.report.fit_rows import fit_note
@@ -82,7 +82,7 @@ from tpumem.report.json_shapes import (
     register,
 )
 from tpumem.report.tpu_tables import tpu_verdict
-from tpumem.trace.metadata import EXTRAS, RunMetadata
+from tpumem.trace.metadata import EXTRAS, TraceMetadata
 from tpumem.trace.stack_rows import Frame
 from tpumem.trace.tpu_rows import MEMORY_FIELDS
 
@@ -853,7 +853,9 @@ def _described(shape: Object, about: dict[str, str]) -> Object:
 def _metadata_shape() -> Shape:
     """The trace's metadata as the trace writes it (its own `to_json`): its fields,
     and beside them each adapter's own (EXTRAS)."""
-    described = encoded_record(RunMetadata, required=("framework", "backend", "source", "warnings"))
+    described = encoded_record(
+        TraceMetadata, required=("framework", "backend", "source", "warnings")
+    )
     mine = []
     for k in described.keys:
         if k.name == "memory_settings" and isinstance(k.shape, Object):
@@ -870,21 +872,21 @@ def _metadata_shape() -> Shape:
     whole = dataclasses.replace(
         described,
         keys=tuple(mine),
-        about="the trace's metadata (tpumem/trace/metadata.py: RunMetadata and, beside its "
+        about="the trace's metadata (tpumem/trace/metadata.py: TraceMetadata and, beside its "
         "fields, the adapter's own); fields tpumem does not know are kept as the trace has them",
     )
-    return Written(_described(whole, _METADATA_ABOUT), RunMetadata.to_json)
+    return Written(_described(whole, _METADATA_ABOUT), TraceMetadata.to_json)
 
 
 REPORT = Object(
     (
         key("schema", Const(SCHEMA), lambda _: SCHEMA),
         key("path", Optional(STRING)),
-        *fields(RunAnalysis, "framework", "backend", "source", "complete"),
+        *fields(TraceAnalysis, "framework", "backend", "source", "complete"),
         key("metadata", _metadata_shape()),
         key("duration_ns", INT),
         key("devices", Array(DEVICE)),
-        *fields(RunAnalysis, "total_peak_bytes", "total_peak_time_ns", "warnings"),
+        *fields(TraceAnalysis, "total_peak_bytes", "total_peak_time_ns", "warnings"),
         key("programs", Array(PROGRAM), "compiled"),
         key("fit", Optional(FIT)),
         key("steps", INT),
@@ -916,7 +918,7 @@ PROGRAM_REPORT = Object(
 )
 
 
-def report_dict(analysis: RunAnalysis) -> dict[str, Any]:
+def report_dict(analysis: TraceAnalysis) -> dict[str, Any]:
     return REPORT.write(analysis)
 
 
@@ -950,12 +952,12 @@ def render_program_json(
     *,
     width: int = 100,
     color: bool = False,
-    analysis: RunAnalysis | None = None,
+    analysis: TraceAnalysis | None = None,
 ) -> str:
     """One program in full: `tpumem report --program NAME -f json`."""
     return dump(PROGRAM_REPORT.write(program), indent=2) + "\n"
 
 
-def render_json(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+def render_json(analysis: TraceAnalysis, *, width: int = 100, color: bool = False) -> str:
     """(Width and color are the terminal's: JSON has neither.)"""
     return dump(report_dict(analysis), indent=2) + "\n"

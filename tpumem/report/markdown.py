@@ -9,7 +9,7 @@ from tpumem.analysis.advisor import FitAdvice
 from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.compiled.tpu import TpuTarget
 from tpumem.analysis.peak import LiveGroup
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markdown as _cell
@@ -53,7 +53,7 @@ def md_table(headers: tuple[str, ...], rows: Sequence[Sequence[str]]) -> list[st
     return lines
 
 
-def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+def render_markdown(analysis: TraceAnalysis, *, width: int = 100, color: bool = False) -> str:
     """(Width and color are the terminal's: markdown has neither.)"""
     lines = [f"# tpumem report: {_cell(analysis.path or '')}", ""]
     for section in report_sections(analysis):
@@ -61,7 +61,7 @@ def render_markdown(analysis: RunAnalysis, *, width: int = 100, color: bool = Fa
     return "\n".join(lines) + "\n"
 
 
-def _answer(analysis: RunAnalysis) -> list[str]:
+def _answer(analysis: TraceAnalysis) -> list[str]:
     said = answer(analysis)
     if said is None:
         return []
@@ -148,7 +148,7 @@ def render_program_markdown(
     *,
     width: int = 100,
     color: bool = False,
-    analysis: RunAnalysis | None = None,
+    analysis: TraceAnalysis | None = None,
 ) -> str:
     """One program in full: `tpumem report --program NAME`."""
     title = f"# tpumem report: program {_cell(program.name)}\n\n"

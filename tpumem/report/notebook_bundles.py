@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tpumem.analysis.comparison import Comparison
-    from tpumem.analysis.run_figures import RunAnalysis
+    from tpumem.analysis.trace_figures import TraceAnalysis
 
 TEXT_WIDTH = 100
 # The frame grows to its page once loaded; this is its height until then.
@@ -44,7 +44,7 @@ def folded(page: str) -> str:
     )
 
 
-def answer_html(analysis: RunAnalysis) -> str:
+def answer_html(analysis: TraceAnalysis) -> str:
     """The answer the page opens with, as plain HTML (the notebook's own styles)."""
     from tpumem.report.html import answer_data
 
@@ -74,7 +74,7 @@ def answer_html(analysis: RunAnalysis) -> str:
     return "".join(parts)
 
 
-def run_bundle(analysis: RunAnalysis) -> dict[str, str]:
+def run_bundle(analysis: TraceAnalysis) -> dict[str, str]:
     from tpumem.report import REPORT, reporter
 
     return {

@@ -10,7 +10,7 @@ from tpumem.analysis.compiled.programs import RunningAtPeak, largest_temp
 from tpumem.analysis.growth import MIN_STEPS
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.provenance import NOT_AVAILABLE
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.report.growth_rows import GROWTH_HOW, growth_text
 from tpumem.report.oom_rows import capacity_rows, oom_rows, shown_checks
 from tpumem.trace.metadata import (
@@ -20,8 +20,8 @@ from tpumem.trace.metadata import (
     CaptureSummary,
     ExitStatus,
     JaxBook,
-    RunMetadata,
     TorchXlaBook,
+    TraceMetadata,
 )
 from tpumem.trace.schema import ALLOCATOR, BUFFER
 from tpumem.units import counted, format_bytes, format_seconds
@@ -34,13 +34,13 @@ BRIEF_HEADERS = ("device", fig.PEAK.short, fig.POOL.short, fig.FRAGMENTATION.sho
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
-def headline_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
+def headline_rows(analysis: TraceAnalysis) -> list[tuple[str, str]]:
     """What people came for, first: the failure that ended the run, and what the
     capacity they asked about would give."""
     return [*oom_rows(analysis.out_of_memory), *capacity_rows(analysis.capacity)]
 
 
-def failure_tables(analysis: RunAnalysis) -> list[tuple[str, tuple[LiveGroup, ...]]]:
+def failure_tables(analysis: TraceAnalysis) -> list[tuple[str, tuple[LiveGroup, ...]]]:
     """(title, groups) of the buffers live at each failure, real and modeled, in
     the order the headline rows tell them."""
     tables = [
@@ -59,7 +59,7 @@ def failure_tables(analysis: RunAnalysis) -> list[tuple[str, tuple[LiveGroup, ..
     return [(title, groups) for title, groups in tables if groups]
 
 
-def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
+def fact_rows(analysis: TraceAnalysis) -> list[tuple[str, str]]:
     meta = analysis.metadata
     framework = f"{analysis.framework} (backend: {analysis.backend})"
     if meta.source == COMPILED_ONLY:
@@ -98,13 +98,13 @@ def fact_rows(analysis: RunAnalysis) -> list[tuple[str, str]]:
     return rows
 
 
-def _source(meta: RunMetadata) -> str:
+def _source(meta: TraceMetadata) -> str:
     if meta.source == IMPORTED:
         return f"imported from {meta.imported_from or '?'} (host {meta.host or '?'})"
     return " ".join(meta.command) if meta.command is not None else meta.source
 
 
-def process_text(meta: RunMetadata) -> str:
+def process_text(meta: TraceMetadata) -> str:
     """'1 of 2 on vm-3 (jax.process_index()), run 5f26eafa'."""
     process = meta.process
     assert process is not None
@@ -176,7 +176,7 @@ def _book(book: JaxBook | TorchXlaBook) -> str:
     return text
 
 
-def _programs(analysis: RunAnalysis, book: JaxBook | TorchXlaBook | None) -> str:
+def _programs(analysis: TraceAnalysis, book: JaxBook | TorchXlaBook | None) -> str:
     text = f"{len(analysis.programs):,} compiled"
     top = largest_temp(analysis.programs)
     if top is not None:
@@ -192,7 +192,7 @@ def _programs(analysis: RunAnalysis, book: JaxBook | TorchXlaBook | None) -> str
     return text + " · XLA's memory analysis at compile time"
 
 
-def _ending(meta: RunMetadata, complete: bool, running: bool) -> str:
+def _ending(meta: TraceMetadata, complete: bool, running: bool) -> str:
     return ending_text(meta.exit, complete, meta.source, running)
 
 
@@ -237,7 +237,7 @@ def one_line(text: str) -> str:
 
 
 def devices_shown(
-    analysis: RunAnalysis,
+    analysis: TraceAnalysis,
 ) -> tuple[list[DeviceAnalysis], list[tuple[str, ...]], str | None]:
     """(devices shown in full, a brief row for each of the next ones, a line that
     says what was left out, if anything was)."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.analysis.trace_figures import TraceAnalysis
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
 from tpumem.report.rows import devices_shown, fact_rows, failure_tables, headline_rows
 from tpumem.trace.metadata import COMPILED_ONLY
 
 HEADLINE = "headline"  # what ended the run, what a capacity asked about gives: (name, value)
-ANSWER = "answer"  # the RunAnalysis, as the answer opens the report (answer_rows.py)
+ANSWER = "answer"  # the TraceAnalysis, as the answer opens the report (answer_rows.py)
 RUN = "run"  # the run's facts: list of (name, value)
 FAILURE = "failure"  # (title, live groups) of a failure
 WARNINGS = "warnings"  # the run's warnings (a tuple of text; there, if empty)
@@ -54,7 +54,7 @@ class Section:
     value: Any
 
 
-def report_sections(analysis: RunAnalysis) -> list[Section]:
+def report_sections(analysis: TraceAnalysis) -> list[Section]:
     headline = headline_rows(analysis)
     sections = [Section(HEADLINE, headline)] if headline else []
     if analysis.devices:

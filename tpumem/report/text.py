@@ -16,7 +16,7 @@ from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.compiled.sweep import SweepPoint
 from tpumem.analysis.compiled.tpu import TpuTarget
 from tpumem.analysis.peak import LiveGroup
-from tpumem.analysis.run_figures import DeviceAnalysis, RunAnalysis
+from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markup, visible
@@ -190,7 +190,7 @@ def _cut(header: str, cell: str, width: int | None) -> str:
     return _CUT[header](cell, width) if header in _CUT and width is not None else cell
 
 
-def _answer(console: Console, analysis: RunAnalysis) -> None:
+def _answer(console: Console, analysis: TraceAnalysis) -> None:
     """The first screen: the peak, its kinds and lines, what to change."""
     said = answer(analysis)
     if said is None:
@@ -234,7 +234,7 @@ def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
     return console, buffer
 
 
-def render_text(analysis: RunAnalysis, *, width: int = 100, color: bool = False) -> str:
+def render_text(analysis: TraceAnalysis, *, width: int = 100, color: bool = False) -> str:
     console, buffer = string_console(width, color)
     # (One line whatever its length: a path is copied whole.)
     console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}", soft_wrap=True)
@@ -330,7 +330,7 @@ def render_program_text(
     *,
     width: int = 100,
     color: bool = False,
-    analysis: RunAnalysis | None = None,
+    analysis: TraceAnalysis | None = None,
 ) -> str:
     """One program in full: `tpumem report --program NAME`."""
     console, buffer = string_console(width, color)

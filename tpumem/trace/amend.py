@@ -105,7 +105,7 @@ def _last_message(path: str | Path) -> tuple[pa.Schema | None, int, bool]:
 
 
 def append_metadata(path: str | Path, time_ns: int = 0, **fields: Any) -> bool:
-    """Appends metadata `fields` (RunMetadata's, typed, as the writer's
+    """Appends metadata `fields` (TraceMetadata's, typed, as the writer's
     patch_metadata takes them) as a row at `time_ns` on the trace clock: the
     launcher's record of how a run ended, so a half-written last message is cut."""
     row = {"kind": META, "time_ns": time_ns, "text": json.dumps(metadata_json(fields))}

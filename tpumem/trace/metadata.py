@@ -4,7 +4,7 @@ On the file the metadata is JSON: the stream's header, then `meta` rows, each a 
 that replaces the keys it names (`warnings` accumulate). The runner writes the header,
 the adapters add what they learn as the run goes, the runner how it ended, the
 launcher how a run it saw die ended, the importer a profile's whole metadata at once.
-A reader merges the patches and reads the result as `RunMetadata` (records.py checks
+A reader merges the patches and reads the result as `TraceMetadata` (records.py checks
 every field against its type). Every writer names the fields it sets, typed, through
 `metadata_json`: a name that is not a field here is a mistake, and fails.
 
@@ -217,7 +217,7 @@ EXTRA = "extra"
 
 
 @dataclass(frozen=True, slots=True)
-class RunMetadata:
+class TraceMetadata:
     """What a trace says about its run, merged from its header and patches."""
 
     format: str | None = None
@@ -267,12 +267,12 @@ class RunMetadata:
     other: Mapping[str, Any] = field(default_factory=dict)  # fields tpumem does not know
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any], dropped: list[str]) -> RunMetadata:
+    def from_json(cls, value: Mapping[str, Any], dropped: list[str]) -> TraceMetadata:
         """The metadata from its merged JSON; `dropped` names the fields left out."""
         extra_class = EXTRAS.get(str(value.get("framework")))
         extra_names = set(hints(extra_class)) if extra_class else set()
         own = {k: v for k, v in value.items() if k not in extra_names and k != EXTRA}
-        metadata: RunMetadata = decode_record(cls, own, "", dropped)
+        metadata: TraceMetadata = decode_record(cls, own, "", dropped)
         written = value.get("memory_settings")
         settings = declared_since(
             metadata.framework,
@@ -306,7 +306,7 @@ class RunMetadata:
             fields["words"] = None
         return metadata_json(fields)
 
-    def with_warnings(self, *more: str) -> RunMetadata:
+    def with_warnings(self, *more: str) -> TraceMetadata:
         return dataclasses.replace(self, warnings=(*self.warnings, *more))
 
     def capacity_of(self, device: str) -> int | None:
@@ -316,11 +316,11 @@ class RunMetadata:
         return None
 
 
-_FIELDS = frozenset(hints(RunMetadata))
+_FIELDS = frozenset(hints(TraceMetadata))
 
 
 def metadata_json(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Metadata fields, named as RunMetadata names them, as the file's JSON: an
+    """Metadata fields, named as TraceMetadata names them, as the file's JSON: an
     adapter's `extra` stands beside the common fields, `other` fields beside them
     too. A name that is not a field is a mistake in tpumem, and raises."""
     unknown = set(fields) - _FIELDS

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from tpumem.errors import TpumemError
 from tpumem.trace import arrow_arrays
-from tpumem.trace.metadata import RunMetadata
+from tpumem.trace.metadata import TraceMetadata
 
 # Up to this many values (devices), rows are found by scanning a column.
 FEW_VALUES = 16
@@ -29,7 +29,7 @@ class Trace:
     `table`)."""
 
     path: str | None
-    metadata: RunMetadata
+    metadata: TraceMetadata
     table: pa.Table
     complete: bool = True
     damaged: bool = False

@@ -24,7 +24,7 @@ import pyarrow as pa
 from tpumem.errors import TpumemError
 from tpumem.trace import arrow_arrays
 from tpumem.trace.live import writing_process
-from tpumem.trace.metadata import RunMetadata
+from tpumem.trace.metadata import TraceMetadata
 from tpumem.trace.model import Trace
 from tpumem.trace.records import dropped_warning, merge_metadata, parse_object
 from tpumem.trace.schema import (
@@ -141,7 +141,7 @@ def _join(group: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch
     return batches
 
 
-def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
+def _metadata(header: dict[str, Any], table: pa.Table) -> TraceMetadata:
     """The header with every patch merged in, as the format describes it."""
     merged, unreadable = header, 0
     rows = np.flatnonzero(arrow_arrays.equal_to(table.column("kind"), META))
@@ -152,7 +152,7 @@ def _metadata(header: dict[str, Any], table: pa.Table) -> RunMetadata:
         else:
             merged = merge_metadata(merged, patch)
     dropped: list[str] = []
-    metadata = RunMetadata.from_json(merged, dropped)
+    metadata = TraceMetadata.from_json(merged, dropped)
     if unreadable:
         metadata = metadata.with_warnings(
             f"left out {unreadable:,} metadata rows that were not JSON objects"

@@ -59,7 +59,7 @@ class TraceWriter:
         flush_interval_s: float = FLUSH_INTERVAL_S,
     ) -> None:
         """`path`: a file name, or the descriptor of a file opened for writing;
-        `metadata`: the header's fields, as RunMetadata names and types them."""
+        `metadata`: the header's fields, as TraceMetadata names and types them."""
         header = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -132,7 +132,7 @@ class TraceWriter:
 
     def patch_metadata(self, **fields: Any) -> None:
         """Adds to the metadata after the header was written (exit status,
-        warnings): RunMetadata's fields, typed; readers merge the patches in order."""
+        warnings): TraceMetadata's fields, typed; readers merge the patches in order."""
         self.record(META, text=json.dumps(metadata_json(fields)))
 
     def write_columns(self, columns: Mapping[str, Any], num_rows: int) -> None:

@@ -35,7 +35,7 @@ from tpumem.analysis.allocators.bfc_model import ReplayResult, replay_sizes
 from tpumem.analysis.device_events import DeviceEvents
 from tpumem.trace.cuda_blocks import MIN_BLOCK, block_sizes
 from tpumem.trace.memory_settings import CUDA_CACHING
-from tpumem.trace.metadata import RunMetadata
+from tpumem.trace.metadata import TraceMetadata
 
 SMALL_SIZE = 1 << 20  # kSmallSize: the small pool's largest request
 SMALL_BUFFER = 2 << 20  # kSmallBuffer: a small pool's segment
@@ -238,7 +238,7 @@ def replay(
 SOURCE = "PyTorch caching allocator model"
 
 
-def models(metadata: RunMetadata) -> bool:
+def models(metadata: TraceMetadata) -> bool:
     """Whether this model is the run's allocator's: PyTorch on CUDA with the
     settings the model follows (the defaults: no expandable segments, no
     max_split_size, no garbage collection threshold, no rounding divisions)."""

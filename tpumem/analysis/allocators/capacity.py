@@ -32,7 +32,7 @@ from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
 from tpumem.analysis.oom import OutOfMemory, verdict
 from tpumem.analysis.peak import live_at, live_groups, step_at
 from tpumem.trace.cuda_blocks import block_sizes
-from tpumem.trace.metadata import RunMetadata
+from tpumem.trace.metadata import TraceMetadata
 from tpumem.trace.model import Trace
 from tpumem.units import format_bytes
 
@@ -66,7 +66,7 @@ class CapacityCheck:
     label: str = provenance.MODELED
 
 
-def pool_growth(metadata: RunMetadata) -> str:
+def pool_growth(metadata: TraceMetadata) -> str:
     """How the run's allocator would take memory: all of it up front on a GPU,
     unless the run's settings turned that off (the settings its framework declared,
     in the trace's memory_settings); regions grown as needed elsewhere

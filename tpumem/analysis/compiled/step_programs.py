@@ -13,7 +13,7 @@ from tpumem.analysis import provenance
 from tpumem.analysis.compiled.program_heap import HeapBuffer
 from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.compiled.tpu import TpuProgram, same_program
-from tpumem.analysis.run_figures import RunAnalysis
+from tpumem.analysis.trace_figures import TraceAnalysis
 
 RUNNING_AT_PEAK = "running at the peak"
 LARGEST_PLAN = "the largest plan"
@@ -34,7 +34,7 @@ class StepProgram:
         return heap.live_at_peak[0] if heap is not None and heap.live_at_peak else None
 
 
-def step_program(run: RunAnalysis) -> StepProgram | None:
+def step_program(run: TraceAnalysis) -> StepProgram | None:
     if not run.compiled:
         return None
     running = [r for d in run.devices for r in d.programs_at_peak]
@@ -46,7 +46,7 @@ def step_program(run: RunAnalysis) -> StepProgram | None:
     return StepProgram(program, chosen, on_tpu)
 
 
-def no_program_reason(run: RunAnalysis) -> str:
+def no_program_reason(run: TraceAnalysis) -> str:
     """Why the run has no compiled program to show: what its framework declared
     (the trace's memory_settings), or that none was recorded."""
     settings = run.metadata.memory_settings

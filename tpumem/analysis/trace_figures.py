@@ -43,7 +43,7 @@ from tpumem.analysis.preallocation import Preallocation, preallocation
 from tpumem.analysis.stacks import stack_warnings
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.hlo_rows import hlo_warnings
-from tpumem.trace.metadata import IMPORTED, RunMetadata
+from tpumem.trace.metadata import IMPORTED, TraceMetadata
 from tpumem.trace.model import Trace
 
 
@@ -78,14 +78,14 @@ class DeviceAnalysis:
 
 
 @dataclass(frozen=True, slots=True)
-class RunAnalysis:
+class TraceAnalysis:
     path: str | None
     framework: str
     backend: str
     source: str
     complete: bool
     running: bool  # the trace is still being written: its run has not ended
-    metadata: RunMetadata
+    metadata: TraceMetadata
     duration_ns: int
     devices: tuple[DeviceAnalysis, ...]
     total_peak_bytes: int
@@ -286,7 +286,7 @@ def analyze(
     capacity: int | None = None,
     *,
     page: bool = True,
-) -> RunAnalysis:
+) -> TraceAnalysis:
     """All figures of a trace; with `series_points`, series for drawing too (and
     with `page`, what a page explores them by: finer levels, moments, the largest
     buffers); with `capacity`, whether the run would fit an allocator capped at
@@ -302,7 +302,7 @@ def analyze_with_events(
     capacity: int | None = None,
     *,
     page: bool = True,
-) -> tuple[RunAnalysis, list[DeviceEventFigures]]:
+) -> tuple[TraceAnalysis, list[DeviceEventFigures]]:
     """The figures, and the per-event series they came from (an export writes
     those): one pass over each device for both."""
     devices = split_by_device(trace)
@@ -324,7 +324,7 @@ def analyze_with_events(
     )
     targets = _tpu(trace, analysed, fit)
     apart = plans_apart(highest(analysed).programs_at_peak, targets) if analysed else ()
-    run = RunAnalysis(
+    run = TraceAnalysis(
         path=trace.path,
         framework=trace.framework,
         backend=metadata.backend,
