@@ -21,6 +21,8 @@ from tpumem.report.json_shapes import (
     Const,
     Object,
     Optional,
+    Shape,
+    item,
     key,
 )
 from tpumem.report.live_rows import frame_text
@@ -226,6 +228,17 @@ def _figure(name: str) -> Any:
     return lambda changes: next(c for c in changes if c.figure.key == name)
 
 
+def _peaks(name: str, shape: Shape) -> Object:
+    """A (name, peak before, peak after) row: a step's, a process's."""
+    return Object(
+        (
+            key(name, shape, item(0)),
+            key("before", Optional(INT), item(1)),
+            key("after", Optional(INT), item(2)),
+        )
+    )
+
+
 def _named(field: str) -> Any:
     """A breakdown's changes, each with its breakdown (which names it)."""
     return lambda device: [(change, field) for change in getattr(device, field)]
@@ -254,18 +267,7 @@ DEVICE = Object(
         ),
         *(key(field, Array(CHANGE), _named(field)) for field, _ in BREAKDOWNS),
         key("hidden_changes", INT, "hidden"),
-        key(
-            "steps",
-            Array(
-                Object(
-                    (
-                        key("step", INT, lambda s: s[0]),
-                        key("before", Optional(INT), lambda s: s[1]),
-                        key("after", Optional(INT), lambda s: s[2]),
-                    )
-                )
-            ),
-        ),
+        key("steps", Array(_peaks("step", INT))),
     )
 )
 DIFF = Object(
@@ -290,15 +292,7 @@ DIFF = Object(
         key("devices", Array(DEVICE)),
         key(
             "processes",
-            Array(
-                Object(
-                    (
-                        key("process", STRING, lambda p: p[0]),
-                        key("before", Optional(INT), lambda p: p[1]),
-                        key("after", Optional(INT), lambda p: p[2]),
-                    )
-                )
-            ),
+            Array(_peaks("process", STRING)),
             about="two distributed runs (directories): each process's peak on its busiest "
             "device, before and after (null where the process is in one run only); `before`, "
             "`after` and `devices` are then those of the pair AFTER's busiest process makes; "
