@@ -22,6 +22,7 @@ from tpumem.analysis import analyze
 from tpumem.analysis.oom import LIMIT
 from tpumem.errors import TpumemError
 from tpumem.outputs import create_trace
+from tpumem.report.change_rows import change_lines
 from tpumem.report.json_report import report_dict
 from tpumem.snapshots import walker
 from tpumem.snapshots.importing import import_snapshot
@@ -285,13 +286,63 @@ def test_torch_profilers_categories_become_regions(tmp_path):
         "gradients": 4096,
         "optimizer_state": 8192,
         "activations": 8192 + 512,
+        # (the 256 bytes as asked: no CUDA allocator rounded the host's memory)
         "not_told": 256 + 2048,
-        "overhead": 256,  # the caching allocator's 512-byte rounding of the 256
     }
     # What came before the profile is said, with what to change.
     (untold,) = [k for k in device.kinds.kinds if k.kind == "not_told"]
     assert any("before the profile's first entry" in how for how in untold.how)
     assert any("carry no times" in w for w in analysis.metadata.warnings)
+
+
+CPU_SNAPSHOT = DATA.parent / "torch_cpu" / "mlp_adam.pickle"
+
+
+def test_a_host_snapshot_has_no_pool_no_fragmentation_and_no_rounding(tmp_path):
+    """torch.profiler's memory events of three Adam steps on the CPU, as PyTorch
+    turns them into a snapshot (tests/tools/record_torch_cpu_snapshot.py): the
+    peak is the bytes its entries hold live at their highest (with what was live
+    before the first, which its frees name), to the byte; no pool, fragmentation
+    or rounding is modeled for memory no pool held; the kinds are PyTorch's own
+    categories and add up to the peak."""
+    with CPU_SNAPSHOT.open("rb") as file:
+        snapshot = pickle.load(file)
+    (entries,) = snapshot["device_traces"]
+    held, live = set(), 0  # a free of no address the profile holds: made before it
+    for entry in entries:
+        if entry["action"] == "alloc":
+            held.add(entry["addr"])
+        elif entry["action"] == "free_completed" and entry["addr"] not in held:
+            live += entry["size"]
+        elif entry["action"] == "free_completed":
+            held.discard(entry["addr"])
+    highest = live
+    for entry in entries:
+        if entry["action"] == "alloc":
+            live += entry["size"]
+        elif entry["action"] == "free_completed":
+            live -= entry["size"]
+        highest = max(highest, live)
+    analysis, _ = _imported(CPU_SNAPSHOT, tmp_path)
+    (device,) = analysis.devices
+    assert device.peak.bytes == highest
+    assert device.preallocation.pool_peak_bytes is None
+    assert device.preallocation.pool_label == "not available"
+    assert device.fragmentation.label == "not available" and device.headroom_bytes is None
+    kinds = {k.kind: k.bytes for k in device.kinds.kinds}
+    assert "overhead" not in kinds and sum(kinds.values()) == device.peak.bytes
+    # Adam's state, as PyTorch's categories count it: two moments of the MLP's
+    # 136,714 float32 parameters, and a float32 step count a parameter tensor.
+    parameters = (256 * 512 + 512 + 512 * 10 + 10) * 4
+    assert kinds["optimizer_state"] == 2 * parameters + 4 * 4
+    # The parameters were made before the profile began: not told, and said so.
+    assert kinds["not_told"] == parameters
+    assert analysis.metadata.memory_settings is not None
+    # The advice in PyTorch's words: Adam's second moment, dropped with SGD.
+    (moments,) = [c for c in analysis.changes if c.key == "moments"]
+    ((_, said, _),) = change_lines((moments,), analysis.metadata.words)
+    assert "torch.optim.SGD(params, lr, momentum=0.9)" in said
+    assert_valid_json(json.dumps(report_dict(analysis)))
 
 
 def test_pieces_cut_anywhere_read_the_same(monkeypatch):

@@ -43,6 +43,7 @@ from tpumem.analysis.preallocation import Preallocation, preallocation
 from tpumem.analysis.stacks import stack_warnings
 from tpumem.analysis.waste import InternalWaste, internal_waste
 from tpumem.trace.hlo_rows import hlo_warnings
+from tpumem.trace.memory_settings import NO_POOL
 from tpumem.trace.metadata import IMPORTED, TraceMetadata
 from tpumem.trace.model import Trace
 
@@ -107,6 +108,9 @@ def _model(trace: Trace, events: DeviceEvents) -> ReplayResult | None:
     """The allocator's model runs where the allocator reported nothing of its own:
     PyTorch's caching allocator's for PyTorch on CUDA, else the BFC model."""
     if events.reported_fragmentation is not None or events.counters_only:
+        return None
+    declared = trace.metadata.memory_settings
+    if declared is not None and declared.allocator_model == NO_POOL:
         return None
     if caching_allocator.models(trace.metadata):
         return caching_allocator.replay_result(events)

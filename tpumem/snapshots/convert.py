@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from tpumem.snapshots.walker import ACTION, EntryRows, SnapshotWalk
 from tpumem.trace.cuda_blocks import block_sizes, divisions_by_interval
+from tpumem.trace.memory_settings import NO_POOL, MemorySettings
 from tpumem.trace.metadata import IMPORTED, AllocatorOom, metadata_json
 from tpumem.trace.schema import ALLOC, ALLOCATOR, BEFORE_TRACE, FREE, META, STACK
 from tpumem.trace.source_paths import first_user_location
@@ -250,7 +251,9 @@ class _Conversion:
         # allocation is written at the end (_before), with the same id.
         buffer = np.where(orphan, np.arange(len(piece)) + piece.first_row, piece.buffer)
         stacks = self.stacks.ids(piece.frames)
-        size = block_sizes(piece.size, self.divisions)
+        # (torch.profiler's conversion holds the sizes asked for, of memory no CUDA
+        # allocator rounded: the host's, mostly)
+        size = block_sizes(piece.size, self.divisions) if self.timed else piece.size
         for code in np.unique(piece.device).tolist():
             device = self._device(code)
             on = piece.device == code
@@ -436,6 +439,10 @@ class _Conversion:
             "allocator_settings": _flat_settings(settings),
             "warnings": tuple(warnings),
         }
+        if not self.timed:
+            # No pool to model: the PyTorch caching allocator's model is for the
+            # snapshots CUDA's allocator recorded, with their segments.
+            fields["memory_settings"] = MemorySettings(allocator_model=NO_POOL)
         if self.ooms:
             fields["allocator_ooms"] = tuple(self._with_pool(oom) for oom in self.ooms)
         # (at the trace's start: a patch carries no time of its own that matters,

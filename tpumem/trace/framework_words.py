@@ -64,10 +64,13 @@ WORDS_BEFORE_WRITTEN = {
         accumulate="two backward passes for each optimizer.step()",
         host_copy="x.cpu()",
     ),
-    # PyTorch on CUDA (imported snapshots).
+    # PyTorch (imported snapshots, on CUDA or from torch.profiler on the host).
     "pytorch": FrameworkWords(
         title="PyTorch",
+        remat="torch.utils.checkpoint",
+        one_moment_optimizer="torch.optim.SGD(params, lr, momentum=0.9)",
         batch="the DataLoader's batch_size",
         accumulate="two backward passes for each optimizer.step()",
+        host_copy="x.cpu()",
     ),
 }

@@ -51,6 +51,10 @@ class MemorySettings:
 
 
 CUDA_CACHING = "cuda caching allocator"
+# No model: the trace's memory is held by no pool it recorded (the host's own
+# allocator, in torch.profiler's conversion of a profile to a snapshot), so no
+# pool, fragmentation or rounding is modeled for it.
+NO_POOL = "none: no pool recorded"
 # The facts declared after adapters began writing their settings into the trace
 # (2026-12-05): a trace written before lacks them, and reads them as declared then.
 ADDED_SINCE = ("allocator_model", "donation")
