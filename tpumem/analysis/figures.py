@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpumem.analysis import provenance
-from tpumem.analysis.trace_figures import DeviceAnalysis
+
+if TYPE_CHECKING:
+    from tpumem.analysis.trace_figures import DeviceAnalysis
 
 # Units, as a comparison's rows and the JSON name them.
 BYTES, COUNT, SHARE, RATE, TIME, TEXT = "bytes", "count", "share", "per second", "ns", "text"

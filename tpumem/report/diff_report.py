@@ -11,7 +11,7 @@ from rich.text import Text
 from tpumem.analysis.difference import FIGURES, Change, DeviceDiff, RunDiff
 from tpumem.analysis.figures import BYTES, COUNT, TIME
 from tpumem.report.escapes import markdown, visible
-from tpumem.report.figure_values import format_change, format_value
+from tpumem.report.figure_values import format_change, format_signed, format_value
 from tpumem.report.json_report import FRAMES, dump, finite
 from tpumem.report.json_shapes import (
     INT,
@@ -43,10 +43,6 @@ BREAKDOWNS = (
 
 
 PROCESS_PEAKS_TITLE = "Each process's peak (its busiest device)"
-
-
-def signed_bytes(count: int | float) -> str:
-    return ("+" if count > 0 else "-" if count < 0 else "±") + format_bytes(abs(count))
 
 
 def figure_rows(diff: DeviceDiff) -> list[tuple[str, str, str, str]]:
@@ -81,7 +77,7 @@ def change_name(change: Change, field: str) -> str:
 def change_rows(changes: tuple[Change, ...], field: str) -> list[tuple[str, str, str, str]]:
     return [
         (
-            signed_bytes(c.delta),
+            format_signed(BYTES, c.delta),
             format_bytes(c.before),
             format_bytes(c.after),
             change_name(c, field),

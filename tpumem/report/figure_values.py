@@ -23,15 +23,20 @@ def format_value(unit: str, value: object) -> str:
     return str(value)
 
 
+def format_signed(unit: str, change: float) -> str:
+    """A change of a figure, with its sign."""
+    if unit == SHARE:
+        return f"{change:+.3f}"
+    sign = "+" if change > 0 else "-" if change < 0 else "±"
+    return sign + format_value(unit, abs(change))
+
+
 def format_change(unit: str, before: float | None, after: float | None) -> str:
     """AFTER - BEFORE, signed, and for bytes its share of BEFORE too."""
     if before is None or after is None:
         return "-"
     change = after - before
-    if unit == SHARE:
-        return f"{change:+.3f}"
-    sign = "+" if change > 0 else "-" if change < 0 else "±"
-    said = sign + format_value(unit, abs(change))
+    said = format_signed(unit, change)
     if unit == BYTES and before:
         said += f" ({change / before:+.1%})"
     return said

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from tpumem.analysis.figures import SHARE
 from tpumem.analysis.processes import ProcessRun, ProcessSummary, Spread
 from tpumem.report.escapes import markdown, visible
 from tpumem.report.figure_values import format_value
@@ -21,10 +22,6 @@ SPREAD_HEADERS = ("", "highest", "lowest", "mean", "difference")
 
 PROCESSES_TITLE = "Each process (peak: its busiest device)"
 SPREAD_TITLE = "Spread across processes"
-
-
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def _value(spread: Spread, value: float) -> str:
@@ -43,7 +40,7 @@ def process_rows(run: ProcessRun) -> list[tuple[str, ...]]:
                 process.peak_device or "-",
                 "-" if process.peak_step is None else f"{process.peak_step:,}",
                 format_bytes(process.pool_bytes),
-                _share(process.fragmentation_at_peak),
+                format_value(SHARE, process.fragmentation_at_peak),
                 _ended(process),
             )
         )
