@@ -12,7 +12,9 @@ Hugging Face Trainer imports torch_xla where it is installed) is recorded.
 Which import starts it: the first of the frameworks' modules to run, except
 TensorFlow where Keras is set to another backend (its tf.data pipeline imports
 TensorFlow, the device memory is the backend's); then the watch waits for that
-backend's import. Only an import that runs a module counts: a library that asks
+backend's import. A plain PyTorch recording yields to PyTorch/XLA when the
+script imports torch_xla later (YIELDS_TO): the recording starts again, as
+PyTorch/XLA's. Only an import that runs a module counts: a library that asks
 whether a framework is installed (importlib.util.find_spec) starts nothing.
 
 The standard library only: this module is imported before the script runs.
@@ -31,9 +33,14 @@ from typing import Any
 
 # The frameworks' top-level modules, which name their adapters (base.ADAPTER_MODULES)
 # and their adapters' modules; follow_boot's copy must stay the standard library's.
-FRAMEWORKS = ("jax", "tensorflow", "torch_xla")
+FRAMEWORKS = ("jax", "tensorflow", "torch", "torch_xla")
 # Keras 3's backends, and the framework whose adapter records each.
-KERAS_BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch_xla"}
+KERAS_BACKENDS = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch"}
+# A framework whose recording another one, imported after it, takes over: each
+# framework's `imported_by` (its declaration, adapters/<name>/framework.py), here
+# as the standard library's data. PyTorch/XLA imports torch and runs on it; a
+# script that imports torch first and torch_xla later is a PyTorch/XLA run.
+YIELDS_TO = {"torch": ("torch_xla",)}
 _KERAS_CONFIG_BYTES = 1 << 16  # a keras.json larger than this is not Keras's
 
 # Called as the framework's module is about to run; returns what to call once it
@@ -82,13 +89,18 @@ class ImportWatch(importlib.abc.MetaPathFinder):
         wanted: str | None = None,
         failed: Callable[[str, BaseException], None] | None = None,
         any_process: bool = False,
+        yielded: Callable[[str], None] | None = None,
     ) -> None:
         """`failed(framework, error)`: the framework's own import raised after
         `begin` (its recording holds nothing then). `any_process`: a process
         forked from this one starts its own recording too (--follow); otherwise
-        the watch is this process's alone (its trace and status are)."""
+        the watch is this process's alone (its trace and status are).
+        `yielded(framework)`: the recording of `framework` is to let go, before
+        `begin` starts the one it yields to (YIELDS_TO); without it, the first
+        recording stays."""
         self._begin = begin
         self._failed = failed
+        self._yielded = yielded
         self.wanted = wanted
         self.framework: str | None = None  # the one that started the recording
         self.passed: list[str] = []  # frameworks imported that did not start it
@@ -104,7 +116,7 @@ class ImportWatch(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in FRAMEWORKS or self.framework is not None:
+        if name not in FRAMEWORKS or not self._waits_for(name):
             return None
         spec = self._spec_elsewhere(name, path, target)
         loader = getattr(spec, "loader", None)
@@ -156,17 +168,34 @@ class ImportWatch(importlib.abc.MetaPathFinder):
                 return spec
         return importlib.machinery.PathFinder.find_spec(name, path) if not after else None
 
+    def _waits_for(self, module: str) -> bool:
+        """Whether the import of `module` may still start (or take over) the recording."""
+        if self.framework is None:
+            return True
+        return self._yields(self.framework, module)
+
+    def _yields(self, recorded: str, module: str) -> bool:
+        return (
+            self.wanted is None
+            and self._yielded is not None
+            and module in YIELDS_TO.get(recorded, ())
+        )
+
     def _starting(self, module: str) -> Callable[[], None] | None:
         if self._pid is not None and os.getpid() != self._pid:
             return None  # a forked child: the recording is its parent's
         with self._lock:
-            if self.framework is not None:
+            before = self.framework
+            if before is not None and not self._yields(before, module):
                 return None
-            if not holds_device_memory(module, self.wanted):
+            if before is None and not holds_device_memory(module, self.wanted):
                 self.passed.append(module)
                 return None
             self.framework = module
-        self.remove()
+        if before is not None and self._yielded is not None:
+            self._yielded(before)
+        if not any(self._yields(module, later) for later in YIELDS_TO.get(module, ())):
+            self.remove()  # (else it waits on, for the framework this one yields to)
         return self._begin(module)
 
 

@@ -153,6 +153,13 @@ class _Recording:
             options = CaptureOptions(**config.capture)
             environment = set_before_start(adapter_class, options)
             metadata = _metadata(config, framework, {**config.environment, **environment})
+            if self.writer is not None:  # (a recording that yielded to this framework)
+                self.writer.begin_again(metadata)
+                self.adapter = adapter_class(options)
+                if self.name is not None:
+                    self.adapter.identified = self.name.settle
+                self.adapter.prepare(self.writer)
+                return self._starter(framework)
             target: str | int = config.output if config.output_fd is None else config.output_fd
             if config.named_here:
                 self.name = TraceName(
@@ -183,7 +190,9 @@ class _Recording:
             self._failed(framework, failure)
         except Exception as failure:
             self._failed(framework, failure)
+        return self._starter(framework)
 
+    def _starter(self, framework: str) -> Callable[[], None]:
         def start() -> None:
             try:
                 self.adapter.start(self.writer)
@@ -192,6 +201,15 @@ class _Recording:
             self.started = True
 
         return start
+
+    def yielded(self, framework: str) -> None:
+        """The script imported the framework this one yields to (PyTorch/XLA after
+        torch): this recording lets go, writing nothing; `begin` starts the
+        trace again as the other's."""
+        with self.ending:
+            adapter, self.adapter, self.started = self.adapter, None, False
+            if adapter is not None:
+                adapter.forget()
 
     def _ended_outside(self, ending: Any, warning: str) -> None:
         """tpumem died first (follow_end.py): how the run ends, written before it
@@ -255,7 +273,9 @@ class _Recording:
             also = [
                 name
                 for name in imported_frameworks()
-                if name != recorded and get_adapter(name).runtime_started()
+                if name != recorded
+                and recorded not in get_adapter(name).imported_by
+                and get_adapter(name).runtime_started()
             ]
             if also:
                 self.writer.patch_metadata(
@@ -277,7 +297,6 @@ class _Recording:
             "wanted": self.config.framework or None,
             "imported": imported_frameworks(),
             "keras_backend": keras_backend() if self.watch.passed else None,
-            "torch_cuda": _torch_used_cuda(),
         }
 
     def say_failure(self) -> None:
@@ -298,23 +317,13 @@ def _watch_imports(config: LaunchConfig, unopened: _UnopenedTrace) -> _Recording
 
     recording = _Recording(config, unopened)
     recording.watch = ImportWatch(
-        recording.begin, config.framework or None, failed=recording.import_failed
+        recording.begin,
+        config.framework or None,
+        failed=recording.import_failed,
+        yielded=recording.yielded,
     )
     recording.watch.install()
     return recording
-
-
-def _torch_used_cuda() -> bool | None:
-    """Whether the script's PyTorch used a CUDA device (None: it imported no
-    torch). Asked at the end, of a torch already loaded: is_initialized starts
-    nothing, where is_available would start CUDA's driver."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:  # (a torch too broken to say: as if no CUDA)
-        return False
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/profile_overhead.py [--example tf_transformer.py]
         [--steps 100] [--repeats 5]
-        [--anchor plain|no-programs|no-stacks|tf-profiler|tf-profiler-sessions]
+        [--anchor plain|no-programs|no-stacks|tf-profiler|tf-profiler-sessions|torch-profiler]
         [--through profile|track] [--live | --watch]
         [-- EXAMPLE ARGS]
 
@@ -10,7 +10,8 @@ Runs the anchor (the plain script; or, for what recording the compiled programs
 or the call stacks costs, `tpumem profile --no-programs` / `--no-stacks`, and
 then the trace's size too; or TensorFlow's own profiler alone, the floor for
 TensorFlow: tf_profiler_alone.py, in one session or in sessions of a second as
-tpumem runs them) and the profiled one in turn, `repeats`
+tpumem runs them; or PyTorch's profiler alone with memory events, the floor for
+plain PyTorch: torch_profiler_alone.py) and the profiled one in turn, `repeats`
 times each, and prints the medians, their spreads and the ratios profiled / anchor of
 - the training loop's own time (the example's `steps_seconds`: every step after the
   first, which traces and compiles) - the figure the goal is about (<= 1.05);
@@ -116,7 +117,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
         "--anchor",
-        choices=("plain", "no-programs", "no-stacks", "tf-profiler", "tf-profiler-sessions"),
+        choices=(
+            "plain",
+            "no-programs",
+            "no-stacks",
+            "tf-profiler",
+            "tf-profiler-sessions",
+            "torch-profiler",
+        ),
         default="plain",
     )
     parser.add_argument("--through", choices=("profile", "track"), default="profile")
@@ -152,6 +160,9 @@ def main() -> None:
         alone = Path(__file__).resolve().parent / "tf_profiler_alone.py"
         sessions = ["--sessions-of", "1"] if args.anchor == "tf-profiler-sessions" else []
         plain_command = [sys.executable, str(alone), *sessions, *script]
+    if args.anchor == "torch-profiler":
+        alone = Path(__file__).resolve().parent / "torch_profiler_alone.py"
+        plain_command = [sys.executable, str(alone), *script]
     anchor_trace = WORK / "anchor.tpumem"
     if args.anchor in ("no-programs", "no-stacks"):
         plain_command = [*profile, f"--{args.anchor}", "-o", str(anchor_trace), *script]

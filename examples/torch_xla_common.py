@@ -1,5 +1,5 @@
-"""Pieces the PyTorch/XLA examples share, matching tf_common.py and jax_common.py:
-initialization, Adam and the training loop.
+"""The PyTorch/XLA examples' training loop, matching tf_common.py and jax_common.py:
+Adam, each step marked for profilers (the models are torch_models.py's).
 
 PyTorch/XLA is lazy: the ops of a step are traced into a graph, which runs when
 the step ends (`xp.StepTrace` calls `torch_xla.sync()` on exit).
@@ -15,25 +15,8 @@ import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.profiler as xp
-from model_config import BETAS, EPSILON, INIT_STDDEV, LEARNING_RATE, report
+from model_config import BETAS, EPSILON, LEARNING_RATE, report
 from torch import nn
-
-
-def initialize(model: nn.Module, seed: int) -> None:
-    """The reference initialization: weights (dense, embeddings, positions) from
-    N(0, 0.02), biases 0, norm scales 1. Drawn on the host, from one seed."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.LayerNorm):
-                module.weight.fill_(1.0)
-                module.bias.zero_()
-            elif isinstance(module, (nn.Linear, nn.Embedding)):
-                module.weight.normal_(0.0, INIT_STDDEV, generator=generator)
-                if getattr(module, "bias", None) is not None:
-                    module.bias.zero_()
-        for param in model.parameters(recurse=False):
-            param.normal_(0.0, INIT_STDDEV, generator=generator)  # e.g. positions
 
 
 def memory_peak(device: torch.device) -> int | None:

@@ -6,31 +6,15 @@ tpumem profile examples/torch_xla_mlp.py
 
 from __future__ import annotations
 
-import torch
-from model_config import parameter_count, parse_args
-from torch import nn
-from torch.nn import functional
-from torch_xla_common import initialize, train
+from model_config import parse_args
+from torch_models import mlp_task
+from torch_xla_common import train
 
 
 def main() -> None:
     args = parse_args("mlp", __doc__)
-    layers: list[nn.Module] = []
-    for _ in range(args.layers):
-        layers += [nn.Linear(args.width, args.width), nn.GELU(approximate="tanh")]
-    model = nn.Sequential(*layers, nn.Linear(args.width, args.classes))
-    initialize(model, args.seed)
-    counted = sum(p.numel() for p in model.parameters())
-    assert counted == parameter_count("mlp", args), counted
-    print(f"PyTorch/XLA MLP: {counted:,} parameters")
-    generator = torch.Generator().manual_seed(args.seed + 1)
-    x = torch.randn(args.batch, args.width, generator=generator)
-    y = torch.randint(0, args.classes, [args.batch], generator=generator)
-
-    def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return functional.cross_entropy(model(x), y)
-
-    train("mlp", args, model, loss_fn, x, y)
+    model, batch, loss_fn = mlp_task(args, "PyTorch/XLA")
+    train("mlp", args, model, loss_fn, *batch)
 
 
 if __name__ == "__main__":

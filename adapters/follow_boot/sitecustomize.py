@@ -12,7 +12,7 @@ import signal
 import sys
 
 VARIABLE = "TPUMEM_FOLLOW"  # launch_protocol.FOLLOW_VARIABLE
-FRAMEWORKS = ("jax", "tensorflow", "torch_xla")  # import_watch.FRAMEWORKS
+FRAMEWORKS = ("jax", "tensorflow", "torch", "torch_xla")  # import_watch.FRAMEWORKS
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -41,6 +41,7 @@ from tpumem.adapters.book_rows import OPTIMIZER, WRITE_EVERY_S
 from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.interrupts import keep_interrupts
 from tpumem.adapters.launch_protocol import FOLLOW_VARIABLE
+from tpumem.adapters.optimizer_steps import OptimizerSteps
 from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.torch_xla.debug_log import (
     FILE_VARIABLE,
@@ -52,7 +53,6 @@ from tpumem.adapters.torch_xla.debug_log import (
 from tpumem.adapters.torch_xla.framework import FRAMEWORK
 from tpumem.adapters.torch_xla.graph_ends import GraphEnds
 from tpumem.adapters.torch_xla.op_stacks import TorchStacks
-from tpumem.adapters.torch_xla.optimizer_steps import OptimizerSteps
 from tpumem.adapters.torch_xla.tensor_book import TensorBook
 from tpumem.adapters.torch_xla.training_steps import SYNC_MARK, TrainingSteps
 from tpumem.adapters.xla_dump import XlaDump, close_dump, install_dump

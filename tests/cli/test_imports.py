@@ -50,7 +50,7 @@ def test_the_runner_loads_no_analysis_and_no_report():
         "import tpumem.adapters.runner\n"
         "from tpumem.adapters import get_adapter\n"
         "from tpumem.trace.writer import TraceWriter\n"
-        "for name in ('jax', 'tensorflow', 'torch_xla'):\n"
+        "for name in ('jax', 'tensorflow', 'torch', 'torch_xla'):\n"
         "    get_adapter(name)\n"
     )
     assert "tpumem.adapters.jax" in loaded

@@ -218,6 +218,14 @@ LOOPS = {
         "tf.ones([256, 1024])",
         "batch * 2.0",
     ),
+    # Plain PyTorch marks no steps of its own: an optimizer's steps are its steps.
+    "torch": (
+        "import contextlib\nimport torch\n"
+        "optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)\n",
+        "contextlib.nullcontext(optimizer.step())",
+        "torch.ones(256, 1024)",
+        "batch * 2.0",
+    ),
     "torch_xla": (
         "import torch\nimport torch_xla\nimport torch_xla.debug.profiler as xp\n",
         "xp.StepTrace('train', step_num=i)",

@@ -77,6 +77,17 @@ def test_an_adapters_names_are_its_declarations():
         )
 
 
+def test_a_framework_yields_only_to_one_that_imports_it():
+    """The import watch's table (the standard library's data) says what the
+    declarations say: torch yields to PyTorch/XLA, which imports it."""
+    from tpumem.adapters.import_watch import YIELDS_TO
+
+    assert YIELDS_TO == {"torch": ("torch_xla",)}
+    for name, takers in YIELDS_TO.items():
+        facts = declared(name)
+        assert facts is not None and set(takers) <= set(facts.imported_by)
+
+
 def test_the_advice_speaks_the_words_the_trace_carries(make_trace):
     """A fourth framework's words, written in its trace, are the advice's; a trace
     without words reads its framework's words as declared before they were

@@ -60,31 +60,15 @@ class TraceWriter:
     ) -> None:
         """`path`: a file name, or the descriptor of a file opened for writing;
         `metadata`: the header's fields, as TraceMetadata names and types them."""
-        header = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            **metadata_json(metadata),
-        }
-        header.setdefault("start_time_ns", time.time_ns())
-        self.start_time_ns: int = header["start_time_ns"]
         self._owner = os.getpid()
         # Unbuffered: nothing waits in Python's buffer to be written late, after a
         # failed write has been cut off (see _end_after_failure).
         self._file: BinaryIO = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
         hold_for_writing(self._file.fileno())  # let go when the file closes or the process ends
-        self._schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
-        self._stream = pa.ipc.new_stream(self._file, self._schema)
-        # Arrow writes the schema (and the header in it) with the first batch: a
-        # batch of no rows puts it on disk now, so that a process killed before its
-        # first flush leaves a trace its ending can be appended to, not an empty file.
-        self._stream.write_batch(record_batch({}, 0))
-        self._file.flush()
-        self._whole = self._file.tell()  # where the last whole message ends
         self.failed: OSError | None = None  # the write that stopped the trace
         self._failed_at_ns = 0
-        self._rows: list[dict[str, Any]] = []
-        self.rows_recorded = 0  # all but metadata: whether the process recorded anything
         self._lock = threading.Lock()
+        self._header(metadata)
         self._closed = False
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -96,6 +80,39 @@ class TraceWriter:
                 daemon=True,
             )
             self._flusher.start()
+
+    def _header(self, metadata: Mapping[str, Any]) -> None:
+        header = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            **metadata_json(metadata),
+        }
+        header.setdefault("start_time_ns", time.time_ns())
+        self.start_time_ns: int = header["start_time_ns"]
+        self._schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
+        self._stream = pa.ipc.new_stream(self._file, self._schema)
+        # Arrow writes the schema (and the header in it) with the first batch: a
+        # batch of no rows puts it on disk now, so that a process killed before its
+        # first flush leaves a trace its ending can be appended to, not an empty file.
+        self._stream.write_batch(record_batch({}, 0))
+        self._file.flush()
+        self._whole = self._file.tell()  # where the last whole message ends
+        self._rows: list[dict[str, Any]] = []
+        self.rows_recorded = 0  # all but metadata: whether the process recorded anything
+
+    def begin_again(self, metadata: Mapping[str, Any]) -> None:
+        """The trace starts over in the same file, with this header; what was
+        written goes. A recording that yields to another framework's does so
+        (adapters/import_watch.py: PyTorch/XLA imported after torch)."""
+        with self._lock:
+            if self._closed or not self._owns() or self.failed is not None:
+                return
+            try:
+                self._file.seek(0)
+                self._file.truncate()
+                self._header(metadata)
+            except OSError as error:
+                self._fail(error)
 
     def __enter__(self) -> TraceWriter:
         return self

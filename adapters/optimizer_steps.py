@@ -1,4 +1,4 @@
-"""Optimizer steps, run outside PyTorch/XLA's op hook.
+"""Optimizer steps, run outside the op hook of the PyTorch and PyTorch/XLA adapters.
 
 An optimizer's step is most of what a training step calls from Python: 595 of
 the 743 calls a step of the transformer example are Adam's updates, one
@@ -28,10 +28,18 @@ class OptimizerSteps:
     torch.optim step runs, and calls `stepped(optimizer)` after it, before the
     mode is back."""
 
-    def __init__(self, torch: Any, mode: Any, stepped: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        mode: Any,
+        stepped: Callable[[Any], None],
+        before: Callable[[Any], None] | None = None,
+    ) -> None:
+        """`before(optimizer)`: as a plain step begins, before the mode is off."""
         self._c = torch._C
         self._mode = mode
         self._stepped = stepped
+        self._before_step = before
         self._off = threading.local()  # .optimizer: whose step took the mode off here
         self._handles: list[Any] = []
 
@@ -67,6 +75,8 @@ class OptimizerSteps:
         if not _plain_step(optimizer, args, kwargs):
             self.resume()
             return
+        if self._before_step is not None:
+            self._before_step(optimizer)
         taken_by = getattr(self._off, "optimizer", None)
         if taken_by is not None:
             self._stepped(taken_by)

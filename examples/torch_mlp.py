@@ -1,0 +1,22 @@
+"""The reference MLP (see model_config.py) in plain PyTorch, trained for a few
+steps on random data, on the GPU where there is one, else the CPU.
+
+python examples/torch_mlp.py
+tpumem profile examples/torch_mlp.py
+"""
+
+from __future__ import annotations
+
+from model_config import parse_args
+from torch_common import train
+from torch_models import mlp_task
+
+
+def main() -> None:
+    args = parse_args("mlp", __doc__)
+    model, batch, loss_fn = mlp_task(args, "PyTorch")
+    train("mlp", args, model, loss_fn, *batch)
+
+
+if __name__ == "__main__":
+    main()
