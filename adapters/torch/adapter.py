@@ -29,7 +29,7 @@ from tpumem.adapters.call_stacks import NOWHERE, CallStacks
 from tpumem.adapters.optimizer_steps import OptimizerSteps
 from tpumem.adapters.torch.exit_guard import end_before_library_destructors
 from tpumem.adapters.torch.framework import FRAMEWORK
-from tpumem.adapters.torch.memory_events import CPU, MemoryEvents, ProfilerSession
+from tpumem.adapters.torch.memory_events import CPU, ProfilerSession, read_events
 from tpumem.adapters.torch.object_kinds import ObjectKinds
 from tpumem.adapters.torch.op_lines import OpLines, line_mode, places_of
 from tpumem.trace.metadata import DeviceInfo
@@ -106,7 +106,7 @@ class TorchAdapter(Adapter):
             ],
         )
         self.lines = OpLines(CallStacks(writer, self.options.native_frames, self.options.stacks))
-        self._session = ProfilerSession(torch, self._read)
+        self._session = ProfilerSession(torch)
         self._kinds = ObjectKinds(torch, writer, DEVICE, self._guarded)
         if self._imported_before:
             self._found_before(torch)
@@ -185,7 +185,7 @@ class TorchAdapter(Adapter):
         session = self._session
         if session is not None and session.running:
             if threading.get_ident() == session.thread_id:
-                session.read(session.stop())
+                self._hand_over(session.stop())
             else:  # (the profiler's state is its thread's: it cannot be stopped here)
                 self._warnings.append(
                     "the recording ended on another thread than the one it started on: "
@@ -224,14 +224,24 @@ class TorchAdapter(Adapter):
             and threading.get_ident() == session.thread_id
             and self._chunks.due()
         ):
-            session.rotate()
+            self._hand_over(session.rotate())
+
+    def _hand_over(self, result: Any) -> None:
+        """A stopped profiler's result read into rows, with the calls seen meanwhile,
+        on the profiler's own thread: read on another while the profiler records
+        again, PyTorch's results corrupted the heap (`free(): invalid next size`,
+        about one run in ten)."""
+        if result is not None:
+            self._read(result, self.lines.take(), self.torch.cuda.is_initialized())
             self._write_rows()
 
-    def _read(self, events: MemoryEvents) -> None:
+    def _read(self, result: Any, calls: Any, devices: bool) -> None:
         """One chunk's events as alloc and free rows, each allocation at the line
         of the call under way."""
+        assert self._session is not None
+        events = read_events(result, self._session.allocation, devices)
         with self._lock:
-            starts, ends, places = self.lines.take()
+            starts, ends, places = calls
             on_cpu = events.devices == CPU
             self._cuda_events += int((~on_cpu).sum())
             times = events.times[on_cpu]
@@ -275,8 +285,7 @@ class TorchAdapter(Adapter):
 
         def pause() -> None:
             if session.running and threading.get_ident() == session.thread_id:
-                session.read(session.stop())
-                self._write_rows()
+                self._hand_over(session.stop())
                 self.writer.mark(CAPTURE_GAP)
                 paused.set()
 

@@ -9,15 +9,14 @@ that made a buffer comes from the op hook instead (op_lines.py).
 
 The profiler keeps its events until it stops, so the session is read in
 chunks: stopped and started again between two steps (`rotate`), on the thread
-that started it (the profiler's state is that thread's), and what it held read
-into rows. A script that starts a profiler of its own (torch.profiler.profile)
-has it: this session stops first, and starts again when the script's stops;
-the trace marks the gap.
+that started it (the profiler's state is that thread's), where what it held is
+read into rows. A script that
+starts a profiler of its own (torch.profiler.profile) has it: this session
+stops first, and starts again when the script's stops; the trace marks the gap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,17 +34,19 @@ class MemoryEvents:
     addresses: np.ndarray
     sizes: np.ndarray
     devices: np.ndarray  # CPU or OTHER
-    totals: np.ndarray  # the allocator's bytes allocated after each event, as it counts them
 
     def __len__(self) -> int:
         return len(self.times)
 
 
-def read_events(result: Any, allocation: Any) -> MemoryEvents:
+def read_events(result: Any, allocation: Any, devices: bool) -> MemoryEvents:
     """The allocator events of a stopped profiler's result. With no op scopes, an
     allocation is a root of the event tree or a child of a user's scope (an
-    optimizer's step records one)."""
-    rows: list[tuple[int, int, int, int, int]] = []
+    optimizer's step records one). Each field read costs a call into PyTorch
+    (about 5 us an event in all, as much again as the profiler's own stop):
+    `devices` False where no device but the CPU was in use, and each event's is
+    not asked."""
+    rows: list[tuple[int, int, int, int]] = []
     append = rows.append
     pending = list(result.experimental_event_tree())
     pending.reverse()
@@ -53,35 +54,26 @@ def read_events(result: Any, allocation: Any) -> MemoryEvents:
         event = pending.pop()
         if event.tag == allocation:
             fields = event.extra_fields
-            append(
-                (
-                    event.start_time_ns,
-                    fields.ptr,
-                    fields.alloc_size,
-                    CPU if fields.device.type == "cpu" else OTHER,
-                    fields.total_allocated,
-                )
-            )
+            where = CPU if not devices or fields.device.type == "cpu" else OTHER
+            append((event.start_time_ns, fields.ptr, fields.alloc_size, where))
         else:
             children = list(event.children)
             children.reverse()
             pending.extend(children)
-    table = np.array(rows, dtype=np.int64).reshape(-1, 5)
-    order = np.argsort(table[:, 0], kind="stable")
-    table = table[order]
-    return MemoryEvents(table[:, 0], table[:, 1], table[:, 2], table[:, 3], table[:, 4])
+    table = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    table = table[np.argsort(table[:, 0], kind="stable")]
+    return MemoryEvents(table[:, 0], table[:, 1], table[:, 2], table[:, 3])
 
 
 class ProfilerSession:
     """PyTorch's profiler, with memory events only, read in chunks."""
 
-    def __init__(self, torch: Any, chunk: Callable[[MemoryEvents], None]) -> None:
+    def __init__(self, torch: Any) -> None:
         from torch._C import _profiler
         from torch.autograd import ProfilerConfig, ProfilerState
 
         self._autograd = torch.autograd
-        self._chunk = chunk
-        self._allocation = _profiler._EventType.Allocation
+        self.allocation = _profiler._EventType.Allocation
         self._activities = {_profiler.ProfilerActivity.CPU}
         self._scopes = {_profiler.RecordScope.USER_SCOPE}
         # (state, record shapes, memory, Python stacks, FLOPs, modules, experimental)
@@ -108,12 +100,9 @@ class ProfilerSession:
         self.running = False
         return self._autograd._disable_profiler()
 
-    def read(self, result: Any) -> None:
-        if result is not None:
-            self._chunk(read_events(result, self._allocation))
-
-    def rotate(self) -> None:
-        """The chunk so far read, and the profiler started again (on its thread)."""
+    def rotate(self) -> Any:
+        """The profiler stopped and started again (on its thread); returns what
+        the stopped one held, unread."""
         result = self.stop()
         self.start()
-        self.read(result)
+        return result
