@@ -1,5 +1,5 @@
 # One entry point for a new machine: `make demo` and `make test` each create the
-# virtual environment and install everything they need (all three frameworks).
+# virtual environment and install everything they need (every framework).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -47,7 +47,8 @@ demo: setup
 	cd demo && TF_CPP_MIN_LOG_LEVEL=2 ../$(BIN)/tpumem compare \
 		"../examples/tf_transformer.py --steps 30" \
 		"../examples/jax_transformer.py --steps 30" \
-		"../examples/torch_xla_transformer.py --steps 30" --html compare.html
+		"../examples/torch_xla_transformer.py --steps 30" \
+		"../examples/torch_transformer.py --steps 30" --html compare.html
 
 # Needs Debian's chromium (apt install chromium): opens the demo's pages headless,
 # fails on any console message, and leaves a screenshot beside each page.
@@ -74,6 +75,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py --example jax_transformer.py
 	$(BIN)/python benchmarks/jax_call_cost.py
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
+	$(BIN)/python benchmarks/profile_overhead.py --example torch_transformer.py --steps 80
 	$(BIN)/python benchmarks/torch_xla_op_cost.py
 	$(BIN)/python benchmarks/compare_html.py
 	$(BIN)/python benchmarks/export_tensorboard.py

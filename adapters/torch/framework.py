@@ -16,6 +16,8 @@ FRAMEWORK = Framework(
         # On the CPU, PyTorch's allocator is the C library's: each tensor's storage
         # is allocated and freed on its own, with no pool to fragment or round.
         allocator_model=NO_POOL,
+        # What caps the share of a GPU the same script would take there.
+        fraction_function="torch.cuda.set_per_process_memory_fraction",
     ),
     words=FrameworkWords(
         title="PyTorch",

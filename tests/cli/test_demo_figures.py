@@ -1,6 +1,6 @@
-"""The figures of the demo's three runs (`make demo`: the transformer in TensorFlow,
-JAX and PyTorch/XLA, profiled on this CPU on 2026-12-05, the JAX one with optax,
-the TensorFlow one with Keras' Adam) stay what they were when
+"""The figures of the demo's four runs (`make demo`: the transformer in TensorFlow,
+JAX, PyTorch/XLA and plain PyTorch, profiled on this CPU on 2026-12-05, the JAX
+one with optax, the TensorFlow one with Keras' Adam) stay what they were when
 recorded: each trace's JSON report, field by field, against the report kept beside
 it. A change that moves a figure fails here; one that means to move it re-records
 the reports (tests/tools/record_demo_figures.py) and says why."""
@@ -16,7 +16,7 @@ import pytest
 from conftest import run_tpumem
 
 DEMO = Path(__file__).parent.parent / "data" / "demo"
-RUNS = ("tf_transformer", "jax_transformer", "torch_xla_transformer")
+RUNS = ("tf_transformer", "jax_transformer", "torch_xla_transformer", "torch_transformer")
 
 
 def differences(kept: object, now: object, where: str = "") -> list[str]:
@@ -55,8 +55,14 @@ PARAMETERS = 536_064 * 4  # the demo transformer's parameters, float32
 # Adam's two moments, and its step counter where the framework keeps it on the
 # device: optax's `count` (int32), Keras' `iterations` (int64; its float32
 # learning rate TensorFlow keeps outside the allocator); torch.optim's `step` is
-# a CPU tensor.
-COUNTERS = {"tf_transformer": 8, "jax_transformer": 4, "torch_xla_transformer": 0}
+# a CPU tensor, off PyTorch/XLA's device and in plain PyTorch's CPU memory: one
+# float32 for each of the model's 37 parameter tensors.
+COUNTERS = {
+    "tf_transformer": 8,
+    "jax_transformer": 4,
+    "torch_xla_transformer": 0,
+    "torch_transformer": 37 * 4,
+}
 
 
 def test_the_demo_frameworks_hold_the_same_parameters_and_adam_state(tmp_path):
@@ -75,5 +81,5 @@ def test_the_demo_frameworks_hold_the_same_parameters_and_adam_state(tmp_path):
     compared = run_tpumem("compare", *traces, "--format", "json")
     assert compared.returncode == 0, compared.stderr
     rows = {row["kind"]: row["bytes"] for row in json.loads(compared.stdout)["kinds"]}
-    assert rows["parameters"] == [PARAMETERS] * 3
+    assert rows["parameters"] == [PARAMETERS] * len(RUNS)
     assert rows["optimizer_state"] == [2 * PARAMETERS + COUNTERS[run] for run in RUNS]

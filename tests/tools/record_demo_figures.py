@@ -6,7 +6,7 @@ run `make demo` first, then
 It keeps demo/*.tpumem gzipped under tests/data/demo with `tpumem report --format
 json` of each. Re-record only when a figure is meant to change, and say why.
 `--reports-only` re-records the reports of the traces already kept (the report
-changed, not the runs)."""
+changed, not the runs). `--only RUN` records that run alone (a run added)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = ("tf_transformer", "jax_transformer", "torch_xla_transformer")
+RUNS = ("tf_transformer", "jax_transformer", "torch_xla_transformer", "torch_transformer")
 
 
 def _report(trace: Path) -> bytes:
@@ -31,7 +31,11 @@ def _report(trace: Path) -> bytes:
 def main() -> None:
     target = ROOT / "tests" / "data" / "demo"
     target.mkdir(parents=True, exist_ok=True)
-    for run in RUNS:
+    arguments = sys.argv[1:]
+    chosen = RUNS
+    if "--only" in arguments:
+        chosen = (arguments[arguments.index("--only") + 1],)
+    for run in chosen:
         if "--reports-only" in sys.argv[1:]:
             with tempfile.TemporaryDirectory() as scratch:
                 trace = Path(scratch) / f"{run}.tpumem"

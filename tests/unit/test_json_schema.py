@@ -115,7 +115,7 @@ def test_the_demo_reports_keep_to_the_schema_and_a_changed_one_does_not():
 
 def test_a_comparison_keeps_to_its_schema(tmp_path):
     traces = []
-    for run in ("jax_transformer", "torch_xla_transformer"):
+    for run in ("jax_transformer", "torch_xla_transformer", "torch_transformer"):
         trace = tmp_path / f"{run}.tpumem"
         trace.write_bytes(gzip.decompress((DEMO / f"{run}.tpumem.gz").read_bytes()))
         traces.append(str(trace))
