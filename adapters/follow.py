@@ -53,14 +53,28 @@ def framework_spec(name: str, path: Any, target: Any = None) -> Any:
     global _watch
     with _lock:
         if _watch is None:
-            _watch = ImportWatch(_begin_on_import, failed=_import_failed, any_process=True)
+            _watch = ImportWatch(
+                _begin_on_import, failed=_import_failed, any_process=True, yielded=_yielded
+            )
             _watch.install()
     return _watch.find_spec(name, path, target)
 
 
 def _begin_on_import(framework: str) -> Any:
+    capture = _capture
+    if capture is not None and capture.yielded:  # (torch, then torch_xla: its own now)
+        capture.again(framework)
+        return capture.start
     capture = _begin(framework)
     return capture.start if capture is not None else None
+
+
+def _yielded(framework: str) -> None:
+    """The process imported the framework `framework` yields to (PyTorch/XLA
+    after torch): its recording lets go, and starts again as the other's."""
+    capture = _capture
+    if capture is not None:
+        capture.let_go()
 
 
 def _import_failed(framework: str, error: BaseException) -> None:
@@ -123,6 +137,8 @@ class _Capture:
         self.framework = framework
         self.forked = forked
         self.tpumem_pid = config.tpumem_pid
+        self._capture_options = capture
+        self.yielded = False  # let go for the framework it yields to (let_go)
         metadata = run_metadata(framework, SOURCE, _command(), capture, {})
         self.name = TraceName(config.pattern, config.force, metadata["process"])
         self.writer = TraceWriter(self.name.descriptor, metadata)
@@ -134,6 +150,24 @@ class _Capture:
         self.adapter = get_adapter(framework)(CaptureOptions(**capture))
         self.adapter.identified = self.name.settle
         self.adapter.prepare(self.writer)
+
+    def let_go(self) -> None:
+        with _lock:
+            self.yielded = True
+        self.adapter.forget()
+
+    def again(self, framework: str) -> None:
+        """The trace starts over as `framework`'s, in the same file."""
+        from tpumem.adapters import CaptureOptions, get_adapter
+        from tpumem.adapters.run_header import run_metadata
+
+        self.framework = framework
+        options = self._capture_options
+        self.writer.begin_again(run_metadata(framework, SOURCE, _command(), options, {}))
+        self.adapter = get_adapter(framework)(CaptureOptions(**options))
+        self.adapter.identified = self.name.settle
+        self.adapter.prepare(self.writer)
+        self.yielded = False
 
     def start(self) -> None:
         try:

@@ -176,7 +176,9 @@ class Tracker:
                     from tpumem.adapters import get_adapter
 
                     get_adapter(framework)  # unknown, not installed: said now
-                self._watch = ImportWatch(self._begin, framework, failed=self._import_failed)
+                self._watch = ImportWatch(
+                    self._begin, framework, failed=self._import_failed, yielded=self._yielded
+                )
                 self._watch.install()
             _running = self
             if not _fork_hook:
@@ -194,6 +196,8 @@ class Tracker:
 
         adapter_class = get_adapter(framework)
         options = CaptureOptions(programs=self.programs)
+        if self._writer is not None:  # (a recording that yielded: its trace again)
+            return self._again(framework, adapter_class, options, importing)
         if self.output is None:
             self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
         else:  # (an existing file was refused in `start`; create_trace refuses a new one)
@@ -226,6 +230,30 @@ class Tracker:
                 raise failed(failure) from None
 
         return start
+
+    def _yielded(self, framework: str) -> None:
+        """The block imported the framework this one yields to (PyTorch/XLA after
+        torch): this recording lets go, and starts again as the other's."""
+        if self._adapter is not None:
+            self._adapter.forget()
+
+    def _again(
+        self, framework: str, adapter_class: Any, options: Any, importing: bool
+    ) -> Callable[[], None]:
+        from tpumem.adapters.base import set_before_start
+        from tpumem.adapters.run_header import run_metadata
+
+        writer = self._writer
+        assert writer is not None
+        if importing:
+            _set_here.setdefault(framework, {}).update(set_before_start(adapter_class, options))
+        command = [SOURCE, "in", _process_name()]
+        capture = {"programs": options.programs}
+        set_here = _set_here.get(framework, {})
+        writer.begin_again(run_metadata(framework, SOURCE, command, capture, set_here))
+        adapter = self._adapter = adapter_class(options)
+        adapter.prepare(writer)
+        return lambda: adapter.start(writer)
 
     def _import_failed(self, framework: str, error: BaseException) -> None:
         """The block's own import of its framework raised: it goes on as without

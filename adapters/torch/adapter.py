@@ -78,10 +78,16 @@ class TorchAdapter(Adapter):
         # Tensors can be alive at the start only where torch was imported before.
         self._imported_before = "torch" in sys.modules
 
+    # Whether a recording in this process has seen PyTorch allocate (a launcher
+    # that imports torch and spawns the workers allocates nothing of its own).
+    allocated = False
+
     @classmethod
     def runtime_started(cls) -> bool:
-        """Whether the script made a tensor: PyTorch starts no runtime, so its
-        allocator's first use is asked of CUDA's (a CPU tensor leaves no trace)."""
+        """Whether the process made a tensor: PyTorch starts no runtime, so this
+        is a recording's own view of its allocator, or CUDA's start."""
+        if cls.allocated:
+            return True
         torch = sys.modules.get("torch")
         try:
             return bool(torch is not None and torch.cuda.is_initialized())
@@ -243,6 +249,8 @@ class TorchAdapter(Adapter):
         with self._lock:
             starts, ends, places = calls
             on_cpu = events.devices == CPU
+            if len(events):
+                TorchAdapter.allocated = True
             self._cuda_events += int((~on_cpu).sum())
             times = events.times[on_cpu]
             calls = places_of(times, starts, ends, places)

@@ -95,7 +95,15 @@ def browser():
 
 
 @pytest.mark.parametrize(
-    "name", ["jax_transformer", "tf_transformer", "torch_xla_transformer", "gpu", "hostile"]
+    "name",
+    [
+        "jax_transformer",
+        "tf_transformer",
+        "torch_xla_transformer",
+        "torch_transformer",
+        "gpu",
+        "hostile",
+    ],
 )
 def test_a_clicked_moment_shows_the_analysis_live_set(tmp_path, browser, name):
     trace_path = _trace(name, tmp_path)

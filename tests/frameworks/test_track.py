@@ -172,6 +172,26 @@ def test_a_framework_imported_inside_the_block_is_recorded(tmp_path):
     assert peak >= 16 << 20
 
 
+def test_a_block_that_imports_torch_then_torch_xla_records_pytorch_xla(tmp_path):
+    """Plain PyTorch's recording, started at torch's import, lets go as torch_xla's
+    import begins: one trace, PyTorch/XLA's, of the block's device tensors."""
+    script = (
+        "import json, tpumem\n"
+        "with tpumem.track('both.tpumem') as run:\n"
+        "    import torch\n"
+        "    host = torch.ones(1024, 1024)\n"  # 4 MiB on the host: not the device's
+        "    import torch_xla\n"
+        "    kept = torch.ones(512, 1024, device=torch_xla.device()) * 2\n"  # 2 MiB
+        "    torch_xla.sync()\n"
+        "analysis = run.report()\n"
+        "print(json.dumps([analysis.metadata.framework, analysis.devices[0].peak.bytes]))\n"
+    )
+    framework, peak = run_python(script, tmp_path, env={"PJRT_DEVICE": "CPU"})
+    assert framework == "torch_xla"
+    assert 2 << 20 <= peak < 4 << 20
+    assert [p.name for p in tmp_path.glob("*.tpumem")] == ["both.tpumem"]
+
+
 # A child forked inside a recorded block tracks itself: its own trace, its own
 # array; the parent's recording stays the parent's. (JAX is imported after the
 # fork, in each process: a JAX that ran before a fork deadlocks in the child.)
