@@ -63,7 +63,11 @@ def framework_spec(name: str, path: Any, target: Any = None) -> Any:
 def _begin_on_import(framework: str) -> Any:
     capture = _capture
     if capture is not None and capture.yielded:  # (torch, then torch_xla: its own now)
-        capture.again(framework)
+        try:
+            capture.again(framework)
+        except Exception as error:  # never the user's import's failure
+            _say(f"not recording process {os.getpid()}: {error}")
+            return None
         return capture.start
     capture = _begin(framework)
     return capture.start if capture is not None else None
@@ -191,8 +195,10 @@ class _Capture:
             if self._ended:
                 return
             self._ended = True
-        started = type(self.adapter).runtime_started()
         end_recording(self.adapter, self.writer, ending)
+        # (asked after the recording's end: plain PyTorch knows it allocated only
+        # once its last chunk is read)
+        started = type(self.adapter).runtime_started()
         failed = ending.code or ending.exception or ending.signal
         if not failed and (not started or self._nothing_of_its_own()):
             # It imported the framework but never started its runtime (no device,

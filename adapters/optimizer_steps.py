@@ -22,6 +22,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+# Told of every optimizer step, plain or not: (optimizer, whether it is plain).
+StepCall = Callable[[Any, bool], None]
+
 
 class OptimizerSteps:
     """Takes `mode` off the thread's torch function modes while a plain
@@ -33,13 +36,17 @@ class OptimizerSteps:
         torch: Any,
         mode: Any,
         stepped: Callable[[Any], None],
-        before: Callable[[Any], None] | None = None,
+        before: StepCall | None = None,
+        after: StepCall | None = None,
     ) -> None:
-        """`before(optimizer)`: as a plain step begins, before the mode is off."""
+        """`before` and `after`: as every step of a torch.optim optimizer (or a
+        subclass's) begins and once it has ended, the mode back; told whether
+        the step is plain (run without the mode)."""
         self._c = torch._C
         self._mode = mode
         self._stepped = stepped
         self._before_step = before
+        self._after_step = after
         self._off = threading.local()  # .optimizer: whose step took the mode off here
         self._handles: list[Any] = []
 
@@ -72,11 +79,12 @@ class OptimizerSteps:
         # The mode is already off here inside another step, or after a step that
         # raised: what that one read and kept so far goes to the book, and this
         # step takes the mode over (or, if it is not plain, puts it back).
-        if not _plain_step(optimizer, args, kwargs):
+        plain = _plain_step(optimizer, args, kwargs)
+        if self._before_step is not None:
+            self._before_step(optimizer, plain)
+        if not plain:
             self.resume()
             return
-        if self._before_step is not None:
-            self._before_step(optimizer)
         taken_by = getattr(self._off, "optimizer", None)
         if taken_by is not None:
             self._stepped(taken_by)
@@ -90,10 +98,15 @@ class OptimizerSteps:
         self._off.optimizer = optimizer
 
     def _after(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
-        if getattr(self._off, "optimizer", None) is optimizer:
-            self._mode_back(optimizer)
-        elif _plain_step(optimizer, args, kwargs):  # its ops went through the hook, or
-            self._stepped(optimizer)  # some did: a step inside it gave the mode back
+        plain = _plain_step(optimizer, args, kwargs)
+        try:
+            if getattr(self._off, "optimizer", None) is optimizer:
+                self._mode_back(optimizer)
+            elif plain:  # its ops went through the hook, or some did:
+                self._stepped(optimizer)  # a step inside it gave the mode back
+        finally:
+            if self._after_step is not None:
+                self._after_step(optimizer, plain)
 
     def _mode_back(self, optimizer: Any) -> None:
         self._off.optimizer = None

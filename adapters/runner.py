@@ -127,6 +127,7 @@ class _Recording:
     watch: Any = None
     started: bool = False  # the adapter's start ran
     ended: bool = False  # the ending is written (by stop, or where tpumem died first)
+    set_here: dict[str, str] = field(default_factory=dict)  # set by the adapters, in order
     # One ending: the watch's thread (tpumem died) and the script's end race for it.
     ending: threading.Lock = field(default_factory=threading.Lock)
 
@@ -151,8 +152,9 @@ class _Recording:
         try:
             adapter_class = get_adapter(framework)
             options = CaptureOptions(**config.capture)
-            environment = set_before_start(adapter_class, options)
-            metadata = _metadata(config, framework, {**config.environment, **environment})
+            # (what a recording it took over from set stays set: said again)
+            self.set_here.update(set_before_start(adapter_class, options))
+            metadata = _metadata(config, framework, {**config.environment, **self.set_here})
             if self.writer is not None:  # (a recording that yielded to this framework)
                 self.writer.begin_again(metadata)
                 self.adapter = adapter_class(options)

@@ -323,9 +323,11 @@ class Tracker:
 
     def _recorded(self) -> Path:
         if self.path is None:
+            from tpumem.adapters.import_watch import FRAMEWORKS
+
             raise TpumemError(
                 "tpumem.track has recorded nothing: the process imported none of the "
-                "frameworks (jax, tensorflow, torch_xla) while it ran"
+                f"frameworks ({', '.join(FRAMEWORKS)}) while it ran"
             )
         if self._writer is not None:
             raise TpumemError("tpumem.track is still recording: report after the block")

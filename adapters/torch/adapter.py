@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tpumem.adapters.base import Adapter, CaptureOptions, Every, Patches, register
@@ -40,8 +41,9 @@ DEVICE = "CPU:0"
 OUTPUT = "output"  # an op's result (book_rows' word, the analysis' OP_OUTPUT)
 # Kineto, PyTorch's profiler library, logs an error line on a machine without a
 # GPU ("gpuGetDeviceCount failed") the first time a profiler starts: into the
-# script's stderr, where it was not. Its level, unless the script sets it: errors
-# of a profiler of the script's own are then not logged either (the trace says so).
+# script's stderr, where it was not. Its level, set as tpumem's profiler first
+# starts, unless the script set it: errors of a profiler of the script's own are
+# then not logged either (the trace's "Set by tpumem" says so).
 KINETO_LEVEL_VARIABLE = "KINETO_LOG_LEVEL"
 _QUIET = "5"
 
@@ -66,17 +68,9 @@ class TorchAdapter(Adapter):
         self._mode: Any = None
         self._steps: OptimizerSteps | None = None
         self._kinds: ObjectKinds | None = None
-        self._imported_before = True
         self._failure: str | None = None  # the first error a hook caught
+        self._paused = threading.Event()  # a profiler of the script's runs: this one waits
         self._exit_guarded = False
-
-    @classmethod
-    def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
-        return {} if KINETO_LEVEL_VARIABLE in current else {KINETO_LEVEL_VARIABLE: _QUIET}
-
-    def prepare(self, writer: TraceWriter) -> None:
-        # Tensors can be alive at the start only where torch was imported before.
-        self._imported_before = "torch" in sys.modules
 
     # Whether a recording in this process has seen PyTorch allocate (a launcher
     # that imports torch and spawns the workers allocates nothing of its own).
@@ -114,21 +108,49 @@ class TorchAdapter(Adapter):
         self.lines = OpLines(CallStacks(writer, self.options.native_frames, self.options.stacks))
         self._session = ProfilerSession(torch)
         self._kinds = ObjectKinds(torch, writer, DEVICE, self._guarded)
-        if self._imported_before:
-            self._found_before(torch)
-        self._session.start()
+        # The profiler starts at the script's first torch call (the mode's), not
+        # here: a script that goes on to import torch_xla (a PyTorch/XLA run)
+        # never starts Kineto, nor needs its exit guard.
+        self.lines.first_call = self._guarded(self._first_call)
         self._mode = line_mode(torch, self.lines)
         self._mode.__enter__()
         self._steps = OptimizerSteps(
-            torch, self._mode, self._guarded(self._stepped), before=self._guarded(self._stepping)
+            torch,
+            self._mode,
+            lambda optimizer: None,
+            before=self._guarded(self._stepping),
+            after=self._guarded(self._stepped),
         )
         self._steps.install()
         self._kinds.install(torch)
         self._share_the_profiler(torch)
+        os.register_at_fork(after_in_child=self._guarded(self._in_child))
+
+    def _first_call(self) -> None:
+        """The script's first torch call on the recorded thread: what it made
+        before without one (few: a pickle's tensors) is found alive, and the
+        profiler starts."""
+        session = self._session
+        if session is None or session.started:
+            return
+        if self.torch.autograd._profiler_enabled():  # the script's own runs: after it
+            self.writer.mark(CAPTURE_GAP)
+            self._paused.set()
+            return
+        self._start_profiler()
+
+    def _start_profiler(self) -> None:
+        """The profiler's first start, on the recorded thread."""
+        assert self._session is not None
+        self._found_before(self.torch)
+        if KINETO_LEVEL_VARIABLE not in os.environ:  # (read as Kineto first starts)
+            os.environ[KINETO_LEVEL_VARIABLE] = _QUIET
+            said = dict(self.writer.header.get("set_by_tpumem") or {})
+            self.writer.patch_metadata(set_by_tpumem={**said, KINETO_LEVEL_VARIABLE: _QUIET})
+        self._session.start()
 
     def _found_before(self, torch: Any) -> None:
-        """The storages of the CPU tensors alive at the start (none where the
-        recording starts with the script's import of torch)."""
+        """The storages of the CPU tensors alive as the profiler starts."""
         seen: dict[int, int] = {}
         tensor = torch.Tensor
         for value in gc.get_objects():
@@ -148,8 +170,8 @@ class TorchAdapter(Adapter):
                 self._next_id += 1
         if seen:
             self._warnings.append(
-                f"{len(seen)} tensor storages were alive before tpumem started: recorded "
-                "from the start, with no line"
+                f"{len(seen)} tensor storages were alive as the recording began (made before "
+                "tpumem started, or without a torch call): recorded from then, with no line"
             )
 
     def _guarded(self, hook: Hook) -> Hook:
@@ -169,22 +191,52 @@ class TorchAdapter(Adapter):
 
     def forget(self) -> None:
         """Lets go, writing nothing: the profiler stopped unread and every hook
-        gone (the recording yields to PyTorch/XLA's, or a forked child's own)."""
-        self._unhook()
-        if self._session is not None:
-            self._session.stop()
-            if self._session.started and not self._exit_guarded:
-                self._exit_guarded = end_before_library_destructors()
+        gone (the recording yields to PyTorch/XLA's, or a forked child's own).
+        Inside the script's import of torch_xla: never raises."""
+        try:
+            self._unhook()
+            session = self._session
+            if session is not None and threading.get_ident() == session.thread_id:
+                session.stop()
+        except Exception as error:  # (the script's import goes on: said nowhere else)
+            if self._failure is None:
+                self._failure = f"{type(error).__name__}: {error}"
+        if self._session is not None and self._session.started and not self._exit_guarded:
+            self._exit_guarded = end_before_library_destructors()
+
+    def _in_child(self) -> None:
+        """In a process forked from this one (a DataLoader's worker): nothing is
+        recorded there (the trace is this process's), so nothing piles up unread.
+        The mode and the hooks pass through, and the profiler the child inherited
+        stops, its events dropped."""
+        self.lines.recording = False
+        if self._kinds is not None:
+            self._kinds.inert = True
+        session = self._session
+        if session is not None and session.running and threading.get_ident() == session.thread_id:
+            session.stop()
 
     def _unhook(self) -> None:
         if self._steps is not None:
             self._steps.remove()
-        if self._mode is not None:
-            self._mode.__exit__(None, None, None)
-            self._mode = None
+        self._leave_mode()
         if self._kinds is not None:
             self._kinds.remove()
         self._patches.undo()
+
+    def _leave_mode(self) -> None:
+        """The mode off the function modes where it is the innermost on this
+        thread; where it is not (the script entered one after it, or this is
+        another thread) it stays, passing every call through."""
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        self.lines.recording = False
+        c = self.torch._C
+        depth = c._len_torch_function_stack()
+        innermost = depth and c._get_function_stack_at(depth - 1) is mode
+        if threading.get_ident() == self.lines.thread and innermost:
+            c._pop_torch_function_stack()
 
     def stop(self) -> None:
         self._unhook()
@@ -204,6 +256,12 @@ class TorchAdapter(Adapter):
             self._warnings.append(
                 f"tpumem's PyTorch hooks failed at least once ({self._failure}); the run went on"
             )
+        if self.lines.other_threads:
+            self._warnings.append(
+                f"{self.lines.other_threads:,} torch calls ran on other threads than the one "
+                "that imported torch: PyTorch's profiler records that thread's allocations "
+                "only, so theirs are not in the trace"
+            )
         if self._cuda_events:
             self._warnings.append(
                 f"the script used CUDA ({self._cuda_events:,} allocator events): this version "
@@ -214,12 +272,13 @@ class TorchAdapter(Adapter):
 
     # -- steps and chunks --------------------------------------------------------
 
-    def _stepping(self, optimizer: Any) -> None:
-        self.lines.begin_step(optimizer)
+    def _stepping(self, optimizer: Any, plain: bool) -> None:
+        if plain:  # (one call, run outside the mode; another's ops go through it)
+            self.lines.begin_step(optimizer)
         assert self._kinds is not None
         self._kinds.step_begins(optimizer)
 
-    def _stepped(self, optimizer: Any) -> None:
+    def _stepped(self, optimizer: Any, plain: bool) -> None:
         self.lines.end_step(optimizer)
         assert self._kinds is not None
         self._kinds.step_ended(optimizer)
@@ -284,18 +343,33 @@ class TorchAdapter(Adapter):
     # -- the script's own profiler -----------------------------------------------
 
     def _share_the_profiler(self, torch: Any) -> None:
-        """A profiler the script starts stops this one first (on its thread), and
-        this one starts again when the script's stops."""
-        module = torch.autograd.profiler
+        """A profiler the script starts (torch.profiler, emit_nvtx, emit_itt, the
+        legacy profiler) stops this one first (on its thread), and this one starts
+        again when the script's stops. Neither step raises into the script: what
+        fails is said in the trace's warnings."""
+        from torch.autograd import profiler_legacy
+
         session = self._session
         assert session is not None
-        paused = threading.Event()
+        paused = self._paused
 
+        @self._guarded
         def pause() -> None:
             if session.running and threading.get_ident() == session.thread_id:
                 self._hand_over(session.stop())
                 self.writer.mark(CAPTURE_GAP)
                 paused.set()
+
+        @self._guarded
+        def resume() -> None:
+            if paused.is_set() and threading.get_ident() == self.lines.thread:
+                paused.clear()
+                if session.started:
+                    session.start()
+                else:  # (the script's ran from before the first call: the first start)
+                    self.lines.first_call = None
+                    self._start_profiler()
+                self.writer.mark(CAPTURE_RESUMED)
 
         def wrap_start(original: Any) -> Any:
             def started(*args: Any, **kwargs: Any) -> Any:
@@ -307,14 +381,19 @@ class TorchAdapter(Adapter):
         def wrap_stop(original: Any) -> Any:
             def stopped(*args: Any, **kwargs: Any) -> Any:
                 result = original(*args, **kwargs)
-                if paused.is_set() and threading.get_ident() == session.thread_id:
-                    paused.clear()
-                    session.start()
-                    self.writer.mark(CAPTURE_RESUMED)
+                resume()
                 return result
 
             return stopped
 
-        for name in ("_prepare_profiler", "_enable_profiler"):
-            self._patches.replace(module, name, wrap_start(getattr(module, name)))
-        self._patches.replace(module, "_disable_profiler", wrap_stop(module._disable_profiler))
+        for module, starts, stop in (
+            (
+                torch.autograd.profiler,
+                ("_prepare_profiler", "_enable_profiler"),
+                "_disable_profiler",
+            ),
+            (profiler_legacy, ("_enable_profiler_legacy",), "_disable_profiler_legacy"),
+        ):
+            for name in starts:
+                self._patches.replace(module, name, wrap_start(getattr(module, name)))
+            self._patches.replace(module, stop, wrap_stop(getattr(module, stop)))

@@ -14,7 +14,10 @@ and after C's streams are flushed: handlers run last registered first, so
 glibc's `on_exit` gives each handler the status and an argument: `_exit` takes
 the status as its one argument, `fcloseall` takes none (extra arguments are
 left in registers by the C calling convention). Where there is no such C
-library nothing is registered.
+library nothing is registered. What this skips: the C exit handlers and C++
+destructors registered before it (a library that flushes a file it left open
+in its destructor: HDF5's, gcov's; C++ streams written without stdio's sync),
+as `os._exit` would; Python's own atexit handlers and files are done before.
 """
 
 from __future__ import annotations

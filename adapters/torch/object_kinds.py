@@ -5,11 +5,19 @@ at the time it is seen (a `told` row): the analysis gives the region to the
 buffer at that address then (analysis/kinds.py), so no name decides a kind.
 
 - Modules: a global forward pre-hook sees each call of a module; a call that
-  no other module's call encloses is the model's: its parameters and buffers
-  (the first time), and the tensors it is called with (each call: the inputs).
-- Optimizers: as a torch.optim step begins, its parameters and their
-  gradients; after it, its state (what `optimizer.state` holds: Adam's
-  moments and step counts).
+  no other module's call encloses, of a module that has parameters, is the
+  model's: its parameters and buffers (the first time), and the tensors it is
+  called with that no op made (no `grad_fn`: data, each call: the inputs).
+  PyTorch's global hook sees positional arguments only: a batch passed by
+  keyword (`model(input_ids=...)`) is not told. A loss module's call (no
+  parameters) tells nothing: its arguments are the model's outputs.
+- Optimizers: as a torch.optim optimizer's step begins (any subclass's, with a
+  closure too), its parameters and their gradients; after it, its state (what
+  `optimizer.state` holds: Adam's moments and step counts).
+
+A tensor told once (a parameter, a state tensor) is told again only where its
+storage moved: kept by the tensor, not by its address, which the C library
+reuses for a new model's tensors.
 """
 
 from __future__ import annotations
@@ -40,7 +48,13 @@ class ObjectKinds:
         self._writer = writer
         self._device = device
         self._modules: weakref.WeakSet[Any] = weakref.WeakSet()  # models told of
-        self._told: dict[int, tuple[int, str]] = {}  # address -> (bytes, region), told once
+        # tensor -> (address, bytes, region) as last told; by identity (a tensor's
+        # == is elementwise, which a WeakKeyDictionary's lookup would call)
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self._told: Any = WeakIdKeyDictionary()
+        self._compiling = torch.compiler.is_compiling
+        self.inert = False  # let go where the hooks stay (a forked child): nothing told
         self._depth = 0  # module calls under way
         self._stepper: weakref.ref | None = None  # the optimizer whose steps are counted
         self.steps = 0
@@ -62,27 +76,39 @@ class ObjectKinds:
     # -- modules ---------------------------------------------------------------
 
     def _entering(self, module: Any, args: tuple) -> None:
+        if self.inert or self._compiling():
+            return
         self._depth += 1
         if self._depth != 1:
             return
+        parameters = list(module.parameters())
+        if not parameters:
+            return
         if module not in self._modules:
             self._modules.add(module)
-            for parameter in module.parameters():
+            for parameter in parameters:
                 self._tell_once(parameter, PARAMETER)
             for buffer in module.buffers():
                 self._tell_once(buffer, STATE)
         for value in args:
-            if isinstance(value, self._tensor) and not isinstance(value, self._parameter):
+            if (
+                isinstance(value, self._tensor)
+                and not isinstance(value, self._parameter)
+                and value.grad_fn is None
+            ):
                 self._tell(value, INPUT)
 
     def _left(self, module: Any, args: tuple, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
+        if not self.inert and not self._compiling():
+            self._depth = max(0, self._depth - 1)
 
     # -- optimizers ------------------------------------------------------------
 
     def step_begins(self, optimizer: Any) -> None:
         """Its parameters and their gradients, and the step mark of the first
         optimizer to step (a GAN's two optimizers make one step)."""
+        if self.inert:
+            return
         self._depth = 0  # (a module call that raised never left)
         if self._stepper is None:
             self._stepper = weakref.ref(optimizer)
@@ -96,6 +122,8 @@ class ObjectKinds:
                     self._tell(parameter.grad, GRADIENT)
 
     def step_ended(self, optimizer: Any) -> None:
+        if self.inert:
+            return
         for state in optimizer.state.values():
             for value in state.values() if isinstance(state, dict) else ():
                 if isinstance(value, self._tensor):
@@ -104,15 +132,19 @@ class ObjectKinds:
     # -- told rows -------------------------------------------------------------
 
     def _tell_once(self, tensor: Any, region: str) -> None:
-        """Told where its storage is not told so already (a parameter keeps its
-        storage for the run: told once, not at every step)."""
+        """Told where it is not told so already (a parameter keeps its storage
+        for the run: told once, not at every step)."""
         storage = _storage(tensor)
         if storage is None:
             return
-        address, size = storage
-        if self._told.get(address) != (size, region):
-            self._told[address] = (size, region)
-            self._write(address, size, region)
+        told = (*storage, region)
+        try:
+            if self._told.get(tensor) == told:
+                return
+            self._told[tensor] = told
+        except TypeError:  # (a tensor that takes no weak reference: told each time)
+            pass
+        self._write(*told)
 
     def _tell(self, tensor: Any, region: str) -> None:
         storage = _storage(tensor)

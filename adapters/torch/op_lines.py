@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -63,12 +64,18 @@ class OpLines:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.places: list[Call] = []
-        self._thread = threading.get_ident()  # the thread the profiler records
+        self.thread = threading.get_ident()  # the thread the profiler records
+        # False once the recording lets go where the mode stays entered (a mode
+        # the script entered after it, a forked child): every call passes through.
+        self.recording = True
+        self.other_threads = 0  # calls seen on other threads: not in the profile
+        # Called once, at the first call on the recorded thread (the profiler's start).
+        self.first_call: Callable[[], None] | None = None
         self._open: dict[int, tuple[int, Call]] = {}  # an optimizer's step under way
 
     def begin_step(self, optimizer: Any) -> None:
         """An optimizer step begins (outside the mode): one call, from its line."""
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self.thread:
             name = f"{type(optimizer).__name__}.step"
             self._open[id(optimizer)] = (time.time_ns(), (name, self.stacks(sys._getframe(1))))
 
@@ -103,19 +110,32 @@ def places_of(
 
 
 def line_mode(torch: Any, lines: OpLines) -> Any:
-    """The torch function mode that keeps each call of the profiler's thread."""
+    """The torch function mode that keeps each call of the profiler's thread.
+    Under torch.compile's tracing it passes every call through: Dynamo inlines a
+    mode's __torch_function__, and a frame or thread lookup there would break
+    the graph at every op (the compiled code's allocations are the profiler's
+    still, at the line that called the compiled function)."""
     from torch.overrides import TorchFunctionMode
 
     now, frame_at, stacks = time.time_ns, sys._getframe, lines.stacks
-    thread, ident = lines._thread, threading.get_ident
+    thread, ident = lines.thread, threading.get_ident
+    compiling = torch.compiler.is_compiling
 
     class _Lines(TorchFunctionMode):
         def __torch_function__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
-            name = getattr(func, "__name__", None)
-            if name in _NO_MEMORY or ident() != thread:
+            if compiling() or not lines.recording:
                 return func(*args, **(kwargs or {}))
+            name = getattr(func, "__name__", None)
+            if name in _NO_MEMORY:
+                return func(*args, **(kwargs or {}))
+            if ident() != thread:
+                lines.other_threads += 1
+                return func(*args, **(kwargs or {}))
+            if lines.first_call is not None:
+                first, lines.first_call = lines.first_call, None
+                first()
             began = now()
             try:
                 return func(*args, **(kwargs or {}))

@@ -107,7 +107,7 @@ XLA_RANKS = textwrap.dedent(
 def test_torchrun_followed_from_the_parent(tmp_path):
     """`tpumem profile --follow -m torch.distributed.run ...`: torchrun's workers,
     started as new Python processes, each record themselves under torchrun's RANK;
-    torchrun itself imports no framework and records nothing."""
+    torchrun itself imports torch and allocates nothing: no rank, no trace kept."""
     (tmp_path / "ranks.py").write_text(XLA_RANKS)
     result = profile(
         tmp_path,

@@ -88,6 +88,7 @@ class TraceWriter:
             **metadata_json(metadata),
         }
         header.setdefault("start_time_ns", time.time_ns())
+        self.header: dict[str, Any] = header  # as written (its patches come after)
         self.start_time_ns: int = header["start_time_ns"]
         self._schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(header).encode()})
         self._stream = pa.ipc.new_stream(self._file, self._schema)
