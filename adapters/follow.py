@@ -124,7 +124,6 @@ def _begin(framework: str, started: bool = False, forked: bool = False) -> _Capt
 
 class _Capture:
     def __init__(self, framework: str, config: FollowConfig, forked: bool = False) -> None:
-        from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.run_header import run_metadata
         from tpumem.adapters.trace_name import TraceName
         from tpumem.trace.writer import TraceWriter
@@ -151,7 +150,12 @@ class _Capture:
         self._exit: ExitStatus | None = None  # what sys.exit or an uncaught error said
         # From the header on: tpumem killed as the framework imports leaves the ending too.
         watch_tpumem(self.tpumem_pid, self._ended_outside)
-        self.adapter = get_adapter(framework)(CaptureOptions(**capture))
+        self._prepare(framework)
+
+    def _prepare(self, framework: str) -> None:
+        from tpumem.adapters import CaptureOptions, get_adapter
+
+        self.adapter = get_adapter(framework)(CaptureOptions(**self._capture_options))
         self.adapter.identified = self.name.settle
         self.adapter.prepare(self.writer)
 
@@ -162,15 +166,12 @@ class _Capture:
 
     def again(self, framework: str) -> None:
         """The trace starts over as `framework`'s, in the same file."""
-        from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.run_header import run_metadata
 
         self.framework = framework
         options = self._capture_options
         self.writer.begin_again(run_metadata(framework, SOURCE, _command(), options, {}))
-        self.adapter = get_adapter(framework)(CaptureOptions(**options))
-        self.adapter.identified = self.name.settle
-        self.adapter.prepare(self.writer)
+        self._prepare(framework)
         self.yielded = False
 
     def start(self) -> None:

@@ -19,8 +19,26 @@ recording's end, where it is put back (`resume()`).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
+
+# The step mark of an optimizer's step, where the script marks none of its own.
+OPTIMIZER_STEP = "optimizer step"
+
+
+class FirstOptimizer:
+    """Which optimizer's steps are the training steps: the first to step (a
+    GAN's two optimizers make one step a training step)."""
+
+    def __init__(self) -> None:
+        self._first: weakref.ref | None = None
+
+    def counts(self, optimizer: Any) -> bool:
+        if self._first is None:
+            self._first = weakref.ref(optimizer)
+        return self._first() is optimizer
+
 
 # Told of every optimizer step, plain or not: (optimizer, whether it is plain).
 StepCall = Callable[[Any, bool], None]

@@ -141,10 +141,7 @@ class _Recording:
         tell(config.status_fd, {"framework": framework})
         from tpumem.adapters import CaptureOptions, get_adapter
         from tpumem.adapters.base import set_before_start
-        from tpumem.adapters.call_stacks import end_walks_at
-        from tpumem.adapters.trace_name import TraceName
         from tpumem.errors import TpumemError
-        from tpumem.trace.writer import TraceWriter
 
         # Any failure here, inside the script's import of its framework, ends the
         # run in one line rather than as the script's own error (which a script
@@ -157,29 +154,8 @@ class _Recording:
             metadata = _metadata(config, framework, {**config.environment, **self.set_here})
             if self.writer is not None:  # (a recording that yielded to this framework)
                 self.writer.begin_again(metadata)
-                self.adapter = adapter_class(options)
-                if self.name is not None:
-                    self.adapter.identified = self.name.settle
-                self.adapter.prepare(self.writer)
-                return self._starter(framework)
-            target: str | int = config.output if config.output_fd is None else config.output_fd
-            if config.named_here:
-                self.name = TraceName(
-                    config.output,
-                    config.force,
-                    metadata["process"],
-                    lambda path: tell(config.status_fd, {"output": path}),
-                )
-                target = self.name.descriptor
-            self.writer = TraceWriter(target, metadata)
-            if self.unopened is not None:
-                self.unopened.now_opened()
-            # tpumem killed from now on: the ending written before this process
-            # ends, not left unrecorded (its parent-death SIGTERM killed it outright).
-            from tpumem.adapters.follow_end import watch_tpumem
-
-            watch_tpumem(config.parent_pid, self._ended_outside, "tpumem profile")
-            end_walks_at(run_target.__code__)  # the frames beyond it are this runner's
+            else:
+                self._open(metadata)
             self.adapter = adapter_class(options)
             if self.name is not None:
                 self.adapter.identified = self.name.settle
@@ -193,6 +169,32 @@ class _Recording:
         except Exception as failure:
             self._failed(framework, failure)
         return self._starter(framework)
+
+    def _open(self, metadata: dict[str, Any]) -> None:
+        """The trace, opened with its header (named by the process where its name
+        waits for the rank), and tpumem's death watched from then on."""
+        from tpumem.adapters.call_stacks import end_walks_at
+        from tpumem.adapters.follow_end import watch_tpumem
+        from tpumem.adapters.trace_name import TraceName
+        from tpumem.trace.writer import TraceWriter
+
+        config = self.config
+        target: str | int = config.output if config.output_fd is None else config.output_fd
+        if config.named_here:
+            self.name = TraceName(
+                config.output,
+                config.force,
+                metadata["process"],
+                lambda path: tell(config.status_fd, {"output": path}),
+            )
+            target = self.name.descriptor
+        self.writer = TraceWriter(target, metadata)
+        if self.unopened is not None:
+            self.unopened.now_opened()
+        # tpumem killed from now on: the ending written before this process
+        # ends, not left unrecorded (its parent-death SIGTERM killed it outright).
+        watch_tpumem(config.parent_pid, self._ended_outside, "tpumem profile")
+        end_walks_at(run_target.__code__)  # the frames beyond it are this runner's
 
     def _starter(self, framework: str) -> Callable[[], None]:
         def start() -> None:

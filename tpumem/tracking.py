@@ -196,19 +196,21 @@ class Tracker:
 
         adapter_class = get_adapter(framework)
         options = CaptureOptions(programs=self.programs)
-        if self._writer is not None:  # (a recording that yielded: its trace again)
-            return self._again(framework, adapter_class, options, importing)
-        if self.output is None:
-            self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
-        else:  # (an existing file was refused in `start`; create_trace refuses a new one)
-            self.path, descriptor = self.output, create_trace(self.output, (), self.force)
         command = [SOURCE, "in", _process_name()]
         capture = {"programs": options.programs}
         if importing:  # set now, before it starts, as profile does
             _set_here.setdefault(framework, {}).update(set_before_start(adapter_class, options))
         set_here = _set_here.get(framework, {})
         metadata = run_metadata(framework, SOURCE, command, capture, set_here)
-        writer = TraceWriter(descriptor, metadata)
+        if self._writer is not None:  # (a recording that yielded: its trace again)
+            writer = self._writer
+            writer.begin_again(metadata)
+        else:
+            if self.output is None:
+                self.path, descriptor = default_trace(DEFAULT_OUTPUT, ())
+            else:  # (an existing file was refused in `start`; create_trace refuses a new one)
+                self.path, descriptor = self.output, create_trace(self.output, (), self.force)
+            writer = TraceWriter(descriptor, metadata)
         adapter = adapter_class(options)
         self._writer, self._adapter = writer, adapter
 
@@ -236,24 +238,6 @@ class Tracker:
         torch): this recording lets go, and starts again as the other's."""
         if self._adapter is not None:
             self._adapter.forget()
-
-    def _again(
-        self, framework: str, adapter_class: Any, options: Any, importing: bool
-    ) -> Callable[[], None]:
-        from tpumem.adapters.base import set_before_start
-        from tpumem.adapters.run_header import run_metadata
-
-        writer = self._writer
-        assert writer is not None
-        if importing:
-            _set_here.setdefault(framework, {}).update(set_before_start(adapter_class, options))
-        command = [SOURCE, "in", _process_name()]
-        capture = {"programs": options.programs}
-        set_here = _set_here.get(framework, {})
-        writer.begin_again(run_metadata(framework, SOURCE, command, capture, set_here))
-        adapter = self._adapter = adapter_class(options)
-        adapter.prepare(writer)
-        return lambda: adapter.start(writer)
 
     def _import_failed(self, framework: str, error: BaseException) -> None:
         """The block's own import of its framework raised: it goes on as without

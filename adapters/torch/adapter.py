@@ -10,8 +10,9 @@ PyTorch's own objects (object_kinds.py); steps are the first optimizer's.
   time in a process): the trace marks the gap.
 - CUDA: its allocations are not recorded by this version; the trace says so
   where the script used a GPU.
-- Tensors made before the recording started (`tpumem.track` in a process that
-  had them) are found among the live objects at the start.
+- The profiler starts at the script's first torch call (a script that goes on
+  to import torch_xla never starts it); the tensors alive then (`tpumem.track`
+  in a process that had them, a pickle's) are found among the live objects.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tpumem.adapters.base import Adapter, CaptureOptions, Every, Patches, register
-from tpumem.adapters.book_rows import FOUND, BookRows
+from tpumem.adapters.book_rows import FOUND, OUTPUT, BookRows
 from tpumem.adapters.call_stacks import NOWHERE, CallStacks
 from tpumem.adapters.optimizer_steps import OptimizerSteps
 from tpumem.adapters.torch.exit_guard import end_before_library_destructors
@@ -38,7 +39,6 @@ from tpumem.trace.schema import ALLOCATOR, CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
 
 DEVICE = "CPU:0"
-OUTPUT = "output"  # an op's result (book_rows' word, the analysis' OP_OUTPUT)
 # Kineto, PyTorch's profiler library, logs an error line on a machine without a
 # GPU ("gpuGetDeviceCount failed") the first time a profiler starts: into the
 # script's stderr, where it was not. Its level, set as tpumem's profiler first

@@ -17,6 +17,7 @@ stops first, and starts again when the script's stops; the trace marks the gap.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +86,6 @@ class ProfilerSession:
         self.thread_id: int | None = None
 
     def start(self) -> None:
-        import threading
-
         autograd = self._autograd
         autograd._prepare_profiler(self._config, self._activities)
         autograd._enable_profiler(self._config, self._activities, self._scopes)

@@ -27,10 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tpumem.adapters.book_rows import GRADIENT, INPUT, OPTIMIZER, PARAMETER, STATE
+from tpumem.adapters.optimizer_steps import OPTIMIZER_STEP, FirstOptimizer
 from tpumem.trace.schema import TOLD
 from tpumem.trace.writer import TraceWriter
-
-OPTIMIZER_STEP = "optimizer step"  # the step mark, as the PyTorch/XLA adapter counts steps
 
 
 class ObjectKinds:
@@ -56,7 +55,7 @@ class ObjectKinds:
         self._compiling = torch.compiler.is_compiling
         self.inert = False  # let go where the hooks stay (a forked child): nothing told
         self._depth = 0  # module calls under way
-        self._stepper: weakref.ref | None = None  # the optimizer whose steps are counted
+        self._stepper = FirstOptimizer()
         self.steps = 0
         self._handles: list[Any] = []
 
@@ -110,9 +109,7 @@ class ObjectKinds:
         if self.inert:
             return
         self._depth = 0  # (a module call that raised never left)
-        if self._stepper is None:
-            self._stepper = weakref.ref(optimizer)
-        if self._stepper() is optimizer:
+        if self._stepper.counts(optimizer):
             self._writer.mark(OPTIMIZER_STEP, step=self.steps)
             self.steps += 1
         for group in optimizer.param_groups:

@@ -11,16 +11,15 @@ to. Once the script marks a step itself, optimizer steps no longer count.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from tpumem.adapters.base import on_step_annotation
+from tpumem.adapters.optimizer_steps import OPTIMIZER_STEP, FirstOptimizer
 from tpumem.trace.writer import TraceWriter
 
 SYNC_MARK = "sync"  # a torch_xla.sync() / xm.mark_step(): no step number
 STEP_TRACE = "StepTrace"
 STEP_CONTEXT = "torch_xla.step()"
-OPTIMIZER_STEP = "optimizer step"
 
 
 class TrainingSteps:
@@ -28,7 +27,7 @@ class TrainingSteps:
         self.writer = writer
         self.count = 0
         self.source: str | None = None  # what the steps were counted from
-        self._optimizer: weakref.ref | None = None
+        self._optimizer = FirstOptimizer()
         self._undo: list[Any] = []
 
     def explicit(self, name: str, number: Any = None) -> None:
@@ -42,9 +41,7 @@ class TrainingSteps:
     def optimizer_step(self, optimizer: Any) -> None:
         if self.source in (STEP_TRACE, STEP_CONTEXT):
             return
-        if self._optimizer is None:
-            self._optimizer = weakref.ref(optimizer)
-        if self._optimizer() is not optimizer:
+        if not self._optimizer.counts(optimizer):
             return
         self.source = OPTIMIZER_STEP
         self.writer.mark(OPTIMIZER_STEP, step=self.count)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tpumem.adapters.import_watch import FRAMEWORKS
+
 if TYPE_CHECKING:
     from tpumem.launch.launcher import ProfileOutcome
 
@@ -12,8 +14,6 @@ def unrecorded_line(target: str, outcome: ProfileOutcome) -> str:
     """Why a run recorded nothing, in one line: the script ended before it imported
     a framework (a syntax error, a crash), or imported none that tpumem records."""
     said = outcome.unrecorded or {}
-    from tpumem.adapters.import_watch import FRAMEWORKS
-
     frameworks = ", ".join(FRAMEWORKS)
     if outcome.returncode and not said.get("imported"):
         how = said.get("how") or f"ended with status {outcome.returncode}"
