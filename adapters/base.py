@@ -38,6 +38,13 @@ class CaptureOptions:
     xla_dump_dir: str | None = None  # where XLA dumps them: made and removed by the caller
     stacks: bool = True  # each buffer's Python call stack (else its source line alone)
     native_frames: bool = False  # call stacks keep the libraries' frames, not the user's alone
+    # `tpumem fit --gpu` (PyTorch): the script on fake tensors, stopped after this
+    # many optimizer steps (0: a real run), as on this GPU (its name), whose cuBLAS
+    # and cuBLASLt workspaces are this large.
+    fit_steps: int = 0
+    fit_gpu: str = ""
+    fit_workspace_bytes: int = 0
+    fit_lt_workspace_bytes: int = 0
 
 
 class Adapter(ABC):

@@ -40,8 +40,9 @@ def run_metadata(
         "run": run_id_from_environment(os.environ),
         "python": platform.python_version(),
         "tpumem_version": __version__,
-        # (Where XLA dumped programs is a temporary directory, gone after the run.)
-        "capture_options": {k: v for k, v in capture.items() if k != "xla_dump_dir"},
+        # (Figures and switches: where XLA dumped programs is a temporary directory,
+        # gone after the run; a fit's GPU is the trace's device.)
+        "capture_options": {k: v for k, v in capture.items() if isinstance(v, (bool, int, float))},
         "set_by_tpumem": environment,
         "env": {k: v for k, v in os.environ.items() if k in declared},
         "memory_settings": settings,

@@ -63,14 +63,36 @@ def fit(
             "holds all of their chips (each with its slice_index).",
         ),
     ] = 1,
+    gpu: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            metavar="GPU",
+            help="A PyTorch script: will it fit on this GPU (H100-80GB, H200, A100-40GB, "
+            "A100-80GB; repeatable)? Its steps run on fake tensors: nothing computed, no "
+            "GPU needed.",
+            show_default=False,
+        ),
+    ] = None,
+    steps: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            min=1,
+            max=100,
+            help="With --gpu: the optimizer steps run before the script is stopped (from "
+            "the second on, a step's memory repeats).",
+        ),
+    ] = 3,
     width: Width = DEFAULT_WIDTH,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress lines.")] = False,
 ) -> None:
-    """Will the script's model fit on each TPU slice (--tpu v5e-8, repeatable)? The
-    script sees the slice's TPU devices; each jitted call is compiled for them by
-    XLA:TPU, on this machine, and returns shaped stand-ins instead of running, so
-    nothing is computed and no device is needed. Exit status 1 where a slice does
-    not fit. Needs libtpu (tpumem install-libtpu)."""
+    """Will the script's model fit on each TPU slice (--tpu v5e-8, repeatable), or
+    on a GPU (--gpu H100-80GB)? For a TPU the script sees the slice's devices; each
+    jitted call is compiled for them by XLA:TPU, on this machine, and returns
+    shaped stand-ins instead of running (needs libtpu: tpumem install-libtpu). For
+    a GPU, a PyTorch script's tensors are fake: each op's memory is exact, none
+    is allocated, and PyTorch's caching allocator is modeled. Nothing is computed
+    and no device is needed. Exit status 1 where it does not fit."""
     from tpumem.commands.fit import run_fit
     from tpumem.commands.requests import FitRequest
     from tpumem.errors import TpumemError
@@ -89,6 +111,8 @@ def fit(
         sweeps=tuple(sweep or ()),
         search=search,
         slices=slices,
+        gpu=tuple(gpu or ()),
+        steps=steps,
     )
     raise typer.Exit(run_fit(request))
 

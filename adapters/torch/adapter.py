@@ -30,12 +30,13 @@ from tpumem.adapters.book_rows import FOUND, OUTPUT, BookRows
 from tpumem.adapters.call_stacks import NOWHERE, CallStacks
 from tpumem.adapters.optimizer_steps import OptimizerSteps
 from tpumem.adapters.torch.exit_guard import end_before_library_destructors
-from tpumem.adapters.torch.framework import FRAMEWORK
+from tpumem.adapters.torch.fake_tensors import FakeRun, StepsDone
+from tpumem.adapters.torch.framework import FRAMEWORK, ON_CUDA
 from tpumem.adapters.torch.memory_events import CPU, ProfilerSession, read_events
 from tpumem.adapters.torch.object_kinds import ObjectKinds
 from tpumem.adapters.torch.op_lines import OpLines, line_mode, places_of
 from tpumem.trace.metadata import DeviceInfo
-from tpumem.trace.schema import ALLOCATOR, CAPTURE_GAP, CAPTURE_RESUMED
+from tpumem.trace.schema import ALLOCATOR, BUFFER, CAPTURE_GAP, CAPTURE_RESUMED
 from tpumem.trace.writer import TraceWriter
 
 DEVICE = "CPU:0"
@@ -71,6 +72,7 @@ class TorchAdapter(Adapter):
         self._failure: str | None = None  # the first error a hook caught
         self._paused = threading.Event()  # a profiler of the script's runs: this one waits
         self._exit_guarded = False
+        self._fake: FakeRun | None = None  # `tpumem fit --gpu`'s run on fake tensors
 
     # Whether a recording in this process has seen PyTorch allocate (a launcher
     # that imports torch and spawns the workers allocates nothing of its own).
@@ -95,6 +97,9 @@ class TorchAdapter(Adapter):
 
         self.writer, self.torch = writer, torch
         self.origin = writer.start_time_ns
+        if self.options.fit_steps:
+            self._start_fit(torch, writer)
+            return
         writer.patch_metadata(
             framework_version=torch.__version__,
             backend="cpu",
@@ -125,6 +130,77 @@ class TorchAdapter(Adapter):
         self._kinds.install(torch)
         self._share_the_profiler(torch)
         os.register_at_fork(after_in_child=self._guarded(self._in_child))
+
+    def _start_fit(self, torch: Any, writer: TraceWriter) -> None:
+        """`tpumem fit --gpu`: the script on fake tensors (fake_tensors.py), its
+        kinds told as in a real run, stopped after the steps asked for."""
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        from tpumem.adapters.torch.fake_tensors import DEVICE as GPU
+        from tpumem.adapters.torch.fake_tensors import FakeRun
+
+        TorchAdapter.allocated = True  # (nothing is: but the run is PyTorch's)
+        writer.patch_metadata(
+            framework_version=torch.__version__,
+            backend="gpu",
+            devices=[DeviceInfo(GPU, self.options.fit_gpu)],
+            fidelity={GPU: BUFFER},
+            memory_settings=ON_CUDA,
+            not_exposed=[
+                "the run's memory: its tensors were fake (PyTorch's FakeTensorMode), each "
+                "storage's bytes exact, nothing allocated; the caching allocator is modeled",
+            ],
+        )
+        stacks = CallStacks(writer, self.options.native_frames, self.options.stacks)
+        fake = self._fake = FakeRun(
+            torch,
+            writer,
+            stacks,
+            (self.options.fit_workspace_bytes, self.options.fit_lt_workspace_bytes),
+            self._guarded,
+        )
+        kinds = self._kinds = ObjectKinds(
+            torch, writer, GPU, self._guarded, storage_of=fake.storage
+        )
+        fake.start()
+        kinds.install(torch)
+        begins = self._guarded(lambda optimizer, args, kwargs: kinds.step_begins(optimizer))
+        ended = self._guarded(lambda optimizer, args, kwargs: kinds.step_ended(optimizer))
+
+        def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+            ended(optimizer, args, kwargs)
+            if kinds.steps >= self.options.fit_steps:
+                fake.write_rows()
+                raise StepsDone(kinds.steps)
+
+        fake.patches.on_undo(register_optimizer_step_pre_hook(begins).remove)
+        fake.patches.on_undo(register_optimizer_step_post_hook(stepped).remove)
+
+    def _stop_fit(self, fake: FakeRun) -> None:
+        fake.write_rows()
+        assert self._kinds is not None
+        if self._kinds.steps >= self.options.fit_steps:
+            self._warnings.append(
+                f"tpumem fit stopped the script as its optimizer's step {self._kinds.steps} "
+                f"ended (--steps {self.options.fit_steps})"
+            )
+        if fake.stand_ins:
+            self._warnings.append(
+                f"the script asked for {fake.stand_ins:,} tensor values (.item(), a tensor "
+                "in an if): fake tensors have none, so it got stand-ins (1, True for an "
+                "all()): what it printed is not the model's"
+            )
+        if fake.loaders:
+            self._warnings.append(
+                f"{fake.loaders:,} DataLoaders made their batches in the script's process, "
+                "unpinned: fake tensors do not cross processes"
+            )
+        if self._failure is not None:
+            self._warnings.append(f"tpumem's PyTorch hooks failed ({self._failure})")
+        self.writer.patch_metadata(warnings=self._warnings)
 
     def _first_call(self) -> None:
         """The script's first torch call on the recorded thread: what it made
@@ -239,6 +315,8 @@ class TorchAdapter(Adapter):
             c._pop_torch_function_stack()
 
     def stop(self) -> None:
+        if self._fake is not None:
+            return self._stop_fit(self._fake)
         self._unhook()
         session = self._session
         if session is not None and session.running:

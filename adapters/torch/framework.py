@@ -3,7 +3,15 @@ names, how its allocator is set and how its users write what the advice asks."""
 
 from tpumem.adapters.framework import Framework
 from tpumem.trace.framework_words import FrameworkWords
-from tpumem.trace.memory_settings import NO_POOL, MemorySettings
+from tpumem.trace.memory_settings import CUDA_CACHING, NO_POOL, MemorySettings
+
+# On CUDA (`tpumem fit --gpu`'s runs): the caching allocator takes segments as it
+# needs them, up to the share of the GPU the script may set.
+ON_CUDA = MemorySettings(
+    fraction_function="torch.cuda.set_per_process_memory_fraction",
+    defragment_setting="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    allocator_model=CUDA_CACHING,
+)
 
 FRAMEWORK = Framework(
     name="torch",

@@ -39,9 +39,13 @@ class ObjectKinds:
         writer: TraceWriter,
         device: str,
         guarded: Callable[[Callable[..., Any]], Callable[..., Any]],
+        storage_of: Callable[[Any], tuple[int, int] | None] | None = None,
     ) -> None:
-        """`guarded(hook)`: the hook as the script's modules may call it (never raising)."""
+        """`guarded(hook)`: the hook as the script's modules may call it (never raising);
+        `storage_of(tensor)`: (address, bytes) of its storage as the trace has it
+        (a CPU tensor's own, by default)."""
         self._guarded = guarded
+        self._storage = storage_of or _storage
         self._tensor = torch.Tensor
         self._parameter = torch.nn.Parameter
         self._writer = writer
@@ -131,7 +135,7 @@ class ObjectKinds:
     def _tell_once(self, tensor: Any, region: str) -> None:
         """Told where it is not told so already (a parameter keeps its storage
         for the run: told once, not at every step)."""
-        storage = _storage(tensor)
+        storage = self._storage(tensor)
         if storage is None:
             return
         told = (*storage, region)
@@ -144,7 +148,7 @@ class ObjectKinds:
         self._write(*told)
 
     def _tell(self, tensor: Any, region: str) -> None:
-        storage = _storage(tensor)
+        storage = self._storage(tensor)
         if storage is not None:
             self._write(*storage, region)
 

@@ -63,6 +63,8 @@ KINDS = (
 
 # How each kind was told.
 BY_ADAPTER = "the framework's own objects"
+# Regions told otherwise than by the framework's objects: how, by region.
+_REGION_HOW = {"workspace": "modeled: cuBLAS's workspace, one per thread that multiplies"}
 BY_PLAN = "XLA's plan of the program running"
 BY_TEMP_SIZE = "the program's temp size, as the run recorded it"
 BY_OUTPUTS = "the program's outputs (its plan), allocated with its launch"
@@ -94,6 +96,8 @@ _REGIONS = {
     "activation": ACTIVATIONS,
     "temporary": ACTIVATIONS,
     "autograd_detail": ACTIVATIONS,
+    # cuBLAS's workspace on CUDA (a PyTorch fit on fake tensors models it).
+    "workspace": OVERHEAD,
 }
 
 
@@ -203,7 +207,7 @@ def peak_kinds(
         for name, kind in _REGIONS.items():
             mine = (region_of == name) & (kind_of == "")
             kind_of[mine] = kind
-            add(kind, int(sizes[mine].sum()), BY_ADAPTER)
+            add(kind, int(sizes[mine].sum()), _REGION_HOW.get(name, BY_ADAPTER))
             mine = (region_of == SIZED + name) & (kind_of == "")
             kind_of[mine] = kind
             add(kind, int(sizes[mine].sum()), BY_SIZE)

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tpumem.commands.fit_inputs import check_inputs, inputs
 from tpumem.commands.fit_names import default_name, label, say_short
 from tpumem.commands.fit_stops import (
     FitStopped,
@@ -38,17 +39,17 @@ from tpumem.units import counted
 def run_fit(request: FitRequest) -> int:
     from tpumem.tpu.compile import NEEDS, libtpu_path, libtpu_version
 
-    if not request.tpu:
-        raise TpumemError("fit: give the slice to fit with --tpu (e.g. --tpu v5e-8)")
-    if request.sweeps:
-        from tpumem.commands.fit_sweep import check_sweeps
+    if request.gpu:
+        from tpumem.commands.fit_gpu import fit_on_gpus
 
-        check_sweeps(request)
-    if not request.module:
-        _check_script(Path(request.target))
-    else:
-        _check_module(request.target)
-    _check_output(request)
+        return fit_on_gpus(request)
+
+    if not request.tpu:
+        raise TpumemError(
+            "fit: give the slice to fit with --tpu (e.g. --tpu v5e-8), or for a PyTorch "
+            "script the GPU with --gpu (e.g. --gpu H100-80GB)"
+        )
+    check_inputs(request)
     libtpu = libtpu_path()
     if libtpu is None:
         raise TpumemError(NEEDS.replace("--tpu needs", "fit needs"))
@@ -255,37 +256,6 @@ def _compiled_jax(
     return _write_trace(request, default, rows, notes, versions, set_by_tpumem)
 
 
-def _inputs(request: FitRequest) -> list[Path]:
-    """What fit reads, which its trace may not be written over: the script."""
-    return [] if request.module else [Path(request.target)]
-
-
-def _check_output(request: FitRequest) -> None:
-    """-o refused before anything is compiled or run: the script itself (as
-    profile refuses it, --force or not), or a file there without --force."""
-    from tpumem.outputs import check_target
-
-    output = request.output
-    if output is not None and check_target(output, _inputs(request)) and not request.force:
-        raise TpumemError(f"{output}: exists; use --force to replace it, or -o another name")
-
-
-def _check_module(name: str) -> None:
-    """`fit -m NAME`: a module Python would not find is one line, before anything
-    starts (as profile says it), not runpy's traceback from the compiling process."""
-    from tpumem.launch.module_path import module_file
-
-    if module_file(name) is None:
-        raise TpumemError(f"no module named {name!r}")
-
-
-def _check_script(path: Path) -> None:
-    if not path.exists():
-        raise TpumemError(f"{path}: no such file")
-    if not path.is_file():
-        raise TpumemError(f"{path}: not a regular file, so not a Python script")
-
-
 def _fit_one(
     request: FitRequest, topology: Any, libtpu: str, release: str
 ) -> tuple[list[str], dict[str, Any], dict[str, str]]:
@@ -443,7 +413,7 @@ def _write_trace(
 
     if request.output is not None:
         path = request.output
-        descriptor = create_trace(path, _inputs(request), request.force)
+        descriptor = create_trace(path, inputs(request), request.force)
     else:
         path, descriptor = default_trace(default, ())
     metadata = {

@@ -134,3 +134,5 @@ class FitRequest:
     # A sweep's directory of its points' compiles: a program a later point lowers
     # the same is not compiled again (adapters/jax/compile_cache.py).
     compile_cache: Path | None = None
+    gpu: tuple[str, ...] = ()  # PyTorch on fake tensors, for these GPUs (fit_gpu.py)
+    steps: int = 3  # with gpu: the optimizer steps run

@@ -15,12 +15,21 @@ from tpumem.analysis.advisor import FitAdvice
 from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.compiled.sweep import SweepPoint
 from tpumem.analysis.compiled.tpu import TpuTarget
+from tpumem.analysis.gpus import GpuVerdict
 from tpumem.analysis.peak import LiveGroup
 from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markup, visible
 from tpumem.report.fit_rows import fit_note, fit_table, fit_title
+from tpumem.report.gpu_fit_rows import (
+    VERDICT_HEADERS,
+    context_note,
+    verdict_rows,
+    verdict_title,
+)
+from tpumem.report.gpu_fit_rows import sweep_largest as gpu_sweep_largest
+from tpumem.report.gpu_fit_rows import sweep_rows as gpu_sweep_rows
 from tpumem.report.growth_rows import GROWTH_HEADERS, GROWTH_TITLE, growth_rows
 from tpumem.report.kind_words import KIND_HEADERS
 from tpumem.report.live_rows import (
@@ -305,6 +314,36 @@ def render_sweep_text(
     else:
         for line in sweep_largest(names, slices, points):
             console.print(Text(visible(line)))
+    return buffer.getvalue()
+
+
+def render_gpu_verdicts(
+    verdicts: list[GpuVerdict], steps: int, *, width: int = 100, color: bool = False
+) -> str:
+    """`tpumem fit --gpu`: each GPU's verdict."""
+    console, buffer = string_console(width, color)
+    _table(console, verdict_title(steps), VERDICT_HEADERS, verdict_rows(verdicts))
+    console.print(Text(context_note()))
+    return buffer.getvalue()
+
+
+def render_gpu_sweep(
+    name: str,
+    gpus: list[str],
+    rows: list[tuple[str, list[GpuVerdict] | None]],
+    skipped_by: str,
+    *,
+    width: int = 100,
+    color: bool = False,
+) -> str:
+    """`tpumem fit --gpu --sweep`: each value's peak and verdicts, then the
+    largest value that fits each GPU."""
+    console, buffer = string_console(width, color)
+    headers, table = gpu_sweep_rows(name, rows, gpus, skipped_by)
+    _table(console, f"--{name} on fake tensors: each GPU's verdict", headers, table)
+    for line in gpu_sweep_largest(name, rows, gpus):
+        console.print(Text(visible(line)))
+    console.print(Text(context_note()))
     return buffer.getvalue()
 
 

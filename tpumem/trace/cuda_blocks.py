@@ -37,6 +37,12 @@ def divisions_by_interval(setting: object) -> np.ndarray:
     return result
 
 
+def block_size(requested: int) -> int:
+    """One request's block under the default settings (no divisions): as
+    `block_sizes` rounds, for a caller with one size at a time."""
+    return max(-(-requested // MIN_BLOCK) * MIN_BLOCK, MIN_BLOCK)
+
+
 def block_sizes(requested: np.ndarray, divisions: np.ndarray | None = None) -> np.ndarray:
     """The block each request gets, as the allocator rounds it."""
     size = np.maximum(requested.astype(np.int64), 0)

@@ -1,0 +1,359 @@
+"""`tpumem fit --gpu`'s run of a PyTorch script: every tensor it makes is a fake
+one (PyTorch's FakeTensorMode: shapes, dtypes and strides, no memory, nothing
+computed), so a model of any size runs its steps here in seconds, and each
+storage PyTorch's ops make is an allocation of its exact bytes, at the user's
+line, freed when PyTorch drops the storage.
+
+The fake tensors are CPU tensors (fake CUDA tensors fail in backward without a
+GPU), so what the same ops would do differently on CUDA is put back here:
+- cuBLAS's workspaces: the first matrix product of the script's thread, and the
+  first of autograd's backward (its own thread on CUDA), each allocate cuBLAS's
+  workspace, and the first addmm of a thread cuBLASLt's (tpumem/analysis/gpus.py),
+  held to the end;
+- each storage is a block of the caching allocator: its bytes rounded up to
+  512 (trace/cuda_blocks.py), the size asked for kept beside;
+- the optimizers' defaults: torch.optim picks its `foreach` implementation for
+  CUDA tensors (lists of temporaries as large as the parameters), the
+  single-tensor one for CPU ones; here it picks as on CUDA;
+- attention: `scaled_dot_product_attention` on the CPU takes its math path where
+  there is dropout or a mask (the whole sequence-by-sequence matrix, a
+  GPT-style model's largest activations); CUDA takes its flash kernel (half
+  precision, no mask) or its memory-efficient one, neither of which holds that
+  matrix. Here it takes CUDA's.
+The caching allocator's segments are modeled by the analysis from these
+allocations (analysis/allocators/caching_allocator.py).
+
+What fake tensors cannot give: their values. Where the script asks for one
+(`loss.item()`, `if found_nan.any()`), it gets a stand-in (STAND_INS): what
+it prints is not the model's. An op whose output's size depends on values
+(`nonzero`) fails, and the script's line is said.
+
+The run stops after the optimizer's steps asked for (StepsDone): from the
+second step on, a step's memory repeats.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from tpumem.adapters.book_rows import OUTPUT, BookRows, shape_text
+from tpumem.adapters.call_stacks import CallStacks
+from tpumem.trace.cuda_blocks import block_size
+from tpumem.trace.schema import TOLD
+from tpumem.trace.writer import TraceWriter
+
+DEVICE = "GPU:0"
+WORKSPACE = "workspace"  # the region of cuBLAS's workspace
+# Where the made-up addresses begin: each storage gets its own range, never
+# reused, so that a told row names one storage.
+_FIRST_ADDRESS = 1 << 32
+_ROWS_PER_WRITE = 20_000
+
+# The matrix products that call cuBLAS on CUDA (aten's names).
+MATMULS = frozenset(
+    (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "dot",
+        "vdot",
+        "_addmm_activation",
+        "_scaled_mm",
+        "_int_mm",
+    )
+)
+# The products PyTorch may run through cuBLASLt (a bias added in the product).
+LT_MATMULS = frozenset(("addmm", "_addmm_activation"))
+# What a tensor's value reads as, where the script asks for it: 1 for a number
+# (a step count divides: never 0), and for a truth the one a healthy step has:
+# values equal themselves and are not infinite (`isnan`, `isinf` and `isfinite`
+# come as eq and ne with the tensor itself or with inf), other equalities hold.
+# A truth follows it through the ops that combine truths.
+TRUE_OPS = frozenset(("le", "ge", "isfinite", "isclose", "equal"))
+NOT_OPS = frozenset(("logical_not", "bitwise_not"))
+AND_OPS = frozenset(("mul", "logical_and", "bitwise_and", "minimum", "all"))
+OR_OPS = frozenset(("add", "logical_or", "bitwise_or", "maximum", "any"))
+
+
+class StepsDone(SystemExit):
+    """Raised as the last optimizer step asked for ends: the run has shown its
+    steps. A SystemExit of status 0, which an `except Exception` lets by."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(0)
+        self.steps = steps
+
+
+class FakeRun:
+    def __init__(
+        self,
+        torch: Any,
+        writer: TraceWriter,
+        stacks: CallStacks,
+        workspace_bytes: tuple[int, int],
+        guarded: Callable[[Callable[..., Any]], Callable[..., Any]],
+    ) -> None:
+        self.torch = torch
+        self._writer = writer
+        self._stacks = stacks
+        self._workspace_bytes, self._lt_workspace_bytes = workspace_bytes
+        self._guarded = guarded
+        self._rows = BookRows()
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self._storages: Any = WeakIdKeyDictionary()  # storage -> (address, bytes)
+        self._refs: dict[int, weakref.ref] = {}  # buffer id -> the storage's weak reference
+        self._next_id = 0
+        self._next_address = _FIRST_ADDRESS
+        self._workspaces: set[str] = set()  # the threads (as on CUDA) that have one
+        self._origin = writer.start_time_ns
+        self._last_ns = 0
+        self._truths: Any = WeakIdKeyDictionary()  # a bool tensor -> its stand-in truth
+        self.stand_ins = 0  # values the script asked for
+        self.loaders = 0  # DataLoaders whose workers were made in the process
+        from tpumem.adapters.base import Patches
+
+        self.patches = Patches()
+        self._modes: list[Any] = []
+
+    def start(self) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.before_op = self._guarded(self._before_op)
+        self.after_op = self._guarded(self._after_op)
+        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        fake.__enter__()
+        mode = _allocations_mode(self.torch, self)
+        mode.__enter__()
+        self._modes = [fake, mode]
+        functional = self.torch.nn.functional
+        attention = _attention_as_on_cuda(self.torch, functional.scaled_dot_product_attention)
+        # (Where the script and torch's own modules look it up, PyTorch's
+        # MultiheadAttention too: the module's global, read at each call.)
+        self.patches.replace(functional, "scaled_dot_product_attention", attention)
+        self._optimizers_as_on_cuda()
+        self._loaders_in_process()
+
+    def _optimizers_as_on_cuda(self) -> None:
+        """torch.optim's default implementation, chosen as for CUDA tensors:
+        `foreach` (CPU tensors get the single-tensor one). Each optimizer's module
+        holds the chooser by its own name."""
+        torch = self.torch
+        from torch.optim import optimizer
+
+        chooser = optimizer._default_to_fused_or_foreach
+
+        def as_on_cuda(params: Any, differentiable: bool, use_fused: bool = False) -> Any:
+            fused, _ = chooser(params, differentiable, use_fused)
+            if differentiable or torch.jit.is_scripting():
+                return False, False
+            return fused, not fused
+
+        for name, module in list(sys.modules.items()):
+            if (
+                name.startswith("torch.optim")
+                and getattr(module, "_default_to_fused_or_foreach", None) is chooser
+            ):
+                self.patches.replace(module, "_default_to_fused_or_foreach", as_on_cuda)
+
+    def _loaders_in_process(self) -> None:
+        """A DataLoader's workers made in the script's process: fake tensors do not
+        cross processes (nor does their memory count on the GPU); nor pinned,
+        which needs a GPU."""
+        loader = self.torch.utils.data.DataLoader
+        original = loader.__init__
+        run = self
+
+        def in_process(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if self.num_workers or self.pin_memory:
+                run.loaders += 1
+                self.num_workers, self.pin_memory = 0, False
+
+        self.patches.replace(loader, "__init__", in_process)
+
+    # -- allocations -------------------------------------------------------------
+
+    def _now(self) -> int:
+        """Trace time, never twice the same: an allocation and a free keep their order."""
+        now = max(time.time_ns() - self._origin, self._last_ns + 1)
+        self._last_ns = now
+        return now
+
+    def _before_op(self, name: str, frame: Any) -> None:
+        if name in MATMULS:
+            self._matmul(name, frame)
+
+    def _after_op(self, name: str, args: tuple, out: Any, frame: Any) -> None:
+        """The storages an op's outputs hold that no tensor held before: allocated."""
+        torch = self.torch
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            self._truths[out] = self._truth(name, args)
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if not isinstance(value, torch.Tensor):
+                continue
+            storage = value.untyped_storage()
+            if storage in self._storages:
+                continue
+            size = storage.nbytes()
+            if not size:  # (CUDA's allocator hands out nothing for none)
+                continue
+            self._allocate(
+                size,
+                (
+                    name,
+                    OUTPUT,
+                    str(value.dtype).removeprefix("torch."),
+                    shape_text(value.shape),
+                    self._stacks(frame),
+                ),
+                storage,
+            )
+
+    def _allocate(self, size: int, label: tuple[Any, ...], storage: Any) -> int:
+        buffer_id, address, block = self._next_id, self._next_address, block_size(size)
+        self._next_id += 1
+        self._next_address += block
+        self._rows.alloc(self._now(), DEVICE, buffer_id, address, block, size, label)
+        if storage is not None:
+            self._storages[storage] = (address, size)
+            self._refs[buffer_id] = weakref.ref(
+                storage, lambda _, i=buffer_id, a=address, b=block: self._freed(i, a, b)
+            )
+        if len(self._rows.made) >= _ROWS_PER_WRITE:
+            self.write_rows()
+        return address
+
+    def _freed(self, buffer_id: int, address: int, size: int) -> None:
+        self._refs.pop(buffer_id, None)
+        self._rows.free(self._now(), DEVICE, buffer_id, address, size)
+
+    def _matmul(self, name: str, frame: Any) -> None:
+        """cuBLAS's workspaces, where CUDA would allocate them: the first product
+        of the script's thread and of autograd's backward, and their first addmm."""
+        thread = "backward" if self.torch._C._current_autograd_node() is not None else "forward"
+        if thread not in self._workspaces:
+            self._workspaces.add(thread)
+            self._workspace("cuBLAS workspace", self._workspace_bytes, frame)
+        if name in LT_MATMULS and thread + " Lt" not in self._workspaces:
+            self._workspaces.add(thread + " Lt")
+            self._workspace("cuBLASLt workspace", self._lt_workspace_bytes, frame)
+
+    def _workspace(self, name: str, size: int, frame: Any) -> None:
+        if size <= 0:
+            return
+        address = self._allocate(size, (name, WORKSPACE, None, None, self._stacks(frame)), None)
+        self._writer.record(TOLD, device=DEVICE, address=address, bytes=size, region=WORKSPACE)
+
+    def storage(self, tensor: Any) -> tuple[int, int] | None:
+        """(address, bytes) of the storage a fake tensor views, as recorded."""
+        try:
+            return self._storages.get(tensor.untyped_storage())
+        except Exception:  # (no storage: a subclass, a sparse tensor)
+            return None
+
+    def _truth(self, name: str, args: tuple) -> bool:
+        """A bool op's stand-in truth (TRUE_OPS...), from its inputs' where it
+        combines them; False for any other (a test that finds a fault)."""
+        if name in TRUE_OPS:
+            return True
+        if name in ("eq", "ne") and len(args) == 2:
+            other = args[1]
+            infinite = isinstance(other, float) and not math.isfinite(other)
+            return (name == "eq") != infinite
+        truths = [self._truths.get(a, False) for a in args if isinstance(a, self.torch.Tensor)]
+        if name in NOT_OPS:
+            return not (truths and truths[0])
+        if name in AND_OPS:
+            return bool(truths) and all(truths)
+        if name in OR_OPS:
+            return any(truths)
+        if (truths and len(args) == 1) or name.startswith(("_to_copy", "clone", "view", "squeeze")):
+            return bool(truths and truths[0])  # (a copy or a view of one truth)
+        return False
+
+    def value(self, tensor: Any) -> Any:
+        """The stand-in for a fake tensor's value (TRUE_OPS)."""
+        self.stand_ins += 1
+        dtype = tensor.dtype
+        if dtype == self.torch.bool:
+            return self._truths.get(tensor, False)
+        return 1.0 if dtype.is_floating_point or dtype.is_complex else 1
+
+    def write_rows(self) -> None:
+        made = self._rows.take()
+        if made:
+            self._writer.write_columns(*self._rows.columns(made))
+
+
+def _allocations_mode(torch: Any, run: FakeRun) -> Any:
+    """The dispatch mode above the fake one: sees each aten op the script's
+    calls come to (autograd's backward ops too), and its outputs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    scalar = torch.ops.aten._local_scalar_dense.default
+
+    class _Allocations(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+        ) -> Any:
+            if func is scalar:
+                return run.value(args[0])
+            name = func.overloadpacket.__name__
+            frame = sys._getframe(1)
+            run.before_op(name, frame)
+            out = func(*args, **(kwargs or {}))
+            run.after_op(name, args, out, frame)
+            return out
+
+    return _Allocations()
+
+
+def _attention_as_on_cuda(torch: Any, attention: Callable[..., Any]) -> Callable[..., Any]:
+    """`scaled_dot_product_attention` with the kernel CUDA would choose: flash
+    for half precision without a mask, else the memory-efficient one (a boolean
+    mask given to it as the additive bias it takes); as it was for what neither
+    takes (grouped-query attention)."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention.default
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    half = (torch.float16, torch.bfloat16)
+
+    def as_on_cuda(
+        query: Any,
+        key: Any,
+        value: Any,
+        attn_mask: Any = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> Any:
+        if enable_gqa or query.shape[:-2] != key.shape[:-2]:
+            return attention(
+                query,
+                key,
+                value,
+                attn_mask,
+                dropout_p,
+                is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
+        if query.dtype in half and attn_mask is None:
+            return flash(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            bias = torch.zeros_like(attn_mask, dtype=query.dtype)
+            attn_mask = bias.masked_fill_(~attn_mask, float("-inf"))
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+        return efficient(query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+
+    return as_on_cuda

@@ -1,0 +1,220 @@
+"""`tpumem fit --gpu`: a PyTorch script's steps on fake tensors, its allocations
+through the caching allocator's model, against what real runs counted: the
+H200 run of tests/tools/record_torch_snapshots.py (its `mlp` part) and the same
+step on this CPU. Each run in processes of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import printed_report
+from profiling import QUIET, profile
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "torch_cuda"
+
+# The `mlp` part of tests/tools/record_torch_snapshots.py, on the device there
+# is: 4 Linear+GELU layers of 512, Adam, a batch of 64, 20 steps. FOREACH set:
+# Adam's implementation given, so that the CPU's run takes the one a GPU would.
+H200_MLP = """
+import os
+import sys
+
+import torch
+from torch import nn
+
+width, layers, batch, classes = 512, 4, int(os.environ.get("BATCH", "64")), 10
+device = "cuda" if torch.cuda.is_available() else "cpu"
+modules = []
+for _ in range(layers):
+    modules += [nn.Linear(width, width), nn.GELU(approximate="tanh")]
+model = nn.Sequential(*modules, nn.Linear(width, classes))
+with torch.no_grad():
+    for p in model.parameters():
+        p.normal_(0.0, 0.02) if p.dim() == 2 else p.zero_()
+model = model.to(device)
+foreach = {"1": True, "0": False}.get(os.environ.get("FOREACH", ""))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
+x = torch.randn(batch, width, device=device)
+y = torch.randint(0, classes, [batch], device=device)
+for step in range(20):
+    optimizer.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if not torch.isfinite(loss) or torch.isnan(loss).any():
+        sys.exit("the loss is not finite")
+    print(step, f"{loss.item():.3f}")
+"""
+
+
+def fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tpumem", "fit", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **QUIET, **(env or {})},
+        timeout=600,
+    )
+
+
+def report(cwd: Path, trace: str, *args: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "tpumem", "report", "-f", "json", trace, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+def _kinds(device: dict) -> dict[str, int]:
+    return {k["kind"]: k["bytes"] for k in device["kinds"]}
+
+
+def test_the_recorded_h200_runs_peaks_without_a_gpu(tmp_path):
+    """PyTorch on the H200 counted max_memory_allocated 89,407,488 B and
+    max_memory_reserved 92,274,688 B for this step; the fit on fake tensors, on
+    this CPU, gives the same within a few blocks, and the same segments."""
+    recorded = json.loads((DATA / "mlp.json").read_text())
+    (tmp_path / "mlp.py").write_text(H200_MLP)
+    result = fit(tmp_path, "--gpu", "H200", "-o", "mlp.fit.tpumem", "mlp.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "H200" in result.stdout and "fits:" in result.stdout
+    # The script's own output: three steps, then stopped (a stand-in loss of 1).
+    assert [line.split()[0] for line in result.stdout.splitlines()[:2]] == ["0", "1"]
+    assert "Traceback" not in result.stderr
+
+    from tpumem.analysis.gpus import gpu_named
+
+    usable = gpu_named("H200").usable_bytes
+    data = report(tmp_path, "mlp.fit.tpumem", "--capacity", str(usable))
+    (device,) = data["devices"]
+    peak = device["peak"]["bytes"]
+    # (Adam's step counts, ten blocks of 512 B, are host tensors on a GPU: here not.)
+    assert abs(peak - recorded["max_memory_allocated"]) <= 10 * 512, peak
+    (check,) = data["capacity"]
+    assert usable - check["headroom_bytes"] == recorded["max_memory_reserved"]
+    kinds = _kinds(device)
+    parameters = 4 * (512 * 512 + 512) * 4 + (512 * 10 + 10) * 4
+    assert kinds["parameters"] == parameters
+    assert kinds["optimizer_state"] >= 2 * parameters  # the moments, and the step counts
+    # cuBLAS's workspaces (the script's thread's and backward's, and cuBLASLt's)
+    # and the 512-byte rounding are the overhead.
+    assert kinds["overhead"] >= 2 * 32 * 2**20 + 2**20
+    assert sum(kinds.values()) == peak
+    warnings = "\n".join(data["warnings"])
+    assert "stopped the script as its optimizer's step 3 ended" in warnings
+    assert "stand-ins" in warnings
+
+
+def test_the_step_against_the_same_step_on_this_cpu(tmp_path):
+    """The fake run's storages at its peak against the real CPU run's peak (the
+    single-tensor Adam in both): within 2%, less what a GPU adds (its workspaces,
+    its rounding)."""
+    (tmp_path / "mlp.py").write_text(H200_MLP)
+    env = {"FOREACH": "0", "BATCH": "256"}
+    real = profile(tmp_path, "-f", "json", "-o", "cpu.tpumem", "mlp.py", env=env)
+    assert real.returncode == 0, real.stderr[-3000:]
+    (cpu,) = printed_report(real.stderr)["devices"]
+    result = fit(tmp_path, "-q", "--gpu", "H100-80GB", "-o", "f.tpumem", "mlp.py", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (device,) = report(tmp_path, "f.tpumem")["devices"]
+    storages = device["peak"]["bytes"] - _kinds(device)["overhead"]
+    assert abs(storages - cpu["peak"]["bytes"]) <= 0.02 * cpu["peak"]["bytes"]
+    assert _kinds(device)["parameters"] == _kinds(cpu)["parameters"]
+
+
+# Parameters alone past an A100 40GB's memory: 10,240 x 1,048,576 float32 = 40 GiB.
+TOO_LARGE = """
+import torch
+
+layer = torch.nn.Linear(1 << 20, 10240, bias=False)
+optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+x = torch.randn(8, 1 << 20)
+for _ in range(3):
+    layer(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_model_too_large_for_the_gpu_is_out_of_memory_where_it_asks(tmp_path):
+    (tmp_path / "big.py").write_text(TOO_LARGE)
+    result = fit(tmp_path, "--gpu", "A100-40GB", "--gpu", "H200", "-o", "big.tpumem", "big.py")
+    assert result.returncode == 1, result.stderr[-3000:]
+    table = result.stdout.split("Will it fit?")[1]
+    verdicts = {line.split("│")[1].strip(): line for line in table.splitlines() if "│" in line}
+    a100 = next(v for k, v in verdicts.items() if k.startswith("A100"))
+    assert "out of memory" in a100 and "big.py:4" in result.stdout
+    assert "fits:" in next(v for k, v in verdicts.items() if k.startswith("H200"))
+    assert "Traceback" not in result.stderr
+
+
+def test_a_sweep_gives_the_largest_batch_that_fits(tmp_path):
+    """Each batch of 1 GiB of inputs (and its activations): a sweep stops running
+    values above the first that no GPU holds."""
+    (tmp_path / "batches.py").write_text(
+        """
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=1)
+batch = parser.parse_args().batch
+layer = torch.nn.Linear(1 << 18, 1)
+optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+x = torch.randn(batch * 1024, 1 << 18)
+for _ in range(2):
+    layer(x).sum().backward()
+    optimizer.step()
+"""
+    )
+    result = fit(tmp_path, "--gpu", "A100-40GB", "--sweep", "batch=16,32,48,64", "batches.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "A100 40GB: the largest --batch that fits is 32" in result.stdout
+    assert "not run: --batch 48 fit no GPU" in result.stdout
+    for value in ("16", "32", "48"):
+        assert (tmp_path / f"batches.fit-batch-{value}.tpumem").exists()
+    assert not (tmp_path / "batches.fit-batch-64.tpumem").exists()
+
+
+def test_workers_values_and_scripts_that_are_not_pytorchs(tmp_path):
+    """A DataLoader with workers and pinned memory runs in the process; a tensor's
+    values asked for (.numpy()) end the fit in one line; a JAX script is refused."""
+    (tmp_path / "loader.py").write_text(
+        """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(512, 32), torch.randint(0, 4, (512,)))
+loader = DataLoader(data, batch_size=64, num_workers=2, pin_memory=True, persistent_workers=True)
+model = torch.nn.Linear(32, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+"""
+    )
+    result = fit(tmp_path, "--gpu", "H100", "loader.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DataLoaders made their batches in the script's process" in result.stdout
+    (tmp_path / "values.py").write_text("import torch\nx = torch.randn(4)\nprint(x.numpy())\n")
+    result = fit(tmp_path, "--gpu", "H100", "values.py")
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("tpumem: error: fit --gpu: the script ended with exit status 1 on fake tensors")
+    )
+    (tmp_path / "plain.py").write_text("import jax.numpy as jnp\nprint(jnp.ones(3).sum())\n")
+    result = fit(tmp_path, "--gpu", "H100", "plain.py")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("tpumem: error: fit --gpu:")
+    assert "Traceback" not in result.stderr

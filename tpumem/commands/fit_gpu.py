@@ -1,0 +1,196 @@
+"""`tpumem fit SCRIPT --gpu H100-80GB`: will a PyTorch script's model fit on that
+GPU, told without one.
+
+The script runs in a process of its own on fake tensors for a few optimizer
+steps (adapters/torch/fake_tensors.py): nothing is computed, and each storage
+its ops make is an allocation of its exact bytes, at its line, of its kind.
+Those allocations are replayed through the model of PyTorch's caching
+allocator, capped at what the GPU leaves PyTorch (analysis/gpus.py): the
+verdict, the peak allocated and reserved, and the smallest memory that holds
+the run. The trace (`<script>.fit.tpumem`) is a trace like any other: `tpumem
+report` reads it, with what the peak is and the lines that made it.
+
+With --sweep NAME=V1,V2,...: a run at each value of the script's --NAME, and
+the largest that fits each GPU (a number above one that did not fit on every
+GPU is not run).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tpumem.analysis.gpus import LT_WORKSPACE, GpuVerdict, gpu_verdict
+from tpumem.commands.fit_names import default_name
+from tpumem.commands.requests import FitRequest
+from tpumem.errors import TpumemError
+
+if TYPE_CHECKING:
+    from tpumem.analysis.gpus import Gpu
+    from tpumem.analysis.trace_figures import TraceAnalysis
+
+HOW = "on fake tensors (PyTorch's FakeTensorMode: nothing computed, no GPU used)"
+
+
+def fit_on_gpus(request: FitRequest) -> int:
+    from tpumem.analysis.gpus import gpu_named
+    from tpumem.commands.fit_inputs import check_inputs
+
+    if request.tpu:
+        raise TpumemError("fit: give --tpu or --gpu, not both (one run answers one kind)")
+    gpus = [gpu_named(name) for name in request.gpu]
+    check_inputs(request)
+    if request.sweeps:
+        return _swept(request, gpus)
+    trace = _fake_run(request, gpus, request.output or default_name(request))
+    verdicts = _verdicts(trace, gpus, request)
+    _print_verdicts(request, verdicts)
+    return 0 if all(v.fits for v in verdicts) else 1
+
+
+def _fake_run(request: FitRequest, gpus: list[Gpu], default: Path) -> Path:
+    """The script's steps on fake tensors, as on the first GPU (its cuBLAS
+    workspace): the trace."""
+    from tpumem.adapters import CaptureOptions
+    from tpumem.commands.unrecorded import unrecorded_line
+    from tpumem.launch.launcher import LaunchRequest, run_profiled
+    from tpumem.outputs import default_trace
+
+    gpu = gpus[0]
+    path = default
+    if request.output is None:
+        import os
+
+        path, descriptor = default_trace(default, ())
+        os.close(descriptor)
+    if not request.quiet:
+        print(
+            f"tpumem fit: {request.target}: {request.steps} optimizer steps {HOW}",
+            file=sys.stderr,
+            flush=True,
+        )
+    capture = CaptureOptions(
+        programs=False,
+        fit_steps=request.steps,
+        fit_gpu=gpu.name,
+        fit_workspace_bytes=gpu.workspace_bytes,
+        fit_lt_workspace_bytes=LT_WORKSPACE,
+    )
+    launch = LaunchRequest(
+        target=request.target,
+        module=request.module,
+        args=list(request.args),
+        output=path,
+        framework="torch",
+        capture=capture,
+        force=True,  # (the name was taken above, or given with --force checked)
+        stdout_to_stderr=bool(request.sweeps),  # (a sweep's stdout: its table alone)
+    )
+    outcome = run_profiled(launch)
+    if outcome.unrecorded is not None:
+        raise TpumemError(f"fit --gpu: {unrecorded_line(request.target, outcome)}")
+    if outcome.trace is None or not outcome.trace.exists():
+        raise TpumemError("fit --gpu: the script's process ended before it made its trace")
+    if outcome.returncode != 0:
+        raise TpumemError(
+            f"fit --gpu: the script ended with exit status {outcome.returncode} on fake "
+            "tensors (its error is above: a fake tensor has no values for .numpy(), "
+            f".tolist() or an op whose size depends on them); what ran is in {outcome.trace}",
+            exit_code=2,
+        )
+    print(f"tpumem: trace written to {outcome.trace}", file=sys.stderr)
+    return outcome.trace
+
+
+def _analysed(trace: Path, capacity: int) -> TraceAnalysis:
+    from tpumem.reading.analyses import analysed
+
+    return analysed(trace, str(trace), capacity=capacity)
+
+
+def _verdicts(trace: Path, gpus: list[Gpu], request: FitRequest) -> list[GpuVerdict]:
+    """Each GPU's verdict; the first's report printed (what the peak is, its lines)."""
+    verdicts = []
+    for number, gpu in enumerate(gpus):
+        analysis = _analysed(trace, gpu.usable_bytes)
+        if not analysis.devices or not analysis.capacity:
+            raise TpumemError(f"fit --gpu: {trace}: the run made no tensor: nothing to fit")
+        if number == 0 and not request.quiet:
+            _print_report(request, analysis)
+        verdicts.append(gpu_verdict(gpu, analysis))
+    return verdicts
+
+
+def _print_report(request: FitRequest, analysis: TraceAnalysis) -> None:
+    from tpumem.report import reporter_for
+
+    reporter = reporter_for(None, "text")
+    # (Without the advice's table of every accelerator: the verdicts below are
+    # this fit's, with what PyTorch can have of each GPU.)
+    shown = replace(analysis, fit=None)
+    sys.stdout.write(reporter.render(shown, width=_width(request), color=sys.stdout.isatty()))
+
+
+def _print_verdicts(request: FitRequest, verdicts: list[GpuVerdict]) -> None:
+    from tpumem.report.text import render_gpu_verdicts
+
+    sys.stdout.write(
+        render_gpu_verdicts(
+            verdicts, request.steps, width=_width(request), color=sys.stdout.isatty()
+        )
+    )
+
+
+def _swept(request: FitRequest, gpus: list[Gpu]) -> int:
+    """A run at each value of the first --sweep (one only: a GPU's verdict is the
+    batch's), then a table: each value's peak and each GPU's verdict."""
+    from tpumem.analysis.compiled.sweep import number
+    from tpumem.commands.fit_sweep import with_argument
+    from tpumem.report.text import render_gpu_sweep
+
+    if len(request.sweeps) > 1:
+        raise TpumemError(
+            "fit --gpu: one --sweep (the batch's); give the others' values as arguments"
+        )
+    (sweep,) = request.sweeps
+    numbers = all(number(v) is not None for v in sweep.values)
+    rows: list[tuple[str, list[GpuVerdict] | None]] = []
+    refused: float | None = None  # the smallest value no GPU held
+    refused_value = ""
+    for done, value in enumerate(sweep.values):
+        if numbers and refused is not None and (number(value) or 0) > refused:
+            rows.append((value, None))
+            continue
+        if not request.quiet:
+            print(
+                f"tpumem fit: --{sweep.name} {value} ({done + 1} of {len(sweep.values)})",
+                file=sys.stderr,
+                flush=True,
+            )
+        at = replace(request, args=with_argument(request.args, sweep.name, value), quiet=True)
+        trace = _fake_run(at, gpus, default_name(request, f"-{sweep.name}-{value}"))
+        verdicts = [gpu_verdict(g, _analysed(trace, g.usable_bytes)) for g in gpus]
+        rows.append((value, verdicts))
+        if numbers and not any(v.fits for v in verdicts):
+            value_number = number(value) or 0
+            if refused is None or value_number < refused:
+                refused, refused_value = value_number, value
+    sys.stdout.write(
+        render_gpu_sweep(
+            sweep.name,
+            [g.name for g in gpus],
+            rows,
+            f"--{sweep.name} {refused_value} fit no GPU",
+            width=_width(request),
+            color=sys.stdout.isatty(),
+        )
+    )
+    return 0 if all(any(v[i].fits for _, v in rows if v) for i in range(len(gpus))) else 1
+
+
+def _width(request: FitRequest) -> int:
+    from tpumem.commands.options import text_width
+
+    return text_width(request.width, sys.stdout)
