@@ -77,6 +77,7 @@ bench: setup
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_xla_transformer.py --steps 40
 	$(BIN)/python benchmarks/profile_overhead.py --example torch_transformer.py --steps 80
 	$(BIN)/python benchmarks/torch_xla_op_cost.py
+	$(BIN)/python benchmarks/fit_gpu.py
 	$(BIN)/python benchmarks/compare_html.py
 	$(BIN)/python benchmarks/export_tensorboard.py
 	$(BIN)/python benchmarks/page_scale.py

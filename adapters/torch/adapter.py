@@ -47,6 +47,9 @@ DEVICE = "CPU:0"
 # then not logged either (the trace's "Set by tpumem" says so).
 KINETO_LEVEL_VARIABLE = "KINETO_LOG_LEVEL"
 _QUIET = "5"
+# `tpumem fit --gpu`: the backward passes after which a script that stepped no
+# torch.optim optimizer is stopped (more than any gradient accumulation's).
+NO_OPTIMIZER_BACKWARDS = 64
 
 Hook = TypeVar("Hook", bound=Callable[..., Any])
 
@@ -73,6 +76,7 @@ class TorchAdapter(Adapter):
         self._paused = threading.Event()  # a profiler of the script's runs: this one waits
         self._exit_guarded = False
         self._fake: FakeRun | None = None  # `tpumem fit --gpu`'s run on fake tensors
+        self._backwards = 0  # its backward passes
 
     # Whether a recording in this process has seen PyTorch allocate (a launcher
     # that imports torch and spawns the workers allocates nothing of its own).
@@ -178,6 +182,20 @@ class TorchAdapter(Adapter):
 
         fake.patches.on_undo(register_optimizer_step_pre_hook(begins).remove)
         fake.patches.on_undo(register_optimizer_step_post_hook(stepped).remove)
+        backward = torch.autograd.backward
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            # (Tensor.backward calls it by this name.) A script that updates its
+            # parameters itself steps no optimizer: it stops after a number of
+            # backward passes that no optimizer's gradient accumulation reaches.
+            result = backward(*args, **kwargs)
+            self._backwards += 1
+            if not kinds.steps and self._backwards >= NO_OPTIMIZER_BACKWARDS:
+                fake.write_rows()
+                raise StepsDone(0)
+            return result
+
+        fake.patches.replace(torch.autograd, "backward", counted)
 
     def _stop_fit(self, fake: FakeRun) -> None:
         fake.write_rows()
@@ -187,11 +205,18 @@ class TorchAdapter(Adapter):
                 f"tpumem fit stopped the script as its optimizer's step {self._kinds.steps} "
                 f"ended (--steps {self.options.fit_steps})"
             )
-        if fake.stand_ins:
+        elif not self._kinds.steps and self._backwards >= NO_OPTIMIZER_BACKWARDS:
             self._warnings.append(
-                f"the script asked for {fake.stand_ins:,} tensor values (.item(), a tensor "
-                "in an if): fake tensors have none, so it got stand-ins (1, True for an "
-                "all()): what it printed is not the model's"
+                f"the script stepped no torch.optim optimizer in {self._backwards} backward "
+                "passes: tpumem fit stopped it there; its parameters' updates, made by the "
+                "script itself, are in the trace as other arrays"
+            )
+        if fake.stand_ins.asked:
+            self._warnings.append(
+                f"the script asked for {fake.stand_ins.asked:,} tensor values (.item(), a tensor "
+                "in an if): fake tensors have none, so it got stand-ins (a factory's value where "
+                "it is known, else 1, and a healthy step's truth): what it printed is not the "
+                "model's"
             )
         if fake.loaders:
             self._warnings.append(

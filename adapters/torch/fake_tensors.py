@@ -15,6 +15,8 @@ GPU), so what the same ops would do differently on CUDA is put back here:
 - the optimizers' defaults: torch.optim picks its `foreach` implementation for
   CUDA tensors (lists of temporaries as large as the parameters), the
   single-tensor one for CPU ones; here it picks as on CUDA;
+- a script written for a GPU (`.cuda()`, `device="cuda"`, `torch.autocast("cuda")`)
+  runs on the CPU's fake tensors (fake_cuda.py);
 - attention: `scaled_dot_product_attention` on the CPU takes its math path where
   there is dropout or a mask (the whole sequence-by-sequence matrix, a
   GPT-style model's largest activations); CUDA takes its flash kernel (half
@@ -24,7 +26,7 @@ The caching allocator's segments are modeled by the analysis from these
 allocations (analysis/allocators/caching_allocator.py).
 
 What fake tensors cannot give: their values. Where the script asks for one
-(`loss.item()`, `if found_nan.any()`), it gets a stand-in (STAND_INS): what
+(`loss.item()`, `if found_nan.any()`), it gets a stand-in (stand_ins.py): what
 it prints is not the model's. An op whose output's size depends on values
 (`nonzero`) fails, and the script's line is said.
 
@@ -34,7 +36,6 @@ second step on, a step's memory repeats.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 import weakref
@@ -43,6 +44,8 @@ from typing import Any
 
 from tpumem.adapters.book_rows import OUTPUT, BookRows, shape_text
 from tpumem.adapters.call_stacks import CallStacks
+from tpumem.adapters.torch import fake_cuda
+from tpumem.adapters.torch.stand_ins import StandIns
 from tpumem.trace.cuda_blocks import block_size
 from tpumem.trace.schema import TOLD
 from tpumem.trace.writer import TraceWriter
@@ -73,15 +76,6 @@ MATMULS = frozenset(
 )
 # The products PyTorch may run through cuBLASLt (a bias added in the product).
 LT_MATMULS = frozenset(("addmm", "_addmm_activation"))
-# What a tensor's value reads as, where the script asks for it: 1 for a number
-# (a step count divides: never 0), and for a truth the one a healthy step has:
-# values equal themselves and are not infinite (`isnan`, `isinf` and `isfinite`
-# come as eq and ne with the tensor itself or with inf), other equalities hold.
-# A truth follows it through the ops that combine truths.
-TRUE_OPS = frozenset(("le", "ge", "isfinite", "isclose", "equal"))
-NOT_OPS = frozenset(("logical_not", "bitwise_not"))
-AND_OPS = frozenset(("mul", "logical_and", "bitwise_and", "minimum", "all"))
-OR_OPS = frozenset(("add", "logical_or", "bitwise_or", "maximum", "any"))
 
 
 class StepsDone(SystemExit):
@@ -117,8 +111,7 @@ class FakeRun:
         self._workspaces: set[str] = set()  # the threads (as on CUDA) that have one
         self._origin = writer.start_time_ns
         self._last_ns = 0
-        self._truths: Any = WeakIdKeyDictionary()  # a bool tensor -> its stand-in truth
-        self.stand_ins = 0  # values the script asked for
+        self.stand_ins = StandIns(torch)
         self.loaders = 0  # DataLoaders whose workers were made in the process
         from tpumem.adapters.base import Patches
 
@@ -142,6 +135,7 @@ class FakeRun:
         self.patches.replace(functional, "scaled_dot_product_attention", attention)
         self._optimizers_as_on_cuda()
         self._loaders_in_process()
+        fake_cuda.install(self.torch, self.patches)
 
     def _optimizers_as_on_cuda(self) -> None:
         """torch.optim's default implementation, chosen as for CUDA tensors:
@@ -193,11 +187,12 @@ class FakeRun:
         if name in MATMULS:
             self._matmul(name, frame)
 
-    def _after_op(self, name: str, args: tuple, out: Any, frame: Any) -> None:
+    def _after_op(
+        self, func: Any, name: str, args: tuple, kwargs: dict, out: Any, frame: Any
+    ) -> None:
         """The storages an op's outputs hold that no tensor held before: allocated."""
         torch = self.torch
-        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
-            self._truths[out] = self._truth(name, args)
+        self.stand_ins.after(func, name, args, kwargs, out)
         for value in out if isinstance(out, (tuple, list)) else (out,):
             if not isinstance(value, torch.Tensor):
                 continue
@@ -261,34 +256,6 @@ class FakeRun:
         except Exception:  # (no storage: a subclass, a sparse tensor)
             return None
 
-    def _truth(self, name: str, args: tuple) -> bool:
-        """A bool op's stand-in truth (TRUE_OPS...), from its inputs' where it
-        combines them; False for any other (a test that finds a fault)."""
-        if name in TRUE_OPS:
-            return True
-        if name in ("eq", "ne") and len(args) == 2:
-            other = args[1]
-            infinite = isinstance(other, float) and not math.isfinite(other)
-            return (name == "eq") != infinite
-        truths = [self._truths.get(a, False) for a in args if isinstance(a, self.torch.Tensor)]
-        if name in NOT_OPS:
-            return not (truths and truths[0])
-        if name in AND_OPS:
-            return bool(truths) and all(truths)
-        if name in OR_OPS:
-            return any(truths)
-        if (truths and len(args) == 1) or name.startswith(("_to_copy", "clone", "view", "squeeze")):
-            return bool(truths and truths[0])  # (a copy or a view of one truth)
-        return False
-
-    def value(self, tensor: Any) -> Any:
-        """The stand-in for a fake tensor's value (TRUE_OPS)."""
-        self.stand_ins += 1
-        dtype = tensor.dtype
-        if dtype == self.torch.bool:
-            return self._truths.get(tensor, False)
-        return 1.0 if dtype.is_floating_point or dtype.is_complex else 1
-
     def write_rows(self) -> None:
         made = self._rows.take()
         if made:
@@ -307,12 +274,13 @@ def _allocations_mode(torch: Any, run: FakeRun) -> Any:
             self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
         ) -> Any:
             if func is scalar:
-                return run.value(args[0])
+                return run.stand_ins.value(args[0])
             name = func.overloadpacket.__name__
             frame = sys._getframe(1)
             run.before_op(name, frame)
-            out = func(*args, **(kwargs or {}))
-            run.after_op(name, args, out, frame)
+            kwargs = fake_cuda.on_the_cpu(torch, kwargs or {})
+            out = func(*args, **kwargs)
+            run.after_op(func, name, args, kwargs, out, frame)
             return out
 
     return _Allocations()

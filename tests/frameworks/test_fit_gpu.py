@@ -185,6 +185,51 @@ for _ in range(2):
     assert not (tmp_path / "batches.fit-batch-64.tpumem").exists()
 
 
+# A script written for a GPU: CUDA named outright, mixed precision, a GradScaler.
+FOR_A_GPU = """
+import os
+
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+scaler = torch.amp.GradScaler("cuda")
+amp = os.environ.get("AMP") == "1"
+for step in range(10):
+    x = torch.randn(2048, 1024, device="cuda")
+    y = torch.randn(2048, 1024).to("cuda", non_blocking=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    print(step, loss.item())
+"""
+
+
+def test_a_script_written_for_a_gpu_runs_in_half_precision(tmp_path):
+    """`.cuda()`, device="cuda" and torch.autocast("cuda") run on the CPU's fake
+    tensors; the GradScaler finds no infinities, so the optimizer steps (and the
+    fit stops after three); under autocast the activations are bfloat16."""
+    (tmp_path / "amp.py").write_text(FOR_A_GPU)
+    kinds = {}
+    for amp in ("0", "1"):
+        result = fit(
+            tmp_path, "-q", "--gpu", "H100", "-o", f"{amp}.tpumem", "amp.py", env={"AMP": amp}
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert len([line for line in result.stdout.splitlines() if line[:1].isdigit()]) == 2
+        data = report(tmp_path, f"{amp}.tpumem")
+        assert "stopped the script as its optimizer's step 3 ended" in "\n".join(data["warnings"])
+        kinds[amp] = _kinds(data["devices"][0])
+    assert kinds["1"]["optimizer_state"] == kinds["0"]["optimizer_state"] > 0
+    # (the first layer's output and the GELU's, half the bytes in bfloat16)
+    assert kinds["1"]["activations"] < 0.75 * kinds["0"]["activations"]
+
+
 def test_workers_values_and_scripts_that_are_not_pytorchs(tmp_path):
     """A DataLoader with workers and pinned memory runs in the process; a tensor's
     values asked for (.numpy()) end the fit in one line; a JAX script is refused."""
@@ -208,13 +253,40 @@ for x, y in loader:
     (tmp_path / "values.py").write_text("import torch\nx = torch.randn(4)\nprint(x.numpy())\n")
     result = fit(tmp_path, "--gpu", "H100", "values.py")
     assert result.returncode == 2
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith("tpumem: error: fit --gpu: the script ended with exit status 1 on fake tensors")
-    )
+    said = result.stderr.strip().splitlines()[-1]
+    assert said.startswith("tpumem: error: fit --gpu: the script ended with exit status 1 (")
+    assert "a fake tensor has no values" in said
     (tmp_path / "plain.py").write_text("import jax.numpy as jnp\nprint(jnp.ones(3).sum())\n")
     result = fit(tmp_path, "--gpu", "H100", "plain.py")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith("tpumem: error: fit --gpu:")
     assert "Traceback" not in result.stderr
+
+
+def test_a_script_without_an_optimizer_and_with_copied_layers(tmp_path):
+    """Layers copied by deepcopy (as nn.TransformerEncoder makes its own), moved
+    and cast; parameters updated by the script itself: stopped after
+    NO_OPTIMIZER_BACKWARDS backward passes, with the parameters' kind told."""
+    (tmp_path / "manual.py").write_text(
+        """
+import copy
+
+import torch
+
+layer = torch.nn.Linear(256, 256)
+model = torch.nn.Sequential(*[copy.deepcopy(layer) for _ in range(4)]).to("cuda")
+model = model.to(torch.bfloat16).to(torch.float32)
+x = torch.randn(32, 256, device="cuda")
+for step in range(1000):
+    model.zero_grad()
+    model(x).pow(2).mean().backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(p.grad, alpha=-0.1)
+"""
+    )
+    result = fit(tmp_path, "-q", "--gpu", "H200", "-o", "m.tpumem", "manual.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = report(tmp_path, "m.tpumem")
+    assert "stepped no torch.optim optimizer in 64 backward passes" in "\n".join(data["warnings"])
+    assert _kinds(data["devices"][0])["parameters"] == 4 * (256 * 256 + 256) * 4

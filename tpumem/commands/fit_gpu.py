@@ -95,13 +95,39 @@ def _fake_run(request: FitRequest, gpus: list[Gpu], default: Path) -> Path:
         raise TpumemError("fit --gpu: the script's process ended before it made its trace")
     if outcome.returncode != 0:
         raise TpumemError(
-            f"fit --gpu: the script ended with exit status {outcome.returncode} on fake "
-            "tensors (its error is above: a fake tensor has no values for .numpy(), "
-            f".tolist() or an op whose size depends on them); what ran is in {outcome.trace}",
+            f"fit --gpu: the script ended with exit status {outcome.returncode} "
+            f"({_why(outcome.trace)}); what ran is in {outcome.trace}",
             exit_code=2,
         )
     print(f"tpumem: trace written to {outcome.trace}", file=sys.stderr)
     return outcome.trace
+
+
+# What PyTorch raises where a fake tensor is asked for what it does not have.
+_FAKE_TENSOR_ERRORS = (
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+    "FakeTensor",
+    "not supported for tensor subclasses",
+)
+
+
+def _why(trace: Path) -> str:
+    """Why the script failed, as its trace recorded it: fake tensors' limits
+    said where they are the cause."""
+    from tpumem.trace.reader import load
+
+    try:
+        ending = load(trace).metadata.exit
+    except TpumemError:
+        ending = None
+    said = (ending.exception if ending is not None else None) or ""
+    if any(name in said for name in _FAKE_TENSOR_ERRORS):
+        return (
+            "a fake tensor has no values: .numpy(), .tolist() and an op whose size depends "
+            "on them cannot run on one; its error is above"
+        )
+    return f"{said.splitlines()[0][:200]}; its error is above" if said else "its error is above"
 
 
 def _analysed(trace: Path, capacity: int) -> TraceAnalysis:
