@@ -34,7 +34,8 @@ def fit(
             metavar="NAME=V1,V2,...",
             parser=options.sweep,
             help="Compile the script at each value of its argument --NAME (batch=8,16,32) "
-            "and give the largest that fits each slice; a trace each. Repeat for several "
+            "and give the largest that fits each slice (with --gpu: each GPU, one --sweep); "
+            "a trace each. Repeat for several "
             "(--sweep batch=8,16,32 --sweep remat=none,full): every combination, and the "
             "first's largest that fits for each of the others' (a value above one that did "
             "not fit is not compiled).",
@@ -74,15 +75,16 @@ def fit(
         ),
     ] = None,
     steps: Annotated[
-        int,
+        Optional[int],  # noqa: UP045
         typer.Option(
             metavar="N",
             min=1,
             max=100,
             help="With --gpu: the optimizer steps run before the script is stopped (from "
-            "the second on, a step's memory repeats).",
+            "the second on, a step's memory repeats).  [default: 3]",
+            show_default=False,
         ),
-    ] = 3,
+    ] = None,
     width: Width = DEFAULT_WIDTH,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress lines.")] = False,
 ) -> None:

@@ -163,6 +163,7 @@ class TorchAdapter(Adapter):
             torch,
             writer,
             stacks,
+            self.options.fit_gpu,
             (self.options.fit_workspace_bytes, self.options.fit_lt_workspace_bytes),
             self._guarded,
         )

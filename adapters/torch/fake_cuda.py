@@ -10,7 +10,8 @@ asks picks the CPU, and one that names CUDA outright gets the CPU for it:
   autocast with that dtype (CUDA's default: float16), so that a mixed-precision
   step's activations are in half precision as on the GPU; the CPU's list of
   the ops it casts is PyTorch's for the CPU, close to CUDA's;
-- `torch.cuda.synchronize()`: nothing to wait for.
+- `torch.cuda.synchronize()`: nothing to wait for; `set_device`, `current_device`
+  and `get_device_name` answer as one GPU would; a GradScaler is on.
 Every tensor is then counted as the GPU's, the host's too (a dataset held in
 tensors): the report says so.
 """
@@ -24,14 +25,22 @@ from tpumem.adapters.base import Patches
 DEVICES = ("cpu", "cuda")  # (what a move names that is the CPU here)
 
 
-def install(torch: Any, patches: Patches) -> None:
+def install(torch: Any, patches: Patches, gpu: str) -> None:
+    """The patches, for a run as on `gpu` (its name, as the script may ask it)."""
     cpu = torch.device("cpu")
     parse = torch._C._nn._parse_to
     to = torch.Tensor.to
 
     def to_the_cpu(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # (`copy` is Tensor.to's own: PyTorch's parser of a move refuses it, as a
+        # keyword or as the bool after non_blocking)
+        rest = dict(kwargs)
+        copy = bool(rest.pop("copy", False))
+        moved = list(args)
+        if len(moved) >= 3 and isinstance(moved[-1], bool) and isinstance(moved[-2], bool):
+            copy = moved.pop()
         try:
-            device, dtype, non_blocking, memory_format = parse(*args, **kwargs)
+            device, dtype, non_blocking, memory_format = parse(*moved, **rest)
         except Exception:  # (not a form PyTorch parses: its own error, from its own call)
             return to(self, *args, **kwargs)
         if device is None or device.type != "cuda":
@@ -41,7 +50,7 @@ def install(torch: Any, patches: Patches) -> None:
             cpu,
             dtype,
             non_blocking=non_blocking,
-            copy=bool(kwargs.get("copy", False)),
+            copy=copy,
             memory_format=memory_format or torch.preserve_format,
         )
 
@@ -79,7 +88,15 @@ def install(torch: Any, patches: Patches) -> None:
     patches.replace(torch.Tensor, "to", to_the_cpu)
     patches.replace(torch.Tensor, "cuda", as_it_is)
     patches.replace(torch.Tensor, "pin_memory", as_it_is)
-    patches.replace(torch.cuda, "synchronize", lambda device=None: None)
+    cuda = torch.cuda
+    patches.replace(cuda, "synchronize", lambda device=None: None)
+    patches.replace(cuda, "set_device", lambda device: None)
+    patches.replace(cuda, "current_device", lambda: 0)
+    patches.replace(cuda, "get_device_name", lambda device=None: gpu)
+    # A GradScaler is on, as on a GPU (PyTorch turns it off where it finds none).
+    import torch.cuda.amp.common as amp_common  # (the module torch.amp's GradScaler asks)
+
+    patches.replace(amp_common, "amp_definitely_not_available", lambda: False)
     autocast = torch.amp.autocast_mode.autocast
     begin = autocast.__init__
 

@@ -36,6 +36,7 @@ second step on, a step's memory repeats.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import weakref
@@ -93,12 +94,14 @@ class FakeRun:
         torch: Any,
         writer: TraceWriter,
         stacks: CallStacks,
+        gpu: str,
         workspace_bytes: tuple[int, int],
         guarded: Callable[[Callable[..., Any]], Callable[..., Any]],
     ) -> None:
         self.torch = torch
         self._writer = writer
         self._stacks = stacks
+        self._gpu = gpu
         self._workspace_bytes, self._lt_workspace_bytes = workspace_bytes
         self._guarded = guarded
         self._rows = BookRows()
@@ -123,6 +126,8 @@ class FakeRun:
 
         self.before_op = self._guarded(self._before_op)
         self.after_op = self._guarded(self._after_op)
+        # (apart: a failure of one leaves the other's work done)
+        self.values_after = self._guarded(self.stand_ins.after)
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         fake.__enter__()
         mode = _allocations_mode(self.torch, self)
@@ -135,7 +140,7 @@ class FakeRun:
         self.patches.replace(functional, "scaled_dot_product_attention", attention)
         self._optimizers_as_on_cuda()
         self._loaders_in_process()
-        fake_cuda.install(self.torch, self.patches)
+        fake_cuda.install(self.torch, self.patches, self._gpu)
 
     def _optimizers_as_on_cuda(self) -> None:
         """torch.optim's default implementation, chosen as for CUDA tensors:
@@ -187,12 +192,9 @@ class FakeRun:
         if name in MATMULS:
             self._matmul(name, frame)
 
-    def _after_op(
-        self, func: Any, name: str, args: tuple, kwargs: dict, out: Any, frame: Any
-    ) -> None:
+    def _after_op(self, name: str, out: Any, frame: Any) -> None:
         """The storages an op's outputs hold that no tensor held before: allocated."""
         torch = self.torch
-        self.stand_ins.after(func, name, args, kwargs, out)
         for value in out if isinstance(out, (tuple, list)) else (out,):
             if not isinstance(value, torch.Tensor):
                 continue
@@ -280,17 +282,20 @@ def _allocations_mode(torch: Any, run: FakeRun) -> Any:
             run.before_op(name, frame)
             kwargs = fake_cuda.on_the_cpu(torch, kwargs or {})
             out = func(*args, **kwargs)
-            run.after_op(func, name, args, kwargs, out, frame)
+            run.after_op(name, out, frame)
+            run.values_after(func, name, args, kwargs, out)
             return out
 
     return _Allocations()
 
 
 def _attention_as_on_cuda(torch: Any, attention: Callable[..., Any]) -> Callable[..., Any]:
-    """`scaled_dot_product_attention` with the kernel CUDA would choose: flash
-    for half precision without a mask, else the memory-efficient one (a boolean
-    mask given to it as the additive bias it takes); as it was for what neither
-    takes (grouped-query attention)."""
+    """`scaled_dot_product_attention` with the kernel CUDA would choose for
+    (batch, heads, length, dim) inputs: flash for half precision without a mask,
+    else the memory-efficient one (a boolean mask given to it as the additive
+    bias it takes, broadcast as a view). As it was elsewhere: other shapes, and
+    grouped-query attention (which CUDA's flash takes in half precision without
+    a mask: there the CPU's math path overstates the memory)."""
     flash = torch.ops.aten._scaled_dot_product_flash_attention.default
     efficient = torch.ops.aten._scaled_dot_product_efficient_attention.default
     half = (torch.float16, torch.bfloat16)
@@ -305,7 +310,7 @@ def _attention_as_on_cuda(torch: Any, attention: Callable[..., Any]) -> Callable
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> Any:
-        if enable_gqa or query.shape[:-2] != key.shape[:-2]:
+        def as_it_was() -> Any:
             return attention(
                 query,
                 key,
@@ -316,12 +321,21 @@ def _attention_as_on_cuda(torch: Any, attention: Callable[..., Any]) -> Callable
                 scale=scale,
                 enable_gqa=enable_gqa,
             )
-        if query.dtype in half and attn_mask is None:
-            return flash(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-        if attn_mask is not None and attn_mask.dtype == torch.bool:
-            bias = torch.zeros_like(attn_mask, dtype=query.dtype)
-            attn_mask = bias.masked_fill_(~attn_mask, float("-inf"))
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-        return efficient(query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+
+        shapes = [getattr(t, "shape", ()) for t in (query, key, value)]
+        if enable_gqa or any(len(s) != 4 for s in shapes) or shapes[0][:2] != shapes[1][:2]:
+            return as_it_was()
+        try:
+            if query.dtype in half and attn_mask is None:
+                return flash(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+            bias = attn_mask
+            if bias is not None:
+                if bias.dtype == torch.bool:
+                    bias = torch.zeros_like(bias, dtype=query.dtype).masked_fill_(~bias, -math.inf)
+                bias = bias.expand(*shapes[0][:3], shapes[1][2])
+            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            return efficient(query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
+        except Exception:  # (a case the kernel's own checks refuse: the CPU's path)
+            return as_it_was()
 
     return as_on_cuda

@@ -8,9 +8,11 @@ a stand-in, and what it prints is not the model's.
   values, of a one-element tensor, is known: an optimizer's step count counts,
   a GradScaler's `found_inf` stays 0, so the optimizer steps as on a GPU that
   found none.
-- A truth is the one a healthy step has: values equal themselves and are not
-  infinite (`isnan`, `isinf` and `isfinite` come as eq and ne with the tensor
-  itself or with inf), other comparisons hold; it follows through the ops that
+- A truth made by a factory (`torch.tensor(True)`) is its value; any other is
+  the one a healthy step has: values equal themselves and are not infinite
+  (`isnan`, `isinf` and `isfinite` come as eq and ne with the tensor itself or
+  with inf), equalities and `<=`, `>=` hold, `<` and `>` do not (a loss above
+  a bound, below the best so far: neither); it follows through the ops that
   combine truths.
 - Any other number is 1 (a count divides: never 0).
 """
@@ -81,21 +83,18 @@ class StandIns:
         if name in FAULT_CHECKS:
             return
         if name.startswith("_foreach_") and name[9:] in ARITHMETIC and args:
-            self._each(ARITHMETIC[name[9:]], args)
+            self._each(ARITHMETIC[name[9:]], args, kwargs)
             return
         if not isinstance(out, torch.Tensor):
             self._forget_written(func, args)
             return
-        if out.dtype == torch.bool:
-            self._truths[out] = self._truth(name, args)
-            return
-        if out.numel() != 1:
-            return
-        value = self._value(name, args, kwargs, out)
-        if value is None:
-            self._values.pop(out, None)  # (an in-place op on it that is not followed)
-        else:
+        value = self._value(name, args, kwargs, out) if out.numel() == 1 else None
+        if out.dtype == torch.bool:  # (a truth a factory made is that value)
+            self._truths[out] = bool(value) if value is not None else self._truth(name, args)
+        elif value is not None:
             self._values[out] = value
+        else:
+            self._values.pop(out, None)  # (an in-place op on it that is not followed)
 
     def _value(self, name: str, args: tuple, kwargs: dict, out: Any) -> float | None:
         values = [self._of(a) for a in args]
@@ -114,7 +113,8 @@ class StandIns:
             return values[0] if values else None
         operation = ARITHMETIC.get(name)
         if operation is not None and len(values) >= 2 and None not in values[:2]:
-            alpha = _number(kwargs.get("alpha", 1)) or 1.0
+            alpha = _number(kwargs.get("alpha", 1))
+            alpha = 1.0 if alpha is None else alpha
             try:
                 return operation(
                     values[0], values[1] * alpha if name in ("add", "sub") else values[1]
@@ -123,19 +123,29 @@ class StandIns:
                 return None
         return None
 
-    def _each(self, operation: Callable[[float, float], float], args: tuple) -> None:
+    def _each(self, operation: Callable[[float, float], float], args: tuple, kwargs: dict) -> None:
         """A foreach op on a list of tensors: each one's value, where the other
-        operand is a number (an optimizer's step counts, each one more)."""
-        other = _number(args[1]) if len(args) > 1 else None
-        for tensor in args[0] if isinstance(args[0], list | tuple) else ():
+        operand is known, a number, a tensor or a list of them (an optimizer's
+        step counts, each one more)."""
+        tensors = args[0] if isinstance(args[0], list | tuple) else ()
+        others = args[1] if len(args) > 1 else None
+        if not isinstance(others, list | tuple):
+            others = [others] * len(tensors)
+        alpha = _number(kwargs.get("alpha", 1))
+        alpha = 1.0 if alpha is None else alpha
+        for tensor, other in zip(tensors, others, strict=False):
             known = self._values.get(tensor) if isinstance(tensor, self.torch.Tensor) else None
-            if known is not None:
-                try:
-                    self._values[tensor] = None if other is None else operation(known, other)
-                except (ArithmeticError, ValueError, TypeError):
-                    self._values[tensor] = None
-                if self._values[tensor] is None:
-                    del self._values[tensor]
+            if known is None:
+                continue
+            operand = self._of(other)
+            try:
+                if operation in (operator.add, operator.sub) and operand is not None:
+                    operand *= alpha
+                self._values[tensor] = None if operand is None else operation(known, operand)
+            except (ArithmeticError, ValueError, TypeError):
+                self._values[tensor] = None
+            if self._values[tensor] is None:
+                del self._values[tensor]
 
     def _forget_written(self, func: Any, args: tuple) -> None:
         """The values of the tensors the op's schema says it writes: unknown."""

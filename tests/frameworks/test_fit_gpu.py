@@ -290,3 +290,64 @@ for step in range(1000):
     data = report(tmp_path, "m.tpumem")
     assert "stepped no torch.optim optimizer in 64 backward passes" in "\n".join(data["warnings"])
     assert _kinds(data["devices"][0])["parameters"] == 4 * (256 * 256 + 256) * 4
+
+
+# What a script asks of fake tensors, each asserted inside it: the fit ends 0
+# only where every answer is the one a GPU run's would be in kind.
+ASKS = """
+import torch
+
+torch.cuda.set_device(0)
+assert torch.cuda.current_device() == 0 and "H100" in torch.cuda.get_device_name()
+x = torch.randn(8, 16)
+other = torch.empty(2, dtype=torch.float16)
+for moved in (
+    x.to("cuda", copy=True),
+    x.to("cuda", torch.float16, False, True),
+    x.to(device="cuda", dtype=torch.bfloat16),
+    x.to(other),
+    x.cuda(0),
+    x.pin_memory(),
+):
+    assert moved.shape == x.shape
+assert torch.tensor(True) and not torch.tensor(False) and torch.ones((), dtype=torch.bool)
+loss = x.sum()
+assert torch.isfinite(loss) and not torch.isnan(loss).any() and not torch.isinf(loss)
+assert bool(loss == loss) and loss.item() == 1.0
+attention = torch.nn.functional.scaled_dot_product_attention
+q = torch.randn(2, 4, 64, 32, requires_grad=True)
+mask = torch.ones(64, 64, dtype=torch.bool).tril()
+for out in (
+    attention(q, q, q, attn_mask=mask, dropout_p=0.1),
+    attention(q.bfloat16(), q.bfloat16(), q.bfloat16(), is_causal=True),
+    attention(q[0], q[0], q[0]),  # (three dimensions: as it was)
+    attention(q, q[:, :2], q[:, :2], enable_gqa=True),
+):
+    out.sum().backward()
+model = torch.nn.Linear(16, 16)
+optimizer = torch.optim.Adam(model.parameters())
+for step in range(10):
+    model(x).sum().backward()
+    optimizer.step()
+    counts = {state["step"].item() for state in optimizer.state.values()}
+    assert counts == {step + 1.0}, counts
+    print("step", step, "counted")
+"""
+
+
+def test_what_a_script_asks_of_fake_tensors(tmp_path):
+    (tmp_path / "asks.py").write_text(ASKS)
+    result = fit(tmp_path, "-q", "--gpu", "H100", "--steps", "4", "-o", "a.tpumem", "asks.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("counted") == 3  # (the fourth step ends the run)
+
+
+def test_gpus_of_two_workspaces_each_run_with_its_own(tmp_path):
+    """An A100's cuBLAS workspace is not an H100's: a run each, each GPU's
+    verdict from its own (the H100's overhead 2 x 24 MiB more)."""
+    (tmp_path / "mlp.py").write_text(H200_MLP)
+    result = fit(tmp_path, "-q", "--gpu", "A100-40GB", "--gpu", "H100", "-o", "w.tpumem", "mlp.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    a100 = _kinds(report(tmp_path, "w.tpumem")["devices"][0])["overhead"]
+    h100 = _kinds(report(tmp_path, "w-H100-80GB.tpumem")["devices"][0])["overhead"]
+    assert h100 - a100 == 2 * (32 << 20) - 2 * (4096 * 1024 * 2 + 16 * 1024 * 8)

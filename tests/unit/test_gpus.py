@@ -62,7 +62,7 @@ def _verdict(fits: bool, reserved: int | None = None, needs: int | None = None) 
 def test_verdict_words():
     assert verdict_cell(_verdict(True, reserved=9 << 30)) == "fits: 1.0 GiB to spare"
     assert verdict_cell(_verdict(False, needs=12 << 30)) == (
-        "out of memory: 1.0 GiB asked at t.py:3; needs 12.0 GiB"
+        "out of memory: 1.0 GiB asked at t.py:3; needs 12.0 GiB of PyTorch's (a GPU of 12.7 GiB)"
     )
     rows = [("8", [_verdict(True, reserved=9 << 30)]), ("16", [_verdict(False)]), ("32", None)]
     assert sweep_largest("batch", rows, ["H100 80GB"]) == [
@@ -70,4 +70,9 @@ def test_verdict_words():
     ]
     assert sweep_largest("batch", rows[1:], ["H100 80GB"]) == [
         "H100 80GB: no value of --batch given fits"
+    ]
+    # Given out of order, the largest is the largest number, not the last given.
+    unordered = [("32", [_verdict(False)]), ("16", rows[0][1]), ("8", rows[0][1])]
+    assert sweep_largest("batch", unordered, ["H100 80GB"]) == [
+        "H100 80GB: the largest --batch that fits is 16"
     ]

@@ -43,6 +43,8 @@ def run_fit(request: FitRequest) -> int:
         from tpumem.commands.fit_gpu import fit_on_gpus
 
         return fit_on_gpus(request)
+    if request.steps is not None:
+        raise TpumemError("fit: --steps is for --gpu (a TPU's fit compiles every program)")
 
     if not request.tpu:
         raise TpumemError(

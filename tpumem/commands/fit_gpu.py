@@ -17,6 +17,7 @@ GPU is not run).
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from tpumem.analysis.gpus import Gpu
     from tpumem.analysis.trace_figures import TraceAnalysis
 
+GPU_STEPS = 3  # fit --gpu's optimizer steps unless --steps says
 HOW = "on fake tensors (PyTorch's FakeTensorMode: nothing computed, no GPU used)"
 
 
@@ -40,34 +42,53 @@ def fit_on_gpus(request: FitRequest) -> int:
 
     if request.tpu:
         raise TpumemError("fit: give --tpu or --gpu, not both (one run answers one kind)")
+    if request.search is not None or request.slices != 1:
+        raise TpumemError("fit --gpu: --search and --slices are for --tpu")
     gpus = [gpu_named(name) for name in request.gpu]
     check_inputs(request)
+    request = replace(request, steps=request.steps or GPU_STEPS)
     if request.sweeps:
         return _swept(request, gpus)
-    trace = _fake_run(request, gpus, request.output or default_name(request))
-    verdicts = _verdicts(trace, gpus, request)
-    _print_verdicts(request, verdicts)
+    traces = _runs(request, gpus, request.output or default_name(request))
+    verdicts, steps = _verdicts(traces, gpus, request)
+    _print_verdicts(request, verdicts, steps)
     return 0 if all(v.fits for v in verdicts) else 1
 
 
-def _fake_run(request: FitRequest, gpus: list[Gpu], default: Path) -> Path:
-    """The script's steps on fake tensors, as on the first GPU (its cuBLAS
-    workspace): the trace."""
+def _runs(request: FitRequest, gpus: list[Gpu], default: Path) -> dict[str, Path]:
+    """A run for each size of cuBLAS's workspace among the GPUs (an A100's is not
+    an H100's), the first at `default`, the others beside it named by their
+    GPU: each GPU's trace, by its name."""
+    traces: dict[str, Path] = {}
+    sizes: dict[int, Path] = {}
+    for gpu in gpus:
+        if gpu.workspace_bytes not in sizes:
+            name = default
+            if sizes:
+                tag = "".join(c if c.isalnum() else "-" for c in gpu.name)
+                name = default.with_name(f"{default.name.removesuffix('.tpumem')}-{tag}.tpumem")
+            sizes[gpu.workspace_bytes] = _fake_run(request, gpu, name)
+        traces[gpu.name] = sizes[gpu.workspace_bytes]
+    return traces
+
+
+def _fake_run(request: FitRequest, gpu: Gpu, default: Path) -> Path:
+    """The script's steps on fake tensors, as on `gpu` (its cuBLAS workspace):
+    the trace."""
     from tpumem.adapters import CaptureOptions
     from tpumem.commands.unrecorded import unrecorded_line
     from tpumem.launch.launcher import LaunchRequest, run_profiled
     from tpumem.outputs import default_trace
 
-    gpu = gpus[0]
     path = default
-    if request.output is None:
+    if request.output is None or path != request.output:
         import os
 
         path, descriptor = default_trace(default, ())
         os.close(descriptor)
     if not request.quiet:
         print(
-            f"tpumem fit: {request.target}: {request.steps} optimizer steps {HOW}",
+            f"tpumem fit: {request.target}: up to {request.steps} optimizer steps {HOW}",
             file=sys.stderr,
             flush=True,
         )
@@ -121,7 +142,8 @@ def _why(trace: Path) -> str:
         ending = load(trace).metadata.exit
     except TpumemError:
         ending = None
-    said = (ending.exception if ending is not None else None) or ""
+    # (its first line, without the terminal's colours some libraries' messages carry)
+    said = re.sub(r"\x1b\[[0-9;]*m", "", (ending.exception if ending is not None else None) or "")
     if any(name in said for name in _FAKE_TENSOR_ERRORS):
         return (
             "a fake tensor has no values: .numpy(), .tolist() and an op whose size depends "
@@ -133,20 +155,26 @@ def _why(trace: Path) -> str:
 def _analysed(trace: Path, capacity: int) -> TraceAnalysis:
     from tpumem.reading.analyses import analysed
 
-    return analysed(trace, str(trace), capacity=capacity)
+    analysis = analysed(trace, str(trace), capacity=capacity)
+    if not analysis.devices or not analysis.capacity:
+        raise TpumemError(f"fit --gpu: {trace}: the run made no tensor: nothing to fit")
+    return analysis
 
 
-def _verdicts(trace: Path, gpus: list[Gpu], request: FitRequest) -> list[GpuVerdict]:
-    """Each GPU's verdict; the first's report printed (what the peak is, its lines)."""
-    verdicts = []
+def _verdicts(
+    traces: dict[str, Path], gpus: list[Gpu], request: FitRequest
+) -> tuple[list[GpuVerdict], int]:
+    """Each GPU's verdict, and the optimizer steps its run made; the first's
+    report printed (what the peak is, its lines)."""
+    verdicts, steps = [], 0
     for number, gpu in enumerate(gpus):
-        analysis = _analysed(trace, gpu.usable_bytes)
-        if not analysis.devices or not analysis.capacity:
-            raise TpumemError(f"fit --gpu: {trace}: the run made no tensor: nothing to fit")
-        if number == 0 and not request.quiet:
-            _print_report(request, analysis)
+        analysis = _analysed(traces[gpu.name], gpu.usable_bytes)
+        if number == 0:
+            steps = analysis.steps
+            if not request.quiet:
+                _print_report(request, analysis)
         verdicts.append(gpu_verdict(gpu, analysis))
-    return verdicts
+    return verdicts, steps
 
 
 def _print_report(request: FitRequest, analysis: TraceAnalysis) -> None:
@@ -159,13 +187,11 @@ def _print_report(request: FitRequest, analysis: TraceAnalysis) -> None:
     sys.stdout.write(reporter.render(shown, width=_width(request), color=sys.stdout.isatty()))
 
 
-def _print_verdicts(request: FitRequest, verdicts: list[GpuVerdict]) -> None:
+def _print_verdicts(request: FitRequest, verdicts: list[GpuVerdict], steps: int) -> None:
     from tpumem.report.text import render_gpu_verdicts
 
     sys.stdout.write(
-        render_gpu_verdicts(
-            verdicts, request.steps, width=_width(request), color=sys.stdout.isatty()
-        )
+        render_gpu_verdicts(verdicts, steps, width=_width(request), color=sys.stdout.isatty())
     )
 
 
@@ -196,8 +222,8 @@ def _swept(request: FitRequest, gpus: list[Gpu]) -> int:
                 flush=True,
             )
         at = replace(request, args=with_argument(request.args, sweep.name, value), quiet=True)
-        trace = _fake_run(at, gpus, default_name(request, f"-{sweep.name}-{value}"))
-        verdicts = [gpu_verdict(g, _analysed(trace, g.usable_bytes)) for g in gpus]
+        traces = _runs(at, gpus, default_name(request, f"-{sweep.name}-{value}"))
+        verdicts = [gpu_verdict(g, _analysed(traces[g.name], g.usable_bytes)) for g in gpus]
         rows.append((value, verdicts))
         if numbers and not any(v.fits for v in verdicts):
             value_number = number(value) or 0

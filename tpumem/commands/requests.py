@@ -135,4 +135,4 @@ class FitRequest:
     # the same is not compiled again (adapters/jax/compile_cache.py).
     compile_cache: Path | None = None
     gpu: tuple[str, ...] = ()  # PyTorch on fake tensors, for these GPUs (fit_gpu.py)
-    steps: int = 3  # with gpu: the optimizer steps run
+    steps: int | None = None  # with gpu: the optimizer steps run (None: GPU_STEPS)

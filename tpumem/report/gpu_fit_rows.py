@@ -4,16 +4,18 @@ exact on fake tensors, the caching allocator's segments modeled)."""
 
 from __future__ import annotations
 
+from tpumem.analysis.compiled.sweep import number
 from tpumem.analysis.gpus import CUDA_CONTEXT_BYTES, GpuVerdict
-from tpumem.units import format_bytes
+from tpumem.units import counted, format_bytes
 
 VERDICT_HEADERS = ("GPU", "PyTorch can have", "peak allocated", "peak reserved", "verdict")
 
 
 def verdict_title(steps: int) -> str:
+    ran = counted(steps, "optimizer step") if steps else "no optimizer step (see the warnings)"
     return (
-        f"Will it fit? {steps} optimizer steps on fake tensors: allocated from PyTorch's ops "
-        "(estimated), reserved from the caching allocator's model (modeled)"
+        f"Will it fit? {ran} on fake tensors: allocated from PyTorch's ops (estimated), "
+        "reserved from the caching allocator's model (modeled)"
     )
 
 
@@ -26,8 +28,16 @@ def verdict_cell(verdict: GpuVerdict) -> str:
     if verdict.where:
         said += f": {verdict.where}"
     if verdict.needs_bytes is not None:
-        said += f"; needs {format_bytes(verdict.needs_bytes)}"
+        said += f"; {_needs(verdict.needs_bytes)}"
     return said
+
+
+def _needs(needs_bytes: int) -> str:
+    """What the run needs of PyTorch's share, and so of a GPU's memory."""
+    return (
+        f"needs {format_bytes(needs_bytes)} of PyTorch's (a GPU of "
+        f"{format_bytes(needs_bytes + CUDA_CONTEXT_BYTES)})"
+    )
 
 
 def verdict_rows(verdicts: list[GpuVerdict]) -> list[tuple[str, ...]]:
@@ -67,14 +77,15 @@ def sweep_rows(
                 *(
                     f"fits ({format_bytes(v.reserved_bytes)} reserved)"
                     if v.fits and v.reserved_bytes is not None
-                    else f"out of memory; needs {format_bytes(v.needs_bytes)}"
+                    else f"out of memory; {_needs(v.needs_bytes)}"
                     if v.needs_bytes is not None
                     else "out of memory"
                     for v in verdicts
                 ),
             )
         )
-    return (f"--{name}", "peak allocated", *gpus), table
+    gpu_headers = (f"{gpu} (reserved: modeled)" for gpu in gpus)
+    return (f"--{name}", "peak allocated (estimated)", *gpu_headers), table
 
 
 def sweep_largest(
@@ -84,6 +95,10 @@ def sweep_largest(
     for index, gpu in enumerate(gpus):
         fitting = [value for value, verdicts in rows if verdicts and verdicts[index].fits]
         if fitting:
+            # (the largest by number where every value is one, else the last given)
+            numbers = [number(v) for v in fitting]
+            if None not in numbers:
+                fitting = [v for _, v in sorted(zip(numbers, fitting, strict=True))]
             lines.append(f"{gpu}: the largest --{name} that fits is {fitting[-1]}")
         else:
             lines.append(f"{gpu}: no value of --{name} given fits")
