@@ -223,12 +223,14 @@ class FakeRun:
         self._rows.alloc(self._now(), DEVICE, buffer_id, address, block, size, label)
         if storage is not None:
             self._storages[storage] = (address, size)
-            self._refs[buffer_id] = weakref.ref(
-                storage, lambda _, i=buffer_id, a=address, b=block: self._freed(i, a, b)
-            )
+            self._refs[buffer_id] = weakref.ref(storage, self._on_free(buffer_id, address, block))
         if len(self._rows.made) >= _ROWS_PER_WRITE:
             self.write_rows()
         return address
+
+    def _on_free(self, buffer_id: int, address: int, size: int) -> Callable[[Any], None]:
+        """The callback for a storage's weak reference: its free, as it dies."""
+        return lambda _: self._freed(buffer_id, address, size)
 
     def _freed(self, buffer_id: int, address: int, size: int) -> None:
         self._refs.pop(buffer_id, None)
@@ -322,7 +324,7 @@ def _attention_as_on_cuda(torch: Any, attention: Callable[..., Any]) -> Callable
                 enable_gqa=enable_gqa,
             )
 
-        shapes = [getattr(t, "shape", ()) for t in (query, key, value)]
+        shapes: list[Any] = [getattr(t, "shape", ()) for t in (query, key, value)]
         if enable_gqa or any(len(s) != 4 for s in shapes) or shapes[0][:2] != shapes[1][:2]:
             return as_it_was()
         try:
@@ -332,7 +334,8 @@ def _attention_as_on_cuda(torch: Any, attention: Callable[..., Any]) -> Callable
             if bias is not None:
                 if bias.dtype == torch.bool:
                     bias = torch.zeros_like(bias, dtype=query.dtype).masked_fill_(~bias, -math.inf)
-                bias = bias.expand(*shapes[0][:3], shapes[1][2])
+                batch, heads, length, _ = shapes[0]
+                bias = bias.expand(batch, heads, length, shapes[1][2])
             grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
             return efficient(query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
         except Exception:  # (a case the kernel's own checks refuse: the CPU's path)

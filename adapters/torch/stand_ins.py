@@ -112,16 +112,16 @@ class StandIns:
         if name in SAME:
             return values[0] if values else None
         operation = ARITHMETIC.get(name)
-        if operation is not None and len(values) >= 2 and None not in values[:2]:
-            alpha = _number(kwargs.get("alpha", 1))
-            alpha = 1.0 if alpha is None else alpha
-            try:
-                return operation(
-                    values[0], values[1] * alpha if name in ("add", "sub") else values[1]
-                )
-            except (ArithmeticError, ValueError, TypeError):
-                return None
-        return None
+        first, second = [*values, None, None][:2]
+        if operation is None or first is None or second is None:
+            return None
+        alpha = _number(kwargs.get("alpha", 1))
+        if name in ("add", "sub"):
+            second *= 1.0 if alpha is None else alpha
+        try:
+            return operation(first, second)
+        except (ArithmeticError, ValueError, TypeError):
+            return None
 
     def _each(self, operation: Callable[[float, float], float], args: tuple, kwargs: dict) -> None:
         """A foreach op on a list of tensors: each one's value, where the other

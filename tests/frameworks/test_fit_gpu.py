@@ -256,7 +256,21 @@ for x, y in loader:
     said = result.stderr.strip().splitlines()[-1]
     assert said.startswith("tpumem: error: fit --gpu: the script ended with exit status 1 (")
     assert "a fake tensor has no values" in said
+    # After a step, a value read ends the run as a TPU's fit ends it: the
+    # steps before it answer.
+    (tmp_path / "after.py").write_text(
+        "import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters())\n"
+        "for _ in range(5):\n    m(torch.randn(2, 4)).sum().backward()\n    o.step()\n"
+        "    print(m.weight.detach().numpy())\n"
+    )
+    result = fit(tmp_path, "-q", "--gpu", "H100", "after.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the script stopped after 1 optimizer step, where it needed a tensor's values" in (
+        result.stderr
+    )
+    assert "1 optimizer step on fake tensors" in result.stdout
     (tmp_path / "plain.py").write_text("import jax.numpy as jnp\nprint(jnp.ones(3).sum())\n")
+
     result = fit(tmp_path, "--gpu", "H100", "plain.py")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith("tpumem: error: fit --gpu:")

@@ -27,6 +27,7 @@ from tpumem.analysis.gpus import LT_WORKSPACE, GpuVerdict, gpu_verdict
 from tpumem.commands.fit_names import default_name
 from tpumem.commands.requests import FitRequest
 from tpumem.errors import TpumemError
+from tpumem.units import counted
 
 if TYPE_CHECKING:
     from tpumem.analysis.gpus import Gpu
@@ -94,7 +95,7 @@ def _fake_run(request: FitRequest, gpu: Gpu, default: Path) -> Path:
         )
     capture = CaptureOptions(
         programs=False,
-        fit_steps=request.steps,
+        fit_steps=request.steps or GPU_STEPS,
         fit_gpu=gpu.name,
         fit_workspace_bytes=gpu.workspace_bytes,
         fit_lt_workspace_bytes=LT_WORKSPACE,
@@ -115,10 +116,18 @@ def _fake_run(request: FitRequest, gpu: Gpu, default: Path) -> Path:
     if outcome.trace is None or not outcome.trace.exists():
         raise TpumemError("fit --gpu: the script's process ended before it made its trace")
     if outcome.returncode != 0:
-        raise TpumemError(
-            f"fit --gpu: the script ended with exit status {outcome.returncode} "
-            f"({_why(outcome.trace)}); what ran is in {outcome.trace}",
-            exit_code=2,
+        why, values, steps = _ending(outcome.trace)
+        if not (values and steps):
+            raise TpumemError(
+                f"fit --gpu: the script ended with exit status {outcome.returncode} "
+                f"({why}); what ran is in {outcome.trace}",
+                exit_code=2,
+            )
+        # As a TPU's fit stops at the first value read: the steps before it answer.
+        print(
+            f"tpumem fit: the script stopped after {counted(steps, 'optimizer step')}, where it "
+            f"needed a tensor's values ({why}): the answer covers what ran before",
+            file=sys.stderr,
         )
     print(f"tpumem: trace written to {outcome.trace}", file=sys.stderr)
     return outcome.trace
@@ -133,23 +142,30 @@ _FAKE_TENSOR_ERRORS = (
 )
 
 
-def _why(trace: Path) -> str:
-    """Why the script failed, as its trace recorded it: fake tensors' limits
-    said where they are the cause."""
+def _ending(trace: Path) -> tuple[str, bool, int]:
+    """Why the script failed, as its trace recorded it; whether for a tensor's
+    values, which fake tensors do not have; the optimizer steps it made."""
+    from tpumem.analysis.device_events import step_marks
     from tpumem.trace.reader import load
 
     try:
-        ending = load(trace).metadata.exit
+        loaded = load(trace)
+        ending, steps = loaded.metadata.exit, len(step_marks(loaded)[0])
     except TpumemError:
-        ending = None
+        ending, steps = None, 0
     # (its first line, without the terminal's colours some libraries' messages carry)
     said = re.sub(r"\x1b\[[0-9;]*m", "", (ending.exception if ending is not None else None) or "")
     if any(name in said for name in _FAKE_TENSOR_ERRORS):
-        return (
+        why = (
             "a fake tensor has no values: .numpy(), .tolist() and an op whose size depends "
             "on them cannot run on one; its error is above"
         )
-    return f"{said.splitlines()[0][:200]}; its error is above" if said else "its error is above"
+        return why, True, steps
+    return (
+        (f"{said.splitlines()[0][:200]}; its error is above" if said else "its error is above"),
+        False,
+        steps,
+    )
 
 
 def _analysed(trace: Path, capacity: int) -> TraceAnalysis:
