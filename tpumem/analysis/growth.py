@@ -32,6 +32,9 @@ from tpumem.trace.model import Trace
 from tpumem.trace.stack_rows import Frame
 
 MIN_STEPS = 4  # step ends needed to tell warm-up from growth
+# The step marks that make them (a mark begins each step; the next ends it): what
+# the report and `check` both say is needed.
+MARKS_NEEDED = MIN_STEPS + 1
 # Floors within this of the settled line are settled (the allocator rounds, a
 # step's small buffers come and go), or within NOISE_SPREADS times the floors'
 # median distance from it, where they scatter more (TensorFlow's BFC chunks).
@@ -78,11 +81,11 @@ def step_growth(trace: Trace, events: DeviceEvents) -> Growth | None:
         first_mark = np.append(True, numbers[1:] != numbers[:-1])
         times, numbers = times[first_mark], numbers[first_mark]
     calls_of = None
-    if len(times) < MIN_STEPS + 1 and len(events):
-        calls = call_steps(trace, events, MIN_STEPS + 1)
+    if len(times) < MARKS_NEEDED and len(events):
+        calls = call_steps(trace, events, MARKS_NEEDED)
         if calls is not None:
             times, numbers, calls_of = calls.times, calls.numbers, calls.program
-    if len(times) < MIN_STEPS + 1 or not len(events):
+    if len(times) < MARKS_NEEDED or not len(events):
         return None
     # Events at one moment (a program's donated inputs freed, its outputs made)
     # are one change: only the level after the last of them counts.

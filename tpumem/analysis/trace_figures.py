@@ -75,7 +75,7 @@ class DeviceAnalysis:
     lines: PeakLines | None = None
     kinds: PeakKinds | None = None  # the peak by kind of memory (kinds.py)
     growth: Growth | None = None  # bytes live at each step's end (growth.py)
-    step_marks: int = 0  # steps the trace marks (growth needs MIN_STEPS + 1)
+    step_marks: int = 0  # steps the trace marks (growth needs MARKS_NEEDED)
 
 
 @dataclass(frozen=True, slots=True)

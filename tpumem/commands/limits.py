@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpumem.analysis.growth import MIN_STEPS
+from tpumem.analysis.growth import MARKS_NEEDED
 from tpumem.analysis.processes import DeviceSummary, ProcessRun, ProcessSummary, summarize
 from tpumem.analysis.trace_figures import TraceAnalysis
 from tpumem.commands.options import NO_INCREASE, Increase
@@ -144,7 +144,7 @@ def _growth_breaches(device: DeviceSummary, limit: int | None) -> list[str]:
     per_step = device.growth_per_step_bytes
     if per_step is None:
         return [
-            f"{device.device}: fewer than {MIN_STEPS} steps with step marks, so growth across "
+            f"{device.device}: fewer than {MARKS_NEEDED} step marks, so growth across "
             f"steps cannot be checked against {format_bytes(limit)}"
         ]
     if device.growing and per_step > limit:

@@ -7,7 +7,7 @@ import re
 
 from tpumem.analysis import figures as fig
 from tpumem.analysis.compiled.programs import RunningAtPeak, largest_temp
-from tpumem.analysis.growth import MIN_STEPS
+from tpumem.analysis.growth import MARKS_NEEDED
 from tpumem.analysis.peak import LiveGroup, PeakBreakdown
 from tpumem.analysis.provenance import NOT_AVAILABLE
 from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
@@ -379,7 +379,7 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     else:
         found = "no step marks" if not device.step_marks else f"{device.step_marks} step marks"
         rows.append(
-            ("Growth across steps", f"not checked: {found} ({MIN_STEPS + 1} needed)", MARK_STEPS)
+            ("Growth across steps", f"not checked: {found} ({MARKS_NEEDED} needed)", MARK_STEPS)
         )
     return rows
 
