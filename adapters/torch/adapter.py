@@ -177,8 +177,7 @@ class TorchAdapter(Adapter):
 
         def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
             ended(optimizer, args, kwargs)
-            if kinds.steps >= self.options.fit_steps:
-                fake.write_rows()
+            if kinds.steps >= self.options.fit_steps:  # (the runner's stop() writes the rows)
                 raise StepsDone(kinds.steps)
 
         fake.patches.on_undo(register_optimizer_step_pre_hook(begins).remove)
@@ -192,7 +191,6 @@ class TorchAdapter(Adapter):
             result = backward(*args, **kwargs)
             self._backwards += 1
             if not kinds.steps and self._backwards >= NO_OPTIMIZER_BACKWARDS:
-                fake.write_rows()
                 raise StepsDone(0)
             return result
 
@@ -224,9 +222,14 @@ class TorchAdapter(Adapter):
                 f"{fake.loaders:,} DataLoaders made their batches in the script's process, "
                 "unpinned: fake tensors do not cross processes"
             )
-        if self._failure is not None:
-            self._warnings.append(f"tpumem's PyTorch hooks failed ({self._failure})")
+        self._say_failure()
         self.writer.patch_metadata(warnings=self._warnings)
+
+    def _say_failure(self) -> None:
+        if self._failure is not None:
+            self._warnings.append(
+                f"tpumem's PyTorch hooks failed at least once ({self._failure}); the run went on"
+            )
 
     def _first_call(self) -> None:
         """The script's first torch call on the recorded thread: what it made
@@ -356,10 +359,7 @@ class TorchAdapter(Adapter):
         self._write_rows()
         if not self._exit_guarded and self._session is not None and self._session.started:
             self._exit_guarded = end_before_library_destructors()
-        if self._failure is not None:
-            self._warnings.append(
-                f"tpumem's PyTorch hooks failed at least once ({self._failure}); the run went on"
-            )
+        self._say_failure()
         if self.lines.other_threads:
             self._warnings.append(
                 f"{self.lines.other_threads:,} torch calls ran on other threads than the one "

@@ -48,7 +48,6 @@ from tpumem.adapters.call_stacks import CallStacks
 from tpumem.adapters.torch import fake_cuda
 from tpumem.adapters.torch.stand_ins import StandIns
 from tpumem.trace.cuda_blocks import block_size
-from tpumem.trace.schema import TOLD
 from tpumem.trace.writer import TraceWriter
 
 DEVICE = "GPU:0"
@@ -119,7 +118,6 @@ class FakeRun:
         from tpumem.adapters.base import Patches
 
         self.patches = Patches()
-        self._modes: list[Any] = []
 
     def start(self) -> None:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -131,8 +129,7 @@ class FakeRun:
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         fake.__enter__()
         mode = _allocations_mode(self.torch, self)
-        mode.__enter__()
-        self._modes = [fake, mode]
+        mode.__enter__()  # (both stay entered for the process's life: the script's run)
         functional = self.torch.nn.functional
         attention = _attention_as_on_cuda(self.torch, functional.scaled_dot_product_attention)
         # (Where the script and torch's own modules look it up, PyTorch's
@@ -216,7 +213,7 @@ class FakeRun:
                 storage,
             )
 
-    def _allocate(self, size: int, label: tuple[Any, ...], storage: Any) -> int:
+    def _allocate(self, size: int, label: tuple[Any, ...], storage: Any) -> None:
         buffer_id, address, block = self._next_id, self._next_address, block_size(size)
         self._next_id += 1
         self._next_address += block
@@ -226,7 +223,6 @@ class FakeRun:
             self._refs[buffer_id] = weakref.ref(storage, self._on_free(buffer_id, address, block))
         if len(self._rows.made) >= _ROWS_PER_WRITE:
             self.write_rows()
-        return address
 
     def _on_free(self, buffer_id: int, address: int, size: int) -> Callable[[Any], None]:
         """The callback for a storage's weak reference: its free, as it dies."""
@@ -248,10 +244,9 @@ class FakeRun:
             self._workspace("cuBLASLt workspace", self._lt_workspace_bytes, frame)
 
     def _workspace(self, name: str, size: int, frame: Any) -> None:
-        if size <= 0:
-            return
-        address = self._allocate(size, (name, WORKSPACE, None, None, self._stacks(frame)), None)
-        self._writer.record(TOLD, device=DEVICE, address=address, bytes=size, region=WORKSPACE)
+        """An allocation of region WORKSPACE: the region is its kind (kinds.py)."""
+        if size > 0:
+            self._allocate(size, (name, WORKSPACE, None, None, self._stacks(frame)), None)
 
     def storage(self, tensor: Any) -> tuple[int, int] | None:
         """(address, bytes) of the storage a fake tensor views, as recorded."""

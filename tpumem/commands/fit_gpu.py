@@ -17,6 +17,7 @@ GPU is not run).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import replace
@@ -47,7 +48,6 @@ def fit_on_gpus(request: FitRequest) -> int:
         raise TpumemError("fit --gpu: --search and --slices are for --tpu")
     gpus = [gpu_named(name) for name in request.gpu]
     check_inputs(request)
-    request = replace(request, steps=request.steps or GPU_STEPS)
     if request.sweeps:
         return _swept(request, gpus)
     traces = _runs(request, gpus, request.output or default_name(request))
@@ -81,21 +81,20 @@ def _fake_run(request: FitRequest, gpu: Gpu, default: Path) -> Path:
     from tpumem.launch.launcher import LaunchRequest, run_profiled
     from tpumem.outputs import default_trace
 
+    steps = request.steps or GPU_STEPS
     path = default
     if request.output is None or path != request.output:
-        import os
-
         path, descriptor = default_trace(default, ())
         os.close(descriptor)
     if not request.quiet:
         print(
-            f"tpumem fit: {request.target}: up to {request.steps} optimizer steps {HOW}",
+            f"tpumem fit: {request.target}: up to {steps} optimizer steps {HOW}",
             file=sys.stderr,
             flush=True,
         )
     capture = CaptureOptions(
         programs=False,
-        fit_steps=request.steps or GPU_STEPS,
+        fit_steps=steps,
         fit_gpu=gpu.name,
         fit_workspace_bytes=gpu.workspace_bytes,
         fit_lt_workspace_bytes=LT_WORKSPACE,
