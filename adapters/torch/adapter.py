@@ -393,13 +393,16 @@ class TorchAdapter(Adapter):
             and threading.get_ident() == session.thread_id
             and self._chunks.due()
         ):
-            self._hand_over(session.rotate())
+            self._hand_over(session.stop())
+            session.start()
 
     def _hand_over(self, result: Any) -> None:
         """A stopped profiler's result read into rows, with the calls seen meanwhile,
-        on the profiler's own thread: read on another while the profiler records
-        again, PyTorch's results corrupted the heap (`free(): invalid next size`,
-        about one run in ten)."""
+        on the profiler's own thread and before it starts again: read on another
+        thread, or on this one once the profiler recorded again, PyTorch's results
+        corrupted the heap (`free(): invalid next size`, `malloc(): invalid size`:
+        about one run in ten, and one in twenty). Nothing of the script's runs
+        meanwhile: it is inside the optimizer's step hook."""
         if result is not None:
             self._read(result, self.lines.take(), self.torch.cuda.is_initialized())
             self._write_rows()

@@ -8,9 +8,9 @@ loop a fifth more (measured: benchmarks/torch_cpu_events.py), and the line
 that made a buffer comes from the op hook instead (op_lines.py).
 
 The profiler keeps its events until it stops, so the session is read in
-chunks: stopped and started again between two steps (`rotate`), on the thread
-that started it (the profiler's state is that thread's), where what it held is
-read into rows. A script that
+chunks: stopped between two steps on the thread that started it (the
+profiler's state is that thread's), what it held read into rows, and only then
+started again. A script that
 starts a profiler of its own (torch.profiler.profile) has it: this session
 stops first, and starts again when the script's stops; the trace marks the gap.
 """
@@ -98,10 +98,3 @@ class ProfilerSession:
             return None
         self.running = False
         return self._autograd._disable_profiler()
-
-    def rotate(self) -> Any:
-        """The profiler stopped and started again (on its thread); returns what
-        the stopped one held, unread."""
-        result = self.stop()
-        self.start()
-        return result
