@@ -18,13 +18,20 @@ PROFILER_PLACES = (
     os.path.dirname(os.path.abspath(package_file)) + os.sep,
     os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
 )
-# Frames from these places are a framework's or tpumem's, not the user's.
+# Frames from these places are a framework's or tpumem's, not the user's: the
+# environment's scripts too (`pytest`, `accelerate`: launchers, never the code
+# they launch).
 _NOT_USER = (
     *LIBRARY_DIRS,
     *PROFILER_PLACES,
     sysconfig.get_paths()["stdlib"] + os.sep,
+    sysconfig.get_paths()["scripts"] + os.sep,
     "<frozen ",
 )
+# Directories of the user's code that neither the working directory nor the
+# script tells: the test files' under tpumem's pytest plugin (pytest puts them
+# on sys.path, where they would read as a library's).
+OWN_DIRECTORIES: set[str] = set()
 
 
 class SourceLines:
@@ -38,7 +45,7 @@ class SourceLines:
         self._codes: list[types.CodeType] = []
         self._cwd = os.getcwd()
         script = sys.argv[0] if sys.argv else ""
-        self._own = {self._cwd}  # the directories that hold the user's code
+        self._own = {self._cwd, *OWN_DIRECTORIES}  # the directories of the user's code
         if script and os.path.isfile(script):
             self._own.add(os.path.dirname(os.path.abspath(script)))
 

@@ -89,6 +89,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     config = item.config
     if memory is None and fragmentation is None and not config.getoption("tpumem"):
         return (yield)
+    from tpumem.adapters.source_lines import OWN_DIRECTORIES
     from tpumem.analysis.comparison import busiest
     from tpumem.analysis.processes import SERIES_POINTS
     from tpumem.commands.limits import Limits, breaches
@@ -96,6 +97,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     from tpumem.reading.summary_files import summarise_beside
     from tpumem.tracking import Tracker
 
+    OWN_DIRECTORIES.update((str(config.rootpath), str(item.path.parent)))
     kept = config.getoption("tpumem_dir")
     directory = Path(kept) if kept else Path(tempfile.mkdtemp(prefix="tpumem-test-"))
     directory.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,10 @@ recorded; `--tpumem` lists the largest peaks and `--tpumem-dir` keeps traces."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tpumem.reading.summary_files import read_summary
@@ -214,3 +218,25 @@ def test_passes():
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1, skipped=1)
     assert list(temporary.glob("tpumem-test-*")) == []
+
+
+def test_the_lines_are_the_test_files_run_from_another_directory(tmp_path, framework_env):
+    """`pytest ../suite/test_model.py` through the environment's `pytest` script:
+    pytest puts the test's directory on sys.path and the script is a launcher in
+    the environment's bin/; the lines are still the test file's, not either."""
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "suite" / "test_model.py").write_text(FRAMEWORKS["jax"] + TESTS)
+    launcher = Path(sys.executable).parent / "pytest"
+    result = subprocess.run(
+        [launcher, "-p", "no:cacheprovider", "-p", "no:xdist", "../suite/test_model.py"],
+        cwd=tmp_path / "work",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if "1 x " in line]
+    assert lines, result.stdout[-3000:]
+    for line in lines:
+        assert line.rsplit(None, 1)[-1] in ("../suite/test_model.py:4", "../suite/test_model.py:5")

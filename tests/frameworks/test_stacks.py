@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from conftest import run_tpumem
-from profiling import profile
+from profiling import EXAMPLES, profile
 from tpumem.trace.reader import load
 from tpumem.trace.schema import STACK
 
@@ -351,3 +351,24 @@ def test_diff_finds_the_line_that_keeps_more_and_nothing_else(tmp_path, framewor
     page = run_tpumem("diff", "one/run.tpumem", "two/run.tpumem", "-o", "d.html", cwd=tmp_path)
     assert page.returncode == 0, page.stderr
     assert '"kind":"diff"' in (tmp_path / "d.html").read_text()
+
+
+def test_diff_of_two_scripts_matches_a_programs_line_by_its_code(tmp_path):
+    """examples/jax_train_v1.py and _v2.py (a line more above the loop, and the
+    batches kept): the batch drawn inside jax.random's own jitted program sits at
+    a line that moved; matched by its code, the one change is the kept batches."""
+    examples = EXAMPLES
+    for version in ("v1", "v2"):
+        script = f"jax_train_{version}.py"
+        (tmp_path / script).write_text((examples / script).read_text())
+        result = profile(tmp_path, "-q", "-o", f"{version}.tpumem", script)
+        assert result.returncode == 0, result.stderr[-3000:]
+    result = run_tpumem("diff", "v1.tpumem", "v2.tpumem", "-f", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (line,) = json.loads(result.stdout)["devices"][0]["by_line"]
+    code = (examples / "jax_train_v2.py").read_text().splitlines()
+    drawn = next(n for n, text in enumerate(code, 1) if "x = jax.random.normal" in text)
+    assert line["frames"][0]["line"] == drawn
+    batch = 2048 * 1024 * 4
+    assert 2 * batch <= line["before"] < 2 * batch + 1024  # this batch, the next (and a key)
+    assert abs(line["change"] - 14 * batch) < 1024  # the kept batches at the peak

@@ -277,11 +277,12 @@ def _scaled(sizes: list[int], scale: float) -> list[int]:
 
 
 def _program_frame(name: str, call_stack: Stack) -> Stack:
-    """The call's frames, then the program's: at the call's line, named after it."""
+    """The call's frames, then the program's: at the call's line (its code too, so
+    that a diff matches it where the line moved), named after it."""
     if not call_stack:
         return (Frame(NO_CALL, 0, name),)
     call = call_stack[-1]
-    return (*call_stack, Frame(call.file, call.line, name))
+    return (*call_stack, Frame(call.file, call.line, name, call.code))
 
 
 def _inside(buffer: HeapBuffer, call_stack: Stack) -> Stack:
