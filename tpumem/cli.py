@@ -19,6 +19,7 @@ from tpumem.cli_options import (
     Capacity,
     CheckCapacity,
     Force,
+    Full,
     Module,
     Output,
     PageFormat,
@@ -119,6 +120,7 @@ def report(
     fmt: PageFormat = None,
     output: Output = None,
     width: Width = DEFAULT_WIDTH,
+    full: Full = False,
     force: ReportForce = False,
     capacity: Capacity = None,
     program: Annotated[
@@ -137,7 +139,7 @@ def report(
     from tpumem.commands.report import run_report
     from tpumem.commands.requests import Page, ReportRequest
 
-    page = Page(fmt=fmt, output=output, width=width, force=force)
+    page = Page(fmt=fmt, output=output, width=width, force=force, full=full)
     request = ReportRequest(
         paths=tuple(traces), page=page, capacity=capacity, program=program, tpu=tuple(tpu or ())
     )
@@ -425,6 +427,7 @@ def profile(
         ),
     ] = "text",
     width: Width = DEFAULT_WIDTH,
+    full: Full = False,
     force: Force = False,
     tensorboard: Annotated[
         Optional[Path],  # noqa: UP045
@@ -462,6 +465,7 @@ def profile(
         quiet=quiet,
         fmt=fmt,
         width=width,
+        full=full,
         force=force,
         tensorboard=tensorboard,
         tpu=tuple(tpu or ()),

@@ -81,6 +81,16 @@ Force = Annotated[
     typer.Option("--force", help="Replace an existing trace at the output path."),
 ]
 # A report replaces an earlier report of tpumem's by itself (tpumem/outputs.py).
+# The text report's rest: without it, the terminal gets the answer alone.
+Full = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="The whole text report: the run's facts, every figure and how it is known, "
+        "the buffers and call stacks at the peak, the timeline, each accelerator "
+        "[default: the answer alone; a file, -o, gets it all].",
+    ),
+]
 ReportForce = Annotated[
     bool,
     typer.Option("--force", help="Let -o replace a file that is not a report of tpumem's."),

@@ -317,15 +317,18 @@ class Tracker:
             raise TpumemError("tpumem.track is still recording: report after the block")
         return self.path
 
-    def report(self, format: str | None = None, *, width: int = 100) -> TraceAnalysis | str:
+    def report(
+        self, format: str | None = None, *, width: int = 100, full: bool = False
+    ) -> TraceAnalysis | str:
         """The recording's analysis; with `format` ("text", "json", "md", "html"),
-        the report in that format, as `tpumem report` writes it."""
+        the report in that format, as `tpumem report` writes it (`full`: the text
+        report whole, not the answer alone)."""
         from tpumem.report import reporter_for
 
         if format is None:
             return self.analysis(series_points=0)
         chosen = reporter_for(None, format)
-        return chosen.render(self.analysis(chosen.series_points), width=width)
+        return chosen.render(self.analysis(chosen.series_points), width=width, full=full)
 
 
 def _forked() -> None:

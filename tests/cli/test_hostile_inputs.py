@@ -341,7 +341,9 @@ def test_when_no_live_shape_is_an_arrays_the_padding_row_says_so(tmp_path):
     """Every buffer live at the peak of dtype float0: the padding row says why it
     has no figure, not that no shapes were recorded."""
     rows = [{**row, "dtype": "float0"} if row["kind"] == "alloc" else row for row in _rows()]
-    result = run_tpumem("report", str(write(tmp_path / "t.tpumem", rows)), "--width", "200")
+    result = run_tpumem(
+        "report", str(write(tmp_path / "t.tpumem", rows)), "--full", "--width", "200"
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     (line,) = [line for line in lines if line.startswith("TPU layout padding  ")]  # the row

@@ -10,7 +10,7 @@ from tpumem.analysis.growth import MARKS_NEEDED
 
 def test_report_and_check_name_the_same_step_marks(make_trace):
     path = str(make_trace(buffer_rows()))  # (two step marks)
-    report = run_tpumem("report", "--width", "200", path)
+    report = run_tpumem("report", "--full", "--width", "200", path)
     assert report.returncode == 0, report.stderr
     assert f"not checked: 2 step marks ({MARKS_NEEDED} needed)" in report.stdout
     check = run_tpumem("check", path, "--max-growth", "1MiB")

@@ -152,7 +152,7 @@ def test_a_leak_is_named_at_its_line(tmp_path):
     # The list that keeps them, filled at the same line here.
     assert growth.kept is not None and growth.kept.name == "kept"
     assert growth.kept.line == growth.line and growth.kept.arrays == 12
-    said = " ".join(run_tpumem("report", str(trace), "--width", "120").stdout.split())
+    said = " ".join(run_tpumem("report", str(trace), "--full", "--width", "120").stdout.split())
     assert f"{growth.line} makes arrays that stay" in said
     assert f"kept (list, filled at {growth.line}) held 12 device arrays" in said
 
@@ -234,7 +234,7 @@ def test_tensorflow_lines_are_the_users_inside_a_compiled_function_and_eager(tmp
     assert not any("site-packages" in line.line for line in inside)
     remat = [c for c in analysis.changes if c.key == REMAT]
     assert remat[0].line == big
-    said = run_tpumem("report", str(trace), "--width", "120").stdout
+    said = run_tpumem("report", str(trace), "--full", "--width", "120").stdout
     assert "tf.recompute_grad" in said
 
     trace, _ = _run(tmp_path, TF_STEP)

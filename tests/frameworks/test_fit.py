@@ -470,7 +470,7 @@ def test_profile_tpu_names_the_code_it_compiled_in_the_cpus_form(tmp_path):
     line = 1 + script.splitlines().index("    def materialized():")  # its body's line
     assert [s.rsplit(":", 1)[1] for s in branch] == [str(line + 1)]
     assert ("jit_inv", "custom call lapack_sgetrf_ffi") in forms
-    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--width", "300")
+    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--full", "--width", "300")
     assert "jit_attention: lowered for the CPU and compiled for v5e:1x1 as it is" in report.stdout
     fitted = _fit(tmp_path, script, "--tpu", "v5e-1", "script.py")
     assert fitted.returncode == 0, fitted.stderr[-3000:]

@@ -101,7 +101,7 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
         (run,) = embedded(_frame(shown))["runs"]
         assert run["devices"][0]["peak"]["bytes"] == analysis.devices[0].peak.bytes
         assert run["path"] == Path(analysis.path).name  # the kernel names it as it was made
-        assert "Peak in use" in shown["data"]["text/plain"]
+        assert "What the peak is" in shown["data"]["text/plain"]
         # The answer first, the whole page folded under it.
         summary = shown["data"]["text/html"]
         assert summary.startswith(f"<p><b>Peak {format_bytes(analysis.devices[0].peak.bytes)}")
@@ -114,7 +114,7 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
     (value,) = [o for o in outputs[5] if o["output_type"] == "execute_result"]
     assert value["data"]["text/plain"] == "3.0"
     printed = "".join(o.get("text", "") for o in outputs[6] if o["output_type"] == "stream")
-    assert "cell-2.tpumem" in printed and "Peak in use" in printed
+    assert "cell-2.tpumem" in printed and "What the peak is" in printed
     # Bad input: one line each, no traceback, nothing run or replaced.
     for index, expected in (
         (7, "tpumem: cell.tpumem: exists"),

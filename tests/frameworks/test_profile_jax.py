@@ -140,7 +140,7 @@ def test_a_donated_argument_is_reused_not_doubled(tmp_path):
     ],
 )
 def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
-    result = profile(tmp_path, "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
+    result = profile(tmp_path, "--full", "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = last_json(result.stdout)
     trace = load(tmp_path / "run.tpumem")

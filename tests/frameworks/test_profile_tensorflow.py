@@ -52,7 +52,7 @@ def test_the_reported_peak_is_tensorflows_own(tmp_path):
     result = profile(tmp_path, "known.py")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("the script's own output\n")  # passed through, untouched
-    assert "tpumem report" in result.stderr and "Peak in use" in result.stderr
+    assert "tpumem report" in result.stderr and "What the peak is" in result.stderr
     tf_figures = last_json(result.stdout)
     analysis = analyze(load(tmp_path / "known.tpumem"))
     (device,) = analysis.devices

@@ -94,7 +94,7 @@ def test_the_peak_is_the_bytes_the_script_materialized(tmp_path):
     ],
 )
 def test_the_examples_profile_end_to_end(tmp_path, example, sizes):
-    result = profile(tmp_path, "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
+    result = profile(tmp_path, "--full", "-o", "run.tpumem", str(EXAMPLES / example), *sizes)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = last_json(result.stdout)
     trace = load(tmp_path / "run.tpumem")
@@ -472,7 +472,7 @@ def test_under_spmd_the_figures_are_one_devices_shards(tmp_path):
     kinds = {k.kind: k.bytes for k in device.kinds.kinds}
     assert kinds["parameters"] == printed["parameters_per_device"]
     assert kinds["optimizer_state"] == 2 * printed["parameters_per_device"]
-    report = run_tpumem("report", str(tmp_path / "model.tpumem"), "--width", "200")
+    report = run_tpumem("report", str(tmp_path / "model.tpumem"), "--full", "--width", "200")
     assert "SPMD over 4 devices" in report.stdout
 
 

@@ -82,7 +82,7 @@ def test_bfc_model_reproduces_the_real_allocator(tf_profile):
 
 def test_report_shows_the_figures_and_their_provenance(tf_profile):
     work, _ = tf_profile
-    result = run_tpumem("report", "tf.tpumem", "--width", "200", cwd=work)
+    result = run_tpumem("report", "tf.tpumem", "--full", "--width", "200", cwd=work)
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "fidelity: allocator" in text

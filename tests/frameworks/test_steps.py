@@ -135,7 +135,7 @@ def test_a_loop_nothing_marks_is_told_how_to_mark_it(tmp_path):
     result = profile(tmp_path, "--width", "200", "plain.py")
     assert result.returncode == 0, result.stderr[-3000:]
     text = " ".join(result.stderr.split())
-    assert "Growth across steps not checked: no step marks (5 needed)" in text
+    assert "Growth across steps: not checked: no step marks (5 needed)" in text
     assert "mark each step with jax.profiler.StepTraceAnnotation" in text
 
 

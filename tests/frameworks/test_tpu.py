@@ -135,7 +135,7 @@ def test_the_jax_train_step_on_v5e_equals_an_independent_aot_compile(tmp_path):
     assert told == sum(min(b.unpadded_bytes, b.allocation_bytes) for b in arguments)
     assert chip["overhead"] >= step.code_bytes + step.padding_bytes
     # A later report reads the compile from the trace, and says where the v5e answer is from.
-    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--width", "200")
+    report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--full", "--width", "200")
     assert report.returncode == 0, report.stderr
     assert "compiled for v5e:1x1 by XLA:TPU, per chip" in report.stdout
     assert "On v5e:1x1 (TPU v5 lite)" in report.stdout

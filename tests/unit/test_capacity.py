@@ -153,7 +153,9 @@ def test_buffer_traces_through_the_command_line(tmp_path, run):
     roomy = json.loads(run_tpumem(*as_json, str(smallest)).stdout)
     (fits,) = roomy["capacity"]
     assert fits["failure"] is None and fits["headroom_bytes"] >= 0
-    text = run_tpumem("report", trace, "--width", "400", "--capacity", str(peak // 2)).stdout
+    text = run_tpumem(
+        "report", trace, "--full", "--width", "400", "--capacity", str(peak // 2)
+    ).stdout
     assert text.splitlines()[1].startswith("At ") and "out of memory (modeled)" in text
     assert "Live at the modeled failure" in text and "smallest capacity (modeled)" in text
     markdown = run_tpumem("report", trace, "-f", "md", "--capacity", str(peak // 2)).stdout

@@ -17,19 +17,25 @@ from tpumem.report.rows import device_rows, fact_rows, one_line
 from tpumem.trace.reader import load
 
 GOLDEN = str(Path(__file__).parent.parent / "data" / "report_buffer_trace_{}.txt")
+# The answer alone, the terminal's default: what fits a screen of 80 x 40.
+BRIEF_GOLDEN = str(Path(__file__).parent.parent / "data" / "report_buffer_trace_brief_{}.txt")
 
 
-def _text(make_trace, width: int) -> str:
+def _text(make_trace, width: int, full: bool = True) -> str:
     path = make_trace(buffer_rows(), metadata={"command": ["python", "train.py"]})
-    text = reporter(REPORT, "text").render(analyze(load(path)), width=width)
+    text = reporter(REPORT, "text").render(analyze(load(path)), width=width, full=full)
     return text.replace(str(path), "TRACE")
 
 
 @pytest.mark.parametrize("width", [80, 120])
-def test_text_report_matches_golden(make_trace, width):
-    lines = [line.rstrip() for line in _text(make_trace, width).splitlines()]
-    assert lines == Path(GOLDEN.format(width)).read_text().splitlines()
+@pytest.mark.parametrize("full", [True, False], ids=["full", "answer"])
+def test_text_report_matches_golden(make_trace, width, full):
+    lines = [line.rstrip() for line in _text(make_trace, width, full).splitlines()]
+    golden = (GOLDEN if full else BRIEF_GOLDEN).format(width)
+    assert lines == Path(golden).read_text().splitlines()
     assert max(len(line) for line in lines) <= width
+    if not full:
+        assert len(lines) <= 40 - 1  # (and the prompt's line)
 
 
 def test_json_report_carries_the_analysis_figures(make_trace):
@@ -202,7 +208,8 @@ def test_text_and_markdown_show_every_section_in_one_order(make_trace):
     every kind of them (a trace with no allocation event says so in both)."""
     from tpumem.report import markdown, sections, text
 
-    assert set(text._SECTIONS) == set(markdown._SECTIONS) == set(sections.KINDS)
+    assert set(text._SECTIONS) == set(sections.KINDS)
+    assert set(markdown._SECTIONS) == set(sections.KINDS) - set(sections.BRIEF_ONLY)
     empty = analyze(load(make_trace([])))
     assert [s.kind for s in sections.report_sections(empty)] == [
         sections.RUN,

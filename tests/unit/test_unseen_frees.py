@@ -120,7 +120,7 @@ def test_the_unseen_row_says_where_those_bytes_were_made(make_trace):
         _alloc(25, 2, 2 * MiB, MiB, 5 * MiB, "after"),  # and 1 MiB made in the gap
     ]
     path = make_trace(rows)
-    result = run_tpumem("report", str(path), "--width", "200")
+    result = run_tpumem("report", str(path), "--full", "--width", "200")
     assert result.returncode == 0, result.stderr
     assert "made before the capture began or in the gap between profiler sessions" in (
         result.stdout

@@ -119,7 +119,7 @@ def _profiled(
     if launch.follow:
         assert outcome.trace is not None
         recorded = _after_followed_run(
-            outcome.trace, request.quiet, fmt, text_width(request.width, sys.stderr)
+            outcome.trace, request.quiet, fmt, text_width(request.width, sys.stderr), request.full
         )
         # (as a run without --follow that recorded nothing: 2, or the script's own status)
         return outcome.returncode or (0 if recorded else 2), _left(outcome.trace, True)
@@ -135,7 +135,13 @@ def _profiled(
         # After the run, in a process of its own: the run's time is its own.
         compile_for_tpus([outcome.trace], tpu, request.quiet)
     quiet_or = None if request.quiet else reporter
-    _after_run(outcome.trace, quiet_or, text_width(request.width, sys.stderr), request.tensorboard)
+    _after_run(
+        outcome.trace,
+        quiet_or,
+        text_width(request.width, sys.stderr),
+        request.tensorboard,
+        request.full,
+    )
     return outcome.returncode, _left(outcome.trace, False)
 
 
@@ -184,7 +190,7 @@ def _check_follow_options(
             )
 
 
-def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> bool:
+def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int, full: bool) -> bool:
     """The run's report, from every process's trace in its directory; whether
     any process recorded (none is an error, said in one line, as without --follow)."""
     from tpumem.commands.analysed_runs import analysed_processes
@@ -209,7 +215,7 @@ def _after_followed_run(directory: Path, quiet: bool, fmt: str, width: int) -> b
         return True
     try:
         text = reporter(PROCESSES, fmt).render(
-            run, width=width, color=sys.stderr.isatty(), where=str(directory)
+            run, width=width, color=sys.stderr.isatty(), full=full, where=str(directory)
         )
     except TpumemError as error:
         print(f"tpumem: no report: {error}", file=sys.stderr)
@@ -237,7 +243,9 @@ def _leave_summaries(run: ProcessRun) -> None:
             print(f"tpumem: no summary written beside {trace}: {why}", file=sys.stderr)
 
 
-def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path | None) -> None:
+def _after_run(
+    trace: Path, reporter: Reporter | None, width: int, logdir: Path | None, full: bool
+) -> None:
     """The summary beside the trace, the report and the export of a profiled run,
     from one analysis of its trace. The run and its trace stand whatever happens
     here; a failure is one line."""
@@ -258,7 +266,7 @@ def _after_run(trace: Path, reporter: Reporter | None, width: int, logdir: Path 
         print(f"tpumem: {unwritten}", file=sys.stderr)
     if reporter is not None:
         color = sys.stderr.isatty()
-        sys.stderr.write(reporter.render(analysis, width=width, color=color))
+        sys.stderr.write(reporter.render(analysis, width=width, color=color, full=full))
         print(f"tpumem: trace written to {trace}", file=sys.stderr)
     if logdir is not None:
         from tpumem.export.tensorboard import export_loaded, exported_lines

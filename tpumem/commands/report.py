@@ -46,6 +46,7 @@ def run_report(request: ReportRequest) -> None:
                 run,
                 width=width,
                 color=color,
+                full=page.whole,
                 where=given.where,
             )
             emit(text, page.output, [*paths, *given.traces], page.force)
@@ -62,7 +63,7 @@ def run_report(request: ReportRequest) -> None:
                 capacity=request.capacity,
             )
     if request.program is None:
-        text = chosen.render(analysis, width=width, color=color)
+        text = chosen.render(analysis, width=width, color=color, full=page.whole)
     else:
         from tpumem.commands.analysed_runs import program_named
 

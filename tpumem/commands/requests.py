@@ -27,6 +27,12 @@ class Page:
     output: Path | None = None
     width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
     force: bool = False
+    full: bool = False  # --full: the whole text report, not the answer alone
+
+    @property
+    def whole(self) -> bool:
+        """Whether the text report is shown whole: asked for, or written to a file."""
+        return self.full or self.output is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +91,7 @@ class ProfileRequest:
     quiet: bool = False
     fmt: str = "text"
     width: int | None = DEFAULT_WIDTH  # None: the terminal's (options.text_width)
+    full: bool = False  # --full: the whole report after the run
     force: bool = False
     tensorboard: Path | None = None  # also export the trace to this logdir
     tpu: tuple[Topology, ...] = ()

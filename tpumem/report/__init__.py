@@ -51,6 +51,9 @@ class Reporter:
     subject: str  # what it reports: REPORT, PROCESSES, ...
     name: str  # the format, as --format names it
     renderer: str  # "module:function", a Render
+    # Whether it has an answer-only form, the terminal's default (the text report:
+    # `--full` for the rest); the other formats always hold everything.
+    brief: bool = False
 
     @property
     def module(self) -> str:
@@ -69,16 +72,35 @@ class Reporter:
     def series_points(self) -> int:
         return FORMATS_BY_NAME[self.name].series_points
 
-    def render(self, value: Any, *, width: int = 100, color: bool = False, **context: Any) -> str:
+    def render(
+        self,
+        value: Any,
+        *,
+        width: int = 100,
+        color: bool = False,
+        full: bool = True,
+        **context: Any,
+    ) -> str:
         """`context`: what the subject's renderers take besides the value (a
-        distributed run's `where`, a program's `analysis`)."""
+        distributed run's `where`, a program's `analysis`). `full` False: the
+        answer alone, where the reporter has that form (`brief`)."""
         function = self.renderer.split(":")[1]
         render: Render = getattr(importlib.import_module(self.module), function)
+        if self.brief:
+            context["full"] = full
         return render(value, width=width, color=color, **context)
 
 
 def _reporters(subject: str, **renderers: str) -> dict[tuple[str, str], Reporter]:
-    return {(subject, name): Reporter(subject, name, where) for name, where in renderers.items()}
+    return {
+        (subject, name): Reporter(subject, name, where, brief=(subject, name) in _BRIEF)
+        for name, where in renderers.items()
+    }
+
+
+# The reporters with an answer-only form: one run's text, and a distributed run's
+# (its busiest process's answer).
+_BRIEF = {(REPORT, "text"), (PROCESSES, "text")}
 
 
 REPORTERS = {

@@ -153,7 +153,8 @@ def plans_apart_words(apart: PlansApart) -> str:
     )
 
 
-def answer(analysis: TraceAnalysis) -> Answer | None:
+def answer(analysis: TraceAnalysis, top_lines: int | None = None) -> Answer | None:
+    """`top_lines`: the largest lines shown (TOP_LINES), the rest in one row."""
     if not analysis.devices:
         return None
     device = highest(analysis.devices)  # the device whose peak the answer is about
@@ -162,7 +163,12 @@ def answer(analysis: TraceAnalysis) -> Answer | None:
     tables = []
     candidates: tuple[tuple[str, tuple[str, ...], list[tuple[str, ...]], list[int]], ...] = (
         (KINDS_TITLE, KIND_HEADERS, list(kind_rows(device)), [k.bytes for k in kinds]),
-        (LINES_TITLE, LINE_HEADERS, list(line_rows(device.lines)), [x.bytes for x in lines]),
+        (
+            LINES_TITLE,
+            LINE_HEADERS,
+            list(line_rows(device.lines, top_lines or TOP_LINES)),
+            [x.bytes for x in lines],
+        ),
     )
     for title, headers, rows, sizes in candidates:
         if rows:

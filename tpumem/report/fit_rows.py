@@ -90,6 +90,25 @@ def fit_answer(row: FitRow) -> str:
     return answer + (" (estimate)" if row.kind == "tpu" else "")
 
 
+def fit_brief(fit: FitAdvice) -> str:
+    """The fit table in a line: the accelerators it does not fit, with what each
+    holds and what the run needs there, and how many it fits."""
+    misses = [row for row in fit.rows if not row.fits]
+    if not misses:
+        most = max(row.needed_bytes for row in fit.rows)
+        return (
+            f"Would it fit? Yes, on all {len(fit.rows)} accelerators listed "
+            f"({format_bytes(most)} needed at most)"
+        )
+    named = "; ".join(
+        f"{row.accelerator} ({format_bytes(row.memory_bytes)}, needs "
+        f"{format_bytes(row.needed_bytes)})"
+        for row in misses
+    )
+    fits = len(fit.rows) - len(misses)
+    return f"Would it fit? Not on {named}; fits {fits} of {len(fit.rows)} accelerators listed"
+
+
 def fit_note(note: FitNote) -> str:
     """A note of the fit advice, in words."""
     if note.kind == advisor.RAN_OUT:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tpumem.analysis.allocators.capacity import SEGMENTS, CapacityCheck
 from tpumem.analysis.oom import COMPILE, FRAGMENTED, KILLED, LIMIT, NOT_ENOUGH, OutOfMemory
 from tpumem.analysis.oom_causes import KEPT, PIECES, ROUNDING, OomCause
-from tpumem.units import format_bytes, format_seconds
+from tpumem.units import counted, format_bytes, format_seconds
 
 SHOWN_CHECKS = 8  # devices told a row each; the rest are counted
 
@@ -105,7 +105,8 @@ def cause_text(cause: OomCause) -> str:
     if cause.cause == ROUNDING:
         asked, given = format_bytes(cause.asked_bytes), format_bytes(cause.given_bytes)
         return (
-            f"{head}: {cause.count} requests of {asked} each got a {given} chunk (BFC splits "
+            f"{head}: {counted(cause.count, 'request')} of {asked} "
+            f"{'each ' if cause.count > 1 else ''}got a chunk of {given} (BFC splits "
             "a free chunk only when it is twice the request), bytes no array uses. Requests "
             "of the sizes freed before them, or the large arrays made after the small ones, "
             f"reuse the chunks whole ({cause.how})"

@@ -40,6 +40,27 @@ def headline_rows(analysis: TraceAnalysis) -> list[tuple[str, str]]:
     return [*oom_rows(analysis.out_of_memory), *capacity_rows(analysis.capacity)]
 
 
+def unclean_ending(analysis: TraceAnalysis) -> list[tuple[str, str]]:
+    """The "Ended" row, where the run did not end with exit status 0 and no
+    out-of-memory row says why already (the answer-only report's too: a killed
+    or failed run's figures stop early)."""
+    meta, exit_info = analysis.metadata, analysis.metadata.exit
+    if meta.source == COMPILED_ONLY or analysis.running or not analysis.complete:
+        return [] if meta.source == COMPILED_ONLY else [_ended(analysis)]
+    if exit_info is None:
+        return []  # (an imported profile: no process of tpumem's saw it end)
+    if exit_info.signal:
+        return [_ended(analysis)]
+    if exit_info.exception and analysis.out_of_memory:
+        return []  # (the out-of-memory rows are that exception)
+    failed = exit_info.exception or exit_info.code not in (0, None)
+    return [_ended(analysis)] if failed else []
+
+
+def _ended(analysis: TraceAnalysis) -> tuple[str, str]:
+    return ("Ended", _ending(analysis.metadata, analysis.complete, analysis.running))
+
+
 def failure_tables(analysis: TraceAnalysis) -> list[tuple[str, tuple[LiveGroup, ...]]]:
     """(title, groups) of the buffers live at each failure, real and modeled, in
     the order the headline rows tell them."""
@@ -374,14 +395,17 @@ def device_rows(device: DeviceAnalysis) -> list[tuple[str, str, str]]:
     if device.allocations_per_s is not None:
         rate = f"{device.allocations_per_s:,.0f} per second"
         rows.append((fig.ALLOCATION_RATE.title, rate, fig.ALLOCATION_RATE.label(device)))
-    if device.growth is not None:
-        rows.append(("Growth across steps", growth_text(device.growth), GROWTH_HOW))
-    else:
-        found = "no step marks" if not device.step_marks else f"{device.step_marks} step marks"
-        rows.append(
-            ("Growth across steps", f"not checked: {found} ({MARKS_NEEDED} needed)", MARK_STEPS)
-        )
+    rows.append(growth_row(device))
     return rows
+
+
+def growth_row(device: DeviceAnalysis) -> tuple[str, str, str]:
+    """Whether the bytes kept from step to step grow, or why it was not checked
+    (what to do about it, in its third cell)."""
+    if device.growth is not None:
+        return ("Growth across steps", growth_text(device.growth), GROWTH_HOW)
+    found = "no step marks" if not device.step_marks else f"{device.step_marks} step marks"
+    return ("Growth across steps", f"not checked: {found} ({MARKS_NEEDED} needed)", MARK_STEPS)
 
 
 # Where nothing marked the steps (Keras fit(), a jitted JAX step that donates its

@@ -140,7 +140,9 @@ def busiest_title(run: ProcessRun) -> str:
     return f"The busiest process: {busiest.name} ({busiest.path})"
 
 
-def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: bool = False) -> str:
+def render_run_text(
+    run: ProcessRun, where: str, *, width: int = 100, color: bool = False, full: bool = True
+) -> str:
     console, buffer = string_console(width, color)
     console.print(Text("tpumem report · " + visible(_title(run, where))), style="bold")
     for note in notes(run):
@@ -160,7 +162,7 @@ def render_run_text(run: ProcessRun, where: str, *, width: int = 100, color: boo
     console.print(spread)
     console.print(Text(visible(imbalance_text(run))))
     console.rule(Text(visible(busiest_title(run))))
-    return buffer.getvalue() + render_text(run.busiest, width=width, color=color)
+    return buffer.getvalue() + render_text(run.busiest, width=width, color=color, full=full)
 
 
 def render_run_markdown(

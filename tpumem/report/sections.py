@@ -3,7 +3,12 @@ failed, where it did; the answer (the peak, the lines that hold it); the run's
 facts, what failed, the warnings, each device in full (and the rest in brief),
 the compiled programs, what XLA:TPU compiled, whether it would fit. The text and
 markdown reports render each kind of section their own way; the order and what
-each section holds are decided here, once."""
+each section holds are decided here, once.
+
+The terminal's report opens with the answer alone (`brief_sections`): how the
+run failed, the peak, its kinds and lines, what to change, the warnings and
+whether it would fit in a line, then the command that shows the rest, as
+memray's `summary` stands beside its `stats`."""
 
 from __future__ import annotations
 
@@ -12,7 +17,13 @@ from typing import Any
 
 from tpumem.analysis.trace_figures import TraceAnalysis
 from tpumem.report.change_rows import CHANGES_TITLE, change_lines
-from tpumem.report.rows import devices_shown, fact_rows, failure_tables, headline_rows
+from tpumem.report.rows import (
+    devices_shown,
+    fact_rows,
+    failure_tables,
+    headline_rows,
+    unclean_ending,
+)
 from tpumem.trace.metadata import COMPILED_ONLY
 
 HEADLINE = "headline"  # what ended the run, what a capacity asked about gives: (name, value)
@@ -27,6 +38,8 @@ OTHER_DEVICES = "other devices"  # a brief row for each of the next devices
 PROGRAMS = "programs"  # the compiled programs (a tuple of CompiledProgram)
 TPU = "tpu"  # a TpuTarget: what XLA:TPU compiled for one topology
 FIT = "fit"  # the FitAdvice
+FIT_BRIEF = "fit brief"  # the FitAdvice, in a line or two
+MORE = "more"  # the line that says what --full adds: the report's path as given
 # What to change where no answer holds it (a trace `tpumem fit` wrote: no device
 # ran): (title, change lines as change_rows.change_lines gives them).
 CHANGES = "changes"
@@ -45,7 +58,11 @@ KINDS = (
     TPU,
     CHANGES,
     FIT,
+    FIT_BRIEF,
+    MORE,
 )
+# The sections of the terminal's answer-only report alone (brief_sections).
+BRIEF_ONLY = (FIT_BRIEF, MORE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,4 +95,20 @@ def report_sections(analysis: TraceAnalysis) -> list[Section]:
         sections.append(Section(CHANGES, (CHANGES_TITLE, lines)))
     if analysis.fit is not None:
         sections.append(Section(FIT, analysis.fit))
+    return sections
+
+
+def brief_sections(analysis: TraceAnalysis) -> list[Section]:
+    """The answer alone, and where the rest is. A trace without a device's events
+    (`tpumem fit` compiled its programs, none ran) is all answer: in full."""
+    if not analysis.devices:
+        return report_sections(analysis)
+    headline = headline_rows(analysis) + unclean_ending(analysis)
+    sections = [Section(HEADLINE, headline)] if headline else []
+    sections.append(Section(ANSWER, analysis))  # (with each TPU slice's verdict)
+    if analysis.warnings:
+        sections.append(Section(WARNINGS, tuple(analysis.warnings)))
+    if analysis.fit is not None:
+        sections.append(Section(FIT_BRIEF, analysis.fit))
+    sections.append(Section(MORE, analysis.path or ""))
     return sections

@@ -51,3 +51,17 @@ def op_tail(name: str) -> str:
     while (inner := _TRANSFORMED.match(tail)) is not None and inner[1]:
         tail = inner[1]
     return tail
+
+
+def at_a_word(text: str, width: int) -> str:
+    """Words in `width` columns, cut after the last whole word that fits, before an
+    ellipsis: never mid-word (`temporaries: exp, reduc…` reads as another op)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    head = text[: width - 1]
+    space = head.rfind(" ")
+    if space > 0:
+        head = head[:space].rstrip(",;:(")
+    return head + ELLIPSIS

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import io
+import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tpumem.analysis.advisor import FitAdvice
+from tpumem.analysis.advisor import RAN_OUT, FitAdvice
 from tpumem.analysis.compiled.programs import CompiledProgram
 from tpumem.analysis.compiled.sweep import SweepPoint
 from tpumem.analysis.compiled.tpu import TpuTarget
 from tpumem.analysis.gpus import GpuVerdict
-from tpumem.analysis.peak import LiveGroup
+from tpumem.analysis.peak import LiveGroup, highest
 from tpumem.analysis.trace_figures import DeviceAnalysis, TraceAnalysis
 from tpumem.report import sections
 from tpumem.report.answer_rows import answer
 from tpumem.report.escapes import markup, visible
-from tpumem.report.fit_rows import fit_note, fit_table, fit_title
+from tpumem.report.fit_rows import fit_brief, fit_note, fit_table, fit_title
 from tpumem.report.gpu_fit_rows import (
     VERDICT_HEADERS,
     context_note,
@@ -50,9 +53,9 @@ from tpumem.report.program_rows import (
     program_rows,
     programs_title,
 )
-from tpumem.report.rows import BRIEF_HEADERS, device_rows, sparkline
-from tpumem.report.sections import report_sections
-from tpumem.report.shorten import from_left, last_parts
+from tpumem.report.rows import BRIEF_HEADERS, device_rows, growth_row, sparkline
+from tpumem.report.sections import brief_sections, report_sections
+from tpumem.report.shorten import at_a_word, from_left, last_parts
 from tpumem.report.sweep_tables import frontier_table, sweep_largest, sweep_table
 from tpumem.report.tpu_tables import (
     TPU_HEADERS,
@@ -135,33 +138,52 @@ def _cells(row: tuple[str, ...]) -> list[Text]:
 # A shape keeps its dimensions (`…[512,128]`), cut from the left as a path.
 _CUT = {"source": from_left, "line": from_left, "op": last_parts, "shape": from_left}
 _CUT_FLOORS = {"source": 14, "line": 14, "op": 10, "shape": 10}  # narrowed no further
+# A row of one line cuts its words at a word (shorten.at_a_word).
+_WORDS = ("what", "how it is known")
 _FLOOR = 8  # nor another column
 _LEAST = 3  # where even the floors do not fit: a column keeps this many
 # Right-justified where a table is made here, and never narrowed.
 _NUMBERS = ("bytes", "buffers", "share")
+# Never narrowed either: a word cut short would say something else ("optimizer sta…").
+_WHOLE = ("kind",)
 
 
-def _fitted_table(title: str, headers: tuple[str, ...], rows: list, width: int) -> Table:
+def _fitted_table(
+    title: str, headers: tuple[str, ...], rows: list, width: int, one_line: bool = False
+) -> Table:
     """A table of plain-text cells that fits `width`: where it would not, the
     columns are narrowed from their natural widths towards a floor (_FLOOR, or
     _CUT_FLOORS'), the others first, in proportion, then the cut ones, and held
     at those widths (rich's own narrowing cuts the ends of paths); a cut
     column's values are cut to it (shorten.py), the others' wrapped at spaces
-    or ended in an ellipsis."""
+    or ended in an ellipsis (`one_line`: every cell ends in an ellipsis, no
+    row takes two lines, and no box but the header's rule: the first screen's
+    lines are few)."""
     table = Table(title=Text(visible(title)), title_justify="left")
+    if one_line:
+        table = Table(
+            title=Text(visible(title)),
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
     rows = [tuple(visible(cell) for cell in row) for row in rows]
     natural = [
         max(cell_len(header), *(cell_len(row[i]) for row in rows)) if rows else len(header)
         for i, header in enumerate(headers)
     ]
-    available = width - (3 * len(headers) + 1)
+    # (What the borders and padding take: 3 a column and 1 boxed; 2 a column less
+    # 2 with one rule under the header and padding collapsed, `one_line`.)
+    available = width - (2 * len(headers) - 2 if one_line else 3 * len(headers) + 1)
     widths: list[int | None] = [None] * len(headers)
     if sum(natural) > available:
         floor = [
-            n if h in _NUMBERS else min(n, _CUT_FLOORS.get(h, _FLOOR))
+            n if h in _NUMBERS or h in _WHOLE else min(n, _CUT_FLOORS.get(h, _FLOOR))
             for n, h in zip(natural, headers, strict=True)
         ]
-        flexible = [i for i, h in enumerate(headers) if h not in _NUMBERS]
+        flexible = [i for i, h in enumerate(headers) if h not in _NUMBERS and h not in _WHOLE]
         room = available - sum(f for i, f in enumerate(floor) if i not in flexible)
         if sum(floor[i] for i in flexible) > room:
             # Not even the floors fit: the numbers keep their width, the other
@@ -189,34 +211,68 @@ def _fitted_table(title: str, headers: tuple[str, ...], rows: list, width: int) 
             justify="right" if header in _NUMBERS else "left",
             width=widths[i],
             overflow="ellipsis",
+            no_wrap=one_line,
         )
     for row in rows:
-        table.add_row(*(Text(_cut(headers[i], cell, widths[i])) for i, cell in enumerate(row)))
+        table.add_row(
+            *(Text(_cut(headers[i], cell, widths[i], one_line)) for i, cell in enumerate(row))
+        )
     return table
 
 
-def _cut(header: str, cell: str, width: int | None) -> str:
-    return _CUT[header](cell, width) if header in _CUT and width is not None else cell
+def _cut(header: str, cell: str, width: int | None, one_line: bool) -> str:
+    if width is None:
+        return cell
+    if header in _CUT:
+        return _CUT[header](cell, width)
+    return at_a_word(cell, width) if one_line and header in _WORDS else cell
 
 
-def _answer(console: Console, analysis: TraceAnalysis) -> None:
-    """The first screen: the peak, its kinds and lines, what to change."""
-    said = answer(analysis)
+# The answer-only report fits a screen of 80 x 40 (with the prompt's line): it
+# shows the most of the largest lines (the rest in a row of their own) and of
+# the first changes that fits, in this order of preference.
+SCREEN_LINES = 40 - 1
+BRIEF_BOUNDS = ((5, 3), (5, 2), (3, 2), (3, 1), (2, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    lines: int | None = None  # the lines table's rows (None: answer_rows.TOP_LINES)
+    changes: int | None = None  # the changes shown (None: every one)
+    brief: bool = False  # each row one line, no figure's how beside a change
+
+
+def _answer(console: Console, analysis: TraceAnalysis, bounds: _Bounds = _Bounds()) -> None:
+    """The first screen: the peak, its kinds and lines, what to change. `brief`:
+    each row one line (the rest ends in an ellipsis), and the top of each list."""
+    brief = bounds.brief
+    said = answer(analysis, top_lines=bounds.lines)
     if said is None:
         return
     console.print(Text(visible(said.headline), style="bold"))
     for verdict in said.verdicts:
         console.print(Text(visible(verdict), style="bold"))
     for table in said.tables:
-        _table(console, table.title, table.headers, table.rows)
+        console.print(_fitted_table(table.title, table.headers, table.rows, console.width, brief))
     for note in said.notes:
         console.print(Text(visible(note)), style="dim")
+    if brief:  # (in full, a row of the device's figures)
+        title, value, how = growth_row(highest(analysis.devices))
+        if value.startswith("not checked"):
+            value += "; " + how.split(": ", 1)[-1]
+        console.print(Text(f"{title}: {visible(value)}"))
     if said.changes:
-        _changes(console, (said.changes_title, said.changes))
+        changes = said.changes[: bounds.changes] if bounds.changes else said.changes
+        _changes(console, (said.changes_title, changes), brief)
+        if len(said.changes) > len(changes):
+            console.print(f"({len(said.changes) - len(changes)} more with --full)", style="dim")
 
 
-def _changes(console: Console, section: tuple[str, list[tuple[str, str, str]]]) -> None:
-    """What to change: each figure, its sentence, how the figure is known."""
+def _changes(
+    console: Console, section: tuple[str, list[tuple[str, str, str]]], brief: bool = False
+) -> None:
+    """What to change: each figure, its sentence, how the figure is known (with
+    --full: on the terminal's first screen, the sentence alone)."""
     title, changes = section
     console.print(Text(title, style="bold"))
     grid = Table.grid(padding=(0, 1))
@@ -224,9 +280,28 @@ def _changes(console: Console, section: tuple[str, list[tuple[str, str, str]]]) 
     grid.add_column(overflow="fold")  # (a long path folds whole, never cut)
     for figure, sentence, how in changes:
         words = Text(visible(sentence))
-        words.append(f" ({visible(how)})", style="dim")
+        if not brief:
+            words.append(f" ({visible(how)})", style="dim")
         grid.add_row(Text(figure, style="bold"), words)
     console.print(grid)
+
+
+def _fit_brief(console: Console, fit: FitAdvice) -> None:
+    """The fit table in a line, and what qualifies every answer in it (a run that
+    ran out shows what it needs at the least); the other notes with --full."""
+    console.print(Text(visible(fit_brief(fit))))
+    for note in fit.notes:
+        if note.kind == RAN_OUT:
+            console.print(Text(visible(fit_note(note))), style="dim")
+
+
+def _more(console: Console, path: str) -> None:
+    """What --full adds, and the command, whole on a line of its own (copied as is)."""
+    console.print(
+        "--full adds the run, how each figure is known, buffers, stacks, the timeline:",
+        style="dim",
+    )
+    console.print(Text(f"  tpumem report {shlex.quote(visible(path))} --full"), soft_wrap=True)
 
 
 def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
@@ -243,13 +318,30 @@ def string_console(width: int, color: bool) -> tuple[Console, io.StringIO]:
     return console, buffer
 
 
-def render_text(analysis: TraceAnalysis, *, width: int = 100, color: bool = False) -> str:
+def render_text(
+    analysis: TraceAnalysis, *, width: int = 100, color: bool = False, full: bool = True
+) -> str:
+    """The report; `full` False: the answer alone (sections.brief_sections)."""
     console, buffer = string_console(width, color)
     # (One line whatever its length: a path is copied whole.)
     console.print(f"[bold]tpumem report[/] · {markup(analysis.path or '')}", soft_wrap=True)
-    for section in report_sections(analysis):
-        _SECTIONS[section.kind](console, section.value)
-    return buffer.getvalue()
+    if full:
+        for section in report_sections(analysis):
+            _SECTIONS[section.kind](console, section.value)
+        return buffer.getvalue()
+    head = buffer.getvalue()
+    for lines, changes in BRIEF_BOUNDS:  # (the first that fits the screen, else the last)
+        console, buffer = string_console(width, color)
+        bounds = _Bounds(lines, changes, brief=True)
+        for section in brief_sections(analysis):
+            if section.kind == sections.ANSWER:
+                _answer(console, section.value, bounds)
+            else:
+                _SECTIONS[section.kind](console, section.value)
+        text = head + buffer.getvalue()
+        if text.count("\n") <= SCREEN_LINES:
+            break
+    return text
 
 
 def _run(console: Console, rows: list[tuple[str, ...]]) -> None:
@@ -411,4 +503,6 @@ _SECTIONS: dict[str, Callable[[Console, Any], None]] = {
     sections.TPU: _tpu,
     sections.CHANGES: _changes,
     sections.FIT: _fit,
+    sections.FIT_BRIEF: _fit_brief,
+    sections.MORE: _more,
 }
