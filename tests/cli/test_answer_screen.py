@@ -8,6 +8,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
 from conftest import run_tpumem
 
@@ -44,3 +45,23 @@ def test_full_and_a_file_get_the_whole_report(demo_trace, tmp_path):
     written = run_tpumem("report", str(demo_trace), "--width", "80", "-o", str(tmp_path / "r.txt"))
     assert written.returncode == 0, written.stderr
     assert (tmp_path / "r.txt").read_text() == whole.stdout
+
+
+def test_the_comparison_at_80_columns_cuts_no_word(tmp_path):
+    """The four demo runs side by side at 80 columns: a table too wide changes
+    shape (a block per run) rather than cut or fold its words."""
+    traces = []
+    for run in RUNS:
+        trace = tmp_path / f"{run}.tpumem"
+        trace.write_bytes(gzip.decompress((DEMO / f"{run}.tpumem.gz").read_bytes()))
+        traces.append(str(trace))
+    result = run_tpumem("compare", *traces, "--width", "80")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80
+    assert not [line for line in lines if "…" in line], result.stdout
+    for run in RUNS:  # each run's file, whole, in the legend
+        assert any(line.endswith(f" of {run}.tpumem") for line in lines), result.stdout
+    # The figures a block shows are the table's: each run's peak, on its own row.
+    peaks = [line for line in lines if line.startswith("Peak in use ")]
+    assert len(peaks) == len(RUNS), result.stdout

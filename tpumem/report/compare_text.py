@@ -1,12 +1,18 @@
 """`tpumem compare` in the terminal: one column per run, the best of each row
-marked, ratios against the first run, then where the peaks differ and the fit."""
+marked, ratios against the first run, then where the peaks differ and the fit.
+
+Each column is headed by the run's name alone (a legend under the table gives
+its device and file). A table still wider than the terminal changes shape
+rather than wrap its words: one block per run, its figures as rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tpumem.analysis import provenance
 from tpumem.analysis.advisor import FitRow
@@ -60,34 +66,103 @@ def render_compare_text(comparison: Comparison, *, width: int = 100, color: bool
     console, buffer = string_console(width, color)
     names = comparison.names
     console.print(f"[bold]tpumem compare[/] · {len(names)} runs")
-    console.print(_rows_table(comparison, comparison.rows))
+    _print_fitted(console, _rows_table(comparison, comparison.rows), comparison)
+    for name, run, device in zip(names, comparison.runs, comparison.devices, strict=True):
+        file = Path(run.path).name if run.path else "-"
+        console.print(f"[dim]{markup(name)}: {markup(device or '-')} of {markup(file)}[/]")
     console.print(
         "[dim]* lowest in its row · xN: against the first run · under each value: how it "
         "was obtained[/]"
     )
     _differences(console, comparison)
     if comparison.program_rows:
-        console.print(
-            _rows_table(comparison, comparison.program_rows, title=PROGRAMS_TITLE, devices=False)
-        )
+        table = _rows_table(comparison, comparison.program_rows, title=PROGRAMS_TITLE)
+        _print_fitted(console, table, comparison)
     _fit(console, comparison)
     return buffer.getvalue()
+
+
+def _print_fitted(
+    console: Console, table: Table, comparison: Comparison, titled: bool = True
+) -> None:
+    """The table as it is where it fits the terminal; else one block per run (its
+    name, then each row's figure and value; `titled` False: a table of a column
+    per run and no figure's): a column too narrow for its words would wrap
+    every cell."""
+    if _narrowest(table) <= console.width:
+        # Each column its longest word, and of what is left a share in proportion
+        # to how much wider its lines are (rich's own sharing cuts words).
+        least, most = _word_widths(table), _line_widths(table)
+        room = console.width - (3 * len(least) + 1) - sum(least)
+        wanted = [m - w for m, w in zip(most, least, strict=True)]
+        share = min(1.0, room / sum(wanted)) if sum(wanted) else 0.0
+        for column, word, more in zip(table.columns, least, wanted, strict=True):
+            column.width = word + int(more * share)
+        console.print(table)
+        return
+    if table.title:
+        console.print(table.title)
+    first = 1 if titled else 0
+    titles = [str(cell) for cell in table.columns[0].cells] if titled else None
+    for index, name in enumerate(comparison.names):
+        block = Table(show_header=False, box=None, pad_edge=False, title_justify="left")
+        block.title = f"[bold]{markup(name)}[/]"
+        cells = [str(cell) for cell in table.columns[index + first].cells]
+        if titles is None:
+            block.add_column()
+            for cell in cells:
+                block.add_row(cell)
+        else:
+            block.add_column(style="bold", no_wrap=True, min_width=max(map(cell_len, titles)))
+            block.add_column(overflow="fold")
+            block.add_column(overflow="fold")  # (a setting is one word: folded, never cut)
+            for title, cell in zip(titles, cells, strict=True):
+                value, _, how = cell.partition("\n")
+                block.add_row(title, value, how)
+        console.print(block)
 
 
 PROGRAMS_TITLE = "The training step's compiled program, side by side"
 
 
+def _word_widths(table: Table) -> list[int]:
+    """Each column's narrowest without breaking a word: its longest word (a label
+    column that keeps its line: its longest line)."""
+    widths = []
+    for column in table.columns:
+        texts = [Text.from_markup(str(cell)).plain for cell in (column.header, *column.cells)]
+        if column.no_wrap:
+            widths.append(max(cell_len(line) for t in texts for line in t.splitlines() or [""]))
+        else:
+            widths.append(max((cell_len(word) for t in texts for word in t.split()), default=0))
+    return widths
+
+
+def _line_widths(table: Table) -> list[int]:
+    """Each column's natural width: its longest line."""
+    return [
+        max(
+            cell_len(line)
+            for cell in (column.header, *column.cells)
+            for line in Text.from_markup(str(cell)).plain.splitlines() or [""]
+        )
+        for column in table.columns
+    ]
+
+
+def _narrowest(table: Table) -> int:
+    """How narrow the table can be without breaking a word, its box included."""
+    widths = _word_widths(table)
+    return sum(widths) + 3 * len(widths) + 1
+
+
 def _rows_table(
-    comparison: Comparison, rows: tuple[CompareRow, ...], title: str | None = None, devices=True
+    comparison: Comparison, rows: tuple[CompareRow, ...], title: str | None = None
 ) -> Table:
     table = Table(show_lines=False, title=title, title_justify="left")
-    table.add_column("figure", style="bold")
-    for name, run, device in zip(
-        comparison.names, comparison.runs, comparison.devices, strict=True
-    ):
-        file = Path(run.path).name if run.path else ""
-        where = f"{markup(device or '-')} · {markup(file)}" if devices else markup(file)
-        table.add_column(f"{markup(name)}\n[dim]{where}[/]", overflow="fold")
+    table.add_column("figure", style="bold", no_wrap=True)
+    for name in comparison.names:
+        table.add_column(markup(name))
     for row in rows:
         table.add_row(row_title(row), *(_cell(row, i) for i in range(len(comparison.names))))
     return table
@@ -112,7 +187,7 @@ def _differences(console: Console, comparison: Comparison) -> None:
             for b, c in zip(kind.bytes[1:], kind.change[1:], strict=True)
         ]
         table.add_row(KIND_WORDS[kind.kind], *cells)
-    console.print(table)
+    _print_fitted(console, table, comparison)
     sentence = difference_sentence(comparison)
     if sentence:
         console.print(markup(sentence + "."))
@@ -131,7 +206,7 @@ def _differences(console: Console, comparison: Comparison) -> None:
             )
         )
     if depth:
-        console.print(ops)
+        _print_fitted(console, ops, comparison, titled=False)
 
 
 def _fit(console: Console, comparison: Comparison) -> None:
@@ -149,7 +224,7 @@ def _fit(console: Console, comparison: Comparison) -> None:
     for index, target in enumerate(first.rows):
         label = f"{target.accelerator} [dim]{format_bytes(target.memory_bytes)}[/]"
         table.add_row(label, *(_fit_cell(a.rows[index]) if a else "-" for a in advice))
-    console.print(table)
+    _print_fitted(console, table, comparison)
     for name, fit in zip(comparison.names, advice, strict=True):
         for note in map(fit_note, fit.notes if fit else ()):
             console.print(f"[dim]{markup(name)}: {markup(note)}[/]")
