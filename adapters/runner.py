@@ -11,11 +11,12 @@ before the script sees the environment.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -372,7 +373,8 @@ def main() -> None:
             }
     finally:
         if os.getpid() == runner_pid:
-            _end(recording, ending)
+            with _interrupts_let_by():
+                _end(recording, ending)
             if unopened.orphaned():  # (the script handled tpumem's SIGTERM, and ended)
                 unopened.remove()
     # (A process the script forked ends here too, as it would have without tpumem:
@@ -395,6 +397,23 @@ def main() -> None:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
     sys.exit(code)
+
+
+@contextlib.contextmanager
+def _interrupts_let_by() -> Iterator[None]:
+    """While tpumem writes how the script ended, a Ctrl-C more (a second press; or
+    `timeout -s INT`, which signals the process group and tpumem both) is let by:
+    the run is ending already, and a KeyboardInterrupt raised inside tpumem's own
+    files read as tpumem's crash, its traceback ending there."""
+    try:
+        earlier = signal.signal(signal.SIGINT, lambda number, frame: None)
+    except ValueError:  # (not the main thread: nothing to hold)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, earlier)
 
 
 def _exit_status(ending: dict[str, Any]) -> Any:

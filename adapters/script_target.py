@@ -30,11 +30,26 @@ def run_target(target: str, args: Sequence[str], module: bool) -> None:
     exec(code, main.__dict__)
 
 
+# tpumem's own files (the adapters are a directory of the package's): their
+# frames between the user's and the framework's are the hooks tpumem put there.
+_TPUMEM = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def user_traceback(error: BaseException, *ours: str) -> types.TracebackType | None:
     """The traceback from the user's code down, as `python script.py` prints it
-    (`ours`: the files of the process's own frames above it)."""
+    (`ours`: the files of the process's own frames above it), less the frames of
+    tpumem's hooks: an interrupt that lands in one (Ctrl-C in a JAX loop) read as
+    tpumem's crash, its traceback ending in tpumem's files."""
     tb = error.__traceback__
     skipped = (__file__, runpy.__file__, *ours)
     while tb is not None and tb.tb_frame.f_code.co_filename in skipped:
         tb = tb.tb_next
-    return tb
+    kept: list[types.TracebackType] = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_TPUMEM):
+            kept.append(tb)
+        tb = tb.tb_next
+    chained = None
+    for frame in reversed(kept):  # (each frame as it was, linked without the hooks')
+        chained = types.TracebackType(chained, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return chained

@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -593,3 +594,32 @@ def test_a_followed_process_that_becomes_another_program_lives_its_life(tmp_path
         assert not _gone(middle)
     finally:
         _finish(run)
+
+
+JAX_LOOP = textwrap.dedent(
+    """
+    import jax.numpy as jnp
+    x = jnp.ones((256, 256))
+    open("ready", "w").close()
+    while True:
+        x = (x @ x) / 256.0
+    """
+)
+
+
+def test_an_interrupt_in_a_jax_loop_shows_no_frame_of_tpumems(tmp_path):
+    """`timeout -s INT` (and a second Ctrl-C) signals the process group and tpumem
+    both: the script gets two interrupts. The first lands where the loop is, often
+    inside tpumem's hook of the jitted call; the second as tpumem writes how the
+    run ended. Neither shows a frame of tpumem's: the traceback is the script's."""
+    (tmp_path / "loop.py").write_text(JAX_LOOP)
+    run = _start(tmp_path, "-q", "-o", "t.tpumem", "loop.py", start_new_session=True)
+    _wait_for(tmp_path / "ready", run)
+    time.sleep(1.0)  # (well into the loop)
+    os.killpg(run.pid, signal.SIGINT)
+    run.send_signal(signal.SIGINT)
+    stderr = _finish(run)
+    assert run.returncode == 128 + signal.SIGINT, stderr
+    assert "KeyboardInterrupt" in stderr and 'loop.py", line' in stderr
+    assert re.search(r'File ".*/tpumem/', stderr) is None, stderr
+    assert load(tmp_path / "t.tpumem").metadata.exit.signal == signal.SIGINT
