@@ -952,3 +952,18 @@ def test_a_kernel_too_large_for_vmem_is_a_verdict_and_nothing_more_is_compiled(t
     # No diagnostic compile (VMEM is no larger on a larger chip), no search (what
     # shrinks HBM does not shrink a block).
     assert target.refused[0].diagnostic is None and not target.candidates
+
+
+def test_a_step_nothing_shards_is_said_to_use_one_of_the_slices_chips(tmp_path):
+    """HELD_BESIDE's step, unsharded, on a 4-chip slice: its figure is one chip's,
+    and the verdict says the other three sit idle; on one chip it says nothing."""
+    result = _fit(tmp_path, HELD_BESIDE, "--tpu", "v5e:2x2", "script.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = " ".join(result.stdout.split())
+    assert "runs on 1 of the slice's 4 chips: nothing shards it" in said
+    (target,) = analyze(load(tmp_path / "script.fit.tpumem")).tpu
+    assert target.programs[0].compile.partitions == 1
+    (tmp_path / "one").mkdir()
+    one = _fit(tmp_path / "one", HELD_BESIDE, "--tpu", "v5e-1", "script.py")
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "FITS on v5e:1x1" in one.stdout and "of the slice's" not in one.stdout

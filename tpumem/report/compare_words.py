@@ -16,7 +16,7 @@ TITLES = {
     **{figure.key: figure.title for figure in COMPARED},
     PROGRAM_TEMP: "Largest program temp",
     "program.name": "Step program",
-    "program.peak": "Its peak",
+    "program.peak": "Its peak (plan: all outputs held)",
     "program.arguments": "Arguments",
     "program.outputs": "Outputs",
     "program.aliased": "Aliased (donated)",

@@ -494,5 +494,10 @@ def _running_row(running: RunningAtPeak, peak_bytes: int) -> tuple[str, str, str
         "outputs among them)"
     )
     if program.heap is not None:
-        value += f"; its own peak {format_bytes(program.heap.peak_bytes)} (XLA's plan)"
+        # (Not the run's peak: the plan holds every output for the whole program.)
+        value += (
+            f"; its own peak {format_bytes(program.heap.peak_bytes)} in XLA's plan, which "
+            "holds its arguments and every output for the whole program beside its "
+            "temporaries at their peak, where the run's peak counts the arrays live then"
+        )
     return ("Program at peak", value, "derived; the plan: compile-time")

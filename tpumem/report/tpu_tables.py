@@ -3,6 +3,7 @@ every format shows."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from tpumem.analysis.compiled.cpu_forms import CpuForm
@@ -85,11 +86,25 @@ def tpu_verdict(target: TpuTarget) -> str | None:
     if tpu.fits:
         return (
             f"FITS on {target.topology}: a chip needs {format_bytes(tpu.need_bytes, 2)}, "
-            f"{format_bytes(spare, 2)} ({share:.1%}) to spare; {words}"
+            f"{format_bytes(spare, 2)} ({share:.1%}) to spare; {words}{_one_chip(target)}"
         )
     return (
         f"DOES NOT FIT on {target.topology}: a chip needs {format_bytes(tpu.need_bytes, 2)}, "
-        f"over by {format_bytes(-spare, 2)} ({share:.1%}); {words}"
+        f"over by {format_bytes(-spare, 2)} ({share:.1%}); {words}{_one_chip(target)}"
+    )
+
+
+def _one_chip(target: TpuTarget) -> str:
+    """Where the slice has several chips and its largest program runs on one: the
+    figure is one chip's of a slice the step does not use (nothing shards it)."""
+    chips = math.prod(int(d) for d in target.topology.split(":")[-1].split("x"))
+    largest = target.programs[0] if target.programs else None
+    if largest is None or chips < 2 or largest.compile.partitions != 1:
+        return ""
+    return (
+        f". {short_program_name(largest.name)} runs on 1 of the slice's {chips} chips: "
+        "nothing shards it (a jax.sharding.Mesh with NamedSharding on its inputs, or "
+        "pjit's in_shardings), so the others sit idle and one holds it all"
     )
 
 
