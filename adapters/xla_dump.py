@@ -15,6 +15,7 @@ Files are read off the training thread, once XLA has finished writing them.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -43,6 +44,9 @@ SETTLE_S = 1.0  # a file untouched this long has been written whole
 # about 0.15 s (printing the IR). tpumem removes them within seconds.
 MEMORY_FILESYSTEM = "/dev/shm"
 READ_EVERY_S = 1.0  # how often the sampler thread looks for new programs
+# The dump a notebook's kernel keeps from `%load_ext tpumem` on (open_session_dump):
+# its directory, once made.
+SESSION_DUMPS: list[str] = []
 
 
 def _flag(flags: list[str], name: str) -> str | None:
@@ -65,6 +69,7 @@ class XlaDump:
 
     directory: str
     owned: bool  # tpumem made it: emptied as read, removed at the end
+    kept: bool = False  # the kernel's (SESSION_DUMPS): emptied, never removed
     notes: list[str] = field(default_factory=list)
     _taken: set[int] = field(default_factory=set)  # module ids read
     _before: dict[str, int] = field(default_factory=dict)  # the user's files from before
@@ -83,6 +88,10 @@ class XlaDump:
         flags = current.split()  # as XLA splits them: no quoting, never an error
         theirs = _flag(flags, DUMP_TO)
         added = []
+        if theirs in SESSION_DUMPS:  # the kernel's, tpumem's: what earlier cells left goes
+            for entry in _files(theirs):
+                _remove(os.path.join(theirs, entry))
+            return cls(theirs, owned=True, kept=True)
         if theirs:
             if theirs in ("-", "sponge"):
                 return None
@@ -163,7 +172,7 @@ class XlaDump:
 
     def close(self, writer: TraceWriter) -> None:
         self.collect(writer, final=True)
-        if self.owned:
+        if self.owned and not self.kept:
             shutil.rmtree(self.directory, ignore_errors=True)
         if self._environ is not None:
             if self._flags is None:
@@ -191,6 +200,22 @@ def keep_dump_flags(
         return None
     environ[FLAGS_VARIABLE] = " ".join([current, f"{DUMP_TO}={directory}", AS_PROTO]).strip()
     return current
+
+
+def open_session_dump(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """A dump for the rest of this process (a notebook's kernel, from `%load_ext
+    tpumem`): XLA reads XLA_FLAGS once, as the framework first computes, which in a
+    notebook comes before the first recorded cell; each recording then reads the
+    programs compiled while it runs (XlaDump.install), and empties it. Removed at
+    exit. Returns what it set; nothing where the user dumps on their own."""
+    current = environ.get(FLAGS_VARIABLE, "")
+    if SESSION_DUMPS or _flag(current.split(), DUMP_TO) is not None:
+        return {}
+    directory = dump_directory()
+    SESSION_DUMPS.append(directory)
+    atexit.register(shutil.rmtree, directory, True)
+    environ[FLAGS_VARIABLE] = " ".join([current, f"{DUMP_TO}={directory}", AS_PROTO]).strip()
+    return {FLAGS_VARIABLE: environ[FLAGS_VARIABLE]}
 
 
 def dump_directory() -> str:

@@ -52,15 +52,27 @@ def prepare_frameworks() -> None:
     """Sets in this process's environment what `tpumem profile` sets in a
     profiled script's, for each installed framework that has not read it yet and
     where the user has not set it (TensorFlow's CPU allocator then reports to
-    its profiler). Each trace says what was set (`set_by_tpumem`)."""
+    its profiler); and, where no framework has started, the XLA dump every later
+    recording reads its programs from (adapters/xla_dump.py, open_session_dump).
+    Each trace says what was set (`set_by_tpumem`)."""
     from tpumem.adapters import CaptureOptions, available_adapters, get_adapter
+    from tpumem.adapters.xla_dump import open_session_dump
 
-    for name in available_adapters():
+    names = available_adapters()
+    started = any(get_adapter(n).runtime_started() for n in names if _imported(n))
+    dump = {} if started else open_session_dump(os.environ)
+    for name in names:
         adapter = get_adapter(name)
         if name in _set_here or adapter.environment_read():
             continue
-        _set_here[name] = adapter.environment(CaptureOptions(), os.environ)
+        _set_here[name] = {**adapter.environment(CaptureOptions(), os.environ), **dump}
         os.environ.update(_set_here[name])
+
+
+def _imported(name: str) -> bool:
+    from tpumem.adapters import get_adapter
+
+    return get_adapter(name).module in sys.modules
 
 
 def loaded_framework() -> str | None:

@@ -93,7 +93,9 @@ def test_a_cell_shows_its_report_under_it(tmp_path, monkeypatch, framework):
     if framework != "tensorflow":
         assert sources & {"In [3]:1", "In [3]:2"}, sources
     else:  # set when the extension loaded, before TensorFlow started
-        assert first.metadata.set_by_tpumem == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+        set_here = first.metadata.set_by_tpumem  # (and the session's XLA dump: xla_dump.py)
+        assert set_here["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
+        assert set(set_here) == {"TF_CPU_ALLOCATOR_USE_BFC", "XLA_FLAGS"}
         assert first.devices[0].fidelity == "allocator"
     # Under each recorded cell: the HTML report of its own trace, and the text one.
     for cell_outputs, analysis in ((outputs[2], first), (outputs[3], second)):
@@ -236,3 +238,24 @@ for output, force in (("/dev/full", False), ("/dev/full", True), ("kept.tpumem",
     ]
     assert not (tmp_path / "ran").exists()
     assert (tmp_path / "kept.tpumem").read_text() == "the user's\n"
+
+
+def test_a_cell_after_the_framework_started_still_gets_its_programs(tmp_path, monkeypatch):
+    """XLA reads XLA_FLAGS once, as JAX first computes: in a notebook, before the
+    first recorded cell. `%load_ext tpumem` opens the kernel's dump then, so a
+    program compiled in a later %%tpumem cell has its plan in the trace, and no
+    warning says to start tpumem earlier."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    _run_notebook(
+        [
+            "%load_ext tpumem",
+            "import jax, jax.numpy as jnp\nwarm = jnp.ones((8,)) * 2",  # JAX starts here
+            "%%tpumem\nstep = jax.jit(lambda x: jnp.tanh(x @ x).sum())\n"
+            "kept = step(jnp.ones((512, 512)))\nkept.block_until_ready()",
+        ],
+        tmp_path,
+    )
+    analysis = analyze(load(tmp_path / "cell.tpumem"))
+    assert not [w for w in analysis.warnings if "XLA dumped no compiled programs" in w]
+    assert any("jit__lambda" in p.name for p in analysis.compiled), analysis.compiled
+    assert "--xla_dump_to=" in analysis.metadata.set_by_tpumem["XLA_FLAGS"]

@@ -97,7 +97,9 @@ def test_a_test_over_its_limit_fails_with_what_was_live(pytester, framework_env,
     # Set before the tests started the framework, as `tpumem profile` would have:
     # TensorFlow's CPU allocator then reports on any CPU.
     if framework == "tensorflow":
-        assert metadata.set_by_tpumem == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+        set_here = metadata.set_by_tpumem  # (and the session's XLA dump: xla_dump.py)
+        assert set_here["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
+        assert set(set_here) == {"TF_CPU_ALLOCATOR_USE_BFC", "XLA_FLAGS"}
 
 
 def test_every_test_recorded_with_the_largest_peaks_listed(pytester, framework_env):
