@@ -87,6 +87,7 @@ class TpumemMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("trace", nargs="?", help="a trace file (default: the last cell's)")
     @magic_arguments.argument("--format", choices=FORMATS, help="one format, as text")
+    @magic_arguments.argument("--full", action="store_true", help="the whole text report")
     @line_magic
     def tpumem_report(self, line: str) -> None:
         """Shows the report of the last recorded cell, or of a trace file."""
@@ -106,7 +107,7 @@ class TpumemMagics(Magics):
         if args.format is None:
             display(run_bundle(analysis), raw=True)
         else:
-            print(reporter_for(None, args.format).render(analysis))
+            print(reporter_for(None, args.format).render(analysis, full=args.full))
 
 
 def load(ipython: object) -> None:

@@ -79,7 +79,8 @@ def run_bundle(analysis: TraceAnalysis) -> dict[str, str]:
 
     return {
         "text/html": answer_html(analysis) + folded(reporter(REPORT, "html").render(analysis)),
-        "text/plain": reporter(REPORT, "text").render(analysis, width=TEXT_WIDTH),
+        # (the answer, as on a terminal; `%tpumem_report --format text --full`: all)
+        "text/plain": reporter(REPORT, "text").render(analysis, width=TEXT_WIDTH, full=False),
     }
 
 

@@ -66,6 +66,7 @@ from tpumem.report.tpu_tables import (
     tpu_title,
     tpu_verdict,
 )
+from tpumem.trace.metadata import TRACKED
 from tpumem.units import format_bytes, format_seconds
 
 
@@ -258,9 +259,12 @@ def _answer(console: Console, analysis: TraceAnalysis, bounds: _Bounds = _Bounds
         console.print(Text(visible(note)), style="dim")
     if brief:  # (in full, a row of the device's figures)
         title, value, how = growth_row(highest(analysis.devices))
-        if value.startswith("not checked"):
+        unchecked = value.startswith("not checked")
+        if unchecked:
             value += "; " + how.split(": ", 1)[-1]
-        console.print(Text(f"{title}: {visible(value)}"))
+        # (A tracked block, a cell or a test, is seldom a loop of steps to mark.)
+        if not (unchecked and analysis.metadata.source == TRACKED):
+            console.print(Text(f"{title}: {visible(value)}"))
     if said.changes:
         changes = said.changes[: bounds.changes] if bounds.changes else said.changes
         _changes(console, (said.changes_title, changes), brief)
