@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -595,6 +596,8 @@ def test_ctrl_c_in_the_terminal_stops_fit_once_and_reports(tmp_path):
     assert "1 program compiled by XLA:TPU" in " ".join(output.split())
     assert "Traceback" not in output and "***" not in output, output[-3000:]
     assert "tpumem: fit interrupted (SIGINT) while compiling for v5e:2x4" in output
+    # Meanwhile, the compile's seconds turned on the terminal (nothing else moves).
+    assert re.search(r"compiling for v5e:2x4 with XLA:TPU: \d+ s", output), output[-3000:]
 
 
 # An optax step whose arrays have no telling names: what they are is in optax's
@@ -633,6 +636,7 @@ def test_a_chip_by_kind_takes_each_argument_s_kind_from_the_script_s_objects(tmp
 
 FLAGS_OF_ITS_OWN = """
 import os
+import re
 os.environ["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"  # (as Flax's examples do)
 import jax, jax.numpy as jnp
 

@@ -308,7 +308,8 @@ def _fit_one(
             "tpumem.adapters.fit_runner",
             str(directory / "request.json"),
         ]
-        status, stopped = run_compiling(command, env)
+        doing = f"tpumem fit: compiling for {label(request, topology)} with XLA:TPU"
+        status, stopped = run_compiling(command, env, doing)
         lines = out.read_text(errors="replace").splitlines() if out.exists() else []
     changes["XLA_FLAGS"] = changes["XLA_FLAGS"].replace(
         str(directory / "dump"), "<a temporary directory>"

@@ -17,11 +17,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpumem.launch.signals import STOPPING, HeldSignals, held
+from tpumem.progress import progress
 
 _LOOK_S = 0.5  # how long a wait goes without looking at the signals another thread took
 
@@ -36,18 +38,23 @@ class FitStopped(Exception):
     where: str = ""  # the slice (and value) it was compiling for
 
 
-def run_compiling(command: Sequence[str], env: dict[str, str]) -> tuple[int, int | None]:
-    """Runs the compiling process to its end; (its status as subprocess gives it,
-    the stopping signal that made tpumem end it, None where it ended by itself)."""
-    with held() as signals:
+def run_compiling(
+    command: Sequence[str], env: dict[str, str], doing: str = "compiling with XLA:TPU"
+) -> tuple[int, int | None]:
+    """Runs the compiling process to its end, the seconds it has taken turning on
+    a terminal beside `doing` (a compile takes seconds to minutes; nothing else
+    moves meanwhile); (its status as subprocess gives it, the stopping signal
+    that made tpumem end it, None where it ended by itself)."""
+    with held() as signals, progress(doing) as say:
         child = subprocess.Popen(
             list(command), env=env, start_new_session=True, preexec_fn=_unblocked
         )
-        stopping = None
+        stopping, began = None, time.monotonic()
         while True:
             found, status = os.waitpid(child.pid, os.WNOHANG)
             if found:
                 break
+            say(f"{time.monotonic() - began:,.0f} s")
             number = _stopping(signals)
             if number is not None and stopping is None:
                 stopping = number
