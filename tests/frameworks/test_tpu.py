@@ -257,7 +257,7 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
     assert names[0].startswith("a_inference_train_step_") and names[1] == "jit_step"
     assert names[2].startswith("SyncTensorsGraph.")
     assert rows["Step program"]["labels"] == ["running at the peak"] * 3
-    per_chip = rows["On v5e:1x1: per chip"]["values"]
+    per_chip = rows["On v5e:1x1: the step alone, per chip"]["values"]
     for index, (name, run) in enumerate(zip(scripts, comparison["runs"], strict=True)):
         assert run["tpu"], (name, result.stderr[-3000:])
         (target,) = run["tpu"]
@@ -282,11 +282,11 @@ def test_the_three_frameworks_step_programs_side_by_side_on_v5e(tmp_path):
         if name == "torch_xla_transformer":  # its step's outputs: the .grad tensors
             assert chip["gradients"] == 67_520 * 4
     # A chip by kind, side by side: the same model's parameters on each.
-    assert rows["On v5e:1x1: parameters"]["values"] == [67_520 * 4] * 3
+    assert rows["On v5e:1x1: a chip's parameters"]["values"] == [67_520 * 4] * 3
     problems, dom = rendered(tmp_path / "compare.html")
     assert problems == []
     assert "compiled program, side by side" in dom and names[1] in dom
-    assert "On v5e:1x1: optimizer state" in dom
+    assert "On v5e:1x1: a chip's optimizer state" in dom
 
 
 def test_two_compiles_at_once_both_finish(tmp_path):

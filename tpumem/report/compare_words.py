@@ -30,14 +30,15 @@ TITLES = {
 ABOUT = {
     "capacity_failure": "At {}: out of memory, asked for",
     "capacity_headroom": "At {}: headroom",
-    "program.tpu": "On {}: per chip",
+    # (The step alone: a chip's need, the fit table's, adds the arrays held beside it.)
+    "program.tpu": "On {}: the step alone, per chip",
     "program.tpu-temps": "On {}: temporaries",
 }
 
 
 def row_title(row: CompareRow) -> str:
     if row.key.startswith(CHIP_KIND):
-        return f"On {row.about}: {KIND_WORDS[row.key[len(CHIP_KIND) :]]}"
+        return f"On {row.about}: a chip's {KIND_WORDS[row.key[len(CHIP_KIND) :]]}"
     if row.key in ABOUT:
         about = format_bytes(row.about) if isinstance(row.about, int) else row.about
         return ABOUT[row.key].format(about)

@@ -84,7 +84,7 @@ def fit_answer(row: FitRow) -> str:
         return (
             f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes, 2)} of "
             f"{format_bytes(row.memory_bytes, 2)}): compiled for {row.compiled_for} by XLA:TPU, "
-            "per chip"
+            "per chip, the arrays held beside the step included"
         )
     answer = f"{verdict}, {row.share:.1%} ({format_bytes(row.needed_bytes)})"
     return answer + (" (estimate)" if row.kind == "tpu" else "")
