@@ -4,6 +4,8 @@ reached, on the busiest device; and a chart of its bytes in use in characters.""
 
 from __future__ import annotations
 
+import itertools
+
 from tpumem.analysis.live_figures import RunningFigures
 from tpumem.report.escapes import visible
 from tpumem.units import format_bytes, format_seconds
@@ -30,13 +32,41 @@ def live_line(figures: RunningFigures, elapsed_s: float) -> str:
 
 
 def chart_line(figures: RunningFigures, width: int) -> str:
-    """The busiest device's bytes in use over the run so far, `width` characters,
-    each the highest of its stretch, scaled to the peak."""
+    """The busiest device's bytes in use over the run so far, `width` characters
+    (a short history stretched to them: the run so far spans the chart), each the
+    highest of its stretch, scaled to the peak; then whether the highs rise."""
     device = figures.busiest
     if device is None or not device.history or device.peak <= 0:
         return ""
     history = device.history
-    step = max(1, -(-len(history) // width))
-    points = [max(history[i : i + step]) for i in range(0, len(history), step)]
+    rising = _rising(history)
+    width = max(1, width - len(rising))
+    count = len(history)
+    points = [
+        max(history[i * count // width : max(i * count // width + 1, (i + 1) * count // width)])
+        for i in range(width)
+    ]
     top = len(BARS) - 1
-    return "".join(BARS[min(top, max(0, round(v / device.peak * top)))] for v in points)
+    bars = "".join(BARS[min(top, max(0, round(v / device.peak * top)))] for v in points)
+    return bars + rising
+
+
+RISING_PARTS = 4  # the run so far in this many parts: rising where each part's high is higher
+RISING_SHARE = 0.10  # and the last part's high is this much of the first's above it
+
+
+def _rising(history: list[int]) -> str:
+    """ "  rising +X" where each part of the run so far peaks higher than the one
+    before, by RISING_SHARE in all (a leak, or a run still warming up; the
+    report's growth across steps tells them apart); else ""."""
+    if len(history) < 2 * RISING_PARTS:
+        return ""
+    count = len(history)
+    highs = [
+        max(history[i * count // RISING_PARTS : (i + 1) * count // RISING_PARTS])
+        for i in range(RISING_PARTS)
+    ]
+    climbing = all(later > earlier for earlier, later in itertools.pairwise(highs))
+    if not climbing or highs[-1] - highs[0] < RISING_SHARE * highs[0]:
+        return ""
+    return f"  rising +{format_bytes(highs[-1] - highs[0])}"
