@@ -278,7 +278,7 @@ def test_live_arrays_answers_as_without_tpumem(tmp_path):
     script that counts or sizes its live arrays gets what it gets without it."""
     (tmp_path / "live.py").write_text(LIVE_ARRAYS)
     plain = run_plain(tmp_path, "live.py")
-    result = profile(tmp_path, "live.py")
+    result = profile(tmp_path, "--full", "live.py")
     assert plain.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
     assert last_json(result.stdout) == last_json(plain.stdout)
     book = load(tmp_path / "live.tpumem").metadata.extra.buffer_book

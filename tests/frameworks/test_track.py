@@ -54,7 +54,7 @@ print(json.dumps({
     "restored": before == after,
     "jit_after": type(inside).__name__,
     "works_after": float(scale(jnp.ones((2,))).sum()),
-    "text": run.report("text"),
+    "text": run.report("text", full=True),
 }))
 """
 )
