@@ -82,6 +82,38 @@ def rendered(page: Path) -> tuple[list[str], str]:
     return problems, dom.stdout
 
 
+# Run once the page has drawn: what it measures lands in <body data-probe-NAME>.
+_PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {{
+  const measured = ({measure})();
+  for (const [name, value] of Object.entries(measured))
+    document.body.setAttribute("data-probe-" + name, String(value));
+}}, 300));</script>"""
+
+
+def probed(page: Path, measure: str, width: int = 1024, height: int = 800) -> dict[str, str]:
+    """What `measure` (a JavaScript function returning an object of names and
+    values) finds in the page, drawn in a window `width` px wide: the page is
+    copied beside itself with the probe added, so the page itself is not changed."""
+    copy = page.with_name(page.stem + ".probed.html")
+    copy.write_text(page.read_text().replace("</body>", _PROBE.format(measure=measure) + "</body>"))
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [
+                "chromium",
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+                copy.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    return dict(re.findall(r'data-probe-([a-z-]+)="([^"]*)"', dom.stdout))
+
+
 def main() -> None:
     pages = [Path(p) for p in sys.argv[1:]]
     if not pages:

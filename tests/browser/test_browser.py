@@ -5,6 +5,7 @@ trace names as text, never as markup."""
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import sys
 from pathlib import Path
@@ -12,13 +13,15 @@ from pathlib import Path
 import pytest
 
 from conftest import run_tpumem
-from hostile_traces import HTML, _header, _rows, cases, write
+from hostile_traces import HTML, _header, _rows, _with_stack, cases, write
 from profiling import EXAMPLES, profile
+from tpumem.trace.stack_rows import stack_text
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "browser"))
-from chromium_check import rendered
+from chromium_check import probed, rendered
 
 GPU = Path(__file__).parent.parent / "data" / "gpu"
+DEMO = Path(__file__).parent.parent / "data" / "demo"
 INJECTED = ('<img src="x"', "<script>alert", 'onerror="alert')
 
 
@@ -191,3 +194,48 @@ def test_the_page_formats_bytes_as_the_text_report_does(tmp_path):
         format_bytes(heap.output_bytes),
     )
     assert note.replace("'", "&#39;") in dom or note in dom, note
+
+
+def test_the_page_at_1024_px_scrolls_no_sideways_and_ticks_the_steps(tmp_path):
+    """The JAX demo run's page in a window 1024 px wide: nothing wider than the
+    window (its charts were 1100 px), the timeline before the run's facts, its
+    step marks ticked on it, and the flame graph's library frames named from
+    their package, not the environment's whole path (as XLA's metadata names
+    optax's frames inside a jitted step: the demo's are too small to draw)."""
+    trace = tmp_path / "jax.tpumem"
+    trace.write_bytes(gzip.decompress((DEMO / "jax_transformer.tpumem.gz").read_bytes()))
+    page = tmp_path / "jax.html"
+    problems, _ = _page(["report", str(trace), "-o", str(page)])
+    assert problems == []
+    found = probed(
+        page,
+        """() => ({
+          "scroll-width": document.documentElement.scrollWidth,
+          "client-width": document.documentElement.clientWidth,
+          "timeline-top": Math.round(
+            document.querySelector(".timeline").getBoundingClientRect().top),
+          "facts-top": Math.round([...document.querySelectorAll("th")].find(
+            (th) => th.textContent === "Framework").getBoundingClientRect().top),
+          "ticks": document.querySelectorAll(".step-tick").length,
+          "labels": [...document.querySelectorAll(".step-label")]
+            .map((t) => t.textContent).join("|"),
+        })""",
+    )
+    assert int(found["scroll-width"]) <= int(found["client-width"]) <= 1024, found
+    assert int(found["timeline-top"]) < int(found["facts-top"]), found
+    assert int(found["ticks"]) >= 20 and found["labels"].startswith("step 0|"), found
+    library = "../.venv/lib/python3.11/site-packages/optax/_src/transform.py"
+    frames = [("train.py", 9, "<module>"), (library, 120, "update_fn")]
+    trace = write(tmp_path / "stacked.tpumem", _with_stack(1, stack_text(frames)), _header())
+    page = tmp_path / "stacked.html"
+    problems, _ = _page(["report", str(trace), "-o", str(page)])
+    assert problems == []
+    frames = probed(
+        page,
+        """() => ({"frames": [...document.querySelectorAll(".flame title")]
+          .map((t) => t.textContent.split("\\n").slice(0, 2).join(" ~ ")).join("|")})""",
+    )["frames"]
+    # A frame's label is its package's path; its tooltip's next line, the whole one.
+    assert f"update_fn  optax/_src/transform.py:120 ~ {library}:120" in frames, frames
+    labels = [frame.split(" ~ ")[0] for frame in frames.split("|")]
+    assert not [label for label in labels if "site-packages" in label], labels

@@ -587,6 +587,7 @@ SERIES = Object(
             "span_ns",
         ),
         key("detail", Array(DETAIL)),
+        key("steps", Array(INTS)),  # (time, step number) of the step marks ticked
         key("moments", Optional(MOMENTS)),
         key("largest", Optional(LARGEST)),
     )

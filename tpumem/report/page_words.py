@@ -111,6 +111,7 @@ PAGE_WORDS: dict[str, object] = {
     "largest_note": "Each block is a buffer, as wide as its life and as tall as its size, "
     "stacked where it first fits in the order they were made (not device addresses). Hover "
     "over one for the stack that made it.",
+    "step_tick": "step {}",
     "gaps_note": "Shaded: {} stretches the capture did not see (between profiler sessions); "
     "what happened in them is not drawn.",
     "fragmentation_title": "Fragmentation",

@@ -45,6 +45,9 @@ class DeviceSeries:
     # however few events a short one had.
     span_ns: tuple[int, int] = (0, 0)
     detail: tuple[DetailLevel, ...] = ()  # finer drawings of in_use, for zooming in
+    # The step marks a page ticks its timeline at: (time, step number), at most
+    # STEP_TICKS of them, evenly thinned (the page ticks those that have room).
+    steps: tuple[tuple[int, int], ...] = ()
     moments: Moments | None = None  # what was live at moments, for "what was live here?"
     largest: LargestBuffers | None = None  # the largest buffers over their lives
 
@@ -101,6 +104,15 @@ def step_positions(trace: Trace, time_ns: np.ndarray) -> np.ndarray | None:
         first = min(int(time_ns[0]), int(times[0]) - 1)
         position[before] = numbers[0] - 1 + (time_ns[before] - first) / (times[0] - first)
     return position
+
+
+STEP_TICKS = 2000  # step marks a page keeps for its timeline's ticks
+
+
+def _step_ticks(trace: Trace) -> tuple[tuple[int, int], ...]:
+    times, numbers = step_marks(trace)
+    every = max(1, -(-len(times) // STEP_TICKS))
+    return tuple(zip(times[::every].tolist(), numbers[::every].tolist(), strict=True))
 
 
 def device_series(
@@ -162,6 +174,7 @@ def device_series(
         gaps_ns=gaps,
         span_ns=span_ns,
         detail=detail_levels(events, points, len(chosen)) if explore else (),
+        steps=_step_ticks(trace) if explore else (),
         moments=moments(trace, events, moment_indices(events)) if explore else None,
         largest=largest_buffers(trace, events) if explore else None,
     )

@@ -302,6 +302,13 @@
   // sizes and colored by its change: red grew, blue shrank. Frames of the two
   // runs are one frame when their file, function and line of code agree (the
   // line's number may have moved).
+  // A library's frame by its package's path (jax/_src/api.py), not the whole
+  // path to the environment it is installed in: the frame's label is short.
+  function libraryFile(file) {
+    const found = /[\\/](?:site|dist)-packages[\\/]/.exec(file);
+    return found ? file.slice(found.index + found[0].length) : file;
+  }
+
   function stackTree(runs) {
     const root = { name: "all", code: "", sizes: runs.map(() => 0), buffers: 0, children: new Map(), parent: null };
     runs.forEach((stacks, slot) => {
@@ -317,8 +324,12 @@
             child = { name: "", code: f.code || "", sizes: runs.map(() => 0), buffers: 0, children: new Map(), parent: node };
             node.children.set(key, child);
           }
-          const where = f.line === null ? f.file : f.file + ":" + f.line;
-          if (!child.name || slot === runs.length - 1) child.name = f.function ? f.function + "  " + where : where;
+          const line = f.line === null ? "" : ":" + f.line;
+          if (!child.name || slot === runs.length - 1) {
+            const short = libraryFile(f.file) + line, where = f.file + line;
+            child.name = f.function ? f.function + "  " + short : short;
+            child.where = where; // (whole, in the frame's tooltip)
+          }
           child.sizes[slot] += stack.bytes;
           child.buffers += stack.buffers;
           node = child;
@@ -387,7 +398,8 @@
           offset += w;
         }
       })(focus, 0, base);
-      graph = svg("svg", { width, height: (deepest + 1) * row, role: "img", "aria-label": say("flame_label") });
+      const tall = (deepest + 1) * row;
+      graph = svg("svg", { width, height: tall, viewBox: `0 0 ${width} ${tall}`, role: "img", "aria-label": say("flame_label") });
       let matched = 0;
       const counted = new Set();
       const above = rows.slice(0, base).map((n, depth) => [n, 0, depth]);
@@ -404,7 +416,8 @@
         g.appendChild(svg("rect", { x: x, y: depth * row, width: Math.max(w - 0.5, 0.5), height: row - 1, fill: fill(node, depth, hit) }));
         const label = node === root ? (two ? say("flame_root_two") : say("flame_root", bytes(node.sizes[0]))) : node.name;
         const tip = svg("title");
-        tip.textContent = describe(node, label + (node.code ? "\n    " + node.code : ""));
+        const whole = node.where && node.where !== label && !label.endsWith(node.where) ? "\n" + node.where : "";
+        tip.textContent = describe(node, label + whole + (node.code ? "\n    " + node.code : ""));
         g.appendChild(tip);
         const chars = Math.floor((w - 6) / 6.5);
         if (chars >= 3) {
@@ -573,7 +586,7 @@
       const columns = table.headers.map((title, k) => ({ title, numeric: k === 0 }));
       // The byte columns sort by the bytes Python gives; the rest by their words.
       const rows = table.rows.map((row, i) => row.map((text, k) => ({ text, sort: k === 0 ? table.bytes[i] : text })));
-      part.appendChild(el("div", { class: "scroll" }, sortableTable(columns, rows)));
+      part.appendChild(el("div", { class: "scroll short" }, sortableTable(columns, rows)));
     }
     for (const note of answer.notes) part.appendChild(el("p", { class: "note" }, note));
     if (answer.changes.length) {
@@ -586,18 +599,20 @@
 
   function runSections(run) {
     const part = el("div");
+    // The answer, then each device's timeline before its tables (it came a screen
+    // and a half down), then the run's facts.
     part.appendChild(banner(run));
     part.appendChild(answerSection(run));
-    part.appendChild(runFacts(run));
     if (!run.devices.length) part.appendChild(el("p", {}, say("no_events")));
     for (const device of run.devices) {
       part.appendChild(el("h2", {}, say("device_title", device.device, device.fidelity, count(device.allocations))));
-      part.appendChild(deviceFigures(device));
       part.appendChild(deviceCharts(device));
+      part.appendChild(deviceFigures(device));
       part.appendChild(peakTable(device));
       const flame = flameGraph([device.peak.stacks || []], say("stacks_title"));
       if (flame) part.appendChild(flame);
     }
+    part.appendChild(runFacts(run));
     part.appendChild(programsSection(run));
     part.appendChild(tpuSection(run));
     return part;

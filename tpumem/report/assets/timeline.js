@@ -193,6 +193,23 @@ window.tpumemTimeline = function (h, device) {
       label.textContent = xFormat(x);
       graph.appendChild(label);
     }
+    // The step marks, ticked along the top where they have room (a tick 4 px
+    // from the last, a label 56 px): where the loop's steps fall on the clock.
+    let lastTick = -Infinity, lastLabel = -Infinity;
+    for (const [t, n] of s.steps || []) {
+      const at = toS(t);
+      if (at < a || at > b) continue;
+      const x = X(at);
+      if (x - lastTick < 4) continue;
+      lastTick = x;
+      plot.appendChild(svg("line", { x1: x, x2: x, y1: top, y2: top + 6, class: "step-tick" }));
+      if (x - lastLabel >= 56 && x + 40 < left + plotW) {
+        lastLabel = x;
+        const label = svg("text", { x: x + 2, y: top + 15, class: "step-label" });
+        label.textContent = say("step_tick", count(n));
+        plot.appendChild(label);
+      }
+    }
     for (const [start, end] of s.gaps_ns || []) {
       // A stretch the capture did not see: shaded, so nothing drawn across it reads as data.
       const x1 = X(Math.max(toS(start), a)), x2 = X(Math.min(toS(end), b));
