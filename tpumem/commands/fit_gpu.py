@@ -196,10 +196,12 @@ def _print_report(request: FitRequest, analysis: TraceAnalysis) -> None:
     from tpumem.report import reporter_for
 
     reporter = reporter_for(None, "text")
-    # (Without the advice's table of every accelerator: the verdicts below are
-    # this fit's, with what PyTorch can have of each GPU.)
+    # (The answer alone, as on a terminal, and without the advice's line on every
+    # accelerator: the verdicts below are this fit's, with what PyTorch can have of
+    # each GPU.)
     shown = replace(analysis, fit=None)
-    sys.stdout.write(reporter.render(shown, width=_width(request), color=sys.stdout.isatty()))
+    text = reporter.render(shown, width=_width(request), color=sys.stdout.isatty(), full=False)
+    sys.stdout.write(text)
 
 
 def _print_verdicts(request: FitRequest, verdicts: list[GpuVerdict], steps: int) -> None:
