@@ -18,7 +18,8 @@ import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from tpumem.adapters.source_lines import PROFILER_PLACES, SourceLines
+from tpumem.adapters.script_target import PROFILER_PLACES
+from tpumem.adapters.source_lines import SourceLines
 from tpumem.trace.schema import STACK
 from tpumem.trace.stack_rows import stack_text
 from tpumem.trace.writer import TraceWriter

@@ -404,12 +404,9 @@ def _interrupts_let_by() -> Iterator[None]:
     """While tpumem writes how the script ended, a Ctrl-C more (a second press; or
     `timeout -s INT`, which signals the process group and tpumem both) is let by:
     the run is ending already, and a KeyboardInterrupt raised inside tpumem's own
-    files read as tpumem's crash, its traceback ending there."""
-    try:
-        earlier = signal.signal(signal.SIGINT, lambda number, frame: None)
-    except ValueError:  # (not the main thread: nothing to hold)
-        yield
-        return
+    files read as tpumem's crash, its traceback ending there. (main() runs on the
+    main thread, where a handler may be set.)"""
+    earlier = signal.signal(signal.SIGINT, lambda number, frame: None)
     try:
         yield
     finally:

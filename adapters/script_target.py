@@ -30,9 +30,11 @@ def run_target(target: str, args: Sequence[str], module: bool) -> None:
     exec(code, main.__dict__)
 
 
-# tpumem's own files (the adapters are a directory of the package's): their
-# frames between the user's and the framework's are the hooks tpumem put there.
-_TPUMEM = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# tpumem's own code, the package and its adapters (a directory of the package's,
+# or where they were imported from): the profiler's frames, never the program's;
+# between the user's and the framework's, the hooks tpumem put there.
+_ADAPTERS = os.path.dirname(os.path.abspath(__file__))
+PROFILER_PLACES = (os.path.dirname(_ADAPTERS) + os.sep, _ADAPTERS + os.sep)
 
 
 def user_traceback(error: BaseException, *ours: str) -> types.TracebackType | None:
@@ -46,7 +48,7 @@ def user_traceback(error: BaseException, *ours: str) -> types.TracebackType | No
         tb = tb.tb_next
     kept: list[types.TracebackType] = []
     while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_TPUMEM):
+        if not tb.tb_frame.f_code.co_filename.startswith(PROFILER_PLACES):
             kept.append(tb)
         tb = tb.tb_next
     chained = None

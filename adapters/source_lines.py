@@ -10,14 +10,9 @@ import sys
 import sysconfig
 import types
 
-from tpumem import __file__ as package_file
+from tpumem.adapters.script_target import PROFILER_PLACES
 from tpumem.trace.source_paths import LIBRARY_DIRS, library_file, user_path
 
-# tpumem's own code: the profiler's frames, never the program's.
-PROFILER_PLACES = (
-    os.path.dirname(os.path.abspath(package_file)) + os.sep,
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # the adapters
-)
 # Frames from these places are a framework's or tpumem's, not the user's: the
 # environment's scripts too (`pytest`, `accelerate`: launchers, never the code
 # they launch).
