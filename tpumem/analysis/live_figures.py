@@ -10,6 +10,7 @@ analysis' of the whole trace (`tpumem watch` says so).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,8 @@ from tpumem.analysis.device_events import split_by_device, step_marks
 from tpumem.trace.model import Trace
 
 CHART_POINTS = 4096  # the chart's history per device, halved when full
+RISING_PARTS = 4  # the run so far in this many parts: rising where each part's high is higher
+RISING_SHARE = 0.10  # and the last part's high is this much of the first's above it
 
 
 @dataclass
@@ -33,6 +36,22 @@ class DeviceNow:
     history: list[int] = field(default_factory=list)
     _every: int = 1  # pieces per history point (doubles as the history is halved)
     _count: int = 0  # pieces in the last point so far
+
+    @property
+    def rising_bytes(self) -> int | None:
+        """How much higher the last of RISING_PARTS parts of the run so far peaks
+        than the first, where each part peaks higher than the one before, by
+        RISING_SHARE in all (a leak, or a run still warming up: the report's growth
+        across steps tells them apart); None where it does not rise so."""
+        history, parts = self.history, RISING_PARTS
+        if len(history) < 2 * parts:
+            return None
+        count = len(history)
+        highs = [max(history[i * count // parts : (i + 1) * count // parts]) for i in range(parts)]
+        climbing = all(later > earlier for earlier, later in itertools.pairwise(highs))
+        if not climbing or highs[-1] - highs[0] < RISING_SHARE * highs[0]:
+            return None
+        return highs[-1] - highs[0]
 
 
 @dataclass

@@ -4,8 +4,6 @@ reached, on the busiest device; and a chart of its bytes in use in characters.""
 
 from __future__ import annotations
 
-import itertools
-
 from tpumem.analysis.live_figures import RunningFigures
 from tpumem.report.escapes import visible
 from tpumem.units import format_bytes, format_seconds
@@ -39,7 +37,7 @@ def chart_line(figures: RunningFigures, width: int) -> str:
     if device is None or not device.history or device.peak <= 0:
         return ""
     history = device.history
-    rising = _rising(history)
+    rising = "" if device.rising_bytes is None else f"  rising +{format_bytes(device.rising_bytes)}"
     width = max(1, width - len(rising))
     count = len(history)
     points = [
@@ -49,24 +47,3 @@ def chart_line(figures: RunningFigures, width: int) -> str:
     top = len(BARS) - 1
     bars = "".join(BARS[min(top, max(0, round(v / device.peak * top)))] for v in points)
     return bars + rising
-
-
-RISING_PARTS = 4  # the run so far in this many parts: rising where each part's high is higher
-RISING_SHARE = 0.10  # and the last part's high is this much of the first's above it
-
-
-def _rising(history: list[int]) -> str:
-    """ "  rising +X" where each part of the run so far peaks higher than the one
-    before, by RISING_SHARE in all (a leak, or a run still warming up; the
-    report's growth across steps tells them apart); else ""."""
-    if len(history) < 2 * RISING_PARTS:
-        return ""
-    count = len(history)
-    highs = [
-        max(history[i * count // RISING_PARTS : (i + 1) * count // RISING_PARTS])
-        for i in range(RISING_PARTS)
-    ]
-    climbing = all(later > earlier for earlier, later in itertools.pairwise(highs))
-    if not climbing or highs[-1] - highs[0] < RISING_SHARE * highs[0]:
-        return ""
-    return f"  rising +{format_bytes(highs[-1] - highs[0])}"
