@@ -89,11 +89,11 @@ def _print_fitted(
     name, then each row's figure and value; `titled` False: a table of a column
     per run and no figure's): a column too narrow for its words would wrap
     every cell."""
-    if _narrowest(table) <= console.width:
+    least, most = _widths(table)
+    room = console.width - (3 * len(least) + 1) - sum(least)  # (the box: 3 a column, 1)
+    if room >= 0:
         # Each column its longest word, and of what is left a share in proportion
         # to how much wider its lines are (rich's own sharing cuts words).
-        least, most = _word_widths(table), _line_widths(table)
-        room = console.width - (3 * len(least) + 1) - sum(least)
         wanted = [m - w for m, w in zip(most, least, strict=True)]
         share = min(1.0, room / sum(wanted)) if sum(wanted) else 0.0
         for column, word, more in zip(table.columns, least, wanted, strict=True):
@@ -125,35 +125,18 @@ def _print_fitted(
 PROGRAMS_TITLE = "The training step's compiled program, side by side"
 
 
-def _word_widths(table: Table) -> list[int]:
-    """Each column's narrowest without breaking a word: its longest word (a label
-    column that keeps its line: its longest line)."""
-    widths = []
+def _widths(table: Table) -> tuple[list[int], list[int]]:
+    """Each column's narrowest without breaking a word (its longest word; a label
+    column that keeps its line: its longest line), and its natural width (its
+    longest line)."""
+    least, most = [], []
     for column in table.columns:
         texts = [Text.from_markup(str(cell)).plain for cell in (column.header, *column.cells)]
-        if column.no_wrap:
-            widths.append(max(cell_len(line) for t in texts for line in t.splitlines() or [""]))
-        else:
-            widths.append(max((cell_len(word) for t in texts for word in t.split()), default=0))
-    return widths
-
-
-def _line_widths(table: Table) -> list[int]:
-    """Each column's natural width: its longest line."""
-    return [
-        max(
-            cell_len(line)
-            for cell in (column.header, *column.cells)
-            for line in Text.from_markup(str(cell)).plain.splitlines() or [""]
-        )
-        for column in table.columns
-    ]
-
-
-def _narrowest(table: Table) -> int:
-    """How narrow the table can be without breaking a word, its box included."""
-    widths = _word_widths(table)
-    return sum(widths) + 3 * len(widths) + 1
+        lines = [cell_len(line) for text in texts for line in text.splitlines()] or [0]
+        words = [cell_len(word) for text in texts for word in text.split()] or [0]
+        least.append(max(lines) if column.no_wrap else max(words))
+        most.append(max(lines))
+    return least, most
 
 
 def _rows_table(

@@ -45,14 +45,12 @@ def unclean_ending(analysis: TraceAnalysis) -> list[tuple[str, str]]:
     out-of-memory row says why already (the answer-only report's too: a killed
     or failed run's figures stop early)."""
     meta, exit_info = analysis.metadata, analysis.metadata.exit
-    if meta.source == COMPILED_ONLY or analysis.running or not analysis.complete:
-        return [] if meta.source == COMPILED_ONLY else [_ended(analysis)]
-    if exit_info is None:
-        return []  # (an imported profile: no process of tpumem's saw it end)
-    if exit_info.signal:
+    if meta.source == COMPILED_ONLY:
+        return []  # (nothing ran)
+    if analysis.running or not analysis.complete or (exit_info and exit_info.signal):
         return [_ended(analysis)]
-    if exit_info.exception and analysis.out_of_memory:
-        return []  # (the out-of-memory rows are that exception)
+    if exit_info is None or (exit_info.exception and analysis.out_of_memory):
+        return []  # (an imported profile: no ending seen; or the OOM rows say it)
     failed = exit_info.exception or exit_info.code not in (0, None)
     return [_ended(analysis)] if failed else []
 
@@ -409,11 +407,13 @@ def growth_row(device: DeviceAnalysis) -> tuple[str, str, str]:
 
 
 # Where nothing marked the steps (Keras fit(), a jitted JAX step that donates its
-# arguments and PyTorch/XLA's optimizer steps are marked without it).
-MARK_STEPS = (
-    f"{NOT_AVAILABLE}: mark each step with jax.profiler.StepTraceAnnotation("
-    "name, step_num=N); TensorFlow: tf.profiler.experimental.Trace; PyTorch/XLA: xp.StepTrace"
+# arguments and PyTorch/XLA's optimizer steps are marked without it): what to do,
+# and the row's provenance cell that says it.
+HOW_TO_MARK_STEPS = (
+    "mark each step with jax.profiler.StepTraceAnnotation(name, step_num=N); "
+    "TensorFlow: tf.profiler.experimental.Trace; PyTorch/XLA: xp.StepTrace"
 )
+MARK_STEPS = f"{NOT_AVAILABLE}: {HOW_TO_MARK_STEPS}"
 
 
 def _temp_note(fidelity: str, temp: int | None) -> str:

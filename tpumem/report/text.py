@@ -53,7 +53,13 @@ from tpumem.report.program_rows import (
     program_rows,
     programs_title,
 )
-from tpumem.report.rows import BRIEF_HEADERS, device_rows, growth_row, sparkline
+from tpumem.report.rows import (
+    BRIEF_HEADERS,
+    HOW_TO_MARK_STEPS,
+    device_rows,
+    growth_row,
+    sparkline,
+)
 from tpumem.report.sections import brief_sections, report_sections
 from tpumem.report.shorten import at_a_word, from_left, last_parts
 from tpumem.report.sweep_tables import frontier_table, sweep_largest, sweep_table
@@ -258,12 +264,12 @@ def _answer(console: Console, analysis: TraceAnalysis, bounds: _Bounds = _Bounds
     for note in said.notes:
         console.print(Text(visible(note)), style="dim")
     if brief:  # (in full, a row of the device's figures)
-        title, value, how = growth_row(highest(analysis.devices))
-        unchecked = value.startswith("not checked")
-        if unchecked:
-            value += "; " + how.split(": ", 1)[-1]
+        device = highest(analysis.devices)
+        title, value, _ = growth_row(device)
+        if device.growth is None:
+            value += "; " + HOW_TO_MARK_STEPS
         # (A tracked block, a cell or a test, is seldom a loop of steps to mark.)
-        if not (unchecked and analysis.metadata.source == TRACKED):
+        if device.growth is not None or analysis.metadata.source != TRACKED:
             console.print(Text(f"{title}: {visible(value)}"))
     if said.changes:
         changes = said.changes[: bounds.changes] if bounds.changes else said.changes
