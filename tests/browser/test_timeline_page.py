@@ -1,9 +1,11 @@
 """The page's explorable timeline, driven in headless Chromium (Debian's `chromium`,
 through playwright) as a user drives it: the wheel zooms, shift+wheel pans, a drag
 zooms into a stretch, a double click shows the whole run, and a click on a moment
-shows what was live there. What the page shows at a clicked moment must equal the
-analysis' own live set after that event (peak.live_at and peak.live_groups, as the
-peak table has it), for real traces of the three frameworks and a hostile one."""
+shows what was live there; zoomed in at any level, the chart is the same kind,
+stacked by the same regions under the same legend. What the page shows at a
+clicked moment must equal the analysis' own live set after that event
+(peak.live_at and peak.live_groups, as the peak table has it), for real traces of
+the three frameworks and a hostile one."""
 
 from __future__ import annotations
 
@@ -200,5 +202,45 @@ def test_a_clicked_moment_shows_the_analysis_live_set(tmp_path, browser, name):
     blocks = part.locator(".buffers svg")
     if device.series.largest.buffers:
         assert int(blocks.get_attribute("data-blocks")) > 0
+    assert problems == []
+    page.close()
+
+
+@pytest.mark.parametrize("name", ["tf_transformer", "jax_transformer"])
+def test_a_zoom_keeps_the_charts_kind_and_legend(tmp_path, browser, name):
+    trace_path = _trace(name, tmp_path)
+    page_path = tmp_path / f"{name}.html"
+    result = run_tpumem("report", str(trace_path), "-o", str(page_path))
+    assert result.returncode == 0, result.stderr
+    (device,) = analyze(load(trace_path), series_points=1500).devices
+    regions = [name for name, _ in device.series.regions]
+    assert device.series.detail, "the run is too short for a finer level"
+
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"error: {error}"))
+    page.goto(page_path.as_uri())
+    part = page.locator(f'[data-device="{device.device}"]')
+    chart = part.locator(".timeline svg")
+
+    def drawn() -> tuple[int, list[str], int, str]:
+        legend = [span.inner_text().strip() for span in part.locator(".legend span").all()]
+        caption = part.locator(".timeline-caption").first.inner_text()
+        polygons = chart.locator(".region").count()
+        return int(chart.get_attribute("data-level")), legend, polygons, caption
+
+    level, legend, polygons, _ = drawn()
+    assert level == 0 and legend[: len(regions)] == regions and polygons == len(regions)
+    levels = {0}
+    for _ in range(14):  # each halves the view: down to the finest level
+        part.locator('button[data-action="zoom_in"]').click()
+        page.wait_for_timeout(50)
+        level, shown, polygons, caption = drawn()
+        levels.add(level)
+        assert shown == legend and polygons == len(regions), (level, shown)
+        if level:
+            assert "by region" in caption and "stretches" in caption
+    # The finest level reached (a coarser one only where it has points enough).
+    assert max(levels) == len(device.series.detail), levels
     assert problems == []
     page.close()

@@ -1,7 +1,8 @@
 """What a page shows of a run at any zoom and any moment, computed by the analysis:
 the live set at each moment (one sweep for all moments) must equal peak.live_at and
 peak.live_groups at that event, whatever the number of groups (the sweep's blocks);
-the finer levels of the line keep every spike; the largest buffers' blocks never
+the finer levels keep every spike and dip, and are stacked by the same regions
+as the whole run; the largest buffers' blocks never
 overlap while both are live."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import split_by_device
 from tpumem.analysis.drawing import moments as moments_module
-from tpumem.analysis.drawing.detail import detail_levels
+from tpumem.analysis.drawing.detail import finer_stretches
 from tpumem.analysis.drawing.largest_buffers import largest_buffers
 from tpumem.analysis.drawing.moments import MOMENT_GROUPS, moment_indices, moments
 from tpumem.analysis.peak import live_at, live_groups
@@ -88,24 +89,50 @@ def test_each_moment_is_the_live_set_after_its_event(
         assert taken.until_ns[j] == following
 
 
-def test_finer_levels_keep_every_spike_and_dip(make_trace):
+def test_finer_levels_keep_every_spike_and_dip_by_the_same_regions(make_trace):
+    rows, sizes = _random_rows(5, 5000, 5), {}
+    for row in rows:
+        if row["kind"] == "alloc":
+            row["region"] = ("parameter", "temp", "output")[row["buffer_id"] % 3]
+            sizes[row["buffer_id"]] = row["bytes"]
+        else:
+            row["bytes"] = sizes[row["buffer_id"]]  # as every framework's free says
+    trace = load(make_trace(rows))
+    (events,) = split_by_device(trace)
+    (device,) = analyze(trace, series_points=20).devices
+    series = device.series
+    assert [level.stretches for level in series.detail] == [160, 1280]
+    names = [name for name, _ in series.regions]
+    assert sorted(names) == ["output", "parameter", "temp"]
+    at = {(int(t), int(v)) for t, v in zip(events.time_ns, events.in_use, strict=True)}
+    for level in series.detail:
+        assert max(level.in_use) == int(events.in_use.max())
+        assert min(level.in_use) == int(events.in_use.min())
+        # Each point is a real event's time and bytes, the last the run's last.
+        assert set(zip(level.time_ns, level.in_use, strict=True)) <= at
+        assert level.time_ns == tuple(sorted(level.time_ns))
+        assert level.in_use[-1] == int(events.in_use[-1])
+        # The same regions as the whole run's, adding up to the line at each point.
+        assert len(level.regions) == len(names)
+        for k, in_use in enumerate(level.in_use):
+            assert sum(values[k] for values in level.regions) == in_use
+    # The finest level is the whole run's regions at more of its events: where an
+    # event (the one at its time) is drawn in both, its regions are the same.
+    finest = series.detail[-1]
+    times, counts = np.unique(events.time_ns, return_counts=True)
+    alone = set(times[counts == 1].tolist())
+    index = {t: k for k, t in enumerate(finest.time_ns) if t in alone}
+    shared = [(j, index[t]) for j, t in enumerate(series.time_ns) if t in index]
+    assert shared
+    for r, (_, values) in enumerate(series.regions):
+        assert all(values[j] == finest.regions[r][k] for j, k in shared)
+
+
+def test_a_run_each_stretch_drew_wholly_has_no_finer_level(make_trace):
     trace = load(make_trace(_random_rows(5, 5000, 5)))
     (events,) = split_by_device(trace)
-    levels = detail_levels(events, 20, drawn=20)
-    assert [level.stretches for level in levels] == [160, 1280]
-    for level in levels:
-        assert max(level.high) == int(events.in_use.max())
-        assert min(level.low) == int(events.in_use.min())
-        assert all(lo <= hi for lo, hi in zip(level.low, level.high, strict=True))
-        # Each point is a real event's time and bytes.
-        at = {(int(t), int(v)) for t, v in zip(events.time_ns, events.in_use, strict=True)}
-        assert set(zip(level.time_ns, level.high, strict=True)) <= at
-        # And each stretch's last event, after its highest, with what it left in use.
-        assert set(zip(level.last_ns, level.last, strict=True)) <= at
-        assert all(e >= t for t, e in zip(level.time_ns, level.last_ns, strict=True))
-        assert level.last[-1] == int(events.in_use[-1])
-    # A level that already drew every event has none below it.
-    assert detail_levels(events, 20, drawn=len(events)) == ()
+    assert len(finer_stretches(events, 20, drawn=20)) == 2
+    assert finer_stretches(events, 20, drawn=len(events)) == []
 
 
 def test_the_largest_buffers_never_overlap_while_both_live(make_trace):

@@ -510,10 +510,6 @@ def _steps(times: tuple[int, ...]) -> list[int]:
     return [t - before for before, t in zip((0, *times[:-1]), times, strict=True)]
 
 
-def _below(high: tuple[int, ...], values: tuple[int, ...]) -> list[int]:
-    return [h - v for h, v in zip(high, values, strict=True)]
-
-
 INTS = Array(INT)
 GROUP = Object(tuple(key(name, Optional(STRING), item(i)) for i, name in enumerate(GROUP_KEYS)))
 MOMENTS = Object(
@@ -558,18 +554,13 @@ LARGEST = Object(
 DETAIL = Object(
     (
         key("stretches", INT),
-        # Times as steps from the one before (the first from 0), the last event after
-        # the highest, the lowest and last bytes below the highest: small numbers, a
-        # small page.
+        # Times, bytes in use and each region's bytes as steps from the point before
+        # (the first from 0): most regions hold still between two points, so most
+        # steps are 0, and a page stays small.
         key("time_step_ns", INTS, lambda d: _steps(d.time_ns)),
-        key("high", INTS),
-        key("low_below", INTS, lambda d: _below(d.high, d.low)),
-        key(
-            "last_after_ns",
-            INTS,
-            lambda d: [e - t for t, e in zip(d.time_ns, d.last_ns, strict=True)],
-        ),
-        key("last_below", INTS, lambda d: _below(d.high, d.last)),
+        key("in_use_steps", INTS, lambda d: _steps(d.in_use)),
+        key("region_steps", Array(INTS), lambda d: [_steps(r) for r in d.regions]),
+        key("pool", Optional(INTS)),
     )
 )
 SERIES = Object(

@@ -79,8 +79,8 @@ PAGE_WORDS: dict[str, object] = {
     "or the \u25c0 \u25b6 buttons to pan, a double click for the whole run. Click a moment: "
     "what was live there shows below.",
     "timeline_regions": "Drawn: bytes in use by region, from {} points",
-    "timeline_detail": "Drawn: bytes in use, the highest (line) and lowest (band) of each "
-    "stretch, the run cut into {} stretches",
+    "timeline_detail": "Drawn: bytes in use by region, the run cut into {} stretches, each "
+    "by its highest, lowest and last moment ({} points)",
     "view_range": "showing {} to {} of {} to {}",
     "zoom_in": "Zoom in",
     "zoom_out": "Zoom out",
@@ -91,7 +91,6 @@ PAGE_WORDS: dict[str, object] = {
     "pool_above": "- - pool held: {}, above the chart",
     "in_use_tip": "in use {}",
     "before_first_tip": "before the first event",
-    "in_use_series": "bytes in use",
     "live_title_peak": "Live at the peak, {}",
     "live_at_title": "Live at {}",
     "live_figures": "{} in use; the buffers the trace saw made and live: {} in {} buffers",

@@ -21,7 +21,7 @@ from tpumem.analysis.allocators.bins import (
     highest_of_bins,
 )
 from tpumem.analysis.device_events import DeviceEvents, pair_events, step_marks
-from tpumem.analysis.drawing.detail import DetailLevel, detail_levels
+from tpumem.analysis.drawing.detail import DetailLevel, finer_stretches
 from tpumem.analysis.drawing.largest_buffers import LargestBuffers, largest_buffers
 from tpumem.analysis.drawing.moments import Moments, moment_indices, moments
 from tpumem.analysis.peak import NO_REGION, STACK, UNSEEN
@@ -44,7 +44,7 @@ class DeviceSeries:
     # The run's clock from its start to its end: a chart spans the whole run,
     # however few events a short one had.
     span_ns: tuple[int, int] = (0, 0)
-    detail: tuple[DetailLevel, ...] = ()  # finer drawings of in_use, for zooming in
+    detail: tuple[DetailLevel, ...] = ()  # finer drawings, for zooming in
     # The step marks a page ticks its timeline at: (time, step number), at most
     # STEP_TICKS of them, evenly thinned (the page ticks those that have room).
     steps: tuple[tuple[int, int], ...] = ()
@@ -52,13 +52,15 @@ class DeviceSeries:
     largest: LargestBuffers | None = None  # the largest buffers over their lives
 
 
-def _region_stack(
-    trace: Trace, events: DeviceEvents, chosen: np.ndarray
-) -> list[tuple[str, np.ndarray]]:
-    """Bytes live per region at the chosen events. A free counts for its
-    allocation's region; a free whose allocation went unseen counts nowhere (the
-    allocator's own figure still shows it in the line), and an allocation whose
-    free went unseen ends by the rule in unseen_frees.py."""
+def _region_stacks(
+    trace: Trace, events: DeviceEvents, drawings: list[np.ndarray]
+) -> tuple[list[str], list[list[np.ndarray]]]:
+    """Bytes live per region at each drawing's chosen events: (the regions, largest
+    first by the first drawing; for each drawing, each region's bytes at its
+    events). Every drawing names the same regions, in the same order. A free counts
+    for its allocation's region; a free whose allocation went unseen counts nowhere
+    (the allocator's own figure still shows it in the line), and an allocation
+    whose free went unseen ends by the rule in unseen_frees.py."""
     codes, names = trace.codes("region")
     region = codes[events.row].astype(np.int64)
     partner = pair_events(events.is_alloc, events.buffer_id)
@@ -70,21 +72,29 @@ def _region_stack(
     owner = np.concatenate([allocs, partner[frees], ends])  # the allocation each change is of
     change = np.concatenate([events.bytes[allocs], -events.bytes[owner[len(allocs) :]]])
     owner_region = region[owner]
-    stack = []
+    named: list[str] = []
+    stacks: list[list[np.ndarray]] = [[] for _ in drawings]
+    seen = np.zeros(len(events), np.int64)
     for code in np.unique(owner_region).tolist():
         mine = owner_region == code
         delta = np.zeros(len(events) + 1, np.int64)
         np.add.at(delta, where[mine], change[mine])
-        running = np.cumsum(delta)[chosen]
-        stack.append((names[code] if code >= 0 else NO_REGION, np.maximum(running, 0)))
-    seen = np.sum([s for _, s in stack], axis=0) if stack else np.zeros(len(chosen), np.int64)
-    unseen = events.heap[chosen] - seen
+        running = np.maximum(np.cumsum(delta)[: len(events)], 0)
+        seen += running
+        named.append(names[code] if code >= 0 else NO_REGION)
+        for stack, chosen in zip(stacks, drawings, strict=True):
+            stack.append(running[chosen])
+    unseen = np.maximum(events.heap - seen, 0)
     if events.reserved is not None:
-        stack.append((STACK, events.reserved[chosen]))
-    if (unseen > 0).any():
-        stack.append((UNSEEN, np.maximum(unseen, 0)))
-    stack.sort(key=lambda item: -int(item[1].max(initial=0)))
-    return stack
+        named.append(STACK)
+        for stack, chosen in zip(stacks, drawings, strict=True):
+            stack.append(events.reserved[chosen])
+    if any((unseen[chosen] > 0).any() for chosen in drawings):
+        named.append(UNSEEN)
+        for stack, chosen in zip(stacks, drawings, strict=True):
+            stack.append(unseen[chosen])
+    order = sorted(range(len(named)), key=lambda r: -int(stacks[0][r].max(initial=0)))
+    return [named[r] for r in order], [[stack[r] for r in order] for stack in stacks]
 
 
 def step_positions(trace: Trace, time_ns: np.ndarray) -> np.ndarray | None:
@@ -113,6 +123,17 @@ def _step_ticks(trace: Trace) -> tuple[tuple[int, int], ...]:
     times, numbers = step_marks(trace)
     every = max(1, -(-len(times) // STEP_TICKS))
     return tuple(zip(times[::every].tolist(), numbers[::every].tolist(), strict=True))
+
+
+def _pool_points(
+    pool: np.ndarray | None, bins: np.ndarray, chosen: np.ndarray, count: int
+) -> tuple[int, ...] | None:
+    """The pool held in each drawn event's stretch (the stretch's highest)."""
+    if pool is not None and len(pool) == len(bins):
+        return tuple(int(v) for v in bin_max(bins, pool, count)[bins[chosen]])
+    if pool is not None and len(pool):
+        return (int(pool.max()),) * len(chosen)
+    return None
 
 
 def device_series(
@@ -156,24 +177,31 @@ def device_series(
         )
     point_bin = bins[chosen]  # each point's stretch: its pool and fragmentation are the stretch's
     frag = bin_max(bins, fragmentation, points)[point_bin]
-    pool_points = None
-    if pool is not None and len(pool) == len(events):
-        pool_points = tuple(int(v) for v in bin_max(bins, pool, points)[point_bin])
-    elif pool is not None and len(pool):
-        pool_points = (int(pool.max()),) * len(chosen)
+    finer = finer_stretches(events, points, len(chosen)) if explore else []
+    names, stacks = _region_stacks(trace, events, [chosen, *(f.chosen for f in finer)])
+    detail = tuple(
+        DetailLevel(
+            stretches=f.stretches,
+            time_ns=tuple(events.time_ns[f.chosen].tolist()),
+            in_use=tuple(events.in_use[f.chosen].tolist()),
+            regions=tuple(tuple(values.tolist()) for values in stack),
+            pool=_pool_points(pool, f.bins, f.chosen, f.stretches),
+        )
+        for f, stack in zip(finer, stacks[1:], strict=True)
+    )
     return DeviceSeries(
         events=len(events),
         time_ns=tuple(times.tolist()),
         step_position=step_position,
         in_use=tuple(events.in_use[chosen].tolist()),
         regions=tuple(
-            (name, tuple(values.tolist())) for name, values in _region_stack(trace, events, chosen)
+            (name, tuple(values.tolist())) for name, values in zip(names, stacks[0], strict=True)
         ),
-        pool=pool_points,
+        pool=_pool_points(pool, bins, chosen, points),
         fragmentation=tuple(None if np.isnan(v) else round(float(v), 5) for v in frag),
         gaps_ns=gaps,
         span_ns=span_ns,
-        detail=detail_levels(events, points, len(chosen)) if explore else (),
+        detail=detail,
         steps=_step_ticks(trace) if explore else (),
         moments=moments(trace, events, moment_indices(events)) if explore else None,
         largest=largest_buffers(trace, events) if explore else None,

@@ -20,15 +20,14 @@ window.tpumemTimeline = function (h, device) {
   const minWidth = Math.max((whole[1] - whole[0]) / 1e8, 1e-9);
   let view = whole.slice();
   const overview = { xs: s.time_ns.map(toS), high: s.in_use, regions: s.regions, pool: s.pool };
-  // (Times come as steps from the one before, bytes below the highest: to keep a
-  // large run's page small.)
-  const levels = [overview, ...s.detail.map((l) => {
-    let t = 0;
-    const times = l.time_step_ns.map((step) => (t += step));
-    return { xs: times.map(toS), lastXs: times.map((time, k) => toS(time + l.last_after_ns[k])),
-      high: l.high, low: l.high.map((h, k) => h - l.low_below[k]),
-      last: l.high.map((h, k) => h - l.last_below[k]), stretches: l.stretches };
-  })];
+  // Every level is drawn as the whole run is, by region with the same names, so a
+  // zoom changes how much is drawn, never what. (A finer level's figures come as
+  // steps from the point before, to keep a large run's page small.)
+  const summed = (steps) => { let v = 0; return steps.map((step) => (v += step)); };
+  const levels = [overview, ...s.detail.map((l) => ({
+    xs: summed(l.time_step_ns).map(toS), high: summed(l.in_use_steps), pool: l.pool,
+    regions: s.regions.map(([name], r) => [name, summed(l.region_steps[r])]), stretches: l.stretches,
+  }))];
   const moments = s.moments;
   const momentXs = moments ? moments.time_ns.map(toS) : [];
   const peak = device.peak;
@@ -124,28 +123,6 @@ window.tpumemTimeline = function (h, device) {
     out.push([X(Math.min(view[1], hi < xs.length ? xs[hi] : whole[1])), Y(prev)]);
     return out;
   }
-  // A finer level's outlines, upper (its highest) and lower (its lowest): before
-  // its first event nothing is in use; each stretch rises to its highest at that
-  // event's time, spans its range to its last event, then holds what that left
-  // until the next stretch.
-  function ranged(level, lo, hi, Y) {
-    const at = (x) => X(Math.min(Math.max(x, view[0]), view[1]));
-    // The stretch before the view is drawn only where it reaches into it.
-    const first = lo > 0 && level.lastXs[lo - 1] > view[0] ? lo - 1 : lo;
-    let carry = first > 0 ? level.last[first - 1] : 0;
-    const start = at(first > 0 ? level.lastXs[first - 1] : whole[0]);
-    const upper = [[start, Y(carry)]], lower = [[start, Y(carry)]];
-    for (let k = first; k < hi; k++) {
-      const t = at(level.xs[k]), e = at(level.lastXs[k]);
-      upper.push([t, Y(carry)], [t, Y(level.high[k])], [e, Y(level.high[k])], [e, Y(level.last[k])]);
-      lower.push([t, Y(carry)], [t, Y(level.low[k])], [e, Y(level.low[k])], [e, Y(level.last[k])]);
-      carry = level.last[k];
-    }
-    const end = at(hi < level.xs.length ? level.xs[hi] : whole[1]);
-    upper.push([end, Y(carry)]);
-    lower.push([end, Y(carry)]);
-    return [upper, lower];
-  }
   const points = (list) => list.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
 
   function draw() {
@@ -154,28 +131,18 @@ window.tpumemTimeline = function (h, device) {
     const level = levels[k];
     const lo = lowerBound(level.xs, a), hi = lowerBound(level.xs, b);
     const shown = [];
-    if (k === 0) {
-      let below = null;
-      for (const [name, values] of level.regions) {
-        const tops = below ? values.map((v, i) => v + below[i]) : values.slice();
-        shown.push({ name, tops, below: below || values.map(() => 0) });
-        below = tops;
-      }
+    let below = null;
+    for (const [name, values] of level.regions) {
+      const tops = below ? values.map((v, i) => v + below[i]) : values.slice();
+      shown.push({ name, tops, below: below || values.map(() => 0) });
+      below = tops;
     }
     let yMax = 0;
     // Scaled to what the view shows: the value carried into it and its own points
     // (the next point, past its right edge, is not drawn in it).
     // Scaled to bytes in use: a pool far above them (a preallocating framework's)
     // would flatten them; its line is labelled where it runs above the chart.
-    if (k === 0) {
-      for (const r of shown) for (let i = Math.max(0, lo - 1); i < hi; i++) yMax = Math.max(yMax, r.tops[i]);
-    } else {
-      // A finer level: what its stretch before the view left, or that stretch
-      // itself where it reaches into the view.
-      const reaches = lo > 0 && level.lastXs[lo - 1] > a;
-      if (lo > 0) yMax = reaches ? level.high[lo - 1] : level.last[lo - 1];
-      for (let i = lo; i < hi; i++) yMax = Math.max(yMax, level.high[i]);
-    }
+    for (const r of shown) for (let i = Math.max(0, lo - 1); i < hi; i++) yMax = Math.max(yMax, r.tops[i]);
     if (peak.time_ns !== null && toS(peak.time_ns) >= a && toS(peak.time_ns) <= b) yMax = Math.max(yMax, peak.bytes);
     yMax = yMax * 1.05 || 1;
     const Y = (y) => top + (1 - y / yMax) * plotH;
@@ -215,34 +182,25 @@ window.tpumemTimeline = function (h, device) {
       const x1 = X(Math.max(toS(start), a)), x2 = X(Math.min(toS(end), b));
       if (x2 > x1) plot.appendChild(svg("rect", { x: x1, y: top, width: Math.max(1, x2 - x1), height: plotH, class: "gap" }));
     }
-    if (k === 0) {
-      shown.forEach((r, i) => {
-        const upper = stepped(level.xs, r.tops, lo, hi, Y);
-        const lower = stepped(level.xs, r.below, lo, hi, Y).reverse();
-        plot.appendChild(svg("polygon", { points: points(upper.concat(lower)), fill: COLORS[i % COLORS.length], "fill-opacity": 0.55, stroke: "none" }));
-      });
-      if (level.pool) {
-        const held = (y) => Math.max(top, Y(y));
-        plot.appendChild(svg("polyline", { points: points(stepped(level.xs, level.pool, lo, hi, held)), fill: "none", stroke: "#24292f", "stroke-dasharray": "5 3" }));
-        let poolMax = 0;
-        for (let i = Math.max(0, lo - 1); i < hi; i++) poolMax = Math.max(poolMax, level.pool[i]);
-        const label = svg("text", { x: left + 6, y: top + 12, class: "pool-label" });
-        label.textContent = poolMax > yMax ? say("pool_above", bytes(poolMax)) : say("pool_series");
-        graph.appendChild(label);
-      }
-      caption.textContent = say("timeline_regions", count(level.xs.length));
-      legend.textContent = "";
-      shown.forEach((r, i) => legend.appendChild(el("span", {}, el("i", { style: "background:" + COLORS[i % COLORS.length] }), r.name)));
-      if (level.pool) legend.appendChild(el("span", {}, el("i", { class: "dashed" }), say("pool_series")));
-    } else {
-      const [upper, lower] = ranged(level, lo, hi, Y);
-      lower.reverse();
-      plot.appendChild(svg("polygon", { points: points(upper.concat(lower)), fill: COLORS[0], "fill-opacity": 0.25, stroke: "none" }));
-      plot.appendChild(svg("polyline", { points: points(upper), fill: "none", stroke: COLORS[0], "stroke-width": 1.5, class: "in-use" }));
-      caption.textContent = say("timeline_detail", count(level.stretches));
-      legend.textContent = "";
-      legend.appendChild(el("span", {}, el("i", { style: "background:" + COLORS[0] }), say("in_use_series")));
+    shown.forEach((r, i) => {
+      const upper = stepped(level.xs, r.tops, lo, hi, Y);
+      const lower = stepped(level.xs, r.below, lo, hi, Y).reverse();
+      plot.appendChild(svg("polygon", { points: points(upper.concat(lower)), fill: COLORS[i % COLORS.length], "fill-opacity": 0.55, stroke: "none", class: "region" }));
+    });
+    if (level.pool) {
+      const held = (y) => Math.max(top, Y(y));
+      plot.appendChild(svg("polyline", { points: points(stepped(level.xs, level.pool, lo, hi, held)), fill: "none", stroke: "#24292f", "stroke-dasharray": "5 3" }));
+      let poolMax = 0;
+      for (let i = Math.max(0, lo - 1); i < hi; i++) poolMax = Math.max(poolMax, level.pool[i]);
+      const label = svg("text", { x: left + 6, y: top + 12, class: "pool-label" });
+      label.textContent = poolMax > yMax ? say("pool_above", bytes(poolMax)) : say("pool_series");
+      graph.appendChild(label);
     }
+    caption.textContent = k === 0 ? say("timeline_regions", count(level.xs.length))
+      : say("timeline_detail", count(level.stretches), count(level.xs.length));
+    legend.textContent = "";
+    shown.forEach((r, i) => legend.appendChild(el("span", {}, el("i", { style: "background:" + COLORS[i % COLORS.length] }), r.name)));
+    if (level.pool) legend.appendChild(el("span", {}, el("i", { class: "dashed" }), say("pool_series")));
     if (peak.time_ns !== null) {
       const px = X(toS(peak.time_ns));
       if (px >= left && px <= W - right) {
@@ -314,16 +272,12 @@ window.tpumemTimeline = function (h, device) {
     tip.appendChild(el("div", { class: "dim" }, timeFormat(niceStep(view[1] - view[0], 60))(x)));
     if (i < 0) {
       tip.appendChild(el("div", {}, say("before_first_tip")));  // (drawn as nothing in use)
-    } else if (level.regions) {
+    } else {
       // The drawn point's regions, as the legend names them, and their sum.
       tip.appendChild(el("div", {}, say("in_use_tip", bytes(level.high[i]))));
       level.regions.forEach(([name, values], r) => {
         if (values[i]) tip.appendChild(el("div", {}, el("i", { class: "swatch", style: "background:" + COLORS[r % COLORS.length] }), `${name}: ${bytes(values[i])}`));
       });
-    } else {
-      // (A finer level's stretch holds what its last event left, once past it.)
-      const value = x >= level.lastXs[i] ? level.last[i] : level.high[i];
-      tip.appendChild(el("div", {}, say("in_use_tip", bytes(value))));
     }
     tip.style.display = "block";
     tip.style.left = Math.min(px + 12, W - 220) + "px";
