@@ -6,6 +6,7 @@ and how names are cut to fit a terminal."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from rich.console import Console
@@ -20,6 +21,7 @@ from tpumem.analysis.kinds import (
     STATE,
     keras_state_kind,
 )
+from tpumem.commands.options import FALLBACK_WIDTH, text_width
 from tpumem.hlo.schema import ALLOC, FREE
 from tpumem.report import REPORT, reporter
 from tpumem.report.shorten import from_left, last_parts, op_tail
@@ -370,3 +372,19 @@ def test_half_the_batch_is_told_where_activations_hold_half_the_peak_in_the_runs
     assert said.startswith("Half the batch: the activations")
     # Below half the peak the peak would move: nothing told.
     assert _batch(_at_peak({OPTIMIZER: 60 * MiB, ACTIVATIONS: 40 * MiB}), keras=False) is None
+
+
+def test_a_terminal_given_no_size_takes_columns_or_the_fallback(monkeypatch):
+    """A pseudo-terminal nobody sized (`script`, a container's exec) says 0
+    columns: the report takes $COLUMNS, not its narrowest width."""
+    reader, terminal = os.openpty()
+    try:
+        with os.fdopen(os.dup(terminal), "w") as stream:
+            assert os.get_terminal_size(terminal).columns == 0
+            monkeypatch.setenv("COLUMNS", "100")
+            assert text_width(None, stream) == 100
+            monkeypatch.delenv("COLUMNS")
+            assert text_width(None, stream) == FALLBACK_WIDTH
+    finally:
+        os.close(reader)
+        os.close(terminal)

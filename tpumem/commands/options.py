@@ -128,7 +128,9 @@ def text_width(asked: int | None, stream: TextIO | None) -> int:
     columns: int | None = None
     try:
         if stream.isatty():
-            columns = os.get_terminal_size(stream.fileno()).columns
+            # (0: a terminal that was given no size, as `script` or a container's
+            # exec gives one: not known, so $COLUMNS or the fallback.)
+            columns = os.get_terminal_size(stream.fileno()).columns or None
     except (OSError, ValueError, AttributeError):
         pass
     if columns is None:
