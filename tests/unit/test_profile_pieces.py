@@ -482,6 +482,77 @@ def test_stderr_loses_only_what_tpumem_threads_logged():
     assert stderr.dropped == 2
 
 
+def _through_filter(destination: int, chunks: list[bytes]) -> StderrFilter:
+    stderr = StderrFilter(destination=destination)
+    child = os.dup(stderr.child_fd)
+    stderr.start()
+    for chunk in chunks:
+        os.write(child, chunk)
+    os.close(child)
+    stderr.finish()
+    return stderr
+
+
+_DUMP = (Path(__file__).parent.parent / "data" / "bfc_oom_dump.txt").read_bytes()
+_BEFORE = b"the script's own line\n"
+_AMID = b"Epoch 1/3 from the script's other thread\n"
+_AFTER = b"W0000 00:00:1795461209.648200   30831 op_kernel.cc:1857] OP_REQUIRES failed\n"
+
+
+def test_on_a_terminal_an_allocators_dump_is_its_first_line_and_where_the_rest_went():
+    """TensorFlow's 51-line account of a failed allocation, with a line of the
+    script's own in the middle of it: a terminal shows the account's first line,
+    the script's line, and one line for the rest; the trace keeps it whole."""
+    lines = _DUMP.splitlines(keepends=True)
+    reader, terminal = os.openpty()
+    stderr = _through_filter(terminal, [_BEFORE, *lines[:20], _AMID, *lines[20:], _AFTER])
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            data = os.read(reader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        shown += data
+    os.close(reader)
+    shown_lines = shown.replace(b"\r\n", b"\n").decode().splitlines()
+    assert shown_lines[:3] == [
+        _BEFORE.decode().strip(),
+        lines[0].decode().strip(),
+        _AMID.decode().strip(),
+    ]
+    assert shown_lines[3].startswith("tpumem: the allocator's account of it went on for 50 more")
+    assert shown_lines[4:] == [_AFTER.decode().strip()]
+    (log,) = stderr.oom_logs.finish()
+    assert log.dump.splitlines() == [line.decode().rstrip("\n") for line in lines]
+    assert log.dump_lines == len(lines)
+    assert log.chunks_in_use_bytes == 21 * 1024 * 1024 + 256
+
+
+def test_written_to_a_file_stderr_keeps_an_allocators_dump_line_for_line(tmp_path):
+    lines = _DUMP.splitlines(keepends=True)
+    path = tmp_path / "stderr.log"
+    with path.open("wb") as file:
+        stderr = _through_filter(file.fileno(), [_BEFORE, *lines[:20], _AMID, *lines[20:]])
+    assert path.read_bytes() == _BEFORE + b"".join(lines[:20]) + _AMID + b"".join(lines[20:])
+    (log,) = stderr.oom_logs.finish()
+    assert log.dump_lines == len(lines)
+
+
+def test_a_dump_cut_short_by_the_process_ending_still_says_where_it_went():
+    lines = _DUMP.splitlines(keepends=True)
+    reader, terminal = os.openpty()
+    _through_filter(terminal, lines[:10])
+    os.close(terminal)
+    shown = os.read(reader, 65536).replace(b"\r\n", b"\n").decode().splitlines()
+    os.close(reader)
+    assert shown[0] == lines[0].decode().strip()
+    assert shown[1].startswith("tpumem: the allocator's account of it went on for 9 more lines")
+    assert len(shown) == 2
+
+
 def test_tensorflow_allocations_take_the_stack_of_the_call_they_fell_in():
     """Rows inside an eager op's window get its stack and line; a row a host copy
     labelled first keeps its labels; frees and rows outside every window get none."""

@@ -6,14 +6,16 @@ TensorFlow's and XLA's BFC allocator log each allocation they cannot make:
 its limit, bytes in use and largest free block. That is the only place those
 figures of the failure are said; `tpumem profile` keeps the first line, the pool
 line and the stats of each, with the time it read them, and records them in the
-trace. The chunk dump (which can run to thousands of lines) is not kept but
-summed as it passes: the bytes of the chunks in use and the largest free chunk,
-exact where the stats print MiB to two decimals (and LargestFreeBlock as 0B
-unless the allocator was asked to track it).
+trace, with the whole dump as stderr had it (up to KEPT_LINES lines). The chunk
+dump (which can run to thousands of lines) is summed as it passes: the bytes of
+the chunks in use and the largest free chunk, exact where the stats print MiB to
+two decimals (and LargestFreeBlock as 0B unless the allocator was asked to track
+it).
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import time
 
@@ -25,7 +27,25 @@ _KEEP = re.compile(
 )
 _CHUNK = re.compile(rb"\] (InUse|Free)\s+at [0-9a-fA-Fx]+ of size (\d+)")
 _LAST_STAT = b"LargestFreeBlock:"
+# The lines an allocator's log is made of: its own log lines, its stats, and the
+# two lines its first one goes on with. Any other line (the script's, another
+# thread's) is not the log's, wherever it falls.
+_LOG_LINE = re.compile(
+    rb"bfc_allocator\.cc:\d+\]"
+    rb"|^\s*(Stats|Limit|InUse|MaxInUse|NumAllocs|MaxAllocSize|Reserved|PeakReserved"
+    rb"|LargestFreeBlock):"
+    rb"|^If the cause is memory fragmentation|^Current allocation summary follows"
+)
 _MOST_LINES = 100_000  # a dump longer than this has lost its stats: give up on it
+KEPT_LINES = 20_000  # of a dump, kept whole in the trace
+
+
+class Part(enum.Enum):
+    """What a line of stderr is to the allocator's log."""
+
+    HEAD = "head"  # "ran out of memory trying to allocate ...": a log begins
+    DUMP = "dump"  # a line of the log after its first
+    LAST = "last"  # its last line (the stats' LargestFreeBlock)
 
 
 class OomLogReader:
@@ -34,20 +54,25 @@ class OomLogReader:
     def __init__(self) -> None:
         self.logs: list[AllocatorLog] = []
         self._open: list[bytes] | None = None
+        self._lines: list[bytes] = []  # the whole log, as stderr had it
         self._seen = 0
         self._time = 0
         self._in_use: int | None = None
         self._largest_free: int | None = None
 
-    def feed(self, line: bytes) -> None:
+    def feed(self, line: bytes) -> Part | None:
+        """Reads a line: what it is to an allocator's log, None for none."""
         if _HEAD in line:
             self._close()
             self._open, self._seen, self._time = [line], 0, time.time_ns()
+            self._lines = [line]
             self._in_use = self._largest_free = None
-            return
-        if self._open is None:
-            return
+            return Part.HEAD
+        if self._open is None or not _LOG_LINE.search(line):
+            return None
         self._seen += 1
+        if len(self._lines) < KEPT_LINES:
+            self._lines.append(line)
         if b" of size " in line:
             chunk = _CHUNK.search(line)
             if chunk is not None:
@@ -60,6 +85,12 @@ class OomLogReader:
             self._open.append(line)
         if line.lstrip().startswith(_LAST_STAT) or self._seen > _MOST_LINES:
             self._close()
+            return Part.LAST
+        return Part.DUMP
+
+    @property
+    def dump_open(self) -> bool:
+        return self._open is not None
 
     def _close(self) -> None:
         if self._open is not None:
@@ -73,6 +104,8 @@ class OomLogReader:
                     text=b"\n".join(self._open).decode(errors="replace"),
                     chunks_in_use_bytes=self._in_use,
                     largest_free_chunk_bytes=largest,
+                    dump=b"\n".join(self._lines).decode(errors="replace"),
+                    dump_lines=self._seen + 1,
                 )
             )
             self._open = None

@@ -9,6 +9,12 @@ and the frameworks write passes through unchanged, partial lines (progress bars)
 included. When stderr is a terminal the script gets a pseudo-terminal, so it
 still sees one. The filter runs in the launcher, not in the profiled process, so
 a process that crashes or is killed loses nothing it wrote.
+
+On a terminal, an allocator's account of a failed allocation (TensorFlow's and
+XLA's BFC allocator follow "ran out of memory trying to allocate ..." with a dump
+of every bin and chunk, 150 lines and more) shows as that first line and one line
+that says where the rest went: the trace keeps it whole (oom_log.py), and the
+report gives its figures. Written to a file or a pipe, stderr keeps every line.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import sys
 import threading
 
 from tpumem.adapters.launch_protocol import ANNOUNCEMENT
-from tpumem.launch.oom_log import OomLogReader
+from tpumem.launch.oom_log import OomLogReader, Part
 from tpumem.launch.status_line import StatusLine, write_all
 
 # absl: "I1123 10:43:57.349421   12878 file.cc:150] message" (and "I0000 00:00:..."
@@ -39,7 +45,10 @@ class StderrFilter:
         self.status = status  # the live line the output goes above, on a terminal
         self.dropped = 0
         self._threads: set[bytes] = set()
-        if os.isatty(destination):
+        # An allocator's dump is folded to one line where a person reads stderr.
+        self.fold_dumps = os.isatty(destination)
+        self._folded = 0  # lines of the allocator's dump open now, not passed on
+        if self.fold_dumps:
             self.read_fd, self.child_fd = os.openpty()
             _raw_like(self.child_fd, destination)
         else:
@@ -72,33 +81,50 @@ class StderrFilter:
             if not data:
                 break
             self._feed(data)
-        self._write(self._pending)
+        self._write(self._pending + self._fold_note())
         with contextlib.suppress(OSError):
             os.close(self.read_fd)
 
     def _feed(self, data: bytes) -> None:
         lines = (self._pending + data).split(b"\n")
         self._pending = lines.pop()
-        kept = [line + b"\n" for line in lines if self._keep(line)]
+        kept = [self._passed(line) for line in lines]
         pending = self._pending
         # A partial line is held only while it could still become a line to drop.
         if pending and not (
-            pending.startswith(ANNOUNCEMENT[: len(pending)]) or _could_log(pending)
+            pending.startswith(ANNOUNCEMENT[: len(pending)])
+            or _could_log(pending)
+            or (self.fold_dumps and self.oom_logs.dump_open)
         ):
             kept.append(pending)
             self._pending = b""
         self._write(b"".join(kept))
 
-    def _keep(self, line: bytes) -> bool:
-        self.oom_logs.feed(line)
+    def _passed(self, line: bytes) -> bytes:
+        """What of a line goes on: itself, nothing, or (folding an allocator's
+        dump) the line that says where the dump went."""
+        part = self.oom_logs.feed(line)
+        if self.fold_dumps and part in (Part.DUMP, Part.LAST):
+            self._folded += 1
+            return self._fold_note() if part is Part.LAST else b""
         if line.startswith(ANNOUNCEMENT):
             self._threads.add(line[len(ANNOUNCEMENT) :].strip())
-            return False
+            return b""
         match = _ABSL_LINE.match(line.lstrip(b"\r"))
         if match and match.group(1) in self._threads:
             self.dropped += 1
-            return False
-        return True
+            return b""
+        # (A new failure's first line ends the dump before it, where that was cut short.)
+        return (self._fold_note() if part is Part.HEAD else b"") + line + b"\n"
+
+    def _fold_note(self) -> bytes:
+        if not self._folded:
+            return b""
+        folded, self._folded = self._folded, 0
+        return (
+            f"tpumem: the allocator's account of it went on for {folded:,} more lines "
+            "(bins, chunks, stats): kept in the trace, and the report gives its figures\n"
+        ).encode()
 
     def _write(self, data: bytes) -> None:
         if self.status is not None:
