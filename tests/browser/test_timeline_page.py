@@ -22,6 +22,7 @@ from tpumem.analysis import analyze
 from tpumem.analysis.device_events import split_by_device
 from tpumem.analysis.drawing.moments import MOMENT_GROUPS
 from tpumem.analysis.peak import live_at, live_groups
+from tpumem.report import HTML_SERIES_POINTS
 from tpumem.trace.reader import load
 
 DEMO = Path(__file__).parent.parent / "data" / "demo"
@@ -212,7 +213,7 @@ def test_a_zoom_keeps_the_charts_kind_and_legend(tmp_path, browser, name):
     page_path = tmp_path / f"{name}.html"
     result = run_tpumem("report", str(trace_path), "-o", str(page_path))
     assert result.returncode == 0, result.stderr
-    (device,) = analyze(load(trace_path), series_points=1500).devices
+    (device,) = analyze(load(trace_path), series_points=HTML_SERIES_POINTS).devices
     regions = [name for name, _ in device.series.regions]
     assert device.series.detail, "the run is too short for a finer level"
 

@@ -383,6 +383,8 @@ def test_a_terminal_given_no_size_takes_columns_or_the_fallback(monkeypatch):
             assert os.get_terminal_size(terminal).columns == 0
             monkeypatch.setenv("COLUMNS", "100")
             assert text_width(None, stream) == 100
+            monkeypatch.setenv("COLUMNS", "0")
+            assert text_width(None, stream) == FALLBACK_WIDTH
             monkeypatch.delenv("COLUMNS")
             assert text_width(None, stream) == FALLBACK_WIDTH
     finally:

@@ -22,6 +22,7 @@ from tpumem.adapters.source_lines import SourceLines
 from tpumem.adapters.xspace_chunks import ChunkConverter
 from tpumem.analysis import analyze
 from tpumem.analysis.device_events import capture_gaps
+from tpumem.launch import oom_log
 from tpumem.launch.stderr_filter import StderrFilter
 from tpumem.report.rows import fact_rows
 from tpumem.trace.amend import append_metadata
@@ -499,36 +500,43 @@ _AMID = b"Epoch 1/3 from the script's other thread\n"
 _AFTER = b"W0000 00:00:1795461209.648200   30831 op_kernel.cc:1857] OP_REQUIRES failed\n"
 
 
-def test_on_a_terminal_an_allocators_dump_is_its_first_line_and_where_the_rest_went():
-    """TensorFlow's 51-line account of a failed allocation, with a line of the
-    script's own in the middle of it: a terminal shows the account's first line,
-    the script's line, and one line for the rest; the trace keeps it whole."""
-    lines = _DUMP.splitlines(keepends=True)
-    reader, terminal = os.openpty()
-    stderr = _through_filter(terminal, [_BEFORE, *lines[:20], _AMID, *lines[20:], _AFTER])
-    os.close(terminal)
+def _read_terminal(reader: int) -> list[str]:
     shown = b""
     while True:
         try:
             data = os.read(reader, 65536)
-        except OSError:
+        except OSError:  # (the terminal's other end closed)
             break
         if not data:
             break
         shown += data
     os.close(reader)
-    shown_lines = shown.replace(b"\r\n", b"\n").decode().splitlines()
-    assert shown_lines[:3] == [
-        _BEFORE.decode().strip(),
-        lines[0].decode().strip(),
-        _AMID.decode().strip(),
-    ]
-    assert shown_lines[3].startswith("tpumem: the allocator's account of it went on for 50 more")
-    assert shown_lines[4:] == [_AFTER.decode().strip()]
+    return shown.replace(b"\r\n", b"\n").decode().splitlines()
+
+
+def _on_a_terminal(chunks: list[bytes]) -> tuple[list[str], StderrFilter]:
+    reader, terminal = os.openpty()
+    stderr = _through_filter(terminal, chunks)
+    os.close(terminal)
+    return _read_terminal(reader), stderr
+
+
+def _line(text: bytes) -> str:
+    return text.decode().rstrip("\n")
+
+
+def test_on_a_terminal_an_allocators_dump_is_its_first_line_and_a_count_of_the_rest():
+    """TensorFlow's 51-line account of a failed allocation, with a line of the
+    script's own in the middle of it: a terminal shows the account's first line,
+    the script's line, and one line for the rest; the trace keeps its figures."""
+    lines = _DUMP.splitlines(keepends=True)
+    shown, stderr = _on_a_terminal([_BEFORE, *lines[:20], _AMID, *lines[20:], _AFTER])
+    assert shown[:3] == [_line(_BEFORE), _line(lines[0]), _line(_AMID)]
+    assert shown[3].startswith("tpumem: the allocator's account of it went on for 50 more lines")
+    assert shown[4:] == [_line(_AFTER)]
     (log,) = stderr.oom_logs.finish()
-    assert log.dump.splitlines() == [line.decode().rstrip("\n") for line in lines]
-    assert log.dump_lines == len(lines)
-    assert log.chunks_in_use_bytes == 21 * 1024 * 1024 + 256
+    assert log.lines == len(lines)
+    assert log.chunks_in_use_bytes == 21 * 1024 * 1024 + 256 and "Limit:" in log.text
 
 
 def test_written_to_a_file_stderr_keeps_an_allocators_dump_line_for_line(tmp_path):
@@ -538,19 +546,60 @@ def test_written_to_a_file_stderr_keeps_an_allocators_dump_line_for_line(tmp_pat
         stderr = _through_filter(file.fileno(), [_BEFORE, *lines[:20], _AMID, *lines[20:]])
     assert path.read_bytes() == _BEFORE + b"".join(lines[:20]) + _AMID + b"".join(lines[20:])
     (log,) = stderr.oom_logs.finish()
-    assert log.dump_lines == len(lines)
+    assert log.lines == len(lines)
 
 
-def test_a_dump_cut_short_by_the_process_ending_still_says_where_it_went():
+def test_a_dump_cut_short_by_the_process_ending_still_says_what_went():
     lines = _DUMP.splitlines(keepends=True)
-    reader, terminal = os.openpty()
-    _through_filter(terminal, lines[:10])
-    os.close(terminal)
-    shown = os.read(reader, 65536).replace(b"\r\n", b"\n").decode().splitlines()
-    os.close(reader)
-    assert shown[0] == lines[0].decode().strip()
+    shown, _ = _on_a_terminal([*lines[:10], b"a line the kill cut"])
+    assert shown[0] == _line(lines[0])
     assert shown[1].startswith("tpumem: the allocator's account of it went on for 9 more lines")
-    assert len(shown) == 2
+    assert shown[2:] == ["a line the kill cut"]
+
+
+_HEAD_ALONE = [  # TF_CPP_MIN_LOG_LEVEL=1: the warning's lines, no INFO dump, no stats
+    b"W0000 00:00:1795461209.647896   30831 bfc_allocator.cc:502] Allocator (mklcpu) ran "
+    b"out of memory trying to allocate 13.00MiB (rounded to 13631488)requested by op Fill\n",
+    b"If the cause is memory fragmentation maybe the environment variable "
+    b"'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation. \n",
+    b"Current allocation summary follows.\n",
+    b"W0000 00:00:1795461209.648200   30831 bfc_allocator.cc:513] ****____xxxx**\n",
+]
+
+
+def test_a_log_without_its_dump_ends_at_the_occupancy_line():
+    """Its INFO lines unprinted, the log has neither dump nor stats: it ends at
+    the occupancy line, and what the allocator logs after is passed on."""
+    later = b"I0000 00:00:1795461219.1   30831 bfc_allocator.cc:300] a later line\n"
+    shown, stderr = _on_a_terminal([*_HEAD_ALONE, _AFTER, later, b"progress 5%\r"])
+    assert shown[0] == _line(_HEAD_ALONE[0])
+    assert shown[1].startswith("tpumem: the allocator's account of it went on for 3 more lines")
+    assert shown[2:] == [_line(_AFTER), _line(later), "progress 5%"]  # (passed on unheld)
+    (log,) = stderr.oom_logs.finish()
+    assert log.lines == 4
+
+
+def test_a_log_left_open_ends_by_itself(monkeypatch):
+    """A log whose end never comes (cut, or an allocator that prints no
+    occupancy) stops holding the allocator's lines after OPEN_S."""
+    monkeypatch.setattr(oom_log, "OPEN_S", 0.0)
+    reader = oom_log.OomLogReader()
+    assert reader.feed(_HEAD_ALONE[0].rstrip(b"\n")) is oom_log.Part.HEAD
+    time.sleep(0.01)
+    assert not reader.dump_open
+    assert reader.feed(b"I0 00:00:1.0   1 bfc_allocator.cc:1] Bin (256): ...") is None
+    assert len(reader.finish()) == 1
+
+
+def test_an_allocation_that_is_not_a_failure_begins_no_log():
+    reader = oom_log.OomLogReader()
+    warning = (
+        b"W0000 00:00:1.0   1 bfc_allocator.cc:290] Allocator (GPU_0_bfc) ran out of memory "
+        b"trying to allocate 2.00GiB with freed_by_count=0. The caller indicates that this is "
+        b"not a failure, but this may mean that there could be performance gains"
+    )
+    assert reader.feed(warning) is None
+    assert reader.finish() == []
 
 
 def test_tensorflow_allocations_take_the_stack_of_the_call_they_fell_in():

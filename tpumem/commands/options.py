@@ -135,5 +135,6 @@ def text_width(asked: int | None, stream: TextIO | None) -> int:
         pass
     if columns is None:
         variable = os.environ.get("COLUMNS", "")
-        columns = int(variable) if variable.isdigit() and len(variable) < 6 else FALLBACK_WIDTH
+        number = int(variable) if variable.isdigit() and len(variable) < 6 else 0
+        columns = number or FALLBACK_WIDTH  # (COLUMNS=0 says no more than none)
     return min(MAX_WIDTH, max(MIN_WIDTH, columns))

@@ -1,5 +1,6 @@
 """The profiled script's stderr, passed through by `tpumem profile` less what the
-framework logged on tpumem's own threads (adapters/quiet.py says which).
+framework logged on tpumem's own threads (adapters/quiet.py says which), and, on
+a terminal, less the body of an allocator's out-of-memory log (below).
 
 TensorFlow's profiler logs "Profiler session initializing / started / collecting
 data / tear down" (absl's INFO lines) for every session, and tpumem runs one a
@@ -13,8 +14,8 @@ a process that crashes or is killed loses nothing it wrote.
 On a terminal, an allocator's account of a failed allocation (TensorFlow's and
 XLA's BFC allocator follow "ran out of memory trying to allocate ..." with a dump
 of every bin and chunk, 150 lines and more) shows as that first line and one line
-that says where the rest went: the trace keeps it whole (oom_log.py), and the
-report gives its figures. Written to a file or a pipe, stderr keeps every line.
+that says how many followed: the trace keeps its figures (oom_log.py), and the
+report gives them. Written to a file or a pipe, stderr keeps every line.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class StderrFilter:
             if not data:
                 break
             self._feed(data)
-        self._write(self._pending + self._fold_note())
+        self._write(self._fold_note() + self._pending)
         with contextlib.suppress(OSError):
             os.close(self.read_fd)
 
@@ -121,9 +122,10 @@ class StderrFilter:
         if not self._folded:
             return b""
         folded, self._folded = self._folded, 0
+        lines = "line" if folded == 1 else "lines"
         return (
-            f"tpumem: the allocator's account of it went on for {folded:,} more lines "
-            "(bins, chunks, stats): kept in the trace, and the report gives its figures\n"
+            f"tpumem: the allocator's account of it went on for {folded:,} more {lines} "
+            "(its bins, chunks and stats): their figures are in the trace and its report\n"
         ).encode()
 
     def _write(self, data: bytes) -> None:

@@ -554,13 +554,13 @@ LARGEST = Object(
 DETAIL = Object(
     (
         key("stretches", INT),
-        # Times, bytes in use and each region's bytes as steps from the point before
-        # (the first from 0): most regions hold still between two points, so most
-        # steps are 0, and a page stays small.
+        # Times, bytes in use, each region's bytes and the pool as steps from the
+        # point before (the first from 0): most hold still between two points, so
+        # most steps are 0, and a page stays small.
         key("time_step_ns", INTS, lambda d: _steps(d.time_ns)),
         key("in_use_steps", INTS, lambda d: _steps(d.in_use)),
         key("region_steps", Array(INTS), lambda d: [_steps(r) for r in d.regions]),
-        key("pool", Optional(INTS)),
+        key("pool_steps", Optional(INTS), lambda d: None if d.pool is None else _steps(d.pool)),
     )
 )
 SERIES = Object(

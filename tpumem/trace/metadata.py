@@ -171,10 +171,8 @@ class AllocatorLog:
     # Summed from its dump of every chunk, where it printed one: exact bytes.
     chunks_in_use_bytes: int | None = None
     largest_free_chunk_bytes: int | None = None
-    # The whole log as stderr had it (its first KEPT_LINES lines), and how many
-    # lines it had: on a terminal `tpumem profile` shows its first line alone.
-    dump: str = ""
-    dump_lines: int = 0
+    # How many lines the log had (on a terminal `tpumem profile` shows the first).
+    lines: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ window.tpumemTimeline = function (h, device) {
   // steps from the point before, to keep a large run's page small.)
   const summed = (steps) => { let v = 0; return steps.map((step) => (v += step)); };
   const levels = [overview, ...s.detail.map((l) => ({
-    xs: summed(l.time_step_ns).map(toS), high: summed(l.in_use_steps), pool: l.pool,
+    xs: summed(l.time_step_ns).map(toS), high: summed(l.in_use_steps),
+    pool: l.pool_steps && summed(l.pool_steps),
     regions: s.regions.map(([name], r) => [name, summed(l.region_steps[r])]), stretches: l.stretches,
   }))];
   const moments = s.moments;
