@@ -48,6 +48,8 @@ from tpumem.trace.schema import ALLOCATOR, COUNTER
 from tpumem.trace.writer import TraceWriter
 
 CPU_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+# The BFC CPU allocator's limit: TensorFlow's default CPU allocator ignores it.
+CPU_LIMIT_VARIABLE = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
 # TSL's functions that TensorFlow's framework library exports (C++ names, mangled).
 _HAS_ACTIVE_SESSION = "_ZN3tsl8profiler12ProfilerLock16HasActiveSessionEv"
 _THREADPOOL_LISTENER_OFF = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
@@ -210,9 +212,13 @@ class TensorFlowAdapter(Adapter):
         self._unevented: list[str] = []  # the counted devices no session's events cover
         self._patches = Patches()
 
+    # Whether tpumem set CPU_BFC_VARIABLE in this process (set_before_start).
+    set_cpu_bfc = False
+
     @classmethod
     def environment(cls, options: CaptureOptions, current: Mapping[str, str]) -> dict[str, str]:
         if options.cpu_allocator_events and CPU_BFC_VARIABLE not in current:
+            cls.set_cpu_bfc = True
             return {CPU_BFC_VARIABLE: "true"}
         return {}
 
@@ -226,10 +232,22 @@ class TensorFlowAdapter(Adapter):
         # Functions compiled with XLA (jit_compile=True): XLA reads XLA_FLAGS when
         # it first compiles.
         self._dump = install_dump(self.options, self._warnings)
+        limit = os.environ.get(CPU_LIMIT_VARIABLE)
+        if limit and TensorFlowAdapter.set_cpu_bfc:
+            # The one way tpumem's setting changes what a script can do: a limit
+            # the script's own run ignores holds under tpumem.
+            self._warnings.append(
+                f"{CPU_LIMIT_VARIABLE}={limit} caps the CPU's memory only because tpumem set "
+                f"{CPU_BFC_VARIABLE}=true: without tpumem TensorFlow's default CPU allocator "
+                "ignores it (--no-cpu-allocator-events leaves the allocator as it was)"
+            )
         import tensorflow as tf
         from tensorflow.python.eager import context
 
         self.writer = writer
+        if self._warnings:  # said now: a run the limit brings down never reaches stop()
+            writer.patch_metadata(warnings=list(self._warnings))
+            self._warnings.clear()  # (patches add up: stop() says the rest)
         self._function_steps = FunctionSteps(self._patches, self._function_step_began)
         self._kinds = VariableKinds(
             writer,

@@ -42,10 +42,17 @@ def _stats(stderr: str) -> dict[str, int]:
 def test_the_report_opens_with_the_failure_the_allocator_saw(tmp_path, limit_mib):
     (tmp_path / "keeps.py").write_text(KEEPS_TENSORS)
     env = {"TF_CPU_BFC_MEM_LIMIT_IN_MB": str(limit_mib), "TF_CPP_MIN_LOG_LEVEL": "0"}
+    theirs = limit_mib == 48  # the BFC allocator the script's own environment asks for
+    if theirs:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     result = profile(tmp_path, "-o", "run.tpumem", "keeps.py", env=env)
     assert result.returncode == 1, result.stderr[-3000:]
     allocator = _stats(result.stderr)
     report = run_tpumem("report", str(tmp_path / "run.tpumem"), "--format", "json")
+    # A limit the script's own run would ignore is said to hold because of tpumem.
+    warnings = json.loads(report.stdout)["metadata"]["warnings"]
+    told = [w for w in warnings if "caps the CPU's memory only because tpumem set" in w]
+    assert len(told) == (0 if theirs else 1), warnings
     (oom,) = json.loads(report.stdout)["out_of_memory"]
     assert (oom["shape"], oom["dtype"], oom["op"]) == (allocator["shape"], "float", "Fill")
     assert oom["requested_bytes"] == allocator["rounded"]
