@@ -146,13 +146,25 @@ def until_written(marker: str = "[512,1024]") -> str:
     """A script's lines that wait until its trace, bad.tpumem, holds `marker` (a
     shape as the trace writes it, "[512,1024]", never so in the script's source;
     or a line's code, which the trace keeps with the buffer the line made): a
-    fixed wait for the writer is too short on a busy machine."""
+    fixed wait for the writer is too short on a busy machine. Found in the file's
+    bytes, then in a row the trace's reader reads back: Arrow writes a batch's
+    dictionary (the marker) before its rows, and on a busy machine the run ended
+    between the two."""
     return f"""
 def written():
     try:
         with open("bad.tpumem", "rb") as trace:
-            return {marker.encode()!r} in trace.read()
-    except FileNotFoundError:
+            if {marker.encode()!r} not in trace.read():
+                return False
+        from tpumem.trace.reader import load
+        table = load("bad.tpumem").table
+        return any(
+            {marker!r} in value
+            for name in ("shape", "source", "stack", "text")
+            for value in table.column(name).to_pylist()
+            if isinstance(value, str)
+        )
+    except Exception:  # (not there yet, or cut in the middle of a batch)
         return False
 
 deadline = time.monotonic() + 120
