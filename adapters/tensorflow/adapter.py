@@ -234,7 +234,7 @@ class TensorFlowAdapter(Adapter):
         self._dump = install_dump(self.options, self._warnings)
         limit = os.environ.get(CPU_LIMIT_VARIABLE)
         if limit and TensorFlowAdapter.set_cpu_bfc:
-            # The one way tpumem's setting changes what a script can do: a limit
+            # Where tpumem's setting changes what a script can do: a limit
             # the script's own run ignores holds under tpumem.
             self._warnings.append(
                 f"{CPU_LIMIT_VARIABLE}={limit} caps the CPU's memory only because tpumem set "
